@@ -1,0 +1,61 @@
+// GGML tensor types and their quantized block layouts (the on-disk formats of
+// GGUF). Pure data definitions shared by gguf/ (dequantize reference) and
+// kernels/ (compute directly on blocks). Layouts match ggml-common.h byte for byte.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace pagoda {
+
+enum class GgmlType : uint32_t {
+  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
+  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
+  BF16 = 30,
+};
+
+constexpr int kQK4_0 = 32, kQK4_1 = 32, kQK5_0 = 32, kQK5_1 = 32, kQK8_0 = 32, kQK_K = 256, kKScaleSize = 12;
+
+struct BlockQ4_0 { uint16_t d; uint8_t qs[kQK4_0 / 2]; };                 // 18 bytes
+struct BlockQ4_1 { uint16_t d, m; uint8_t qs[kQK4_1 / 2]; };              // 20 bytes
+struct BlockQ5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[kQK5_0 / 2]; };  // 22 bytes
+struct BlockQ5_1 { uint16_t d, m; uint8_t qh[4]; uint8_t qs[kQK5_1 / 2]; };  // 24 bytes
+struct BlockQ8_0 { uint16_t d; int8_t qs[kQK8_0]; };                      // 34 bytes
+struct BlockQ4_K { uint16_t d, dmin; uint8_t scales[kKScaleSize]; uint8_t qs[kQK_K / 2]; };  // 144
+struct BlockQ5_K { uint16_t d, dmin; uint8_t scales[kKScaleSize]; uint8_t qh[kQK_K / 8]; uint8_t qs[kQK_K / 2]; };  // 176
+struct BlockQ6_K { uint8_t ql[kQK_K / 2]; uint8_t qh[kQK_K / 4]; int8_t scales[kQK_K / 16]; uint16_t d; };  // 210
+
+static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
+              sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 &&
+              sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210, "block layouts must match ggml");
+
+struct GgmlTypeInfo {
+  const char* name;
+  uint32_t block_size;  // elements per block
+  uint32_t type_size;   // bytes per block
+  bool supported;       // pagoda can read / dequantize it
+};
+
+// Info for a type id; returns nullptr for an unknown id.
+inline const GgmlTypeInfo* ggml_type_info(uint32_t id) {
+  static const GgmlTypeInfo kF32{"F32", 1, 4, true}, kF16{"F16", 1, 2, true}, kQ40{"Q4_0", 32, 18, true},
+      kQ41{"Q4_1", 32, 20, true}, kQ50{"Q5_0", 32, 22, true}, kQ51{"Q5_1", 32, 24, true},
+      kQ80{"Q8_0", 32, 34, true}, kQ81{"Q8_1", 32, 36, false}, kQ2K{"Q2_K", 256, 84, false},
+      kQ3K{"Q3_K", 256, 110, false}, kQ4K{"Q4_K", 256, 144, true}, kQ5K{"Q5_K", 256, 176, true},
+      kQ6K{"Q6_K", 256, 210, true}, kQ8K{"Q8_K", 256, 292, false}, kBF16{"BF16", 1, 2, true};
+  switch (id) {
+    case 0: return &kF32; case 1: return &kF16; case 2: return &kQ40; case 3: return &kQ41;
+    case 6: return &kQ50; case 7: return &kQ51; case 8: return &kQ80; case 9: return &kQ81;
+    case 10: return &kQ2K; case 11: return &kQ3K; case 12: return &kQ4K; case 13: return &kQ5K;
+    case 14: return &kQ6K; case 15: return &kQ8K; case 30: return &kBF16;
+    default: return nullptr;
+  }
+}
+inline const GgmlTypeInfo& ggml_type_info(GgmlType t) { return *ggml_type_info(static_cast<uint32_t>(t)); }
+
+// Bytes of one row of n elements (n must be a multiple of the block size).
+inline size_t ggml_row_bytes(GgmlType t, size_t n) {
+  const auto& i = ggml_type_info(t);
+  return n / i.block_size * i.type_size;
+}
+
+}  // namespace pagoda

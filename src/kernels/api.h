@@ -1,0 +1,114 @@
+// Kernel API: plain non-owning views and function signatures. Two
+// implementations stand behind it: ref/ (scalar oracles, obviously correct) and
+// cpu/ (SIMD + threads, chosen at run time between AVX2 and AVX-512).
+//
+// Batch invariance contract (every cpu/ kernel): each output element is computed
+// with a fixed reduction order that depends only on its own row/token inputs,
+// never on how many other tokens are in the batch, which other tokens they are,
+// the physical block ids, or the thread count. Threads split output rows, never
+// a reduction. This makes greedy output identical alone, batched, after
+// preemption and on a prefix-cache hit.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "base/ggml_types.h"
+
+namespace pagoda::kernels {
+
+// ---- Weights ---------------------------------------------------------------
+// A weight matrix W of `rows` output features, each a row of `cols` elements
+// stored in `type` (ggml layout; quantized rows are sequences of blocks).
+struct WeightView {
+  const void* data = nullptr;
+  GgmlType type = GgmlType::F32;
+  int64_t rows = 0;       // output features
+  int64_t cols = 0;       // input features (multiple of the type's block size)
+  size_t row_bytes = 0;   // stride between rows
+};
+
+// ---- KV cache (one layer) ----------------------------------------------------
+enum class KvDtype : uint8_t { F32 = 0, F16 = 1, BF16 = 2, Q8_0 = 3 };
+const char* kv_dtype_name(KvDtype t);
+// Bytes of one token's K (or V) row of n elements: q8_0 is 34 bytes per 32 values.
+size_t kv_row_bytes(KvDtype t, int64_t n);
+
+// K and V pools of one layer, indexed by slot = block_id * block_size + offset.
+// Each slot holds one row of n_kv_heads * head_dim values in `dtype`; for q8_0
+// the row is quantized in blocks of 32 over the whole row.
+struct KvLayerView {
+  uint8_t* k = nullptr;      // [num_blocks * block_size, row_bytes]
+  uint8_t* v = nullptr;      // [num_blocks * block_size, row_bytes]
+  KvDtype dtype = KvDtype::F32;
+  int32_t block_size = 16;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  size_t row_bytes = 0;
+};
+
+// ---- One step's ragged batch (built once per step by plan/) ------------------
+// Sequences s = 0..n_seqs-1; the step's tokens are laid out sequence after
+// sequence: the new tokens of s are rows q_indptr[s] .. q_indptr[s+1]-1.
+// Sequence s's K/V lives in blocks kv_indices[kv_indptr[s] .. kv_indptr[s+1]-1]
+// in logical order; the last page holds kv_last_page_len[s] tokens (>= 1). The
+// K/V of this step's tokens is written (via slot_mapping) before attention runs,
+// so kv length includes them. Causal: a token at position p sees positions <= p.
+struct BatchView {
+  int32_t n_tokens = 0;
+  int32_t n_seqs = 0;
+  const int32_t* token_ids = nullptr;        // [n_tokens]
+  const int32_t* positions = nullptr;        // [n_tokens] absolute position in its sequence
+  const int64_t* slot_mapping = nullptr;     // [n_tokens] slot receiving the token's K/V
+  const int32_t* q_indptr = nullptr;         // [n_seqs + 1]
+  const int32_t* kv_indptr = nullptr;        // [n_seqs + 1]
+  const int32_t* kv_indices = nullptr;       // [kv_indptr[n_seqs]] block ids
+  const int32_t* kv_last_page_len = nullptr; // [n_seqs]
+  int32_t n_logits = 0;
+  const int32_t* logit_rows = nullptr;       // [n_logits] token rows whose logits are wanted
+};
+
+inline int64_t kv_len(const BatchView& b, int32_t seq, int32_t block_size) {
+  const int32_t pages = b.kv_indptr[seq + 1] - b.kv_indptr[seq];
+  return pages == 0 ? 0 : static_cast<int64_t>(pages - 1) * block_size + b.kv_last_page_len[seq];
+}
+
+// ---- Threads -----------------------------------------------------------------
+void set_num_threads(int n);
+int num_threads();
+
+// ---- Ops (same signatures in ref:: and cpu::) --------------------------------
+#define PAGODA_KERNEL_OPS                                                                       \
+  /* y[t, r] = sum_c W[r, c] * x[t, c].  x: [n_tokens, w.cols], y: [n_tokens, w.rows] */         \
+  void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y);                 \
+  /* y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight.  x, y: [n_tokens, n] */         \
+  void rmsnorm(const float* x, const float* weight, float eps, int64_t n_tokens, int64_t n,     \
+               float* y);                                                                       \
+  /* In place. x: [n_tokens, n_heads, head_dim]; rotates the first rope_dim dims of each head. \
+     neox=false: pairs (2i, 2i+1) (llama); neox=true: pairs (i, i + rope_dim/2) (qwen2, neox). */ \
+  void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads,              \
+            int32_t head_dim, int32_t rope_dim, float theta_base, bool neox);                   \
+  /* In place, numerically stable. x: [n] */                                                   \
+  void softmax(float* x, int64_t n);                                                            \
+  /* Writes each token's K and V rows into its slot (quantizing for q8_0).                     \
+     k, v: [n_tokens, n_kv_heads * head_dim] */                                                 \
+  void kv_write(const KvLayerView& kv, const float* k, const float* v,                          \
+                const int64_t* slot_mapping, int64_t n_tokens);                                 \
+  /* Causal paged attention with grouped-query heads (n_heads % n_kv_heads == 0).              \
+     q: [n_tokens, n_heads, head_dim], out: [n_tokens, n_heads, head_dim] */                    \
+  void paged_attention(const float* q, const KvLayerView& kv, const BatchView& batch,           \
+                       int32_t n_heads, float scale, float* out);
+
+namespace ref {
+PAGODA_KERNEL_OPS
+}  // namespace ref
+namespace cpu {
+PAGODA_KERNEL_OPS
+// Which ISA the dispatcher picked ("avx512-vnni", "avx2").
+const char* isa_name();
+}  // namespace cpu
+
+// Elementwise helpers used by the model (cpu, vectorized by the compiler).
+void silu_mul(float* gate, const float* up, int64_t n);   // gate = silu(gate) * up
+void add_inplace(float* x, const float* y, int64_t n);    // x += y
+
+}  // namespace pagoda::kernels
