@@ -1,0 +1,34 @@
+// The scheduler's decision for one engine step, as plain data. plan/ turns it
+// (with the KV manager's block tables) into a kernels::BatchView; sim/ feeds it
+// to a cost model instead. No pointers into the scheduler survive the step.
+#pragma once
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace pagoda::sched {
+
+using RequestId = uint64_t;
+using BlockId = int32_t;
+
+struct ScheduledSeq {
+  RequestId request_id = 0;
+  int32_t start_pos = 0;              // == num_computed_tokens before this step
+  std::vector<int32_t> token_ids;     // the new tokens computed this step (positions start_pos..)
+  std::vector<BlockId> block_ids;     // the sequence's whole block table after allocation
+  bool wants_logits = false;          // true when this slice reaches the end of the known tokens
+};
+
+struct StepPlan {
+  std::vector<ScheduledSeq> seqs;
+  // Copy-on-write block copies to perform before the forward pass (src, dst).
+  std::vector<std::pair<BlockId, BlockId>> block_copies;
+  std::vector<RequestId> preempted;   // requests preempted while building this step
+  int32_t num_tokens() const {
+    int32_t n = 0;
+    for (const auto& s : seqs) n += static_cast<int32_t>(s.token_ids.size());
+    return n;
+  }
+};
+
+}  // namespace pagoda::sched
