@@ -15,7 +15,8 @@ struct Error {
 
 inline Error make_error(std::string msg) { return Error{std::move(msg)}; }
 
-// printf-style error construction: err("tensor %s: offset %llu ...", ...)
+// printf-style error construction: errorf("tensor %s: offset %llu ...", ...)
+inline Error errorf(const char* msg) { return Error{msg}; }
 template <typename... Args>
 Error errorf(const char* fmt, Args... args) {
   int n = std::snprintf(nullptr, 0, fmt, args...);

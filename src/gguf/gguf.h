@@ -34,7 +34,41 @@ struct Value {
   bool is_int() const;           // any integer type or bool
   int64_t as_int() const;        // valid if is_int()
   double as_float() const;       // ints or floats
+  bool is_float() const;         // FLOAT32 or FLOAT64
+  bool is_number() const { return is_int() || is_float(); }
 };
+
+// "uint32", "string", "array", ...; "?" for an unknown id.
+const char* value_type_name(ValueType t);
+// True for the 13 type ids GGUF defines.
+bool value_type_valid(uint32_t id);
+
+// Value builders (used by the writer and tests).
+Value make_u8(uint8_t v);
+Value make_i8(int8_t v);
+Value make_u16(uint16_t v);
+Value make_i16(int16_t v);
+Value make_u32(uint32_t v);
+Value make_i32(int32_t v);
+Value make_u64(uint64_t v);
+Value make_i64(int64_t v);
+Value make_f32(float v);
+Value make_f64(double v);
+Value make_bool(bool v);
+Value make_string(std::string v);
+// Every element must have type elem_type (checked by the writer).
+Value make_array(ValueType elem_type, std::vector<Value> elems);
+Value make_string_array(const std::vector<std::string>& v);
+Value make_f32_array(const std::vector<float>& v);
+Value make_i32_array(const std::vector<int32_t>& v);
+
+// Short human-readable rendering; arrays show at most max_items elements.
+std::string format_value(const Value& v, size_t max_items = 8);
+
+// Parser limits (a file beyond them is rejected with an error naming the limit).
+constexpr int kMaxArrayDepth = 4;                          // ARRAY of ARRAY of ... levels
+constexpr uint64_t kMaxMetadataArrayElements = 1ull << 24; // summed over the whole file
+constexpr uint32_t kMaxDims = 4;
 
 struct TensorInfo {
   std::string name;
@@ -70,6 +104,14 @@ class GgufFile {
   int64_t get_int_or(const std::string& key, int64_t def) const;
   double get_float_or(const std::string& key, double def) const;
   std::string get_string_or(const std::string& key, const std::string& def) const;
+  // Arrays (error if missing, not an array, or an element of the wrong type).
+  Expected<std::vector<std::string>> get_string_array(const std::string& key) const;
+  Expected<std::vector<int64_t>> get_int_array(const std::string& key) const;
+  Expected<std::vector<float>> get_float_array(const std::string& key) const;
+  // general.architecture, or "" when missing.
+  std::string architecture() const { return get_string_or("general.architecture", ""); }
+  // Bytes from data_offset() to the end of the file (0 if the file ends earlier).
+  uint64_t data_size() const { return data_size_; }
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find_tensor(const std::string& name) const;
@@ -85,6 +127,7 @@ class GgufFile {
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;
+  uint64_t data_size_ = 0;
   std::map<std::string, Value> kv_;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, size_t> tensor_index_;

@@ -122,7 +122,33 @@ namespace cpu {
 PAGODA_KERNEL_OPS
 // Which ISA the dispatcher picked ("avx512-vnni", "avx2").
 const char* isa_name();
+// Forces the ISA for later calls: "avx2", "avx512-vnni" or "auto" (the best the
+// machine supports; the default, unless env PAGODA_ISA=avx2 is set at start-up).
+// Returns false (and changes nothing) if the name is unknown or unsupported here.
+// Not thread-safe: call between steps, never while a kernel runs.
+bool set_isa(const char* name);
 }  // namespace cpu
+
+// ---- Additions (kernels helper) ------------------------------------------------
+// Notes on the cpu:: kernels:
+// * Bitwise batch invariance holds for a fixed ISA. The AVX2 and AVX-512 matmul
+//   paths round differently (8- vs 16-lane sums), so goldens recorded on one may
+//   differ in the last bits on the other; PAGODA_ISA=avx2 pins the AVX2 path.
+// * Quantized weights (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0) multiply an 8-bit quantization
+//   of x (per 32 values, d = amax/127), as llama.cpp does: results match ref
+//   within the activation rounding, not to float precision.
+// * Scratch memory is thread_local: calls from different threads are safe; each
+//   call runs its own OpenMP team of num_threads().
+// * kv_write skips tokens whose slot_mapping entry is negative (padding).
+// * paged_attention requires block_size <= 256.
+// True if matmul (ref and cpu) accepts weights of this type:
+// F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K.
+bool matmul_supports(GgmlType type);
+// Dequantizes one weight row (e.g. an embedding row) to f32, exactly as ggml does.
+// Precondition: n is a multiple of the type's block size. out: [n]
+void dequantize_row(GgmlType type, const void* row, int64_t n, float* out);
+// Reads one token's K or V row (all heads) back to f32. row: kv_row_bytes(dtype, n), out: [n]
+void kv_read_row(KvDtype dtype, const uint8_t* row, int64_t n, float* out);
 
 // Elementwise helpers used by the model (cpu, vectorized by the compiler).
 void silu_mul(float* gate, const float* up, int64_t n);   // gate = silu(gate) * up

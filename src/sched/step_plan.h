@@ -24,6 +24,9 @@ struct StepPlan {
   // Copy-on-write block copies to perform before the forward pass (src, dst).
   std::vector<std::pair<BlockId, BlockId>> block_copies;
   std::vector<RequestId> preempted;   // requests preempted while building this step
+  // Waiting requests passed over this step because a running request is computing
+  // their next prefix block (in-flight prefix dedup). Informational; the runner ignores it.
+  std::vector<RequestId> deferred;
   int32_t num_tokens() const {
     int32_t n = 0;
     for (const auto& s : seqs) n += static_cast<int32_t>(s.token_ids.size());

@@ -1,0 +1,227 @@
+// pagoda inspect MODEL.gguf [--json] [--metadata] [--tensors]
+// Architecture, parameter count, tensor types, attention shape and the KV cache
+// cost per token and per full-context sequence for each KV dtype.
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/command.h"
+#include "gguf/gguf.h"
+#include "kernels/api.h"
+
+namespace pagoda::cli {
+namespace {
+
+std::string with_commas(uint64_t v) {
+  const std::string digits = std::to_string(v);
+  std::string s;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) s += ',';
+    s += digits[i];
+  }
+  return s;
+}
+
+std::string human_bytes(double b) {
+  char buf[32];
+  if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  else if (b >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024));
+  else if (b >= 1024.0) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%.0f B", b);
+  return buf;
+}
+
+// An int key that may also be a per-layer array (then: the sum over layers,
+// and *per_layer is set); -1 when missing.
+int64_t int_or_layer_sum(const gguf::GgufFile& f, const std::string& key, bool* per_layer) {
+  const gguf::Value* v = f.find(key);
+  if (!v) return -1;
+  if (v->is_int()) return v->as_int();
+  if (v->type == gguf::ValueType::ARRAY) {
+    int64_t sum = 0;
+    for (const auto& e : v->arr) sum += e.is_number() ? e.as_int() : 0;
+    if (per_layer) *per_layer = true;
+    return sum;
+  }
+  return -1;
+}
+
+int run_inspect(int argc, char** argv) {
+  std::string path;
+  bool json = false, show_meta = false, show_tensors = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--json")) json = true;
+    else if (!std::strcmp(argv[i], "--metadata")) show_meta = true;
+    else if (!std::strcmp(argv[i], "--tensors")) show_tensors = true;
+    else if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) {
+      std::printf("usage: pagoda inspect [MODEL.gguf] [--json] [--metadata] [--tensors]\n"
+                  "  Prints architecture, parameter count, tensor types, attention shape and KV cache\n"
+                  "  bytes per token / per full-context sequence. Default model: %s\n",
+                  default_model_path().c_str());
+      return 0;
+    } else if (argv[i][0] == '-') {
+      std::fprintf(stderr, "pagoda inspect: unknown option '%s'\n", argv[i]);
+      return 2;
+    } else if (path.empty()) path = argv[i];
+    else {
+      std::fprintf(stderr, "pagoda inspect: more than one model path given\n");
+      return 2;
+    }
+  }
+  if (path.empty()) path = default_model_path();
+
+  auto opened = gguf::GgufFile::open(path);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "pagoda inspect: %s\n", opened.message().c_str());
+    return 1;
+  }
+  const gguf::GgufFile& f = **opened;
+  const std::string arch = f.architecture();
+  const std::string p = arch + ".";
+
+  uint64_t params = 0;
+  std::map<std::string, std::pair<uint64_t, uint64_t>> hist;  // type -> (count, bytes)
+  for (const auto& t : f.tensors()) {
+    params += t.n_elements;
+    auto& h = hist[ggml_type_info(t.type).name];
+    h.first += 1;
+    h.second += t.n_bytes;
+  }
+  bool kv_per_layer = false;
+  const int64_t n_layer = f.get_int_or(p + "block_count", -1);
+  const int64_t n_embd = f.get_int_or(p + "embedding_length", -1);
+  const int64_t n_head = int_or_layer_sum(f, p + "attention.head_count", nullptr);
+  int64_t n_head_kv = int_or_layer_sum(f, p + "attention.head_count_kv", &kv_per_layer);
+  if (n_head_kv < 0) n_head_kv = n_head;
+  const int64_t n_ctx = f.get_int_or(p + "context_length", -1);
+  const int64_t n_ff = f.get_int_or(p + "feed_forward_length", -1);
+  int64_t n_vocab = f.get_int_or(p + "vocab_size", -1);
+  if (n_vocab < 0) {
+    if (const gguf::Value* v = f.find("tokenizer.ggml.tokens"); v && v->type == gguf::ValueType::ARRAY)
+      n_vocab = static_cast<int64_t>(v->arr.size());
+  }
+  int64_t head_dim_k = f.get_int_or(p + "attention.key_length", -1);
+  if (head_dim_k < 0 && n_embd > 0 && n_head > 0 && !kv_per_layer) head_dim_k = n_embd / n_head;
+  int64_t head_dim_v = f.get_int_or(p + "attention.value_length", head_dim_k);
+
+  // KV bytes per token over all layers. A per-layer head_count_kv array is
+  // already summed over layers, so the layer factor is then 1.
+  const bool have_kv = n_layer > 0 && n_head_kv > 0 && head_dim_k > 0 && head_dim_v > 0;
+  const int64_t layer_factor = kv_per_layer ? 1 : n_layer;
+  struct KvCost { const char* name; int64_t per_token; };  // -1: not representable
+  std::vector<KvCost> kv;
+  for (kernels::KvDtype d : {kernels::KvDtype::F32, kernels::KvDtype::F16, kernels::KvDtype::BF16,
+                             kernels::KvDtype::Q8_0}) {
+    int64_t per_token = -1;
+    if (have_kv) {
+      const int64_t k_n = n_head_kv * head_dim_k, v_n = n_head_kv * head_dim_v;
+      const bool ok = d != kernels::KvDtype::Q8_0 || (k_n % 32 == 0 && v_n % 32 == 0);
+      if (ok)
+        per_token = layer_factor * static_cast<int64_t>(kernels::kv_row_bytes(d, k_n) + kernels::kv_row_bytes(d, v_n));
+    }
+    kv.push_back({kernels::kv_dtype_name(d), per_token});
+  }
+
+  if (json) {
+    nlohmann::json j;
+    j["path"] = path;
+    j["file_size"] = f.file_size();
+    j["gguf_version"] = f.version();
+    j["alignment"] = f.alignment();
+    j["architecture"] = arch;
+    j["name"] = f.get_string_or("general.name", "");
+    j["n_tensors"] = f.tensors().size();
+    j["parameters"] = params;
+    nlohmann::json types = nlohmann::json::object();
+    for (const auto& [name, cb] : hist) types[name] = {{"count", cb.first}, {"bytes", cb.second}};
+    j["tensor_types"] = types;
+    auto num = [](int64_t v) { return v >= 0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
+    j["context_length"] = num(n_ctx);
+    j["n_layer"] = num(n_layer);
+    j["n_embd"] = num(n_embd);
+    j["n_head"] = num(n_head);
+    j["n_head_kv"] = num(n_head_kv);
+    j["head_dim"] = num(head_dim_k);
+    j["head_dim_v"] = num(head_dim_v);
+    j["n_ff"] = num(n_ff);
+    j["vocab_size"] = num(n_vocab);
+    nlohmann::json per_tok = nlohmann::json::object(), full = nlohmann::json::object();
+    for (const auto& k : kv) {
+      per_tok[k.name] = num(k.per_token);
+      full[k.name] = k.per_token >= 0 && n_ctx > 0 ? nlohmann::json(k.per_token * n_ctx) : nlohmann::json(nullptr);
+    }
+    j["kv_bytes_per_token"] = per_tok;
+    j["kv_bytes_full_context"] = full;
+    if (show_meta) {
+      nlohmann::json m = nlohmann::json::object();
+      for (const auto& [k, v] : f.metadata()) m[k] = gguf::format_value(v, 8);
+      j["metadata"] = m;
+    }
+    if (show_tensors) {
+      nlohmann::json ts = nlohmann::json::array();
+      for (const auto& t : f.tensors())
+        ts.push_back({{"name", t.name}, {"type", ggml_type_info(t.type).name}, {"dims", t.dims},
+                      {"offset", t.offset}, {"bytes", t.n_bytes}});
+      j["tensors"] = ts;
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+
+  auto show = [](int64_t v) { return v >= 0 ? std::to_string(v) : std::string("?"); };
+  std::printf("file:          %s (%s, GGUF v%u, alignment %" PRIu64 ")\n", path.c_str(),
+              human_bytes(static_cast<double>(f.file_size())).c_str(), f.version(), f.alignment());
+  std::printf("architecture:  %s\n", arch.empty() ? "?" : arch.c_str());
+  if (auto n = f.get_string_or("general.name", ""); !n.empty()) std::printf("name:          %s\n", n.c_str());
+  std::printf("parameters:    %s (%.1fM) in %zu tensors\n", with_commas(params).c_str(), params / 1e6,
+              f.tensors().size());
+  std::printf("tensor types: ");
+  for (const auto& [name, cb] : hist)
+    std::printf(" %s x%" PRIu64 " (%s)", name.c_str(), cb.first, human_bytes(static_cast<double>(cb.second)).c_str());
+  std::printf("\n");
+  std::printf("context:       %s tokens\n", show(n_ctx).c_str());
+  std::printf("layers %s, embedding %s, heads %s, kv heads %s%s, head dim %s", show(n_layer).c_str(),
+              show(n_embd).c_str(), show(n_head).c_str(), show(n_head_kv).c_str(),
+              kv_per_layer ? " (sum over layers)" : "", show(head_dim_k).c_str());
+  if (head_dim_v != head_dim_k) std::printf(" (v %s)", show(head_dim_v).c_str());
+  std::printf(", ffn %s, vocab %s\n", show(n_ff).c_str(), show(n_vocab).c_str());
+  if (have_kv) {
+    std::printf("KV cache per token (K+V, all layers):\n");
+    for (const auto& k : kv) {
+      if (k.per_token < 0) {
+        std::printf("  %-5s n/a (row not a multiple of 32)\n", k.name);
+        continue;
+      }
+      std::printf("  %-5s %10s bytes/token", k.name, with_commas(static_cast<uint64_t>(k.per_token)).c_str());
+      if (n_ctx > 0)
+        std::printf("   %12s per %s-token sequence", human_bytes(static_cast<double>(k.per_token) * n_ctx).c_str(),
+                    with_commas(static_cast<uint64_t>(n_ctx)).c_str());
+      std::printf("\n");
+    }
+  } else {
+    std::printf("KV cache:      unknown (attention shape missing from metadata)\n");
+  }
+  if (show_meta) {
+    std::printf("metadata (%zu keys):\n", f.metadata().size());
+    for (const auto& [k, v] : f.metadata())
+      std::printf("  %-44s %-8s %s\n", k.c_str(), gguf::value_type_name(v.type), gguf::format_value(v, 8).c_str());
+  }
+  if (show_tensors) {
+    std::printf("tensors:\n");
+    for (const auto& t : f.tensors()) {
+      std::string dims;
+      for (size_t i = 0; i < t.dims.size(); ++i) dims += (i ? " x " : "") + std::to_string(t.dims[i]);
+      std::printf("  %-32s %-5s [%s] @%" PRIu64 " %s\n", t.name.c_str(), ggml_type_info(t.type).name, dims.c_str(),
+                  t.offset, human_bytes(static_cast<double>(t.n_bytes)).c_str());
+    }
+  }
+  return 0;
+}
+
+Register reg_inspect("inspect", "show a GGUF model's architecture, tensors and KV cache cost", run_inspect);
+
+}  // namespace
+}  // namespace pagoda::cli

@@ -1,0 +1,326 @@
+// pagoda run: generate text for one prompt, one sequence, streaming to stdout.
+// Statistics go to stderr (or everything into one JSON object with --json).
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/timer.h"
+#include "cli/command.h"
+#include "gguf/gguf.h"
+#include "kernels/api.h"
+#include "model/model.h"
+#include "runtime/model_runner.h"
+#include "runtime/sequence.h"
+#include "sample/sampler.h"
+#include "sample/stop.h"
+#include "tok/chat_template.h"
+#include "tok/detokenizer.h"
+#include "tok/tokenizer.h"
+
+namespace pagoda::cli {
+namespace {
+
+const char* kRunUsage =
+    "usage: pagoda run [-m MODEL] -p PROMPT [options]\n"
+    "\n"
+    "  -m, --model PATH      GGUF model (default: $PAGODA_MODEL or models/SmolLM2-135M-Instruct.Q4_1.gguf)\n"
+    "  -p, --prompt TEXT     prompt text\n"
+    "  -n, --n-predict N     tokens to generate (default -1: until end of generation or full context)\n"
+    "      --chat            wrap the prompt in the model's chat template (user turn + generation prompt)\n"
+    "      --temp T          temperature (default 0.8; 0 = greedy)\n"
+    "      --top-k K         (default 40; 0 = off)\n"
+    "      --top-p P         (default 0.95; 1 = off)\n"
+    "      --min-p P         (default 0.05; 0 = off)\n"
+    "      --repeat-penalty R, --presence-penalty P, --frequency-penalty F  (default off)\n"
+    "      --seed S          RNG seed (default: random, printed)\n"
+    "      --stop TEXT       stop string (repeatable)\n"
+    "      --ignore-eos      keep generating past end-of-generation tokens\n"
+    "  -t, --threads N       CPU threads (default: all cores)\n"
+    "  -c, --ctx-size N      context length in tokens (default: the model's)\n"
+    "      --kv-dtype T      f32 | f16 | bf16 | q8_0 (default f16)\n"
+    "      --block-size N    KV block size in tokens (default 16)\n"
+    "      --no-kv-cache     recompute the whole sequence every step (baseline)\n"
+    "      --ref-kernels     scalar reference kernels (debugging)\n"
+    "      --json            print one JSON object instead of streaming\n";
+
+struct RunOptions {
+  std::string model;
+  std::string prompt;
+  bool have_prompt = false;
+  int64_t n_predict = -1;
+  bool chat = false;
+  sample::SamplingParams sampling = sample::llama_cpp_defaults();
+  bool have_seed = false;
+  int threads = 0;
+  int64_t ctx = 0;
+  kernels::KvDtype kv_dtype = kernels::KvDtype::F16;
+  int32_t block_size = 16;
+  bool no_kv_cache = false;
+  bool ref_kernels = false;
+  bool json = false;
+};
+
+bool parse_kv_dtype(const std::string& s, kernels::KvDtype* out) {
+  for (kernels::KvDtype d : {kernels::KvDtype::F32, kernels::KvDtype::F16, kernels::KvDtype::BF16,
+                             kernels::KvDtype::Q8_0}) {
+    if (s == kernels::kv_dtype_name(d)) {
+      *out = d;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool parse_i64(const char* s, int64_t* out) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(s, &end, 10);
+  if (errno || end == s || *end) return false;
+  *out = v;
+  return true;
+}
+
+bool parse_f32(const char* s, float* out) {
+  char* end = nullptr;
+  const float v = std::strtof(s, &end);
+  if (end == s || *end) return false;
+  *out = v;
+  return true;
+}
+
+// Returns "" or an error message; sets *help for -h.
+std::string parse_args(int argc, char** argv, RunOptions* o, bool* help) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
+    auto is = [&](const char* s1, const char* s2 = nullptr) { return a == s1 || (s2 && a == s2); };
+    int64_t iv = 0;
+    if (is("-h", "--help")) {
+      *help = true;
+      return "";
+    } else if (is("--chat")) {
+      o->chat = true;
+    } else if (is("--json")) {
+      o->json = true;
+    } else if (is("--no-kv-cache")) {
+      o->no_kv_cache = true;
+    } else if (is("--ref-kernels")) {
+      o->ref_kernels = true;
+    } else if (is("--ignore-eos")) {
+      o->sampling.ignore_eos = true;
+    } else {
+      const char* v = value();
+      if (!v) return "option " + a + " needs a value";
+      bool ok = true;
+      if (is("-m", "--model")) {
+        o->model = v;
+      } else if (is("-p", "--prompt")) {
+        o->prompt = v;
+        o->have_prompt = true;
+      } else if (is("-n", "--n-predict")) {
+        ok = parse_i64(v, &o->n_predict);
+      } else if (is("--temp")) {
+        ok = parse_f32(v, &o->sampling.temperature);
+      } else if (is("--top-k")) {
+        ok = parse_i64(v, &iv) && iv >= 0 && iv <= INT32_MAX;
+        o->sampling.top_k = static_cast<int32_t>(iv);
+      } else if (is("--top-p")) {
+        ok = parse_f32(v, &o->sampling.top_p);
+      } else if (is("--min-p")) {
+        ok = parse_f32(v, &o->sampling.min_p);
+      } else if (is("--repeat-penalty")) {
+        ok = parse_f32(v, &o->sampling.repetition_penalty);
+      } else if (is("--presence-penalty")) {
+        ok = parse_f32(v, &o->sampling.presence_penalty);
+      } else if (is("--frequency-penalty")) {
+        ok = parse_f32(v, &o->sampling.frequency_penalty);
+      } else if (is("--seed")) {
+        ok = parse_i64(v, &iv);
+        o->sampling.seed = static_cast<uint64_t>(iv);
+        o->have_seed = true;
+      } else if (is("--stop")) {
+        o->sampling.stop.emplace_back(v);
+      } else if (is("-t", "--threads")) {
+        ok = parse_i64(v, &iv) && iv >= 1 && iv <= 1024;
+        o->threads = static_cast<int>(iv);
+      } else if (is("-c", "--ctx-size")) {
+        ok = parse_i64(v, &o->ctx) && o->ctx >= 1 && o->ctx <= (1 << 24);
+      } else if (is("--kv-dtype")) {
+        ok = parse_kv_dtype(v, &o->kv_dtype);
+      } else if (is("--block-size")) {
+        ok = parse_i64(v, &iv) && iv >= 1 && iv <= 4096;
+        o->block_size = static_cast<int32_t>(iv);
+      } else {
+        return "unknown option " + a;
+      }
+      if (!ok) return "bad value '" + std::string(v) + "' for " + a;
+    }
+  }
+  if (!o->have_prompt) return "missing -p PROMPT";
+  return "";
+}
+
+std::string human_bytes(double b) {
+  char buf[32];
+  if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  else if (b >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1024.0 * 1024));
+  else if (b >= 1024.0) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%.0f B", b);
+  return buf;
+}
+
+int fail(const std::string& msg) {
+  std::fprintf(stderr, "pagoda run: %s\n", msg.c_str());
+  return 1;
+}
+
+// Prompt text -> token ids (optionally through the chat template).
+Expected<std::vector<int32_t>> prompt_tokens(const tok::Tokenizer& tk, const RunOptions& o) {
+  if (!o.chat) return tk.encode(o.prompt, /*add_special=*/true, /*parse_special=*/true);
+  PAGODA_ASSIGN_OR_RETURN(tok::ChatTemplate tmpl, tok::ChatTemplate::from_tokenizer(tk));
+  const tok::ChatMessage msgs[] = {{"user", o.prompt}};
+  PAGODA_ASSIGN_OR_RETURN(std::string text, tmpl.render(msgs, /*add_generation_prompt=*/true));
+  // A template that writes the BOS text itself must not get a second BOS.
+  const std::string& bos = tk.bos_id() >= 0 ? tk.token_to_piece(tk.bos_id(), true) : std::string();
+  const bool writes_bos = !bos.empty() && text.compare(0, bos.size(), bos) == 0;
+  return tk.encode(text, /*add_special=*/!writes_bos, /*parse_special=*/true);
+}
+
+int run_run(int argc, char** argv) {
+  RunOptions o;
+  bool help = false;
+  const std::string perr = parse_args(argc, argv, &o, &help);
+  if (help) {
+    std::fputs(kRunUsage, stdout);
+    return 0;
+  }
+  if (!perr.empty()) {
+    std::fprintf(stderr, "pagoda run: %s\n\n%s", perr.c_str(), kRunUsage);
+    return 2;
+  }
+  if (o.model.empty()) o.model = default_model_path();
+  if (!o.have_seed) o.sampling.seed = std::random_device{}();
+  kernels::set_num_threads(o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+
+  auto file = gguf::GgufFile::open(o.model);
+  if (!file.ok()) return fail(o.model + ": " + file.message());
+  std::shared_ptr<const gguf::GgufFile> gf(std::move(*file));
+  auto tk = tok::Tokenizer::from_gguf(*gf);
+  if (!tk.ok()) return fail("tokenizer: " + tk.message());
+  auto model = model::Model::from_gguf(gf);
+  if (!model.ok()) return fail(o.model + ": " + model.message());
+  const model::ModelConfig& cfg = (*model)->config();
+
+  auto prompt = prompt_tokens(**tk, o);
+  if (!prompt.ok()) return fail(prompt.message());
+  const int64_t n_prompt = static_cast<int64_t>(prompt->size());
+  const int64_t ctx = o.ctx > 0 ? o.ctx : cfg.n_ctx_train;
+  if (n_prompt == 0) return fail("the prompt encodes to no tokens");
+  if (n_prompt > ctx) {
+    return fail("prompt is " + std::to_string(n_prompt) + " tokens, longer than the context of " +
+                std::to_string(ctx) + " tokens (-c)");
+  }
+
+  runtime::RunnerOptions ro;
+  ro.block_size = o.block_size;
+  ro.num_blocks = runtime::blocks_for_context(ctx, o.block_size);
+  ro.kv_dtype = o.kv_dtype;
+  ro.max_tokens_per_step = static_cast<int32_t>(std::min<int64_t>(ctx, 2048));
+  ro.backend = o.ref_kernels ? model::KernelBackend::Ref : model::KernelBackend::Cpu;
+  auto runner = runtime::ModelRunner::create(**model, ro);
+  if (!runner.ok()) return fail(runner.message());
+  runtime::SequenceSession seq(**runner, o.no_kv_cache);
+
+  // The context bounds generation too.
+  const int64_t room = ctx - n_prompt + 1;  // the last sampled token needs no KV slot
+  o.sampling.max_tokens = static_cast<int32_t>(o.n_predict < 0 ? room : std::min(o.n_predict, room));
+  if (o.sampling.max_tokens == 0) o.sampling.max_tokens = -1;  // -n 0
+  sample::Sampler sampler(o.sampling, *prompt);
+  tok::IncrementalDetokenizer detok(**tk);
+  sample::StopStringFilter stops(o.sampling.stop);
+  std::string text;
+  auto emit = [&](const std::string& s) {
+    if (s.empty()) return;
+    text += s;
+    if (!o.json) {
+      std::fwrite(s.data(), 1, s.size(), stdout);
+      std::fflush(stdout);
+    }
+  };
+
+  Timer t_prefill;
+  auto logits = seq.feed(*prompt);
+  const double prefill_s = t_prefill.seconds();
+  double decode_s = 0;
+  int64_t decode_steps = 0;
+  sample::FinishReason finish = sample::FinishReason::None;
+  std::vector<int32_t> generated;
+  while (o.n_predict != 0) {
+    if (!logits.ok()) return fail(logits.message());
+    const int32_t t = sampler.sample(*logits).token;
+    generated.push_back(t);
+    finish = sample::check_token(o.sampling, t, static_cast<int32_t>(generated.size()), (*tk)->eog_ids());
+    if (finish != sample::FinishReason::Eos && finish != sample::FinishReason::StopToken) {
+      emit(stops.push(detok.push(t)));
+      if (stops.stopped()) finish = sample::FinishReason::StopString;
+    }
+    if (finish != sample::FinishReason::None) break;
+    Timer t_step;
+    logits = seq.feed(std::span<const int32_t>(&t, 1));
+    decode_s += t_step.seconds();
+    ++decode_steps;
+  }
+  if (finish != sample::FinishReason::StopString) emit(stops.push(detok.flush()) + stops.flush());
+
+  const double prefill_tps = prefill_s > 0 ? static_cast<double>(n_prompt) / prefill_s : 0;
+  const double decode_tps = decode_s > 0 ? static_cast<double>(decode_steps) / decode_s : 0;
+  const uint64_t kv_bytes = seq.kv_bytes_held();
+  if (o.json) {
+    nlohmann::json j;
+    j["model"] = o.model;
+    j["prompt_tokens"] = *prompt;
+    j["generated_tokens"] = generated;
+    j["n_prompt_tokens"] = n_prompt;
+    j["n_generated_tokens"] = generated.size();
+    j["text"] = text;
+    j["finish_reason"] = sample::finish_reason_name(finish);
+    j["seed"] = o.sampling.seed;
+    j["timings"] = {{"prefill_ms", prefill_s * 1e3},
+                    {"decode_ms", decode_s * 1e3},
+                    {"decode_steps", decode_steps},
+                    {"prefill_tokens_per_s", prefill_tps},
+                    {"decode_tokens_per_s", decode_tps}};
+    j["kv_bytes"] = kv_bytes;
+    j["kv_dtype"] = kernels::kv_dtype_name(o.kv_dtype);
+    j["kv_cache"] = !o.no_kv_cache;
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return 0;
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+  std::fprintf(stderr, "\nprompt tokens: %" PRId64 ", generated tokens: %zu (%s), seed %" PRIu64 "\n", n_prompt,
+               generated.size(), finish == sample::FinishReason::Length ? "length" : "stop", o.sampling.seed);
+  std::fprintf(stderr, "prefill: %" PRId64 " tokens in %.2f ms, %.1f tok/s\n", n_prompt, prefill_s * 1e3, prefill_tps);
+  std::fprintf(stderr, "decode:  %" PRId64 " tokens in %.2f ms, %.1f tok/s%s\n", decode_steps, decode_s * 1e3, decode_tps,
+               o.no_kv_cache ? " (no KV cache: recomputed every step)" : "");
+  std::fprintf(stderr, "kv cache: %s held (%d tokens in %zu blocks of %d, %s), %s reserved for %" PRId64 " tokens\n",
+               human_bytes(static_cast<double>(kv_bytes)).c_str(), seq.n_tokens(),
+               static_cast<size_t>((seq.n_tokens() + o.block_size - 1) / o.block_size), o.block_size,
+               kernels::kv_dtype_name(o.kv_dtype), human_bytes(static_cast<double>((*runner)->kv().bytes_total())).c_str(),
+               ctx);
+  return 0;
+}
+
+const Register kRegisterRun("run", "generate text from a prompt (one sequence, streaming)", run_run);
+
+}  // namespace
+}  // namespace pagoda::cli

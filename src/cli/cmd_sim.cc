@@ -1,0 +1,177 @@
+// `pagoda sim`: run a workload through the real scheduler and KV manager with a
+// roofline cost model of a device (sim/simulator.h), and print serving metrics.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <type_traits>
+
+#include "cli/command.h"
+#include "cli/engine_flags.h"
+#include "kv/sizing.h"
+#include "sim/hardware.h"
+#include "sim/model_desc.h"
+#include "sim/simulator.h"
+#include "sim/workload.h"
+
+namespace pagoda::cli {
+namespace {
+
+const char* kHelp = R"(usage: pagoda sim --model M --gpu G [options]
+
+Simulates serving a workload: the real scheduler and KV manager run step by step,
+each step costs max(compute, memory) + overhead on the device (roofline model,
+data/hardware.json). Prints the serving metrics `pagoda bench` prints.
+
+  --model M                  preset, config.json or .gguf (default: the default model)
+  --gpu G                    device from data/hardware.json (default: cpu-local)
+  --gpu-mem BYTES            override the device memory
+  --tp N                     tensor parallel degree (default 1)
+  --kv-dtype T               f32|f16|bf16|fp8|int8|q8_0|q4 (default bf16; f16 for a .gguf)
+  --weights-dtype T          f32|bf16|fp16|fp8|int8|q8_0|q4 (default bf16; a .gguf: the file's bytes)
+  --utilization U            fraction of device memory (default 0.9)
+  --kv-cache-memory BYTES    a given KV budget per device instead
+  --block-size B             tokens per KV block (default 16)
+  --workload W               random | shared-prefix | trace.jsonl (default random)
+  --request-rate R           requests/s, Poisson arrivals (default inf: all at t = 0)
+  --num-prompts N            requests (random, shared-prefix; default 100)
+  --input-len L              prompt tokens (default 512)
+  --output-len L             generated tokens (default 128)
+  --range-ratio F            lengths uniform in [L(1-F), L(1+F)] (default 0)
+  --prefix-len L             shared-prefix: shared tokens (default input-len / 2)
+  --num-prefixes N           shared-prefix: distinct prefixes (default 1)
+  --seed S                   workload seed (default 0)
+  --max-num-seqs N           scheduler cap on running requests (default 256)
+  --max-num-batched-tokens N token budget per step (default 8192)
+  --no-prefix-caching        disable automatic prefix caching
+  --json                     metrics as JSON
+  --plot out.svg             KV usage and running requests over time
+)";
+
+int fail(const std::string& msg) {
+  std::fprintf(stderr, "pagoda sim: %s\n", msg.c_str());
+  return 2;
+}
+
+bool to_i64(const std::string& s, int64_t lo, int64_t hi, int64_t* out) {
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || *end || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+bool to_f64(const std::string& s, double* out) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end) return false;
+  *out = v;
+  return true;
+}
+
+int run_sim(int argc, char** argv) {
+  Args args(argc, argv);
+  if (args.help()) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  std::string model_spec = default_model_path(), gpu = "cpu-local", v, plot_path, workload = "random";
+  args.value("--model", &model_spec, "-m");
+  args.value("--gpu", &gpu);
+  args.value("--plot", &plot_path);
+  args.value("--workload", &workload);
+  const bool json = args.flag("--json");
+  const bool no_prefix = args.flag("--no-prefix-caching");
+
+  auto model = sim::resolve_model(model_spec);
+  if (!model.ok()) return fail(model.message());
+  auto hw = sim::load_hardware(gpu);
+  if (!hw.ok()) return fail(hw.message());
+  const bool is_gguf = model->source.rfind("gguf:", 0) == 0;
+
+  sim::SimConfig cfg;
+  sim::PlanInput& in = cfg.plan;
+  in.model = *model;
+  in.hw = *hw;
+  in.kv_dtype = is_gguf ? kv::kv_dtype_f16() : kv::kv_dtype_bf16();
+  in.weights_from_file = is_gguf;
+  cfg.enable_prefix_caching = !no_prefix;
+
+  sim::WorkloadSpec ws;
+  ws.vocab = in.model.vocab;
+  auto kind = sim::parse_workload_kind(workload);
+  if (!kind.ok()) return fail(kind.message());
+  ws.kind = *kind;
+  if (ws.kind == sim::WorkloadKind::kTrace) ws.trace_path = workload;
+
+  int64_t i = 0;
+  auto int_flag = [&](const char* name, int64_t lo, int64_t hi, auto* dst) -> bool {
+    if (!args.value(name, &v)) return true;
+    if (!to_i64(v, lo, hi, &i)) return false;
+    *dst = static_cast<std::remove_pointer_t<decltype(dst)>>(i);
+    return true;
+  };
+  if (args.value("--gpu-mem", &v)) {
+    auto b = sim::parse_bytes(v);
+    if (!b.ok()) return fail("--gpu-mem: " + b.message());
+    in.hw.memory_bytes = *b;
+  }
+  if (args.value("--kv-cache-memory", &v)) {
+    auto b = sim::parse_bytes(v);
+    if (!b.ok() || *b == 0) return fail("--kv-cache-memory: expected a positive byte count");
+    in.kv_cache_memory = *b;
+  }
+  if (args.value("--kv-dtype", &v)) {
+    auto d = kv::parse_kv_dtype(v);
+    if (!d.ok()) return fail(d.message());
+    in.kv_dtype = *d;
+  }
+  if (args.value("--weights-dtype", &v)) {
+    auto d = sim::parse_weights_dtype(v);
+    if (!d.ok()) return fail(d.message());
+    in.weights = *d;
+    in.weights_from_file = false;
+  }
+  if (!int_flag("--tp", 1, 1024, &in.tp)) return fail("--tp: expected an integer in [1, 1024]");
+  if (!int_flag("--block-size", 1, 256, &in.block_size)) return fail("--block-size: expected 1..256");
+  if (!int_flag("--num-prompts", 1, 10000000, &ws.num_prompts)) return fail("--num-prompts: expected a positive integer");
+  if (!int_flag("--input-len", 1, 1 << 24, &ws.input_len)) return fail("--input-len: expected a positive integer");
+  if (!int_flag("--output-len", 1, 1 << 24, &ws.output_len)) return fail("--output-len: expected a positive integer");
+  if (!int_flag("--prefix-len", 0, 1 << 24, &ws.prefix_len)) return fail("--prefix-len: expected an integer >= 0");
+  if (!int_flag("--num-prefixes", 1, 1 << 20, &ws.num_prefixes)) return fail("--num-prefixes: expected a positive integer");
+  if (!int_flag("--seed", 0, INT64_MAX, &ws.seed)) return fail("--seed: expected an integer >= 0");
+  if (!int_flag("--max-num-seqs", 1, 1 << 20, &cfg.max_num_seqs)) return fail("--max-num-seqs: expected a positive integer");
+  if (!int_flag("--max-num-batched-tokens", 1, 1 << 24, &cfg.max_num_batched_tokens)) {
+    return fail("--max-num-batched-tokens: expected a positive integer");
+  }
+  if (args.value("--request-rate", &v) && !(v == "inf" || to_f64(v, &ws.request_rate))) return fail("--request-rate: expected a number or inf");
+  if (args.value("--range-ratio", &v) && !to_f64(v, &ws.range_ratio)) return fail("--range-ratio: expected a number");
+  if (args.value("--utilization", &v) && !to_f64(v, &in.utilization)) return fail("--utilization: expected a number");
+  if (std::string left = args.leftover(); !left.empty()) return fail(left + " (see pagoda sim --help)");
+
+  auto reqs = sim::make_workload(ws);
+  if (!reqs.ok()) return fail(reqs.message());
+  auto res = sim::simulate(cfg, *reqs);
+  if (!res.ok()) return fail(res.message());
+  if (json) {
+    std::printf("%s\n", sim::metrics_to_json(res->metrics).c_str());
+  } else {
+    std::printf("model %s on %s x tp %d, KV %s, %lld KV blocks of %d tokens, %s workload, %zu requests\n",
+                in.model.name.c_str(), in.hw.name.c_str(), in.tp, in.kv_dtype.name,
+                static_cast<long long>(res->metrics.num_blocks), in.block_size, workload.c_str(), reqs->size());
+    std::printf("%s", sim::format_metrics(res->metrics).c_str());
+  }
+  if (!plot_path.empty()) {
+    std::ofstream out(plot_path, std::ios::binary);
+    if (!out || !(out << sim::sim_plot_svg(cfg, *res))) return fail("cannot write " + plot_path);
+    if (!json) std::printf("wrote %s\n", plot_path.c_str());
+  }
+  return 0;
+}
+
+Register reg("sim", "simulate serving a workload on a device (real scheduler + roofline cost model)", run_sim);
+
+}  // namespace
+}  // namespace pagoda::cli

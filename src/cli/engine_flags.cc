@@ -1,0 +1,155 @@
+#include "cli/engine_flags.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "cli/command.h"
+
+namespace pagoda::cli {
+
+namespace {
+std::string env_name(const std::string& flag) {
+  std::string n = "PAGODA_";
+  for (char c : flag.substr(flag.find_first_not_of('-'))) n += c == '-' ? '_' : static_cast<char>(std::toupper(c));
+  return n;
+}
+
+bool to_int(const std::string& s, long long lo, long long hi, long long* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno || *end || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+}  // namespace
+
+Args::Args(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s == "--help" || s == "-h") { help_ = true; continue; }
+    a_.push_back(s);
+  }
+  used_.assign(a_.size(), false);
+}
+
+bool Args::flag(const std::string& name, const std::string& alias) {
+  bool found = false;
+  for (size_t i = 0; i < a_.size(); ++i) {
+    if (!used_[i] && (a_[i] == name || (!alias.empty() && a_[i] == alias))) { used_[i] = true; found = true; }
+  }
+  if (found) return true;
+  const char* e = std::getenv(env_name(name).c_str());
+  return e && (!std::strcmp(e, "1") || !std::strcmp(e, "true"));
+}
+
+bool Args::value(const std::string& name, std::string* out, const std::string& alias) {
+  bool found = false;
+  for (size_t i = 0; i < a_.size(); ++i) {
+    if (used_[i]) continue;
+    for (const std::string& n : {name, alias}) {
+      if (n.empty()) continue;
+      if (a_[i] == n && i + 1 < a_.size()) {
+        used_[i] = used_[i + 1] = true;
+        *out = a_[i + 1];
+        found = true;
+      } else if (a_[i].rfind(n + "=", 0) == 0) {
+        used_[i] = true;
+        *out = a_[i].substr(n.size() + 1);
+        found = true;
+      }
+    }
+  }
+  if (found) return true;
+  if (const char* e = std::getenv(env_name(name).c_str())) {
+    *out = e;
+    return true;
+  }
+  return false;
+}
+
+std::string Args::leftover() const {
+  for (size_t i = 0; i < a_.size(); ++i)
+    if (!used_[i]) return "unknown or incomplete argument '" + a_[i] + "'";
+  return "";
+}
+
+bool parse_bytes(const std::string& s, int64_t* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  std::string unit(end);
+  double mul = 1;
+  if (unit.empty() || unit == "B") mul = 1;
+  else if (unit == "KiB" || unit == "K" || unit == "k") mul = 1024.0;
+  else if (unit == "MiB" || unit == "M") mul = 1024.0 * 1024;
+  else if (unit == "GiB" || unit == "G") mul = 1024.0 * 1024 * 1024;
+  else if (unit == "KB") mul = 1e3;
+  else if (unit == "MB") mul = 1e6;
+  else if (unit == "GB") mul = 1e9;
+  else return false;
+  if (!(v > 0) || v * mul > 9e18) return false;
+  *out = static_cast<int64_t>(v * mul);
+  return true;
+}
+
+const char* kEngineFlagsHelp =
+    "  -m, --model PATH              GGUF model (default: the SmolLM2-135M-Instruct Q4_1 of scripts/setup)\n"
+    "  -t, --threads N               compute threads (default 2)\n"
+    "  -c, --ctx-size N              context length per request (default: the model's)\n"
+    "  --kv-dtype f32|f16|bf16|q8_0  KV cache element type (default f16)\n"
+    "  --block-size N                tokens per KV block, 1..256 (default 16)\n"
+    "  --kv-cache-memory BYTES       KV pool size, e.g. 512MiB (default 256MiB)\n"
+    "  --num-kv-blocks N             KV pool size in blocks (wins over --kv-cache-memory)\n"
+    "  --enable-prefix-caching / --no-enable-prefix-caching   (default on)\n"
+    "  --max-num-seqs N              running requests per step (default 64)\n"
+    "  --max-num-batched-tokens N    token budget per step (default 2048)\n";
+
+std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
+  std::string v;
+  long long n = 0;
+  cfg->model_path = default_model_path();
+  if (args.value("--model", &v, "-m")) cfg->model_path = v;
+  if (args.value("--threads", &v, "-t")) {
+    if (!to_int(v, 1, 256, &n)) return "--threads must be an integer in 1..256, got '" + v + "'";
+    cfg->threads = static_cast<int>(n);
+  }
+  if (args.value("--ctx-size", &v, "-c")) {
+    if (!to_int(v, 1, 1 << 24, &n)) return "--ctx-size must be a positive integer, got '" + v + "'";
+    cfg->context_length = static_cast<int>(n);
+  }
+  if (args.value("--kv-dtype", &v)) {
+    if (v == "f32") cfg->kv_dtype = engine::KvCacheDtype::F32;
+    else if (v == "f16") cfg->kv_dtype = engine::KvCacheDtype::F16;
+    else if (v == "bf16") cfg->kv_dtype = engine::KvCacheDtype::BF16;
+    else if (v == "q8_0") cfg->kv_dtype = engine::KvCacheDtype::Q8_0;
+    else return "--kv-dtype must be f32, f16, bf16 or q8_0, got '" + v + "'";
+  }
+  if (args.value("--block-size", &v)) {
+    if (!to_int(v, 1, 256, &n)) return "--block-size must be an integer in 1..256, got '" + v + "'";
+    cfg->block_size = static_cast<int>(n);
+  }
+  if (args.value("--kv-cache-memory", &v)) {
+    int64_t b = 0;
+    if (!parse_bytes(v, &b)) return "--kv-cache-memory must be a byte size like 536870912 or 512MiB, got '" + v + "'";
+    cfg->kv_cache_memory = b;
+  }
+  if (args.value("--num-kv-blocks", &v)) {
+    if (!to_int(v, 2, 1 << 30, &n)) return "--num-kv-blocks must be an integer >= 2, got '" + v + "'";
+    cfg->num_kv_blocks = static_cast<int>(n);
+  }
+  if (args.flag("--no-enable-prefix-caching")) cfg->enable_prefix_caching = false;
+  if (args.flag("--enable-prefix-caching")) cfg->enable_prefix_caching = true;
+  if (args.value("--max-num-seqs", &v)) {
+    if (!to_int(v, 1, 4096, &n)) return "--max-num-seqs must be an integer in 1..4096, got '" + v + "'";
+    cfg->max_num_seqs = static_cast<int>(n);
+  }
+  if (args.value("--max-num-batched-tokens", &v)) {
+    if (!to_int(v, 1, 1 << 20, &n)) return "--max-num-batched-tokens must be a positive integer, got '" + v + "'";
+    cfg->max_num_batched_tokens = static_cast<int>(n);
+  }
+  return "";
+}
+
+}  // namespace pagoda::cli

@@ -1,0 +1,364 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <unordered_map>
+
+#include "base/log.h"
+#include "base/rng.h"
+#include "base/timer.h"
+#include "gguf/gguf.h"
+#include "kernels/api.h"
+#include "kv/kv_manager.h"
+#include "model/model.h"
+#include "runtime/kv_storage.h"
+#include "runtime/model_runner.h"
+#include "sample/sampler.h"
+#include "sample/stop.h"
+#include "sched/scheduler.h"
+#include "tok/detokenizer.h"
+#include "tok/tokenizer.h"
+
+namespace pagoda::engine {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return "";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+    case FinishReason::kError: return "error";
+  }
+  return "";
+}
+
+namespace {
+kernels::KvDtype to_kernel_dtype(KvCacheDtype d) {
+  switch (d) {
+    case KvCacheDtype::F32: return kernels::KvDtype::F32;
+    case KvCacheDtype::F16: return kernels::KvDtype::F16;
+    case KvCacheDtype::BF16: return kernels::KvDtype::BF16;
+    case KvCacheDtype::Q8_0: return kernels::KvDtype::Q8_0;
+  }
+  return kernels::KvDtype::F16;
+}
+
+constexpr int64_t kDefaultKvCacheMemory = 256ll << 20;
+
+// One sampled sequence of a request (n > 1 gives several, each its own
+// scheduler request sharing the prompt through the prefix cache).
+struct Choice {
+  RequestId parent = 0;
+  int index = 0;
+  int32_t num_prompt = 0;
+  int32_t num_output = 0;
+  int32_t num_cached = 0;
+  bool reported_cached = false;
+  sample::Sampler sampler;
+  tok::IncrementalDetokenizer detok;
+  sample::StopStringFilter stop;
+  sample::FinishReason stop_reason = sample::FinishReason::None;
+  Choice(RequestId p, int i, int32_t np, const sample::SamplingParams& sp, std::span<const int32_t> prompt,
+         const tok::Tokenizer& tk)
+      : parent(p), index(i), num_prompt(np), sampler(sp, prompt), detok(tk), stop(sp.stop) {}
+};
+
+class EngineImpl final : public Engine {
+ public:
+  Status init(const EngineConfig& c);
+  Expected<RequestId> add_request(const RequestParams& params) override;
+  void abort(RequestId id) override;
+  std::vector<TokenEvent> step() override;
+  bool has_unfinished() const override { return sched_->has_unfinished(); }
+  EngineStats stats() const override;
+  const ModelInfo& model_info() const override { return info_; }
+  const tok::Tokenizer& tokenizer() const override { return *tok_; }
+
+ private:
+  void fail_plan(const sched::StepPlan& plan, const std::string& msg, std::vector<TokenEvent>* events);
+
+  EngineConfig cfg_;
+  std::shared_ptr<const gguf::GgufFile> file_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<tok::Tokenizer> tok_;
+  std::unique_ptr<runtime::ModelRunner> runner_;
+  std::unique_ptr<kv::KvManager> kv_;
+  std::unique_ptr<sched::Scheduler> sched_;
+  ModelInfo info_;
+  Rng seed_rng_{0x5eed};
+  uint64_t next_id_ = 1;
+  std::unordered_map<sched::RequestId, Choice> choices_;             // scheduler id -> choice
+  std::unordered_map<RequestId, std::vector<sched::RequestId>> requests_;  // request -> its choices
+  int64_t prompt_tokens_total_ = 0;
+  int64_t generation_tokens_total_ = 0;
+};
+
+Status EngineImpl::init(const EngineConfig& c) {
+  cfg_ = c;
+  if (c.block_size < 1 || c.block_size > 256)
+    return errorf("block size must be in 1..256, got %d", c.block_size);
+  if (c.threads < 1) return errorf("threads must be >= 1, got %d", c.threads);
+  kernels::set_num_threads(c.threads);
+  auto file = gguf::GgufFile::open(c.model_path);
+  if (!file.ok()) return file.error();
+  file_ = std::shared_ptr<const gguf::GgufFile>(std::move(file).value());
+  PAGODA_ASSIGN_OR_RETURN(model_, model::Model::from_gguf(file_));
+  PAGODA_ASSIGN_OR_RETURN(tok_, tok::Tokenizer::from_gguf(*file_));
+  const model::ModelConfig& mc = model_->config();
+
+  runtime::KvStorageSpec spec;
+  spec.n_layers = mc.n_layers;
+  spec.n_kv_heads = mc.n_kv_heads;
+  spec.head_dim = mc.head_dim;
+  spec.block_size = c.block_size;
+  spec.dtype = to_kernel_dtype(c.kv_dtype);
+  if (spec.dtype == kernels::KvDtype::Q8_0 && spec.kv_dim() % 32 != 0)
+    return errorf("--kv-dtype q8_0 needs n_kv_heads x head_dim to be a multiple of 32 (this model: %lld)",
+                  static_cast<long long>(spec.kv_dim()));
+  int64_t num_blocks = c.num_kv_blocks;
+  if (num_blocks <= 0) {
+    int64_t budget = c.kv_cache_memory > 0 ? c.kv_cache_memory : kDefaultKvCacheMemory;
+    num_blocks = budget / static_cast<int64_t>(spec.bytes_per_block());
+  }
+  if (num_blocks < 2)
+    return errorf("the KV cache budget holds %lld blocks of %llu bytes; at least 2 are needed",
+                  static_cast<long long>(num_blocks), static_cast<unsigned long long>(spec.bytes_per_block()));
+  spec.num_blocks = static_cast<int32_t>(std::min<int64_t>(num_blocks, INT32_MAX / 2));
+
+  int64_t ctx = c.context_length > 0 ? c.context_length : (mc.n_ctx_train > 0 ? mc.n_ctx_train : 2048);
+  const int64_t pool_tokens = static_cast<int64_t>(spec.num_blocks - 1) * spec.block_size;
+  if (ctx > pool_tokens) {
+    PAGODA_LOG_WARN("context %lld capped to the KV pool's %lld tokens", static_cast<long long>(ctx),
+                    static_cast<long long>(pool_tokens));
+    ctx = pool_tokens;
+  }
+
+  runtime::RunnerOptions ro;
+  ro.num_blocks = spec.num_blocks;
+  ro.block_size = spec.block_size;
+  ro.kv_dtype = spec.dtype;
+  ro.max_tokens_per_step = c.max_num_batched_tokens;
+  PAGODA_ASSIGN_OR_RETURN(runner_, runtime::ModelRunner::create(*model_, ro));
+
+  kv::KvConfig kc;
+  kc.num_blocks = spec.num_blocks;
+  kc.block_size = spec.block_size;
+  kc.watermark = c.watermark;
+  kc.model_fingerprint = model_->fingerprint();
+  kc.enable_prefix_caching = c.enable_prefix_caching;
+  kv_ = std::make_unique<kv::KvManager>(kc);
+
+  sched::SchedulerConfig sc;
+  sc.max_num_batched_tokens = c.max_num_batched_tokens;
+  sc.max_num_seqs = c.max_num_seqs;
+  sc.max_model_len = static_cast<int32_t>(ctx);
+  sched_ = std::make_unique<sched::Scheduler>(sc, kv_.get());
+
+  info_.name = std::filesystem::path(c.model_path).stem().string();
+  info_.architecture = file_->get_string_or("general.architecture", "llama");
+  info_.context_length = static_cast<int>(ctx);
+  info_.vocab_size = mc.n_vocab;
+  info_.kv_bytes_per_token = static_cast<int64_t>(spec.bytes_per_token());
+  info_.num_kv_blocks = spec.num_blocks;
+  info_.block_size = spec.block_size;
+  info_.kv_cache_tokens = pool_tokens;
+  info_.kv_cache_bytes = static_cast<int64_t>(spec.bytes_total());
+  return Status::Ok();
+}
+
+Expected<RequestId> EngineImpl::add_request(const RequestParams& p) {
+  if (p.prompt.empty()) return errorf("the prompt is empty");
+  for (int32_t t : p.prompt)
+    if (t < 0 || t >= info_.vocab_size)
+      return errorf("token id %d is not in the vocabulary (size %d)", t, info_.vocab_size);
+  if (p.max_tokens < 1) return errorf("max_tokens must be >= 1, got %d", p.max_tokens);
+  if (p.n < 1 || p.n > 64) return errorf("n must be in 1..64, got %d", p.n);
+  const int64_t need = static_cast<int64_t>(p.prompt.size()) + p.max_tokens;
+  if (need > info_.context_length)
+    return errorf("prompt (%zu tokens) + max_tokens (%d) = %lld exceeds the context length %d", p.prompt.size(),
+                  p.max_tokens, static_cast<long long>(need), info_.context_length);
+
+  sample::SamplingParams sp;
+  sp.temperature = p.temperature;
+  sp.top_k = p.top_k;
+  sp.top_p = p.top_p;
+  sp.min_p = p.min_p;
+  sp.repetition_penalty = p.repetition_penalty;
+  sp.presence_penalty = p.presence_penalty;
+  sp.frequency_penalty = p.frequency_penalty;
+  sp.max_tokens = 0;  // the scheduler enforces max_tokens (finish reason "length")
+  sp.stop = p.stop;
+  sp.ignore_eos = p.ignore_eos;
+  sp.logprobs = p.logprobs >= 0;
+  sp.top_logprobs = std::max(0, p.logprobs);
+  const uint64_t base_seed = p.has_seed ? p.seed : seed_rng_.next_u64();
+
+  const RequestId id = next_id_++;
+  std::vector<sched::RequestId> subs;
+  for (int i = 0; i < p.n; ++i) {
+    const sched::RequestId sid = next_id_++;
+    sched::NewRequest nr;
+    nr.id = sid;
+    nr.prompt = p.prompt;
+    nr.max_tokens = p.max_tokens;
+    nr.cache_salt = p.cache_salt;
+    Status s = sched_->add_request(std::move(nr));
+    if (!s.ok()) {
+      for (auto prev : subs) {
+        sched_->abort(prev);
+        choices_.erase(prev);
+      }
+      return s.error();
+    }
+    sample::SamplingParams spi = sp;
+    spi.seed = base_seed + static_cast<uint64_t>(i);
+    choices_.emplace(std::piecewise_construct, std::forward_as_tuple(sid),
+                     std::forward_as_tuple(id, i, static_cast<int32_t>(p.prompt.size()), spi, p.prompt, *tok_));
+    subs.push_back(sid);
+  }
+  requests_[id] = std::move(subs);
+  prompt_tokens_total_ += static_cast<int64_t>(p.prompt.size()) * p.n;
+  return id;
+}
+
+void EngineImpl::abort(RequestId id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  for (auto sid : it->second) {
+    sched_->abort(sid);
+    choices_.erase(sid);
+  }
+  requests_.erase(it);
+}
+
+void EngineImpl::fail_plan(const sched::StepPlan& plan, const std::string& msg, std::vector<TokenEvent>* events) {
+  std::vector<RequestId> parents;
+  for (const auto& s : plan.seqs) {
+    auto it = choices_.find(s.request_id);
+    if (it != choices_.end()) parents.push_back(it->second.parent);
+  }
+  std::sort(parents.begin(), parents.end());
+  parents.erase(std::unique(parents.begin(), parents.end()), parents.end());
+  for (RequestId p : parents) {
+    TokenEvent ev;
+    ev.id = p;
+    ev.finish = FinishReason::kError;
+    ev.error = msg;
+    events->push_back(ev);
+    abort(p);
+  }
+}
+
+std::vector<TokenEvent> EngineImpl::step() {
+  std::vector<TokenEvent> events;
+  sched::StepPlan plan = sched_->schedule();
+  if (plan.seqs.empty()) return events;
+  auto logits = runner_->execute(plan);
+  if (!logits.ok()) {
+    PAGODA_LOG_ERROR("forward pass failed: %s", logits.message().c_str());
+    fail_plan(plan, "forward pass failed: " + logits.message(), &events);
+    return events;
+  }
+  const runtime::StepLogits& L = *logits;
+  std::vector<sched::SeqOutput> outputs;
+  outputs.reserve(static_cast<size_t>(L.size()));
+  std::unordered_map<sched::RequestId, size_t> event_of;  // scheduler id -> index in events
+  for (int32_t i = 0; i < L.size(); ++i) {
+    const sched::ScheduledSeq& seq = plan.seqs[static_cast<size_t>(L.seq_indices[static_cast<size_t>(i)])];
+    auto cit = choices_.find(seq.request_id);
+    if (cit == choices_.end()) continue;
+    Choice& ch = cit->second;
+    sample::SampleResult r = ch.sampler.sample(L.row(i));
+    ch.num_output++;
+    generation_tokens_total_++;
+    ch.stop_reason = sample::check_token(ch.sampler.params(), r.token, ch.num_output, tok_->eog_ids());
+
+    TokenEvent ev;
+    ev.id = ch.parent;
+    ev.index = ch.index;
+    ev.tokens.push_back(r.token);
+    if (ch.stop_reason == sample::FinishReason::None) {
+      ev.text = ch.stop.push(ch.detok.push(r.token));
+      if (ch.stop.stopped()) ch.stop_reason = sample::FinishReason::StopString;
+    }
+    if (ch.sampler.params().logprobs) {
+      TokenLogprob lp;
+      lp.token = r.token;
+      lp.logprob = r.logprob;
+      for (const auto& t : r.top) lp.top.emplace_back(t.token, t.logprob);
+      ev.logprobs.push_back(std::move(lp));
+    }
+    if (!ch.reported_cached) {
+      const sched::Request* req = sched_->find(seq.request_id);
+      ev.num_cached_tokens = req && req->num_cached_tokens > 0 ? req->num_cached_tokens : 0;
+      ch.reported_cached = true;
+    }
+    ev.num_prompt_tokens = ch.num_prompt;
+    ev.num_output_tokens = ch.num_output;
+    event_of[seq.request_id] = events.size();
+    events.push_back(std::move(ev));
+    outputs.push_back({seq.request_id, r.token, ch.stop_reason != sample::FinishReason::None});
+  }
+  std::vector<sched::FinishedRequest> finished = sched_->update(plan, outputs);
+  for (const auto& f : finished) {
+    auto cit = choices_.find(f.id);
+    if (cit == choices_.end()) continue;
+    Choice& ch = cit->second;
+    auto eit = event_of.find(f.id);
+    if (eit == event_of.end()) {
+      TokenEvent ev;
+      ev.id = ch.parent;
+      ev.index = ch.index;
+      ev.num_prompt_tokens = ch.num_prompt;
+      ev.num_output_tokens = ch.num_output;
+      event_of[f.id] = events.size();
+      events.push_back(std::move(ev));
+      eit = event_of.find(f.id);
+    }
+    TokenEvent& ev = events[eit->second];
+    if (!ch.stop.stopped()) {
+      ev.text += ch.stop.push(ch.detok.flush());
+      ev.text += ch.stop.flush();
+    }
+    ev.finish = f.reason == sched::FinishReason::kLength ? FinishReason::kLength
+                : f.reason == sched::FinishReason::kAbort ? FinishReason::kAbort
+                                                           : FinishReason::kStop;
+    const RequestId parent = ch.parent;
+    choices_.erase(cit);
+    auto rit = requests_.find(parent);
+    if (rit != requests_.end()) {
+      auto& subs = rit->second;
+      subs.erase(std::remove(subs.begin(), subs.end(), f.id), subs.end());
+      if (subs.empty()) requests_.erase(rit);
+    }
+  }
+  return events;
+}
+
+EngineStats EngineImpl::stats() const {
+  EngineStats s;
+  s.num_running = sched_->num_running();
+  s.num_waiting = sched_->num_waiting();
+  kv::KvStats k = kv_->stats();
+  s.blocks_total = k.num_blocks_total;
+  s.blocks_free = k.num_free;
+  s.blocks_used = k.num_used;
+  s.blocks_cached = k.num_cached_evictable;
+  s.kv_usage = k.num_blocks_total > 0 ? static_cast<double>(k.num_used) / k.num_blocks_total : 0.0;
+  s.prefix_queries_tokens = k.prefix_query_tokens;
+  s.prefix_hits_tokens = k.prefix_hit_tokens;
+  s.num_preemptions = sched_->stats().num_preemptions;
+  s.prompt_tokens_total = prompt_tokens_total_;
+  s.generation_tokens_total = generation_tokens_total_;
+  return s;
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
+  auto e = std::make_unique<EngineImpl>();
+  PAGODA_TRY(e->init(config));
+  return std::unique_ptr<Engine>(std::move(e));
+}
+
+}  // namespace pagoda::engine

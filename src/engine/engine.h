@@ -1,0 +1,121 @@
+// The engine: the only stateful glue. Owns the scheduler, the KV manager, the
+// model runner and per-request samplers; one step() is schedule -> run ->
+// postprocess. Single-threaded: call every method from one thread (the server
+// wraps it in AsyncEngine, which owns that thread).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace pagoda::tok { class Tokenizer; }
+
+namespace pagoda::engine {
+
+using RequestId = uint64_t;
+
+enum class KvCacheDtype { F32, F16, BF16, Q8_0 };
+
+struct EngineConfig {
+  std::string model_path;
+  int threads = 2;
+  int context_length = 0;            // 0: the model's own (capped by the pool)
+  KvCacheDtype kv_dtype = KvCacheDtype::F16;
+  int block_size = 16;
+  int64_t kv_cache_memory = 0;       // bytes for the KV pool (0: use num_kv_blocks or a default)
+  int num_kv_blocks = 0;             // explicit pool size in blocks (wins over kv_cache_memory)
+  bool enable_prefix_caching = true;
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+  double watermark = 0.01;           // admission keeps this fraction of blocks free
+};
+
+struct RequestParams {
+  std::vector<int32_t> prompt;       // token ids (BOS included if wanted)
+  int max_tokens = 16;
+  float temperature = 1.0f;          // 0: greedy
+  int top_k = 0;                     // 0: off
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  uint64_t seed = 0;
+  bool has_seed = false;
+  std::vector<std::string> stop;     // stop strings (text-level)
+  bool ignore_eos = false;
+  int n = 1;                         // parallel samples (fork)
+  int logprobs = -1;                 // -1: off; k >= 0: chosen token logprob + top-k alternatives
+  std::string cache_salt;            // tenant isolation for the prefix cache
+};
+
+enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
+const char* finish_reason_name(FinishReason r);
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // alternatives, best first
+};
+
+// One event per (request, choice) that made progress in a step.
+struct TokenEvent {
+  RequestId id = 0;
+  int index = 0;                     // choice index (0..n-1)
+  std::vector<int32_t> tokens;       // new tokens this step
+  std::string text;                  // new text (UTF-8 complete, stop strings cut)
+  std::vector<TokenLogprob> logprobs;
+  FinishReason finish = FinishReason::kNone;
+  std::string error;                 // set when finish == kError
+  int32_t num_prompt_tokens = 0;
+  int32_t num_cached_tokens = 0;     // prompt tokens served from the prefix cache
+  int32_t num_output_tokens = 0;     // total so far for this choice
+};
+
+struct EngineStats {
+  int num_running = 0;
+  int num_waiting = 0;
+  int64_t blocks_total = 0;          // usable blocks (excluding the null block)
+  int64_t blocks_free = 0;           // free and never-cached or evictable
+  int64_t blocks_used = 0;           // referenced by a running request
+  int64_t blocks_cached = 0;         // free but holding a reusable prefix
+  double kv_usage = 0;               // blocks_used / blocks_total
+  int64_t prefix_queries_tokens = 0;
+  int64_t prefix_hits_tokens = 0;
+  int64_t num_preemptions = 0;
+  int64_t prompt_tokens_total = 0;
+  int64_t generation_tokens_total = 0;
+};
+
+struct ModelInfo {
+  std::string name;                  // file stem
+  std::string architecture;
+  int context_length = 0;            // what the engine accepts: prompt + max_tokens <= this
+  int vocab_size = 0;
+  int64_t kv_bytes_per_token = 0;
+  int64_t kv_cache_tokens = 0;       // pool capacity in tokens
+  int64_t kv_cache_bytes = 0;
+  int num_kv_blocks = 0;
+  int block_size = 0;
+};
+
+class Engine {
+ public:
+  static Expected<std::unique_ptr<Engine>> create(const EngineConfig& config);
+  virtual ~Engine() = default;
+
+  // Validates and queues a request; an error leaves the engine unchanged.
+  virtual Expected<RequestId> add_request(const RequestParams& params) = 0;
+  // Aborts a request in any state; its blocks are freed at once. Unknown ids are ignored.
+  virtual void abort(RequestId id) = 0;
+  // One engine step. Returns the events of this step (finished requests included).
+  virtual std::vector<TokenEvent> step() = 0;
+  virtual bool has_unfinished() const = 0;
+  virtual EngineStats stats() const = 0;
+  virtual const ModelInfo& model_info() const = 0;
+  virtual const tok::Tokenizer& tokenizer() const = 0;
+};
+
+}  // namespace pagoda::engine

@@ -1,0 +1,203 @@
+// Random-weight GGUF models of real shapes (see synth.h).
+#include "gguf/synth.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/rng.h"
+#include "gguf/quantize.h"
+
+namespace pagoda::gguf {
+
+namespace {
+
+SynthShape preset(const char* name, const char* arch, const char* pre, int64_t embd, int64_t layers, int64_t heads,
+                  int64_t kv, int64_t ff, int64_t vocab, int64_t ctx, double rope, double eps, bool tied, bool bias) {
+  SynthShape s;
+  s.name = name;
+  s.arch = arch;
+  s.pre = pre;
+  s.n_embd = embd;
+  s.n_layer = layers;
+  s.n_head = heads;
+  s.n_head_kv = kv;
+  s.n_ff = ff;
+  s.n_vocab = vocab;
+  s.n_ctx = ctx;
+  s.rope_base = rope;
+  s.rms_eps = eps;
+  s.tied = tied;
+  s.qkv_bias = bias;
+  return s;
+}
+
+// Weight values: N(0, stddev) from a generator seeded per (seed, tensor, row), so
+// any row can be regenerated independently and the output does not depend on
+// the chunking.
+void fill_normal_row(uint64_t seed, uint64_t tensor_id, uint64_t row, float stddev, float* dst, int64_t n) {
+  Rng rng(seed * 0x9E3779B97F4A7C15ull ^ (tensor_id + 1) * 0xD1B54A32D192ED03ull ^ (row + 1) * 0xC2B2AE3D27D4EB4Full);
+  constexpr float kTwoPi = 6.2831853071795864f;
+  for (int64_t i = 0; i < n; i += 2) {
+    const uint64_t bits = rng.next_u64();
+    const float u1 = static_cast<float>((bits >> 40) + 1) * 0x1.0p-24f;  // (0, 1]
+    const float u2 = static_cast<float>((bits >> 16) & 0xFFFFFF) * 0x1.0p-24f;
+    const float r = stddev * std::sqrt(-2.0f * std::log(u1));
+    dst[i] = r * std::cos(kTwoPi * u2);
+    if (i + 1 < n) dst[i + 1] = r * std::sin(kTwoPi * u2);
+  }
+}
+
+// [rows, cols] in `type`; value < 0 means random N(0, 0.02), else a constant.
+TensorProducer weight_producer(uint64_t seed, uint64_t tensor_id, int64_t cols, int64_t rows, GgmlType type,
+                               float constant) {
+  return [=](const ByteSink& sink) -> Status {
+    const size_t row_bytes = ggml_row_bytes(type, static_cast<size_t>(cols));
+    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t{1} << 20) / std::max<int64_t>(cols, 1)));
+    std::vector<float> f(static_cast<size_t>(chunk * cols));
+    std::vector<uint8_t> q(static_cast<size_t>(chunk) * row_bytes);
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+      const int64_t n = std::min(chunk, rows - r0);
+      for (int64_t r = 0; r < n; ++r) {
+        float* row = f.data() + r * cols;
+        if (constant < 0) fill_normal_row(seed, tensor_id, static_cast<uint64_t>(r0 + r), 0.02f, row, cols);
+        else std::fill(row, row + cols, constant);
+        quantize_row(type, row, q.data() + static_cast<size_t>(r) * row_bytes, cols);
+      }
+      PAGODA_TRY(sink(q.data(), static_cast<size_t>(n) * row_bytes));
+    }
+    return Status::Ok();
+  };
+}
+
+}  // namespace
+
+const std::vector<SynthShape>& synth_presets() {
+  static const std::vector<SynthShape> p = {
+      preset("smollm2-135m", "llama", "smollm", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0, 1e-5, true, false),
+      preset("smollm2-360m", "llama", "smollm", 960, 32, 15, 5, 2560, 49152, 8192, 100000.0, 1e-5, true, false),
+      preset("llama-3.2-1b", "llama", "llama-bpe", 2048, 16, 32, 8, 8192, 128256, 131072, 500000.0, 1e-5, true,
+             false),
+      preset("llama-3.1-8b", "llama", "llama-bpe", 4096, 32, 32, 8, 14336, 128256, 131072, 500000.0, 1e-5, false,
+             false),
+      preset("qwen2.5-0.5b", "qwen2", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0, 1e-6, true, true),
+  };
+  return p;
+}
+
+const SynthShape* find_synth_preset(const std::string& name) {
+  for (const auto& p : synth_presets())
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+int llama_file_type(GgmlType type) {
+  switch (type) {
+    case GgmlType::F32: return 0;
+    case GgmlType::F16: return 1;
+    case GgmlType::Q4_0: return 2;
+    case GgmlType::Q4_1: return 3;
+    case GgmlType::Q8_0: return 7;
+    case GgmlType::Q5_0: return 8;
+    case GgmlType::Q5_1: return 9;
+    case GgmlType::Q6_K: return 18;
+    case GgmlType::BF16: return 32;
+    default: return -1;
+  }
+}
+
+Status synth_model(const SynthOptions& opt, GgufWriter* w) {
+  const SynthShape& s = opt.shape;
+  const int64_t n_layer = opt.n_layers_override > 0 ? opt.n_layers_override : s.n_layer;
+  if (s.arch != "llama" && s.arch != "qwen2") return errorf("synth: unsupported arch '%s'", s.arch.c_str());
+  if (s.n_embd <= 0 || n_layer <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.n_ff <= 0 || s.n_vocab <= 0 ||
+      s.n_ctx <= 0)
+    return errorf("synth: shape '%s' has a non-positive dimension", s.name.c_str());
+  if (s.n_embd % s.n_head != 0 || s.n_head % s.n_head_kv != 0)
+    return errorf("synth: n_embd %lld / n_head %lld / n_head_kv %lld do not divide evenly", (long long)s.n_embd,
+                  (long long)s.n_head, (long long)s.n_head_kv);
+  const GgmlType t = opt.type;
+  if (llama_file_type(t) < 0 || !quantize_supported(t) || t == GgmlType::Q6_K)
+    return errorf("synth: weight type %s is not supported (use f32, f16, bf16, q8_0, q4_0 or q4_1)",
+                  ggml_type_info(t).name);
+  const int64_t bs = ggml_type_info(t).block_size;
+  const int64_t hd = s.head_dim();
+  for (int64_t cols : {s.n_embd, s.n_ff, s.n_head * hd})
+    if (cols % bs != 0)
+      return errorf("synth: row length %lld is not a multiple of the %s block size %lld", (long long)cols,
+                    ggml_type_info(t).name, (long long)bs);
+
+  PAGODA_ASSIGN_OR_RETURN(SynthVocab vocab, make_synth_vocab(s.n_vocab, s.pre));
+
+  // ---- metadata
+  const std::string a = s.arch;
+  w->set_string("general.architecture", a);
+  w->set_string("general.type", "model");
+  w->set_string("general.name", s.name + " (pagoda synth, random weights)");
+  w->set_u32("general.file_type", static_cast<uint32_t>(llama_file_type(t)));
+  w->set_u32("general.quantization_version", 2);
+  w->set_u32(a + ".vocab_size", static_cast<uint32_t>(s.n_vocab));
+  w->set_u32(a + ".context_length", static_cast<uint32_t>(s.n_ctx));
+  w->set_u32(a + ".embedding_length", static_cast<uint32_t>(s.n_embd));
+  w->set_u32(a + ".block_count", static_cast<uint32_t>(n_layer));
+  w->set_u32(a + ".feed_forward_length", static_cast<uint32_t>(s.n_ff));
+  w->set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(hd));
+  w->set_f32(a + ".rope.freq_base", static_cast<float>(s.rope_base));
+  w->set_u32(a + ".attention.head_count", static_cast<uint32_t>(s.n_head));
+  w->set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
+  w->set_f32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(s.rms_eps));
+  w->set_string("tokenizer.ggml.model", "gpt2");
+  w->set_string("tokenizer.ggml.pre", s.pre);
+  w->set_string_array("tokenizer.ggml.tokens", vocab.tokens);
+  w->set_i32_array("tokenizer.ggml.token_type", vocab.token_types);
+  w->set_string_array("tokenizer.ggml.merges", vocab.merges);
+  w->set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(vocab.bos));
+  w->set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(vocab.eos));
+  if (vocab.unk >= 0) w->set_u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(vocab.unk));
+  w->set_u32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(vocab.pad));
+  w->set_bool("tokenizer.ggml.add_bos_token", vocab.add_bos);
+  w->set_string("tokenizer.chat_template", vocab.chat_template);
+
+  // ---- tensors (dims in ggml order: {row length, rows})
+  uint64_t id = 0;
+  auto add = [&](const std::string& name, int64_t cols, int64_t rows, GgmlType type, float constant) -> Status {
+    std::vector<uint64_t> dims = {static_cast<uint64_t>(cols)};
+    if (rows > 0) dims.push_back(static_cast<uint64_t>(rows));
+    return w->add_tensor(name, dims, type,
+                         weight_producer(opt.seed, id++, cols, rows > 0 ? rows : 1, type, constant));
+  };
+  const int64_t q_dim = s.n_head * hd, kv_dim = s.n_head_kv * hd;
+  // Like llama.cpp's quantize, 4-bit files keep the output projection at higher
+  // precision: output.weight, or token_embd when tied, is stored as Q8_0
+  // (llama.cpp picks Q6_K when n_embd is a multiple of 256, Q8_0 otherwise).
+  const bool four_bit = t == GgmlType::Q4_0 || t == GgmlType::Q4_1;
+  const GgmlType out_type = four_bit ? GgmlType::Q8_0 : t;
+  PAGODA_TRY(add("token_embd.weight", s.n_embd, s.n_vocab, s.tied ? out_type : t, -1));
+  for (int64_t l = 0; l < n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    PAGODA_TRY(add(p + "attn_norm.weight", s.n_embd, 0, GgmlType::F32, 1.0f));
+    PAGODA_TRY(add(p + "attn_q.weight", s.n_embd, q_dim, t, -1));
+    PAGODA_TRY(add(p + "attn_k.weight", s.n_embd, kv_dim, t, -1));
+    PAGODA_TRY(add(p + "attn_v.weight", s.n_embd, kv_dim, t, -1));
+    if (s.qkv_bias) {
+      PAGODA_TRY(add(p + "attn_q.bias", q_dim, 0, GgmlType::F32, -1));
+      PAGODA_TRY(add(p + "attn_k.bias", kv_dim, 0, GgmlType::F32, -1));
+      PAGODA_TRY(add(p + "attn_v.bias", kv_dim, 0, GgmlType::F32, -1));
+    }
+    PAGODA_TRY(add(p + "attn_output.weight", q_dim, s.n_embd, t, -1));
+    PAGODA_TRY(add(p + "ffn_norm.weight", s.n_embd, 0, GgmlType::F32, 1.0f));
+    PAGODA_TRY(add(p + "ffn_gate.weight", s.n_embd, s.n_ff, t, -1));
+    PAGODA_TRY(add(p + "ffn_up.weight", s.n_embd, s.n_ff, t, -1));
+    PAGODA_TRY(add(p + "ffn_down.weight", s.n_ff, s.n_embd, t, -1));
+  }
+  PAGODA_TRY(add("output_norm.weight", s.n_embd, 0, GgmlType::F32, 1.0f));
+  if (!s.tied) PAGODA_TRY(add("output.weight", s.n_embd, s.n_vocab, out_type, -1));
+  return Status::Ok();
+}
+
+Status synth_model_file(const SynthOptions& opt, const std::string& path) {
+  GgufWriter w;
+  PAGODA_TRY(synth_model(opt, &w));
+  return w.write_file(path);
+}
+
+}  // namespace pagoda::gguf

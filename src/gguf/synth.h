@@ -1,0 +1,67 @@
+// Random-weight models of real shapes, written as llama.cpp-compatible GGUF:
+// full metadata for arch llama (or qwen2), tensor names as llama.cpp expects,
+// weights N(0, 0.02) from base/rng.h (norm weights 1.0), and a synthetic gpt2-style
+// byte-level BPE vocabulary of exactly the model's vocab size. Tensor bytes are
+// generated while the file is written (streaming), so any size fits in memory.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/ggml_types.h"
+#include "base/status.h"
+#include "gguf/writer.h"
+
+namespace pagoda::gguf {
+
+struct SynthShape {
+  std::string name;            // preset name, also general.name
+  std::string arch = "llama";  // "llama" or "qwen2"
+  std::string pre = "smollm";  // tokenizer.ggml.pre: "smollm", "llama-bpe" or "qwen2" (also picks the specials)
+  int64_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_ff = 0, n_vocab = 0, n_ctx = 0;
+  double rope_base = 10000.0;
+  double rms_eps = 1e-5;
+  bool tied = true;            // no output.weight: the output projection reuses token_embd
+  bool qkv_bias = false;       // attn_q/k/v.bias (qwen2)
+  int64_t head_dim() const { return n_head ? n_embd / n_head : 0; }
+};
+
+// smollm2-135m, smollm2-360m, llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b.
+const std::vector<SynthShape>& synth_presets();
+const SynthShape* find_synth_preset(const std::string& name);
+
+struct SynthOptions {
+  SynthShape shape;                  // a preset, or any custom (small) shape for tests
+  GgmlType type = GgmlType::Q8_0;    // F32, F16, BF16, Q8_0, Q4_0, Q4_1 (norms/biases stay F32)
+  int64_t n_layers_override = -1;    // >0: use this many layers instead of shape.n_layer
+  uint64_t seed = 0;
+};
+
+// llama.cpp's general.file_type (LLAMA_FTYPE_*) for a weight type, or -1.
+int llama_file_type(GgmlType type);
+
+// A GPT-2 style byte-level BPE vocabulary.
+struct SynthVocab {
+  std::vector<std::string> tokens;   // [n_vocab], GPT-2 byte-to-unicode form
+  std::vector<int32_t> token_types;  // [n_vocab]: 1 normal, 3 control, 4 user-defined
+  std::vector<std::string> merges;   // "left right", in rank order; each result is a token
+  int32_t bos = -1, eos = -1, pad = -1, unk = -1;
+  bool add_bos = false;
+  std::string chat_template;
+};
+// The 256 byte tokens (id = specials before them + byte value), deterministic
+// merges of letters / "Ġ"+letters, and the specials of `pre`: smollm puts
+// <|endoftext|> <|im_start|> <|im_end|> at 0..2; llama-bpe puts 256 specials
+// (<|begin_of_text|> ... <|eot_id|> ...) last; qwen2 puts its 22 specials from
+// 151643 (or last, for small vocabularies) and pads to n_vocab with [PADn].
+// Error if n_vocab is too small to hold bytes + specials.
+Expected<SynthVocab> make_synth_vocab(int64_t n_vocab, const std::string& pre);
+// GPT-2's byte-to-unicode map: the UTF-8 string standing for byte b.
+std::string gpt2_byte_to_unicode(uint8_t b);
+
+// Fills a writer with the model's metadata and streaming tensor producers.
+Status synth_model(const SynthOptions& opt, GgufWriter* w);
+// synth_model + write_file.
+Status synth_model_file(const SynthOptions& opt, const std::string& path);
+
+}  // namespace pagoda::gguf

@@ -1,0 +1,268 @@
+// Paged causal attention with grouped-query heads (baseline AVX2).
+//
+// One work item = (token, kv head): the group's query heads are processed
+// together so each K/V row is read and decoded once. Keys are visited in
+// logical order, one page at a time; per page: scores, page max, one rescale of
+// the running output, then p * V in key order (online softmax). Every float op
+// depends only on the token's own query, its position and the logical key
+// sequence, never on physical block ids, other tokens or the thread count.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/check.h"
+#include "base/fp16.h"
+#include "kernels/api.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/vec_math.h"
+
+namespace pagoda::kernels::cpu {
+namespace {
+
+constexpr int32_t kMaxBlockSize = 256;  // tokens per KV page
+
+// Decodes values [start, start + n) of a KV row to f32. out: [n]
+void decode_slice(KvDtype dtype, const uint8_t* row, int64_t start, int32_t n, float* out) {
+  int32_t i = 0;
+  switch (dtype) {
+    case KvDtype::F32: std::memcpy(out, row + start * 4, static_cast<size_t>(n) * 4); return;
+    case KvDtype::F16: {
+      const uint8_t* p = row + start * 2;
+      for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * i))));
+      for (; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        out[i] = fp16_to_fp32(h);
+      }
+      return;
+    }
+    case KvDtype::BF16: {
+      const uint8_t* p = row + start * 2;
+      for (; i + 8 <= n; i += 8) {
+        const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * i)));
+        _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
+      }
+      for (; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        out[i] = bf16_to_fp32(h);
+      }
+      return;
+    }
+    case KvDtype::Q8_0: {
+      for (; i < n;) {
+        const int64_t e = start + i, blk = e / 32, off = e % 32;
+        const auto* b = reinterpret_cast<const BlockQ8_0*>(row + blk * 34);
+        uint16_t dh;
+        std::memcpy(&dh, &b->d, 2);
+        const float d = fp16_to_fp32(dh);
+        const int32_t take = std::min<int32_t>(n - i, static_cast<int32_t>(32 - off));
+        if (off == 0 && take == 32) {
+          const __m256 dv = _mm256_set1_ps(d);
+          for (int j = 0; j < 32; j += 8) {
+            const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b->qs + j));
+            _mm256_storeu_ps(out + i + j, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), dv));
+          }
+        } else {
+          for (int32_t j = 0; j < take; ++j) out[i + j] = static_cast<float>(b->qs[off + j]) * d;
+        }
+        i += take;
+      }
+      return;
+    }
+  }
+}
+
+// Fixed-order dot product of length n.
+inline float dot(const float* a, const float* b, int32_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  float s = detail::hsum8(acc);
+  for (; i < n; ++i) s = std::fma(a[i], b[i], s);
+  return s;
+}
+
+// y = y * c (c applied only when != 1 is bit-identical to always applying it).
+inline void scale_inplace(float* y, float c, int32_t n) {
+  const __m256 cv = _mm256_set1_ps(c);
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), cv));
+  for (; i < n; ++i) y[i] *= c;
+}
+
+inline void axpy(float a, const float* x, float* y, int32_t n) {
+  const __m256 av = _mm256_set1_ps(a);
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
+}
+
+// Sums of 8 vectors: lane j of the result = sum of a[j]'s lanes, always with the
+// tree ((0+1)+(2+3)) + ((4+5)+(6+7)).
+inline __m256 hsum8x8(const __m256* a) {
+  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// scores[j] = dot(q, k[j]) * scale for j < nk (head_dim = 8 * NV). Keys are
+// taken 8 at a time (the last group repeats its final key; extras are unused).
+template <int NV>
+void scores_v(const float* q, const float* const* k, int32_t nk, float scale, float* scores) {
+  const __m256 sv = _mm256_set1_ps(scale);
+  for (int32_t j0 = 0; j0 < nk; j0 += 8) {
+    const float* kk[8];
+    for (int j = 0; j < 8; ++j) kk[j] = k[std::min(j0 + j, nk - 1)];
+    __m256 acc[8];
+    for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+    for (int v = 0; v < NV; ++v) {
+      const __m256 qv = _mm256_loadu_ps(q + 8 * v);
+      for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kk[j] + 8 * v), acc[j]);
+    }
+    alignas(32) float tmp[8];
+    _mm256_store_ps(tmp, _mm256_mul_ps(hsum8x8(acc), sv));
+    for (int j = 0; j < 8 && j0 + j < nk; ++j) scores[j0 + j] = tmp[j];
+  }
+}
+
+// acc = acc * corr (when rescale) then acc += p[j] * v[j] for j in order, in registers.
+template <int NV>
+void pv_v(float* acc_mem, bool rescale, float corr, const float* p, const float* const* v, int32_t nk) {
+  __m256 acc[NV];
+  for (int i = 0; i < NV; ++i) acc[i] = _mm256_loadu_ps(acc_mem + 8 * i);
+  if (rescale) {
+    const __m256 cv = _mm256_set1_ps(corr);
+    for (int i = 0; i < NV; ++i) acc[i] = _mm256_mul_ps(acc[i], cv);
+  }
+  for (int32_t j = 0; j < nk; ++j) {
+    const __m256 pj = _mm256_set1_ps(p[j]);
+    for (int i = 0; i < NV; ++i) acc[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v[j] + 8 * i), acc[i]);
+  }
+  for (int i = 0; i < NV; ++i) _mm256_storeu_ps(acc_mem + 8 * i, acc[i]);
+}
+
+// Online-softmax state update for one head after its page scores are known:
+// returns whether the running output must be rescaled and by how much; turns
+// sg[0..nk) into probabilities relative to the new running max.
+inline bool softmax_page(float* sg, int32_t nk, float* mrun, float* lrun, float* corr_out) {
+  float bm = sg[0];
+  for (int32_t j = 1; j < nk; ++j) bm = std::fmax(bm, sg[j]);
+  const float m_new = std::fmax(*mrun, bm);
+  bool rescale = false;
+  float corr = 1.0f;
+  if (m_new > *mrun) {  // rescale only when the max moved (exp(0) == 1 exactly otherwise)
+    corr = detail::exp1(*mrun - m_new);
+    *lrun *= corr;
+    *mrun = m_new;
+    rescale = true;
+  }
+  const __m256 mv = _mm256_set1_ps(m_new);
+  int32_t j = 0;
+  for (; j + 8 <= nk; j += 8) _mm256_storeu_ps(sg + j, detail::exp8(_mm256_sub_ps(_mm256_loadu_ps(sg + j), mv)));
+  for (; j < nk; ++j) sg[j] = detail::exp1(sg[j] - m_new);
+  float l = *lrun;
+  for (j = 0; j < nk; ++j) l += sg[j];
+  *lrun = l;
+  *corr_out = corr;
+  return rescale;
+}
+
+// Scores and P.V of one page for all heads of a group, head_dim = 8 * NV.
+template <int NV>
+void page_v(const float* qg, const float* const* krow, const float* const* vrow, int32_t nk, int32_t group,
+            int32_t bs, float scale, float* sc, float* acc, float* mrun, float* lrun) {
+  constexpr int32_t hd = 8 * NV;
+  for (int32_t g = 0; g < group; ++g) {
+    float* sg = sc + g * bs;
+    scores_v<NV>(qg + g * hd, krow, nk, scale, sg);
+    float corr;
+    const bool rescale = softmax_page(sg, nk, mrun + g, lrun + g, &corr);
+    pv_v<NV>(acc + g * hd, rescale, corr, sg, vrow, nk);
+  }
+}
+
+// Generic head_dim (not a multiple of 8): plain loops, same structure.
+void page_generic(const float* qg, const float* const* krow, const float* const* vrow, int32_t nk, int32_t group,
+                  int32_t bs, int32_t hd, float scale, float* sc, float* acc, float* mrun, float* lrun) {
+  for (int32_t g = 0; g < group; ++g) {
+    float* sg = sc + g * bs;
+    for (int32_t j = 0; j < nk; ++j) sg[j] = dot(qg + g * hd, krow[j], hd) * scale;
+    float corr;
+    if (softmax_page(sg, nk, mrun + g, lrun + g, &corr)) scale_inplace(acc + g * hd, corr, hd);
+    for (int32_t j = 0; j < nk; ++j) axpy(sg[j], vrow[j], acc + g * hd, hd);
+  }
+}
+
+}  // namespace
+
+void paged_attention(const float* q, const KvLayerView& kv, const BatchView& batch, int32_t n_heads,
+                     float scale, float* out) {
+  const int32_t hd = kv.head_dim, nkv = kv.n_kv_heads, bs = kv.block_size;
+  PAGODA_CHECK(nkv > 0 && n_heads % nkv == 0 && bs > 0 && bs <= kMaxBlockSize);
+  const int32_t group = n_heads / nkv;
+  int32_t* seq_of = reinterpret_cast<int32_t*>(detail::scratch(2, static_cast<size_t>(batch.n_tokens) * 4 + 4));
+  for (int32_t s = 0; s < batch.n_seqs; ++s)
+    for (int32_t t = batch.q_indptr[s]; t < batch.q_indptr[s + 1]; ++t) seq_of[t] = s;
+  const int64_t items = static_cast<int64_t>(batch.n_tokens) * nkv;
+  const int nth = detail::threads();
+  const size_t kvbuf = static_cast<size_t>(bs) * static_cast<size_t>(hd);
+  const size_t per_item_floats = 2 * kvbuf + static_cast<size_t>(group) * (bs + hd + 2);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (nth > 1 && items > 1)
+  for (int64_t it = 0; it < items; ++it) {
+    const int32_t t = static_cast<int32_t>(it / nkv), kvh = static_cast<int32_t>(it % nkv);
+    const int32_t s = seq_of[t];
+    const int64_t n_keys = std::min<int64_t>(kv_len(batch, s, bs), static_cast<int64_t>(batch.positions[t]) + 1);
+    const int32_t* pages = batch.kv_indices + batch.kv_indptr[s];
+    float* buf = reinterpret_cast<float*>(detail::scratch(3, per_item_floats * sizeof(float)));
+    float* kbuf = buf;                        // [bs, hd] decoded K of one page
+    float* vbuf = kbuf + kvbuf;               // [bs, hd] decoded V of one page
+    float* sc = vbuf + kvbuf;                 // [group, bs] scores, then probabilities
+    float* acc = sc + group * bs;             // [group, hd] running output
+    float* mrun = acc + group * hd;           // [group] running max
+    float* lrun = mrun + group;               // [group] running sum
+    const float* qg = q + (static_cast<int64_t>(t) * n_heads + kvh * group) * hd;  // [group, hd]
+    std::fill(acc, acc + group * hd, 0.0f);
+    std::fill(mrun, mrun + group, -INFINITY);
+    std::fill(lrun, lrun + group, 0.0f);
+    const int64_t head_off = static_cast<int64_t>(kvh) * hd;
+    for (int64_t p0 = 0; p0 < n_keys; p0 += bs) {
+      const int32_t nk = static_cast<int32_t>(std::min<int64_t>(bs, n_keys - p0));
+      const int64_t slot0 = static_cast<int64_t>(pages[p0 / bs]) * bs;
+      const float* krow[kMaxBlockSize];
+      const float* vrow[kMaxBlockSize];
+      for (int32_t j = 0; j < nk; ++j) {
+        const uint8_t* kr = kv.k + (slot0 + j) * kv.row_bytes;
+        const uint8_t* vr = kv.v + (slot0 + j) * kv.row_bytes;
+        if (kv.dtype == KvDtype::F32) {
+          krow[j] = reinterpret_cast<const float*>(kr) + head_off;
+          vrow[j] = reinterpret_cast<const float*>(vr) + head_off;
+        } else {
+          decode_slice(kv.dtype, kr, head_off, hd, kbuf + j * hd);
+          decode_slice(kv.dtype, vr, head_off, hd, vbuf + j * hd);
+          krow[j] = kbuf + j * hd;
+          vrow[j] = vbuf + j * hd;
+        }
+      }
+      switch (hd) {
+        case 8: page_v<1>(qg, krow, vrow, nk, group, bs, scale, sc, acc, mrun, lrun); break;
+        case 16: page_v<2>(qg, krow, vrow, nk, group, bs, scale, sc, acc, mrun, lrun); break;
+        case 32: page_v<4>(qg, krow, vrow, nk, group, bs, scale, sc, acc, mrun, lrun); break;
+        case 64: page_v<8>(qg, krow, vrow, nk, group, bs, scale, sc, acc, mrun, lrun); break;
+        case 128: page_v<16>(qg, krow, vrow, nk, group, bs, scale, sc, acc, mrun, lrun); break;
+        default: page_generic(qg, krow, vrow, nk, group, bs, hd, scale, sc, acc, mrun, lrun); break;
+      }
+    }
+    for (int32_t g = 0; g < group; ++g) {
+      float* o = out + (static_cast<int64_t>(t) * n_heads + kvh * group + g) * hd;
+      const float inv = n_keys > 0 ? 1.0f / lrun[g] : 0.0f;
+      for (int32_t i = 0; i < hd; ++i) o[i] = acc[g * hd + i] * inv;
+    }
+  }
+}
+
+}  // namespace pagoda::kernels::cpu

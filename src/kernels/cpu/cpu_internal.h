@@ -1,0 +1,47 @@
+// Internal to kernels/cpu: ISA dispatch state, thread count, and the shared
+// "q8 activation" format the integer matmul kernels consume.
+//
+// Activation format (one record per group of G blocks of 32 values, G = 4 for
+// AVX-512, 2 for AVX2; a token row is ceil(nb / G) records, zero padded):
+//   lo[16G] int8   values 0..15 of each block (block b at bytes 16b..16b+15)
+//   hi[16G] int8   values 16..31 of each block
+//   xd[4G]  float  d of block b in lanes 4b..4b+3
+//   xs[4G]  float  lane 4b+j: d_b * (sum of the 8 values that int32 lane holds:
+//                  values 4j..4j+3 and 16+4j..16+4j+3 of block b)
+// With `offset_u8` the lo/hi bytes hold q + 128 (u8) instead of q.
+// Packed weight records use the same shape (lo, hi, wd, wm / correction), so
+// lane l of every vector always refers to the same 8 values: this fixed lane
+// map is what keeps the float reduction order identical for every tile shape.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/api.h"
+
+namespace pagoda::kernels::cpu::detail {
+
+enum class Isa { kAvx2 = 0, kAvx512 = 1 };
+Isa isa();
+int threads();
+
+inline size_t act_record_bytes(int g) { return static_cast<size_t>(64 * g); }
+inline int64_t act_groups(int64_t cols, int g) { return (cols / 32 + g - 1) / g; }
+
+// Quantizes x [n_tokens, cols] (cols % 32 == 0) to q8 records (see above).
+// out: [n_tokens, act_groups(cols, g), act_record_bytes(g)]
+void quantize_act(const float* x, int64_t n_tokens, int64_t cols, int g, bool offset_u8, uint8_t* out);
+
+// True for the types the integer (q8 activation) path handles.
+inline bool is_q32_type(GgmlType t) {
+  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q5_1 ||
+         t == GgmlType::Q8_0;
+}
+
+void matmul_avx2(const WeightView& w, const float* x, int64_t n_tokens, float* y);
+void matmul_avx512(const WeightView& w, const float* x, int64_t n_tokens, float* y);
+
+// Grows (never shrinks) a per-thread 64-byte aligned scratch buffer; slot picks
+// one of a few independent buffers. Contents are unspecified.
+uint8_t* scratch(int slot, size_t bytes);
+
+}  // namespace pagoda::kernels::cpu::detail

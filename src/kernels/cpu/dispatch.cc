@@ -1,0 +1,135 @@
+// Run-time ISA choice, thread count, per-thread scratch and the activation
+// quantizer shared by both matmul paths (baseline AVX2 code, so its output is
+// the same whichever ISA consumes it).
+#include <immintrin.h>
+#include <omp.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "base/aligned.h"
+#include "base/check.h"
+#include "kernels/cpu/cpu_internal.h"
+
+namespace pagoda::kernels {
+namespace {
+
+bool cpu_has_avx512() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vnni");
+}
+
+int initial_isa() {
+  const char* env = std::getenv("PAGODA_ISA");
+  if (env != nullptr && std::strcmp(env, "avx2") == 0) return 0;
+  return cpu_has_avx512() ? 1 : 0;
+}
+
+std::atomic<int>& isa_state() {
+  static std::atomic<int> s{initial_isa()};
+  return s;
+}
+
+std::atomic<int>& thread_state() {
+  static std::atomic<int> s{omp_get_max_threads()};
+  return s;
+}
+
+}  // namespace
+
+void set_num_threads(int n) { thread_state().store(n < 1 ? 1 : n); }
+int num_threads() { return thread_state().load(); }
+
+namespace cpu {
+
+const char* isa_name() { return isa_state().load() == 1 ? "avx512-vnni" : "avx2"; }
+
+bool set_isa(const char* name) {
+  if (std::strcmp(name, "avx2") == 0) {
+    isa_state().store(0);
+    return true;
+  }
+  if (std::strcmp(name, "avx512-vnni") == 0 || std::strcmp(name, "auto") == 0) {
+    if (!cpu_has_avx512()) {
+      if (std::strcmp(name, "auto") == 0) isa_state().store(0);
+      return std::strcmp(name, "auto") == 0;
+    }
+    isa_state().store(1);
+    return true;
+  }
+  return false;
+}
+
+void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  PAGODA_CHECK_MSG(matmul_supports(w.type), "matmul: unsupported weight type %u",
+                   static_cast<unsigned>(w.type));
+  if (n_tokens <= 0 || w.rows <= 0) return;
+  if (detail::isa() == detail::Isa::kAvx512) {
+    detail::matmul_avx512(w, x, n_tokens, y);
+  } else {
+    detail::matmul_avx2(w, x, n_tokens, y);
+  }
+}
+
+namespace detail {
+
+Isa isa() { return isa_state().load(std::memory_order_relaxed) == 1 ? Isa::kAvx512 : Isa::kAvx2; }
+int threads() { return thread_state().load(std::memory_order_relaxed); }
+
+uint8_t* scratch(int slot, size_t bytes) {
+  thread_local AlignedBuffer<uint8_t> bufs[4];
+  PAGODA_CHECK(slot >= 0 && slot < 4);
+  if (bufs[slot].size() < bytes) bufs[slot].resize(bytes + bytes / 4 + 64);
+  return bufs[slot].data();
+}
+
+void quantize_act(const float* x, int64_t n_tokens, int64_t cols, int g, bool offset_u8, uint8_t* out) {
+  const int64_t nb = cols / 32, ng = act_groups(cols, g);
+  const size_t rec = act_record_bytes(g);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+  const __m256i flip = _mm256_set1_epi8(offset_u8 ? static_cast<char>(0x80) : 0);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    uint8_t* row = out + static_cast<size_t>(t * ng) * rec;
+    if (nb % g != 0) std::memset(row + (ng - 1) * rec, 0, rec);
+    for (int64_t i = 0; i < nb; ++i) {
+      const float* src = x + t * cols + i * 32;
+      const __m256 v0 = _mm256_loadu_ps(src), v1 = _mm256_loadu_ps(src + 8);
+      const __m256 v2 = _mm256_loadu_ps(src + 16), v3 = _mm256_loadu_ps(src + 24);
+      __m256 mx = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
+                                _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+      m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+      const float amax = _mm_cvtss_f32(m4);
+      const float d = amax / 127.0f;
+      const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+      const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, id));
+      const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, id));
+      const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, id));
+      const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, id));
+      // packs interleave 128-bit lanes; the permute restores natural order.
+      const __m256i p01 = _mm256_packs_epi32(i0, i1), p23 = _mm256_packs_epi32(i2, i3);
+      __m256i q = _mm256_packs_epi16(p01, p23);
+      q = _mm256_permutevar8x32_epi32(q, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      // Per-lane sums: int32 lane k = q[4k..4k+3]; lanes j and j+4 share an output lane.
+      const __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16);
+      const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+      const __m128 xs = _mm_mul_ps(_mm_cvtepi32_ps(s4), _mm_set1_ps(d));
+      const __m256i qo = _mm256_xor_si256(q, flip);
+      uint8_t* r = row + (i / g) * rec;
+      const int b = static_cast<int>(i % g);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(r + 16 * b), _mm256_castsi256_si128(qo));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(r + 16 * g + 16 * b), _mm256_extracti128_si256(qo, 1));
+      _mm_storeu_ps(reinterpret_cast<float*>(r + 32 * g + 16 * b), _mm_set1_ps(d));
+      _mm_storeu_ps(reinterpret_cast<float*>(r + 48 * g + 16 * b), xs);
+    }
+  }
+}
+
+}  // namespace detail
+}  // namespace cpu
+}  // namespace pagoda::kernels

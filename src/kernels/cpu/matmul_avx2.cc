@@ -1,0 +1,422 @@
+// AVX2 + FMA matmul (baseline x86-64-v3, runs everywhere pagoda runs).
+// Same structure and batch-invariance argument as matmul_avx512.cc, with
+// 8-lane vectors and records of 2 blocks; integer dots via maddubs/madd.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/check.h"
+#include "kernels/cpu/cpu_internal.h"
+
+namespace pagoda::kernels::cpu::detail {
+namespace {
+
+constexpr int kG = 2;
+constexpr size_t kRec = 64 * kG;
+constexpr int kR = 4;
+constexpr int kT = 4;
+constexpr int64_t kChunkRows = 16;
+// Tokens up to which groups are decoded in registers instead of packed per chunk.
+constexpr int64_t kDirectMaxTokens = 2;
+// How far ahead (in rows) the direct paths prefetch weights (DRAM latency).
+constexpr size_t kPrefetchRows = 8;
+// Below this many multiply-adds a fork/join costs more than it saves.
+constexpr int64_t kMinParallelMacs = 1 << 16;
+
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// byte i of the result is 0xFF if bit i of m is set.
+inline __m256i bits_to_bytes(uint32_t m) {
+  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
+                                          0x0303030303030303);
+  __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(m)), shuf);
+  const __m256i sel = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(v, sel), sel);
+}
+
+template <GgmlType kType>
+struct Layout;
+template <> struct Layout<GgmlType::Q4_0> { static constexpr size_t kBB = 18, kQs = 2, kQh = 0; static constexpr bool kMin = false; static constexpr float kImplicit = -8.0f; };
+template <> struct Layout<GgmlType::Q4_1> { static constexpr size_t kBB = 20, kQs = 4, kQh = 0; static constexpr bool kMin = true; static constexpr float kImplicit = 0.0f; };
+template <> struct Layout<GgmlType::Q5_0> { static constexpr size_t kBB = 22, kQs = 6, kQh = 2; static constexpr bool kMin = false; static constexpr float kImplicit = -16.0f; };
+template <> struct Layout<GgmlType::Q5_1> { static constexpr size_t kBB = 24, kQs = 8, kQh = 4; static constexpr bool kMin = true; static constexpr float kImplicit = 0.0f; };
+template <> struct Layout<GgmlType::Q8_0> { static constexpr size_t kBB = 34, kQs = 2, kQh = 0; static constexpr bool kMin = false; static constexpr float kImplicit = 0.0f; };
+
+// One decoded group (2 blocks) of one row: lo, hi (u8 0..31; s8 for q8_0), wd, wm.
+struct WGroup {
+  __m256i lo, hi;
+  __m256 wd, wm;
+};
+
+alignas(64) const uint8_t kZeroBlock[64] = {};  // d = m = 0, all quants 0
+
+template <GgmlType kType>
+inline WGroup decode_group(const uint8_t* b0, const uint8_t* b1) {
+  using L = Layout<kType>;
+  const __m128 dm = _mm_cvtph_ps(_mm_setr_epi32(static_cast<int>(load_u32(b0)), static_cast<int>(load_u32(b1)), 0, 0));
+  const __m256 dm8 = _mm256_castps128_ps256(dm);
+  WGroup w;
+  w.wd = _mm256_permutevar8x32_ps(dm8, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
+  if constexpr (kType == GgmlType::Q8_0) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2));
+    w.lo = _mm256_permute2x128_si256(a, b, 0x20);
+    w.hi = _mm256_permute2x128_si256(a, b, 0x31);
+    w.wm = _mm256_setzero_ps();
+  } else {
+    const __m256i nib = _mm256_set1_epi8(0x0F);
+    const __m256i v = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(b1 + L::kQs),
+                                          reinterpret_cast<const __m128i*>(b0 + L::kQs));
+    w.lo = _mm256_and_si256(v, nib);
+    w.hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+    if constexpr (L::kQh != 0) {
+      const uint32_t h0 = load_u32(b0 + L::kQh), h1 = load_u32(b1 + L::kQh);
+      const __m256i bit4 = _mm256_set1_epi8(0x10);
+      w.lo = _mm256_or_si256(w.lo, _mm256_and_si256(bits_to_bytes((h0 & 0xFFFF) | (h1 << 16)), bit4));
+      w.hi = _mm256_or_si256(w.hi, _mm256_and_si256(bits_to_bytes((h0 >> 16) | (h1 & 0xFFFF0000u)), bit4));
+    }
+    if constexpr (L::kMin) {
+      w.wm = _mm256_permutevar8x32_ps(dm8, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3));
+    } else {
+      w.wm = _mm256_mul_ps(w.wd, _mm256_set1_ps(L::kImplicit));
+    }
+  }
+  return w;
+}
+
+template <GgmlType kType>
+inline WGroup decode_row_group(const uint8_t* row, int64_t nb, int64_t g) {
+  constexpr size_t bb = Layout<kType>::kBB;
+  const uint8_t* b0 = row + g * kG * bb;
+  return decode_group<kType>(b0, g * kG + 1 < nb ? b0 + bb : kZeroBlock);
+}
+
+inline void store_group(const WGroup& w, uint8_t* rec) {
+  _mm256_store_si256(reinterpret_cast<__m256i*>(rec), w.lo);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(rec + 32), w.hi);
+  _mm256_store_ps(reinterpret_cast<float*>(rec + 64), w.wd);
+  _mm256_store_ps(reinterpret_cast<float*>(rec + 96), w.wm);
+}
+
+inline WGroup load_group(const uint8_t* rec) {
+  return {_mm256_load_si256(reinterpret_cast<const __m256i*>(rec)),
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(rec + 32)),
+          _mm256_load_ps(reinterpret_cast<const float*>(rec + 64)),
+          _mm256_load_ps(reinterpret_cast<const float*>(rec + 96))};
+}
+
+// The one op sequence every output goes through, per group.
+template <bool kQ8>
+inline __m256 group_dot(__m256 acc, const WGroup& w, const uint8_t* xt) {
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  const __m256i xlo = _mm256_load_si256(reinterpret_cast<const __m256i*>(xt));
+  const __m256i xhi = _mm256_load_si256(reinterpret_cast<const __m256i*>(xt + 32));
+  __m256i is;
+  if constexpr (kQ8) {
+    const __m256i plo = _mm256_maddubs_epi16(_mm256_abs_epi8(w.lo), _mm256_sign_epi8(xlo, w.lo));
+    const __m256i phi = _mm256_maddubs_epi16(_mm256_abs_epi8(w.hi), _mm256_sign_epi8(xhi, w.hi));
+    is = _mm256_add_epi32(_mm256_madd_epi16(plo, ones16), _mm256_madd_epi16(phi, ones16));
+  } else {
+    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(w.lo, xlo), _mm256_maddubs_epi16(w.hi, xhi));
+    is = _mm256_madd_epi16(p, ones16);
+  }
+  const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(is), w.wd);
+  acc = _mm256_fmadd_ps(f, _mm256_load_ps(reinterpret_cast<const float*>(xt + 64)), acc);
+  if constexpr (!kQ8) acc = _mm256_fmadd_ps(w.wm, _mm256_load_ps(reinterpret_cast<const float*>(xt + 96)), acc);
+  return acc;
+}
+
+inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+template <int T, bool kQ8>
+void qkernel(const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) {
+  __m256 acc[kR][T];
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < ng; ++g) {
+    const size_t o = static_cast<size_t>(g) * kRec;
+    for (int r = 0; r < kR; ++r) {
+      const WGroup wg = load_group(w[r] + o);
+      for (int t = 0; t < T; ++t) acc[r][t] = group_dot<kQ8>(acc[r][t], wg, x[t] + o);
+    }
+  }
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < T; ++t) out[t * kR + r] = hsum8(acc[r][t]);
+}
+
+// Direct (few tokens): decode each group in registers and use it at once.
+template <GgmlType kType, int T>
+void qkernel_direct(const uint8_t* const* rows, int64_t nb, const uint8_t* const* x, int64_t ng, size_t prefetch,
+                    float* out) {
+  constexpr bool kQ8 = kType == GgmlType::Q8_0;
+  constexpr size_t kGroupBytes = Layout<kType>::kBB * kG;
+  __m256 acc[kR][T];
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < ng; ++g) {
+    const size_t o = static_cast<size_t>(g) * kRec;
+    for (int r = 0; r < kR; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + g * kGroupBytes), _MM_HINT_T0);
+      const WGroup wg = decode_row_group<kType>(rows[r], nb, g);
+      for (int t = 0; t < T; ++t) acc[r][t] = group_dot<kQ8>(acc[r][t], wg, x[t] + o);
+    }
+  }
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < T; ++t) out[t * kR + r] = hsum8(acc[r][t]);
+}
+
+template <bool kQ8>
+void qkernel_n(int nt, const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) {
+  switch (nt) {
+    case 1: qkernel<1, kQ8>(w, x, ng, out); break;
+    case 2: qkernel<2, kQ8>(w, x, ng, out); break;
+    case 3: qkernel<3, kQ8>(w, x, ng, out); break;
+    default: qkernel<4, kQ8>(w, x, ng, out); break;
+  }
+}
+
+template <int T>
+void fkernel(const float* const* w, const float* const* x, int64_t k, float* out) {
+  __m256 acc[kR][T];
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + 8 <= k; c += 8) {
+    for (int r = 0; r < kR; ++r) {
+      const __m256 wv = _mm256_loadu_ps(w[r] + c);
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[t] + c), acc[r][t]);
+    }
+  }
+  if (c < k) {
+    alignas(32) static const int32_t kMask[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    const __m256i m = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kMask + 8 - (k - c)));
+    for (int r = 0; r < kR; ++r) {
+      const __m256 wv = _mm256_maskload_ps(w[r] + c, m);
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(wv, _mm256_maskload_ps(x[t] + c, m), acc[r][t]);
+    }
+  }
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < T; ++t) out[t * kR + r] = hsum8(acc[r][t]);
+}
+
+void fkernel_n(int nt, const float* const* w, const float* const* x, int64_t k, float* out) {
+  switch (nt) {
+    case 1: fkernel<1>(w, x, k, out); break;
+    case 2: fkernel<2>(w, x, k, out); break;
+    case 3: fkernel<3>(w, x, k, out); break;
+    default: fkernel<4>(w, x, k, out); break;
+  }
+}
+
+// 8 weights at column c of a half-precision row as f32 (exact conversion);
+// n < 8 reads only n values and zero-fills the rest.
+template <GgmlType kType>
+inline __m256 load_half8(const uint8_t* row, int64_t c, int64_t n) {
+  __m128i h;
+  if (n >= 8) {
+    h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c));
+  } else {
+    alignas(16) uint16_t tmp[8] = {};
+    std::memcpy(tmp, row + 2 * c, static_cast<size_t>(n) * 2);
+    h = _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
+  }
+  if constexpr (kType == GgmlType::F16) {
+    return _mm256_cvtph_ps(h);
+  } else {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+
+// Direct F16/BF16 kernel for few tokens; same op sequence per output as fkernel.
+template <GgmlType kType, int T>
+void hkernel_direct(const uint8_t* const* w, const float* const* x, int64_t k, size_t prefetch, float* out) {
+  __m256 acc[kR][T];
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + 8 <= k; c += 8) {
+    for (int r = 0; r < kR; ++r) {
+      if ((c & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(w[r] + prefetch + 2 * c), _MM_HINT_T0);
+      const __m256 wv = load_half8<kType>(w[r], c, 8);
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[t] + c), acc[r][t]);
+    }
+  }
+  if (c < k) {
+    alignas(32) static const int32_t kMask[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    const __m256i m = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kMask + 8 - (k - c)));
+    for (int r = 0; r < kR; ++r) {
+      const __m256 wv = load_half8<kType>(w[r], c, k - c);
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(wv, _mm256_maskload_ps(x[t] + c, m), acc[r][t]);
+    }
+  }
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < T; ++t) out[t * kR + r] = hsum8(acc[r][t]);
+}
+
+template <GgmlType kType>
+void hkernel_direct_n(int nt, const uint8_t* const* w, const float* const* x, int64_t k, size_t prefetch,
+                      float* out) {
+  switch (nt) {
+    case 1: hkernel_direct<kType, 1>(w, x, k, prefetch, out); break;
+    case 2: hkernel_direct<kType, 2>(w, x, k, prefetch, out); break;
+    case 3: hkernel_direct<kType, 3>(w, x, k, prefetch, out); break;
+    default: hkernel_direct<kType, 4>(w, x, k, prefetch, out); break;
+  }
+}
+
+void row_to_f32(const WeightView& w, int64_t r, float* out) {
+  const uint8_t* src = static_cast<const uint8_t*>(w.data) + r * w.row_bytes;
+  const int64_t k = w.cols;
+  int64_t c = 0;
+  if (w.type == GgmlType::F16) {
+    for (; c + 8 <= k; c += 8)
+      _mm256_storeu_ps(out + c, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * c))));
+  } else if (w.type == GgmlType::BF16) {
+    for (; c + 8 <= k; c += 8) {
+      const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * c)));
+      _mm256_storeu_ps(out + c, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
+    }
+  }
+  if (c < k) dequantize_row(w.type, src + ggml_row_bytes(w.type, static_cast<size_t>(c)), k - c, out + c);
+}
+
+template <GgmlType kType>
+void matmul_q32_t(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  constexpr bool kQ8 = kType == GgmlType::Q8_0;
+  const int64_t nb = w.cols / 32, ng = act_groups(w.cols, kG);
+  const size_t xrow = static_cast<size_t>(ng) * kRec;
+  uint8_t* act = scratch(0, static_cast<size_t>(n_tokens) * xrow);
+  quantize_act(x, n_tokens, w.cols, kG, false, act);
+  const int64_t n_chunks = (w.rows + kChunkRows - 1) / kChunkRows;
+  const int nth = threads();
+  const bool big = w.rows * w.cols * n_tokens >= kMinParallelMacs;
+  const auto* wdata = static_cast<const uint8_t*>(w.data);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (nth > 1 && n_chunks > 1 && big)
+  for (int64_t ch = 0; ch < n_chunks; ++ch) {
+    const int64_t r0 = ch * kChunkRows, nr = std::min(kChunkRows, w.rows - r0);
+    float out[kT * kR];
+    if (n_tokens <= kDirectMaxTokens) {
+      const size_t prefetch = kPrefetchRows * w.row_bytes;
+      const uint8_t* xp[kT];
+      for (int t = 0; t < kT; ++t) xp[t] = act + static_cast<size_t>(std::min<int64_t>(t, n_tokens - 1)) * xrow;
+      for (int64_t i0 = 0; i0 < nr; i0 += kR) {
+        const uint8_t* rp[kR];
+        for (int r = 0; r < kR; ++r) rp[r] = wdata + (r0 + std::min<int64_t>(i0 + r, nr - 1)) * w.row_bytes;
+        if (n_tokens == 1) {
+          qkernel_direct<kType, 1>(rp, nb, xp, ng, prefetch, out);
+        } else {
+          qkernel_direct<kType, 2>(rp, nb, xp, ng, prefetch, out);
+        }
+        for (int64_t t = 0; t < n_tokens; ++t)
+          for (int r = 0; r < kR && i0 + r < nr; ++r) y[t * w.rows + r0 + i0 + r] = out[t * kR + r];
+      }
+      continue;
+    }
+    uint8_t* pk = scratch(1, static_cast<size_t>(kChunkRows) * xrow);
+    for (int64_t i = 0; i < nr; ++i)
+      for (int64_t g = 0; g < ng; ++g)
+        store_group(decode_row_group<kType>(wdata + (r0 + i) * w.row_bytes, nb, g), pk + i * xrow + g * kRec);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kT) {
+      const int nt = static_cast<int>(std::min<int64_t>(kT, n_tokens - t0));
+      const uint8_t* xp[kT];
+      for (int t = 0; t < kT; ++t) xp[t] = act + static_cast<size_t>(t0 + std::min(t, nt - 1)) * xrow;
+      for (int64_t i0 = 0; i0 < nr; i0 += kR) {
+        const uint8_t* wp[kR];
+        for (int r = 0; r < kR; ++r) wp[r] = pk + static_cast<size_t>(std::min<int64_t>(i0 + r, nr - 1)) * xrow;
+        qkernel_n<kQ8>(nt, wp, xp, ng, out);
+        for (int t = 0; t < nt; ++t)
+          for (int r = 0; r < kR && i0 + r < nr; ++r) y[(t0 + t) * w.rows + r0 + i0 + r] = out[t * kR + r];
+      }
+    }
+  }
+}
+
+void matmul_q32(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  switch (w.type) {
+    case GgmlType::Q4_0: matmul_q32_t<GgmlType::Q4_0>(w, x, n_tokens, y); break;
+    case GgmlType::Q4_1: matmul_q32_t<GgmlType::Q4_1>(w, x, n_tokens, y); break;
+    case GgmlType::Q5_0: matmul_q32_t<GgmlType::Q5_0>(w, x, n_tokens, y); break;
+    case GgmlType::Q5_1: matmul_q32_t<GgmlType::Q5_1>(w, x, n_tokens, y); break;
+    case GgmlType::Q8_0: matmul_q32_t<GgmlType::Q8_0>(w, x, n_tokens, y); break;
+    default: PAGODA_CHECK(false);
+  }
+}
+
+void matmul_float(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  const int64_t k = w.cols;
+  const int64_t n_chunks = (w.rows + kChunkRows - 1) / kChunkRows;
+  const int nth = threads();
+  const bool big = w.rows * w.cols * n_tokens >= kMinParallelMacs;
+  const bool direct = w.type == GgmlType::F32;
+  const bool half = w.type == GgmlType::F16 || w.type == GgmlType::BF16;
+  const size_t kpad = static_cast<size_t>((k + 7) / 8 * 8);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (nth > 1 && n_chunks > 1 && big)
+  for (int64_t ch = 0; ch < n_chunks; ++ch) {
+    const int64_t r0 = ch * kChunkRows, nr = std::min(kChunkRows, w.rows - r0);
+    if (half && n_tokens <= kT) {  // few tokens: convert in registers, no f32 staging
+      const int nt = static_cast<int>(n_tokens);
+      const float* xp[kT];
+      for (int t = 0; t < kT; ++t) xp[t] = x + std::min(t, nt - 1) * k;
+      for (int64_t i0 = 0; i0 < nr; i0 += kR) {
+        const uint8_t* wp[kR];
+        for (int r = 0; r < kR; ++r)
+          wp[r] = static_cast<const uint8_t*>(w.data) + (r0 + std::min<int64_t>(i0 + r, nr - 1)) * w.row_bytes;
+        float out[kT * kR];
+        if (w.type == GgmlType::F16) {
+          hkernel_direct_n<GgmlType::F16>(nt, wp, xp, k, kPrefetchRows * w.row_bytes, out);
+        } else {
+          hkernel_direct_n<GgmlType::BF16>(nt, wp, xp, k, kPrefetchRows * w.row_bytes, out);
+        }
+        for (int t = 0; t < nt; ++t)
+          for (int r = 0; r < kR && i0 + r < nr; ++r) y[t * w.rows + r0 + i0 + r] = out[t * kR + r];
+      }
+      continue;
+    }
+    const float* rows[kChunkRows];
+    if (direct) {
+      for (int64_t i = 0; i < nr; ++i)
+        rows[i] = reinterpret_cast<const float*>(static_cast<const uint8_t*>(w.data) + (r0 + i) * w.row_bytes);
+    } else {
+      float* buf = reinterpret_cast<float*>(scratch(1, kChunkRows * kpad * sizeof(float)));
+      for (int64_t i = 0; i < nr; ++i) {
+        row_to_f32(w, r0 + i, buf + i * kpad);
+        rows[i] = buf + i * kpad;
+      }
+    }
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kT) {
+      const int nt = static_cast<int>(std::min<int64_t>(kT, n_tokens - t0));
+      const float* xp[kT];
+      for (int t = 0; t < kT; ++t) xp[t] = x + (t0 + std::min(t, nt - 1)) * k;
+      for (int64_t i0 = 0; i0 < nr; i0 += kR) {
+        const float* wp[kR];
+        for (int r = 0; r < kR; ++r) wp[r] = rows[std::min<int64_t>(i0 + r, nr - 1)];
+        float out[kT * kR];
+        fkernel_n(nt, wp, xp, k, out);
+        for (int t = 0; t < nt; ++t)
+          for (int r = 0; r < kR && i0 + r < nr; ++r) y[(t0 + t) * w.rows + r0 + i0 + r] = out[t * kR + r];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void matmul_avx2(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  if (is_q32_type(w.type)) {
+    matmul_q32(w, x, n_tokens, y);
+  } else {
+    matmul_float(w, x, n_tokens, y);
+  }
+}
+
+}  // namespace pagoda::kernels::cpu::detail

@@ -1,0 +1,453 @@
+// AVX-512 (F/BW/VL/DQ/VNNI) matmul. Compiled with extra -m flags; only called
+// when the CPU supports them (see dispatch.cc).
+//
+// Batch invariance: every output y[t, r] is produced by the same sequence of
+// vector ops on the same lane map, whatever tile (4 rows x 1..4 tokens) it lands
+// in: per group acc = fma(cvt(isum) * wd, xd, acc) [+ fma(wm, xs, acc)], then a
+// fixed horizontal sum. Tiles differ only in how many independent accumulators
+// run side by side. Threads split row chunks.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/check.h"
+#include "kernels/cpu/cpu_internal.h"
+
+namespace pagoda::kernels::cpu::detail {
+namespace {
+
+constexpr int kG = 4;             // blocks of 32 per record
+constexpr size_t kRec = 64 * kG;  // record bytes
+constexpr int kR = 4;             // rows per tile
+constexpr int kT = 4;             // tokens per tile (max)
+constexpr int64_t kChunkRows = 16;
+// Below this many multiply-adds a fork/join costs more than it saves.
+constexpr int64_t kMinParallelMacs = 1 << 16;
+// How far ahead (in rows) the direct (few-token) paths prefetch weights: one
+// core streaming weights is limited by DRAM latency, not bandwidth.
+constexpr size_t kPrefetchRows = 8;
+
+// ---- Weight packing (one row, all groups) -------------------------------------
+inline __m512i load4x128(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, const uint8_t* p3) {
+  __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0)));
+  v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1)), 1);
+  v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p2)), 2);
+  v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p3)), 3);
+  return v;
+}
+
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+template <GgmlType kType>
+struct Layout;
+template <> struct Layout<GgmlType::Q4_0> { static constexpr size_t kBB = 18, kQs = 2, kQh = 0; static constexpr bool kMin = false; static constexpr float kImplicit = -8.0f; };
+template <> struct Layout<GgmlType::Q4_1> { static constexpr size_t kBB = 20, kQs = 4, kQh = 0; static constexpr bool kMin = true; static constexpr float kImplicit = 0.0f; };
+template <> struct Layout<GgmlType::Q5_0> { static constexpr size_t kBB = 22, kQs = 6, kQh = 2; static constexpr bool kMin = false; static constexpr float kImplicit = -16.0f; };
+template <> struct Layout<GgmlType::Q5_1> { static constexpr size_t kBB = 24, kQs = 8, kQh = 4; static constexpr bool kMin = true; static constexpr float kImplicit = 0.0f; };
+template <> struct Layout<GgmlType::Q8_0> { static constexpr size_t kBB = 34, kQs = 2, kQh = 0; static constexpr bool kMin = false; static constexpr float kImplicit = 0.0f; };
+
+// One decoded group of 4 blocks of one row: lo, hi (u8 values 0..31, or s8 for
+// q8_0), wd (d per lane), wm (m per lane; for q8_0 the int32 correction
+// -128 * sum(w) of the lane, so that dpbusd(corr, q + 128, w) = sum(q * w)).
+struct WGroup {
+  __m512i lo, hi;
+  __m512 wd;
+  __m512i wm;
+};
+
+alignas(64) const uint8_t kZeroBlock[64] = {};  // d = m = 0, all quants 0
+
+// d (and m) of 4 blocks -> 8 floats [d0 m0 d1 m1 d2 m2 d3 m3] (m garbage without kMin).
+template <GgmlType kType>
+inline __m512 scales_of(const uint8_t* const* blk, const uint8_t* group, bool full) {
+  using L = Layout<kType>;
+  if constexpr (L::kBB * 3 + 4 <= 64) {
+    if (full) {  // all 4 scale pairs lie in the group's first 64 bytes
+      constexpr int h = static_cast<int>(L::kBB / 2);
+      const __m512i idx = _mm512_zextsi128_si512(_mm_setr_epi16(0, 1, h, h + 1, 2 * h, 2 * h + 1, 3 * h, 3 * h + 1));
+      const __m512i v = _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(group));
+      return _mm512_castps256_ps512(_mm256_cvtph_ps(_mm512_castsi512_si128(v)));
+    }
+  }
+  const __m128i dm16 = _mm_setr_epi32(static_cast<int>(load_u32(blk[0])), static_cast<int>(load_u32(blk[1])),
+                                      static_cast<int>(load_u32(blk[2])), static_cast<int>(load_u32(blk[3])));
+  return _mm512_castps256_ps512(_mm256_cvtph_ps(dm16));
+}
+
+template <GgmlType kType>
+inline WGroup decode_group(const uint8_t* const* blk, const uint8_t* group, bool full) {
+  using L = Layout<kType>;
+  const __m512i perm_d = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+  const __m512 dm = scales_of<kType>(blk, group, full);
+  WGroup w;
+  w.wd = _mm512_permutexvar_ps(perm_d, dm);
+  if constexpr (kType == GgmlType::Q8_0) {
+    const __m512i a = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0] + 2))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1] + 2)), 1);
+    const __m512i c = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[2] + 2))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[3] + 2)), 1);
+    w.lo = _mm512_shuffle_i64x2(a, c, _MM_SHUFFLE(2, 0, 2, 0));
+    w.hi = _mm512_shuffle_i64x2(a, c, _MM_SHUFFLE(3, 1, 3, 1));
+    const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
+    const __m512i corr = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, w.lo), c128, w.hi);
+    w.wm = _mm512_sub_epi32(_mm512_setzero_si512(), corr);
+  } else {
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    const __m512i v = load4x128(blk[0] + L::kQs, blk[1] + L::kQs, blk[2] + L::kQs, blk[3] + L::kQs);
+    w.lo = _mm512_and_si512(v, nib);
+    w.hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+    if constexpr (L::kQh != 0) {
+      uint64_t klo = 0, khi = 0;
+      for (int b = 0; b < kG; ++b) {
+        const uint64_t qh = load_u32(blk[b] + L::kQh);
+        klo |= (qh & 0xFFFF) << (16 * b);
+        khi |= (qh >> 16) << (16 * b);
+      }
+      const __m512i bit4 = _mm512_set1_epi8(0x10);
+      w.lo = _mm512_or_si512(w.lo, _mm512_maskz_mov_epi8(klo, bit4));
+      w.hi = _mm512_or_si512(w.hi, _mm512_maskz_mov_epi8(khi, bit4));
+    }
+    if constexpr (L::kMin) {
+      const __m512i perm_m = _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7);
+      w.wm = _mm512_castps_si512(_mm512_permutexvar_ps(perm_m, dm));
+    } else {
+      w.wm = _mm512_castps_si512(_mm512_mul_ps(w.wd, _mm512_set1_ps(L::kImplicit)));
+    }
+  }
+  return w;
+}
+
+// Decodes group g of a row (handles the zero-padded tail group).
+template <GgmlType kType>
+inline WGroup decode_row_group(const uint8_t* row, int64_t nb, int64_t g) {
+  constexpr size_t bb = Layout<kType>::kBB;
+  const int64_t first = g * kG;
+  const uint8_t* group = row + first * bb;
+  const uint8_t* blk[4];
+  const bool full = first + kG <= nb;
+  for (int b = 0; b < kG; ++b) blk[b] = (full || first + b < nb) ? group + b * bb : kZeroBlock;
+  return decode_group<kType>(blk, group, full);
+}
+
+inline void store_group(const WGroup& w, uint8_t* rec) {
+  _mm512_store_si512(rec, w.lo);
+  _mm512_store_si512(rec + 64, w.hi);
+  _mm512_store_ps(reinterpret_cast<float*>(rec + 128), w.wd);
+  _mm512_store_si512(rec + 192, w.wm);
+}
+
+inline WGroup load_group(const uint8_t* rec) {
+  return {_mm512_load_si512(rec), _mm512_load_si512(rec + 64),
+          _mm512_load_ps(reinterpret_cast<const float*>(rec + 128)), _mm512_load_si512(rec + 192)};
+}
+
+// The one op sequence every output goes through, per group (see file comment).
+template <bool kOffset>
+inline __m512 group_dot(__m512 acc, const WGroup& w, const uint8_t* xt) {
+  __m512i is;
+  if constexpr (kOffset) {
+    is = _mm512_dpbusd_epi32(w.wm, _mm512_load_si512(xt), w.lo);
+    is = _mm512_dpbusd_epi32(is, _mm512_load_si512(xt + 64), w.hi);
+  } else {
+    is = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.lo, _mm512_load_si512(xt));
+    is = _mm512_dpbusd_epi32(is, w.hi, _mm512_load_si512(xt + 64));
+  }
+  const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(is), w.wd);
+  acc = _mm512_fmadd_ps(f, _mm512_load_ps(reinterpret_cast<const float*>(xt + 128)), acc);
+  if constexpr (!kOffset)
+    acc = _mm512_fmadd_ps(_mm512_castsi512_ps(w.wm), _mm512_load_ps(reinterpret_cast<const float*>(xt + 192)), acc);
+  return acc;
+}
+
+// ---- Integer micro-kernels -------------------------------------------------------
+// Packed: w[r] are packed records of row r; x[t] activation records; out[t * kR + r].
+template <int T, bool kOffset>
+void qkernel(const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) {
+  __m512 acc[kR][T];
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < ng; ++g) {
+    const size_t o = static_cast<size_t>(g) * kRec;
+    for (int r = 0; r < kR; ++r) {
+      const WGroup wg = load_group(w[r] + o);
+      for (int t = 0; t < T; ++t) acc[r][t] = group_dot<kOffset>(acc[r][t], wg, x[t] + o);
+    }
+  }
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < T; ++t) out[t * kR + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+template <bool kOffset>
+void qkernel_n(int nt, const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) {
+  switch (nt) {
+    case 1: qkernel<1, kOffset>(w, x, ng, out); break;
+    case 2: qkernel<2, kOffset>(w, x, ng, out); break;
+    case 3: qkernel<3, kOffset>(w, x, ng, out); break;
+    default: qkernel<4, kOffset>(w, x, ng, out); break;
+  }
+}
+
+// Direct (few tokens): decode each group in registers and use it at once.
+// rows: kR row pointers; out[t * kR + r].
+template <GgmlType kType, int T>
+void qkernel_direct(const uint8_t* const* rows, int64_t nb, const uint8_t* const* x, int64_t ng, size_t prefetch,
+                    float* out) {
+  constexpr bool kOffset = kType == GgmlType::Q8_0;
+  constexpr size_t kGroupBytes = Layout<kType>::kBB * kG;
+  __m512 acc[kR][T];
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < ng; ++g) {
+    const size_t o = static_cast<size_t>(g) * kRec;
+    for (int r = 0; r < kR; ++r) {
+      for (size_t b = 0; b < kGroupBytes; b += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + g * kGroupBytes + b), _MM_HINT_T0);
+      const WGroup wg = decode_row_group<kType>(rows[r], nb, g);
+      for (int t = 0; t < T; ++t) acc[r][t] = group_dot<kOffset>(acc[r][t], wg, x[t] + o);
+    }
+  }
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < T; ++t) out[t * kR + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+// ---- Float micro-kernel (F32 rows; F16/BF16/K-quants are converted first) --------
+template <int T>
+void fkernel(const float* const* w, const float* const* x, int64_t k, float* out) {
+  __m512 acc[kR][T];
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  int64_t c = 0;
+  for (; c + 16 <= k; c += 16) {
+    for (int r = 0; r < kR; ++r) {
+      const __m512 wv = _mm512_loadu_ps(w[r] + c);
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x[t] + c), acc[r][t]);
+    }
+  }
+  if (c < k) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (k - c)) - 1);
+    for (int r = 0; r < kR; ++r) {
+      const __m512 wv = _mm512_maskz_loadu_ps(m, w[r] + c);
+      for (int t = 0; t < T; ++t)
+        acc[r][t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x[t] + c), acc[r][t]);
+    }
+  }
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < T; ++t) out[t * kR + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+void fkernel_n(int nt, const float* const* w, const float* const* x, int64_t k, float* out) {
+  switch (nt) {
+    case 1: fkernel<1>(w, x, k, out); break;
+    case 2: fkernel<2>(w, x, k, out); break;
+    case 3: fkernel<3>(w, x, k, out); break;
+    default: fkernel<4>(w, x, k, out); break;
+  }
+}
+
+// 16 weights at column c of a half-precision row as f32 (exact conversion).
+template <GgmlType kType>
+inline __m512 load_half16(const uint8_t* row, int64_t c, __mmask16 m) {
+  const __m256i h = _mm256_maskz_loadu_epi16(m, row + 2 * c);
+  if constexpr (kType == GgmlType::F16) {
+    return _mm512_cvtph_ps(h);
+  } else {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+// Direct F16/BF16 kernel for few tokens: converts in registers; the op sequence
+// per output is exactly fkernel's (same lanes, same masked tail).
+template <GgmlType kType, int T>
+void hkernel_direct(const uint8_t* const* w, const float* const* x, int64_t k, size_t prefetch, float* out) {
+  __m512 acc[kR][T];
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  int64_t c = 0;
+  for (; c + 16 <= k; c += 16) {
+    for (int r = 0; r < kR; ++r) {
+      if ((c & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(w[r] + prefetch + 2 * c), _MM_HINT_T0);
+      const __m512 wv = load_half16<kType>(w[r], c, 0xFFFF);
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x[t] + c), acc[r][t]);
+    }
+  }
+  if (c < k) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (k - c)) - 1);
+    for (int r = 0; r < kR; ++r) {
+      const __m512 wv = load_half16<kType>(w[r], c, m);
+      for (int t = 0; t < T; ++t)
+        acc[r][t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x[t] + c), acc[r][t]);
+    }
+  }
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < T; ++t) out[t * kR + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+template <GgmlType kType>
+void hkernel_direct_n(int nt, const uint8_t* const* w, const float* const* x, int64_t k, size_t prefetch,
+                      float* out) {
+  switch (nt) {
+    case 1: hkernel_direct<kType, 1>(w, x, k, prefetch, out); break;
+    case 2: hkernel_direct<kType, 2>(w, x, k, prefetch, out); break;
+    case 3: hkernel_direct<kType, 3>(w, x, k, prefetch, out); break;
+    default: hkernel_direct<kType, 4>(w, x, k, prefetch, out); break;
+  }
+}
+
+// Converts one weight row to f32. out: [k]
+void row_to_f32(const WeightView& w, int64_t r, float* out) {
+  const uint8_t* src = static_cast<const uint8_t*>(w.data) + r * w.row_bytes;
+  const int64_t k = w.cols;
+  int64_t c = 0;
+  if (w.type == GgmlType::F16) {
+    for (; c + 16 <= k; c += 16)
+      _mm512_storeu_ps(out + c, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * c))));
+  } else if (w.type == GgmlType::BF16) {
+    for (; c + 16 <= k; c += 16) {
+      const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * c)));
+      _mm512_storeu_ps(out + c, _mm512_castsi512_ps(_mm512_slli_epi32(h, 16)));
+    }
+  }
+  if (c < k) dequantize_row(w.type, src + ggml_row_bytes(w.type, static_cast<size_t>(c)), k - c, out + c);
+}
+
+// Tokens up to which groups are decoded in registers instead of packed once per chunk.
+constexpr int64_t kDirectMaxTokens = 2;
+
+
+template <GgmlType kType>
+void matmul_q32_t(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  constexpr bool kOffset = kType == GgmlType::Q8_0;
+  const int64_t nb = w.cols / 32, ng = act_groups(w.cols, kG);
+  const size_t xrow = static_cast<size_t>(ng) * kRec;
+  uint8_t* act = scratch(0, static_cast<size_t>(n_tokens) * xrow);
+  quantize_act(x, n_tokens, w.cols, kG, kOffset, act);
+  const int64_t n_chunks = (w.rows + kChunkRows - 1) / kChunkRows;
+  const int nth = threads();
+  const bool big = w.rows * w.cols * n_tokens >= kMinParallelMacs;
+  const auto* wdata = static_cast<const uint8_t*>(w.data);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (nth > 1 && n_chunks > 1 && big)
+  for (int64_t ch = 0; ch < n_chunks; ++ch) {
+    const int64_t r0 = ch * kChunkRows, nr = std::min(kChunkRows, w.rows - r0);
+    float out[kT * kR];
+    if (n_tokens <= kDirectMaxTokens) {
+      const size_t prefetch = kPrefetchRows * w.row_bytes;
+      const uint8_t* xp[kT];
+      for (int t = 0; t < kT; ++t) xp[t] = act + static_cast<size_t>(std::min<int64_t>(t, n_tokens - 1)) * xrow;
+      for (int64_t i0 = 0; i0 < nr; i0 += kR) {
+        const uint8_t* rp[kR];
+        for (int r = 0; r < kR; ++r) rp[r] = wdata + (r0 + std::min<int64_t>(i0 + r, nr - 1)) * w.row_bytes;
+        if (n_tokens == 1) {
+          qkernel_direct<kType, 1>(rp, nb, xp, ng, prefetch, out);
+        } else {
+          qkernel_direct<kType, 2>(rp, nb, xp, ng, prefetch, out);
+        }
+        for (int64_t t = 0; t < n_tokens; ++t)
+          for (int r = 0; r < kR && i0 + r < nr; ++r) y[t * w.rows + r0 + i0 + r] = out[t * kR + r];
+      }
+      continue;
+    }
+    uint8_t* pk = scratch(1, static_cast<size_t>(kChunkRows) * xrow);
+    for (int64_t i = 0; i < nr; ++i)
+      for (int64_t g = 0; g < ng; ++g)
+        store_group(decode_row_group<kType>(wdata + (r0 + i) * w.row_bytes, nb, g), pk + i * xrow + g * kRec);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kT) {
+      const int nt = static_cast<int>(std::min<int64_t>(kT, n_tokens - t0));
+      const uint8_t* xp[kT];
+      for (int t = 0; t < kT; ++t) xp[t] = act + static_cast<size_t>(t0 + std::min(t, nt - 1)) * xrow;
+      for (int64_t i0 = 0; i0 < nr; i0 += kR) {
+        const uint8_t* wp[kR];
+        for (int r = 0; r < kR; ++r) wp[r] = pk + static_cast<size_t>(std::min<int64_t>(i0 + r, nr - 1)) * xrow;
+        qkernel_n<kOffset>(nt, wp, xp, ng, out);
+        for (int t = 0; t < nt; ++t)
+          for (int r = 0; r < kR && i0 + r < nr; ++r) y[(t0 + t) * w.rows + r0 + i0 + r] = out[t * kR + r];
+      }
+    }
+  }
+}
+
+void matmul_q32(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  switch (w.type) {
+    case GgmlType::Q4_0: matmul_q32_t<GgmlType::Q4_0>(w, x, n_tokens, y); break;
+    case GgmlType::Q4_1: matmul_q32_t<GgmlType::Q4_1>(w, x, n_tokens, y); break;
+    case GgmlType::Q5_0: matmul_q32_t<GgmlType::Q5_0>(w, x, n_tokens, y); break;
+    case GgmlType::Q5_1: matmul_q32_t<GgmlType::Q5_1>(w, x, n_tokens, y); break;
+    case GgmlType::Q8_0: matmul_q32_t<GgmlType::Q8_0>(w, x, n_tokens, y); break;
+    default: PAGODA_CHECK(false);
+  }
+}
+
+void matmul_float(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  const int64_t k = w.cols;
+  const int64_t n_chunks = (w.rows + kChunkRows - 1) / kChunkRows;
+  const int nth = threads();
+  const bool big = w.rows * w.cols * n_tokens >= kMinParallelMacs;
+  const bool direct = w.type == GgmlType::F32;
+  const bool half = w.type == GgmlType::F16 || w.type == GgmlType::BF16;
+  const size_t kpad = static_cast<size_t>((k + 15) / 16 * 16);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (nth > 1 && n_chunks > 1 && big)
+  for (int64_t ch = 0; ch < n_chunks; ++ch) {
+    const int64_t r0 = ch * kChunkRows, nr = std::min(kChunkRows, w.rows - r0);
+    if (half && n_tokens <= kT) {  // few tokens: convert in registers, no f32 staging
+      const int nt = static_cast<int>(n_tokens);
+      const float* xp[kT];
+      for (int t = 0; t < kT; ++t) xp[t] = x + std::min(t, nt - 1) * k;
+      for (int64_t i0 = 0; i0 < nr; i0 += kR) {
+        const uint8_t* wp[kR];
+        for (int r = 0; r < kR; ++r)
+          wp[r] = static_cast<const uint8_t*>(w.data) + (r0 + std::min<int64_t>(i0 + r, nr - 1)) * w.row_bytes;
+        float out[kT * kR];
+        if (w.type == GgmlType::F16) {
+          hkernel_direct_n<GgmlType::F16>(nt, wp, xp, k, kPrefetchRows * w.row_bytes, out);
+        } else {
+          hkernel_direct_n<GgmlType::BF16>(nt, wp, xp, k, kPrefetchRows * w.row_bytes, out);
+        }
+        for (int t = 0; t < nt; ++t)
+          for (int r = 0; r < kR && i0 + r < nr; ++r) y[t * w.rows + r0 + i0 + r] = out[t * kR + r];
+      }
+      continue;
+    }
+    const float* rows[kChunkRows];
+    if (direct) {
+      for (int64_t i = 0; i < nr; ++i)
+        rows[i] = reinterpret_cast<const float*>(static_cast<const uint8_t*>(w.data) + (r0 + i) * w.row_bytes);
+    } else {
+      float* buf = reinterpret_cast<float*>(scratch(1, kChunkRows * kpad * sizeof(float)));
+      for (int64_t i = 0; i < nr; ++i) {
+        row_to_f32(w, r0 + i, buf + i * kpad);
+        rows[i] = buf + i * kpad;
+      }
+    }
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kT) {
+      const int nt = static_cast<int>(std::min<int64_t>(kT, n_tokens - t0));
+      const float* xp[kT];
+      for (int t = 0; t < kT; ++t) xp[t] = x + (t0 + std::min(t, nt - 1)) * k;
+      for (int64_t i0 = 0; i0 < nr; i0 += kR) {
+        const float* wp[kR];
+        for (int r = 0; r < kR; ++r) wp[r] = rows[std::min<int64_t>(i0 + r, nr - 1)];
+        float out[kT * kR];
+        fkernel_n(nt, wp, xp, k, out);
+        for (int t = 0; t < nt; ++t)
+          for (int r = 0; r < kR && i0 + r < nr; ++r) y[(t0 + t) * w.rows + r0 + i0 + r] = out[t * kR + r];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void matmul_avx512(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  if (is_q32_type(w.type)) {
+    matmul_q32(w, x, n_tokens, y);
+  } else {
+    matmul_float(w, x, n_tokens, y);
+  }
+}
+
+}  // namespace pagoda::kernels::cpu::detail

@@ -1,0 +1,116 @@
+// Elementwise and normalization kernels (baseline AVX2; the same code runs
+// whatever ISA matmul picked). Each row is reduced in a fixed lane order.
+#include <immintrin.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/api.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/vec_math.h"
+#include "kernels/quant_rows.h"
+
+namespace pagoda::kernels {
+
+namespace cpu {
+
+void rmsnorm(const float* x, const float* weight, float eps, int64_t n_tokens, int64_t n, float* y) {
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* xr = x + t * n;
+    float* yr = y + t * n;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      const __m256 v0 = _mm256_loadu_ps(xr + i), v1 = _mm256_loadu_ps(xr + i + 8);
+      a0 = _mm256_fmadd_ps(v0, v0, a0);
+      a1 = _mm256_fmadd_ps(v1, v1, a1);
+    }
+    float ss = detail::hsum8(_mm256_add_ps(a0, a1));
+    for (; i < n; ++i) ss = std::fma(xr[i], xr[i], ss);
+    const float scale = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+    const __m256 sv = _mm256_set1_ps(scale);
+    i = 0;
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(yr + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(xr + i), sv), _mm256_loadu_ps(weight + i)));
+    for (; i < n; ++i) yr[i] = xr[i] * scale * weight[i];
+  }
+}
+
+void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
+          int32_t rope_dim, float theta_base, bool neox) {
+  // Same arithmetic as ref::rope (double trig and rotation), with the angles of
+  // a token computed once for all heads; results are bitwise equal to ref.
+  const int32_t half = rope_dim / 2;
+  std::vector<double> inv(static_cast<size_t>(half)), cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+  for (int32_t i = 0; i < half; ++i) inv[i] = std::pow(static_cast<double>(theta_base), -2.0 * i / rope_dim);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int32_t i = 0; i < half; ++i) {
+      const double theta = positions[t] * inv[i];
+      cs[i] = std::cos(theta);
+      sn[i] = std::sin(theta);
+    }
+    for (int32_t h = 0; h < n_heads; ++h) {
+      float* v = x + (t * n_heads + h) * head_dim;
+      for (int32_t i = 0; i < half; ++i) {
+        const int32_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        const double x0 = v[a], x1 = v[b];
+        v[a] = static_cast<float>(x0 * cs[i] - x1 * sn[i]);
+        v[b] = static_cast<float>(x0 * sn[i] + x1 * cs[i]);
+      }
+    }
+  }
+}
+
+void softmax(float* x, int64_t n) {
+  if (n <= 0) return;
+  __m256 mv = _mm256_set1_ps(-INFINITY);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + i));
+  float mx = detail::hmax8(mv);
+  for (; i < n; ++i) mx = std::fmax(mx, x[i]);
+  const __m256 m8 = _mm256_set1_ps(mx);
+  __m256 sv = _mm256_setzero_ps();
+  i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = detail::exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), m8));
+    _mm256_storeu_ps(x + i, e);
+    sv = _mm256_add_ps(sv, e);
+  }
+  float sum = detail::hsum8(sv);
+  for (; i < n; ++i) sum += x[i] = detail::exp1(x[i] - mx);
+  const float inv = 1.0f / sum;
+  const __m256 iv = _mm256_set1_ps(inv);
+  i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), iv));
+  for (; i < n; ++i) x[i] *= inv;
+}
+
+void kv_write(const KvLayerView& kv, const float* k, const float* v, const int64_t* slot_mapping,
+              int64_t n_tokens) {
+  const int64_t n = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const int64_t slot = slot_mapping[t];
+    if (slot < 0) continue;  // padding token: nothing to store
+    kernels::detail::kv_encode_row(kv.dtype, k + t * n, n, kv.k + slot * kv.row_bytes);
+    kernels::detail::kv_encode_row(kv.dtype, v + t * n, n, kv.v + slot * kv.row_bytes);
+  }
+}
+
+}  // namespace cpu
+
+void silu_mul(float* gate, const float* up, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, cpu::detail::exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) gate[i] = gate[i] / (1.0f + cpu::detail::exp1(-gate[i])) * up[i];
+}
+
+void add_inplace(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+}  // namespace pagoda::kernels

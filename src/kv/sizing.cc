@@ -1,0 +1,147 @@
+#include "kv/sizing.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+namespace pagoda::kv {
+
+const char* attention_kind_name(AttentionKind k) {
+  switch (k) {
+    case AttentionKind::kMHA: return "mha";
+    case AttentionKind::kGQA: return "gqa";
+    case AttentionKind::kMQA: return "mqa";
+    case AttentionKind::kMLA: return "mla";
+  }
+  return "?";
+}
+
+namespace {
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+}  // namespace
+
+Expected<AttentionKind> parse_attention_kind(const std::string& s) {
+  const std::string l = lower(s);
+  if (l == "mha") return AttentionKind::kMHA;
+  if (l == "gqa") return AttentionKind::kGQA;
+  if (l == "mqa") return AttentionKind::kMQA;
+  if (l == "mla") return AttentionKind::kMLA;
+  return errorf("unknown attention kind '%s' (mha, gqa, mqa, mla)", s.c_str());
+}
+
+bool KvShape::is_local_layer(int32_t layer) const {
+  if (sliding_window <= 0) return false;
+  if (swa_period <= 0) return true;
+  return (layer + 1) % swa_period != 0;
+}
+
+int32_t KvShape::num_local_layers() const {
+  if (sliding_window <= 0) return 0;
+  if (swa_period <= 0) return num_layers;
+  return num_layers - num_layers / swa_period;  // one global layer closes each full period
+}
+
+Status validate_kv_shape(const KvShape& s) {
+  if (s.num_layers <= 0) return errorf("kv shape: num_layers must be positive (got %d)", s.num_layers);
+  if (s.sliding_window < 0 || s.swa_period < 0) {
+    return errorf("kv shape: sliding_window (%d) and swa_period (%d) must be >= 0", s.sliding_window,
+                  s.swa_period);
+  }
+  if (s.kind == AttentionKind::kMLA) {
+    if (s.kv_lora_rank <= 0 || s.qk_rope_head_dim < 0) {
+      return errorf("kv shape: MLA needs kv_lora_rank > 0 and qk_rope_head_dim >= 0 (got %d, %d)",
+                    s.kv_lora_rank, s.qk_rope_head_dim);
+    }
+    return Status::Ok();
+  }
+  if (s.num_kv_heads <= 0 || s.head_dim <= 0 || s.v_head_dim < 0) {
+    return errorf("kv shape: num_kv_heads (%d) and head_dim (%d) must be positive", s.num_kv_heads,
+                  s.head_dim);
+  }
+  if (s.kind == AttentionKind::kMQA && s.num_kv_heads != 1) {
+    return errorf("kv shape: MQA has exactly one KV head (got %d)", s.num_kv_heads);
+  }
+  return Status::Ok();
+}
+
+KvDtype kv_dtype_f32() { return {"f32", 1, 4}; }
+KvDtype kv_dtype_f16() { return {"f16", 1, 2}; }
+KvDtype kv_dtype_bf16() { return {"bf16", 1, 2}; }
+KvDtype kv_dtype_fp8() { return {"fp8", 1, 1}; }
+KvDtype kv_dtype_int8() { return {"int8", 1, 1}; }
+KvDtype kv_dtype_q8_0() { return {"q8_0", 32, 34}; }
+KvDtype kv_dtype_q4() { return {"q4", 32, 18}; }
+
+Expected<KvDtype> parse_kv_dtype(const std::string& s) {
+  const std::string l = lower(s);
+  if (l == "f32" || l == "fp32") return kv_dtype_f32();
+  if (l == "f16" || l == "fp16") return kv_dtype_f16();
+  if (l == "bf16") return kv_dtype_bf16();
+  if (l == "fp8" || l == "fp8_e4m3" || l == "fp8_e5m2") return kv_dtype_fp8();
+  if (l == "int8" || l == "i8") return kv_dtype_int8();
+  if (l == "q8_0" || l == "q8") return kv_dtype_q8_0();
+  if (l == "q4" || l == "q4_0") return kv_dtype_q4();
+  return errorf("unknown KV cache dtype '%s' (f32, f16, bf16, fp8, int8, q8_0, q4)", s.c_str());
+}
+
+uint64_t kv_row_bytes(const KvDtype& d, int64_t n) {
+  if (n <= 0) return 0;
+  const uint64_t blocks = (static_cast<uint64_t>(n) + d.block_elems - 1) / d.block_elems;
+  return blocks * static_cast<uint64_t>(d.block_bytes);
+}
+
+uint64_t kv_bytes_per_token_per_layer(const KvShape& s, const KvDtype& d) {
+  if (s.kind == AttentionKind::kMLA) return kv_row_bytes(d, int64_t{s.kv_lora_rank} + s.qk_rope_head_dim);
+  const int32_t v_dim = s.v_head_dim > 0 ? s.v_head_dim : s.head_dim;
+  const uint64_t heads = static_cast<uint64_t>(std::max(s.num_kv_heads, 0));
+  return heads * (kv_row_bytes(d, s.head_dim) + kv_row_bytes(d, v_dim));
+}
+
+uint64_t kv_bytes_per_token(const KvShape& s, const KvDtype& d) {
+  return static_cast<uint64_t>(std::max(s.num_layers, 0)) * kv_bytes_per_token_per_layer(s, d);
+}
+
+uint64_t kv_bytes_for_sequence(const KvShape& s, const KvDtype& d, int64_t num_tokens) {
+  if (num_tokens <= 0) return 0;
+  const uint64_t per_layer = kv_bytes_per_token_per_layer(s, d);
+  const uint64_t local = static_cast<uint64_t>(std::max(s.num_local_layers(), 0));
+  const uint64_t global = static_cast<uint64_t>(std::max(s.num_layers, 0)) - local;
+  const uint64_t n = static_cast<uint64_t>(num_tokens);
+  const uint64_t local_tokens = s.sliding_window > 0 ? std::min<uint64_t>(n, static_cast<uint64_t>(s.sliding_window)) : n;
+  return per_layer * (global * n + local * local_tokens);
+}
+
+uint64_t kv_bytes_per_block(const KvShape& s, const KvDtype& d, int32_t block_size) {
+  return static_cast<uint64_t>(std::max(block_size, 0)) * kv_bytes_per_token(s, d);
+}
+
+KvShape shard_for_tp(const KvShape& s, int32_t tp) {
+  KvShape r = s;
+  if (s.kind == AttentionKind::kMLA || tp <= 1) return r;
+  r.num_kv_heads = std::max(1, (s.num_kv_heads + tp - 1) / tp);
+  return r;
+}
+
+int64_t num_blocks_for_budget(uint64_t budget_bytes, uint64_t bytes_per_block) {
+  if (bytes_per_block == 0) return 0;
+  return static_cast<int64_t>(budget_bytes / bytes_per_block);
+}
+
+int64_t watermark_blocks(int64_t num_blocks, double watermark_frac) {
+  if (num_blocks <= 1 || !(watermark_frac > 0)) return 0;
+  return static_cast<int64_t>(std::floor(watermark_frac * static_cast<double>(num_blocks - 1) + 1e-9));
+}
+
+int64_t usable_blocks(int64_t num_blocks, double watermark_frac) {
+  return std::max<int64_t>(0, num_blocks - 1 - watermark_blocks(num_blocks, watermark_frac));
+}
+
+int64_t max_concurrency(int64_t num_blocks, int64_t blocks_per_request, double watermark_frac) {
+  if (blocks_per_request <= 0) return 0;
+  return usable_blocks(num_blocks, watermark_frac) / blocks_per_request;
+}
+
+}  // namespace pagoda::kv

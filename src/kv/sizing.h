@@ -1,0 +1,120 @@
+// KV cache sizing: how many bytes one token, one sequence and one block of the
+// cache take, and how many blocks / requests a byte budget holds. Pure
+// arithmetic on a plain description of the attention (no GGUF, no tensors, no
+// model config), so the engine, `pagoda size` and sim/ all size the cache with
+// the same functions.
+//
+// Layout assumed per layer and per token:
+//   MHA / GQA / MQA: a K row and a V row per KV head -> 2 x kv_heads x row(head_dim)
+//   MLA (DeepSeek-V2/V3): one latent row shared by K and V, no factor 2 ->
+//                         row(kv_lora_rank + qk_rope_head_dim)
+// where row(n) is the bytes of n elements in the cache dtype; block-quantized
+// dtypes (q8_0: 34 bytes per 32, q4: 18 bytes per 32) round a row up to whole
+// blocks, as a quantized row cannot share a block with the next head.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+#include "kv/types.h"
+
+namespace pagoda::kv {
+
+enum class AttentionKind : uint8_t {
+  kMHA,  // kv_heads == heads
+  kGQA,  // 1 < kv_heads < heads
+  kMQA,  // kv_heads == 1
+  kMLA,  // compressed latent (kv_lora_rank + qk_rope_head_dim), shared by all heads
+};
+const char* attention_kind_name(AttentionKind k);
+// "mha", "gqa", "mqa", "mla" (case-insensitive).
+Expected<AttentionKind> parse_attention_kind(const std::string& s);
+
+// The attention of a model as the KV cache sees it.
+struct KvShape {
+  AttentionKind kind = AttentionKind::kGQA;
+  int32_t num_layers = 0;
+  int32_t num_kv_heads = 0;       // MLA: ignored (one latent per token per layer)
+  int32_t head_dim = 0;           // K head dim
+  int32_t v_head_dim = 0;         // V head dim; 0 = head_dim. MLA: ignored
+  int32_t kv_lora_rank = 0;       // MLA only
+  int32_t qk_rope_head_dim = 0;   // MLA only (the decoupled RoPE key, cached beside the latent)
+  // Sliding window: 0 = none. With a window, `swa_period` says which layers are
+  // local: in each group of swa_period layers the first swa_period - 1 are local
+  // (sliding window) and the last is global (Gemma 2: 2, Gemma 3: 6 -> 5 local per
+  // global). swa_period == 0 means every layer is local (Mistral-7B v0.1).
+  int32_t sliding_window = 0;
+  int32_t swa_period = 0;
+
+  bool is_local_layer(int32_t layer) const;  // precondition: 0 <= layer < num_layers
+  int32_t num_local_layers() const;
+  int32_t num_global_layers() const { return num_layers - num_local_layers(); }
+};
+
+// Checks the fields needed by `kind` are positive and consistent.
+Status validate_kv_shape(const KvShape& shape);
+
+// Storage dtype of the cache: `block_bytes` bytes per `block_elems` elements.
+struct KvDtype {
+  const char* name = "f16";
+  int32_t block_elems = 1;
+  int32_t block_bytes = 2;
+};
+KvDtype kv_dtype_f32();
+KvDtype kv_dtype_f16();
+KvDtype kv_dtype_bf16();
+KvDtype kv_dtype_fp8();   // e4m3 / e5m2, 1 byte
+KvDtype kv_dtype_int8();  // 1 byte (per-tensor or per-head scale kept outside the cache)
+KvDtype kv_dtype_q8_0();  // 34 bytes per 32 (fp16 scale + 32 x int8)
+KvDtype kv_dtype_q4();    // 18 bytes per 32 (q4_0: fp16 scale + 32 x 4 bit)
+// "f32|fp32", "f16|fp16", "bf16", "fp8", "int8", "q8_0", "q4|q4_0" (case-insensitive).
+Expected<KvDtype> parse_kv_dtype(const std::string& s);
+
+// Bytes of one cached row of n elements: ceil(n / block_elems) x block_bytes.
+uint64_t kv_row_bytes(const KvDtype& dtype, int64_t n);
+
+// Bytes one token occupies in ONE layer (K + V rows of every KV head, or the MLA latent).
+uint64_t kv_bytes_per_token_per_layer(const KvShape& shape, const KvDtype& dtype);
+
+// Full-context worst case: every layer stores every token (layers x per-layer bytes).
+// This is what a block of the paged pool costs per token, since one block id covers all layers.
+uint64_t kv_bytes_per_token(const KvShape& shape, const KvDtype& dtype);
+
+// Bytes a sequence of `num_tokens` tokens needs when sliding-window layers keep
+// at most `sliding_window` tokens: global layers x L + local layers x min(L, window).
+// Equals num_tokens x kv_bytes_per_token when there is no window.
+uint64_t kv_bytes_for_sequence(const KvShape& shape, const KvDtype& dtype, int64_t num_tokens);
+
+// One block of `block_size` tokens across all layers: block_size x kv_bytes_per_token.
+uint64_t kv_bytes_per_block(const KvShape& shape, const KvDtype& dtype, int32_t block_size);
+
+// The shape one tensor-parallel rank stores: KV heads are split across `tp`
+// ranks, at least one head per rank (heads are replicated when kv_heads < tp),
+// i.e. ceil(kv_heads / tp). MLA's latent is not split by head: every rank keeps
+// the whole latent. Precondition: tp >= 1.
+KvShape shard_for_tp(const KvShape& shape, int32_t tp);
+
+// ---- Paged pool arithmetic (the engine sizes its pool with these) ----------
+
+// Blocks a byte budget holds: floor(budget_bytes / bytes_per_block).
+// Precondition: bytes_per_block > 0.
+int64_t num_blocks_for_budget(uint64_t budget_bytes, uint64_t bytes_per_block);
+
+// Blocks a sequence of num_tokens tokens occupies: kv::blocks_for_tokens (kv/types.h).
+
+// Blocks admission keeps free, as kv::KvManager computes it:
+//   floor(watermark_frac x (num_blocks - 1) + 1e-9)   (num_blocks includes the null block)
+// A request is admitted only if free - needed >= watermark blocks.
+int64_t watermark_blocks(int64_t num_blocks, double watermark_frac);
+
+// Blocks available to requests:
+//   usable = num_blocks - 1 (block 0 = kNullBlock is never handed out) - watermark_blocks(num_blocks, frac)
+// (never negative).
+int64_t usable_blocks(int64_t num_blocks, double watermark_frac);
+
+// Requests of `blocks_per_request` blocks each that can be resident at once:
+//   floor(usable_blocks(num_blocks, watermark_frac) / blocks_per_request).
+// Precondition: blocks_per_request > 0.
+int64_t max_concurrency(int64_t num_blocks, int64_t blocks_per_request, double watermark_frac);
+
+}  // namespace pagoda::kv

@@ -1,0 +1,103 @@
+#include "model/config.h"
+
+#include <limits>
+
+namespace pagoda::model {
+
+const char* arch_name(Arch a) {
+  switch (a) {
+    case Arch::Llama: return "llama";
+    case Arch::Mistral: return "mistral";
+    case Arch::Qwen2: return "qwen2";
+  }
+  return "?";
+}
+
+namespace {
+
+// Reads a positive int32 key; `def` < 0 means required.
+Expected<int32_t> read_dim(const gguf::GgufFile& f, const std::string& key, int64_t def) {
+  int64_t v = def;
+  if (const gguf::Value* val = f.find(key)) {
+    if (!val->is_int()) return errorf("metadata %s: expected an integer", key.c_str());
+    v = val->as_int();
+  } else if (def < 0) {
+    return errorf("metadata %s: missing (required for this architecture)", key.c_str());
+  }
+  if (v <= 0 || v > std::numeric_limits<int32_t>::max()) {
+    return errorf("metadata %s: value %lld out of range", key.c_str(), static_cast<long long>(v));
+  }
+  return static_cast<int32_t>(v);
+}
+
+Expected<float> read_float(const gguf::GgufFile& f, const std::string& key, double def) {
+  const gguf::Value* val = f.find(key);
+  if (!val) return static_cast<float>(def);
+  if (val->type != gguf::ValueType::FLOAT32 && val->type != gguf::ValueType::FLOAT64 && !val->is_int()) {
+    return errorf("metadata %s: expected a number", key.c_str());
+  }
+  return static_cast<float>(val->as_float());
+}
+
+}  // namespace
+
+Expected<ModelConfig> config_from_gguf(const gguf::GgufFile& f) {
+  ModelConfig c;
+  PAGODA_ASSIGN_OR_RETURN(std::string arch, f.get_string("general.architecture"));
+  if (arch == "llama") {
+    c.arch = Arch::Llama;
+  } else if (arch == "mistral") {
+    c.arch = Arch::Mistral;
+  } else if (arch == "qwen2") {
+    c.arch = Arch::Qwen2;
+    c.rope_neox = true;
+    c.attn_bias = true;
+  } else {
+    return errorf("general.architecture '%s' is not supported (llama, mistral, qwen2)", arch.c_str());
+  }
+  const std::string p = arch + ".";
+  PAGODA_ASSIGN_OR_RETURN(c.n_layers, read_dim(f, p + "block_count", -1));
+  PAGODA_ASSIGN_OR_RETURN(c.n_embd, read_dim(f, p + "embedding_length", -1));
+  PAGODA_ASSIGN_OR_RETURN(c.n_ff, read_dim(f, p + "feed_forward_length", -1));
+  PAGODA_ASSIGN_OR_RETURN(c.n_heads, read_dim(f, p + "attention.head_count", -1));
+  PAGODA_ASSIGN_OR_RETURN(c.n_kv_heads, read_dim(f, p + "attention.head_count_kv", c.n_heads));
+  if (c.n_embd % c.n_heads != 0 && !f.find(p + "attention.key_length")) {
+    return errorf("%sembedding_length %d is not a multiple of attention.head_count %d", p.c_str(),
+                  c.n_embd, c.n_heads);
+  }
+  PAGODA_ASSIGN_OR_RETURN(c.head_dim, read_dim(f, p + "attention.key_length", c.n_embd / c.n_heads));
+  if (const gguf::Value* vl = f.find(p + "attention.value_length")) {
+    if (!vl->is_int() || vl->as_int() != c.head_dim) {
+      return errorf("%sattention.value_length must equal key_length (%d)", p.c_str(), c.head_dim);
+    }
+  }
+  PAGODA_ASSIGN_OR_RETURN(c.rope_dim, read_dim(f, p + "rope.dimension_count", c.head_dim));
+  PAGODA_ASSIGN_OR_RETURN(c.n_ctx_train, read_dim(f, p + "context_length", 2048));
+  PAGODA_ASSIGN_OR_RETURN(c.rms_eps, read_float(f, p + "attention.layer_norm_rms_epsilon", 1e-5));
+  PAGODA_ASSIGN_OR_RETURN(c.rope_base, read_float(f, p + "rope.freq_base", 10000.0));
+
+  if (c.n_heads % c.n_kv_heads != 0) {
+    return errorf("attention.head_count %d is not a multiple of attention.head_count_kv %d", c.n_heads,
+                  c.n_kv_heads);
+  }
+  if (c.rope_dim > c.head_dim || c.rope_dim % 2 != 0) {
+    return errorf("rope.dimension_count %d must be even and <= head dim %d", c.rope_dim, c.head_dim);
+  }
+  if (!(c.rms_eps > 0.f) || !(c.rope_base > 0.f)) {
+    return errorf("layer_norm_rms_epsilon (%g) and rope.freq_base (%g) must be positive",
+                  static_cast<double>(c.rms_eps), static_cast<double>(c.rope_base));
+  }
+  const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight");
+  if (!emb) return errorf("tensor token_embd.weight: missing");
+  if (emb->dims.size() != 2 || emb->dims[0] != static_cast<uint64_t>(c.n_embd) || emb->dims[1] == 0 ||
+      emb->dims[1] > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
+    return errorf("tensor token_embd.weight: expected [%d, n_vocab], found %s", c.n_embd,
+                  emb->dims.size() == 2 ? (std::to_string(emb->dims[0]) + ", " + std::to_string(emb->dims[1])).c_str()
+                                        : "a tensor of other rank");
+  }
+  c.n_vocab = static_cast<int32_t>(emb->dims[1]);
+  c.tied_output = f.find_tensor("output.weight") == nullptr;
+  return c;
+}
+
+}  // namespace pagoda::model

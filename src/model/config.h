@@ -1,0 +1,40 @@
+// ModelConfig: the hyperparameters of a decoder-only transformer, read from GGUF
+// metadata (`general.architecture` and the `<arch>.*` keys) and checked for
+// consistency before any weight is bound.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+#include "gguf/gguf.h"
+
+namespace pagoda::model {
+
+enum class Arch : uint8_t { Llama, Mistral, Qwen2 };
+const char* arch_name(Arch a);
+
+struct ModelConfig {
+  Arch arch = Arch::Llama;
+  int32_t n_layers = 0;      // <arch>.block_count
+  int32_t n_embd = 0;        // <arch>.embedding_length
+  int32_t n_ff = 0;          // <arch>.feed_forward_length
+  int32_t n_heads = 0;       // <arch>.attention.head_count
+  int32_t n_kv_heads = 0;    // <arch>.attention.head_count_kv (default n_heads)
+  int32_t head_dim = 0;      // <arch>.attention.key_length (default n_embd / n_heads)
+  int32_t rope_dim = 0;      // <arch>.rope.dimension_count (default head_dim)
+  int32_t n_vocab = 0;       // token_embd.weight dims[1]
+  int32_t n_ctx_train = 0;   // <arch>.context_length
+  float rms_eps = 1e-5f;     // <arch>.attention.layer_norm_rms_epsilon
+  float rope_base = 10000.f; // <arch>.rope.freq_base
+  bool rope_neox = false;    // qwen2: pairs (i, i + rope_dim/2); llama/mistral: (2i, 2i+1)
+  bool attn_bias = false;    // qwen2: q/k/v projections carry biases
+  bool tied_output = false;  // no output.weight: token_embd doubles as the output matrix
+
+  int32_t q_dim() const { return n_heads * head_dim; }      // width of Q and of attention output
+  int32_t kv_dim() const { return n_kv_heads * head_dim; }  // width of one token's K (or V) row
+};
+
+// Reads and validates the config. Errors name the missing/invalid key.
+Expected<ModelConfig> config_from_gguf(const gguf::GgufFile& file);
+
+}  // namespace pagoda::model

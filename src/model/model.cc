@@ -1,0 +1,89 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/hash.h"
+#include "gguf/dequant.h"
+
+namespace pagoda::model {
+
+// ---- Workspace ---------------------------------------------------------------
+
+void Workspace::reserve(const ModelConfig& c, int32_t max_tokens) {
+  if (max_tokens <= max_tokens_ && c.n_embd == embd_ && c.q_dim() == q_dim_ && c.kv_dim() == kv_dim_ &&
+      c.n_ff == ff_) {
+    return;
+  }
+  max_tokens_ = std::max(max_tokens, max_tokens_);
+  embd_ = c.n_embd;
+  q_dim_ = c.q_dim();
+  kv_dim_ = c.kv_dim();
+  ff_ = c.n_ff;
+  const auto t = static_cast<size_t>(max_tokens_);
+  x.resize(t * static_cast<size_t>(embd_));
+  xn.resize(t * static_cast<size_t>(embd_));
+  q.resize(t * static_cast<size_t>(q_dim_));
+  k.resize(t * static_cast<size_t>(kv_dim_));
+  v.resize(t * static_cast<size_t>(kv_dim_));
+  att.resize(t * static_cast<size_t>(q_dim_));
+  proj.resize(t * static_cast<size_t>(embd_));
+  gate.resize(t * static_cast<size_t>(ff_));
+  up.resize(t * static_cast<size_t>(ff_));
+}
+
+// ---- Loading -----------------------------------------------------------------
+
+namespace {
+
+uint64_t compute_fingerprint(const gguf::GgufFile& f, const ModelConfig& c) {
+  Hasher128 h(0x7061676f6461ull);  // "pagoda"
+  const char* arch = arch_name(c.arch);
+  h.update(arch, std::strlen(arch));
+  const int64_t ints[] = {c.n_layers, c.n_embd, c.n_ff,      c.n_heads,  c.n_kv_heads,
+                          c.head_dim, c.rope_dim, c.n_vocab, c.rope_neox, c.attn_bias};
+  h.update(ints, sizeof(ints));
+  const float floats[] = {c.rms_eps, c.rope_base};
+  h.update(floats, sizeof(floats));
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    h.update(t.name.data(), t.name.size());
+    h.update(t.dims.data(), t.dims.size() * sizeof(uint64_t));
+    const auto type = static_cast<uint32_t>(t.type);
+    h.update(&type, sizeof(type));
+    if (!t.data) continue;
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(t.n_bytes, 256));
+    h.update(t.data, n);
+    h.update(t.data + (t.n_bytes - n), n);
+  }
+  return h.digest().lo;
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
+  PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> f, gguf::GgufFile::open(path));
+  return from_gguf(std::shared_ptr<const gguf::GgufFile>(std::move(f)));
+}
+
+Expected<std::unique_ptr<Model>> Model::from_gguf(std::shared_ptr<const gguf::GgufFile> file) {
+  std::unique_ptr<Model> m(new Model());
+  m->file_ = std::move(file);
+  PAGODA_ASSIGN_OR_RETURN(m->config_, config_from_gguf(*m->file_));
+  PAGODA_ASSIGN_OR_RETURN(m->weights_, bind_weights(*m->file_, m->config_));
+  m->fingerprint_ = compute_fingerprint(*m->file_, m->config_);
+  m->weight_bytes_per_token_ = model::weight_bytes_per_token(m->weights_, m->config_);
+  return m;
+}
+
+void embed_token(const kernels::WeightView& token_embd, int32_t token, float* out) {
+  const auto* row = static_cast<const uint8_t*>(token_embd.data) + static_cast<size_t>(token) * token_embd.row_bytes;
+  gguf::dequantize_row(token_embd.type, row, out, token_embd.cols);
+}
+
+Status Model::forward(const kernels::BatchView& batch, std::span<const kernels::KvLayerView> kv_layers,
+                      float* logits, Workspace& ws, KernelBackend backend) const {
+  // Every supported architecture is in the llama family (llama.cc).
+  return llama_forward(config_, weights_, batch, kv_layers, logits, ws, backend);
+}
+
+}  // namespace pagoda::model

@@ -1,0 +1,122 @@
+#include "model/weights.h"
+
+#include <string>
+
+#include "gguf/dequant.h"
+
+namespace pagoda::model {
+
+namespace {
+
+std::string dims_str(const std::vector<uint64_t>& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(d[i]);
+  }
+  return s + "]";
+}
+
+// Finds `name` and checks its GGUF dims (ggml order: dims[0] is the row length).
+Expected<const gguf::TensorInfo*> find_shaped(const gguf::GgufFile& f, const std::string& name,
+                                              const std::vector<uint64_t>& want) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (!t) return errorf("tensor %s: missing (expected shape %s)", name.c_str(), dims_str(want).c_str());
+  if (t->dims != want) {
+    return errorf("tensor %s: expected %s, found %s", name.c_str(), dims_str(want).c_str(),
+                  dims_str(t->dims).c_str());
+  }
+  if (!t->data) return errorf("tensor %s: no data", name.c_str());
+  return t;
+}
+
+// A 1-D F32 vector (norm weight or bias) of n values.
+Expected<const float*> bind_vector(const gguf::GgufFile& f, const std::string& name, int64_t n) {
+  PAGODA_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, find_shaped(f, name, {static_cast<uint64_t>(n)}));
+  if (t->type != GgmlType::F32) {
+    const GgmlTypeInfo* ti = ggml_type_info(static_cast<uint32_t>(t->type));
+    return errorf("tensor %s: type %s not supported for norms/biases (need F32)", name.c_str(),
+                  ti ? ti->name : "?");
+  }
+  if (reinterpret_cast<uintptr_t>(t->data) % alignof(float) != 0) {
+    return errorf("tensor %s: data not 4-byte aligned", name.c_str());
+  }
+  return reinterpret_cast<const float*>(t->data);
+}
+
+// A matrix of `rows` output features x `cols` input features (GGUF dims [cols, rows]).
+Expected<kernels::WeightView> bind_matrix(const gguf::GgufFile& f, const std::string& name, int64_t rows,
+                                          int64_t cols) {
+  PAGODA_ASSIGN_OR_RETURN(const gguf::TensorInfo* t,
+                          find_shaped(f, name, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)}));
+  const GgmlTypeInfo* ti = ggml_type_info(static_cast<uint32_t>(t->type));
+  if (!ti || !kernels::matmul_supports(t->type)) {
+    return errorf("tensor %s: type %s is not supported", name.c_str(), ti ? ti->name : "unknown");
+  }
+  if (cols % ti->block_size != 0) {
+    return errorf("tensor %s: row length %lld is not a multiple of the %s block size %u", name.c_str(),
+                  static_cast<long long>(cols), ti->name, ti->block_size);
+  }
+  kernels::WeightView w;
+  w.data = t->data;
+  w.type = t->type;
+  w.rows = rows;
+  w.cols = cols;
+  w.row_bytes = ggml_row_bytes(t->type, static_cast<size_t>(cols));
+  if (w.row_bytes * static_cast<uint64_t>(rows) > t->n_bytes) {
+    return errorf("tensor %s: %llu bytes, expected %llu", name.c_str(), static_cast<unsigned long long>(t->n_bytes),
+                  static_cast<unsigned long long>(w.row_bytes * static_cast<uint64_t>(rows)));
+  }
+  return w;
+}
+
+uint64_t matrix_bytes(const kernels::WeightView& w) { return w.row_bytes * static_cast<uint64_t>(w.rows); }
+
+}  // namespace
+
+Expected<ModelWeights> bind_weights(const gguf::GgufFile& f, const ModelConfig& c) {
+  ModelWeights w;
+  PAGODA_ASSIGN_OR_RETURN(w.token_embd, bind_matrix(f, "token_embd.weight", c.n_vocab, c.n_embd));
+  if (!gguf::dequantize_supported(w.token_embd.type)) {
+    return errorf("tensor token_embd.weight: type %s cannot be dequantized", ggml_type_info(w.token_embd.type).name);
+  }
+  PAGODA_ASSIGN_OR_RETURN(w.output_norm, bind_vector(f, "output_norm.weight", c.n_embd));
+  if (c.tied_output) {
+    w.output = w.token_embd;
+  } else {
+    PAGODA_ASSIGN_OR_RETURN(w.output, bind_matrix(f, "output.weight", c.n_vocab, c.n_embd));
+  }
+  w.layers.resize(static_cast<size_t>(c.n_layers));
+  for (int32_t i = 0; i < c.n_layers; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    LayerWeights& l = w.layers[static_cast<size_t>(i)];
+    PAGODA_ASSIGN_OR_RETURN(l.attn_norm, bind_vector(f, b + "attn_norm.weight", c.n_embd));
+    PAGODA_ASSIGN_OR_RETURN(l.wq, bind_matrix(f, b + "attn_q.weight", c.q_dim(), c.n_embd));
+    PAGODA_ASSIGN_OR_RETURN(l.wk, bind_matrix(f, b + "attn_k.weight", c.kv_dim(), c.n_embd));
+    PAGODA_ASSIGN_OR_RETURN(l.wv, bind_matrix(f, b + "attn_v.weight", c.kv_dim(), c.n_embd));
+    if (c.attn_bias) {
+      PAGODA_ASSIGN_OR_RETURN(l.bq, bind_vector(f, b + "attn_q.bias", c.q_dim()));
+      PAGODA_ASSIGN_OR_RETURN(l.bk, bind_vector(f, b + "attn_k.bias", c.kv_dim()));
+      PAGODA_ASSIGN_OR_RETURN(l.bv, bind_vector(f, b + "attn_v.bias", c.kv_dim()));
+    }
+    PAGODA_ASSIGN_OR_RETURN(l.wo, bind_matrix(f, b + "attn_output.weight", c.n_embd, c.q_dim()));
+    PAGODA_ASSIGN_OR_RETURN(l.ffn_norm, bind_vector(f, b + "ffn_norm.weight", c.n_embd));
+    PAGODA_ASSIGN_OR_RETURN(l.w_gate, bind_matrix(f, b + "ffn_gate.weight", c.n_ff, c.n_embd));
+    PAGODA_ASSIGN_OR_RETURN(l.w_up, bind_matrix(f, b + "ffn_up.weight", c.n_ff, c.n_embd));
+    PAGODA_ASSIGN_OR_RETURN(l.w_down, bind_matrix(f, b + "ffn_down.weight", c.n_embd, c.n_ff));
+  }
+  return w;
+}
+
+uint64_t weight_bytes_per_token(const ModelWeights& w, const ModelConfig& c) {
+  const uint64_t vec = static_cast<uint64_t>(c.n_embd) * 4;
+  uint64_t total = w.token_embd.row_bytes + vec + matrix_bytes(w.output);
+  for (const LayerWeights& l : w.layers) {
+    total += 2 * vec + matrix_bytes(l.wq) + matrix_bytes(l.wk) + matrix_bytes(l.wv) + matrix_bytes(l.wo) +
+             matrix_bytes(l.w_gate) + matrix_bytes(l.w_up) + matrix_bytes(l.w_down);
+    if (l.bq) total += 4 * static_cast<uint64_t>(c.q_dim() + 2 * c.kv_dim());
+  }
+  return total;
+}
+
+}  // namespace pagoda::model

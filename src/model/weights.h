@@ -1,0 +1,47 @@
+// Weight binding: every matrix is a kernels::WeightView pointing straight into
+// the GGUF mapping (quantized weights are never expanded); norm weights and
+// biases must be F32 and are used as float*. Shapes are in math order
+// [rows = output features, cols = input features] (GGUF dims reversed).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "base/status.h"
+#include "gguf/gguf.h"
+#include "kernels/api.h"
+#include "model/config.h"
+
+namespace pagoda::model {
+
+struct LayerWeights {
+  const float* attn_norm = nullptr;  // [n_embd]
+  kernels::WeightView wq;            // [q_dim, n_embd]
+  kernels::WeightView wk;            // [kv_dim, n_embd]
+  kernels::WeightView wv;            // [kv_dim, n_embd]
+  const float* bq = nullptr;         // [q_dim]  (qwen2 only, else null)
+  const float* bk = nullptr;         // [kv_dim] (qwen2 only)
+  const float* bv = nullptr;         // [kv_dim] (qwen2 only)
+  kernels::WeightView wo;            // [n_embd, q_dim]
+  const float* ffn_norm = nullptr;   // [n_embd]
+  kernels::WeightView w_gate;        // [n_ff, n_embd]
+  kernels::WeightView w_up;          // [n_ff, n_embd]
+  kernels::WeightView w_down;        // [n_embd, n_ff]
+};
+
+struct ModelWeights {
+  kernels::WeightView token_embd;    // [n_vocab, n_embd]; rows dequantized one token at a time
+  const float* output_norm = nullptr;  // [n_embd]
+  kernels::WeightView output;        // [n_vocab, n_embd]; == token_embd when tied
+  std::vector<LayerWeights> layers;  // [n_layers]
+};
+
+// Binds and validates every tensor the config implies. Errors name the tensor:
+// "tensor blk.3.attn_q.weight: expected [576, 576], found [576, 512]" (GGUF dim order).
+// Precondition: `file` outlives the returned views.
+Expected<ModelWeights> bind_weights(const gguf::GgufFile& file, const ModelConfig& config);
+
+// Bytes of weights read to compute one token (all matrices, norms and the output
+// matrix; one embedding row). The numerator of decode GB/s.
+uint64_t weight_bytes_per_token(const ModelWeights& w, const ModelConfig& c);
+
+}  // namespace pagoda::model

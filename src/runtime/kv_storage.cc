@@ -1,0 +1,64 @@
+#include "runtime/kv_storage.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "base/check.h"
+#include "base/checked_math.h"
+
+namespace pagoda::runtime {
+
+Expected<std::unique_ptr<KvStorage>> KvStorage::create(const KvStorageSpec& s) {
+  if (s.n_layers <= 0 || s.n_kv_heads <= 0 || s.head_dim <= 0 || s.num_blocks <= 0 || s.block_size <= 0) {
+    return errorf("kv storage: layers %d, kv heads %d, head dim %d, blocks %d, block size %d must all be positive",
+                  s.n_layers, s.n_kv_heads, s.head_dim, s.num_blocks, s.block_size);
+  }
+  if (s.dtype == kernels::KvDtype::Q8_0 && s.kv_dim() % 32 != 0) {
+    return errorf("kv storage: q8_0 needs a K/V row (n_kv_heads * head_dim = %lld) that is a multiple of 32",
+                  static_cast<long long>(s.kv_dim()));
+  }
+  uint64_t slots = 0, layer_bytes = 0, total = 0;
+  if (!checked_mul(static_cast<uint64_t>(s.num_blocks), static_cast<uint64_t>(s.block_size), &slots) ||
+      !checked_mul(slots, s.row_bytes(), &layer_bytes) ||
+      !checked_mul(layer_bytes, 2ull * static_cast<uint64_t>(s.n_layers), &total) || total > (1ull << 46)) {
+    return errorf("kv storage: %d blocks x %d tokens is too large", s.num_blocks, s.block_size);
+  }
+  void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    return errorf("kv storage: cannot map %llu bytes: %s", static_cast<unsigned long long>(total), std::strerror(errno));
+  }
+  std::unique_ptr<KvStorage> kv(new KvStorage());
+  kv->spec_ = s;
+  kv->base_ = static_cast<uint8_t*>(p);
+  kv->mapped_bytes_ = total;
+  kv->layers_.resize(static_cast<size_t>(s.n_layers));
+  for (int32_t l = 0; l < s.n_layers; ++l) {
+    kernels::KvLayerView& v = kv->layers_[static_cast<size_t>(l)];
+    v.k = kv->base_ + (2 * static_cast<uint64_t>(l)) * layer_bytes;
+    v.v = v.k + layer_bytes;
+    v.dtype = s.dtype;
+    v.block_size = s.block_size;
+    v.n_kv_heads = s.n_kv_heads;
+    v.head_dim = s.head_dim;
+    v.row_bytes = s.row_bytes();
+  }
+  return kv;
+}
+
+KvStorage::~KvStorage() {
+  if (base_) munmap(base_, mapped_bytes_);
+}
+
+void KvStorage::copy_block(int32_t src, int32_t dst) {
+  PAGODA_CHECK(src >= 0 && src < spec_.num_blocks && dst >= 0 && dst < spec_.num_blocks);
+  if (src == dst) return;
+  const size_t block_bytes = static_cast<size_t>(spec_.block_size) * spec_.row_bytes();
+  for (const kernels::KvLayerView& v : layers_) {
+    std::memcpy(v.k + static_cast<size_t>(dst) * block_bytes, v.k + static_cast<size_t>(src) * block_bytes, block_bytes);
+    std::memcpy(v.v + static_cast<size_t>(dst) * block_bytes, v.v + static_cast<size_t>(src) * block_bytes, block_bytes);
+  }
+}
+
+}  // namespace pagoda::runtime

@@ -1,0 +1,60 @@
+// KvStorage: the bytes of the KV cache. For every layer, a K pool and a V pool of
+// num_blocks x block_size slots; slot = block_id * block_size + offset holds one
+// token's row of n_kv_heads * head_dim values in `dtype` (kernels::kv_row_bytes).
+// Which block belongs to which sequence is kv/'s business (integer ids only);
+// this class only owns memory and copies blocks.
+//
+// Memory is one anonymous mapping: pages are zero and untouched until written,
+// so a large reservation costs address space, not RSS, until used.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "kernels/api.h"
+
+namespace pagoda::runtime {
+
+struct KvStorageSpec {
+  int32_t n_layers = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t num_blocks = 0;   // including block 0, the kv manager's reserved null block
+  int32_t block_size = 16;  // tokens per block
+  kernels::KvDtype dtype = kernels::KvDtype::F32;
+
+  int64_t kv_dim() const { return static_cast<int64_t>(n_kv_heads) * head_dim; }
+  size_t row_bytes() const { return kernels::kv_row_bytes(dtype, kv_dim()); }           // one token, one layer, K or V
+  uint64_t bytes_per_token() const { return 2ull * static_cast<uint64_t>(n_layers) * row_bytes(); }  // K+V, all layers
+  uint64_t bytes_per_block() const { return bytes_per_token() * static_cast<uint64_t>(block_size); }
+  uint64_t bytes_total() const { return bytes_per_block() * static_cast<uint64_t>(num_blocks); }
+};
+
+class KvStorage {
+ public:
+  // Errors: non-positive sizes, q8_0 with a row not a multiple of 32, overflow,
+  // or the mapping failing.
+  static Expected<std::unique_ptr<KvStorage>> create(const KvStorageSpec& spec);
+  ~KvStorage();
+  KvStorage(const KvStorage&) = delete;
+  KvStorage& operator=(const KvStorage&) = delete;
+
+  const KvStorageSpec& spec() const { return spec_; }
+  std::span<const kernels::KvLayerView> layers() const { return layers_; }
+  uint64_t bytes_total() const { return spec_.bytes_total(); }
+
+  // Copy-on-write: copies K and V of every layer from block src to block dst.
+  // Precondition: src, dst in [0, num_blocks).
+  void copy_block(int32_t src, int32_t dst);
+
+ private:
+  KvStorage() = default;
+  KvStorageSpec spec_;
+  uint8_t* base_ = nullptr;   // [n_layers, 2 (K, V), num_blocks * block_size, row_bytes]
+  size_t mapped_bytes_ = 0;
+  std::vector<kernels::KvLayerView> layers_;  // [n_layers]
+};
+
+}  // namespace pagoda::runtime

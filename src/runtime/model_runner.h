@@ -1,0 +1,72 @@
+// ModelRunner: executes one engine step. StepPlan -> block copies -> plan/
+// BatchView -> Model::forward -> the logits of every sequence that wants them.
+// It owns the KV storage, the forward workspace and the step's batch arrays, so
+// a step allocates nothing once the buffers have grown to the step size.
+//
+// Thread-safety: one thread drives a runner (the engine loop); kernels use their
+// own thread pool inside a step.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "kernels/api.h"
+#include "model/model.h"
+#include "plan/batch.h"
+#include "runtime/kv_storage.h"
+#include "sched/step_plan.h"
+
+namespace pagoda::runtime {
+
+struct RunnerOptions {
+  int32_t num_blocks = 0;           // KV blocks including the reserved null block 0
+  int32_t block_size = 16;          // tokens per KV block
+  kernels::KvDtype kv_dtype = kernels::KvDtype::F32;
+  int32_t max_tokens_per_step = 512;  // workspace reserved up front (grows if a step is larger)
+  model::KernelBackend backend = model::KernelBackend::Cpu;
+};
+
+// Blocks needed to hold `n_ctx` tokens of one sequence, plus the null block.
+inline int32_t blocks_for_context(int64_t n_ctx, int32_t block_size) {
+  return static_cast<int32_t>((n_ctx + block_size - 1) / block_size) + 1;
+}
+
+// The logits of one step. Valid until the next execute().
+struct StepLogits {
+  int32_t n_vocab = 0;
+  std::span<const int32_t> seq_indices;  // [L] index into StepPlan::seqs of each row
+  std::span<const float> data;           // [L, n_vocab]
+  int32_t size() const { return static_cast<int32_t>(seq_indices.size()); }
+  std::span<const float> row(int32_t i) const {
+    return data.subspan(static_cast<size_t>(i) * static_cast<size_t>(n_vocab), static_cast<size_t>(n_vocab));
+  }
+};
+
+class ModelRunner {
+ public:
+  // Precondition: `model` outlives the runner.
+  static Expected<std::unique_ptr<ModelRunner>> create(const model::Model& model, const RunnerOptions& options);
+
+  // Runs one step. The whole plan is validated first: an error (bad plan, token
+  // out of range, block outside the storage) leaves the KV storage untouched.
+  Expected<StepLogits> execute(const sched::StepPlan& plan);
+
+  const model::Model& model() const { return model_; }
+  const RunnerOptions& options() const { return options_; }
+  KvStorage& kv() { return *kv_; }
+  const KvStorage& kv() const { return *kv_; }
+  void set_backend(model::KernelBackend b) { options_.backend = b; }
+
+ private:
+  ModelRunner(const model::Model& m, const RunnerOptions& o) : model_(m), options_(o) {}
+  const model::Model& model_;
+  RunnerOptions options_;
+  std::unique_ptr<KvStorage> kv_;
+  model::Workspace ws_;
+  plan::StepBatch batch_;
+  std::vector<float> logits_;  // [L, n_vocab]
+};
+
+}  // namespace pagoda::runtime

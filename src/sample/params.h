@@ -1,0 +1,38 @@
+// Per-request sampling parameters (OpenAI / vLLM / llama.cpp vocabulary).
+// Defaults are neutral (plain softmax sampling at temperature 1); `pagoda run`
+// sets llama.cpp's CLI defaults on top.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pagoda::sample {
+
+struct SamplingParams {
+  float temperature = 1.0f;         // 0 (or below): greedy argmax, ties -> lowest id
+  int32_t top_k = 0;                // <= 0: off
+  float top_p = 1.0f;               // >= 1: off
+  float min_p = 0.0f;               // <= 0: off; keeps p >= min_p * p_max
+  float repetition_penalty = 1.0f;  // 1: off; over prompt + generated tokens (HF/vLLM/llama.cpp rule)
+  float presence_penalty = 0.0f;    // over generated tokens (OpenAI/vLLM rule)
+  float frequency_penalty = 0.0f;   // over generated tokens, times the count
+  uint64_t seed = 0;                // per-request RNG seed
+  int32_t max_tokens = 256;         // generated tokens; <= 0: unlimited (context bound)
+  std::vector<std::string> stop;    // stop strings (text level; not included in the output)
+  std::vector<int32_t> stop_token_ids;  // extra stop tokens (honoured even with ignore_eos)
+  bool ignore_eos = false;
+  bool logprobs = false;            // report the chosen token's logprob
+  int32_t top_logprobs = 0;         // and this many most likely alternatives
+};
+
+// llama.cpp CLI defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05.
+inline SamplingParams llama_cpp_defaults() {
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_k = 40;
+  p.top_p = 0.95f;
+  p.min_p = 0.05f;
+  return p;
+}
+
+}  // namespace pagoda::sample

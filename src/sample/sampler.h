@@ -1,0 +1,63 @@
+// Sampler: one per request. Owns the request's seeded RNG and token counts so
+// that the same seed and logits always give the same tokens (also after
+// preemption: the sampler lives with the request, not with the step).
+//
+// Pipeline over the logits of one step (llama.cpp's order):
+//   penalties -> [greedy: argmax] -> top-k -> top-p -> min-p -> temperature -> draw
+// top-p and min-p use the probabilities at temperature 1, as llama.cpp does.
+// Logprobs are the log-softmax of the processed logits (after penalties and,
+// when sampling, temperature; before the top-k/top-p/min-p truncation).
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/rng.h"
+#include "sample/params.h"
+
+namespace pagoda::sample {
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.f;
+};
+
+struct SampleResult {
+  int32_t token = -1;
+  float logprob = 0.f;              // of `token`, when params.logprobs
+  std::vector<TokenLogprob> top;    // [top_logprobs] best first (ties: lowest id), when params.logprobs
+};
+
+class Sampler {
+ public:
+  // prompt_tokens feed the repetition penalty.
+  explicit Sampler(SamplingParams params, std::span<const int32_t> prompt_tokens = {});
+
+  // Picks the next token from logits [n_vocab] (not modified) and records it as
+  // generated. Precondition: logits non-empty.
+  SampleResult sample(std::span<const float> logits);
+  // Records a token produced elsewhere (e.g. forced) for the penalties.
+  void accept(int32_t token);
+
+  const SamplingParams& params() const { return params_; }
+  const std::vector<int32_t>& generated() const { return generated_; }
+
+ private:
+  void apply_penalties(std::span<float> l);
+  void ensure_vocab(size_t n_vocab);
+
+  SamplingParams params_;
+  Rng rng_;
+  std::vector<int32_t> prompt_;           // until the vocab size is known
+  std::vector<int32_t> generated_;
+  std::vector<int32_t> counts_;           // [n_vocab] times generated
+  std::vector<uint8_t> seen_;             // [n_vocab] in prompt or generated
+  std::vector<float> work_;               // [n_vocab] processed logits
+  std::vector<int32_t> cand_;             // candidate ids
+  std::vector<float> probs_;              // candidate probabilities
+};
+
+// Argmax with ties broken towards the lowest id. Precondition: non-empty.
+int32_t argmax(std::span<const float> logits);
+
+}  // namespace pagoda::sample

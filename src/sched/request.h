@@ -1,0 +1,57 @@
+// A request as the scheduler tracks it: token lists and progress, no sampling
+// state. States: waiting -> running -> (preempted -> waiting) -> finished | aborted.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/hash.h"
+#include "sched/step_plan.h"
+
+namespace pagoda::sched {
+
+using TokenId = int32_t;
+
+enum class RequestState : uint8_t {
+  kWaiting,    // in the waiting queue, never admitted yet
+  kRunning,    // holds KV blocks, scheduled every step it gets budget
+  kPreempted,  // in the waiting queue after preemption by recompute
+  kFinished,
+  kAborted,
+};
+const char* request_state_name(RequestState s);
+
+enum class FinishReason : uint8_t {
+  kNone,
+  kStop,    // the engine said so (EOS, stop string, ...)
+  kLength,  // max_tokens generated, or max_model_len reached
+  kAbort,
+};
+const char* finish_reason_name(FinishReason r);
+
+struct NewRequest {
+  RequestId id = 0;
+  std::vector<TokenId> prompt;
+  int32_t max_tokens = 16;  // >= 1
+  std::string cache_salt;   // tenant isolation for the prefix cache ("" = shared)
+};
+
+struct Request {
+  RequestId id = 0;
+  std::vector<TokenId> tokens;  // prompt, then the outputs so far
+  int32_t num_prompt_tokens = 0;
+  int32_t max_tokens = 0;
+  std::string cache_salt;
+  uint64_t arrival = 0;  // order of add_request
+  RequestState state = RequestState::kWaiting;
+  int32_t num_computed_tokens = 0;  // tokens of `tokens` whose K/V are cached
+  int32_t num_cached_tokens = -1;   // prefix-cache hit at first admission (-1: not admitted yet)
+  int32_t num_preemptions = 0;
+  int32_t deferred_steps = 0;        // steps passed over for in-flight prefix dedup
+  std::vector<Hash128> block_keys;   // prefix keys of its full blocks, extended lazily
+
+  int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
+  int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+};
+
+}  // namespace pagoda::sched

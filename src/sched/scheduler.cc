@@ -1,0 +1,305 @@
+#include "sched/scheduler.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "base/check.h"
+
+namespace pagoda::sched {
+
+const char* request_state_name(RequestState s) {
+  switch (s) {
+    case RequestState::kWaiting: return "waiting";
+    case RequestState::kRunning: return "running";
+    case RequestState::kPreempted: return "preempted";
+    case RequestState::kFinished: return "finished";
+    case RequestState::kAborted: return "aborted";
+  }
+  return "?";
+}
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return "none";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+  }
+  return "?";
+}
+
+namespace {
+unsigned long long ull(RequestId id) { return static_cast<unsigned long long>(id); }
+using KeySet = std::unordered_set<Hash128, Hash128Hasher>;
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerConfig& config, kv::KvManager* kv) : config_(config), kv_(kv) {
+  PAGODA_CHECK(kv != nullptr);
+  PAGODA_CHECK(config.max_num_batched_tokens >= 1 && config.max_num_seqs >= 1 && config.max_model_len >= 1);
+}
+
+Request& Scheduler::req(RequestId id) {
+  auto it = requests_.find(id);
+  PAGODA_CHECK_MSG(it != requests_.end(), "unknown request %llu", ull(id));
+  return it->second;
+}
+
+const Request* Scheduler::find(RequestId id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : &it->second;
+}
+
+Status Scheduler::add_request(NewRequest r) {
+  auto reject = [&](Error e) {
+    ++stats_.num_rejected;
+    return Status(std::move(e));
+  };
+  if (requests_.count(r.id)) return reject(errorf("request %llu: id already in use", ull(r.id)));
+  if (r.prompt.empty()) return reject(errorf("request %llu: empty prompt", ull(r.id)));
+  if (r.max_tokens < 1) return reject(errorf("request %llu: max_tokens %d < 1", ull(r.id), r.max_tokens));
+  const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
+  if (total > config_.max_model_len) {
+    return reject(errorf("request %llu: prompt (%zu tokens) + max_tokens (%d) = %lld exceeds max_model_len %d",
+                         ull(r.id), r.prompt.size(), r.max_tokens, static_cast<long long>(total),
+                         config_.max_model_len));
+  }
+  const int32_t need = kv_->num_blocks_for(total);
+  const int32_t usable = kv_->num_usable_blocks() - kv_->watermark_blocks();
+  if (need > usable) {
+    return reject(errorf("request %llu: %lld tokens need %d KV blocks of %d tokens, but the whole cache admits %d",
+                         ull(r.id), static_cast<long long>(total), need, kv_->block_size(), usable));
+  }
+  Request q;
+  q.id = r.id;
+  q.num_prompt_tokens = static_cast<int32_t>(r.prompt.size());
+  q.tokens = std::move(r.prompt);
+  q.max_tokens = r.max_tokens;
+  q.cache_salt = std::move(r.cache_salt);
+  q.arrival = next_arrival_++;
+  requests_.emplace(q.id, std::move(q));
+  waiting_.push_back(r.id);
+  return Status::Ok();
+}
+
+void Scheduler::erase_running(RequestId id) {
+  auto it = std::find(running_.begin(), running_.end(), id);
+  if (it != running_.end()) running_.erase(it);
+}
+
+bool Scheduler::abort(RequestId id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return false;
+  Request& r = it->second;
+  if (r.state == RequestState::kRunning) {
+    kv_->free(id);
+    erase_running(id);
+  } else {
+    auto w = std::find(waiting_.begin(), waiting_.end(), id);
+    if (w != waiting_.end()) waiting_.erase(w);
+  }
+  requests_.erase(it);
+  ++stats_.num_aborted;
+  return true;
+}
+
+void Scheduler::preempt(Request& r, std::vector<Slice>* slices, int32_t* budget, StepPlan* plan) {
+  // A victim already given tokens this step gives them back.
+  auto s = std::find_if(slices->begin(), slices->end(), [&](const Slice& x) { return x.id == r.id; });
+  if (s != slices->end()) {
+    *budget += s->num_tokens;
+    slices->erase(s);
+  }
+  kv_->free(r.id);
+  erase_running(r.id);
+  r.state = RequestState::kPreempted;
+  r.num_computed_tokens = 0;
+  ++r.num_preemptions;
+  waiting_.push_front(r.id);
+  plan->preempted.push_back(r.id);
+  ++stats_.num_preemptions;
+}
+
+bool Scheduler::schedule_running(Request& r, int32_t num_tokens, std::vector<Slice>* slices, int32_t* budget,
+                                 StepPlan* plan) {
+  std::vector<kv::BlockCopy> copies;
+  while (!kv_->append_slots(r.id, num_tokens, &copies)) {
+    const RequestId victim = running_.back();  // most recently admitted
+    preempt(req(victim), slices, budget, plan);
+    if (victim == r.id) return false;
+  }
+  slices->push_back(Slice{r.id, num_tokens, std::move(copies)});
+  *budget -= num_tokens;
+  return true;
+}
+
+StepPlan Scheduler::schedule() {
+  ++stats_.num_steps;
+  StepPlan plan;
+  int32_t budget = config_.max_num_batched_tokens;
+  std::vector<Slice> slices;  // in schedule order
+
+  // 1-2. Running requests: decodes first, then prefill chunks, each pass in
+  // admission order. A snapshot, as preemption edits running_.
+  const std::vector<RequestId> order = running_;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (RequestId id : order) {
+      if (budget <= 0) break;
+      Request& r = req(id);
+      if (r.state != RequestState::kRunning) continue;  // preempted this step
+      const int32_t remaining = r.num_tokens() - r.num_computed_tokens;
+      PAGODA_CHECK(remaining >= 1);
+      if ((remaining == 1) != (pass == 0)) continue;
+      // The victim of preemption may be a request scheduled earlier this step;
+      // it is unscheduled, so a later pass never sees it twice.
+      schedule_running(r, std::min(remaining, budget), &slices, &budget, &plan);
+    }
+  }
+
+  // 3. Admission, FIFO, unless memory was short this step.
+  if (plan.preempted.empty()) {
+    const int32_t bs = kv_->block_size();
+    const bool dedup = config_.max_dedup_defer_steps > 0;
+    KeySet inflight;  // keys of full blocks running requests will compute but have not committed
+    auto add_inflight = [&](Request& r, size_t from_block) {
+      kv_->extend_block_keys(r.tokens, r.cache_salt, &r.block_keys);
+      for (size_t i = from_block; i < r.block_keys.size(); ++i) inflight.insert(r.block_keys[i]);
+    };
+    if (dedup) {
+      for (RequestId id : running_) add_inflight(req(id), static_cast<size_t>(kv_->num_committed_blocks(id)));
+    }
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (static_cast<int32_t>(running_.size()) >= config_.max_num_seqs || budget <= 0) break;
+      Request& w = req(*it);
+      const int32_t cached = kv_->num_cached_prefix_tokens(w.tokens, w.cache_salt);
+      if (dedup && w.deferred_steps < config_.max_dedup_defer_steps) {
+        kv_->extend_block_keys(w.tokens, w.cache_salt, &w.block_keys);
+        const size_t b = static_cast<size_t>(cached / bs);
+        const size_t hittable = static_cast<size_t>((w.num_tokens() - 1) / bs);  // see num_cached_prefix_tokens
+        if (b < hittable && inflight.count(w.block_keys[b])) {
+          ++w.deferred_steps;
+          ++stats_.num_deferrals;
+          plan.deferred.push_back(w.id);
+          ++it;
+          continue;
+        }
+      }
+      const int32_t n = std::min(w.num_tokens() - cached, budget);
+      if (!kv_->can_allocate(w.tokens, n, w.cache_salt)) break;
+      auto got = kv_->allocate(w.id, w.tokens, n, w.cache_salt);
+      PAGODA_CHECK_MSG(got.ok() && *got == cached, "request %llu: allocate after can_allocate failed", ull(w.id));
+      w.num_computed_tokens = cached;
+      if (w.num_cached_tokens < 0) w.num_cached_tokens = cached;
+      w.state = RequestState::kRunning;
+      ++stats_.num_admissions;
+      it = waiting_.erase(it);
+      running_.push_back(w.id);
+      slices.push_back(Slice{w.id, n, {}});
+      budget -= n;
+      if (dedup) add_inflight(w, static_cast<size_t>(cached / bs));
+    }
+  }
+
+  plan.seqs.reserve(slices.size());
+  for (Slice& s : slices) {
+    const Request& r = req(s.id);
+    ScheduledSeq seq;
+    seq.request_id = r.id;
+    seq.start_pos = r.num_computed_tokens;
+    seq.token_ids.assign(r.tokens.begin() + r.num_computed_tokens,
+                         r.tokens.begin() + r.num_computed_tokens + s.num_tokens);
+    const auto table = kv_->block_table(r.id);
+    seq.block_ids.assign(table.begin(), table.end());
+    seq.wants_logits = r.num_computed_tokens + s.num_tokens == r.num_tokens();
+    plan.seqs.push_back(std::move(seq));
+    plan.block_copies.insert(plan.block_copies.end(), s.copies.begin(), s.copies.end());
+  }
+  return plan;
+}
+
+void Scheduler::finish(Request& r, FinishReason reason, std::vector<FinishedRequest>* out) {
+  FinishedRequest f;
+  f.id = r.id;
+  f.reason = reason;
+  f.num_prompt_tokens = r.num_prompt_tokens;
+  f.output_tokens.assign(r.tokens.begin() + r.num_prompt_tokens, r.tokens.end());
+  f.num_cached_tokens = std::max(0, r.num_cached_tokens);
+  f.num_preemptions = r.num_preemptions;
+  kv_->free(r.id);
+  erase_running(r.id);
+  ++stats_.num_finished;
+  const RequestId id = r.id;
+  requests_.erase(id);  // r dangles from here
+  out->push_back(std::move(f));
+}
+
+std::vector<FinishedRequest> Scheduler::update(const StepPlan& plan, std::span<const SeqOutput> outputs) {
+  std::vector<FinishedRequest> done;
+  for (const ScheduledSeq& seq : plan.seqs) {
+    auto it = requests_.find(seq.request_id);
+    if (it == requests_.end()) continue;  // aborted after schedule()
+    Request& r = it->second;
+    PAGODA_CHECK_MSG(r.state == RequestState::kRunning && r.num_computed_tokens == seq.start_pos,
+                     "request %llu: update for a plan it is not in", ull(r.id));
+    r.num_computed_tokens += static_cast<int32_t>(seq.token_ids.size());
+    kv_->mark_computed(r.id, r.tokens, r.num_computed_tokens);
+    if (!seq.wants_logits) continue;
+    const SeqOutput* out = nullptr;
+    for (const SeqOutput& o : outputs) {
+      if (o.request_id == r.id) {
+        out = &o;
+        break;
+      }
+    }
+    PAGODA_CHECK_MSG(out != nullptr, "request %llu: no output for a step that wanted logits", ull(r.id));
+    PAGODA_CHECK_MSG(out->token >= 0 || out->finished, "request %llu: no token and not finished", ull(r.id));
+    if (out->token >= 0) r.tokens.push_back(out->token);
+    FinishReason reason = FinishReason::kNone;
+    if (out->finished) {
+      reason = FinishReason::kStop;
+    } else if (r.num_output_tokens() >= r.max_tokens || r.num_tokens() >= config_.max_model_len) {
+      reason = FinishReason::kLength;
+    }
+    if (reason != FinishReason::kNone) finish(r, reason, &done);
+  }
+  return done;
+}
+
+std::string Scheduler::check_invariants() const {
+  if (static_cast<int32_t>(running_.size()) > config_.max_num_seqs) {
+    return errorf("%zu running > max_num_seqs %d", running_.size(), config_.max_num_seqs).message;
+  }
+  if (requests_.size() != running_.size() + waiting_.size()) {
+    return errorf("%zu requests but %zu running + %zu waiting", requests_.size(), running_.size(), waiting_.size())
+        .message;
+  }
+  if (kv_->num_seqs() != static_cast<int32_t>(running_.size())) {
+    return errorf("kv holds %d sequences, %zu running", kv_->num_seqs(), running_.size()).message;
+  }
+  std::unordered_set<RequestId> seen;
+  for (RequestId id : running_) {
+    const Request* r = find(id);
+    if (!r || r->state != RequestState::kRunning || !seen.insert(id).second) {
+      return errorf("running request %llu missing, duplicated or not running", ull(id)).message;
+    }
+    if (!kv_->has_seq(id) || kv_->num_computed_tokens(id) != r->num_computed_tokens) {
+      return errorf("request %llu: kv disagrees on computed tokens", ull(id)).message;
+    }
+    if (r->num_computed_tokens >= r->num_tokens()) {
+      return errorf("request %llu: running with nothing left to compute", ull(id)).message;
+    }
+  }
+  for (RequestId id : waiting_) {
+    const Request* r = find(id);
+    if (!r || (r->state != RequestState::kWaiting && r->state != RequestState::kPreempted) ||
+        !seen.insert(id).second) {
+      return errorf("waiting request %llu missing, duplicated or in state %s", ull(id),
+                    r ? request_state_name(r->state) : "-")
+          .message;
+    }
+    if (kv_->has_seq(id)) return errorf("waiting request %llu still holds KV blocks", ull(id)).message;
+  }
+  if (std::string e = kv_->check_invariants(); !e.empty()) return "kv: " + e;
+  return "";
+}
+
+}  // namespace pagoda::sched

@@ -1,0 +1,315 @@
+#include "server/http.h"
+
+#include <atomic>
+#include <deque>
+#include <thread>
+#include <vector>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "base/log.h"
+
+namespace pagoda::server {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+const char* http_status_text(int s) {
+  switch (s) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 413: return "Payload Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default: return "";
+  }
+}
+
+namespace {
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, const HttpConfig& cfg, const Handler& handler)
+      : stream_(std::move(socket)), cfg_(cfg), handler_(handler) {}
+
+  void run() {
+    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
+  }
+
+  // ---- Responder operations (called through ResponderImpl, any thread) ----
+  void post(std::function<void()> fn) { asio::post(stream_.get_executor(), std::move(fn)); }
+
+  void send_full(int status, const std::string& ctype, std::string body, std::map<std::string, std::string> extra) {
+    std::string out = "HTTP/1.1 " + std::to_string(status) + " " + http_status_text(status) + "\r\n";
+    out += "Content-Type: " + ctype + "\r\n";
+    out += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+    for (auto& [k, v] : extra) out += k + ": " + v + "\r\n";
+    out += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+    out += body;
+    enqueue(std::move(out), /*last=*/true);
+  }
+  void start_stream(int status) {
+    std::string out = "HTTP/1.1 " + std::to_string(status) + " " + http_status_text(status) + "\r\n";
+    out += "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n";
+    out += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+    enqueue(std::move(out), false);
+  }
+  void write_chunk(std::string data) {
+    if (data.empty()) return;
+    char hex[32];
+    std::snprintf(hex, sizeof(hex), "%zx\r\n", data.size());
+    enqueue(std::string(hex) + data + "\r\n", false);
+  }
+  void end_stream() { enqueue("0\r\n\r\n", true); }
+  void set_disconnect(std::function<void()> fn) {
+    if (disconnected_) {
+      if (fn) fn();
+      return;
+    }
+    on_disconnect_ = std::move(fn);
+  }
+
+ private:
+  void do_read() {
+    parser_.emplace();
+    parser_->body_limit(cfg_.body_limit);
+    parser_->header_limit(64 * 1024);
+    stream_.expires_after(std::chrono::seconds(cfg_.header_timeout_s));
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+  }
+
+  void on_read(beast::error_code ec) {
+    if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == beast::error::timeout) return close();
+    if (ec == http::error::body_limit) {
+      keep_alive_ = false;
+      in_response_ = true;
+      send_full(413, "application/json",
+                "{\"error\":{\"message\":\"request body exceeds the limit of " + std::to_string(cfg_.body_limit) +
+                    " bytes\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"payload_too_large\"}}",
+                {});
+      return;
+    }
+    if (ec) {
+      // Malformed HTTP: answer 400 and close.
+      keep_alive_ = false;
+      in_response_ = true;
+      send_full(400, "application/json",
+                "{\"error\":{\"message\":\"malformed HTTP request: " + ec.message() +
+                    "\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}",
+                {});
+      return;
+    }
+    auto msg = parser_->release();
+    HttpRequest req;
+    req.method = std::string(msg.method_string());
+    std::string target(msg.target());
+    auto q = target.find('?');
+    req.target = q == std::string::npos ? target : target.substr(0, q);
+    for (const auto& f : msg) {
+      std::string name(f.name_string());
+      for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      req.headers[name] = std::string(f.value());
+    }
+    req.body = std::move(msg.body());
+    keep_alive_ = msg.keep_alive();
+    in_response_ = true;
+    stream_.expires_never();
+    watch_disconnect();
+    handler_(req, make_responder());
+  }
+
+  std::shared_ptr<Responder> make_responder();
+
+  // While a response is pending, a readable socket with no bytes means the
+  // peer closed: report the disconnect so the request can be aborted.
+  void watch_disconnect() {
+    const uint64_t gen = ++response_gen_;
+    stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), gen](beast::error_code ec) {
+      if (!self->in_response_ || gen != self->response_gen_) return;
+      if (ec) return self->mark_disconnected();
+      beast::error_code ec2;
+      size_t avail = self->stream_.socket().available(ec2);
+      if (ec2 || avail == 0) return self->mark_disconnected();
+      // Pipelined bytes from a live client: stop watching; they are read after this response.
+    });
+  }
+
+  void mark_disconnected() {
+    if (disconnected_) return;
+    disconnected_ = true;
+    close();
+    if (on_disconnect_) {
+      auto fn = std::move(on_disconnect_);
+      on_disconnect_ = nullptr;
+      fn();
+    }
+  }
+
+  void enqueue(std::string data, bool last) {
+    post([self = shared_from_this(), data = std::move(data), last]() mutable {
+      if (self->closed_) return;
+      self->queue_.push_back({std::move(data), last});
+      if (!self->writing_) self->write_next();
+    });
+  }
+
+  void write_next() {
+    if (queue_.empty()) {
+      writing_ = false;
+      return;
+    }
+    writing_ = true;
+    auto& front = queue_.front();
+    asio::async_write(stream_, asio::buffer(front.first),
+                      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_write(ec); });
+  }
+
+  void on_write(beast::error_code ec) {
+    bool last = queue_.front().second;
+    queue_.pop_front();
+    if (ec) {
+      mark_disconnected();
+      return close();
+    }
+    if (last) {
+      in_response_ = false;
+      ++response_gen_;
+      on_disconnect_ = nullptr;
+      stream_.socket().cancel();  // the disconnect watcher
+      if (!keep_alive_) return close();
+      writing_ = false;
+      queue_.clear();
+      return do_read();
+    }
+    write_next();
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.socket().close(ec);
+  }
+
+  beast::tcp_stream stream_;
+  const HttpConfig& cfg_;
+  const Handler& handler_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::deque<std::pair<std::string, bool>> queue_;
+  bool writing_ = false;
+  bool keep_alive_ = true;
+  bool closed_ = false;
+  bool in_response_ = false;
+  bool disconnected_ = false;
+  uint64_t response_gen_ = 0;
+  std::function<void()> on_disconnect_;
+};
+
+class ResponderImpl : public Responder {
+ public:
+  explicit ResponderImpl(std::shared_ptr<Session> s) : s_(std::move(s)) {}
+  void send(int status, const std::string& ct, std::string body, std::map<std::string, std::string> extra) override {
+    if (done_.exchange(true)) return;
+    s_->send_full(status, ct, std::move(body), std::move(extra));
+  }
+  void start_stream(int status) override { s_->start_stream(status); }
+  void write(std::string data) override {
+    if (done_) return;
+    s_->write_chunk(std::move(data));
+  }
+  void end_stream() override {
+    if (done_.exchange(true)) return;
+    s_->end_stream();
+  }
+  void on_disconnect(std::function<void()> fn) override {
+    s_->post([s = s_, fn = std::move(fn)]() mutable { s->set_disconnect(std::move(fn)); });
+  }
+
+ private:
+  std::shared_ptr<Session> s_;
+  std::atomic<bool> done_{false};
+};
+
+std::shared_ptr<Responder> Session::make_responder() { return std::make_shared<ResponderImpl>(shared_from_this()); }
+
+}  // namespace
+
+struct HttpServer::Impl {
+  HttpConfig cfg;
+  Handler handler;
+  asio::io_context ioc;
+  tcp::acceptor acceptor{ioc};
+  std::vector<std::thread> threads;
+  int bound_port = 0;
+
+  void do_accept() {
+    acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+      if (!acceptor.is_open()) return;
+      if (!ec) {
+        beast::error_code ignore;
+        socket.set_option(tcp::no_delay(true), ignore);
+        std::make_shared<Session>(std::move(socket), cfg, handler)->run();
+      }
+      do_accept();
+    });
+  }
+};
+
+HttpServer::HttpServer(HttpConfig config, Handler handler) : impl_(std::make_unique<Impl>()) {
+  impl_->cfg = std::move(config);
+  impl_->handler = std::move(handler);
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+bool HttpServer::start(std::string* error) {
+  beast::error_code ec;
+  auto addr = asio::ip::make_address(impl_->cfg.host, ec);
+  if (ec) {
+    *error = "invalid --host '" + impl_->cfg.host + "': " + ec.message();
+    return false;
+  }
+  tcp::endpoint ep(addr, static_cast<unsigned short>(impl_->cfg.port));
+  auto& a = impl_->acceptor;
+  a.open(ep.protocol(), ec);
+  if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) a.bind(ep, ec);
+  if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    *error = "cannot listen on " + impl_->cfg.host + ":" + std::to_string(impl_->cfg.port) + ": " + ec.message();
+    return false;
+  }
+  impl_->bound_port = a.local_endpoint().port();
+  impl_->do_accept();
+  return true;
+}
+
+int HttpServer::port() const { return impl_->bound_port; }
+
+void HttpServer::run() {
+  int n = std::max(1, impl_->cfg.io_threads);
+  for (int i = 1; i < n; ++i) impl_->threads.emplace_back([this] { impl_->ioc.run(); });
+  impl_->ioc.run();
+  for (auto& t : impl_->threads) t.join();
+  impl_->threads.clear();
+}
+
+void HttpServer::stop() {
+  asio::post(impl_->ioc, [this] {
+    beast::error_code ec;
+    impl_->acceptor.close(ec);
+  });
+  impl_->ioc.stop();
+}
+
+}  // namespace pagoda::server

@@ -1,0 +1,274 @@
+#include "server/openai_api.h"
+
+#include <cmath>
+#include <limits>
+
+namespace pagoda::server {
+namespace {
+
+ApiError bad(std::string msg, std::string param = "") {
+  ApiError e;
+  e.status = 400;
+  e.message = std::move(msg);
+  e.param = std::move(param);
+  e.code = "invalid_value";
+  return e;
+}
+
+// Reads an optional integer field within [lo, hi]. Rejects floats, strings, bools.
+std::optional<ApiError> get_int(const json& j, const char* key, int64_t lo, int64_t hi, int64_t* out,
+                                bool* present = nullptr) {
+  auto it = j.find(key);
+  if (present) *present = false;
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number_integer()) {
+    if (it->is_number_float()) {
+      double d = it->get<double>();
+      if (std::isfinite(d) && d == std::floor(d) && d >= static_cast<double>(lo) && d <= static_cast<double>(hi)) {
+        *out = static_cast<int64_t>(d);
+        if (present) *present = true;
+        return std::nullopt;
+      }
+    }
+    return bad(std::string("'") + key + "' must be an integer", key);
+  }
+  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    return bad(std::string("'") + key + "' is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", key);
+  int64_t v = it->get<int64_t>();
+  if (v < lo || v > hi)
+    return bad(std::string("'") + key + "' is " + std::to_string(v) + ", outside [" + std::to_string(lo) + ", " +
+                   std::to_string(hi) + "]",
+               key);
+  *out = v;
+  if (present) *present = true;
+  return std::nullopt;
+}
+
+std::optional<ApiError> get_float(const json& j, const char* key, double lo, double hi, float* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) return bad(std::string("'") + key + "' must be a number", key);
+  double v = it->get<double>();
+  if (!std::isfinite(v) || v < lo || v > hi) {
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "'%s' is %g, outside [%g, %g]", key, v, lo, hi);
+    return bad(buf, key);
+  }
+  *out = static_cast<float>(v);
+  return std::nullopt;
+}
+
+std::optional<ApiError> get_bool(const json& j, const char* key, bool* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) return bad(std::string("'") + key + "' must be a boolean", key);
+  *out = it->get<bool>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> get_string(const json& j, const char* key, std::string* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string()) return bad(std::string("'") + key + "' must be a string", key);
+  *out = it->get<std::string>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_token_list(const json& a, std::vector<int32_t>* out) {
+  for (const auto& t : a) {
+    if (!t.is_number_integer()) return bad("token ids in 'prompt' must be integers", "prompt");
+    int64_t v = t.is_number_unsigned() && t.get<uint64_t>() > INT32_MAX ? -1 : t.get<int64_t>();
+    if (v < 0 || v > INT32_MAX) return bad("token id out of range in 'prompt'", "prompt");
+    out->push_back(static_cast<int32_t>(v));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_messages(const json& j, std::vector<ChatMessage>* out) {
+  auto it = j.find("messages");
+  if (it == j.end()) return bad("'messages' is required", "messages");
+  if (!it->is_array()) return bad("'messages' must be an array", "messages");
+  if (it->empty()) return bad("'messages' must not be empty", "messages");
+  for (const auto& m : *it) {
+    if (!m.is_object()) return bad("each message must be an object", "messages");
+    auto r = m.find("role");
+    if (r == m.end() || !r->is_string()) return bad("each message needs a string 'role'", "messages");
+    std::string role = r->get<std::string>();
+    if (role != "system" && role != "user" && role != "assistant" && role != "developer" && role != "tool")
+      return bad("unknown message role '" + role + "' (expected system, user, assistant, developer or tool)",
+                 "messages");
+    if (role == "developer") role = "system";
+    ChatMessage msg;
+    msg.role = role;
+    auto c = m.find("content");
+    if (c == m.end() || c->is_null()) {
+      if (role != "assistant") return bad("message with role '" + role + "' needs 'content'", "messages");
+    } else if (c->is_string()) {
+      msg.content = c->get<std::string>();
+    } else if (c->is_array()) {
+      for (const auto& part : *c) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string())
+          return bad("only text content parts are supported", "messages");
+        msg.content += part["text"].get<std::string>();
+      }
+    } else {
+      return bad("message 'content' must be a string or an array of text parts", "messages");
+    }
+    out->push_back(std::move(msg));
+  }
+  return std::nullopt;
+}
+
+#define PAGODA_API_TRY(x)             \
+  do {                                \
+    if (auto _e = (x)) return *_e;    \
+  } while (0)
+
+}  // namespace
+
+std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string error_body(const ApiError& e) {
+  json err = {{"message", e.message}, {"type", e.type}, {"param", e.param.empty() ? json() : json(e.param)},
+              {"code", e.code.empty() ? json() : json(e.code)}};
+  return dump_json(json{{"error", err}});
+}
+
+std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, const std::string& body) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return bad("request body is not valid JSON (or not valid UTF-8)");
+  if (!j.is_object()) return bad("request body must be a JSON object");
+
+  ParsedRequest r;
+  r.endpoint = ep;
+  engine::RequestParams& p = r.params;
+  PAGODA_API_TRY(get_string(j, "model", &r.model));
+
+  if (ep == Endpoint::kCompletions) {
+    auto it = j.find("prompt");
+    if (it == j.end() || it->is_null()) return bad("'prompt' is required", "prompt");
+    if (it->is_string()) {
+      r.prompt_texts.push_back(it->get<std::string>());
+    } else if (it->is_array()) {
+      if (it->empty()) return bad("'prompt' must not be empty", "prompt");
+      if ((*it)[0].is_number()) {
+        r.prompt_is_tokens = true;
+        r.prompt_tokens.emplace_back();
+        PAGODA_API_TRY(parse_token_list(*it, &r.prompt_tokens.back()));
+      } else if ((*it)[0].is_string()) {
+        for (const auto& s : *it) {
+          if (!s.is_string()) return bad("'prompt' list must hold only strings", "prompt");
+          r.prompt_texts.push_back(s.get<std::string>());
+        }
+      } else if ((*it)[0].is_array()) {
+        r.prompt_is_tokens = true;
+        for (const auto& s : *it) {
+          if (!s.is_array() || s.empty()) return bad("'prompt' must be a list of non-empty token lists", "prompt");
+          r.prompt_tokens.emplace_back();
+          PAGODA_API_TRY(parse_token_list(s, &r.prompt_tokens.back()));
+        }
+      } else {
+        return bad("'prompt' must be a string, a list of strings or token ids", "prompt");
+      }
+    } else {
+      return bad("'prompt' must be a string, a list of strings or token ids", "prompt");
+    }
+    if (r.prompt_texts.size() + r.prompt_tokens.size() > 64) return bad("at most 64 prompts per request", "prompt");
+    PAGODA_API_TRY(get_bool(j, "echo", &r.echo));
+    int64_t lp = -1;
+    bool lp_present = false;
+    PAGODA_API_TRY(get_int(j, "logprobs", 0, 20, &lp, &lp_present));
+    p.logprobs = lp_present ? static_cast<int>(lp) : -1;
+    p.max_tokens = 16;
+  } else {
+    PAGODA_API_TRY(parse_messages(j, &r.messages));
+    PAGODA_API_TRY(get_bool(j, "logprobs", &r.chat_logprobs));
+    int64_t tlp = 0;
+    bool tlp_present = false;
+    PAGODA_API_TRY(get_int(j, "top_logprobs", 0, 20, &tlp, &tlp_present));
+    if (tlp_present && !r.chat_logprobs) return bad("'top_logprobs' requires 'logprobs': true", "top_logprobs");
+    p.logprobs = r.chat_logprobs ? static_cast<int>(tlp) : -1;
+    p.max_tokens = -1;  // until context - prompt
+  }
+
+  int64_t v = 0;
+  bool present = false;
+  PAGODA_API_TRY(get_int(j, "max_tokens", 1, INT32_MAX, &v, &present));
+  if (present) { p.max_tokens = static_cast<int>(v); r.max_tokens_given = true; }
+  if (ep == Endpoint::kChat) {
+    PAGODA_API_TRY(get_int(j, "max_completion_tokens", 1, INT32_MAX, &v, &present));
+    if (present) { p.max_tokens = static_cast<int>(v); r.max_tokens_given = true; }
+  }
+  PAGODA_API_TRY(get_float(j, "temperature", 0.0, 2.0, &p.temperature));
+  PAGODA_API_TRY(get_float(j, "top_p", 1e-9, 1.0, &p.top_p));
+  PAGODA_API_TRY(get_float(j, "min_p", 0.0, 1.0, &p.min_p));
+  PAGODA_API_TRY(get_float(j, "presence_penalty", -2.0, 2.0, &p.presence_penalty));
+  PAGODA_API_TRY(get_float(j, "frequency_penalty", -2.0, 2.0, &p.frequency_penalty));
+  PAGODA_API_TRY(get_float(j, "repetition_penalty", 1e-6, 10.0, &p.repetition_penalty));
+  PAGODA_API_TRY(get_int(j, "top_k", -1, 1 << 20, &v, &present));
+  if (present) p.top_k = v < 0 ? 0 : static_cast<int>(v);
+  PAGODA_API_TRY(get_int(j, "n", 1, 16, &v, &present));
+  if (present) p.n = static_cast<int>(v);
+  PAGODA_API_TRY(get_int(j, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &v,
+                         &present));
+  if (present) { p.seed = static_cast<uint64_t>(v); p.has_seed = true; }
+  PAGODA_API_TRY(get_bool(j, "ignore_eos", &p.ignore_eos));
+  PAGODA_API_TRY(get_string(j, "cache_salt", &p.cache_salt));
+  PAGODA_API_TRY(get_bool(j, "stream", &r.stream));
+
+  if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
+    if (it->is_string()) {
+      if (!it->get<std::string>().empty()) p.stop.push_back(it->get<std::string>());
+    } else if (it->is_array()) {
+      if (it->size() > 16) return bad("at most 16 stop strings", "stop");
+      for (const auto& s : *it) {
+        if (!s.is_string()) return bad("'stop' must be a string or a list of strings", "stop");
+        if (!s.get<std::string>().empty()) p.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      return bad("'stop' must be a string or a list of strings", "stop");
+    }
+  }
+  if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) return bad("'stream_options' must be an object", "stream_options");
+    if (!r.stream) return bad("'stream_options' is only allowed when 'stream' is true", "stream_options");
+    PAGODA_API_TRY(get_bool(*it, "include_usage", &r.include_usage));
+  }
+  if (r.stream && p.n > 1 && ep == Endpoint::kCompletions && r.echo)
+    return bad("'echo' with 'stream' and n > 1 is not supported", "echo");
+  return r;
+}
+
+std::variant<TokenizeRequest, ApiError> parse_tokenize(const std::string& body) {
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded()) return bad("request body is not valid JSON (or not valid UTF-8)");
+  if (!j.is_object()) return bad("request body must be a JSON object");
+  TokenizeRequest r;
+  PAGODA_API_TRY(get_bool(j, "add_special_tokens", &r.add_special_tokens));
+  if (j.contains("messages")) {
+    r.has_messages = true;
+    PAGODA_API_TRY(parse_messages(j, &r.messages));
+    return r;
+  }
+  auto it = j.find("prompt");
+  if (it == j.end() || !it->is_string()) return bad("'prompt' (a string) or 'messages' is required", "prompt");
+  r.prompt = it->get<std::string>();
+  return r;
+}
+
+std::variant<std::vector<int32_t>, ApiError> parse_detokenize(const std::string& body, int vocab_size) {
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded()) return bad("request body is not valid JSON (or not valid UTF-8)");
+  if (!j.is_object()) return bad("request body must be a JSON object");
+  auto it = j.find("tokens");
+  if (it == j.end() || !it->is_array()) return bad("'tokens' (a list of token ids) is required", "tokens");
+  std::vector<int32_t> ids;
+  if (auto e = parse_token_list(*it, &ids)) { e->param = "tokens"; return *e; }
+  for (int32_t t : ids)
+    if (t >= vocab_size) return bad("token id " + std::to_string(t) + " is not in the vocabulary (size " +
+                                    std::to_string(vocab_size) + ")", "tokens");
+  return ids;
+}
+
+}  // namespace pagoda::server

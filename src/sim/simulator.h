@@ -1,0 +1,96 @@
+// `pagoda sim`: the real sched::Scheduler and kv::KvManager driven step by step
+// by a roofline cost model instead of a model, on hardware that is not here.
+//
+// Cost of one engine step on one TP rank (tp ranks work in parallel):
+//   compute = (2 x params_active x tokens + attention FLOPs) / tp / (peak x compute_efficiency)
+//             attention FLOPs = 4 x heads x head_dim x (keys each new token attends to), per layer
+//             (sliding-window layers attend to at most the window)
+//   memory  = (weights read + KV read + KV written) / (bandwidth x bandwidth_efficiency)
+//             weights read = dense weights + the experts the step's tokens touch (MoE:
+//             E x (1 - (1 - k/E)^tokens) of E experts), per rank: / tp
+//   step    = max(compute, memory) + step_overhead_s
+// peak = fp8 peak when the weights are fp8/int8 and the device has one, else bf16.
+// Not modelled: TP all-reduce time, sampling, kernel-launch variation, CPU stalls.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "sched/step_plan.h"
+#include "sim/planner.h"
+#include "sim/workload.h"
+
+namespace pagoda::sim {
+
+struct SimConfig {
+  PlanInput plan;                      // model, device, tp, dtypes, utilization, block size, watermark
+  int32_t max_num_seqs = 256;
+  int32_t max_num_batched_tokens = 8192;
+  bool enable_prefix_caching = true;
+  int32_t max_num_blocks = 1 << 22;    // cap on the simulated pool (bookkeeping memory)
+};
+
+struct StepCost {
+  double flops = 0;           // per rank
+  double bytes = 0;           // per rank
+  double compute_s = 0;
+  double memory_s = 0;
+  double total_s = 0;         // max(compute, memory) + overhead
+};
+
+// The work of one step, as the cost model needs it.
+struct StepWork {
+  int64_t num_tokens = 0;          // new tokens computed (prefill chunks + decodes)
+  double attended_keys = 0;        // sum over new tokens of keys attended, global layers
+  double attended_keys_local = 0;  // same, capped at the window, local layers
+  double kv_bytes_read = 0;        // per rank
+  double kv_bytes_written = 0;     // per rank
+};
+
+// Cost of a step from its work (exposed for tests).
+StepCost step_cost(const PlanInput& p, const StepWork& w);
+// The work of a StepPlan (seq lengths come from start_pos and token counts).
+StepWork step_work(const PlanInput& p, const sched::StepPlan& plan);
+
+struct SimMetrics {
+  int64_t num_requests = 0;        // completed
+  int64_t num_steps = 0;
+  double duration_s = 0;           // first arrival to last completion
+  double requests_per_s = 0;
+  int64_t input_tokens = 0;
+  int64_t output_tokens = 0;
+  double output_tokens_per_s = 0;
+  double total_tokens_per_s = 0;   // (input + output) / duration
+  double ttft_p50_ms = 0, ttft_p99_ms = 0, ttft_mean_ms = 0;
+  double tpot_p50_ms = 0, tpot_p99_ms = 0, tpot_mean_ms = 0;  // per output token after the first
+  double peak_kv_usage = 0;        // max over steps of used blocks / usable blocks
+  int64_t num_preemptions = 0;
+  double prefix_hit_rate = 0;      // prompt tokens served from the cache / tokens looked up
+  int64_t num_blocks = 0;          // simulated pool (incl. the null block)
+  double busy_compute_s = 0;       // time of compute-bound steps
+  double busy_memory_s = 0;        // time of memory-bound steps
+};
+
+struct SimTracePoint {
+  double t_s = 0;
+  double kv_usage = 0;    // used / usable blocks
+  int32_t running = 0;
+  int32_t waiting = 0;
+};
+
+struct SimResult {
+  SimMetrics metrics;
+  std::vector<SimTracePoint> trace;  // one point per step
+};
+
+// Runs the workload to completion. Errors: no KV budget, a request the pool can never hold.
+Expected<SimResult> simulate(const SimConfig& config, const std::vector<SimRequest>& requests);
+
+// The metrics block (`pagoda bench` prints the same one), text and JSON.
+std::string format_metrics(const SimMetrics& m);
+std::string metrics_to_json(const SimMetrics& m);
+// SVG: KV usage and running requests over time.
+std::string sim_plot_svg(const SimConfig& config, const SimResult& r);
+
+}  // namespace pagoda::sim

@@ -1,0 +1,266 @@
+// Dequantizers against independently written element-wise formulas (element e
+// of a block -> its bits, its scale, its value) on random blocks; quantizers by
+// hand-checked blocks and quantize->dequantize error bounds.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#include "base/fp16.h"
+#include "base/rng.h"
+#include "gguf/dequant.h"
+#include "gguf/quantize.h"
+
+namespace pagoda::gguf {
+namespace {
+
+// Random block bytes with the fp16 scale fields (at the given byte offsets) set
+// to moderate finite values, so the reference and the code see real numbers.
+std::vector<uint8_t> random_blocks(GgmlType t, int n_blocks, std::vector<size_t> half_offsets, Rng& rng) {
+  const auto& ti = ggml_type_info(t);
+  std::vector<uint8_t> b(ti.type_size * static_cast<size_t>(n_blocks));
+  for (auto& x : b) x = static_cast<uint8_t>(rng.next_u64());
+  for (int i = 0; i < n_blocks; ++i)
+    for (size_t off : half_offsets) {
+      const uint16_t h = fp32_to_fp16(static_cast<float>(rng.uniform() * 2 - 1) * 0.05f);
+      std::memcpy(&b[i * ti.type_size + off], &h, 2);
+    }
+  return b;
+}
+
+float half_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return fp16_to_fp32(h);
+}
+
+// Expected value of element e of one block, written from the format description.
+using Formula = std::function<double(const uint8_t* blk, int e)>;
+
+double q4_0(const uint8_t* b, int e) {  // d | qs[16]: element e<16 low nibble of qs[e], else high nibble of qs[e-16]
+  const uint8_t byte = b[2 + e % 16];
+  const int q = e < 16 ? (byte & 15) : (byte >> 4);
+  return (q - 8) * static_cast<double>(half_at(b));
+}
+double q4_1(const uint8_t* b, int e) {  // d | m | qs[16]
+  const uint8_t byte = b[4 + e % 16];
+  const int q = e < 16 ? (byte & 15) : (byte >> 4);
+  return q * static_cast<double>(half_at(b)) + half_at(b + 2);
+}
+int fifth_bit(const uint8_t* qh, int e) { return (qh[e / 8] >> (e % 8)) & 1; }  // bit e of the 32-bit qh
+double q5_0(const uint8_t* b, int e) {  // d | qh[4] | qs[16]
+  const uint8_t byte = b[6 + e % 16];
+  const int lo = e < 16 ? (byte & 15) : (byte >> 4);
+  return ((lo | fifth_bit(b + 2, e) << 4) - 16) * static_cast<double>(half_at(b));
+}
+double q5_1(const uint8_t* b, int e) {  // d | m | qh[4] | qs[16]
+  const uint8_t byte = b[8 + e % 16];
+  const int lo = e < 16 ? (byte & 15) : (byte >> 4);
+  return (lo | fifth_bit(b + 4, e) << 4) * static_cast<double>(half_at(b)) + half_at(b + 2);
+}
+double q8_0(const uint8_t* b, int e) { return static_cast<int8_t>(b[2 + e]) * static_cast<double>(half_at(b)); }
+
+// K-quants: sub-block j of 32 has a 6-bit scale and min in the 12 scale bytes:
+// j<4: low 6 bits of bytes j and j+4; j>=4: low/high nibble of byte j+4 plus
+// the top 2 bits of bytes j-4 and j.
+void k_scale_min(const uint8_t* s, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] % 64;
+    *m = s[j + 4] % 64;
+  } else {
+    *sc = s[j + 4] % 16 + (s[j - 4] / 64) * 16;
+    *m = s[j + 4] / 16 + (s[j] / 64) * 16;
+  }
+}
+double q4_k(const uint8_t* b, int e) {  // d | dmin | scales[12] | qs[128]
+  const int j = e / 32, group = e / 64, l = e % 32;
+  const uint8_t byte = b[16 + group * 32 + l];
+  const int q = (j % 2 == 0) ? byte % 16 : byte / 16;
+  int sc, m;
+  k_scale_min(b + 4, j, &sc, &m);
+  return static_cast<double>(half_at(b)) * sc * q - static_cast<double>(half_at(b + 2)) * m;
+}
+double q5_k(const uint8_t* b, int e) {  // d | dmin | scales[12] | qh[32] | qs[128]
+  const int j = e / 32, group = e / 64, l = e % 32;
+  const uint8_t byte = b[48 + group * 32 + l];
+  const int lo = (j % 2 == 0) ? byte % 16 : byte / 16;
+  const int hi = (b[16 + l] >> j) & 1;  // bit j of qh[l]
+  int sc, m;
+  k_scale_min(b + 4, j, &sc, &m);
+  return static_cast<double>(half_at(b)) * sc * (lo + 16 * hi) - static_cast<double>(half_at(b + 2)) * m;
+}
+double q6_k(const uint8_t* b, int e) {  // ql[128] | qh[64] | scales[16] (int8) | d
+  const int half = e / 128, p = e % 128, quarter = p / 32, l = p % 32;
+  const uint8_t lo_byte = b[half * 64 + l + (quarter % 2) * 32];
+  const int lo = quarter < 2 ? lo_byte % 16 : lo_byte / 16;
+  const int hi = (b[128 + half * 32 + l] >> (2 * quarter)) & 3;
+  const int sc = static_cast<int8_t>(b[192 + e / 16]);
+  return static_cast<double>(half_at(b + 208)) * sc * ((lo | hi << 4) - 32);
+}
+
+void check_dequant(GgmlType t, std::vector<size_t> half_offsets, const Formula& f) {
+  Rng rng(1234 + static_cast<uint64_t>(t));
+  const auto& ti = ggml_type_info(t);
+  const int n_blocks = 7;
+  for (int rep = 0; rep < 20; ++rep) {
+    auto blocks = random_blocks(t, n_blocks, half_offsets, rng);
+    const int64_t n = static_cast<int64_t>(ti.block_size) * n_blocks;
+    std::vector<float> out(static_cast<size_t>(n), -999.0f);
+    ASSERT_TRUE(dequantize_row(t, blocks.data(), out.data(), n));
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = f(blocks.data() + (i / ti.block_size) * ti.type_size, static_cast<int>(i % ti.block_size));
+      ASSERT_NEAR(out[i], want, 1e-6 * std::max(1.0, std::fabs(want))) << ti.name << " element " << i;
+    }
+  }
+}
+
+TEST(Dequant, Q4_0) { check_dequant(GgmlType::Q4_0, {0}, q4_0); }
+TEST(Dequant, Q4_1) { check_dequant(GgmlType::Q4_1, {0, 2}, q4_1); }
+TEST(Dequant, Q5_0) { check_dequant(GgmlType::Q5_0, {0}, q5_0); }
+TEST(Dequant, Q5_1) { check_dequant(GgmlType::Q5_1, {0, 2}, q5_1); }
+TEST(Dequant, Q8_0) { check_dequant(GgmlType::Q8_0, {0}, q8_0); }
+TEST(Dequant, Q4_K) { check_dequant(GgmlType::Q4_K, {0, 2}, q4_k); }
+TEST(Dequant, Q5_K) { check_dequant(GgmlType::Q5_K, {0, 2}, q5_k); }
+TEST(Dequant, Q6_K) { check_dequant(GgmlType::Q6_K, {208}, q6_k); }
+
+TEST(Dequant, FloatTypes) {
+  const float vals[] = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 1e-7f, 3.14159f, -1e30f};
+  std::vector<uint16_t> h, bf;
+  for (float v : vals) {
+    h.push_back(fp32_to_fp16(v));
+    bf.push_back(fp32_to_bf16(v));
+  }
+  float out[8];
+  ASSERT_TRUE(dequantize_row(GgmlType::F32, vals, out, 8));
+  EXPECT_EQ(std::memcmp(out, vals, sizeof vals), 0);
+  ASSERT_TRUE(dequantize_row(GgmlType::F16, h.data(), out, 8));
+  EXPECT_EQ(out[3], -2.5f);
+  EXPECT_EQ(out[4], 65504.0f);
+  EXPECT_TRUE(std::isinf(out[7]));
+  // bf16 is the top half of the f32 bits
+  ASSERT_TRUE(dequantize_row(GgmlType::BF16, bf.data(), out, 8));
+  for (int i = 0; i < 8; ++i) {
+    uint32_t bits = static_cast<uint32_t>(bf[i]) << 16;
+    float want;
+    std::memcpy(&want, &bits, 4);
+    EXPECT_EQ(out[i], want);
+    EXPECT_NEAR(out[i], vals[i], std::fabs(vals[i]) / 128);
+  }
+}
+
+TEST(Dequant, RejectsUnsupportedAndBadLength) {
+  float out[64];
+  uint8_t blk[84] = {};
+  EXPECT_FALSE(dequantize_row(GgmlType::Q2_K, blk, out, 256));
+  EXPECT_FALSE(dequantize_row(GgmlType::Q8_0, blk, out, 33));
+  EXPECT_TRUE(dequantize_row(GgmlType::Q8_0, blk, out, 0));
+}
+
+TEST(Quantize, Q4_0HandCheckedBlock) {
+  // x = j - 16: the largest magnitude is -16, so d = -16 / -8 = 2 and
+  // q = trunc((j-16)/2 + 8.5) = trunc(j/2 + 0.5), clamped to 15.
+  float x[32];
+  for (int j = 0; j < 32; ++j) x[j] = static_cast<float>(j - 16);
+  BlockQ4_0 b;
+  ASSERT_TRUE(quantize_row(GgmlType::Q4_0, x, &b, 32));
+  EXPECT_EQ(fp16_to_fp32(b.d), 2.0f);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(b.qs[j] & 15, (j + 1) / 2) << j;
+    EXPECT_EQ(b.qs[j] >> 4, std::min(15, (j + 16 + 1) / 2)) << j;
+  }
+}
+
+TEST(Quantize, Q8_0HandCheckedBlock) {
+  float x[32] = {};
+  x[0] = 1.27f;
+  x[1] = -0.5f;
+  x[2] = 0.005f;   // 0.5 after scaling: roundf rounds half away from zero
+  x[3] = -0.015f;  // -1.5 -> -2
+  BlockQ8_0 b;
+  ASSERT_TRUE(quantize_row(GgmlType::Q8_0, x, &b, 32));
+  EXPECT_EQ(b.d, fp32_to_fp16(0.01f));
+  EXPECT_EQ(b.qs[0], 127);
+  EXPECT_EQ(b.qs[1], -50);
+  EXPECT_EQ(b.qs[2], 1);
+  EXPECT_EQ(b.qs[3], -2);
+  EXPECT_EQ(b.qs[4], 0);
+}
+
+TEST(Quantize, Q4_1HandCheckedBlock) {
+  float x[32];
+  for (int j = 0; j < 32; ++j) x[j] = 1.0f + 0.5f * static_cast<float>(j % 16);  // min 1, max 8.5, d = 0.5
+  BlockQ4_1 b;
+  ASSERT_TRUE(quantize_row(GgmlType::Q4_1, x, &b, 32));
+  EXPECT_EQ(fp16_to_fp32(b.d), 0.5f);
+  EXPECT_EQ(fp16_to_fp32(b.m), 1.0f);
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(b.qs[j], j | (j << 4)) << j;
+  float y[32];
+  ASSERT_TRUE(dequantize_row(GgmlType::Q4_1, &b, y, 32));
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], x[j]);
+}
+
+TEST(Quantize, AllZeroBlocksStayZero) {
+  std::vector<float> x(512, 0.0f), y(512, 1.0f);
+  std::vector<uint8_t> q(2048);
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    ASSERT_TRUE(quantize_row(t, x.data(), q.data(), 512));
+    ASSERT_TRUE(dequantize_row(t, q.data(), y.data(), 512));
+    for (float v : y) ASSERT_EQ(v, 0.0f) << ggml_type_info(t).name;
+  }
+}
+
+// Max |x - dequant(quant(x))| per block, relative to the block's max |x| (or range).
+struct Bound {
+  GgmlType t;
+  double max_err_over_amax;  // worst element error / block amax
+  double rms_over_std;       // rms error / data std
+};
+
+TEST(Quantize, RoundTripErrorBounds) {
+  const Bound bounds[] = {
+      {GgmlType::F16, 1.0 / 2048, 1.0 / 2048},   {GgmlType::BF16, 1.0 / 256, 1.0 / 256},
+      {GgmlType::Q8_0, 0.5 / 127 + 0.001, 0.008}, {GgmlType::Q4_0, 1.0 / 8 + 0.002, 0.12},
+      {GgmlType::Q4_1, 2.0 / 30 + 0.004, 0.12},   {GgmlType::Q4_K, 0.2, 0.15},
+      {GgmlType::Q6_K, 0.05, 0.035},
+  };
+  Rng rng(99);
+  const int64_t n = 256 * 8;
+  std::vector<float> x(n), y(n);
+  std::vector<uint8_t> q(n * 4);
+  for (const Bound& b : bounds) {
+    const auto& ti = ggml_type_info(b.t);
+    for (int rep = 0; rep < 5; ++rep) {
+      const double scale = rep == 4 ? 1000.0 : 0.02 * (rep + 1);
+      for (auto& v : x) v = static_cast<float>(rng.normal() * scale);
+      ASSERT_TRUE(quantize_row(b.t, x.data(), q.data(), n));
+      ASSERT_TRUE(dequantize_row(b.t, q.data(), y.data(), n));
+      double se = 0;
+      for (int64_t blk = 0; blk < n / ti.block_size; ++blk) {
+        const int64_t bsz = std::max<int64_t>(ti.block_size, 32);
+        if (blk * ti.block_size % bsz) continue;
+        double amax = 0, worst = 0;
+        for (int64_t i = blk * ti.block_size; i < blk * ti.block_size + bsz; ++i) {
+          amax = std::max(amax, std::fabs(double(x[i])));
+          worst = std::max(worst, std::fabs(double(x[i]) - y[i]));
+        }
+        ASSERT_LE(worst, b.max_err_over_amax * (ti.block_size == 1 ? std::fabs(amax) : amax) + 1e-30)
+            << ti.name << " block " << blk << " scale " << scale;
+      }
+      for (int64_t i = 0; i < n; ++i) se += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
+      EXPECT_LE(std::sqrt(se / n), b.rms_over_std * scale) << ti.name << " scale " << scale;
+    }
+  }
+}
+
+TEST(Quantize, RejectsUnsupported) {
+  float x[32] = {};
+  uint8_t q[64];
+  EXPECT_FALSE(quantize_row(GgmlType::Q5_0, x, q, 32));
+  EXPECT_FALSE(quantize_row(GgmlType::Q8_0, x, q, 31));
+  EXPECT_TRUE(quantize_supported(GgmlType::Q6_K));
+  EXPECT_FALSE(quantize_supported(GgmlType::Q5_K));
+}
+
+}  // namespace
+}  // namespace pagoda::gguf

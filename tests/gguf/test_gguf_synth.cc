@@ -1,0 +1,187 @@
+// Synthesized models read back with the expected shapes, types, metadata and
+// a well-formed BPE vocabulary; generation is deterministic in the seed.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <unordered_set>
+
+#include "gguf/dequant.h"
+#include "gguf/gguf.h"
+#include "gguf/synth.h"
+
+namespace pagoda::gguf {
+namespace {
+
+std::vector<uint8_t> synth_bytes(const SynthOptions& o) {
+  GgufWriter w;
+  Status st = synth_model(o, &w);
+  EXPECT_TRUE(st.ok()) << st.message();
+  auto bytes = w.write_to_memory();
+  EXPECT_TRUE(bytes.ok()) << bytes.message();
+  return bytes.ok() ? std::move(bytes).value() : std::vector<uint8_t>{};
+}
+
+TEST(Synth, SmolLM2TwoLayersQ8_0) {
+  SynthOptions o;
+  o.shape = *find_synth_preset("smollm2-135m");
+  o.type = GgmlType::Q8_0;
+  o.n_layers_override = 2;
+  o.seed = 1;
+  const auto bytes = synth_bytes(o);
+  auto f = GgufFile::from_memory(bytes.data(), bytes.size());
+  ASSERT_TRUE(f.ok()) << f.message();
+  const GgufFile& g = **f;
+  EXPECT_EQ(g.architecture(), "llama");
+  EXPECT_EQ(g.get_int("llama.block_count").value(), 2);
+  EXPECT_EQ(g.get_int("llama.embedding_length").value(), 576);
+  EXPECT_EQ(g.get_int("llama.attention.head_count").value(), 9);
+  EXPECT_EQ(g.get_int("llama.attention.head_count_kv").value(), 3);
+  EXPECT_EQ(g.get_int("llama.feed_forward_length").value(), 1536);
+  EXPECT_EQ(g.get_int("llama.context_length").value(), 8192);
+  EXPECT_EQ(g.get_int("llama.rope.dimension_count").value(), 64);
+  EXPECT_EQ(g.get_float("llama.rope.freq_base").value(), 100000.0);
+  EXPECT_EQ(g.get_int("general.file_type").value(), 7);
+  EXPECT_EQ(g.tensors().size(), 2u * 9 + 2);  // tied: no output.weight
+  EXPECT_EQ(g.find_tensor("output.weight"), nullptr);
+  const TensorInfo* emb = g.find_tensor("token_embd.weight");
+  ASSERT_TRUE(emb);
+  EXPECT_EQ(emb->dims, (std::vector<uint64_t>{576, 49152}));
+  EXPECT_EQ(emb->type, GgmlType::Q8_0);
+  struct Want { const char* name; std::vector<uint64_t> dims; GgmlType type; };
+  const Want want[] = {
+      {"blk.1.attn_norm.weight", {576}, GgmlType::F32},       {"blk.1.attn_q.weight", {576, 576}, GgmlType::Q8_0},
+      {"blk.1.attn_k.weight", {576, 192}, GgmlType::Q8_0},    {"blk.1.attn_v.weight", {576, 192}, GgmlType::Q8_0},
+      {"blk.1.attn_output.weight", {576, 576}, GgmlType::Q8_0}, {"blk.1.ffn_norm.weight", {576}, GgmlType::F32},
+      {"blk.1.ffn_gate.weight", {576, 1536}, GgmlType::Q8_0}, {"blk.1.ffn_up.weight", {576, 1536}, GgmlType::Q8_0},
+      {"blk.1.ffn_down.weight", {1536, 576}, GgmlType::Q8_0}, {"output_norm.weight", {576}, GgmlType::F32},
+  };
+  for (const auto& w : want) {
+    const TensorInfo* t = g.find_tensor(w.name);
+    ASSERT_TRUE(t) << w.name;
+    EXPECT_EQ(t->dims, w.dims) << w.name;
+    EXPECT_EQ(t->type, w.type) << w.name;
+  }
+  // Norm weights are exactly 1; weights look like N(0, 0.02).
+  std::vector<float> row(1536);
+  ASSERT_TRUE(dequantize_rows(*g.find_tensor("blk.0.ffn_norm.weight"), 0, 1, row.data()).ok());
+  for (int i = 0; i < 576; ++i) ASSERT_EQ(row[i], 1.0f);
+  double sum = 0, sq = 0;
+  const TensorInfo* down = g.find_tensor("blk.1.ffn_down.weight");
+  for (int64_t r = 0; r < 576; ++r) {
+    ASSERT_TRUE(dequantize_rows(*down, r, 1, row.data()).ok());
+    for (float v : row) {
+      sum += v;
+      sq += double(v) * v;
+    }
+  }
+  const double n = 576.0 * 1536, mean = sum / n, sd = std::sqrt(sq / n - mean * mean);
+  EXPECT_NEAR(mean, 0.0, 1e-4);
+  EXPECT_NEAR(sd, 0.02, 0.0005);
+
+  // Tokenizer: gpt2 BPE of exactly the vocab size, specials first for smollm.
+  EXPECT_EQ(g.get_string("tokenizer.ggml.model").value(), "gpt2");
+  EXPECT_EQ(g.get_string("tokenizer.ggml.pre").value(), "smollm");
+  auto tokens = g.get_string_array("tokenizer.ggml.tokens").value();
+  auto types = g.get_int_array("tokenizer.ggml.token_type").value();
+  auto merges = g.get_string_array("tokenizer.ggml.merges").value();
+  ASSERT_EQ(tokens.size(), 49152u);
+  ASSERT_EQ(types.size(), 49152u);
+  EXPECT_EQ(merges.size(), 49152u - 3 - 256);
+  EXPECT_EQ(tokens[0], "<|endoftext|>");
+  EXPECT_EQ(tokens[1], "<|im_start|>");
+  EXPECT_EQ(tokens[2], "<|im_end|>");
+  EXPECT_EQ(types[1], 3);
+  EXPECT_EQ(tokens[3 + 'a'], "a");
+  EXPECT_EQ(tokens[3 + ' '], "Ġ");
+  EXPECT_EQ(tokens[3 + '\n'], "Ċ");
+  EXPECT_EQ(g.get_int("tokenizer.ggml.bos_token_id").value(), 1);
+  EXPECT_EQ(g.get_int("tokenizer.ggml.eos_token_id").value(), 2);
+  std::unordered_set<std::string> seen(tokens.begin(), tokens.end());
+  EXPECT_EQ(seen.size(), tokens.size()) << "tokens must be unique";
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const size_t sp = merges[i].find(' ');
+    ASSERT_NE(sp, std::string::npos);
+    const std::string l = merges[i].substr(0, sp), r = merges[i].substr(sp + 1);
+    ASSERT_TRUE(seen.count(l) && seen.count(r)) << merges[i];
+    ASSERT_EQ(tokens[259 + i], l + r) << "merge " << i << " must produce the next token";
+  }
+}
+
+TEST(Synth, DeterministicInSeed) {
+  SynthOptions o;
+  o.shape = *find_synth_preset("smollm2-135m");
+  o.shape.n_vocab = 512;
+  o.shape.n_embd = 64;
+  o.shape.n_head = 4;
+  o.shape.n_head_kv = 2;
+  o.shape.n_ff = 128;
+  o.type = GgmlType::Q4_0;
+  o.n_layers_override = 1;
+  o.seed = 5;
+  const auto a = synth_bytes(o), b = synth_bytes(o);
+  EXPECT_EQ(a, b);
+  o.seed = 6;
+  const auto c = synth_bytes(o);
+  ASSERT_EQ(a.size(), c.size());
+  EXPECT_NE(a, c);
+  auto f = GgufFile::from_memory(a.data(), a.size());
+  ASSERT_TRUE(f.ok()) << f.message();
+  // 4-bit files keep the (tied) output projection at Q8_0, like llama.cpp's quantize.
+  EXPECT_EQ((*f)->find_tensor("token_embd.weight")->type, GgmlType::Q8_0);
+  EXPECT_EQ((*f)->find_tensor("blk.0.attn_q.weight")->type, GgmlType::Q4_0);
+  EXPECT_EQ((*f)->get_int("general.file_type").value(), 2);
+}
+
+TEST(Synth, QwenAndLlamaLayouts) {
+  // Shapes shrunk, vocabulary kept: checks specials placement and biases.
+  SynthOptions q;
+  q.shape = *find_synth_preset("qwen2.5-0.5b");
+  q.shape.n_embd = 64;
+  q.shape.n_head = 4;
+  q.shape.n_head_kv = 2;
+  q.shape.n_ff = 64;
+  q.n_layers_override = 1;
+  q.type = GgmlType::F16;
+  auto qb = synth_bytes(q);
+  auto qf = GgufFile::from_memory(qb.data(), qb.size());
+  ASSERT_TRUE(qf.ok()) << qf.message();
+  EXPECT_EQ((*qf)->architecture(), "qwen2");
+  EXPECT_EQ((*qf)->get_int("qwen2.attention.head_count").value(), 4);
+  EXPECT_EQ((*qf)->find_tensor("blk.0.attn_k.bias")->dims, (std::vector<uint64_t>{32}));
+  EXPECT_EQ((*qf)->find_tensor("blk.0.attn_q.bias")->type, GgmlType::F32);
+  auto qt = (*qf)->get_string_array("tokenizer.ggml.tokens").value();
+  ASSERT_EQ(qt.size(), 151936u);
+  EXPECT_EQ(qt[151643], "<|endoftext|>");
+  EXPECT_EQ(qt[151645], "<|im_end|>");
+  EXPECT_EQ(qt[151935], "[PAD151935]");
+  EXPECT_EQ((*qf)->get_int("tokenizer.ggml.eos_token_id").value(), 151645);
+
+  auto lv = make_synth_vocab(128256, "llama-bpe");
+  ASSERT_TRUE(lv.ok());
+  EXPECT_EQ(lv->tokens.size(), 128256u);
+  EXPECT_EQ(lv->tokens[128000], "<|begin_of_text|>");
+  EXPECT_EQ(lv->tokens[128009], "<|eot_id|>");
+  EXPECT_EQ(lv->bos, 128000);
+  EXPECT_EQ(lv->eos, 128009);
+  EXPECT_EQ(lv->tokens[0], "Ā");  // byte 0 in GPT-2's byte-to-unicode map
+  EXPECT_EQ(lv->merges.size(), 128000u - 256);
+  EXPECT_FALSE(make_synth_vocab(100, "smollm").ok());
+  EXPECT_FALSE(make_synth_vocab(1000, "nope").ok());
+}
+
+TEST(Synth, RejectsBadOptions) {
+  SynthOptions o;
+  o.shape = *find_synth_preset("smollm2-135m");
+  o.type = GgmlType::Q4_K;  // 576 is not a multiple of 256
+  GgufWriter w;
+  EXPECT_FALSE(synth_model(o, &w).ok());
+  o.type = GgmlType::Q8_0;
+  o.shape.arch = "mamba";
+  EXPECT_FALSE(synth_model(o, &w).ok());
+  EXPECT_EQ(find_synth_preset("gpt-5"), nullptr);
+  EXPECT_EQ(synth_presets().size(), 5u);
+  EXPECT_EQ(find_synth_preset("llama-3.1-8b")->tied, false);
+}
+
+}  // namespace
+}  // namespace pagoda::gguf

@@ -1,0 +1,178 @@
+// rmsnorm, rope, softmax, kv_write, silu_mul, add_inplace: cpu vs ref over odd
+// sizes, plus hand-computed values for the references themselves.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "base/fp16.h"
+#include "kernels/api.h"
+#include "kernels/kernel_test_util.h"
+
+namespace pagoda::kernels {
+namespace {
+
+using testing::BitwiseEqual;
+using testing::random_vec;
+using testing::WithinTol;
+
+const int64_t kSizes[] = {1, 3, 17, 31, 33, 255, 257, 576};
+
+TEST(RmsNorm, CpuMatchesRef) {
+  uint64_t seed = 1;
+  for (int64_t n : kSizes) {
+    const int64_t t = 3;
+    const auto x = random_vec(static_cast<size_t>(t * n), seed++, 2.0);
+    const auto w = random_vec(static_cast<size_t>(n), seed++);
+    std::vector<float> want(x.size()), got(x.size());
+    ref::rmsnorm(x.data(), w.data(), 1e-5f, t, n, want.data());
+    cpu::rmsnorm(x.data(), w.data(), 1e-5f, t, n, got.data());
+    // float sum of squares (n terms) + 3 roundings per output: relative (n + 8) * 2^-24.
+    std::vector<double> tol(x.size());
+    for (size_t i = 0; i < tol.size(); ++i) tol[i] = std::fabs(want[i]) * (n + 8) * 0x1.0p-24 + 1e-30;
+    ASSERT_TRUE(WithinTol(got.data(), want.data(), tol.data(), got.size())) << "n=" << n;
+  }
+}
+
+TEST(RmsNorm, RefKnownValue) {
+  const float x[2] = {3.0f, 4.0f}, w[2] = {1.0f, 2.0f};
+  float y[2];
+  ref::rmsnorm(x, w, 0.0f, 1, 2, y);
+  const float rms = std::sqrt(12.5f);
+  EXPECT_FLOAT_EQ(y[0], 3.0f / rms);
+  EXPECT_FLOAT_EQ(y[1], 8.0f / rms);
+}
+
+TEST(Rope, RefKnownValues) {
+  // One head of 4 dims, position 1, base 100: theta_0 = 1, theta_1 = 100^(-1/2) = 0.1.
+  float x[4] = {1, 0, 1, 0};
+  const int32_t pos = 1;
+  ref::rope(x, &pos, 1, 1, 4, 4, 100.0f, /*neox=*/false);
+  EXPECT_FLOAT_EQ(x[0], static_cast<float>(std::cos(1.0)));
+  EXPECT_FLOAT_EQ(x[1], static_cast<float>(std::sin(1.0)));
+  EXPECT_FLOAT_EQ(x[2], static_cast<float>(std::cos(0.1)));
+  EXPECT_FLOAT_EQ(x[3], static_cast<float>(std::sin(0.1)));
+  // NeoX pairs (0, 2) and (1, 3).
+  float y[4] = {1, 1, 0, 0};
+  ref::rope(y, &pos, 1, 1, 4, 4, 100.0f, /*neox=*/true);
+  EXPECT_FLOAT_EQ(y[0], static_cast<float>(std::cos(1.0)));
+  EXPECT_FLOAT_EQ(y[2], static_cast<float>(std::sin(1.0)));
+  EXPECT_FLOAT_EQ(y[1], static_cast<float>(std::cos(0.1)));
+  EXPECT_FLOAT_EQ(y[3], static_cast<float>(std::sin(0.1)));
+  // Position 0 is the identity; dims past rope_dim are untouched.
+  float z[6] = {1, 2, 3, 4, 5, 6};
+  const int32_t p0 = 0;
+  ref::rope(z, &p0, 1, 1, 6, 4, 100.0f, false);
+  EXPECT_EQ(z[0], 1.0f);
+  EXPECT_EQ(z[3], 4.0f);
+  float u[6] = {1, 2, 3, 4, 5, 6};
+  ref::rope(u, &pos, 1, 1, 6, 4, 100.0f, false);
+  EXPECT_EQ(u[4], 5.0f);
+  EXPECT_EQ(u[5], 6.0f);
+}
+
+TEST(Rope, CpuBitwiseEqualsRef) {
+  for (bool neox : {false, true}) {
+    for (int32_t head_dim : {8, 64, 128}) {
+      for (int32_t rope_dim : {head_dim, head_dim / 2}) {
+        const int64_t t = 5;
+        const int32_t heads = 3;
+        std::vector<int32_t> pos{0, 1, 7, 100, 4095};
+        auto a = random_vec(static_cast<size_t>(t * heads * head_dim), 9);
+        auto b = a;
+        ref::rope(a.data(), pos.data(), t, heads, head_dim, rope_dim, 100000.0f, neox);
+        cpu::rope(b.data(), pos.data(), t, heads, head_dim, rope_dim, 100000.0f, neox);
+        ASSERT_TRUE(BitwiseEqual(b.data(), a.data(), a.size())) << "neox=" << neox << " hd=" << head_dim;
+      }
+    }
+  }
+}
+
+TEST(Softmax, CpuMatchesRef) {
+  uint64_t seed = 3;
+  for (int64_t n : kSizes) {
+    auto x = random_vec(static_cast<size_t>(n), seed++, 5.0);
+    if (n > 2) x[1] = -INFINITY;
+    auto want = x, got = x;
+    ref::softmax(want.data(), n);
+    cpu::softmax(got.data(), n);
+    // exp within a few ulp, float sum of n terms: relative (n + 8) * 2^-23.
+    std::vector<double> tol(x.size());
+    for (size_t i = 0; i < tol.size(); ++i) tol[i] = std::fabs(want[i]) * (n + 8) * 0x1.0p-23 + 1e-30;
+    ASSERT_TRUE(WithinTol(got.data(), want.data(), tol.data(), got.size())) << "n=" << n;
+    if (n > 2) {
+      EXPECT_EQ(got[1], 0.0f);
+    }
+    double s = 0;
+    for (float v : got) s += v;
+    EXPECT_NEAR(s, 1.0, 1e-5);
+  }
+}
+
+TEST(Elementwise, SiluMulAndAdd) {
+  for (int64_t n : kSizes) {
+    auto g = random_vec(static_cast<size_t>(n), 11, 4.0);
+    const auto u = random_vec(static_cast<size_t>(n), 12);
+    auto g0 = g;
+    silu_mul(g.data(), u.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = g0[i] / (1.0 + std::exp(-static_cast<double>(g0[i]))) * u[i];
+      ASSERT_NEAR(g[i], want, std::fabs(want) * 1e-6 + 1e-30) << "n=" << n << " i=" << i;
+    }
+    auto a = random_vec(static_cast<size_t>(n), 13);
+    const auto a0 = a;
+    add_inplace(a.data(), u.data(), n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(a[i], a0[i] + u[i]);
+  }
+}
+
+TEST(KvWrite, CpuBytesEqualRefAndRoundTrip) {
+  const int32_t n_kv = 2, hd = 64, slots = 40;
+  const int64_t n = n_kv * hd;
+  for (KvDtype dt : {KvDtype::F32, KvDtype::F16, KvDtype::BF16, KvDtype::Q8_0}) {
+    const size_t rb = kv_row_bytes(dt, n);
+    std::vector<uint8_t> k1(rb * slots, 0xAB), v1(rb * slots, 0xAB), k2(k1), v2(v1);
+    KvLayerView a{k1.data(), v1.data(), dt, 16, n_kv, hd, rb}, b{k2.data(), v2.data(), dt, 16, n_kv, hd, rb};
+    const int64_t t = 5;
+    const auto k = random_vec(static_cast<size_t>(t * n), 21), v = random_vec(static_cast<size_t>(t * n), 22);
+    const int64_t slot_mapping[t] = {3, 17, -1, 39, 0};  // -1: padding token, not stored
+    ref::kv_write(a, k.data(), v.data(), slot_mapping, t);
+    cpu::kv_write(b, k.data(), v.data(), slot_mapping, t);
+    ASSERT_EQ(k1, k2) << kv_dtype_name(dt);
+    ASSERT_EQ(v1, v2) << kv_dtype_name(dt);
+    std::vector<float> back(static_cast<size_t>(n));
+    kv_read_row(dt, k1.data() + 17 * rb, n, back.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = k[static_cast<size_t>(n + i)];
+      // f32 exact; f16 / bf16 half an ulp (2^-11 / 2^-8 relative); q8_0 half a step (amax/254).
+      const double tol = dt == KvDtype::F32 ? 0.0 : dt == KvDtype::F16 ? std::fabs(want) * 0x1.0p-11 + 1e-7
+                         : dt == KvDtype::BF16 ? std::fabs(want) * 0x1.0p-8 : 5.0 / 254.0 * 1.001;
+      ASSERT_NEAR(back[i], want, tol) << kv_dtype_name(dt) << " i=" << i;
+    }
+    EXPECT_EQ(k1[2 * rb], 0xAB) << "slot 2 (padding token) must be untouched";
+  }
+}
+
+TEST(KvWrite, Q8_0RoundsHalfAwayFromZeroLikeGgml) {
+  // amax = 127 -> d = 1: 2.5 -> 3 and -2.5 -> -3 (roundf), not 2 / -2 (nearest even).
+  std::vector<float> x(32, 0.0f);
+  x[0] = 127.0f;
+  x[1] = 2.5f;
+  x[2] = -2.5f;
+  x[3] = 0.5f;
+  std::vector<uint8_t> row(34), vrow(34);
+  KvLayerView kv{row.data(), vrow.data(), KvDtype::Q8_0, 1, 1, 32, 34};
+  const int64_t slot = 0;
+  cpu::kv_write(kv, x.data(), x.data(), &slot, 1);
+  BlockQ8_0 b;
+  std::memcpy(&b, row.data(), 34);
+  EXPECT_EQ(fp16_to_fp32(b.d), 1.0f);
+  EXPECT_EQ(b.qs[0], 127);
+  EXPECT_EQ(b.qs[1], 3);
+  EXPECT_EQ(b.qs[2], -3);
+  EXPECT_EQ(b.qs[3], 1);
+}
+
+}  // namespace
+}  // namespace pagoda::kernels

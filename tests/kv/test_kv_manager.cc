@@ -1,0 +1,505 @@
+// Model-free tests of the paged KV bookkeeping: exact block ids, ref counts and
+// eviction order (in the spirit of vLLM's tests/v1/core/test_prefix_caching.py).
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "kv/kv_manager.h"
+
+namespace pagoda::kv {
+namespace {
+
+using Ids = std::vector<BlockId>;
+using Tokens = std::vector<TokenId>;
+
+KvConfig make_config(int32_t num_blocks, int32_t block_size, double watermark = 0.0) {
+  KvConfig c;
+  c.num_blocks = num_blocks;
+  c.block_size = block_size;
+  c.watermark = watermark;
+  c.model_fingerprint = 0x5eed;
+  return c;
+}
+
+Tokens iota_tokens(TokenId start, int n) {
+  Tokens t(static_cast<size_t>(n));
+  std::iota(t.begin(), t.end(), start);
+  return t;
+}
+
+Tokens concat(Tokens a, const Tokens& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+Ids table(const KvManager& kv, SeqId s) {
+  auto t = kv.block_table(s);
+  return Ids(t.begin(), t.end());
+}
+
+#define EXPECT_INVARIANTS(kv) EXPECT_EQ((kv).check_invariants(), "")
+
+TEST(BlockPool, InitialOrderPopAndReverseFree) {
+  BlockPool pool(6);
+  EXPECT_EQ(pool.num_usable_blocks(), 5);
+  EXPECT_EQ(pool.free_queue(), (Ids{1, 2, 3, 4, 5}));
+  EXPECT_EQ(pool.pop_free(), 1);
+  EXPECT_EQ(pool.pop_free(), 2);
+  EXPECT_EQ(pool.ref_count(1), 1);
+  pool.incref(4);  // touch from the middle of the queue
+  EXPECT_EQ(pool.free_queue(), (Ids{3, 5}));
+  EXPECT_FALSE(pool.in_free_queue(4));
+  EXPECT_TRUE(pool.decref(4));
+  EXPECT_EQ(pool.free_queue(), (Ids{3, 5, 4}));
+  pool.incref(1);
+  EXPECT_FALSE(pool.decref(1));
+  EXPECT_TRUE(pool.decref(1));
+  EXPECT_EQ(pool.free_queue(), (Ids{3, 5, 4, 1}));
+  EXPECT_EQ(pool.check(), "");
+}
+
+TEST(KvManager, AllocateAndFreeExactIds) {
+  KvManager kv(make_config(10, 4));
+  const Tokens t = iota_tokens(100, 10);
+  ASSERT_EQ(*kv.allocate(1, t, 10, ""), 0);
+  EXPECT_EQ(table(kv, 1), (Ids{1, 2, 3}));
+  for (BlockId b : {1, 2, 3}) EXPECT_EQ(kv.pool().ref_count(b), 1);
+  EXPECT_EQ(kv.pool().free_queue(), (Ids{4, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(kv.num_computed_tokens(1), 0);
+  EXPECT_EQ(kv.num_committed_blocks(1), 0);
+
+  kv.mark_computed(1, t, 10);
+  EXPECT_EQ(kv.num_committed_blocks(1), 2);  // block 3 holds 2 of 4 tokens: not committed
+  KvStats st = kv.stats();
+  EXPECT_EQ(st.num_blocks_total, 9);
+  EXPECT_EQ(st.num_used, 3);
+  EXPECT_EQ(st.num_free, 6);
+  EXPECT_EQ(st.num_cached, 2);
+  EXPECT_INVARIANTS(kv);
+
+  EXPECT_TRUE(kv.free(1));
+  EXPECT_FALSE(kv.free(1));
+  // Released last block first: the sequence's tail is evicted before its head.
+  EXPECT_EQ(kv.pool().free_queue(), (Ids{4, 5, 6, 7, 8, 9, 3, 2, 1}));
+  st = kv.stats();
+  EXPECT_EQ(st.num_used, 0);
+  EXPECT_EQ(st.num_cached_evictable, 2);
+  EXPECT_EQ(st.num_free, 7);
+  EXPECT_INVARIANTS(kv);
+}
+
+TEST(KvManager, NullBlockNeverHandedOut) {
+  KvManager kv(make_config(5, 2));
+  ASSERT_TRUE(kv.allocate(1, iota_tokens(0, 8), 8, "").ok());
+  EXPECT_EQ(table(kv, 1), (Ids{1, 2, 3, 4}));
+  EXPECT_EQ(kv.num_free_blocks(), 0);
+  EXPECT_FALSE(kv.can_allocate(iota_tokens(50, 1), 1, ""));
+  EXPECT_FALSE(kv.allocate(2, iota_tokens(50, 1), 1, "").ok());
+  EXPECT_FALSE(kv.has_seq(2));
+  EXPECT_INVARIANTS(kv);
+}
+
+// A 12-token prompt computed and freed leaves blocks 1, 2, 3 cached; prompts
+// sharing 0..3 full blocks hit exactly those.
+TEST(KvManager, PrefixHitsOnOneToKFullBlocks) {
+  KvManager kv(make_config(16, 4));
+  const Tokens base = iota_tokens(100, 12);
+  ASSERT_EQ(*kv.allocate(1, base, 12, ""), 0);
+  kv.mark_computed(1, base, 12);
+  EXPECT_EQ(kv.num_committed_blocks(1), 3);
+  kv.free(1);
+  EXPECT_EQ(kv.pool().free_queue(), (Ids{4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 3, 2, 1}));
+
+  for (int k = 0; k <= 3; ++k) {
+    // k shared blocks, then a different token and 3 more.
+    Tokens t(base.begin(), base.begin() + 4 * k);
+    t = concat(t, Tokens{7, 7, 7, 7});
+    EXPECT_EQ(kv.num_cached_prefix_tokens(t, ""), 4 * k) << "k=" << k;
+  }
+  // Hit on 2 blocks: they leave the free queue; one fresh block from the head.
+  const Tokens two = concat(Tokens(base.begin(), base.begin() + 8), Tokens{9, 9});
+  ASSERT_EQ(*kv.allocate(2, two, 2, ""), 8);
+  EXPECT_EQ(table(kv, 2), (Ids{1, 2, 4}));
+  EXPECT_EQ(kv.num_computed_tokens(2), 8);
+  EXPECT_EQ(kv.num_committed_blocks(2), 2);
+  EXPECT_EQ(kv.pool().free_queue(), (Ids{5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 3}));
+  // A second sharer of block 1 only: ref counts 2 and 1.
+  const Tokens one = concat(Tokens(base.begin(), base.begin() + 4), Tokens{8, 8, 8, 8, 8});
+  ASSERT_EQ(*kv.allocate(3, one, 5, ""), 4);
+  EXPECT_EQ(table(kv, 3), (Ids{1, 5, 6}));
+  EXPECT_EQ(kv.pool().ref_count(1), 2);
+  EXPECT_EQ(kv.pool().ref_count(2), 1);
+  KvStats st = kv.stats();
+  EXPECT_EQ(st.prefix_hit_tokens, 12);
+  EXPECT_EQ(st.prefix_query_tokens, 12 + 10 + 9);
+  EXPECT_INVARIANTS(kv);
+
+  // A prompt of exactly 3 full blocks hits only 2: the last token is computed.
+  EXPECT_EQ(kv.num_cached_prefix_tokens(base, ""), 8);
+  kv.free(2);
+  kv.free(3);
+  EXPECT_EQ(kv.stats().num_used, 0);
+  EXPECT_INVARIANTS(kv);
+}
+
+TEST(KvManager, PartialLastBlockIsNeverShared) {
+  KvManager kv(make_config(10, 4));
+  const Tokens t = iota_tokens(0, 6);  // block 1 full, block 2 holds 2 tokens
+  ASSERT_EQ(*kv.allocate(1, t, 6, ""), 0);
+  kv.mark_computed(1, t, 6);
+  EXPECT_EQ(kv.num_committed_blocks(1), 1);
+  EXPECT_EQ(kv.stats().num_cached, 1);
+  kv.free(1);
+  EXPECT_EQ(kv.pool().free_queue(), (Ids{3, 4, 5, 6, 7, 8, 9, 2, 1}));
+
+  const Tokens longer = concat(t, Tokens{6, 7, 8});
+  ASSERT_EQ(*kv.allocate(2, longer, 5, ""), 4);
+  EXPECT_EQ(table(kv, 2), (Ids{1, 3, 4}));  // block 2 (the old partial block) is not reused as a hit
+  EXPECT_TRUE(kv.pool().in_free_queue(2));
+  EXPECT_INVARIANTS(kv);
+}
+
+TEST(KvManager, LruEvictsLeastRecentlyFreedFirst) {
+  KvManager kv(make_config(5, 4));  // usable blocks 1..4
+  const Tokens a = iota_tokens(10, 4), b = iota_tokens(20, 4), c = iota_tokens(30, 4);
+  ASSERT_TRUE(kv.allocate(1, a, 4, "").ok());
+  kv.mark_computed(1, a, 4);
+  ASSERT_TRUE(kv.allocate(2, b, 4, "").ok());
+  kv.mark_computed(2, b, 4);
+  ASSERT_TRUE(kv.allocate(3, c, 4, "").ok());
+  kv.mark_computed(3, c, 4);
+  EXPECT_EQ(table(kv, 1), (Ids{1}));
+  EXPECT_EQ(table(kv, 2), (Ids{2}));
+  EXPECT_EQ(table(kv, 3), (Ids{3}));
+  kv.free(2);
+  kv.free(1);
+  kv.free(3);
+  EXPECT_EQ(kv.pool().free_queue(), (Ids{4, 2, 1, 3}));
+  EXPECT_EQ(kv.stats().num_cached_evictable, 3);
+
+  auto probe = [&](const Tokens& t) { return kv.num_cached_prefix_tokens(concat(t, Tokens{0}), ""); };
+  ASSERT_TRUE(kv.allocate(4, iota_tokens(40, 4), 4, "").ok());
+  EXPECT_EQ(table(kv, 4), (Ids{4}));  // plain free block first, no eviction
+  EXPECT_EQ(kv.stats().num_evictions, 0);
+  ASSERT_TRUE(kv.allocate(5, iota_tokens(50, 4), 4, "").ok());
+  EXPECT_EQ(table(kv, 5), (Ids{2}));  // b was freed first: evicted first
+  EXPECT_EQ(kv.stats().num_evictions, 1);
+  EXPECT_EQ(probe(b), 0);
+  EXPECT_EQ(probe(a), 4);
+  EXPECT_EQ(probe(c), 4);
+  ASSERT_TRUE(kv.allocate(6, iota_tokens(60, 4), 4, "").ok());
+  EXPECT_EQ(table(kv, 6), (Ids{1}));
+  EXPECT_EQ(probe(a), 0);
+  EXPECT_EQ(probe(c), 4);
+  EXPECT_EQ(kv.stats().num_evictions, 2);
+  EXPECT_INVARIANTS(kv);
+}
+
+TEST(KvManager, HitOnFreeBlockRemovesItFromTheQueue) {
+  KvManager kv(make_config(8, 4));
+  const Tokens t = iota_tokens(0, 8);
+  ASSERT_TRUE(kv.allocate(1, t, 8, "").ok());
+  kv.mark_computed(1, t, 8);
+  kv.free(1);
+  EXPECT_EQ(kv.pool().free_queue(), (Ids{3, 4, 5, 6, 7, 2, 1}));
+  EXPECT_EQ(kv.stats().num_cached_evictable, 2);
+
+  const Tokens u = concat(t, Tokens{99});
+  ASSERT_EQ(*kv.allocate(2, u, 1, ""), 8);
+  EXPECT_EQ(table(kv, 2), (Ids{1, 2, 3}));
+  EXPECT_EQ(kv.pool().free_queue(), (Ids{4, 5, 6, 7}));
+  EXPECT_EQ(kv.pool().ref_count(1), 1);
+  EXPECT_EQ(kv.pool().ref_count(2), 1);
+  KvStats st = kv.stats();
+  EXPECT_EQ(st.num_cached_evictable, 0);
+  EXPECT_EQ(st.num_used, 3);
+  // A second hit on blocks in use only raises their ref counts.
+  ASSERT_EQ(*kv.allocate(3, u, 1, ""), 8);
+  EXPECT_EQ(table(kv, 3), (Ids{1, 2, 4}));
+  EXPECT_EQ(kv.pool().ref_count(1), 2);
+  EXPECT_INVARIANTS(kv);
+}
+
+TEST(KvManager, RevivedHitsCountAgainstFreeBlocks) {
+  // 3 usable blocks, 2 cached and free. Reviving both and taking one fresh
+  // block uses the whole pool; asking for 2 fresh ones is refused untouched.
+  KvManager kv(make_config(4, 2));
+  const Tokens t = iota_tokens(0, 4);
+  ASSERT_TRUE(kv.allocate(1, t, 4, "").ok());
+  kv.mark_computed(1, t, 4);
+  kv.free(1);
+  const Tokens u = concat(t, Tokens{5, 6, 7});
+  EXPECT_EQ(kv.num_cached_prefix_tokens(u, ""), 4);
+  EXPECT_FALSE(kv.can_allocate(u, 3, ""));  // 2 revived + 2 fresh > 3
+  const auto before = kv.pool().free_queue();
+  EXPECT_FALSE(kv.allocate(2, u, 3, "").ok());
+  EXPECT_EQ(kv.pool().free_queue(), before);
+  EXPECT_EQ(kv.stats().prefix_query_tokens, 4);
+  EXPECT_TRUE(kv.can_allocate(u, 2, ""));
+  ASSERT_EQ(*kv.allocate(2, u, 2, ""), 4);
+  EXPECT_EQ(table(kv, 2), (Ids{1, 2, 3}));
+  EXPECT_INVARIANTS(kv);
+}
+
+TEST(KvManager, WatermarkKeepsBlocksFreeAtAdmissionOnly) {
+  KvManager kv(make_config(101, 1, 0.05));  // 100 usable, 5 kept free at admission
+  EXPECT_EQ(kv.watermark_blocks(), 5);
+  EXPECT_FALSE(kv.can_allocate(iota_tokens(0, 96), 96, ""));
+  EXPECT_FALSE(kv.allocate(1, iota_tokens(0, 96), 96, "").ok());
+  EXPECT_EQ(kv.num_free_blocks(), 100);
+  EXPECT_TRUE(kv.can_allocate(iota_tokens(0, 95), 95, ""));
+  ASSERT_TRUE(kv.allocate(1, iota_tokens(0, 95), 95, "").ok());
+  kv.mark_computed(1, iota_tokens(0, 95), 95);
+  // A running sequence may grow into the watermark.
+  std::vector<BlockCopy> copies;
+  EXPECT_TRUE(kv.append_slots(1, 5, &copies));
+  EXPECT_EQ(kv.num_free_blocks(), 0);
+  EXPECT_TRUE(copies.empty());
+  EXPECT_INVARIANTS(kv);
+  KvConfig def;
+  def.num_blocks = 101;
+  EXPECT_EQ(KvManager(def).watermark_blocks(), 1);  // default 1%
+}
+
+TEST(KvManager, AppendSlotsRefusalLeavesNoPartialState) {
+  KvManager kv(make_config(5, 4));  // 4 usable
+  const Tokens t = iota_tokens(0, 6);
+  ASSERT_TRUE(kv.allocate(1, t, 6, "").ok());  // blocks 1, 2
+  kv.mark_computed(1, t, 6);
+  ASSERT_TRUE(kv.fork(1, 2).ok());
+  // Child writes position 6 (shared partial block 2 -> CoW) and needs 2 more
+  // blocks for 12 tokens: 3 > 2 free, refused.
+  std::vector<BlockCopy> copies;
+  EXPECT_FALSE(kv.can_append_slots(2, 12));
+  EXPECT_FALSE(kv.append_slots(2, 12, &copies));
+  EXPECT_TRUE(copies.empty());
+  EXPECT_EQ(table(kv, 2), (Ids{1, 2}));
+  EXPECT_EQ(kv.pool().ref_count(2), 2);
+  EXPECT_EQ(kv.num_free_blocks(), 2);
+  EXPECT_TRUE(kv.append_slots(2, 6, &copies));
+  EXPECT_EQ(copies, (std::vector<BlockCopy>{{2, 3}}));
+  EXPECT_EQ(table(kv, 2), (Ids{1, 3, 4}));
+  EXPECT_INVARIANTS(kv);
+}
+
+TEST(KvManager, ForkSharesBlocksAndCopiesOnWrite) {
+  KvManager kv(make_config(10, 4));
+  const Tokens t = iota_tokens(0, 6);
+  ASSERT_TRUE(kv.allocate(1, t, 6, "").ok());
+  kv.mark_computed(1, t, 6);
+  ASSERT_TRUE(kv.fork(1, 2).ok());
+  EXPECT_FALSE(kv.fork(1, 2).ok());
+  EXPECT_FALSE(kv.fork(7, 8).ok());
+  EXPECT_EQ(table(kv, 2), (Ids{1, 2}));
+  EXPECT_EQ(kv.pool().ref_count(1), 2);
+  EXPECT_EQ(kv.pool().ref_count(2), 2);
+  EXPECT_EQ(kv.num_computed_tokens(2), 6);
+  EXPECT_EQ(kv.num_committed_blocks(2), 1);
+  EXPECT_INVARIANTS(kv);
+
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(kv.append_slots(2, 1, &copies));
+  EXPECT_EQ(copies, (std::vector<BlockCopy>{{2, 3}}));
+  EXPECT_EQ(table(kv, 2), (Ids{1, 3}));
+  EXPECT_EQ(kv.pool().ref_count(1), 2);  // full block stays shared
+  EXPECT_EQ(kv.pool().ref_count(2), 1);
+  EXPECT_EQ(kv.pool().ref_count(3), 1);
+  EXPECT_EQ(kv.stats().num_cow_copies, 1);
+  // The parent is now the only owner of block 2: no copy.
+  ASSERT_TRUE(kv.append_slots(1, 3, &copies));
+  EXPECT_EQ(copies.size(), 1u);
+  EXPECT_EQ(table(kv, 1), (Ids{1, 2, 4}));
+
+  // Divergent continuations commit their own full blocks.
+  const Tokens p = concat(t, Tokens{100, 101, 102});
+  const Tokens c = concat(t, Tokens{200});
+  kv.mark_computed(1, p, 9);
+  kv.mark_computed(2, c, 7);
+  EXPECT_EQ(kv.num_committed_blocks(1), 2);
+  EXPECT_EQ(kv.num_committed_blocks(2), 1);
+  EXPECT_INVARIANTS(kv);
+  kv.free(1);
+  kv.free(2);
+  EXPECT_EQ(kv.stats().num_used, 0);
+  EXPECT_EQ(kv.num_free_blocks(), 9);
+  EXPECT_INVARIANTS(kv);
+}
+
+TEST(KvManager, ForkOnBlockBoundaryNeedsNoCopy) {
+  KvManager kv(make_config(10, 4));
+  const Tokens t = iota_tokens(0, 8);
+  ASSERT_TRUE(kv.allocate(1, t, 8, "").ok());
+  kv.mark_computed(1, t, 8);
+  ASSERT_TRUE(kv.fork(1, 2).ok());
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(kv.append_slots(2, 1, &copies));
+  ASSERT_TRUE(kv.append_slots(1, 1, &copies));
+  EXPECT_TRUE(copies.empty());
+  EXPECT_EQ(table(kv, 1), (Ids{1, 2, 4}));
+  EXPECT_EQ(table(kv, 2), (Ids{1, 2, 3}));
+  EXPECT_INVARIANTS(kv);
+}
+
+TEST(KvManager, ForkedSharedBlockCommittedByBothOwners) {
+  // Parent allocated slots ahead; child forks before the block fills. Both
+  // later commit the same (CoW-separated) content without corrupting the cache.
+  KvManager kv(make_config(10, 4));
+  const Tokens t = iota_tokens(0, 4);
+  ASSERT_TRUE(kv.allocate(1, t, 3, "").ok());
+  kv.mark_computed(1, t, 3);
+  ASSERT_TRUE(kv.fork(1, 2).ok());
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(kv.append_slots(1, 1, &copies));  // block 1 shared -> parent gets a copy
+  EXPECT_EQ(copies, (std::vector<BlockCopy>{{1, 2}}));
+  ASSERT_TRUE(kv.append_slots(2, 1, &copies));  // child is sole owner of block 1 now
+  kv.mark_computed(1, t, 4);
+  kv.mark_computed(2, t, 4);
+  EXPECT_EQ(kv.stats().num_cached, 1);
+  EXPECT_EQ(kv.num_cached_prefix_tokens(concat(t, Tokens{9}), ""), 4);
+  EXPECT_INVARIANTS(kv);
+}
+
+TEST(KvManager, DuplicateComputeMapsToTheFirstCachedBlock) {
+  KvManager kv(make_config(10, 4));
+  const Tokens t = iota_tokens(0, 9);
+  ASSERT_EQ(*kv.allocate(1, t, 9, ""), 0);
+  ASSERT_EQ(*kv.allocate(2, t, 9, ""), 0);  // nothing committed yet: computed twice
+  kv.mark_computed(1, t, 9);
+  kv.mark_computed(2, t, 9);
+  EXPECT_EQ(kv.stats().num_cached, 2);  // blocks 1, 2 of seq 1 only
+  ASSERT_EQ(*kv.allocate(3, t, 1, ""), 8);
+  EXPECT_EQ(table(kv, 3), (Ids{1, 2, 7}));
+  // Seq 2's duplicate full blocks are plain blocks: freed to the plain pool.
+  kv.free(2);
+  KvStats st = kv.stats();
+  EXPECT_EQ(st.num_cached_evictable, 0);
+  EXPECT_EQ(st.num_used, 4);  // 1, 2, 3 and 7
+  EXPECT_EQ(st.num_free, 5);
+  EXPECT_INVARIANTS(kv);
+}
+
+TEST(KvManager, CacheSaltIsolatesTenants) {
+  KvManager kv(make_config(10, 4));
+  const Tokens t = iota_tokens(0, 9);
+  ASSERT_TRUE(kv.allocate(1, t, 9, "tenant-a").ok());
+  kv.mark_computed(1, t, 9);
+  EXPECT_EQ(kv.num_cached_prefix_tokens(t, "tenant-a"), 8);
+  EXPECT_EQ(kv.num_cached_prefix_tokens(t, "tenant-b"), 0);
+  EXPECT_EQ(kv.num_cached_prefix_tokens(t, ""), 0);
+  ASSERT_EQ(*kv.allocate(2, t, 9, "tenant-b"), 0);
+  ASSERT_EQ(*kv.allocate(3, t, 1, "tenant-a"), 8);
+  EXPECT_EQ(table(kv, 3)[0], 1);
+  EXPECT_INVARIANTS(kv);
+}
+
+TEST(KvManager, ModelFingerprintIsPartOfTheKey) {
+  const Tokens t = iota_tokens(0, 16);
+  const Hash128 a = PrefixCache::default_hash(Hash128{}, t, 1, "");
+  EXPECT_FALSE(a == PrefixCache::default_hash(Hash128{}, t, 2, ""));
+  EXPECT_FALSE(a == PrefixCache::default_hash(Hash128{}, t, 1, "s"));
+  EXPECT_FALSE(a == PrefixCache::default_hash(Hash128{1, 0}, t, 1, ""));
+  EXPECT_TRUE(a == PrefixCache::default_hash(Hash128{}, t, 1, ""));
+}
+
+TEST(KvManager, ForcedHashCollisionIsRefusedByTheTokenCheck) {
+  KvManager kv(make_config(10, 4));
+  // Every block hashes to the same key.
+  kv.mutable_cache_for_testing().set_hash_fn_for_testing(
+      [](const Hash128&, std::span<const TokenId>, uint64_t, std::string_view) { return Hash128{42, 42}; });
+  const Tokens x = {1, 1, 1, 1, 5};
+  const Tokens y = {2, 2, 2, 2, 5};
+  ASSERT_TRUE(kv.allocate(1, x, 5, "").ok());
+  kv.mark_computed(1, x, 5);
+  kv.free(1);
+  EXPECT_EQ(kv.stats().num_cached, 1);
+  EXPECT_EQ(kv.num_cached_prefix_tokens(x, ""), 4);
+  EXPECT_EQ(kv.num_cached_prefix_tokens(y, ""), 0);  // same key, other tokens
+  ASSERT_EQ(*kv.allocate(2, y, 5, ""), 0);
+  EXPECT_EQ(table(kv, 2), (Ids{3, 4}));
+  kv.mark_computed(2, y, 5);
+  EXPECT_EQ(kv.stats().num_cached, 1);  // y's block may not take the key
+  EXPECT_GE(kv.stats().collisions_refused, 2);
+  EXPECT_EQ(kv.num_cached_prefix_tokens(x, ""), 4);
+  EXPECT_INVARIANTS(kv);
+}
+
+TEST(PrefixCache, ParentEntryIsConfirmedNotJustItsKey) {
+  // Block keys collide for all first blocks; the second block's key depends
+  // only on the (colliding) parent key and its tokens.
+  PrefixCache cache(8, 0);
+  cache.set_hash_fn_for_testing([](const Hash128& parent, std::span<const TokenId> t, uint64_t fp,
+                                   std::string_view salt) {
+    return parent == Hash128{} ? Hash128{7, 7} : PrefixCache::default_hash(parent, t, fp, salt);
+  });
+  const Tokens a = {1, 1}, b = {2, 2}, c = {3, 3};
+  const Hash128 k0 = cache.key(Hash128{}, a, "");
+  const Hash128 k1 = cache.key(k0, c, "");
+  const EntryId ea = cache.insert(1, k0, kRootEntry, a);
+  const EntryId ec = cache.insert(2, k1, ea, c);
+  ASSERT_NE(ea, kNoEntry);
+  ASSERT_NE(ec, kNoEntry);
+  EXPECT_EQ(cache.find(k1, ea, c), 2);
+  // While a's entry is live, b may not take the colliding key.
+  EXPECT_EQ(cache.find(k0, kRootEntry, b), kNullBlock);
+  EXPECT_EQ(cache.insert(5, k0, kRootEntry, b), kNoEntry);
+  EXPECT_EQ(cache.collisions_refused(), 2);
+  cache.erase(1);  // the parent is evicted; its child stays cached
+  const EntryId eb = cache.insert(3, cache.key(Hash128{}, b, ""), kRootEntry, b);  // same key k0, prefix b
+  ASSERT_NE(eb, kNoEntry);
+  EXPECT_EQ(cache.find(k0, kRootEntry, b), 3);
+  // b + c has the same keys as a + c, and c's tokens match: refused because
+  // block 2 extends entry ea, not eb.
+  EXPECT_EQ(cache.find(k1, eb, c), kNullBlock);
+  // Block 4, really computed after b, may take the key over from unreachable block 2.
+  EXPECT_NE(cache.insert(4, k1, eb, c), kNoEntry);
+  EXPECT_FALSE(cache.contains(2));
+  EXPECT_EQ(cache.find(k1, eb, c), 4);
+  EXPECT_EQ(cache.check(), "");
+}
+
+TEST(PrefixCache, RecommitUnderALiveParentTakesOverAStaleChild) {
+  PrefixCache cache(8, 0);
+  const Tokens a = {1, 1}, c = {3, 3};
+  const Hash128 k0 = cache.key(Hash128{}, a, "");
+  const Hash128 k1 = cache.key(k0, c, "");
+  const EntryId ea = cache.insert(1, k0, kRootEntry, a);
+  ASSERT_NE(cache.insert(2, k1, ea, c), kNoEntry);
+  cache.erase(1);
+  const EntryId ea2 = cache.insert(3, k0, kRootEntry, a);  // same prefix recomputed in block 3
+  EXPECT_EQ(cache.find(k1, ea2, c), kNullBlock);           // block 2 cannot be confirmed
+  const EntryId ec2 = cache.insert(4, k1, ea2, c);
+  ASSERT_NE(ec2, kNoEntry);
+  EXPECT_FALSE(cache.contains(2));
+  EXPECT_EQ(cache.find(k1, ea2, c), 4);
+  EXPECT_EQ(cache.collisions_refused(), 0);
+  EXPECT_EQ(cache.check(), "");
+}
+
+TEST(KvManager, PrefixCachingCanBeDisabled) {
+  KvConfig cfg = make_config(10, 4);
+  cfg.enable_prefix_caching = false;
+  KvManager kv(cfg);
+  const Tokens t = iota_tokens(0, 9);
+  ASSERT_TRUE(kv.allocate(1, t, 9, "").ok());
+  kv.mark_computed(1, t, 9);
+  EXPECT_EQ(kv.stats().num_cached, 0);
+  EXPECT_EQ(kv.num_cached_prefix_tokens(t, ""), 0);
+  EXPECT_INVARIANTS(kv);
+}
+
+TEST(KvManager, BlockSizeOneAndTwoHundredFiftySix) {
+  for (int32_t bs : {1, 256}) {
+    KvManager kv(make_config(6, bs));
+    const Tokens t = iota_tokens(0, 3 * bs);
+    ASSERT_EQ(*kv.allocate(1, t, 3 * bs, ""), 0);
+    kv.mark_computed(1, t, 3 * bs);
+    EXPECT_EQ(kv.num_committed_blocks(1), 3);
+    ASSERT_EQ(*kv.allocate(2, t, 1, ""), 2 * bs) << bs;
+    EXPECT_EQ(table(kv, 2), (Ids{1, 2, 4}));
+    EXPECT_INVARIANTS(kv);
+  }
+}
+
+}  // namespace
+}  // namespace pagoda::kv

@@ -1,0 +1,108 @@
+// The built `pagoda run` binary against the stories260K reference.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+#include "model/golden_util.h"
+
+using namespace pagoda::golden;
+
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+};
+
+// Runs `pagoda ARGS`, capturing stdout (stderr goes to stdout with merge_stderr).
+Result run_pagoda(const std::string& args, bool merge_stderr = false) {
+  const std::string cmd = std::string("'") + PAGODA_BIN + "' " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+}  // namespace
+
+TEST(PagodaRun, JsonGreedyMatchesReference) {
+  for (const Reference& ref : load_references()) {
+    for (const char* extra : {"", " --no-kv-cache --block-size 7"}) {
+      const Result r = run_pagoda("run -m " + quote(stories_path()) + " -p " + quote(ref.prompt) +
+                                  " -n 200 --temp 0 --kv-dtype f32 -t 1 --json" + extra);
+      ASSERT_EQ(r.exit_code, 0) << r.out;
+      const auto j = nlohmann::json::parse(r.out);
+      EXPECT_EQ(j.at("prompt_tokens").get<std::vector<int32_t>>(), ref.prompt_tokens) << ref.prompt;
+      EXPECT_EQ(j.at("generated_tokens").get<std::vector<int32_t>>(), ref.generated_tokens) << ref.prompt << extra;
+      EXPECT_EQ(j.at("text").get<std::string>(), ref.text) << ref.prompt << extra;
+      EXPECT_EQ(j.at("finish_reason").get<std::string>(), "length");
+      // 204 tokens held in f32 KV: 5 layers x 2 x 4 heads x 8 dims x 4 bytes per token, whole blocks.
+      const int64_t held = j.at("kv_bytes").get<int64_t>();
+      const int64_t per_token = 5 * 2 * 32 * 4;
+      EXPECT_GE(held, 204 * per_token);
+      EXPECT_EQ(held % per_token, 0);
+    }
+    if (::testing::Test::HasFailure()) break;
+  }
+}
+
+TEST(PagodaRun, StreamsTextAndReportsStats) {
+  const Reference ref = load_references().at(0);
+  const Result r = run_pagoda("run -m " + quote(stories_path()) + " -p " + quote(ref.prompt) +
+                              " -n 200 --temp 0 --kv-dtype f32 -t 1");
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, ref.text + "\n");
+  const Result e = run_pagoda("run -m " + quote(stories_path()) + " -p " + quote(ref.prompt) + " -n 3 -t 1", true);
+  ASSERT_EQ(e.exit_code, 0);
+  EXPECT_NE(e.out.find("prompt tokens: 5"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("tok/s"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("kv cache:"), std::string::npos) << e.out;
+}
+
+TEST(PagodaRun, StopStringEndsGenerationBeforeIt) {
+  const Reference ref = load_references().at(0);
+  const Result r = run_pagoda("run -m " + quote(stories_path()) + " -p " + quote(ref.prompt) +
+                              " -n 200 --temp 0 -t 1 --kv-dtype f32 --stop Lily --json");
+  ASSERT_EQ(r.exit_code, 0);
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("text").get<std::string>(), ref.text.substr(0, ref.text.find("Lily")));
+  EXPECT_EQ(j.at("finish_reason").get<std::string>(), "stop");
+}
+
+TEST(PagodaRun, PromptLongerThanContextIsAnError) {
+  const Result r = run_pagoda("run -m " + quote(stories_path()) + " -p " + quote("Once upon a time there was") +
+                                  " -c 4 -t 1",
+                              true);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("longer than the context of 4 tokens"), std::string::npos) << r.out;
+  const Result m = run_pagoda("run -m /nonexistent.gguf -p hi", true);
+  EXPECT_EQ(m.exit_code, 1);
+  const Result u = run_pagoda("run --bogus", true);
+  EXPECT_EQ(u.exit_code, 2);
+}
+
+TEST(PagodaBench, JsonReportsMediansAndStableHash) {
+  const Result r = run_pagoda("bench -m " + quote(stories_path()) + " --pp 32 --tg 16 -r 2 -t 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j.at("pp_tokens_per_s").get<double>(), 0.0);
+  EXPECT_GT(j.at("tg_tokens_per_s").get<double>(), 0.0);
+  EXPECT_TRUE(j.at("tg_tokens_consistent").get<bool>());
+  EXPECT_EQ(j.at("pp_tokens").get<int>(), 32);
+  const Result again = run_pagoda("bench -m " + quote(stories_path()) + " --pp 0 --tg 16 -r 1 -t 1 --json");
+  ASSERT_EQ(again.exit_code, 0);
+  EXPECT_EQ(nlohmann::json::parse(again.out).at("tg_tokens_hash"), j.at("tg_tokens_hash"));
+}

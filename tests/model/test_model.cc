@@ -1,0 +1,306 @@
+// Model loading, validation and a parity test against an independent dense
+// (non-paged, double precision) implementation written here from the math.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gguf/dequant.h"
+#include "gguf/synth.h"
+#include "gguf/writer.h"
+#include "model/golden_util.h"
+
+using namespace pagoda;
+using namespace pagoda::golden;
+
+namespace {
+
+// An in-memory GGUF kept alive together with the parsed file.
+struct MemModel {
+  std::shared_ptr<std::vector<uint8_t>> bytes;
+  std::shared_ptr<const gguf::GgufFile> file;
+};
+
+Expected<MemModel> to_memory(const gguf::GgufWriter& w) {
+  MemModel m;
+  PAGODA_ASSIGN_OR_RETURN(std::vector<uint8_t> b, w.write_to_memory());
+  m.bytes = std::make_shared<std::vector<uint8_t>>(std::move(b));
+  PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> f, gguf::GgufFile::from_memory(m.bytes->data(), m.bytes->size()));
+  m.file = std::shared_ptr<const gguf::GgufFile>(std::move(f));
+  return m;
+}
+
+// stories260K rewritten with edits: metadata keys dropped / tensors dropped or reshaped.
+struct Edits {
+  std::vector<std::string> drop_keys;
+  std::vector<std::string> drop_tensors;
+  std::map<std::string, std::vector<uint64_t>> reshape;  // name -> new dims (F32)
+  std::string flip_byte_of;                               // tensor whose first byte changes
+};
+
+Expected<MemModel> edited_stories(const Edits& e) {
+  PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> src, gguf::GgufFile::open(stories_path()));
+  gguf::GgufWriter w;
+  for (const auto& [k, v] : src->metadata()) {
+    if (std::find(e.drop_keys.begin(), e.drop_keys.end(), k) == e.drop_keys.end()) w.set(k, v);
+  }
+  for (const gguf::TensorInfo& t : src->tensors()) {
+    if (std::find(e.drop_tensors.begin(), e.drop_tensors.end(), t.name) != e.drop_tensors.end()) continue;
+    auto it = e.reshape.find(t.name);
+    if (it != e.reshape.end()) {
+      uint64_t n = 1;
+      for (uint64_t d : it->second) n *= d;
+      std::vector<float> zeros(n, 0.0f);
+      PAGODA_TRY(w.add_tensor(t.name, it->second, GgmlType::F32, zeros.data(), n * 4));
+    } else {
+      std::vector<uint8_t> data(t.data, t.data + t.n_bytes);
+      if (t.name == e.flip_byte_of) data[0] ^= 1;
+      PAGODA_TRY(w.add_tensor(t.name, t.dims, t.type, data.data(), data.size()));
+    }
+  }
+  return to_memory(w);
+}
+
+std::string load_error(const Edits& e) {
+  auto m = edited_stories(e);
+  if (!m.ok()) return "edit failed: " + m.message();
+  auto model = model::Model::from_gguf(m->file);
+  return model.ok() ? "" : model.message();
+}
+
+}  // namespace
+
+TEST(ModelLoad, ShapeMismatchNamesTensorAndShapes) {
+  Edits e;
+  e.reshape["blk.3.attn_q.weight"] = {64, 56};
+  EXPECT_EQ(load_error(e), "tensor blk.3.attn_q.weight: expected [64, 64], found [64, 56]");
+}
+
+TEST(ModelLoad, MissingTensorAndMetadataAreErrors) {
+  Edits e;
+  e.drop_tensors = {"blk.2.ffn_up.weight"};
+  EXPECT_EQ(load_error(e), "tensor blk.2.ffn_up.weight: missing (expected shape [64, 172])");
+  Edits k;
+  k.drop_keys = {"llama.block_count"};
+  EXPECT_NE(load_error(k).find("llama.block_count: missing"), std::string::npos) << load_error(k);
+  Edits a;
+  a.drop_keys = {"general.architecture"};
+  EXPECT_NE(load_error(a).find("general.architecture"), std::string::npos) << load_error(a);
+}
+
+TEST(ModelLoad, MissingOutputMeansTiedEmbeddings) {
+  Edits e;
+  e.drop_tensors = {"output.weight"};
+  auto m = edited_stories(e);
+  ASSERT_TRUE(m.ok()) << m.message();
+  auto model = model::Model::from_gguf(m->file);
+  ASSERT_TRUE(model.ok()) << model.message();
+  EXPECT_TRUE((*model)->config().tied_output);
+  EXPECT_EQ((*model)->weights().output.data, (*model)->weights().token_embd.data);
+  EXPECT_EQ((*model)->weights().output.rows, 512);
+  // It runs (different tokens, of course).
+  EXPECT_EQ(generate_greedy(**model, {1, 403, 407}, 5).size(), 5u);
+}
+
+TEST(ModelLoad, FingerprintIsStableAndSeesWeights) {
+  auto a = model::Model::load(stories_path());
+  auto b = model::Model::load(stories_path());
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ((*a)->fingerprint(), (*b)->fingerprint());
+  Edits e;
+  e.flip_byte_of = "blk.4.ffn_down.weight";
+  auto m = edited_stories(e);
+  ASSERT_TRUE(m.ok()) << m.message();
+  auto c = model::Model::from_gguf(m->file);
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE((*a)->fingerprint(), (*c)->fingerprint());
+  // Per token: all of stories260K's F32 weights, once (output is separate from token_embd here)
+  // except the embedding matrix, of which one row is read.
+  const uint64_t per_token = (*a)->weight_bytes_per_token();
+  EXPECT_EQ(per_token, static_cast<uint64_t>((*a)->gguf().tensors().back().offset + (*a)->gguf().tensors().back().n_bytes) -
+                           512 * 64 * 4 + 64 * 4);
+}
+
+// ---- Dense double-precision reference ----------------------------------------
+
+namespace {
+
+std::vector<double> dequant(const gguf::GgufFile& f, const std::string& name) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (!t) return {};
+  std::vector<float> tmp(t->n_elements);
+  EXPECT_TRUE(gguf::dequantize_rows(*t, 0, gguf::tensor_rows(*t), tmp.data()).ok()) << name;
+  return std::vector<double>(tmp.begin(), tmp.end());
+}
+
+// y[r] = sum_c W[r, c] x[c]; W: [rows, cols]
+std::vector<double> mv(const std::vector<double>& w, const std::vector<double>& x) {
+  const size_t cols = x.size(), rows = w.size() / cols;
+  std::vector<double> y(rows, 0.0);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c) y[r] += w[r * cols + c] * x[c];
+  return y;
+}
+
+std::vector<double> rmsnorm(const std::vector<double>& x, const std::vector<double>& w, double eps) {
+  double ss = 0;
+  for (double v : x) ss += v * v;
+  const double s = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + eps);
+  std::vector<double> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * s * w[i];
+  return y;
+}
+
+void rope(std::vector<double>& v, int n_heads, int hd, int rope_dim, double base, bool neox, int pos) {
+  for (int h = 0; h < n_heads; ++h) {
+    double* x = v.data() + h * hd;
+    for (int i = 0; i < rope_dim / 2; ++i) {
+      const double theta = pos * std::pow(base, -2.0 * i / rope_dim);
+      const int a = neox ? i : 2 * i, b = neox ? i + rope_dim / 2 : 2 * i + 1;
+      const double x0 = x[a], x1 = x[b];
+      x[a] = x0 * std::cos(theta) - x1 * std::sin(theta);
+      x[b] = x0 * std::sin(theta) + x1 * std::cos(theta);
+    }
+  }
+}
+
+// Logits [n_tokens][n_vocab] at every position of `tokens`.
+std::vector<std::vector<double>> dense_forward(const gguf::GgufFile& f, const model::ModelConfig& c,
+                                               const std::vector<int32_t>& tokens) {
+  const int H = c.n_heads, KVH = c.n_kv_heads, D = c.head_dim, E = c.n_embd;
+  const auto emb = dequant(f, "token_embd.weight");
+  auto out_w = dequant(f, "output.weight");
+  if (out_w.empty()) out_w = emb;
+  const size_t T = tokens.size();
+  std::vector<std::vector<double>> x(T);
+  for (size_t t = 0; t < T; ++t) x[t].assign(emb.begin() + tokens[t] * E, emb.begin() + (tokens[t] + 1) * E);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const auto an = dequant(f, p + "attn_norm.weight"), wq = dequant(f, p + "attn_q.weight"),
+               wk = dequant(f, p + "attn_k.weight"), wv = dequant(f, p + "attn_v.weight"),
+               wo = dequant(f, p + "attn_output.weight"), fnw = dequant(f, p + "ffn_norm.weight"),
+               wg = dequant(f, p + "ffn_gate.weight"), wu = dequant(f, p + "ffn_up.weight"),
+               wd = dequant(f, p + "ffn_down.weight"), bq = dequant(f, p + "attn_q.bias"),
+               bk = dequant(f, p + "attn_k.bias"), bv = dequant(f, p + "attn_v.bias");
+    std::vector<std::vector<double>> q(T), k(T), v(T);
+    for (size_t t = 0; t < T; ++t) {
+      const auto xn = rmsnorm(x[t], an, c.rms_eps);
+      q[t] = mv(wq, xn);
+      k[t] = mv(wk, xn);
+      v[t] = mv(wv, xn);
+      for (size_t i = 0; i < bq.size(); ++i) q[t][i] += bq[i];
+      for (size_t i = 0; i < bk.size(); ++i) k[t][i] += bk[i];
+      for (size_t i = 0; i < bv.size(); ++i) v[t][i] += bv[i];
+      rope(q[t], H, D, c.rope_dim, c.rope_base, c.rope_neox, static_cast<int>(t));
+      rope(k[t], KVH, D, c.rope_dim, c.rope_base, c.rope_neox, static_cast<int>(t));
+    }
+    for (size_t t = 0; t < T; ++t) {
+      std::vector<double> att(static_cast<size_t>(H * D), 0.0);
+      for (int h = 0; h < H; ++h) {
+        const int kh = h / (H / KVH);
+        std::vector<double> s(t + 1);
+        double mx = -1e300;
+        for (size_t j = 0; j <= t; ++j) {
+          double d = 0;
+          for (int i = 0; i < D; ++i) d += q[t][h * D + i] * k[j][kh * D + i];
+          s[j] = d / std::sqrt(static_cast<double>(D));
+          mx = std::max(mx, s[j]);
+        }
+        double z = 0;
+        for (double& e : s) z += (e = std::exp(e - mx));
+        for (size_t j = 0; j <= t; ++j)
+          for (int i = 0; i < D; ++i) att[h * D + i] += s[j] / z * v[j][kh * D + i];
+      }
+      const auto o = mv(wo, att);
+      for (int i = 0; i < E; ++i) x[t][i] += o[i];
+      const auto xn = rmsnorm(x[t], fnw, c.rms_eps);
+      auto g = mv(wg, xn);
+      const auto u = mv(wu, xn);
+      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+      const auto d = mv(wd, g);
+      for (int i = 0; i < E; ++i) x[t][i] += d[i];
+    }
+  }
+  std::vector<std::vector<double>> logits(T);
+  const auto on = dequant(f, "output_norm.weight");
+  for (size_t t = 0; t < T; ++t) logits[t] = mv(out_w, rmsnorm(x[t], on, c.rms_eps));
+  return logits;
+}
+
+void check_parity(const std::string& arch, GgmlType type, bool tied, model::KernelBackend backend, float tol) {
+  gguf::SynthOptions o;
+  o.shape.name = "parity-" + arch;
+  o.shape.arch = arch;
+  o.shape.pre = arch == "qwen2" ? "qwen2" : "smollm";
+  o.shape.n_embd = 64;
+  o.shape.n_layer = 2;
+  o.shape.n_head = 4;
+  o.shape.n_head_kv = 2;
+  o.shape.n_ff = 96;
+  o.shape.n_vocab = 320;
+  o.shape.n_ctx = 64;
+  o.shape.rope_base = 1000.0;
+  o.shape.tied = tied;
+  o.shape.qkv_bias = arch == "qwen2";
+  o.type = type;
+  o.seed = 77;
+  gguf::GgufWriter w;
+  ASSERT_TRUE(gguf::synth_model(o, &w).ok());
+  auto mem = to_memory(w);
+  ASSERT_TRUE(mem.ok()) << mem.message();
+  auto m = model::Model::from_gguf(mem->file);
+  ASSERT_TRUE(m.ok()) << m.message();
+  const model::ModelConfig& c = (*m)->config();
+  EXPECT_EQ(c.rope_neox, arch == "qwen2");
+  EXPECT_EQ(c.attn_bias, arch == "qwen2");
+  EXPECT_EQ(c.tied_output, tied);
+
+  const std::vector<int32_t> tokens = {5, 300, 17, 17, 42, 100, 7, 250, 1, 99, 64, 128, 3};
+  const auto want = dense_forward(*mem->file, c, tokens);
+
+  // Prefill the first 6 as one step, then one token per step, block size 4.
+  runtime::RunnerOptions ro;
+  ro.block_size = 4;
+  ro.num_blocks = 8;
+  ro.backend = backend;
+  auto runner = runtime::ModelRunner::create(**m, ro);
+  ASSERT_TRUE(runner.ok());
+  runtime::SequenceSession seq(**runner);
+  for (size_t t = 5; t < tokens.size(); ++t) {
+    const std::span<const int32_t> feed =
+        t == 5 ? std::span<const int32_t>(tokens.data(), 6) : std::span<const int32_t>(&tokens[t], 1);
+    auto l = seq.feed(feed);
+    ASSERT_TRUE(l.ok()) << l.message();
+    double max_abs = 0;
+    for (double v : want[t]) max_abs = std::max(max_abs, std::fabs(v));
+    for (size_t i = 0; i < want[t].size(); ++i) {
+      ASSERT_NEAR((*l)[i], want[t][i], tol * max_abs) << arch << " position " << t << " logit " << i;
+    }
+  }
+}
+
+}  // namespace
+
+// ref:: matmul dequantizes weights exactly, so it matches the dense reference
+// tightly; cpu:: may quantize activations (as ggml does), hence a looser bound.
+constexpr auto kRef = model::KernelBackend::Ref;
+constexpr auto kCpu = model::KernelBackend::Cpu;
+TEST(ModelParity, LlamaF32MatchesDenseReference) {
+  check_parity("llama", GgmlType::F32, false, kRef, 1e-4f);
+  check_parity("llama", GgmlType::F32, false, kCpu, 1e-4f);
+}
+TEST(ModelParity, LlamaQ8TiedMatchesDenseReference) {
+  check_parity("llama", GgmlType::Q8_0, true, kRef, 1e-4f);
+  check_parity("llama", GgmlType::Q8_0, true, kCpu, 2e-2f);
+}
+TEST(ModelParity, LlamaQ4_1MatchesDenseReference) {
+  check_parity("llama", GgmlType::Q4_1, true, kRef, 1e-4f);
+  check_parity("llama", GgmlType::Q4_1, true, kCpu, 2e-2f);
+}
+TEST(ModelParity, Qwen2BiasNeoxMatchesDenseReference) {
+  check_parity("qwen2", GgmlType::F32, true, kRef, 1e-4f);
+  check_parity("qwen2", GgmlType::F32, true, kCpu, 1e-4f);
+}

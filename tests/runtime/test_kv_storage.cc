@@ -1,0 +1,117 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "runtime/kv_storage.h"
+#include "runtime/sequence.h"
+
+using namespace pagoda;
+using runtime::KvStorage;
+using runtime::KvStorageSpec;
+
+namespace {
+
+KvStorageSpec spec(kernels::KvDtype dtype, int32_t kv_heads = 2, int32_t head_dim = 32) {
+  KvStorageSpec s;
+  s.n_layers = 3;
+  s.n_kv_heads = kv_heads;
+  s.head_dim = head_dim;
+  s.num_blocks = 5;
+  s.block_size = 4;
+  s.dtype = dtype;
+  return s;
+}
+
+}  // namespace
+
+TEST(KvStorage, BytesPerDtype) {
+  struct Case {
+    kernels::KvDtype dtype;
+    size_t row_bytes;
+  };
+  // kv_dim = 2 heads x 32 = 64 values per token per layer
+  for (const Case& c : {Case{kernels::KvDtype::F32, 256}, Case{kernels::KvDtype::F16, 128},
+                        Case{kernels::KvDtype::BF16, 128}, Case{kernels::KvDtype::Q8_0, 68}}) {
+    auto kv = KvStorage::create(spec(c.dtype));
+    ASSERT_TRUE(kv.ok()) << kv.message();
+    const KvStorageSpec& s = (*kv)->spec();
+    EXPECT_EQ(s.row_bytes(), c.row_bytes) << kernels::kv_dtype_name(c.dtype);
+    EXPECT_EQ(s.bytes_per_token(), 2 * 3 * c.row_bytes);
+    EXPECT_EQ(s.bytes_per_block(), 2 * 3 * c.row_bytes * 4);
+    EXPECT_EQ((*kv)->bytes_total(), 2 * 3 * c.row_bytes * 4 * 5);
+    ASSERT_EQ((*kv)->layers().size(), 3u);
+    for (const kernels::KvLayerView& l : (*kv)->layers()) {
+      EXPECT_EQ(l.row_bytes, c.row_bytes);
+      EXPECT_EQ(l.block_size, 4);
+      EXPECT_EQ(l.n_kv_heads, 2);
+      EXPECT_EQ(l.head_dim, 32);
+      EXPECT_EQ(l.dtype, c.dtype);
+    }
+  }
+  // SmolLM2-135M at 8192 tokens: f16 180 MiB, q8_0 95.625 MiB (30 layers, 3 x 64).
+  KvStorageSpec smol{30, 3, 64, 8192, 1, kernels::KvDtype::F16};
+  EXPECT_EQ(smol.bytes_total(), 180ull << 20);
+  smol.dtype = kernels::KvDtype::Q8_0;
+  EXPECT_EQ(smol.bytes_total(), 100270080ull);
+}
+
+TEST(KvStorage, RejectsBadSpecs) {
+  auto q8 = KvStorage::create(spec(kernels::KvDtype::Q8_0, 3, 8));  // kv_dim 24
+  ASSERT_FALSE(q8.ok());
+  EXPECT_NE(q8.message().find("multiple of 32"), std::string::npos) << q8.message();
+  KvStorageSpec s = spec(kernels::KvDtype::F32);
+  s.num_blocks = 0;
+  EXPECT_FALSE(KvStorage::create(s).ok());
+  s.num_blocks = 1 << 30;
+  s.block_size = 1 << 30;
+  EXPECT_FALSE(KvStorage::create(s).ok());
+}
+
+TEST(KvStorage, CopyBlockCopiesKAndVOfEveryLayerOnly) {
+  auto kv = KvStorage::create(spec(kernels::KvDtype::F16));
+  ASSERT_TRUE(kv.ok());
+  const size_t block_bytes = 4 * (*kv)->spec().row_bytes();
+  const size_t pool_bytes = block_bytes * 5;
+  // Fill every pool with a pattern that differs per layer, K/V and byte.
+  int li = 0;
+  for (const kernels::KvLayerView& l : (*kv)->layers()) {
+    for (size_t i = 0; i < pool_bytes; ++i) {
+      l.k[i] = static_cast<uint8_t>(i * 7 + li * 13 + 1);
+      l.v[i] = static_cast<uint8_t>(i * 11 + li * 17 + 2);
+    }
+    ++li;
+  }
+  std::vector<std::vector<uint8_t>> before;
+  for (const kernels::KvLayerView& l : (*kv)->layers()) {
+    before.emplace_back(l.k, l.k + pool_bytes);
+    before.emplace_back(l.v, l.v + pool_bytes);
+  }
+  (*kv)->copy_block(2, 4);
+  size_t p = 0;
+  for (const kernels::KvLayerView& l : (*kv)->layers()) {
+    for (const uint8_t* pool : {l.k, l.v}) {
+      const std::vector<uint8_t>& b = before[p++];
+      for (size_t i = 0; i < pool_bytes; ++i) {
+        const size_t block = i / block_bytes;
+        const uint8_t want = block == 4 ? b[2 * block_bytes + i % block_bytes] : b[i];
+        ASSERT_EQ(pool[i], want) << "pool " << p - 1 << " byte " << i;
+      }
+    }
+  }
+}
+
+TEST(SequenceKv, HandsOutBlocksFromOne) {
+  runtime::SequenceKv s(/*num_blocks=*/4, /*block_size=*/16);
+  EXPECT_EQ(s.capacity_tokens(), 48);
+  ASSERT_TRUE(s.ensure(1).ok());
+  EXPECT_EQ(s.block_ids(), (std::vector<int32_t>{1}));
+  ASSERT_TRUE(s.ensure(33).ok());
+  EXPECT_EQ(s.block_ids(), (std::vector<int32_t>{1, 2, 3}));
+  Status e = s.ensure(49);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.message().find("needs 4 KV blocks"), std::string::npos) << e.message();
+  EXPECT_EQ(s.block_ids().size(), 3u);
+  s.clear();
+  EXPECT_TRUE(s.block_ids().empty());
+}

@@ -1,0 +1,170 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "sample/sampler.h"
+
+using namespace pagoda::sample;
+
+namespace {
+
+SamplingParams greedy() {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  return p;
+}
+
+std::vector<float> log_probs(std::vector<double> p) {
+  std::vector<float> l;
+  for (double x : p) l.push_back(static_cast<float>(std::log(x)));
+  return l;
+}
+
+// Counts of each token over n draws.
+std::vector<int> histogram(Sampler& s, const std::vector<float>& logits, int n) {
+  std::vector<int> h(logits.size(), 0);
+  for (int i = 0; i < n; ++i) ++h[static_cast<size_t>(s.sample(logits).token)];
+  return h;
+}
+
+}  // namespace
+
+TEST(Sampler, GreedyPicksArgmaxLowestIdOnTies) {
+  Sampler s(greedy());
+  EXPECT_EQ(s.sample(std::vector<float>{0.1f, 3.0f, -2.0f, 3.0f}).token, 1);
+  EXPECT_EQ(s.sample(std::vector<float>{5.0f, 5.0f}).token, 0);
+  EXPECT_EQ(s.sample(std::vector<float>{-1.0f, -0.5f, -0.5f}).token, 1);
+  EXPECT_EQ(s.generated(), (std::vector<int32_t>{1, 0, 1}));
+  EXPECT_EQ(argmax(std::vector<float>{-INFINITY, -INFINITY, 1.0f}), 2);
+}
+
+TEST(Sampler, TopKKeepsOnlyTheKBest) {
+  SamplingParams p;
+  p.top_k = 2;
+  p.seed = 7;
+  Sampler s(p);
+  const auto h = histogram(s, {1.0f, 3.0f, 0.5f, 2.9f, 2.0f}, 2000);
+  EXPECT_EQ(h[0] + h[2] + h[4], 0);
+  EXPECT_GT(h[1], 0);
+  EXPECT_GT(h[3], 0);
+}
+
+TEST(Sampler, TopPKeepsSmallestPrefixReachingP) {
+  SamplingParams p;
+  p.top_p = 0.75f;  // 0.5 + 0.3 >= 0.75: {0, 1}
+  p.seed = 3;
+  Sampler s(p);
+  const auto h = histogram(s, log_probs({0.5, 0.3, 0.15, 0.05}), 4000);
+  EXPECT_EQ(h[2] + h[3], 0);
+  EXPECT_NEAR(h[0] / 4000.0, 0.5 / 0.8, 0.03);
+
+  p.top_p = 0.9f;  // {0, 1, 2}
+  Sampler s2(p);
+  const auto h2 = histogram(s2, log_probs({0.5, 0.3, 0.15, 0.05}), 4000);
+  EXPECT_EQ(h2[3], 0);
+  EXPECT_GT(h2[2], 0);
+}
+
+TEST(Sampler, MinPDropsTokensBelowFractionOfMax) {
+  SamplingParams p;
+  p.min_p = 0.25f;  // threshold 0.125: {0, 1, 2}
+  p.seed = 11;
+  Sampler s(p);
+  const auto h = histogram(s, log_probs({0.5, 0.3, 0.15, 0.05}), 4000);
+  EXPECT_EQ(h[3], 0);
+  EXPECT_NEAR(h[2] / 4000.0, 0.15 / 0.95, 0.03);
+}
+
+TEST(Sampler, TemperatureOneMatchesTheDistribution) {
+  SamplingParams p;
+  p.seed = 1234;
+  Sampler s(p);
+  const auto h = histogram(s, log_probs({0.7, 0.2, 0.1}), 10000);
+  EXPECT_NEAR(h[0] / 10000.0, 0.7, 0.02);
+  EXPECT_NEAR(h[1] / 10000.0, 0.2, 0.02);
+  EXPECT_NEAR(h[2] / 10000.0, 0.1, 0.02);
+}
+
+TEST(Sampler, LowTemperatureSharpens) {
+  SamplingParams p;
+  p.temperature = 0.25f;  // p^4: 0.7^4 / (0.7^4 + 0.2^4 + 0.1^4) = 0.9935
+  p.seed = 5;
+  Sampler s(p);
+  const auto h = histogram(s, log_probs({0.7, 0.2, 0.1}), 4000);
+  EXPECT_GT(h[0], 3900);
+}
+
+TEST(Sampler, SameSeedSameTokensDifferentSeedDiffers) {
+  SamplingParams p;
+  p.seed = 42;
+  const std::vector<float> logits(50, 0.0f);  // uniform over 50
+  Sampler a(p), b(p);
+  p.seed = 43;
+  Sampler c(p);
+  std::vector<int32_t> ta, tb, tc;
+  for (int i = 0; i < 100; ++i) {
+    ta.push_back(a.sample(logits).token);
+    tb.push_back(b.sample(logits).token);
+    tc.push_back(c.sample(logits).token);
+  }
+  EXPECT_EQ(ta, tb);
+  EXPECT_NE(ta, tc);
+}
+
+TEST(Sampler, RepetitionPenaltyDividesPositiveMultipliesNegative) {
+  SamplingParams p = greedy();
+  p.repetition_penalty = 1.1f;
+  const std::vector<int32_t> prompt = {0, 2};
+  Sampler s(p, prompt);
+  // 2.0 / 1.1 = 1.818 < 1.9
+  EXPECT_EQ(s.sample(std::vector<float>{2.0f, 1.9f, -5.0f}).token, 1);
+  // token 1 is now generated too; -1 * 1.1 = -1.1 < -1.05 for token 2 (prompt), 3 unseen
+  EXPECT_EQ(s.sample(std::vector<float>{-9.0f, -9.0f, -1.0f, -1.05f}).token, 3);
+}
+
+TEST(Sampler, FrequencyAndPresencePenaltiesCountGeneratedTokensOnly) {
+  SamplingParams p = greedy();
+  p.frequency_penalty = 0.5f;
+  const std::vector<int32_t> prompt = {1, 1, 1};  // not counted
+  Sampler s(p, prompt);
+  const std::vector<float> logits = {2.0f, 1.7f};
+  // step 1: [2.0, 1.7] -> 0; step 2: [1.5, 1.7] -> 1; step 3: [1.5, 1.2] -> 0;
+  // step 4: [1.0, 1.2] -> 1
+  std::vector<int32_t> got;
+  for (int i = 0; i < 4; ++i) got.push_back(s.sample(logits).token);
+  EXPECT_EQ(got, (std::vector<int32_t>{0, 1, 0, 1}));
+
+  SamplingParams q = greedy();
+  q.presence_penalty = 0.2f;
+  Sampler t(q);
+  // [2.0, 1.9] -> 0; [1.8, 1.9] -> 1; [1.8, 1.7] -> 0 (presence does not grow)
+  got.clear();
+  for (int i = 0; i < 3; ++i) got.push_back(t.sample(std::vector<float>{2.0f, 1.9f}).token);
+  EXPECT_EQ(got, (std::vector<int32_t>{0, 1, 0}));
+}
+
+TEST(Sampler, LogprobsAreLogSoftmaxOfProcessedLogits) {
+  SamplingParams p = greedy();
+  p.logprobs = true;
+  p.top_logprobs = 2;
+  Sampler s(p);
+  const SampleResult r = s.sample(std::vector<float>{1.0f, 2.0f, 3.0f, 2.0f});
+  const double z = std::log(std::exp(1.0) + 2 * std::exp(2.0) + std::exp(3.0));
+  EXPECT_EQ(r.token, 2);
+  EXPECT_NEAR(r.logprob, 3.0 - z, 1e-5);
+  ASSERT_EQ(r.top.size(), 2u);
+  EXPECT_EQ(r.top[0].token, 2);
+  EXPECT_EQ(r.top[1].token, 1);  // tie with 3: lowest id
+  EXPECT_NEAR(r.top[1].logprob, 2.0 - z, 1e-5);
+
+  SamplingParams q;
+  q.temperature = 0.5f;
+  q.logprobs = true;
+  q.seed = 9;
+  Sampler t(q);
+  const SampleResult u = t.sample(std::vector<float>{0.0f, 1.0f});  // scaled: [0, 2]
+  const double z2 = std::log(1.0 + std::exp(2.0));
+  EXPECT_NEAR(u.logprob, (u.token == 1 ? 2.0 : 0.0) - z2, 1e-5);
+  EXPECT_TRUE(u.top.empty());
+}

@@ -1,0 +1,460 @@
+// Scheduler tests with a fake runner (tests/sched/fake_runner.h): exact plans
+// for chunked prefill, prefix hits, in-flight dedup and preemption; an
+// exhaustion test; and >= 10,000 random steps checking invariants every step.
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <map>
+#include <numeric>
+#include <set>
+#include <sstream>
+
+#include "base/rng.h"
+#include "sched/scheduler.h"
+#include "fake_runner.h"
+
+namespace pagoda::sched {
+namespace {
+
+using testing::FakeRunner;
+using Tokens = std::vector<TokenId>;
+constexpr int32_t kVocab = 500;
+
+Tokens iota_tokens(TokenId start, int n) {
+  Tokens t(static_cast<size_t>(n));
+  std::iota(t.begin(), t.end(), start);
+  return t;
+}
+
+kv::KvConfig kv_config(int32_t num_blocks, int32_t block_size, double watermark = 0.01) {
+  kv::KvConfig c;
+  c.num_blocks = num_blocks;
+  c.block_size = block_size;
+  c.watermark = watermark;
+  c.model_fingerprint = 99;
+  return c;
+}
+
+// Drives scheduler + fake runner and checks every step.
+class Harness {
+ public:
+  Harness(const SchedulerConfig& sc, const kv::KvConfig& kc)
+      : kv_(kc), sched_(sc, &kv_), runner_(kc.num_blocks, kc.block_size, kVocab) {}
+
+  Status add(RequestId id, Tokens prompt, int32_t max_tokens, int32_t eos_len = INT_MAX, std::string salt = "") {
+    NewRequest r;
+    r.id = id;
+    r.prompt = prompt;
+    r.max_tokens = max_tokens;
+    r.cache_salt = std::move(salt);
+    Status st = sched_.add_request(std::move(r));
+    if (st.ok()) {
+      expected_[id] = testing::expected_outputs(id, prompt, max_tokens, eos_len, kVocab);
+      runner_.set_prompt_len(id, static_cast<int32_t>(prompt.size()));
+      if (eos_len != INT_MAX) runner_.set_eos_len(id, eos_len);
+    }
+    return st;
+  }
+
+  // One engine step; abort_mid (if set) is aborted between the run and update().
+  StepPlan step(RequestId abort_mid = 0) {
+    const std::vector<RequestId> waiting_before = sched_.waiting_ids();
+    StepPlan plan = sched_.schedule();
+    check_plan(plan, waiting_before);
+    std::vector<SeqOutput> outs = runner_.execute(plan);
+    if (abort_mid != 0) abort(abort_mid);
+    for (FinishedRequest& f : sched_.update(plan, outs)) {
+      EXPECT_EQ(f.output_tokens, expected_[f.id]) << "request " << f.id << " output differs";
+      EXPECT_TRUE(finished_.emplace(f.id, f).second) << "request " << f.id << " finished twice";
+    }
+    EXPECT_EQ(sched_.check_invariants(), "") << "step " << sched_.stats().num_steps;
+    ++steps_;
+    return plan;
+  }
+
+  bool abort(RequestId id) {
+    const bool ok = sched_.abort(id);
+    if (ok) aborted_.insert(id);
+    return ok;
+  }
+
+  // Runs until nothing is left; returns the number of steps.
+  int run_to_completion(int max_steps) {
+    int n = 0;
+    while (sched_.has_unfinished() && n < max_steps && !::testing::Test::HasFailure()) {
+      step();
+      ++n;
+    }
+    if (sched_.has_unfinished()) {
+      std::ostringstream dump;
+      dump << "running:";
+      for (RequestId id : sched_.running_ids()) {
+        const Request* r = sched_.find(id);
+        dump << " " << id << "(" << r->num_computed_tokens << "/" << r->num_tokens() << ")";
+      }
+      dump << " waiting:";
+      for (RequestId id : sched_.waiting_ids()) {
+        const Request* r = sched_.find(id);
+        dump << " " << id << "(" << request_state_name(r->state) << " " << r->num_tokens() << " def "
+             << r->deferred_steps << ")";
+      }
+      dump << " free blocks " << kv_.num_free_blocks();
+      ADD_FAILURE() << dump.str().substr(0, 2000);
+    }
+    EXPECT_FALSE(sched_.has_unfinished()) << "requests left after " << max_steps << " steps";
+    return n;
+  }
+
+  void expect_all_done_and_pool_free() {
+    for (const auto& [id, out] : expected_) {
+      EXPECT_TRUE(finished_.count(id) + aborted_.count(id) == 1) << "request " << id << " lost";
+    }
+    const kv::KvStats st = kv_.stats();
+    EXPECT_EQ(st.num_used, 0);
+    EXPECT_EQ(kv_.num_free_blocks(), kv_.num_usable_blocks());
+    EXPECT_EQ(kv_.num_seqs(), 0);
+  }
+
+  kv::KvManager& kv() { return kv_; }
+  Scheduler& sched() { return sched_; }
+  FakeRunner& runner() { return runner_; }
+  const std::map<RequestId, FinishedRequest>& finished() const { return finished_; }
+  int64_t max_deferred_steps = 0;
+
+ private:
+  void check_plan(const StepPlan& plan, const std::vector<RequestId>& waiting_before) {
+    const SchedulerConfig& c = sched_.config();
+    EXPECT_LE(plan.num_tokens(), c.max_num_batched_tokens);
+    EXPECT_LE(sched_.num_running(), c.max_num_seqs);
+    std::set<RequestId> ids;
+    for (const ScheduledSeq& s : plan.seqs) {
+      EXPECT_TRUE(ids.insert(s.request_id).second) << "request scheduled twice in a step";
+      EXPECT_FALSE(s.token_ids.empty());
+      EXPECT_GE(static_cast<int64_t>(s.block_ids.size()) * kv_.block_size(),
+                s.start_pos + static_cast<int64_t>(s.token_ids.size()));
+    }
+    // FIFO fairness: a request admitted this step passed only requests that
+    // were admitted too or deferred for in-flight dedup.
+    std::set<RequestId> deferred(plan.deferred.begin(), plan.deferred.end());
+    std::set<RequestId> skipped;
+    for (RequestId w : waiting_before) {
+      if (ids.count(w)) {
+        for (RequestId s : skipped) {
+          EXPECT_TRUE(deferred.count(s)) << "request " << w << " admitted past " << s << " which was not deferred";
+        }
+      } else {
+        skipped.insert(w);
+      }
+    }
+    for (RequestId d : plan.deferred) {
+      const Request* r = sched_.find(d);
+      ASSERT_NE(r, nullptr);
+      EXPECT_LE(r->deferred_steps, c.max_dedup_defer_steps);
+      max_deferred_steps = std::max<int64_t>(max_deferred_steps, r->deferred_steps);
+    }
+  }
+
+  kv::KvManager kv_;
+  Scheduler sched_;
+  FakeRunner runner_;
+  std::map<RequestId, Tokens> expected_;
+  std::map<RequestId, FinishedRequest> finished_;
+  std::set<RequestId> aborted_;
+  int steps_ = 0;
+};
+
+SchedulerConfig sched_config(int32_t budget, int32_t max_seqs, int32_t max_len = 2048) {
+  SchedulerConfig c;
+  c.max_num_batched_tokens = budget;
+  c.max_num_seqs = max_seqs;
+  c.max_model_len = max_len;
+  return c;
+}
+
+TEST(Scheduler, RejectsImpossibleRequestsAtAdd) {
+  Harness h(sched_config(2048, 64, 512), kv_config(17, 16, 0.0));  // 16 usable blocks = 256 tokens
+  EXPECT_TRUE(h.add(1, iota_tokens(0, 10), 5).ok());
+  Status dup = h.add(1, iota_tokens(0, 10), 5);
+  EXPECT_FALSE(dup.ok());
+  EXPECT_NE(dup.message().find("already in use"), std::string::npos);
+  EXPECT_FALSE(h.add(2, {}, 5).ok());
+  EXPECT_FALSE(h.add(3, iota_tokens(0, 10), 0).ok());
+  Status too_long = h.add(4, iota_tokens(0, 500), 13);
+  EXPECT_FALSE(too_long.ok());
+  EXPECT_NE(too_long.message().find("max_model_len 512"), std::string::npos) << too_long.message();
+  Status too_big = h.add(5, iota_tokens(0, 250), 7);  // 257 tokens: 17 blocks > 16
+  EXPECT_FALSE(too_big.ok());
+  EXPECT_NE(too_big.message().find("KV blocks"), std::string::npos) << too_big.message();
+  EXPECT_TRUE(h.add(6, iota_tokens(0, 250), 6).ok());  // exactly the whole pool
+  EXPECT_EQ(h.sched().stats().num_rejected, 5);
+  EXPECT_EQ(h.sched().num_waiting(), 2);
+  h.run_to_completion(100);
+  h.expect_all_done_and_pool_free();
+}
+
+TEST(Scheduler, ChunkedPrefillSplitsALongPrompt) {
+  Harness h(sched_config(64, 8), kv_config(65, 16));
+  const Tokens prompt = iota_tokens(1, 200);
+  ASSERT_TRUE(h.add(1, prompt, 3).ok());
+  for (int i = 0; i < 3; ++i) {
+    StepPlan p = h.step();
+    ASSERT_EQ(p.seqs.size(), 1u);
+    EXPECT_EQ(p.seqs[0].start_pos, 64 * i);
+    EXPECT_EQ(p.seqs[0].token_ids, Tokens(prompt.begin() + 64 * i, prompt.begin() + 64 * (i + 1)));
+    EXPECT_FALSE(p.seqs[0].wants_logits);
+    EXPECT_EQ(p.seqs[0].block_ids.size(), static_cast<size_t>(4 * (i + 1)));
+  }
+  StepPlan last = h.step();
+  ASSERT_EQ(last.seqs.size(), 1u);
+  EXPECT_EQ(last.seqs[0].start_pos, 192);
+  EXPECT_EQ(last.seqs[0].token_ids.size(), 8u);
+  EXPECT_TRUE(last.seqs[0].wants_logits);
+  EXPECT_EQ(last.seqs[0].block_ids.size(), 13u);
+  // Then decodes of one token each.
+  StepPlan d = h.step();
+  ASSERT_EQ(d.seqs.size(), 1u);
+  EXPECT_EQ(d.seqs[0].start_pos, 200);
+  EXPECT_EQ(d.seqs[0].token_ids.size(), 1u);
+  EXPECT_TRUE(d.seqs[0].wants_logits);
+  h.run_to_completion(10);
+  ASSERT_EQ(h.finished().count(1), 1u);
+  EXPECT_EQ(h.finished().at(1).reason, FinishReason::kLength);
+  EXPECT_EQ(h.finished().at(1).output_tokens.size(), 3u);
+  h.expect_all_done_and_pool_free();
+}
+
+TEST(Scheduler, DecodesGoFirstThenPrefillChunks) {
+  Harness h(sched_config(40, 8), kv_config(65, 16));
+  ASSERT_TRUE(h.add(1, iota_tokens(1, 10), 20).ok());
+  h.step();  // 1 prefills 10 tokens
+  ASSERT_TRUE(h.add(2, iota_tokens(100, 100), 5).ok());
+  StepPlan p = h.step();  // 1 decodes, 2 gets the remaining 39 tokens
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(p.seqs[0].request_id, 1u);
+  EXPECT_EQ(p.seqs[0].token_ids.size(), 1u);
+  EXPECT_EQ(p.seqs[1].request_id, 2u);
+  EXPECT_EQ(p.seqs[1].token_ids.size(), 39u);
+  p = h.step();
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(p.seqs[0].request_id, 1u);
+  EXPECT_EQ(p.seqs[1].start_pos, 39);
+  EXPECT_EQ(p.seqs[1].token_ids.size(), 39u);
+  h.run_to_completion(100);
+  h.expect_all_done_and_pool_free();
+}
+
+TEST(Scheduler, PrefixHitComputesOnlyTheTail) {
+  Harness h(sched_config(2048, 8), kv_config(65, 16));
+  const Tokens prompt = iota_tokens(1, 100);
+  ASSERT_TRUE(h.add(1, prompt, 2).ok());
+  StepPlan a = h.step();
+  ASSERT_EQ(a.seqs.size(), 1u);
+  const std::vector<BlockId> a_blocks = a.seqs[0].block_ids;
+  ASSERT_TRUE(h.add(2, prompt, 2).ok());
+  StepPlan b = h.step();
+  ASSERT_EQ(b.seqs.size(), 2u);
+  const ScheduledSeq& s = b.seqs[1];
+  EXPECT_EQ(s.request_id, 2u);
+  EXPECT_EQ(s.start_pos, 96);  // 6 full blocks hit
+  EXPECT_EQ(s.token_ids, Tokens(prompt.begin() + 96, prompt.end()));
+  EXPECT_TRUE(s.wants_logits);
+  EXPECT_EQ(std::vector<BlockId>(s.block_ids.begin(), s.block_ids.begin() + 6),
+            std::vector<BlockId>(a_blocks.begin(), a_blocks.begin() + 6));
+  h.run_to_completion(10);
+  EXPECT_EQ(h.finished().at(2).num_cached_tokens, 96);
+  EXPECT_EQ(h.runner().computed_tokens(2), 4 + 1);  // tail + one decode
+  // A prompt of exactly 6 blocks still computes its last block (for logits).
+  ASSERT_TRUE(h.add(3, Tokens(prompt.begin(), prompt.begin() + 96), 1).ok());
+  StepPlan c = h.step();
+  ASSERT_EQ(c.seqs.size(), 1u);
+  EXPECT_EQ(c.seqs[0].start_pos, 80);
+  EXPECT_EQ(c.seqs[0].token_ids.size(), 16u);
+  h.run_to_completion(10);
+  h.expect_all_done_and_pool_free();
+  EXPECT_GT(h.kv().stats().prefix_hit_tokens, 0);
+}
+
+TEST(Scheduler, InFlightPrefixDedupWaitsInsteadOfComputingTwice) {
+  const Tokens prompt = iota_tokens(1, 100);
+  const Tokens other = iota_tokens(300, 20);
+  for (bool dedup : {true, false}) {
+    SchedulerConfig sc = sched_config(2048, 8);
+    sc.max_dedup_defer_steps = dedup ? 16 : 0;
+    Harness h(sc, kv_config(65, 16));
+    ASSERT_TRUE(h.add(1, prompt, 3).ok());
+    ASSERT_TRUE(h.add(2, prompt, 3).ok());
+    ASSERT_TRUE(h.add(3, other, 3).ok());
+    StepPlan p = h.step();
+    if (dedup) {
+      ASSERT_EQ(p.seqs.size(), 2u);  // 2 waits for 1's blocks, 3 passes it
+      EXPECT_EQ(p.seqs[0].request_id, 1u);
+      EXPECT_EQ(p.seqs[1].request_id, 3u);
+      EXPECT_EQ(p.deferred, (std::vector<RequestId>{2}));
+      p = h.step();
+      ASSERT_EQ(p.seqs.size(), 3u);
+      EXPECT_EQ(p.seqs[2].request_id, 2u);
+      EXPECT_EQ(p.seqs[2].start_pos, 96);
+      h.run_to_completion(20);
+      EXPECT_EQ(h.runner().computed_tokens(2), 4 + 2);
+      EXPECT_EQ(h.finished().at(2).num_cached_tokens, 96);
+      EXPECT_EQ(h.sched().stats().num_deferrals, 1);
+    } else {
+      ASSERT_EQ(p.seqs.size(), 3u);
+      EXPECT_TRUE(p.deferred.empty());
+      h.run_to_completion(20);
+      EXPECT_EQ(h.runner().computed_tokens(2), 100 + 2);
+    }
+    h.expect_all_done_and_pool_free();
+  }
+}
+
+TEST(Scheduler, PreemptsTheMostRecentlyAdmittedToTheFront) {
+  // 5 usable blocks of 4 tokens. A and B hold 2 blocks each after prefill; at
+  // their 9th token both need a third block; A (older) gets the last one, B
+  // is preempted to the front of the queue, ahead of C.
+  Harness h(sched_config(2048, 8), kv_config(6, 4, 0.0));
+  ASSERT_TRUE(h.add(1, iota_tokens(10, 7), 10).ok());
+  ASSERT_TRUE(h.add(2, iota_tokens(20, 7), 10).ok());
+  StepPlan p = h.step();
+  ASSERT_EQ(p.seqs.size(), 2u);
+  ASSERT_TRUE(h.add(3, iota_tokens(30, 3), 2).ok());
+  p = h.step();  // both decode position 7 (still in their 2nd block); C takes the 5th block
+  ASSERT_EQ(p.seqs.size(), 3u);
+  p = h.step();
+  // C (admitted last step) goes first, then B preempts itself: no older victim.
+  EXPECT_EQ(p.preempted, (std::vector<RequestId>{3, 2}));
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].request_id, 1u);
+  EXPECT_EQ(h.sched().find(2)->state, RequestState::kPreempted);
+  EXPECT_EQ(h.sched().waiting_ids(), (std::vector<RequestId>{2, 3}));  // older admission in front
+  EXPECT_EQ(h.sched().find(2)->num_preemptions, 1);
+  h.run_to_completion(200);
+  EXPECT_EQ(h.finished().at(2).num_preemptions, 1);
+  h.expect_all_done_and_pool_free();
+}
+
+TEST(Scheduler, AbortFreesEverythingInAnyState) {
+  Harness h(sched_config(32, 8), kv_config(65, 16));
+  ASSERT_TRUE(h.add(1, iota_tokens(1, 100), 50).ok());
+  ASSERT_TRUE(h.add(2, iota_tokens(200, 10), 50).ok());
+  h.step();  // 1 prefilling, 2 waiting (budget)
+  EXPECT_EQ(h.sched().find(1)->state, RequestState::kRunning);
+  EXPECT_EQ(h.sched().find(2)->state, RequestState::kWaiting);
+  EXPECT_TRUE(h.abort(2));
+  EXPECT_TRUE(h.abort(1));
+  EXPECT_FALSE(h.abort(1));
+  EXPECT_FALSE(h.sched().has_unfinished());
+  EXPECT_EQ(h.sched().check_invariants(), "");
+  // Abort between schedule and update: update skips it.
+  ASSERT_TRUE(h.add(3, iota_tokens(1, 20), 5).ok());
+  StepPlan p = h.sched().schedule();
+  ASSERT_EQ(p.seqs.size(), 1u);
+  auto outs = h.runner().execute(p);
+  EXPECT_TRUE(h.abort(3));
+  EXPECT_TRUE(h.sched().update(p, outs).empty());
+  EXPECT_EQ(h.sched().check_invariants(), "");
+  h.expect_all_done_and_pool_free();
+  EXPECT_EQ(h.kv().stats().num_cached, 2);  // request 1's 32 computed tokens; 3 never got its update
+}
+
+TEST(Scheduler, EngineStopFlagFinishesWithStop) {
+  Harness h(sched_config(2048, 8), kv_config(65, 16));
+  ASSERT_TRUE(h.add(1, iota_tokens(1, 5), 100, /*eos_len=*/4).ok());
+  h.run_to_completion(10);
+  EXPECT_EQ(h.finished().at(1).reason, FinishReason::kStop);
+  EXPECT_EQ(h.finished().at(1).output_tokens.size(), 4u);
+  h.expect_all_done_and_pool_free();
+}
+
+TEST(Scheduler, ExhaustionPreemptsAndOutputsAreUnaffected) {
+  // 64 usable blocks x 16 tokens; 100 requests of 200-500 total tokens.
+  Harness h(sched_config(2048, 64, 512), kv_config(65, 16, 0.0));
+  Rng rng(7);
+  for (RequestId id = 1; id <= 100; ++id) {
+    const auto total = static_cast<int32_t>(rng.uniform_int(200, 500));
+    const auto prompt_len = static_cast<int32_t>(rng.uniform_int(100, 300));
+    Tokens prompt(static_cast<size_t>(prompt_len));
+    for (auto& t : prompt) t = static_cast<TokenId>(rng.uniform_int(0, kVocab - 1));
+    ASSERT_TRUE(h.add(id, prompt, std::max(1, total - prompt_len)).ok());
+  }
+  h.run_to_completion(20000);
+  EXPECT_EQ(h.finished().size(), 100u);
+  EXPECT_GT(h.sched().stats().num_preemptions, 0);
+  std::printf("exhaustion: %lld steps, %lld preemptions, %lld admissions\n",
+              static_cast<long long>(h.sched().stats().num_steps),
+              static_cast<long long>(h.sched().stats().num_preemptions),
+              static_cast<long long>(h.sched().stats().num_admissions));
+  h.expect_all_done_and_pool_free();
+}
+
+TEST(Scheduler, RandomTenThousandSteps) {
+  SchedulerConfig sc = sched_config(256, 16, 512);
+  sc.max_dedup_defer_steps = 6;
+  Harness h(sc, kv_config(129, 16));  // 128 usable blocks = 2048 tokens
+  Rng rng(2024);
+  // Shared prefixes so that hits and in-flight dedup happen.
+  std::vector<Tokens> bases(4);
+  for (auto& b : bases) {
+    for (int i = 0; i < 200; ++i) b.push_back(static_cast<TokenId>(rng.uniform_int(0, kVocab - 1)));
+  }
+  RequestId next = 1;
+  std::vector<RequestId> live;
+  int rejected = 0;
+  constexpr int kSteps = 10000;
+  for (int step = 0; step < kSteps; ++step) {
+    // ~0.2 requests per step on average, in bursts: near but under capacity.
+    const int arrivals = rng.uniform() < 0.08 ? static_cast<int>(rng.uniform_int(1, 4)) : 0;
+    for (int a = 0; a < arrivals; ++a) {
+      Tokens prompt;
+      if (rng.uniform() < 0.6) {
+        const auto& b = bases[static_cast<size_t>(rng.uniform_int(0, 3))];
+        prompt.assign(b.begin(), b.begin() + rng.uniform_int(1, 200));
+      }
+      const int64_t tail = rng.uniform_int(prompt.empty() ? 1 : 0, 120);
+      for (int64_t i = 0; i < tail; ++i) prompt.push_back(static_cast<TokenId>(rng.uniform_int(0, kVocab - 1)));
+      const auto max_tokens = static_cast<int32_t>(rng.uniform_int(1, 200));
+      const auto eos = static_cast<int32_t>(rng.uniform_int(1, 80));
+      const std::string salt = rng.uniform() < 0.1 ? "tenant-x" : "";
+      const RequestId id = next++;
+      if (h.add(id, prompt, max_tokens, eos, salt).ok()) {
+        live.push_back(id);
+      } else {
+        ++rejected;  // prompt + max_tokens > 512
+      }
+    }
+    std::erase_if(live, [&](RequestId id) { return h.sched().find(id) == nullptr; });
+    RequestId abort_mid = 0;
+    if (!live.empty() && rng.uniform() < 0.03) {
+      const auto i = static_cast<size_t>(rng.uniform_int(0, static_cast<int64_t>(live.size()) - 1));
+      if (rng.uniform() < 0.5) {
+        EXPECT_TRUE(h.abort(live[i]));
+      } else {
+        abort_mid = live[i];  // possibly scheduled in this very step
+      }
+    }
+    h.step(abort_mid);
+    if (::testing::Test::HasFailure()) {
+      ADD_FAILURE() << "stopped at step " << step;
+      return;
+    }
+  }
+  h.run_to_completion(5000);
+  h.expect_all_done_and_pool_free();
+  const SchedulerStats& st = h.sched().stats();
+  const kv::KvStats ks = h.kv().stats();
+  std::printf("random: %lld steps, %llu requests (%d rejected), %zu finished, %lld aborted, %lld preemptions, "
+              "%lld deferrals (max %lld steps), prefix hits %lld / %lld tokens\n",
+              static_cast<long long>(st.num_steps), static_cast<unsigned long long>(next - 1), rejected,
+              h.finished().size(), static_cast<long long>(st.num_aborted), static_cast<long long>(st.num_preemptions),
+              static_cast<long long>(st.num_deferrals), static_cast<long long>(h.max_deferred_steps),
+              static_cast<long long>(ks.prefix_hit_tokens), static_cast<long long>(ks.prefix_query_tokens));
+  EXPECT_GE(st.num_steps, kSteps);
+  EXPECT_GT(st.num_preemptions, 0);
+  EXPECT_GT(st.num_deferrals, 0);
+  EXPECT_GT(ks.prefix_hit_tokens, 0);
+  EXPECT_GT(st.num_aborted, 100);
+  EXPECT_GT(h.finished().size(), 1000u);
+}
+
+}  // namespace
+}  // namespace pagoda::sched

@@ -1,0 +1,66 @@
+"""Start and stop a real `pagoda serve` on a free loopback port for tests/benchmarks."""
+import os
+import re
+import subprocess
+import threading
+import time
+import urllib.request
+
+
+class PagodaServer:
+    def __init__(self, binary, model, extra=(), env=None, timeout=120):
+        self.binary, self.model, self.extra = binary, model, list(extra)
+        self.env = dict(os.environ, **(env or {}))
+        self.timeout = timeout
+        self.proc = None
+        self.port = None
+        self.log = []
+
+    def __enter__(self):
+        cmd = [self.binary, "serve", "-m", self.model, "--host", "127.0.0.1", "--port", "0"] + self.extra
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=self.env)
+        deadline = time.time() + self.timeout
+        while time.time() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                if self.proc.poll() is not None:
+                    raise RuntimeError("server exited early:\n" + "".join(self.log))
+                continue
+            self.log.append(line)
+            m = re.search(r"listening on http://[^:]+:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+                break
+        if self.port is None:
+            self.proc.kill()
+            raise RuntimeError("server did not start:\n" + "".join(self.log))
+        # Keep draining stderr so the server never blocks on a full pipe.
+        threading.Thread(target=self._drain, daemon=True).start()
+        return self
+
+    def _drain(self):
+        for line in self.proc.stderr:
+            self.log.append(line)
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def metrics(self):
+        text = urllib.request.urlopen(self.url + "/metrics", timeout=30).read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line.startswith("#") or not line.strip():
+                continue
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+        return out
+
+    def __exit__(self, *exc):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return False

@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""Malformed-request corpus against a real `pagoda serve`: every case gets the
+right status and the OpenAI error shape, and the server keeps serving after.
+Also: API key checks, 503 on an over-full queue, client disconnects free blocks.
+
+Usage: test_malformed.py PAGODA_BINARY SHARED_MODELS_DIR
+"""
+import http.client
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from serverutil import PagodaServer  # noqa: E402
+
+BINARY, SHARED = sys.argv[1], sys.argv[2]
+STORIES = os.path.join(SHARED, "stories260K.gguf")
+
+
+def request(port, method, path, body=None, headers=None, raw=None, timeout=60):
+    if raw is not None:
+        s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        s.sendall(raw)
+        data = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except socket.timeout:
+                break
+            if not chunk:
+                break
+            data += chunk
+            if b"\r\n\r\n" in data:
+                head, _, rest = data.partition(b"\r\n\r\n")
+                length = [int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")]
+                if length and len(rest) >= length[0]:
+                    break
+        s.close()
+        status = int(data.split(b" ")[1]) if data.startswith(b"HTTP/1.1") else 0
+        return status, data.partition(b"\r\n\r\n")[2]
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body)
+    c.request(method, path, body=body, headers=headers or {"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, data
+
+
+C, CH = "/v1/completions", "/v1/chat/completions"
+OK_C = {"prompt": "Once upon a time", "max_tokens": 2}
+CASES = [
+    # (name, method, path, body, expected status)
+    ("invalid json", "POST", C, "{not json", 400),
+    ("empty body", "POST", C, "", 400),
+    ("json array body", "POST", C, "[1,2]", 400),
+    ("json string body", "POST", C, '"hi"', 400),
+    ("truncated json", "POST", C, '{"prompt": "a"', 400),
+    ("missing prompt", "POST", C, {"max_tokens": 2}, 400),
+    ("prompt null", "POST", C, {"prompt": None}, 400),
+    ("prompt number", "POST", C, {"prompt": 5}, 400),
+    ("prompt empty list", "POST", C, {"prompt": []}, 400),
+    ("prompt mixed list", "POST", C, {"prompt": ["a", 3]}, 400),
+    ("prompt nested bad", "POST", C, {"prompt": [[1, "x"]]}, 400),
+    ("prompt negative token", "POST", C, {"prompt": [1, -5]}, 400),
+    ("prompt token past vocab", "POST", C, {"prompt": [1, 100000]}, 400),
+    ("prompt huge token", "POST", C, {"prompt": [1, 2**64]}, 400),
+    ("max_tokens string", "POST", C, dict(OK_C, max_tokens="5"), 400),
+    ("max_tokens float", "POST", C, dict(OK_C, max_tokens=2.5), 400),
+    ("max_tokens negative", "POST", C, dict(OK_C, max_tokens=-1), 400),
+    ("max_tokens zero", "POST", C, dict(OK_C, max_tokens=0), 400),
+    ("max_tokens huge", "POST", C, dict(OK_C, max_tokens=10**30), 400),
+    ("max_tokens past context", "POST", C, dict(OK_C, max_tokens=600), 400),
+    ("temperature negative", "POST", C, dict(OK_C, temperature=-1), 400),
+    ("temperature huge", "POST", C, dict(OK_C, temperature=1e308), 400),
+    ("temperature string", "POST", C, dict(OK_C, temperature="hot"), 400),
+    ("top_p zero", "POST", C, dict(OK_C, top_p=0), 400),
+    ("top_p above one", "POST", C, dict(OK_C, top_p=1.5), 400),
+    ("top_k float", "POST", C, dict(OK_C, top_k=1.5), 400),
+    ("min_p negative", "POST", C, dict(OK_C, min_p=-0.1), 400),
+    ("n zero", "POST", C, dict(OK_C, n=0), 400),
+    ("n huge", "POST", C, dict(OK_C, n=1000), 400),
+    ("seed string", "POST", C, dict(OK_C, seed="x"), 400),
+    ("stop number", "POST", C, dict(OK_C, stop=5), 400),
+    ("stop list of numbers", "POST", C, dict(OK_C, stop=[1, 2]), 400),
+    ("presence penalty out of range", "POST", C, dict(OK_C, presence_penalty=3), 400),
+    ("frequency penalty string", "POST", C, dict(OK_C, frequency_penalty="a"), 400),
+    ("logprobs too many", "POST", C, dict(OK_C, logprobs=50), 400),
+    ("echo string", "POST", C, dict(OK_C, echo="yes"), 400),
+    ("stream string", "POST", C, dict(OK_C, stream="yes"), 400),
+    ("stream_options without stream", "POST", C, dict(OK_C, stream_options={"include_usage": True}), 400),
+    ("unknown model", "POST", C, dict(OK_C, model="gpt-9"), 404),
+    ("chat missing messages", "POST", CH, {"max_tokens": 2}, 400),
+    ("chat empty messages", "POST", CH, {"messages": []}, 400),
+    ("chat messages not list", "POST", CH, {"messages": "hi"}, 400),
+    ("chat message not object", "POST", CH, {"messages": ["hi"]}, 400),
+    ("chat unknown role", "POST", CH, {"messages": [{"role": "wizard", "content": "hi"}]}, 400),
+    ("chat role missing", "POST", CH, {"messages": [{"content": "hi"}]}, 400),
+    ("chat content number", "POST", CH, {"messages": [{"role": "user", "content": 5}]}, 400),
+    ("chat image part", "POST", CH, {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400),
+    ("chat top_logprobs without logprobs", "POST", CH,
+     {"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, 400),
+    ("chat max_completion_tokens negative", "POST", CH,
+     {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": -3}, 400),
+    ("invalid utf-8", "POST", C, b'{"prompt": "\xff\xfe bad"}', 400),
+    ("unknown path", "GET", "/v2/everything", None, 404),
+    ("unknown post path", "POST", "/v1/embeddings", {}, 404),
+    ("wrong method completions", "GET", C, None, 405),
+    ("wrong method models", "POST", "/v1/models", {}, 405),
+    ("wrong method health", "DELETE", "/health", None, 405),
+    ("tokenize without prompt", "POST", "/tokenize", {}, 400),
+    ("detokenize bad tokens", "POST", "/detokenize", {"tokens": ["a"]}, 400),
+    ("detokenize past vocab", "POST", "/detokenize", {"tokens": [10**6]}, 400),
+]
+
+
+class Malformed(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = PagodaServer(BINARY, STORIES, ["--num-kv-blocks", "128"]).__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.__exit__(None, None, None)
+
+    def check_error_shape(self, body, status):
+        err = json.loads(body)["error"]
+        for k in ("message", "type", "param", "code"):
+            self.assertIn(k, err)
+        self.assertTrue(err["message"])
+
+    def test_corpus(self):
+        self.assertGreaterEqual(len(CASES), 40)
+        for name, method, path, body, want in CASES:
+            with self.subTest(name=name):
+                if isinstance(body, bytes):
+                    status, data = request(self.srv.port, method, path, body=body)
+                else:
+                    status, data = request(self.srv.port, method, path, body=body)
+                self.assertEqual(status, want, f"{name}: {data[:300]!r}")
+                self.check_error_shape(data, status)
+        # Still serving afterwards.
+        status, data = request(self.srv.port, "POST", C, OK_C)
+        self.assertEqual(status, 200, data)
+
+    def test_body_limit(self):
+        # Announce a 10 MiB body and send only its start: the server must refuse on the header.
+        n = 10 * 1024 * 1024
+        raw = (f"POST {C} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {n}\r\n\r\n").encode() + b'{"prompt": "' + b"a" * 60000
+        status, data = request(self.srv.port, None, None, raw=raw)
+        self.assertEqual(status, 413, data[:200])
+        self.check_error_shape(data, status)
+        self.assertEqual(request(self.srv.port, "GET", "/health")[0], 200)
+
+    def test_garbage_http(self):
+        status, _ = request(self.srv.port, None, None, raw=b"NOT HTTP AT ALL\r\n\r\n")
+        self.assertIn(status, (0, 400))
+        status, _ = request(self.srv.port, None, None, raw=b"\x00\x01\x02\x03" * 100)
+        self.assertIn(status, (0, 400))
+        self.assertEqual(request(self.srv.port, "GET", "/health")[0], 200)
+
+    def test_disconnect_frees_blocks(self):
+        s = socket.create_connection(("127.0.0.1", self.srv.port))
+        body = json.dumps({"prompt": "Once upon a time", "max_tokens": 400, "stream": True, "ignore_eos": True})
+        s.sendall(f"POST {C} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+        s.recv(4096)
+        s.close()
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            m = self.srv.metrics()
+            if m["pagoda:num_requests_running"] == 0 and m["pagoda:num_requests_waiting"] == 0:
+                break
+            time.sleep(0.05)
+        m = self.srv.metrics()
+        self.assertEqual(m["pagoda:num_requests_running"], 0)
+        self.assertEqual(m["pagoda:kv_cache_usage_perc"], 0)
+
+
+class ApiKeyAndQueue(unittest.TestCase):
+    def test_api_key(self):
+        with PagodaServer(BINARY, STORIES, ["--api-key", "sekret", "--num-kv-blocks", "64"]) as srv:
+            self.assertEqual(request(srv.port, "POST", C, OK_C)[0], 401)
+            st, body = request(srv.port, "POST", C, OK_C, headers={"Authorization": "Bearer wrong"})
+            self.assertEqual(st, 401)
+            self.assertEqual(json.loads(body)["error"]["type"], "authentication_error")
+            st, _ = request(srv.port, "POST", C, OK_C,
+                            headers={"Authorization": "Bearer sekret", "Content-Type": "application/json"})
+            self.assertEqual(st, 200)
+            self.assertEqual(request(srv.port, "GET", "/health")[0], 200)
+
+    def test_max_waiting_503(self):
+        with PagodaServer(BINARY, STORIES, ["--max-waiting", "0", "--max-num-seqs", "1", "--num-kv-blocks", "64"]) as srv:
+            results = []
+
+            def go():
+                results.append(request(srv.port, "POST", C, {"prompt": "Once", "max_tokens": 300, "ignore_eos": True}))
+            threads = [threading.Thread(target=go) for _ in range(6)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            statuses = sorted(s for s, _ in results)
+            self.assertIn(503, statuses)
+            self.assertIn(200, statuses)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0], "-v"])
