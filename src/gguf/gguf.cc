@@ -196,7 +196,7 @@ Status GgufFile::parse() {
   PAGODA_TRY(c.read(&magic, "magic"));
   PAGODA_TRY(c.read(&version_, "version"));
   if (version_ != 2 && version_ != 3) {
-    if (version_ == 1) return errorf("GGUF version 1 is not supported (only versions 2 and 3)");
+    if (version_ == 1) return make_error("GGUF version 1 is not supported (only versions 2 and 3)");
     if ((version_ & 0xffff) == 0 && (version_ >> 16) != 0)
       return errorf("GGUF version %u is not supported: this looks like a big-endian file (only little-endian "
                     "versions 2 and 3 are supported)", version_);
@@ -296,7 +296,7 @@ Status GgufFile::parse() {
 
   // ---- data section
   if (!checked_add(c.pos(), alignment_ - 1, &data_offset_))
-    return errorf("data section offset overflows");
+    return make_error("data section offset overflows");
   data_offset_ = data_offset_ / alignment_ * alignment_;
   data_size_ = data_offset_ <= size_ ? size_ - data_offset_ : 0;
   for (TensorInfo& t : tensors_) {

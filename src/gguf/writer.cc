@@ -138,7 +138,7 @@ Status GgufWriter::write(const ByteSink& sink) const {
   for (const auto& kv : kv_) {
     if (kv.first == "general.alignment" &&
         (kv.second.type != ValueType::UINT32 || kv.second.u64 == 0 || (kv.second.u64 & (kv.second.u64 - 1)) != 0))
-      return errorf("general.alignment must be a uint32 power of two");
+      return make_error("general.alignment must be a uint32 power of two");
   }
   // ---- header, metadata, tensor infos
   std::vector<uint8_t> head;

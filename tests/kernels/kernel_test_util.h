@@ -122,4 +122,12 @@ struct IsaScope {
   int threads;
 };
 
+// Every kernel test binary starts single-threaded (see IsaScope for why); the
+// tests about thread counts set 2 explicitly.
+struct SingleThreadEnv : ::testing::Environment {
+  void SetUp() override { set_num_threads(1); }
+};
+inline ::testing::Environment* const kSingleThreadEnv =
+    ::testing::AddGlobalTestEnvironment(new SingleThreadEnv);
+
 }  // namespace pagoda::kernels::testing

@@ -230,9 +230,21 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
     std::fill(mrun, mrun + group, -INFINITY);
     std::fill(lrun, lrun + group, 0.0f);
     const int64_t head_off = static_cast<int64_t>(kvh) * hd;
+    const size_t slice_off = kv_row_bytes(kv.dtype, head_off), slice_bytes = kv_row_bytes(kv.dtype, hd);
     for (int64_t p0 = 0; p0 < n_keys; p0 += bs) {
       const int32_t nk = static_cast<int32_t>(std::min<int64_t>(bs, n_keys - p0));
       const int64_t slot0 = static_cast<int64_t>(pages[p0 / bs]) * bs;
+      if (p0 + bs < n_keys) {  // next page's K/V head slices: pages are scattered, so prefetch them
+        const int64_t next = static_cast<int64_t>(pages[p0 / bs + 1]) * bs;
+        const int32_t nn = static_cast<int32_t>(std::min<int64_t>(bs, n_keys - p0 - bs));
+        for (int32_t j = 0; j < nn; ++j) {
+          const size_t off = static_cast<size_t>(next + j) * kv.row_bytes + slice_off;
+          for (size_t b = 0; b < slice_bytes; b += 64) {
+            _mm_prefetch(reinterpret_cast<const char*>(kv.k + off + b), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(kv.v + off + b), _MM_HINT_T0);
+          }
+        }
+      }
       const float* krow[kMaxBlockSize];
       const float* vrow[kMaxBlockSize];
       for (int32_t j = 0; j < nk; ++j) {
