@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -295,11 +296,12 @@ class Conn {
     return run([&](auto h) { http::async_read_header(stream_, buffer_, p, std::move(h)); });
   }
 
-  // Reads more of the body into the parser's buffer_body (need_buffer is not an error).
+  // Reads what has arrived (at least one byte) into the parser: for a buffer_body the
+  // decoded bytes land in its buffer, so SSE chunks are seen as they come.
   template <class Parser>
   beast::error_code read_some(Parser& p, Clock::time_point deadline) {
     stream_.expires_at(deadline);
-    beast::error_code ec = run([&](auto h) { http::async_read(stream_, buffer_, p, std::move(h)); });
+    beast::error_code ec = run([&](auto h) { http::async_read_some(stream_, buffer_, p, std::move(h)); });
     return ec == http::error::need_buffer ? beast::error_code{} : ec;
   }
 
@@ -518,8 +520,12 @@ std::vector<RequestResult> run_server(const ServerUrl& url, const std::vector<Be
   size_t done = 0;
   const double t0 = now_seconds();
   double last_finish = t0;
-  auto worker = [&] {
-    Conn conn(url, opts->api_key);
+  // Connections outlive their workers and close after the last /metrics scrape:
+  // a client that hangs up right after the last byte must not race the server's
+  // completion of that write.
+  std::vector<std::unique_ptr<Conn>> conns;
+  for (size_t s = 0; s < slots; ++s) conns.push_back(std::make_unique<Conn>(url, opts->api_key));
+  auto worker = [&](Conn& conn) {
     for (;;) {
       const size_t i = next.fetch_add(1);
       if (i >= n) break;
@@ -546,7 +552,7 @@ std::vector<RequestResult> run_server(const ServerUrl& url, const std::vector<Be
   std::vector<std::thread> threads;
   for (size_t s = 0; s < slots; ++s) {
     try {
-      threads.emplace_back(worker);
+      threads.emplace_back(worker, std::ref(*conns[s]));
     } catch (const std::system_error& e) {
       if (threads.empty()) {
         for (auto& r : results) r.error = std::string("cannot start a client thread: ") + e.what();
@@ -560,8 +566,8 @@ std::vector<RequestResult> run_server(const ServerUrl& url, const std::vector<Be
     std::unique_lock<std::mutex> l(mu);
     double last_scrape = 0;
     while (done < n) {
-      cv.wait_for(l, std::chrono::milliseconds(200));
-      if (!scrape || done >= n || now_seconds() - last_scrape < 0.2) continue;
+      cv.wait_for(l, std::chrono::milliseconds(100));
+      if (!scrape || done >= n || now_seconds() - last_scrape < 0.1) continue;
       last_scrape = now_seconds();
       l.unlock();
       if (auto m = http_get(admin, "/metrics", 2); m.ok()) peak_kv = std::max(peak_kv, scrape_metric(*m, kKvUsageSuffixes));

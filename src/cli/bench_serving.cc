@@ -294,7 +294,7 @@ std::string format_report(const Summary& s) {
 }
 
 std::string format_json(const Summary& s) {
-  using nlohmann::json;
+  using json = nlohmann::ordered_json;  // fields in the documented order
   auto opt = [](bool known, json v) { return known ? v : json(); };
   json j = {
       {"mode", s.mode},

@@ -21,6 +21,7 @@
 #include "base/hash.h"
 #include "base/rng.h"
 #include "base/timer.h"
+#include "cli/bench_serving.h"
 #include "cli/command.h"
 #include "kernels/api.h"
 #include "model/model.h"
@@ -48,7 +49,10 @@ const char* kBenchUsage =
     "      --block-size N  KV block size (default 16)\n"
     "      --seed S        seed of the random token ids (default 1234)\n"
     "      --ctx-sweep     also time decode steps at contexts 64..2048, cached vs recomputed\n"
-    "      --json          one JSON object on stdout\n";
+    "      --json          one JSON object on stdout\n"
+    "\n"
+    "Serving workloads (many requests through the engine or an HTTP server): pass\n"
+    "--workload, --dataset or --server; see `pagoda bench-serving --help`.\n";
 
 struct BenchOptions {
   std::string model;
@@ -166,7 +170,19 @@ Expected<double> time_decode(runtime::SequenceSession& seq, const std::vector<in
   return s;
 }
 
+// True when the arguments ask for a serving workload (bench_serving.cc).
+bool wants_serving(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    for (const char* f : {"--workload", "--dataset", "--server"}) {
+      const size_t n = std::strlen(f);
+      if (std::strncmp(argv[i], f, n) == 0 && (argv[i][n] == '\0' || argv[i][n] == '=')) return true;
+    }
+  }
+  return false;
+}
+
 int run_bench(int argc, char** argv) {
+  if (wants_serving(argc, argv)) return bench_serving_main(argc, argv);
   BenchOptions o;
   bool help = false;
   const std::string perr = parse_args(argc, argv, &o, &help);

@@ -8,18 +8,24 @@
 #include <string>
 #include <type_traits>
 
+#include "cli/bench_serving.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/sim_calibrate.h"
+#include "cli/sim_serving.h"
+#include "gguf/gguf.h"
 #include "kv/sizing.h"
 #include "sim/hardware.h"
 #include "sim/model_desc.h"
 #include "sim/simulator.h"
 #include "sim/workload.h"
+#include "tok/tokenizer.h"
 
 namespace pagoda::cli {
 namespace {
 
 const char* kHelp = R"(usage: pagoda sim --model M --gpu G [options]
+       pagoda sim --calibrate [-m MODEL] [-t THREADS] [--out data/hardware.json]
 
 Simulates serving a workload: the real scheduler and KV manager run step by step,
 each step costs max(compute, memory) + overhead on the device (roofline model,
@@ -33,7 +39,9 @@ data/hardware.json). Prints the serving metrics `pagoda bench` prints.
   --weights-dtype T          f32|bf16|fp16|fp8|int8|q8_0|q4 (default bf16; a .gguf: the file's bytes)
   --utilization U            fraction of device memory (default 0.9)
   --kv-cache-memory BYTES    a given KV budget per device instead
+  --num-kv-blocks N          the KV pool in blocks, null block included (as the engine's flag)
   --block-size B             tokens per KV block (default 16)
+  --watermark F              fraction of blocks admission keeps free (default 0.01)
   --workload W               random | shared-prefix | trace.jsonl (default random)
   --request-rate R           requests/s, Poisson arrivals (default inf: all at t = 0)
   --num-prompts N            requests (random, shared-prefix; default 100)
@@ -42,12 +50,25 @@ data/hardware.json). Prints the serving metrics `pagoda bench` prints.
   --range-ratio F            lengths uniform in [L(1-F), L(1+F)] (default 0)
   --prefix-len L             shared-prefix: shared tokens (default input-len / 2)
   --num-prefixes N           shared-prefix: distinct prefixes (default 1)
+  --num-groups G --prompts-per-group R --suffix-len Q
+                             shared-prefix as `pagoda bench` builds it: G prefixes of --prefix-len
+                             tokens x R suffixes of Q tokens, shuffled (implies --bench-workload)
+  --bench-workload           build random/shared-prefix requests with `pagoda bench`'s generators
+                             (same seed -> the same lengths, groups, order and arrivals)
   --seed S                   workload seed (default 0)
+  --max-concurrency C        a client keeping at most C requests in flight, as `pagoda bench
+                             --max-concurrency` (TTFT counts from submission; default: no limit)
   --max-num-seqs N           scheduler cap on running requests (default 256)
   --max-num-batched-tokens N token budget per step (default 8192)
   --no-prefix-caching        disable automatic prefix caching
   --json                     metrics as JSON
   --plot out.svg             KV usage and running requests over time
+
+To match an offline `pagoda bench` run, give the engine's defaults explicitly:
+--kv-cache-memory 256MiB (or --num-kv-blocks N) --max-num-seqs 64 --max-num-batched-tokens 2048.
+
+--calibrate times real engine steps on this machine and fits the device's
+efficiencies and step overhead (see pagoda sim --calibrate --help).
 )";
 
 int fail(const std::string& msg) {
@@ -71,7 +92,47 @@ bool to_f64(const std::string& s, double* out) {
   return true;
 }
 
+// `pagoda bench`'s requests for the same flags, as SimRequests: the token space of
+// the GGUF's own tokenizer when there is one (then the ids are the bench's too),
+// else ids 1..vocab-1 without BOS.
+struct BenchShape {
+  bool shared_prefix = false;
+  int num_groups = 4, prompts_per_group = 8, suffix_len = 32;
+};
+
+Expected<std::vector<sim::SimRequest>> bench_requests(const std::string& gguf_path, const sim::WorkloadSpec& ws,
+                                                      const BenchShape& b) {
+  bench::TokenSpace space;
+  if (!gguf_path.empty()) {
+    auto f = gguf::GgufFile::open(gguf_path);
+    if (!f.ok()) return f.error();
+    auto tk = tok::Tokenizer::from_gguf(**f);
+    if (!tk.ok()) return errorf("tokenizer of %s: %s", gguf_path.c_str(), tk.message().c_str());
+    space = bench::token_space(**tk);
+  } else {
+    for (int32_t id = 1; id < std::max(2, ws.vocab); ++id) space.ordinary.push_back(id);
+  }
+  if (space.ordinary.empty()) return errorf("the vocabulary has no ordinary tokens to build prompts from");
+  const int prefix_len = ws.prefix_len > 0 ? ws.prefix_len : 256;
+  const std::vector<bench::BenchRequest> br =
+      b.shared_prefix ? bench::make_shared_prefix_workload(space, b.num_groups, b.prompts_per_group, prefix_len,
+                                                           b.suffix_len, ws.output_len, ws.seed)
+                      : bench::make_random_workload(space, ws.num_prompts, ws.input_len, ws.output_len,
+                                                    ws.range_ratio, ws.seed);
+  const std::vector<double> at = bench::arrival_times(static_cast<int>(br.size()), ws.request_rate, ws.seed);
+  std::vector<sim::SimRequest> out(br.size());
+  for (size_t k = 0; k < br.size(); ++k) {
+    out[k].arrival_s = at[k];
+    out[k].prompt = br[k].prompt;
+    out[k].output_len = br[k].max_tokens;
+  }
+  return out;
+}
+
 int run_sim(int argc, char** argv) {
+  for (int k = 1; k < argc; ++k) {
+    if (std::string(argv[k]) == "--calibrate") return sim_calibrate_main(argc, argv);
+  }
   Args args(argc, argv);
   if (args.help()) {
     std::fputs(kHelp, stdout);
@@ -84,6 +145,7 @@ int run_sim(int argc, char** argv) {
   args.value("--workload", &workload);
   const bool json = args.flag("--json");
   const bool no_prefix = args.flag("--no-prefix-caching");
+  bool like_bench = args.flag("--bench-workload");
 
   auto model = sim::resolve_model(model_spec);
   if (!model.ok()) return fail(model.message());
@@ -134,13 +196,25 @@ int run_sim(int argc, char** argv) {
     in.weights = *d;
     in.weights_from_file = false;
   }
+  int32_t num_kv_blocks = 0, max_concurrency = 0;
+  BenchShape shape;
+  shape.shared_prefix = ws.kind == sim::WorkloadKind::kSharedPrefix;
+  const bool bench_flags = [&] {
+    Args probe = args;  // peek without consuming
+    return probe.value("--num-groups", &v) || probe.value("--prompts-per-group", &v) || probe.value("--suffix-len", &v);
+  }();
   if (!int_flag("--tp", 1, 1024, &in.tp)) return fail("--tp: expected an integer in [1, 1024]");
   if (!int_flag("--block-size", 1, 256, &in.block_size)) return fail("--block-size: expected 1..256");
+  if (!int_flag("--num-kv-blocks", 2, 1 << 30, &num_kv_blocks)) return fail("--num-kv-blocks: expected an integer >= 2");
+  if (!int_flag("--max-concurrency", 1, 1 << 24, &max_concurrency)) return fail("--max-concurrency: expected a positive integer");
   if (!int_flag("--num-prompts", 1, 10000000, &ws.num_prompts)) return fail("--num-prompts: expected a positive integer");
   if (!int_flag("--input-len", 1, 1 << 24, &ws.input_len)) return fail("--input-len: expected a positive integer");
   if (!int_flag("--output-len", 1, 1 << 24, &ws.output_len)) return fail("--output-len: expected a positive integer");
   if (!int_flag("--prefix-len", 0, 1 << 24, &ws.prefix_len)) return fail("--prefix-len: expected an integer >= 0");
   if (!int_flag("--num-prefixes", 1, 1 << 20, &ws.num_prefixes)) return fail("--num-prefixes: expected a positive integer");
+  if (!int_flag("--num-groups", 1, 100000, &shape.num_groups)) return fail("--num-groups: expected a positive integer");
+  if (!int_flag("--prompts-per-group", 1, 100000, &shape.prompts_per_group)) return fail("--prompts-per-group: expected a positive integer");
+  if (!int_flag("--suffix-len", 0, 1 << 24, &shape.suffix_len)) return fail("--suffix-len: expected an integer >= 0");
   if (!int_flag("--seed", 0, INT64_MAX, &ws.seed)) return fail("--seed: expected an integer >= 0");
   if (!int_flag("--max-num-seqs", 1, 1 << 20, &cfg.max_num_seqs)) return fail("--max-num-seqs: expected a positive integer");
   if (!int_flag("--max-num-batched-tokens", 1, 1 << 24, &cfg.max_num_batched_tokens)) {
@@ -149,19 +223,34 @@ int run_sim(int argc, char** argv) {
   if (args.value("--request-rate", &v) && !(v == "inf" || to_f64(v, &ws.request_rate))) return fail("--request-rate: expected a number or inf");
   if (args.value("--range-ratio", &v) && !to_f64(v, &ws.range_ratio)) return fail("--range-ratio: expected a number");
   if (args.value("--utilization", &v) && !to_f64(v, &in.utilization)) return fail("--utilization: expected a number");
+  if (args.value("--watermark", &v) && !(to_f64(v, &in.watermark) && in.watermark >= 0 && in.watermark < 1)) {
+    return fail("--watermark: expected a number in [0, 1)");
+  }
   if (std::string left = args.leftover(); !left.empty()) return fail(left + " (see pagoda sim --help)");
+  if (bench_flags && ws.kind != sim::WorkloadKind::kSharedPrefix) {
+    return fail("--num-groups, --prompts-per-group and --suffix-len go with --workload shared-prefix");
+  }
+  like_bench = like_bench || bench_flags;
+  if (like_bench && ws.kind == sim::WorkloadKind::kTrace) return fail("--bench-workload: random or shared-prefix only");
+  if (num_kv_blocks > 0) {
+    // Exactly the engine's pool: N blocks, whatever the byte budget would give.
+    const kv::KvShape rank = kv::shard_for_tp(in.model.kv_shape(), in.tp);
+    in.kv_cache_memory = static_cast<uint64_t>(num_kv_blocks) * kv::kv_bytes_per_block(rank, in.kv_dtype, in.block_size);
+    cfg.max_num_blocks = num_kv_blocks;
+  }
 
-  auto reqs = sim::make_workload(ws);
+  auto reqs = like_bench ? bench_requests(is_gguf ? model_spec : std::string(), ws, shape) : sim::make_workload(ws);
   if (!reqs.ok()) return fail(reqs.message());
-  auto res = sim::simulate(cfg, *reqs);
+  auto res = max_concurrency > 0 ? simulate_with_client_limit(cfg, *reqs, max_concurrency) : sim::simulate(cfg, *reqs);
   if (!res.ok()) return fail(res.message());
   if (json) {
     std::printf("%s\n", sim::metrics_to_json(res->metrics).c_str());
   } else {
-    std::printf("model %s on %s x tp %d, KV %s, %lld KV blocks of %d tokens, %s workload, %zu requests\n",
+    std::printf("model %s on %s x tp %d, KV %s, %lld KV blocks of %d tokens, %s workload, %zu requests",
                 in.model.name.c_str(), in.hw.name.c_str(), in.tp, in.kv_dtype.name,
                 static_cast<long long>(res->metrics.num_blocks), in.block_size, workload.c_str(), reqs->size());
-    std::printf("%s", sim::format_metrics(res->metrics).c_str());
+    if (max_concurrency > 0) std::printf(", max concurrency %d", max_concurrency);
+    std::printf("\n%s", sim::format_metrics(res->metrics).c_str());
   }
   if (!plot_path.empty()) {
     std::ofstream out(plot_path, std::ios::binary);

@@ -233,7 +233,7 @@ TEST(Metrics, SummarizeExactValues) {
   const std::string report = format_report(s);
   EXPECT_NE(report.find("============ Serving Benchmark Result ============"), std::string::npos) << report;
   EXPECT_NE(report.find("Successful requests:                     2\n"), std::string::npos) << report;
-  EXPECT_NE(report.find("Prefix cache hit rate (%):                25.00\n"), std::string::npos) << report;
+  EXPECT_NE(report.find("Prefix cache hit rate (%):               25.00\n"), std::string::npos) << report;
   const std::string js = format_json(s);
   EXPECT_NE(js.find("\"completed\":2"), std::string::npos) << js;
   EXPECT_NE(js.find("\"steady_decode_tokens_per_s\":null"), std::string::npos) << js;
@@ -426,7 +426,9 @@ TEST(Server, SameOutputAsOfflineAndFailuresCounted) {
   EXPECT_EQ(s.total_output_tokens, 128);
   EXPECT_EQ(s.total_input_tokens, 8 * 32);
   EXPECT_EQ(s.output_text_hash, offline.output_text_hash);
-  if (s.output_hash_known) EXPECT_EQ(s.output_hash, offline.output_hash);
+  if (s.output_hash_known) {
+    EXPECT_EQ(s.output_hash, offline.output_hash);
+  }
   EXPECT_GE(s.prefix_hit_rate, 0.0);  // from usage.prompt_tokens_details
   EXPECT_GE(s.peak_kv_usage, 0.0);    // /metrics answered
   EXPECT_EQ(s.num_preemptions, 0);

@@ -76,7 +76,7 @@ inline std::vector<Reference> load_references() {
 inline EngineConfig make_config(const std::string& path, int64_t pool_tokens = 8192, int block_size = 16) {
   EngineConfig c;
   c.model_path = path;
-  c.threads = 2;
+  c.threads = 1;  // OpenMP spin-waits make 2 threads slow on a loaded 2-core machine
   c.block_size = block_size;
   c.num_kv_blocks = static_cast<int>((pool_tokens + block_size - 1) / block_size) + 1;
   return c;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine_test_util.h"
+#include "tok/chat_template.h"
 
 namespace pagoda::enginetest {
 namespace {
@@ -111,6 +112,20 @@ TEST(EngineStop, StopStringCutsTextBeforeIt) {
     }
     EXPECT_TRUE(complete_now);
     EXPECT_FALSE(complete_before) << "generation went on after the stop string was complete";
+
+    // max_tokens reached by the very token that completes the stop string: stop wins.
+    const int k = static_cast<int>(r.tokens.size());
+    p.max_tokens = k;
+    const ChoiceResult at = run_alone(e.get(), p);
+    EXPECT_EQ(at.finish, FinishReason::kStop);
+    EXPECT_EQ(at.text, r.text);
+    // One token short: finish by length, and a held-back partial match is released.
+    if (k >= 2) {
+      p.max_tokens = k - 1;
+      const ChoiceResult sh = run_alone(e.get(), p);
+      EXPECT_EQ(sh.finish, FinishReason::kLength);
+      EXPECT_EQ(sh.text, before);
+    }
   }
   // A stop string that never occurs: full length, whole text.
   RequestParams p = greedy(ref.prompt_tokens, 200, false);
@@ -119,6 +134,73 @@ TEST(EngineStop, StopStringCutsTextBeforeIt) {
   EXPECT_EQ(r.finish, FinishReason::kLength);
   EXPECT_EQ(r.text, ref.text);
   EXPECT_EQ(e->stats().blocks_used, 0);
+}
+
+// End of generation on the real SmolLM2-135M ("What is 2+2?" is answered in a
+// dozen tokens, then <|im_end|>): finish kStop with the EOG token as the last
+// token and not in the text; with ignore_eos the same tokens and then more.
+// (stories260K never emits EOS: its stories are separated by BOS.)
+TEST(EngineStop, EosFinishesUnlessIgnored) {
+  if (!file_exists(smollm_path())) GTEST_SKIP() << smollm_path() << " is missing";
+  if (quick_mode()) GTEST_SKIP() << "slow under sanitizers / PAGODA_TEST_QUICK";
+  auto e = make_engine(make_config(smollm_path(), 1024));
+  ASSERT_TRUE(e);
+  const tok::Tokenizer& tk = e->tokenizer();
+  auto tmpl = tok::ChatTemplate::from_tokenizer(tk);
+  ASSERT_TRUE(tmpl.ok()) << tmpl.message();
+  const tok::ChatMessage msgs[] = {{"user", "What is 2+2?"}};
+  auto text = tmpl->render(msgs, true);
+  ASSERT_TRUE(text.ok()) << text.message();
+  const std::vector<int32_t> prompt = tk.encode(*text, false, true);
+
+  const ChoiceResult r = run_alone(e.get(), greedy(prompt, 64, /*ignore_eos=*/false));
+  ASSERT_EQ(r.finish, FinishReason::kStop) << "no end of generation in 64 tokens: " << r.text;
+  ASSERT_GE(r.tokens.size(), 2u);
+  EXPECT_TRUE(tk.is_eog(r.tokens.back()));
+  for (size_t i = 0; i + 1 < r.tokens.size(); ++i) EXPECT_FALSE(tk.is_eog(r.tokens[i]));
+  const std::vector<int32_t> body(r.tokens.begin(), r.tokens.end() - 1);
+  EXPECT_EQ(r.text, tk.decode(body, {.render_special = false, .strip_leading_space = false}));
+  EXPECT_EQ(r.text.find("<|im_end|>"), std::string::npos);
+
+  const int n = static_cast<int>(r.tokens.size());
+  const ChoiceResult g = run_alone(e.get(), greedy(prompt, n + 4, /*ignore_eos=*/true));
+  EXPECT_EQ(g.finish, FinishReason::kLength);
+  ASSERT_EQ(static_cast<int>(g.tokens.size()), n + 4);
+  EXPECT_EQ(std::vector<int32_t>(g.tokens.begin(), g.tokens.begin() + n), r.tokens);
+  EXPECT_EQ(e->stats().blocks_used, 0);
+}
+
+// logprobs = k: one entry per token, the chosen token's logprob and k
+// alternatives best first; greedy picks the best one.
+TEST(EngineSampling, LogprobsOfGreedyTokens) {
+  const Reference ref = load_references().at(1);
+  auto e = make_engine(make_config(stories_path(), 2048));
+  ASSERT_TRUE(e);
+  RequestParams p = greedy(ref.prompt_tokens, 20);
+  p.logprobs = 3;
+  Driver d(e.get());
+  const RequestId id = d.add(p);
+  std::vector<TokenEvent> all;
+  while (e->has_unfinished())
+    for (auto& ev : d.step()) all.push_back(ev);
+  ASSERT_EQ(all.size(), 20u);
+  for (size_t i = 0; i < all.size(); ++i) {
+    const TokenEvent& ev = all[i];
+    EXPECT_EQ(ev.id, id);
+    ASSERT_EQ(ev.logprobs.size(), 1u);
+    const auto& lp = ev.logprobs[0];
+    EXPECT_EQ(lp.token, ev.tokens.at(0));
+    EXPECT_EQ(lp.token, ref.generated_tokens[i]);
+    ASSERT_EQ(lp.top.size(), 3u);
+    EXPECT_EQ(lp.top[0].first, lp.token);
+    EXPECT_FLOAT_EQ(lp.top[0].second, lp.logprob);
+    EXPECT_LE(lp.logprob, 0.0f);
+    EXPECT_GE(lp.top[0].second, lp.top[1].second);
+    EXPECT_GE(lp.top[1].second, lp.top[2].second);
+  }
+  // Off by default.
+  const ChoiceResult r = run_alone(e.get(), greedy(ref.prompt_tokens, 2));
+  EXPECT_EQ(r.tokens.size(), 2u);
 }
 
 // ------------------------------------------------------------------- abort
@@ -233,6 +315,31 @@ TEST(EngineErrors, RejectedRequestsChangeNothing) {
   EXPECT_EQ(d.result(edge).tokens.size(), 507u);
   EXPECT_EQ(d.result(edge).finish, FinishReason::kLength);
   EXPECT_EQ(e->stats().blocks_used, 0);
+}
+
+// A request the engine's own checks pass but the scheduler refuses (more blocks
+// than the pool admits above its watermark) must also leave the engine
+// unchanged, including the seed stream of later unseeded requests.
+TEST(EngineErrors, SchedulerRefusalChangesNothing) {
+  EngineConfig c = make_config(stories_path());
+  c.num_kv_blocks = 17;  // 16 usable blocks: context 256 tokens
+  c.watermark = 0.5;     // admission keeps 8 blocks free: 128 tokens per request at most
+  const Reference ref = load_references().at(0);
+  RequestParams unseeded = greedy(ref.prompt_tokens, 40);
+  unseeded.temperature = 1.0f;  // sampled, seed from the engine's own stream
+
+  auto a = make_engine(c);
+  auto b = make_engine(c);
+  ASSERT_TRUE(a && b);
+  const EngineStats before = a->stats();
+  auto r = a->add_request(greedy(ref.prompt_tokens, 200));  // 205 tokens: 13 blocks > 8
+  EXPECT_FALSE(r.ok());
+  EXPECT_TRUE(stats_equal(a->stats(), before)) << stats_string(a->stats());
+  EXPECT_FALSE(a->has_unfinished());
+  const ChoiceResult ra = run_alone(a.get(), unseeded);
+  const ChoiceResult rb = run_alone(b.get(), unseeded);
+  ASSERT_EQ(ra.tokens.size(), 40u);
+  EXPECT_EQ(ra.tokens, rb.tokens) << "the refused request consumed a seed of the engine's stream";
 }
 
 }  // namespace

@@ -19,8 +19,8 @@ constexpr int32_t kVocab = 512;
 // ------------------------------------------------ 3. exhaustion + preemption
 
 TEST(EngineStress, ExhaustionWithPreemptionMatchesAlone) {
-  const int n = scaled(100, 24);
-  const int min_total = scaled(200, 150), max_total = scaled(500, 300);
+  const int n = scaled(100, 16);
+  const int min_total = scaled(200, 120), max_total = scaled(500, 250);
   Rng rng(2024);
   std::vector<RequestParams> reqs;
   for (int i = 0; i < n; ++i) {
@@ -30,25 +30,36 @@ TEST(EngineStress, ExhaustionWithPreemptionMatchesAlone) {
     reqs.push_back(p);
   }
 
-  // Alone: one request at a time in a big pool, no prefix cache.
-  std::vector<std::vector<int32_t>> alone;
+  // References: all at once in a big pool (no preemption), and truly alone (one
+  // request at a time, no prefix cache) for every 20th request; the batch
+  // tests show batching does not change tokens, this checks it again here.
+  std::vector<std::vector<int32_t>> reference;
+  {
+    auto e = make_engine(make_config(stories_path(), 65536));
+    ASSERT_TRUE(e);
+    Driver d(e.get());
+    std::vector<RequestId> ids;
+    for (const auto& p : reqs) ids.push_back(d.add(p));
+    d.run();
+    for (RequestId id : ids) reference.push_back(d.result(id).tokens);
+    EXPECT_EQ(e->stats().num_preemptions, 0);
+  }
   {
     EngineConfig c = make_config(stories_path(), 8192);
     c.max_num_seqs = 1;
     c.enable_prefix_caching = false;
     auto e = make_engine(c);
     ASSERT_TRUE(e);
-    Driver d(e.get());
-    std::vector<RequestId> ids;
-    for (const auto& p : reqs) ids.push_back(d.add(p));
-    d.run();
-    for (RequestId id : ids) alone.push_back(d.result(id).tokens);
-    EXPECT_EQ(e->stats().num_preemptions, 0);
+    for (size_t i = 0; i < reqs.size(); i += 20) {
+      const ChoiceResult r = run_alone(e.get(), reqs[i]);
+      EXPECT_EQ(r.tokens, reference[i]) << "request " << i << ": alone differs from batched at token "
+                                    << common_prefix(r.tokens, reference[i]);
+    }
   }
 
-  // All at once in 64 usable blocks of 16 tokens (quick: 24).
+  // All at once in 64 usable blocks of 16 tokens (quick: 16).
   EngineConfig c = make_config(stories_path());
-  c.num_kv_blocks = scaled(65, 25);
+  c.num_kv_blocks = scaled(65, 17);
   auto e = make_engine(c);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->stats().blocks_total, c.num_kv_blocks - 1);
@@ -67,8 +78,8 @@ TEST(EngineStress, ExhaustionWithPreemptionMatchesAlone) {
     const ChoiceResult& r = d.result(ids[static_cast<size_t>(i)]);
     EXPECT_EQ(r.finish, FinishReason::kLength) << "request " << i;
     EXPECT_EQ(static_cast<int>(r.tokens.size()), reqs[static_cast<size_t>(i)].max_tokens) << "request " << i;
-    EXPECT_EQ(r.tokens, alone[static_cast<size_t>(i)])
-        << "request " << i << " differs from its alone run at token " << common_prefix(r.tokens, alone[i]);
+    EXPECT_EQ(r.tokens, reference[static_cast<size_t>(i)])
+        << "request " << i << " differs from its big-pool run at token " << common_prefix(r.tokens, reference[i]);
   }
   const EngineStats s = e->stats();
   std::printf("[ exhaustion ] %d requests, %d steps, %lld preemptions, max %lld of %lld blocks used\n", n,
@@ -178,8 +189,8 @@ SoakOutcome run_soak(const EngineConfig& c, const std::vector<SoakRequest>& reqs
 }
 
 TEST(EngineStress, RandomSoakWithAborts) {
-  const int n = scaled(200, 60);
-  const auto reqs = make_soak(n, scaled(400, 120), 77);
+  const int n = scaled(200, 40);
+  const auto reqs = make_soak(n, scaled(400, 80), 77);
   int num_aborted = 0;
   for (const auto& r : reqs) num_aborted += r.abort_at >= 0;
 
@@ -192,11 +203,14 @@ TEST(EngineStress, RandomSoakWithAborts) {
   EXPECT_GT(a.preemptions, 0);
   EXPECT_GT(num_aborted, 0);
 
-  // The same workload in a big pool with another block size: every request
-  // that was not aborted produced the same tokens (greedy and seeded sampling).
-  EngineConfig big = make_config(stories_path(), 32768, 7);
-  const SoakOutcome b = run_soak(big, reqs);
+  // The same workload in a big pool: every request that was not aborted
+  // produced the same tokens, greedy or seeded sampling (preemption and
+  // batching change no float op). Not compared across block sizes: attention's
+  // page-wise online softmax rounds differently per block size, which moved 4 of
+  // ~90 seeded samples when this was tried with block size 7 (greedy held).
+  const SoakOutcome b = run_soak(make_config(stories_path(), 32768), reqs);
   ASSERT_EQ(b.tokens.size(), reqs.size());
+  EXPECT_EQ(b.preemptions, 0);
   for (size_t i = 0; i < reqs.size(); ++i) {
     if (reqs[i].abort_at >= 0) continue;
     EXPECT_EQ(a.tokens[i], b.tokens[i]) << "request " << i << " (temperature " << reqs[i].params.temperature

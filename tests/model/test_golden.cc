@@ -68,14 +68,17 @@ TEST_F(Golden, F32KvCacheReproducesReference) {
   }
 }
 
-TEST_F(Golden, RecomputeWithoutCacheReproducesReference) {
+// Without a KV cache every step recomputes the whole sequence (quadratic), so
+// one test per reference line lets ctest run them in parallel.
+static void expect_recompute_matches(const model::Model& m, const Reference& r) {
   GenOptions o;
   o.recompute = true;
-  for (const Reference& r : *refs_) {
-    expect_tokens(generate_greedy(*model_, r.prompt_tokens, static_cast<int>(r.generated_tokens.size()), o),
-                  r.generated_tokens, "recompute, prompt '" + r.prompt + "'");
-  }
+  expect_tokens(generate_greedy(m, r.prompt_tokens, static_cast<int>(r.generated_tokens.size()), o),
+                r.generated_tokens, "recompute, prompt '" + r.prompt + "'");
 }
+TEST_F(Golden, RecomputeWithoutCacheReproducesReference0) { expect_recompute_matches(*model_, refs_->at(0)); }
+TEST_F(Golden, RecomputeWithoutCacheReproducesReference1) { expect_recompute_matches(*model_, refs_->at(1)); }
+TEST_F(Golden, RecomputeWithoutCacheReproducesReference2) { expect_recompute_matches(*model_, refs_->at(2)); }
 
 TEST_F(Golden, BlockSizesGiveTheSameTokens) {
   for (int32_t bs : {1, 7, 16, 256}) {

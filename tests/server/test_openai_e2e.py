@@ -126,12 +126,20 @@ class SmolChat(unittest.TestCase):
     def tearDownClass(cls):
         cls.srv.__exit__(None, None, None)
 
-    def test_chat_capital(self):
-        r = self.client.chat.completions.create(
-            model="smol", messages=[{"role": "user", "content": "What is the capital of France?"}], max_tokens=24,
-            temperature=0)
-        self.assertIn("Paris", r.choices[0].message.content)
+    def test_chat_matches_completion_of_rendered_template(self):
+        msgs = [{"role": "user", "content": "What is the capital of France?"}]
+        r = self.client.chat.completions.create(model="smol", messages=msgs, max_tokens=24, temperature=0)
         self.assertEqual(r.choices[0].message.role, "assistant")
+        self.assertTrue(r.choices[0].message.content)
+        # The chat path is the template rendered by /tokenize, then plain greedy generation.
+        import urllib.request
+        req = urllib.request.Request(self.srv.url + "/tokenize", data=json.dumps({"messages": msgs}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        ids = json.loads(urllib.request.urlopen(req, timeout=60).read())["tokens"]
+        self.assertEqual(ids[:1], [1])  # <|im_start|>
+        self.assertEqual(r.usage.prompt_tokens, len(ids))
+        c = self.client.completions.create(model="smol", prompt=ids, max_tokens=24, temperature=0)
+        self.assertEqual(c.choices[0].text, r.choices[0].message.content)
 
     def test_chat_stream_usage_and_logprobs(self):
         msgs = [{"role": "user", "content": "Name a color."}]

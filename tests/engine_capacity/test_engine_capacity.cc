@@ -1,0 +1,195 @@
+// `pagoda size`'s max concurrency against the real Engine: with a KV budget B
+// and context L, the planner (sim::plan_capacity, the function `pagoda size
+// --kv-cache-memory B --context L` prints) predicts how many full-context
+// requests the pool holds at once; the Engine, given more requests than that,
+// must run exactly that many at once, never more, and finish them all.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "base/rng.h"
+#include "engine/engine.h"
+#include "kv/sizing.h"
+#include "sim/model_desc.h"
+#include "sim/planner.h"
+
+namespace pagoda {
+namespace {
+
+std::string smollm_path() { return std::string(PAGODA_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf"; }
+std::string stories_path() { return std::string(PAGODA_SHARED_MODELS) + "/stories260K.gguf"; }
+bool exists(const std::string& p) { return std::ifstream(p).good(); }
+
+struct Case {
+  std::string model;
+  uint64_t budget = 0;   // --kv-cache-memory
+  int32_t context = 0;   // L
+  int64_t predicted = 0; // pinned: pool_max_concurrency of the planner
+};
+
+// What `pagoda size --model M --kv-dtype f16 --kv-cache-memory B --context L` reports.
+sim::PlanReport plan(const Case& c) {
+  sim::PlanInput in;
+  in.model = sim::resolve_model(c.model).value();
+  in.kv_dtype = kv::kv_dtype_f16();
+  in.weights_from_file = true;
+  in.kv_cache_memory = c.budget;
+  in.context = c.context;
+  EXPECT_TRUE(sim::validate_plan_input(in).ok());
+  return sim::plan_capacity(in);
+}
+
+std::unique_ptr<engine::Engine> make_engine(const Case& c, int num_requests) {
+  engine::EngineConfig cfg;
+  cfg.model_path = c.model;
+  cfg.kv_dtype = engine::KvCacheDtype::F16;
+  cfg.kv_cache_memory = static_cast<int64_t>(c.budget);
+  cfg.context_length = c.context;
+  cfg.max_num_seqs = 1024;                           // memory, not this cap, is the limit
+  cfg.max_num_batched_tokens = num_requests * c.context;  // every prompt fits in one step
+  auto e = engine::Engine::create(cfg);
+  EXPECT_TRUE(e.ok()) << (e.ok() ? "" : e.message());
+  return e.ok() ? std::move(e).value() : nullptr;
+}
+
+// Distinct random prompts: no block is shared, so the prefix cache saves nothing.
+void add_requests(engine::Engine& eng, int n, int prompt_len, int max_tokens, uint64_t seed) {
+  Rng rng(seed);
+  const int vocab = eng.model_info().vocab_size;
+  for (int r = 0; r < n; ++r) {
+    engine::RequestParams p;
+    for (int i = 0; i < prompt_len; ++i) p.prompt.push_back(static_cast<int32_t>(rng.uniform_int(1, vocab - 1)));
+    p.max_tokens = max_tokens;
+    p.temperature = 0.0f;
+    p.ignore_eos = true;
+    ASSERT_TRUE(eng.add_request(p).ok());
+  }
+}
+
+struct RunTrace {
+  int first_step_running = 0;
+  int first_step_waiting = 0;
+  int64_t first_step_blocks_used = 0;
+  int peak_running = 0;
+  int max_finished_in_one_step = 0;
+  int finished = 0;
+  int64_t preemptions = 0;
+};
+
+RunTrace run_to_completion(engine::Engine& eng) {
+  RunTrace t;
+  for (int step = 0; eng.has_unfinished() && step < 10000; ++step) {
+    const std::vector<engine::TokenEvent> ev = eng.step();
+    const engine::EngineStats s = eng.stats();
+    if (step == 0) {
+      t.first_step_running = s.num_running;
+      t.first_step_waiting = s.num_waiting;
+      t.first_step_blocks_used = s.blocks_used;
+    }
+    t.peak_running = std::max(t.peak_running, s.num_running);
+    int fin = 0;
+    for (const engine::TokenEvent& e : ev) {
+      EXPECT_NE(e.finish, engine::FinishReason::kError) << e.error;
+      fin += e.finish != engine::FinishReason::kNone;
+    }
+    t.finished += fin;
+    t.max_finished_in_one_step = std::max(t.max_finished_in_one_step, fin);
+  }
+  t.preemptions = eng.stats().num_preemptions;
+  return t;
+}
+
+class EngineCapacity : public ::testing::TestWithParam<Case> {};
+
+// Full context from the first step: a prompt of L - 2 tokens already occupies
+// ceil((L - 1) / block) blocks, all a request of L tokens ever writes (the last
+// sampled token is never fed back), and max_tokens 2 keeps it running after step 1.
+TEST_P(EngineCapacity, RunsExactlyThePredictedFullContextRequestsAtOnce) {
+  const Case c = GetParam();
+  if (!exists(c.model)) GTEST_SKIP() << "missing " << c.model;
+  const sim::PlanReport r = plan(c);
+  ASSERT_EQ(r.pool_max_concurrency, c.predicted);
+  ASSERT_EQ(r.pool_max_concurrency, kv::max_concurrency(r.num_blocks, r.blocks_per_request, 0.01));
+  const int extra = 3;
+  const int n = static_cast<int>(c.predicted) + extra;
+  auto eng = make_engine(c, n);
+  ASSERT_NE(eng, nullptr);
+  // The engine built the pool the planner describes.
+  EXPECT_EQ(eng->model_info().num_kv_blocks, r.num_blocks);
+  EXPECT_EQ(static_cast<uint64_t>(eng->model_info().kv_bytes_per_token) * 16, r.kv_bytes_per_block);
+  add_requests(*eng, n, c.context - 2, 2, 1);
+  const RunTrace t = run_to_completion(*eng);
+  EXPECT_EQ(t.first_step_running, c.predicted);
+  EXPECT_EQ(t.first_step_waiting, extra);
+  EXPECT_EQ(t.first_step_blocks_used, c.predicted * r.blocks_per_request);
+  EXPECT_EQ(t.peak_running, c.predicted);  // never more
+  EXPECT_EQ(t.max_finished_in_one_step, c.predicted);
+  EXPECT_EQ(t.preemptions, 0);
+  EXPECT_EQ(t.finished, n);
+  EXPECT_EQ(eng->stats().blocks_used, 0);
+}
+
+// The brief's shape: prompt L - 16, 16 output tokens. Admission reserves the
+// prompt's blocks only (as vLLM does) and relies on preemption when decodes
+// grow, so the first step admits floor(usable / blocks(L - 16)) requests, which
+// can be more than the planner's full-context figure; the excess is preempted,
+// and at most `predicted` requests ever reach full context together.
+TEST_P(EngineCapacity, PromptOnlyAdmissionIsTrimmedToThePredictionByPreemption) {
+  const Case c = GetParam();
+  if (!exists(c.model)) GTEST_SKIP() << "missing " << c.model;
+  const sim::PlanReport r = plan(c);
+  const int n = static_cast<int>(c.predicted) + 3;
+  auto eng = make_engine(c, n);
+  ASSERT_NE(eng, nullptr);
+  add_requests(*eng, n, c.context - 16, 16, 2);
+  const RunTrace t = run_to_completion(*eng);
+  const int64_t usable = kv::usable_blocks(r.num_blocks, 0.01);
+  const int64_t admitted = std::min<int64_t>(n, usable / (r.blocks_per_request - 1));
+  EXPECT_EQ(t.first_step_running, admitted);
+  EXPECT_EQ(t.preemptions > 0, admitted > c.predicted);
+  // Requests finishing in the same step hold full-context blocks at the same time.
+  EXPECT_EQ(t.max_finished_in_one_step, c.predicted);
+  EXPECT_EQ(t.finished, n);
+  EXPECT_EQ(eng->stats().blocks_used, 0);
+}
+
+// SmolLM2 f16: 368,640 B per block; L = 64 is 4 blocks. 8 MiB -> 22 blocks, 21 usable -> 5;
+// 13 MiB -> 36 blocks, 35 usable -> 8. stories260K f16: 10,240 B per block; 1 MiB -> 102 blocks,
+// watermark 1, 100 usable -> 25; 2 MiB -> 204 blocks, watermark 2, 201 usable -> 50.
+INSTANTIATE_TEST_SUITE_P(
+    Budgets, EngineCapacity,
+    ::testing::Values(Case{smollm_path(), 8u << 20, 64, 5}, Case{smollm_path(), 13u << 20, 64, 8},
+                      Case{stories_path(), 1u << 20, 64, 25}, Case{stories_path(), 2u << 20, 64, 50}),
+    [](const ::testing::TestParamInfo<Case>& i) {
+      return std::string(i.param.model == smollm_path() ? "SmolLM2" : "Stories260K") + "_" +
+             std::to_string(i.param.budget >> 20) + "MiB";
+    });
+
+TEST(PlannerOnGguf, DoublingContextOrConcurrencyDoublesKvMemory) {
+  const std::string m = exists(smollm_path()) ? smollm_path() : stories_path();
+  Case c{m, 64u << 20, 256, 0};
+  sim::PlanInput in;
+  in.model = sim::resolve_model(m).value();
+  in.kv_dtype = kv::kv_dtype_f16();
+  in.weights_from_file = true;
+  in.kv_cache_memory = c.budget;
+  in.context = 256;
+  in.concurrency = 3;
+  const sim::PlanReport base = sim::plan_capacity(in);
+  sim::PlanInput l2 = in, c2 = in;
+  l2.context *= 2;
+  c2.concurrency *= 2;
+  EXPECT_EQ(sim::plan_capacity(l2).kv_bytes_needed, 2 * base.kv_bytes_needed);
+  EXPECT_EQ(sim::plan_capacity(l2).kv_bytes_per_request, 2 * base.kv_bytes_per_request);
+  EXPECT_EQ(sim::plan_capacity(c2).kv_bytes_needed, 2 * base.kv_bytes_needed);
+  EXPECT_EQ(base.kv_bytes_needed, 3u * 256u * base.kv_bytes_per_token_per_gpu);
+  // Half the requests fit at twice the context (block-exact: 256 is 16 blocks).
+  EXPECT_EQ(sim::plan_capacity(l2).pool_max_concurrency, base.pool_max_concurrency / 2);
+}
+
+}  // namespace
+}  // namespace pagoda
