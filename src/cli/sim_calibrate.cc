@@ -35,7 +35,8 @@ FLOP/s and bandwidth stay as they are: the efficiencies are relative to them.
   --no-save                 print the fit, write nothing
   --prefill-lens A,B,..     one-request prefills, tokens (default 32,64,128,256)
   --decode-batches A,B,..   decode batch sizes (default 1,4,16,32)
-  --decode-ctx N            prompt tokens of each decoding request (default 32)
+  --decode-ctx A,B,..       prompt tokens of the decoding requests; every batch size is
+                            timed at every context (default 32)
   --decode-steps N          timed decode steps per batch size (default 8)
   --repeats N               timings per prefill length, median kept (default 3)
   --seed S                  seed of the random prompt ids (default 0)
@@ -78,7 +79,7 @@ double median(std::vector<double> v) {
 struct Plan {
   std::vector<int> prefill_lens{32, 64, 128, 256};
   std::vector<int> decode_batches{1, 4, 16, 32};
-  int decode_ctx = 32;
+  std::vector<int> decode_ctx{32};
   int decode_steps = 8;
   int repeats = 3;
 };
@@ -186,9 +187,8 @@ int sim_calibrate_main(int argc, char** argv) {
   if (args.value("--decode-batches", &v) && !to_int_list(v, 1, 1024, &plan.decode_batches)) {
     return fail("--decode-batches: expected a comma-separated list of batch sizes in 1..1024");
   }
-  if (args.value("--decode-ctx", &v)) {
-    if (!to_int(v, 1, 8192, &n)) return fail("--decode-ctx: expected an integer in 1..8192");
-    plan.decode_ctx = static_cast<int>(n);
+  if (args.value("--decode-ctx", &v) && !to_int_list(v, 1, 8192, &plan.decode_ctx)) {
+    return fail("--decode-ctx: expected a comma-separated list of token counts in 1..8192");
   }
   if (args.value("--decode-steps", &v)) {
     if (!to_int(v, 1, 1000, &n)) return fail("--decode-steps: expected an integer in 1..1000");
@@ -216,12 +216,13 @@ int sim_calibrate_main(int argc, char** argv) {
   // Room for every batch at once; f16 KV, as the simulation of a .gguf assumes.
   const int max_batch = *std::max_element(plan.decode_batches.begin(), plan.decode_batches.end());
   const int max_prefill = *std::max_element(plan.prefill_lens.begin(), plan.prefill_lens.end());
+  const int max_ctx = *std::max_element(plan.decode_ctx.begin(), plan.decode_ctx.end());
   ecfg.kv_dtype = engine::KvCacheDtype::F16;
   ecfg.enable_prefix_caching = false;
   ecfg.max_num_seqs = std::max(64, max_batch);
-  ecfg.max_num_batched_tokens = std::max({2048, max_prefill, max_batch * plan.decode_ctx});
+  ecfg.max_num_batched_tokens = std::max({2048, max_prefill, max_batch * max_ctx});
   ecfg.num_kv_blocks =
-      std::max(64, max_batch * ((plan.decode_ctx + plan.decode_steps + 2 + ecfg.block_size - 1) / ecfg.block_size) +
+      std::max(64, max_batch * ((max_ctx + plan.decode_steps + 2 + ecfg.block_size - 1) / ecfg.block_size) +
                        (max_prefill + ecfg.block_size - 1) / ecfg.block_size + 8);
   auto eng = engine::Engine::create(ecfg);
   if (!eng.ok()) return fail(eng.message());
@@ -233,13 +234,15 @@ int sim_calibrate_main(int argc, char** argv) {
   {
     // Warm-up: fault the weights in, size the scratch buffers.
     std::vector<sim::CalibrationSample> warm;
-    if (Status s = m.decode(std::min(4, max_batch), plan.decode_ctx, 2, &warm); !s.ok()) return fail(s.message());
+    if (Status s = m.decode(std::min(4, max_batch), plan.decode_ctx.front(), 2, &warm); !s.ok()) return fail(s.message());
   }
   for (int len : plan.prefill_lens) {
     if (Status s = m.prefill(len, plan.repeats, &samples); !s.ok()) return fail(s.message());
   }
-  for (int b : plan.decode_batches) {
-    if (Status s = m.decode(b, plan.decode_ctx, plan.decode_steps, &samples); !s.ok()) return fail(s.message());
+  for (int ctx : plan.decode_ctx) {
+    for (int b : plan.decode_batches) {
+      if (Status s = m.decode(b, ctx, plan.decode_steps, &samples); !s.ok()) return fail(s.message());
+    }
   }
 
   std::string note;

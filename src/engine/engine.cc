@@ -191,12 +191,12 @@ Expected<RequestId> EngineImpl::add_request(const RequestParams& p) {
   sp.ignore_eos = p.ignore_eos;
   sp.logprobs = p.logprobs >= 0;
   sp.top_logprobs = std::max(0, p.logprobs);
-  const uint64_t base_seed = p.has_seed ? p.seed : seed_rng_.next_u64();
-
-  const RequestId id = next_id_++;
+  // Queue every choice first; only when all are accepted draw the seed and
+  // commit ids, so a refused request leaves the engine exactly as it was.
+  const RequestId id = next_id_;
   std::vector<sched::RequestId> subs;
   for (int i = 0; i < p.n; ++i) {
-    const sched::RequestId sid = next_id_++;
+    const sched::RequestId sid = id + 1 + static_cast<uint64_t>(i);
     sched::NewRequest nr;
     nr.id = sid;
     nr.prompt = p.prompt;
@@ -204,17 +204,18 @@ Expected<RequestId> EngineImpl::add_request(const RequestParams& p) {
     nr.cache_salt = p.cache_salt;
     Status s = sched_->add_request(std::move(nr));
     if (!s.ok()) {
-      for (auto prev : subs) {
-        sched_->abort(prev);
-        choices_.erase(prev);
-      }
+      for (auto prev : subs) sched_->abort(prev);
       return s.error();
     }
+    subs.push_back(sid);
+  }
+  next_id_ += 1 + static_cast<uint64_t>(p.n);
+  const uint64_t base_seed = p.has_seed ? p.seed : seed_rng_.next_u64();
+  for (int i = 0; i < p.n; ++i) {
     sample::SamplingParams spi = sp;
     spi.seed = base_seed + static_cast<uint64_t>(i);
-    choices_.emplace(std::piecewise_construct, std::forward_as_tuple(sid),
+    choices_.emplace(std::piecewise_construct, std::forward_as_tuple(subs[static_cast<size_t>(i)]),
                      std::forward_as_tuple(id, i, static_cast<int32_t>(p.prompt.size()), spi, p.prompt, *tok_));
-    subs.push_back(sid);
   }
   requests_[id] = std::move(subs);
   prompt_tokens_total_ += static_cast<int64_t>(p.prompt.size()) * p.n;

@@ -209,6 +209,27 @@ Expected<CalibrationFit> fit_cost_model(const PlanInput& p, const std::vector<Ca
     best = c;
   }
   if (!std::isfinite(best.obj)) return errorf("the calibration fit found no solution for %zu samples", pts.size());
+  // A side of the roofline no sample ends up on was not measured: its parameter only has to keep
+  // every sample where it is. Keep the prior when it does, else take the bound nearest to it.
+  {
+    const std::vector<bool> lab = labels_of(pts, best.q);
+    const bool any_c = std::find(lab.begin(), lab.end(), true) != lab.end();
+    const bool any_m = std::find(lab.begin(), lab.end(), false) != lab.end();
+    if (!any_m) {
+      double b_max = std::numeric_limits<double>::infinity();  // b y <= a x for every sample
+      for (const Point& q : pts) b_max = std::min(b_max, best.q.a * q.x / q.y * (1 - 1e-9));  // strictly inside
+      best.q.b = std::max(1.0, std::min(prior.b, b_max));
+      best.b_prior = true;
+      best.b_capped = false;
+    }
+    if (!any_c) {
+      double a_max = std::numeric_limits<double>::infinity();  // a x <= b y for every sample
+      for (const Point& q : pts) a_max = std::min(a_max, best.q.b * q.y / q.x * (1 - 1e-9));
+      best.q.a = std::max(1.0, std::min(prior.a, a_max));
+      best.a_prior = true;
+      best.a_capped = false;
+    }
+  }
 
   CalibrationFit fit;
   fit.compute_efficiency = 1.0 / best.q.a;
@@ -218,8 +239,16 @@ Expected<CalibrationFit> fit_cost_model(const PlanInput& p, const std::vector<Ca
   fit.bandwidth_capped = best.b_capped;
   if (note) {
     note->clear();
-    if (best.a_prior) *note += "no compute-bound step: compute efficiency kept from hardware.json. ";
-    if (best.b_prior) *note += "no memory-bound step: bandwidth efficiency kept from hardware.json. ";
+    if (best.a_prior) {
+      *note += "no step is compute-bound: the compute efficiency is not measured (" +
+               std::string(best.q.a == prior.a ? "kept from hardware.json" : "set to the lowest value the steps allow") +
+               "). ";
+    }
+    if (best.b_prior) {
+      *note += "no step is memory-bound: the bandwidth efficiency is not measured (" +
+               std::string(best.q.b == prior.b ? "kept from hardware.json" : "set to the lowest value the steps allow") +
+               "). ";
+    }
     if (best.a_capped) *note += "the fit wanted a compute efficiency above 1 (peak FLOP/s too low?): capped at 1. ";
     if (best.b_capped) *note += "the fit wanted a bandwidth efficiency above 1 (bandwidth too low?): capped at 1. ";
   }

@@ -111,7 +111,7 @@ TEST(SimCalibrate, OneSidedDataKeepsTheOtherEfficiency) {
   EXPECT_DOUBLE_EQ(fit->compute_efficiency, 0.3);
   EXPECT_NEAR(fit->bandwidth_efficiency, 0.5, 1e-9);
   EXPECT_NEAR(fit->step_overhead_s, 0.002, 1e-9);
-  EXPECT_NE(note.find("no compute-bound step"), std::string::npos) << note;
+  EXPECT_NE(note.find("no step is compute-bound"), std::string::npos) << note;
 }
 
 TEST(SimCalibrate, FasterThanPeakIsCappedAtOne) {
