@@ -38,7 +38,7 @@ FLOP/s and bandwidth stay as they are: the efficiencies are relative to them.
   --decode-ctx A,B,..       prompt tokens of the decoding requests; every batch size is
                             timed at every context (default 32)
   --decode-steps N          timed decode steps per batch size (default 8)
-  --repeats N               timings per prefill length, median kept (default 3)
+  --repeats N               passes over the whole set; each step's median is kept (default 3)
   --seed S                  seed of the random prompt ids (default 0)
 )";
 
@@ -89,19 +89,16 @@ class Measurer {
  public:
   Measurer(engine::Engine& eng, const sim::PlanInput& p, uint64_t seed) : eng_(eng), p_(p), rng_(seed) {}
 
-  Status prefill(int n, int repeats, std::vector<sim::CalibrationSample>* out) {
-    std::vector<double> t;
-    for (int r = 0; r < repeats; ++r) {
-      PAGODA_ASSIGN_OR_RETURN(engine::RequestId id, eng_.add_request(params(n, 1)));
-      const double t0 = now_seconds();
-      const std::vector<engine::TokenEvent> ev = eng_.step();
-      t.push_back(now_seconds() - t0);
-      const bool done = std::any_of(ev.begin(), ev.end(), [&](const engine::TokenEvent& e) {
-        return e.id == id && e.finish != engine::FinishReason::kNone;
-      });
-      if (!done || eng_.has_unfinished()) return errorf("a %d-token prefill did not finish in one step", n);
-    }
-    out->push_back({"prefill 1 x " + std::to_string(n), sim::work_of(p_, {{0, n}}), median(t)});
+  Status prefill(int n, std::vector<sim::CalibrationSample>* out) {
+    PAGODA_ASSIGN_OR_RETURN(engine::RequestId id, eng_.add_request(params(n, 1)));
+    const double t0 = now_seconds();
+    const std::vector<engine::TokenEvent> ev = eng_.step();
+    const double t = now_seconds() - t0;
+    const bool done = std::any_of(ev.begin(), ev.end(), [&](const engine::TokenEvent& e) {
+      return e.id == id && e.finish != engine::FinishReason::kNone;
+    });
+    if (!done || eng_.has_unfinished()) return errorf("a %d-token prefill did not finish in one step", n);
+    out->push_back({"prefill 1 x " + std::to_string(n), sim::work_of(p_, {{0, n}}), t});
     return Status::Ok();
   }
 
@@ -227,7 +224,7 @@ int sim_calibrate_main(int argc, char** argv) {
   auto eng = engine::Engine::create(ecfg);
   if (!eng.ok()) return fail(eng.message());
 
-  std::vector<sim::CalibrationSample> samples;
+  std::vector<sim::CalibrationSample> raw;
   Measurer m(**eng, p, static_cast<uint64_t>(seed));
   std::fprintf(stderr, "calibrating %s on %s with %d threads...\n", p.model.name.c_str(), p.hw.name.c_str(),
                ecfg.threads);
@@ -236,14 +233,31 @@ int sim_calibrate_main(int argc, char** argv) {
     std::vector<sim::CalibrationSample> warm;
     if (Status s = m.decode(std::min(4, max_batch), plan.decode_ctx.front(), 2, &warm); !s.ok()) return fail(s.message());
   }
-  for (int len : plan.prefill_lens) {
-    if (Status s = m.prefill(len, plan.repeats, &samples); !s.ok()) return fail(s.message());
-  }
-  for (int ctx : plan.decode_ctx) {
-    for (int b : plan.decode_batches) {
-      if (Status s = m.decode(b, ctx, plan.decode_steps, &samples); !s.ok()) return fail(s.message());
+  // Repeats go round the whole set, so a burst of load elsewhere on the machine
+  // hits every kind of step alike instead of skewing the few it lands on.
+  for (int r = 0; r < plan.repeats; ++r) {
+    for (int len : plan.prefill_lens) {
+      if (Status s = m.prefill(len, &raw); !s.ok()) return fail(s.message());
+    }
+    for (int ctx : plan.decode_ctx) {
+      for (int b : plan.decode_batches) {
+        if (Status s = m.decode(b, ctx, plan.decode_steps, &raw); !s.ok()) return fail(s.message());
+      }
     }
   }
+  // One sample per distinct step (same label, same work): the median time.
+  std::vector<sim::CalibrationSample> samples;
+  std::vector<std::vector<double>> times;
+  for (const sim::CalibrationSample& x : raw) {
+    auto it = std::find_if(samples.begin(), samples.end(), [&](const auto& y) { return y.label == x.label; });
+    if (it == samples.end()) {
+      samples.push_back(x);
+      times.push_back({x.measured_s});
+    } else {
+      times[static_cast<size_t>(it - samples.begin())].push_back(x.measured_s);
+    }
+  }
+  for (size_t k = 0; k < samples.size(); ++k) samples[k].measured_s = median(times[k]);
 
   std::string note;
   auto fit = sim::fit_cost_model(p, samples, &note);

@@ -1,5 +1,9 @@
 #include "server/http.h"
 
+#include <sys/socket.h>
+
+#include <cerrno>
+
 #include <atomic>
 #include <deque>
 #include <thread>
@@ -130,14 +134,18 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // While a response is pending, a readable socket with no bytes means the
   // peer closed: report the disconnect so the request can be aborted.
-  void watch_disconnect() {
-    const uint64_t gen = ++response_gen_;
+  void watch_disconnect() { arm_disconnect_watch(++response_gen_); }
+
+  void arm_disconnect_watch(uint64_t gen) {
     stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), gen](beast::error_code ec) {
-      if (!self->in_response_ || gen != self->response_gen_) return;
+      if (!self->in_response_ || gen != self->response_gen_ || self->closed_) return;
       if (ec) return self->mark_disconnected();
-      beast::error_code ec2;
-      size_t avail = self->stream_.socket().available(ec2);
-      if (ec2 || avail == 0) return self->mark_disconnected();
+      // A wakeup can be stale (keep-alive: the next request was already read), so
+      // peek: 0 bytes means the peer closed; EAGAIN means alive, watch again.
+      char c;
+      ssize_t n = ::recv(self->stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return self->mark_disconnected();
+      if (n < 0) return self->arm_disconnect_watch(gen);
       // Pipelined bytes from a live client: stop watching; they are read after this response.
     });
   }
@@ -183,7 +191,8 @@ class Session : public std::enable_shared_from_this<Session> {
       in_response_ = false;
       ++response_gen_;
       on_disconnect_ = nullptr;
-      stream_.socket().cancel();  // the disconnect watcher
+      beast::error_code ignored;
+      stream_.socket().cancel(ignored);  // the disconnect watcher; the socket may be closed already
       if (!keep_alive_) return close();
       writing_ = false;
       queue_.clear();

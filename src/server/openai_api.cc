@@ -235,8 +235,6 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, const std::stri
     if (!r.stream) return bad("'stream_options' is only allowed when 'stream' is true", "stream_options");
     PAGODA_API_TRY(get_bool(*it, "include_usage", &r.include_usage));
   }
-  if (r.stream && p.n > 1 && ep == Endpoint::kCompletions && r.echo)
-    return bad("'echo' with 'stream' and n > 1 is not supported", "echo");
   return r;
 }
 
