@@ -142,6 +142,10 @@ TEST_P(EngineCapacity, RunsExactlyThePredictedFullContextRequestsAtOnce) {
 TEST_P(EngineCapacity, PromptOnlyAdmissionIsTrimmedToThePredictionByPreemption) {
   const Case c = GetParam();
   if (!exists(c.model)) GTEST_SKIP() << "missing " << c.model;
+#if defined(__SANITIZE_ADDRESS__)
+  // ~15 s per SmolLM2 case under ASan; the bookkeeping is the same on the tiny model.
+  if (c.model == smollm_path()) GTEST_SKIP() << "SmolLM2 preemption runs are Release-only";
+#endif
   const sim::PlanReport r = plan(c);
   const int n = static_cast<int>(c.predicted) + 3;
   auto eng = make_engine(c, n);
