@@ -12,7 +12,6 @@
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "cli/sim_calibrate.h"
-#include "cli/sim_serving.h"
 #include "gguf/gguf.h"
 #include "kv/sizing.h"
 #include "sim/hardware.h"
@@ -241,7 +240,8 @@ int run_sim(int argc, char** argv) {
 
   auto reqs = like_bench ? bench_requests(is_gguf ? model_spec : std::string(), ws, shape) : sim::make_workload(ws);
   if (!reqs.ok()) return fail(reqs.message());
-  auto res = max_concurrency > 0 ? simulate_with_client_limit(cfg, *reqs, max_concurrency) : sim::simulate(cfg, *reqs);
+  cfg.max_concurrency = max_concurrency;
+  auto res = sim::simulate(cfg, *reqs);
   if (!res.ok()) return fail(res.message());
   if (json) {
     std::printf("%s\n", sim::metrics_to_json(res->metrics).c_str());

@@ -144,13 +144,15 @@ Expected<SimResult> simulate(const SimConfig& cfg, const std::vector<SimRequest>
   std::vector<Track> track(requests.size());
   std::vector<double> ttft, tpot;
   const int32_t vocab = std::max(2, p.model.vocab);
-  size_t next = 0;
+  const size_t limit = cfg.max_concurrency > 0 ? static_cast<size_t>(cfg.max_concurrency)
+                                               : std::numeric_limits<size_t>::max();
+  size_t next = 0, in_flight = 0;
   double t = requests.empty() ? 0.0 : requests.front().arrival_s;
   const double t0 = t;
   double last_done = t0;
   std::vector<sched::SeqOutput> outputs;
   while (next < requests.size() || scheduler.has_unfinished()) {
-    for (; next < requests.size() && requests[next].arrival_s <= t; ++next) {
+    for (; next < requests.size() && requests[next].arrival_s <= t && in_flight < limit; ++next) {
       const SimRequest& r = requests[next];
       sched::NewRequest nr;
       nr.id = next + 1;
@@ -159,8 +161,10 @@ Expected<SimResult> simulate(const SimConfig& cfg, const std::vector<SimRequest>
       Status s = scheduler.add_request(std::move(nr));
       if (!s.ok()) return errorf("request %zu (%zu prompt + %d output tokens): %s", next, r.prompt.size(),
                                  r.output_len, s.message().c_str());
-      track[next].arrival = r.arrival_s;
+      // Open loop: TTFT from arrival; with a client limit, from submission (a slot was free).
+      track[next].arrival = cfg.max_concurrency > 0 ? t : r.arrival_s;
       track[next].num_in = static_cast<int32_t>(r.prompt.size());
+      ++in_flight;
     }
     if (!scheduler.has_unfinished()) {
       t = requests[next].arrival_s;  // idle until the next arrival
@@ -168,7 +172,7 @@ Expected<SimResult> simulate(const SimConfig& cfg, const std::vector<SimRequest>
     }
     const sched::StepPlan step = scheduler.schedule();
     if (step.seqs.empty()) {
-      if (next < requests.size()) {
+      if (next < requests.size() && in_flight < limit) {
         t = std::max(t, requests[next].arrival_s);
         continue;
       }
@@ -198,6 +202,7 @@ Expected<SimResult> simulate(const SimConfig& cfg, const std::vector<SimRequest>
     for (const sched::FinishedRequest& f : scheduler.update(step, outputs)) {
       const Track& tr = track[static_cast<size_t>(f.id - 1)];
       ++mt.num_requests;
+      --in_flight;
       mt.input_tokens += tr.num_in;
       mt.output_tokens += static_cast<int64_t>(f.output_tokens.size());
       ttft.push_back((tr.first_token - tr.arrival) * 1e3);

@@ -29,6 +29,10 @@ struct SimConfig {
   int32_t max_num_batched_tokens = 8192;
   bool enable_prefix_caching = true;
   int32_t max_num_blocks = 1 << 22;    // cap on the simulated pool (bookkeeping memory)
+  // Client-side limit, as `pagoda bench --max-concurrency C`: at most C requests in
+  // flight; the next is submitted when one finishes and its TTFT counts from that
+  // submission. 0: open loop (TTFT from arrival).
+  int32_t max_concurrency = 0;
 };
 
 struct StepCost {

@@ -1,12 +1,17 @@
-// cli/sim_serving.h: the simulator with a client keeping at most C requests in
+// SimConfig::max_concurrency: the simulator with a client keeping at most C requests in
 // flight (`pagoda sim --max-concurrency C`, as `pagoda bench --max-concurrency C`).
 #include <gtest/gtest.h>
 
-#include "cli/sim_serving.h"
+#include "sim/simulator.h"
 #include "sim/calibrate.h"
 
 namespace pagoda {
 namespace {
+// sim::simulate with SimConfig::max_concurrency set (0: open loop).
+Expected<sim::SimResult> simulate_limited(sim::SimConfig cfg, const std::vector<sim::SimRequest>& reqs, int limit) {
+  cfg.max_concurrency = limit;
+  return sim::simulate(cfg, reqs);
+}
 
 sim::SimConfig smol_config() {
   sim::SimConfig cfg;
@@ -52,7 +57,7 @@ TEST(SimClientLimit, NoLimitIsTheOpenLoopSimulation) {
   ASSERT_TRUE(open.ok()) << open.message();
   for (int limit : {0, 40, 1000}) {
     SCOPED_TRACE(limit);
-    const auto r = cli::simulate_with_client_limit(cfg, reqs, limit);
+    const auto r = simulate_limited(cfg, reqs, limit);
     ASSERT_TRUE(r.ok()) << r.message();
     expect_same(r->metrics, open->metrics);
   }
@@ -65,7 +70,7 @@ TEST(SimClientLimit, NoLimitIsTheOpenLoopSimulation) {
   const auto open2 = sim::simulate(small, reqs2);
   ASSERT_TRUE(open2.ok()) << open2.message();
   EXPECT_GT(open2->metrics.num_preemptions, 0);
-  const auto r2 = cli::simulate_with_client_limit(small, reqs2, 16);
+  const auto r2 = simulate_limited(small, reqs2, 16);
   ASSERT_TRUE(r2.ok()) << r2.message();
   expect_same(r2->metrics, open2->metrics);
 }
@@ -73,7 +78,7 @@ TEST(SimClientLimit, NoLimitIsTheOpenLoopSimulation) {
 TEST(SimClientLimit, OneAtATimeIsPrefillThenDecodes) {
   const sim::SimConfig cfg = smol_config();
   const auto reqs = random_requests(3, 100, 5);
-  const auto r = cli::simulate_with_client_limit(cfg, reqs, 1);
+  const auto r = simulate_limited(cfg, reqs, 1);
   ASSERT_TRUE(r.ok()) << r.message();
   // Each request alone: one 100-token prefill step (it samples token 1), then 4 decode steps.
   const double prefill = sim::step_cost(cfg.plan, sim::work_of(cfg.plan, {{0, 100}})).total_s;
@@ -92,7 +97,7 @@ TEST(SimClientLimit, TheLimitCapsRequestsInFlight) {
   const sim::SimConfig cfg = smol_config();
   const auto reqs = random_requests(32, 128, 64);
   const auto open = sim::simulate(cfg, reqs).value();
-  const auto r = cli::simulate_with_client_limit(cfg, reqs, 8);
+  const auto r = simulate_limited(cfg, reqs, 8);
   ASSERT_TRUE(r.ok()) << r.message();
   int peak = 0;
   for (const sim::SimTracePoint& p : r->trace) {
