@@ -9,6 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,6 +35,7 @@ const char* kRunUsage =
     "\n"
     "  -m, --model PATH      GGUF model (default: $PAGODA_MODEL or models/SmolLM2-135M-Instruct.Q4_1.gguf)\n"
     "  -p, --prompt TEXT     prompt text\n"
+    "      --prompt-ids IDS  prompt as comma-separated token ids (instead of -p; no BOS or template added)\n"
     "  -n, --n-predict N     tokens to generate (default -1: until end of generation or full context)\n"
     "      --chat            wrap the prompt in the model's chat template (user turn + generation prompt)\n"
     "      --temp T          temperature (default 0.8; 0 = greedy)\n"
@@ -50,12 +52,15 @@ const char* kRunUsage =
     "      --block-size N    KV block size in tokens (default 16)\n"
     "      --no-kv-cache     recompute the whole sequence every step (baseline)\n"
     "      --ref-kernels     scalar reference kernels (debugging)\n"
-    "      --json            print one JSON object instead of streaming\n";
+    "      --json            print one JSON object instead of streaming\n"
+    "      --logits-out FILE write the logits of the first sampled step (n_vocab little-endian f32) to FILE\n";
 
 struct RunOptions {
   std::string model;
   std::string prompt;
   bool have_prompt = false;
+  std::vector<int32_t> prompt_ids;  // --prompt-ids: used as is when non-empty
+  std::string logits_out;
   int64_t n_predict = -1;
   bool chat = false;
   sample::SamplingParams sampling = sample::llama_cpp_defaults();
@@ -87,6 +92,24 @@ bool parse_i64(const char* s, int64_t* out) {
   if (errno || end == s || *end) return false;
   *out = v;
   return true;
+}
+
+// "1,2,3" -> ids (each in [0, INT32_MAX]); false on any malformed entry or an empty list.
+bool parse_ids(const char* s, std::vector<int32_t>* out) {
+  out->clear();
+  std::string cur;
+  for (const char* p = s;; ++p) {
+    if (*p == ',' || *p == '\0') {
+      int64_t v = 0;
+      if (!parse_i64(cur.c_str(), &v) || v < 0 || v > INT32_MAX) return false;
+      out->push_back(static_cast<int32_t>(v));
+      cur.clear();
+      if (*p == '\0') break;
+    } else {
+      cur += *p;
+    }
+  }
+  return !out->empty();
 }
 
 bool parse_f32(const char* s, float* out) {
@@ -126,6 +149,11 @@ std::string parse_args(int argc, char** argv, RunOptions* o, bool* help) {
       } else if (is("-p", "--prompt")) {
         o->prompt = v;
         o->have_prompt = true;
+      } else if (is("--prompt-ids")) {
+        ok = parse_ids(v, &o->prompt_ids);
+        o->have_prompt = ok;
+      } else if (is("--logits-out")) {
+        o->logits_out = v;
       } else if (is("-n", "--n-predict")) {
         ok = parse_i64(v, &o->n_predict);
       } else if (is("--temp")) {
@@ -166,6 +194,7 @@ std::string parse_args(int argc, char** argv, RunOptions* o, bool* help) {
     }
   }
   if (!o->have_prompt) return "missing -p PROMPT";
+  if (!o->prompt_ids.empty() && (!o->prompt.empty() || o->chat)) return "--prompt-ids excludes -p and --chat";
   return "";
 }
 
@@ -178,13 +207,26 @@ std::string human_bytes(double b) {
   return buf;
 }
 
+// Raw little-endian f32 (the host order on every supported machine).
+Status write_f32_file(const std::string& path, std::span<const float> v) {
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
+  if (!f) return errorf("cannot open %s for writing: %s", path.c_str(), std::strerror(errno));
+  if (std::fwrite(v.data(), sizeof(float), v.size(), f.get()) != v.size()) {
+    return errorf("short write to %s", path.c_str());
+  }
+  return Status::Ok();
+}
+
 int fail(const std::string& msg) {
   std::fprintf(stderr, "pagoda run: %s\n", msg.c_str());
   return 1;
 }
 
-// Prompt text -> token ids (optionally through the chat template).
-Expected<std::vector<int32_t>> prompt_tokens(const tok::Tokenizer& tk, const RunOptions& o) {
+// Prompt text -> token ids (optionally through the chat template); *text gets
+// the text that was tokenized (the rendered template with --chat).
+Expected<std::vector<int32_t>> prompt_tokens(const tok::Tokenizer& tk, const RunOptions& o, std::string* text_out) {
+  if (!o.prompt_ids.empty()) return o.prompt_ids;
+  *text_out = o.prompt;
   if (!o.chat) return tk.encode(o.prompt, /*add_special=*/true, /*parse_special=*/true);
   PAGODA_ASSIGN_OR_RETURN(tok::ChatTemplate tmpl, tok::ChatTemplate::from_tokenizer(tk));
   const tok::ChatMessage msgs[] = {{"user", o.prompt}};
@@ -192,6 +234,7 @@ Expected<std::vector<int32_t>> prompt_tokens(const tok::Tokenizer& tk, const Run
   // A template that writes the BOS text itself must not get a second BOS.
   const std::string& bos = tk.bos_id() >= 0 ? tk.token_to_piece(tk.bos_id(), true) : std::string();
   const bool writes_bos = !bos.empty() && text.compare(0, bos.size(), bos) == 0;
+  *text_out = text;
   return tk.encode(text, /*add_special=*/!writes_bos, /*parse_special=*/true);
 }
 
@@ -220,11 +263,15 @@ int run_run(int argc, char** argv) {
   if (!model.ok()) return fail(o.model + ": " + model.message());
   const model::ModelConfig& cfg = (*model)->config();
 
-  auto prompt = prompt_tokens(**tk, o);
+  std::string prompt_text;
+  auto prompt = prompt_tokens(**tk, o, &prompt_text);
   if (!prompt.ok()) return fail(prompt.message());
   const int64_t n_prompt = static_cast<int64_t>(prompt->size());
   const int64_t ctx = o.ctx > 0 ? o.ctx : cfg.n_ctx_train;
   if (n_prompt == 0) return fail("the prompt encodes to no tokens");
+  for (const int32_t id : *prompt) {
+    if (id >= cfg.n_vocab) return fail("prompt token id " + std::to_string(id) + " is outside the vocabulary");
+  }
   if (n_prompt > ctx) {
     return fail("prompt is " + std::to_string(n_prompt) + " tokens, longer than the context of " +
                 std::to_string(ctx) + " tokens (-c)");
@@ -266,6 +313,10 @@ int run_run(int argc, char** argv) {
   std::vector<int32_t> generated;
   while (o.n_predict != 0) {
     if (!logits.ok()) return fail(logits.message());
+    if (generated.empty() && !o.logits_out.empty()) {
+      const Status st = write_f32_file(o.logits_out, *logits);
+      if (!st.ok()) return fail(st.message());
+    }
     const int32_t t = sampler.sample(*logits).token;
     generated.push_back(t);
     finish = sample::check_token(o.sampling, t, static_cast<int32_t>(generated.size()), (*tk)->eog_ids());
@@ -288,6 +339,7 @@ int run_run(int argc, char** argv) {
     nlohmann::json j;
     j["model"] = o.model;
     j["prompt_tokens"] = *prompt;
+    if (o.prompt_ids.empty()) j["prompt_text"] = prompt_text;
     j["generated_tokens"] = generated;
     j["n_prompt_tokens"] = n_prompt;
     j["n_generated_tokens"] = generated.size();

@@ -60,6 +60,7 @@ data/hardware.json). Prints the serving metrics `pagoda bench` prints.
   --max-num-seqs N           scheduler cap on running requests (default 256)
   --max-num-batched-tokens N token budget per step (default 8192)
   --no-prefix-caching        disable automatic prefix caching
+  --schedule-policy fcfs|lpm admission order: arrival, or longest cached prefix first (default fcfs)
   --json                     metrics as JSON
   --plot out.svg             KV usage and running requests over time
 
@@ -218,6 +219,10 @@ int run_sim(int argc, char** argv) {
   if (!int_flag("--max-num-seqs", 1, 1 << 20, &cfg.max_num_seqs)) return fail("--max-num-seqs: expected a positive integer");
   if (!int_flag("--max-num-batched-tokens", 1, 1 << 24, &cfg.max_num_batched_tokens)) {
     return fail("--max-num-batched-tokens: expected a positive integer");
+  }
+  if (args.value("--schedule-policy", &v)) {
+    if (v != "fcfs" && v != "lpm") return fail("--schedule-policy: expected fcfs or lpm");
+    cfg.schedule_lpm = v == "lpm";
   }
   if (args.value("--request-rate", &v) && !(v == "inf" || to_f64(v, &ws.request_rate))) return fail("--request-rate: expected a number or inf");
   if (args.value("--range-ratio", &v) && !to_f64(v, &ws.range_ratio)) return fail("--range-ratio: expected a number");

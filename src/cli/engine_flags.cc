@@ -104,7 +104,8 @@ const char* kEngineFlagsHelp =
     "  --num-kv-blocks N             KV pool size in blocks (wins over --kv-cache-memory)\n"
     "  --enable-prefix-caching / --no-enable-prefix-caching   (default on)\n"
     "  --max-num-seqs N              running requests per step (default 64)\n"
-    "  --max-num-batched-tokens N    token budget per step (default 2048)\n";
+    "  --max-num-batched-tokens N    token budget per step (default 2048)\n"
+    "  --schedule-policy fcfs|lpm    admission order: arrival, or longest cached prefix first (default fcfs)\n";
 
 std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
   std::string v;
@@ -148,6 +149,11 @@ std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
   if (args.value("--max-num-batched-tokens", &v)) {
     if (!to_int(v, 1, 1 << 20, &n)) return "--max-num-batched-tokens must be a positive integer, got '" + v + "'";
     cfg->max_num_batched_tokens = static_cast<int>(n);
+  }
+  if (args.value("--schedule-policy", &v)) {
+    if (v == "fcfs") cfg->schedule_lpm = false;
+    else if (v == "lpm") cfg->schedule_lpm = true;
+    else return "--schedule-policy must be fcfs or lpm, got '" + v + "'";
   }
   return "";
 }

@@ -45,8 +45,14 @@ kernels::KvDtype to_kernel_dtype(KvCacheDtype d) {
 
 constexpr int64_t kDefaultKvCacheMemory = 256ll << 20;
 
-// One sampled sequence of a request (n > 1 gives several, each its own
-// scheduler request sharing the prompt through the prefix cache).
+// One sampled sequence of a request. n > 1 gives several: choice 0 is the
+// scheduler request that prefills the prompt once; choices 1..n-1 are its
+// fork ids, created by the scheduler when the prompt is computed (sharing all
+// its KV blocks) and each sampling its first token from the same logits row.
+// Seeds: choice i samples with seed base + i, where base is the request's
+// seed (or one draw of the engine's seed stream when it has none); the RNG
+// lives in the choice's sampler, so choice i of a seeded request gives the
+// same tokens as a lone n = 1 request with seed base + i.
 struct Choice {
   RequestId parent = 0;
   int index = 0;
@@ -76,6 +82,9 @@ class EngineImpl final : public Engine {
 
  private:
   void fail_plan(const sched::StepPlan& plan, const std::string& msg, std::vector<TokenEvent>* events);
+  void sample_choice(sched::RequestId sid, sched::RequestId request_id, std::span<const float> logits,
+                     std::vector<TokenEvent>* events, std::unordered_map<sched::RequestId, size_t>* event_of,
+                     std::vector<sched::SeqOutput>* outputs);
 
   EngineConfig cfg_;
   std::shared_ptr<const gguf::GgufFile> file_;
@@ -152,6 +161,7 @@ Status EngineImpl::init(const EngineConfig& c) {
   sc.max_num_batched_tokens = c.max_num_batched_tokens;
   sc.max_num_seqs = c.max_num_seqs;
   sc.max_model_len = static_cast<int32_t>(ctx);
+  sc.policy = c.schedule_lpm ? sched::SchedulePolicy::kLpm : sched::SchedulePolicy::kFcfs;
   sched_ = std::make_unique<sched::Scheduler>(sc, kv_.get());
 
   info_.name = std::filesystem::path(c.model_path).stem().string();
@@ -191,24 +201,18 @@ Expected<RequestId> EngineImpl::add_request(const RequestParams& p) {
   sp.ignore_eos = p.ignore_eos;
   sp.logprobs = p.logprobs >= 0;
   sp.top_logprobs = std::max(0, p.logprobs);
-  // Queue every choice first; only when all are accepted draw the seed and
-  // commit ids, so a refused request leaves the engine exactly as it was.
+  // Queue the request first; only when it is accepted draw the seed and commit
+  // ids, so a refused request leaves the engine exactly as it was.
   const RequestId id = next_id_;
-  std::vector<sched::RequestId> subs;
-  for (int i = 0; i < p.n; ++i) {
-    const sched::RequestId sid = id + 1 + static_cast<uint64_t>(i);
-    sched::NewRequest nr;
-    nr.id = sid;
-    nr.prompt = p.prompt;
-    nr.max_tokens = p.max_tokens;
-    nr.cache_salt = p.cache_salt;
-    Status s = sched_->add_request(std::move(nr));
-    if (!s.ok()) {
-      for (auto prev : subs) sched_->abort(prev);
-      return s.error();
-    }
-    subs.push_back(sid);
-  }
+  std::vector<sched::RequestId> subs;  // scheduler ids of choices 0..n-1
+  for (int i = 0; i < p.n; ++i) subs.push_back(id + 1 + static_cast<uint64_t>(i));
+  sched::NewRequest nr;
+  nr.id = subs[0];
+  nr.prompt = p.prompt;
+  nr.max_tokens = p.max_tokens;
+  nr.cache_salt = p.cache_salt;
+  nr.fork_ids.assign(subs.begin() + 1, subs.end());
+  PAGODA_TRY(sched_->add_request(std::move(nr)));
   next_id_ += 1 + static_cast<uint64_t>(p.n);
   const uint64_t base_seed = p.has_seed ? p.seed : seed_rng_.next_u64();
   for (int i = 0; i < p.n; ++i) {
@@ -250,6 +254,47 @@ void EngineImpl::fail_plan(const sched::StepPlan& plan, const std::string& msg, 
   }
 }
 
+// Samples choice `sid` from `logits` (the row of scheduled request
+// `request_id`: sid itself, or its parent when sid is forked in this step).
+void EngineImpl::sample_choice(sched::RequestId sid, sched::RequestId request_id, std::span<const float> logits,
+                               std::vector<TokenEvent>* events,
+                               std::unordered_map<sched::RequestId, size_t>* event_of,
+                               std::vector<sched::SeqOutput>* outputs) {
+  auto cit = choices_.find(sid);
+  if (cit == choices_.end()) return;
+  Choice& ch = cit->second;
+  sample::SampleResult r = ch.sampler.sample(logits);
+  ch.num_output++;
+  generation_tokens_total_++;
+  ch.stop_reason = sample::check_token(ch.sampler.params(), r.token, ch.num_output, tok_->eog_ids());
+
+  TokenEvent ev;
+  ev.id = ch.parent;
+  ev.index = ch.index;
+  ev.tokens.push_back(r.token);
+  if (ch.stop_reason == sample::FinishReason::None) {
+    ev.text = ch.stop.push(ch.detok.push(r.token));
+    if (ch.stop.stopped()) ch.stop_reason = sample::FinishReason::StopString;
+  }
+  if (ch.sampler.params().logprobs) {
+    TokenLogprob lp;
+    lp.token = r.token;
+    lp.logprob = r.logprob;
+    for (const auto& t : r.top) lp.top.emplace_back(t.token, t.logprob);
+    ev.logprobs.push_back(std::move(lp));
+  }
+  if (!ch.reported_cached) {
+    const sched::Request* req = sched_->find(request_id);  // a child is not forked yet: its parent's
+    ev.num_cached_tokens = req && req->num_cached_tokens > 0 ? req->num_cached_tokens : 0;
+    ch.reported_cached = true;
+  }
+  ev.num_prompt_tokens = ch.num_prompt;
+  ev.num_output_tokens = ch.num_output;
+  (*event_of)[sid] = events->size();
+  events->push_back(std::move(ev));
+  outputs->push_back({sid, r.token, ch.stop_reason != sample::FinishReason::None});
+}
+
 std::vector<TokenEvent> EngineImpl::step() {
   std::vector<TokenEvent> events;
   sched::StepPlan plan = sched_->schedule();
@@ -266,39 +311,11 @@ std::vector<TokenEvent> EngineImpl::step() {
   std::unordered_map<sched::RequestId, size_t> event_of;  // scheduler id -> index in events
   for (int32_t i = 0; i < L.size(); ++i) {
     const sched::ScheduledSeq& seq = plan.seqs[static_cast<size_t>(L.seq_indices[static_cast<size_t>(i)])];
-    auto cit = choices_.find(seq.request_id);
-    if (cit == choices_.end()) continue;
-    Choice& ch = cit->second;
-    sample::SampleResult r = ch.sampler.sample(L.row(i));
-    ch.num_output++;
-    generation_tokens_total_++;
-    ch.stop_reason = sample::check_token(ch.sampler.params(), r.token, ch.num_output, tok_->eog_ids());
-
-    TokenEvent ev;
-    ev.id = ch.parent;
-    ev.index = ch.index;
-    ev.tokens.push_back(r.token);
-    if (ch.stop_reason == sample::FinishReason::None) {
-      ev.text = ch.stop.push(ch.detok.push(r.token));
-      if (ch.stop.stopped()) ch.stop_reason = sample::FinishReason::StopString;
+    // The request itself, then the children it forks into at the end of its prompt.
+    for (size_t k = 0; k <= seq.fork_ids.size(); ++k) {
+      const sched::RequestId sid = k == 0 ? seq.request_id : seq.fork_ids[k - 1];
+      sample_choice(sid, seq.request_id, L.row(i), &events, &event_of, &outputs);
     }
-    if (ch.sampler.params().logprobs) {
-      TokenLogprob lp;
-      lp.token = r.token;
-      lp.logprob = r.logprob;
-      for (const auto& t : r.top) lp.top.emplace_back(t.token, t.logprob);
-      ev.logprobs.push_back(std::move(lp));
-    }
-    if (!ch.reported_cached) {
-      const sched::Request* req = sched_->find(seq.request_id);
-      ev.num_cached_tokens = req && req->num_cached_tokens > 0 ? req->num_cached_tokens : 0;
-      ch.reported_cached = true;
-    }
-    ev.num_prompt_tokens = ch.num_prompt;
-    ev.num_output_tokens = ch.num_output;
-    event_of[seq.request_id] = events.size();
-    events.push_back(std::move(ev));
-    outputs.push_back({seq.request_id, r.token, ch.stop_reason != sample::FinishReason::None});
   }
   std::vector<sched::FinishedRequest> finished = sched_->update(plan, outputs);
   for (const auto& f : finished) {

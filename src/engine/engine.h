@@ -30,6 +30,7 @@ struct EngineConfig {
   int max_num_seqs = 64;
   int max_num_batched_tokens = 2048;
   double watermark = 0.01;           // admission keeps this fraction of blocks free
+  bool schedule_lpm = false;         // admit longest cached prefix first (else arrival order)
 };
 
 struct RequestParams {
@@ -46,7 +47,11 @@ struct RequestParams {
   bool has_seed = false;
   std::vector<std::string> stop;     // stop strings (text-level)
   bool ignore_eos = false;
-  int n = 1;                         // parallel samples (fork)
+  // Parallel samples: the prompt is prefilled once, then forked into n choices
+  // sharing its KV blocks (copy-on-write). Choice i samples with seed + i (the
+  // seed drawn from the engine's stream when !has_seed), so with a seed it gives
+  // the tokens of a lone n = 1 request with seed + i. n <= max_num_seqs.
+  int n = 1;
   int logprobs = -1;                 // -1: off; k >= 0: chosen token logprob + top-k alternatives
   std::string cache_salt;            // tenant isolation for the prefix cache
 };

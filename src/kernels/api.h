@@ -135,8 +135,9 @@ bool set_isa(const char* name);
 //   paths round differently (8- vs 16-lane sums), so goldens recorded on one may
 //   differ in the last bits on the other; PAGODA_ISA=avx2 pins the AVX2 path.
 // * Quantized weights (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0) multiply an 8-bit quantization
-//   of x (per 32 values, d = amax/127), as llama.cpp does: results match ref
-//   within the activation rounding, not to float precision.
+//   of x bit for bit as ggml's x86 quantize_row_q8_0/q8_1 (per 32 values,
+//   q = round(x * 127/amax), d = f16(amax/127), q8_1's s = f16(d * sum q)):
+//   results match ref within the activation rounding, not to float precision.
 // * Scratch memory is thread_local: calls from different threads are safe; each
 //   call runs its own OpenMP team of num_threads().
 // * kv_write skips tokens whose slot_mapping entry is negative (padding).

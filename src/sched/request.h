@@ -1,5 +1,6 @@
 // A request as the scheduler tracks it: token lists and progress, no sampling
 // state. States: waiting -> running -> (preempted -> waiting) -> finished | aborted.
+// A child of n > 1 sampling starts in running, forked from its parent's blocks.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -34,6 +35,10 @@ struct NewRequest {
   std::vector<TokenId> prompt;
   int32_t max_tokens = 16;  // >= 1
   std::string cache_salt;   // tenant isolation for the prefix cache ("" = shared)
+  // n > 1 sampling: ids of choices 1..n-1 (this request is choice 0). They are
+  // created when the prompt is computed, by forking this request's KV blocks,
+  // and then live as ordinary requests. Empty for n == 1.
+  std::vector<RequestId> fork_ids;
 };
 
 struct Request {
@@ -48,7 +53,10 @@ struct Request {
   int32_t num_cached_tokens = -1;   // prefix-cache hit at first admission (-1: not admitted yet)
   int32_t num_preemptions = 0;
   int32_t deferred_steps = 0;        // steps passed over for in-flight prefix dedup
+  int32_t overtaken_steps = 0;       // kLpm: steps in which a request behind it was admitted first
   std::vector<Hash128> block_keys;   // prefix keys of its full blocks, extended lazily
+  std::vector<RequestId> fork_ids;   // children still to fork at the end of the prompt (see NewRequest)
+  RequestId forked_from = 0;         // a child: the request whose blocks it got by fork (0: none)
 
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

@@ -18,6 +18,14 @@ const char* request_state_name(RequestState s) {
   return "?";
 }
 
+const char* schedule_policy_name(SchedulePolicy p) {
+  switch (p) {
+    case SchedulePolicy::kFcfs: return "fcfs";
+    case SchedulePolicy::kLpm: return "lpm";
+  }
+  return "?";
+}
+
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
     case FinishReason::kNone: return "none";
@@ -54,7 +62,20 @@ Status Scheduler::add_request(NewRequest r) {
     ++stats_.num_rejected;
     return Status(std::move(e));
   };
-  if (requests_.count(r.id)) return reject(errorf("request %llu: id already in use", ull(r.id)));
+  auto in_use = [&](RequestId id) { return requests_.count(id) != 0 || pending_children_.count(id) != 0; };
+  if (in_use(r.id)) return reject(errorf("request %llu: id already in use", ull(r.id)));
+  for (size_t i = 0; i < r.fork_ids.size(); ++i) {
+    const RequestId c = r.fork_ids[i];
+    if (c == r.id || in_use(c) || std::find(r.fork_ids.begin(), r.fork_ids.begin() + static_cast<long>(i), c) !=
+                                      r.fork_ids.begin() + static_cast<long>(i)) {
+      return reject(errorf("request %llu: choice id %llu already in use", ull(r.id), ull(c)));
+    }
+  }
+  const auto group = static_cast<int64_t>(r.fork_ids.size()) + 1;
+  if (group > config_.max_num_seqs) {
+    return reject(errorf("request %llu: n = %lld choices exceed max_num_seqs %d (all choices run together)",
+                         ull(r.id), static_cast<long long>(group), config_.max_num_seqs));
+  }
   if (r.prompt.empty()) return reject(errorf("request %llu: empty prompt", ull(r.id)));
   if (r.max_tokens < 1) return reject(errorf("request %llu: max_tokens %d < 1", ull(r.id), r.max_tokens));
   const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
@@ -69,8 +90,18 @@ Status Scheduler::add_request(NewRequest r) {
     return reject(errorf("request %llu: %lld tokens need %d KV blocks of %d tokens, but the whole cache admits %d",
                          ull(r.id), static_cast<long long>(total), need, kv_->block_size(), usable));
   }
+  // Admission reserves one block per child on top of the prompt's (see schedule()).
+  const int64_t group_need = kv_->num_blocks_for(static_cast<int64_t>(r.prompt.size())) + group - 1;
+  if (group_need > usable) {
+    return reject(errorf("request %llu: a prompt of %zu tokens with n = %lld choices needs %lld KV blocks at its "
+                         "fork, but the whole cache admits %d",
+                         ull(r.id), r.prompt.size(), static_cast<long long>(group), static_cast<long long>(group_need),
+                         usable));
+  }
+  for (RequestId c : r.fork_ids) pending_children_.emplace(c, r.id);
   Request q;
   q.id = r.id;
+  q.fork_ids = std::move(r.fork_ids);
   q.num_prompt_tokens = static_cast<int32_t>(r.prompt.size());
   q.tokens = std::move(r.prompt);
   q.max_tokens = r.max_tokens;
@@ -87,9 +118,16 @@ void Scheduler::erase_running(RequestId id) {
 }
 
 bool Scheduler::abort(RequestId id) {
+  if (auto p = pending_children_.find(id); p != pending_children_.end()) {
+    std::erase(req(p->second).fork_ids, id);
+    pending_children_.erase(p);
+    ++stats_.num_aborted;
+    return true;
+  }
   auto it = requests_.find(id);
   if (it == requests_.end()) return false;
   Request& r = it->second;
+  for (RequestId c : r.fork_ids) pending_children_.erase(c);
   if (r.state == RequestState::kRunning) {
     kv_->free(id);
     erase_running(id);
@@ -132,6 +170,30 @@ bool Scheduler::schedule_running(Request& r, int32_t num_tokens, std::vector<Sli
   return true;
 }
 
+std::vector<Scheduler::Candidate> Scheduler::admission_order() const {
+  std::vector<Candidate> out;
+  out.reserve(waiting_.size());
+  const bool lpm = config_.policy == SchedulePolicy::kLpm;
+  for (RequestId id : waiting_) {
+    const Request& w = requests_.at(id);
+    out.push_back(Candidate{id, lpm ? kv_->num_cached_prefix_tokens(w.tokens, w.cache_salt) : 0});
+  }
+  if (lpm) {
+    // Rank 0: preempted; 1: overtaken too often; 2: the rest, by hit tokens.
+    auto rank = [&](const Candidate& c) {
+      const Request& w = requests_.at(c.id);
+      if (w.state == RequestState::kPreempted) return 0;
+      return w.overtaken_steps >= config_.max_lpm_overtake_steps ? 1 : 2;
+    };
+    std::stable_sort(out.begin(), out.end(), [&](const Candidate& a, const Candidate& b) {
+      const int ra = rank(a), rb = rank(b);
+      if (ra != rb) return ra < rb;
+      return ra == 2 && a.cached > b.cached;
+    });
+  }
+  return out;
+}
+
 StepPlan Scheduler::schedule() {
   ++stats_.num_steps;
   StepPlan plan;
@@ -155,7 +217,7 @@ StepPlan Scheduler::schedule() {
     }
   }
 
-  // 3. Admission, FIFO, unless memory was short this step.
+  // 3. Admission in policy order (see admission_order), unless memory was short this step.
   if (plan.preempted.empty()) {
     const int32_t bs = kv_->block_size();
     const bool dedup = config_.max_dedup_defer_steps > 0;
@@ -167,9 +229,15 @@ StepPlan Scheduler::schedule() {
     if (dedup) {
       for (RequestId id : running_) add_inflight(req(id), static_cast<size_t>(kv_->num_committed_blocks(id)));
     }
-    for (auto it = waiting_.begin(); it != waiting_.end();) {
-      if (static_cast<int32_t>(running_.size()) >= config_.max_num_seqs || budget <= 0) break;
-      Request& w = req(*it);
+    int32_t seats = num_seats();
+    const std::vector<Candidate> order = admission_order();
+    std::unordered_set<RequestId> admitted;
+    for (const Candidate& c : order) {
+      if (seats >= config_.max_num_seqs || budget <= 0) break;
+      Request& w = req(c.id);
+      const auto num_children = static_cast<int32_t>(w.fork_ids.size());
+      if (seats + 1 + num_children > config_.max_num_seqs) break;
+      // Recomputed: an admission earlier in this step may have evicted cached blocks.
       const int32_t cached = kv_->num_cached_prefix_tokens(w.tokens, w.cache_salt);
       if (dedup && w.deferred_steps < config_.max_dedup_defer_steps) {
         kv_->extend_block_keys(w.tokens, w.cache_salt, &w.block_keys);
@@ -179,23 +247,40 @@ StepPlan Scheduler::schedule() {
           ++w.deferred_steps;
           ++stats_.num_deferrals;
           plan.deferred.push_back(w.id);
-          ++it;
           continue;
         }
       }
       const int32_t n = std::min(w.num_tokens() - cached, budget);
-      if (!kv_->can_allocate(w.tokens, n, w.cache_salt)) break;
+      // A group also keeps one block per child free (vLLM v0's rule: a running
+      // sequence needs at most one new block per decode step): at the fork each
+      // child's first decode copies the shared partial block or opens a new
+      // one. Asking for num_children more blocks' worth of tokens counts exactly
+      // num_children more blocks (ceil((x + k * bs) / bs) = ceil(x / bs) + k).
+      if (!kv_->can_allocate(w.tokens, n + num_children * bs, w.cache_salt)) break;
       auto got = kv_->allocate(w.id, w.tokens, n, w.cache_salt);
       PAGODA_CHECK_MSG(got.ok() && *got == cached, "request %llu: allocate after can_allocate failed", ull(w.id));
       w.num_computed_tokens = cached;
       if (w.num_cached_tokens < 0) w.num_cached_tokens = cached;
       w.state = RequestState::kRunning;
       ++stats_.num_admissions;
-      it = waiting_.erase(it);
+      admitted.insert(w.id);
       running_.push_back(w.id);
+      seats += 1 + num_children;
       slices.push_back(Slice{w.id, n, {}});
       budget -= n;
       if (dedup) add_inflight(w, static_cast<size_t>(cached / bs));
+    }
+    if (!admitted.empty()) {
+      // Overtaking (kLpm): a request still waiting with one behind it admitted.
+      bool behind_admitted = false;
+      for (auto it = waiting_.rbegin(); it != waiting_.rend(); ++it) {
+        if (admitted.count(*it)) {
+          behind_admitted = true;
+        } else if (behind_admitted) {
+          ++req(*it).overtaken_steps;
+        }
+      }
+      std::erase_if(waiting_, [&](RequestId id) { return admitted.count(id) > 0; });
     }
   }
 
@@ -210,6 +295,7 @@ StepPlan Scheduler::schedule() {
     const auto table = kv_->block_table(r.id);
     seq.block_ids.assign(table.begin(), table.end());
     seq.wants_logits = r.num_computed_tokens + s.num_tokens == r.num_tokens();
+    if (seq.wants_logits) seq.fork_ids = r.fork_ids;  // non-empty only at the end of the prompt
     plan.seqs.push_back(std::move(seq));
     plan.block_copies.insert(plan.block_copies.end(), s.copies.begin(), s.copies.end());
   }
@@ -232,6 +318,63 @@ void Scheduler::finish(Request& r, FinishReason reason, std::vector<FinishedRequ
   out->push_back(std::move(f));
 }
 
+int32_t Scheduler::num_seats() const {
+  auto seats = static_cast<int32_t>(running_.size());
+  for (RequestId id : running_) seats += static_cast<int32_t>(requests_.at(id).fork_ids.size());
+  return seats;
+}
+
+namespace {
+const SeqOutput& output_of(RequestId id, std::span<const SeqOutput> outputs) {
+  for (const SeqOutput& o : outputs) {
+    if (o.request_id == id) return o;
+  }
+  PAGODA_CHECK_MSG(false, "request %llu: no output for a step that wanted logits", ull(id));
+  return outputs[0];  // unreachable
+}
+}  // namespace
+
+void Scheduler::apply_output(Request& r, const SeqOutput& out, std::vector<FinishedRequest>* done) {
+  PAGODA_CHECK_MSG(out.token >= 0 || out.finished, "request %llu: no token and not finished", ull(r.id));
+  if (out.token >= 0) r.tokens.push_back(out.token);
+  FinishReason reason = FinishReason::kNone;
+  if (out.finished) {
+    reason = FinishReason::kStop;
+  } else if (r.num_output_tokens() >= r.max_tokens || r.num_tokens() >= config_.max_model_len) {
+    reason = FinishReason::kLength;
+  }
+  if (reason != FinishReason::kNone) finish(r, reason, done);
+}
+
+void Scheduler::fork_children(Request& parent, std::span<const SeqOutput> outputs,
+                              std::vector<FinishedRequest>* done) {
+  // parent.fork_ids, not the plan's: a child aborted since schedule() is gone.
+  const std::vector<RequestId> ids = std::move(parent.fork_ids);
+  parent.fork_ids.clear();
+  for (RequestId cid : ids) {
+    Status st = kv_->fork(parent.id, cid);
+    PAGODA_CHECK_MSG(st.ok(), "request %llu: fork into %llu: %s", ull(parent.id), ull(cid), st.message().c_str());
+    Request c;
+    c.id = cid;
+    c.tokens = parent.tokens;  // the prompt: the parent's first token is appended after the fork
+    c.num_prompt_tokens = parent.num_prompt_tokens;
+    c.max_tokens = parent.max_tokens;
+    c.cache_salt = parent.cache_salt;
+    c.arrival = parent.arrival;
+    c.state = RequestState::kRunning;
+    c.num_computed_tokens = parent.num_computed_tokens;
+    c.num_cached_tokens = parent.num_cached_tokens;
+    c.num_preemptions = parent.num_preemptions;
+    c.block_keys = parent.block_keys;
+    c.forked_from = parent.id;
+    pending_children_.erase(cid);
+    requests_.emplace(cid, std::move(c));  // references into requests_ stay valid (node-based map)
+    running_.push_back(cid);
+    ++stats_.num_forks;
+  }
+  for (RequestId cid : ids) apply_output(req(cid), output_of(cid, outputs), done);
+}
+
 std::vector<FinishedRequest> Scheduler::update(const StepPlan& plan, std::span<const SeqOutput> outputs) {
   std::vector<FinishedRequest> done;
   for (const ScheduledSeq& seq : plan.seqs) {
@@ -243,30 +386,34 @@ std::vector<FinishedRequest> Scheduler::update(const StepPlan& plan, std::span<c
     r.num_computed_tokens += static_cast<int32_t>(seq.token_ids.size());
     kv_->mark_computed(r.id, r.tokens, r.num_computed_tokens);
     if (!seq.wants_logits) continue;
-    const SeqOutput* out = nullptr;
-    for (const SeqOutput& o : outputs) {
-      if (o.request_id == r.id) {
-        out = &o;
-        break;
-      }
-    }
-    PAGODA_CHECK_MSG(out != nullptr, "request %llu: no output for a step that wanted logits", ull(r.id));
-    PAGODA_CHECK_MSG(out->token >= 0 || out->finished, "request %llu: no token and not finished", ull(r.id));
-    if (out->token >= 0) r.tokens.push_back(out->token);
-    FinishReason reason = FinishReason::kNone;
-    if (out->finished) {
-      reason = FinishReason::kStop;
-    } else if (r.num_output_tokens() >= r.max_tokens || r.num_tokens() >= config_.max_model_len) {
-      reason = FinishReason::kLength;
-    }
-    if (reason != FinishReason::kNone) finish(r, reason, &done);
+    // Fork before the parent's token is appended: the children share the prompt only.
+    if (!r.fork_ids.empty()) fork_children(r, outputs, &done);
+    apply_output(r, output_of(r.id, outputs), &done);
   }
   return done;
 }
 
 std::string Scheduler::check_invariants() const {
-  if (static_cast<int32_t>(running_.size()) > config_.max_num_seqs) {
-    return errorf("%zu running > max_num_seqs %d", running_.size(), config_.max_num_seqs).message;
+  if (num_seats() > config_.max_num_seqs) {
+    return errorf("%zu running + their children to fork = %d > max_num_seqs %d", running_.size(), num_seats(),
+                  config_.max_num_seqs)
+        .message;
+  }
+  size_t num_pending = 0;
+  for (const auto& [id, r] : requests_) {
+    if (r.fork_ids.empty()) continue;
+    if (r.num_output_tokens() != 0) return errorf("request %llu: outputs before its fork", ull(id)).message;
+    for (RequestId c : r.fork_ids) {
+      auto p = pending_children_.find(c);
+      if (p == pending_children_.end() || p->second != id || requests_.count(c)) {
+        return errorf("request %llu: child %llu not pending or already a request", ull(id), ull(c)).message;
+      }
+    }
+    num_pending += r.fork_ids.size();
+  }
+  if (num_pending != pending_children_.size()) {
+    return errorf("%zu pending children listed by requests, %zu recorded", num_pending, pending_children_.size())
+        .message;
   }
   if (requests_.size() != running_.size() + waiting_.size()) {
     return errorf("%zu requests but %zu running + %zu waiting", requests_.size(), running_.size(), waiting_.size())

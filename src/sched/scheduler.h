@@ -15,6 +15,29 @@
 // far become part of its prompt on readmission. No admission happens in a step
 // that preempted.
 //
+// n > 1 sampling (NewRequest::fork_ids): the request prefills its prompt once.
+// The slice that completes the prompt carries the children's ids
+// (ScheduledSeq::fork_ids); in update() the request forks into them through
+// KvManager::fork, so every child shares all prompt blocks, the partial last
+// block included, and each gets its first token from the same logits row. The
+// shared partial block is copied on the first write (append_slots' copy-on-
+// write, executed through StepPlan::block_copies before the forward pass).
+// From then on a child is an ordinary running request: it finishes, aborts
+// and is preempted on its own (a preempted child recomputes its prompt and its
+// own outputs, with prefix-cache hits on the prompt's full blocks). Admission
+// counts the group: 1 + children seats against max_num_seqs, and one free
+// block per child (for its first decode's copy-on-write or new block) on top
+// of the KvManager's watermark.
+//
+// Admission order (SchedulerConfig::policy): kFcfs takes the waiting queue in
+// order. kLpm (longest prefix match, as SGLang's cache-aware policy) takes
+// preempted requests first, then requests overtaken in max_lpm_overtake_steps
+// steps already (in queue order), then the rest by most prefix-cache hit
+// tokens first (queue order among equals): requests whose prompt is mostly
+// cached get their first token after a short prefill instead of queueing
+// behind long cold prompts. A request is "overtaken" in a step when it is not
+// admitted while one behind it in the queue is.
+//
 // In-flight prefix dedup: a waiting request whose first uncached full block is
 // being computed by a running request (same key, not committed yet) is passed
 // over, so the block is computed once and then hit; a request is passed over
@@ -45,11 +68,20 @@
 
 namespace pagoda::sched {
 
+// Order in which waiting requests are considered for admission.
+enum class SchedulePolicy {
+  kFcfs,  // arrival order (preempted requests first)
+  kLpm,   // longest cached prefix first (SGLang's "lpm"), bounded overtaking
+};
+const char* schedule_policy_name(SchedulePolicy p);
+
 struct SchedulerConfig {
   int32_t max_num_batched_tokens = 2048;  // token budget per step
   int32_t max_num_seqs = 64;              // cap on running requests
   int32_t max_model_len = 2048;           // prompt + max_tokens limit
   int32_t max_dedup_defer_steps = 16;     // 0 disables in-flight prefix dedup
+  SchedulePolicy policy = SchedulePolicy::kFcfs;
+  int32_t max_lpm_overtake_steps = 16;    // kLpm: steps a request may be overtaken before it goes first
 };
 
 // The sampled result for one scheduled request (those with wants_logits).
@@ -76,6 +108,7 @@ struct SchedulerStats {
   int64_t num_finished = 0;
   int64_t num_aborted = 0;
   int64_t num_rejected = 0;     // add_request errors
+  int64_t num_forks = 0;        // children created by fork (n > 1)
 };
 
 class Scheduler {
@@ -83,11 +116,16 @@ class Scheduler {
   // Precondition: kv outlives the scheduler and is used by nothing else.
   Scheduler(const SchedulerConfig& config, kv::KvManager* kv);
 
-  // Queues a request. Errors (nothing queued): duplicate id, empty prompt,
-  // max_tokens < 1, prompt + max_tokens > max_model_len, or more blocks than
-  // the whole pool could ever give it.
+  // Queues a request. Errors (nothing queued): duplicate id (also among
+  // fork_ids and pending children), empty prompt, max_tokens < 1, prompt +
+  // max_tokens > max_model_len, more blocks than the whole pool could ever give
+  // it, or a group (1 + fork_ids) larger than max_num_seqs or than the pool
+  // can admit (prompt blocks + one block per child).
   Status add_request(NewRequest r);
-  // Frees everything of the request at once, in any state. False if unknown.
+  // Frees everything of the request at once, in any state. A parent not yet
+  // forked takes its pending children with it; a pending child id is dropped
+  // from its parent's fork. Forked children are independent requests: abort
+  // each id of a group to abort the group. False if unknown.
   bool abort(RequestId id);
 
   StepPlan schedule();
@@ -100,7 +138,7 @@ class Scheduler {
   bool has_unfinished() const { return !requests_.empty(); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
-  // nullptr once finished or aborted (or never added).
+  // nullptr once finished or aborted (or never added), and for a child not forked yet.
   const Request* find(RequestId id) const;
   // Waiting queue front to back; running in admission order.
   std::vector<RequestId> waiting_ids() const { return {waiting_.begin(), waiting_.end()}; }
@@ -114,6 +152,12 @@ class Scheduler {
   std::string check_invariants() const;
 
  private:
+  struct Candidate {
+    RequestId id;
+    int32_t cached;  // prefix-cache hit tokens if admitted now
+  };
+  // The waiting requests in the order admission considers them (config_.policy).
+  std::vector<Candidate> admission_order() const;
   struct Slice {
     RequestId id;
     int32_t num_tokens;
@@ -123,6 +167,12 @@ class Scheduler {
                         StepPlan* plan);
   void preempt(Request& r, std::vector<Slice>* slices, int32_t* budget, StepPlan* plan);
   void finish(Request& r, FinishReason reason, std::vector<FinishedRequest>* out);
+  // Appends out's token to r and finishes r when a stop condition holds.
+  void apply_output(Request& r, const SeqOutput& out, std::vector<FinishedRequest>* done);
+  // Creates parent's pending children, sharing its blocks, at the end of its prompt.
+  void fork_children(Request& parent, std::span<const SeqOutput> outputs, std::vector<FinishedRequest>* done);
+  // Running requests plus the children they will fork: the seats held against max_num_seqs.
+  int32_t num_seats() const;
   void erase_running(RequestId id);
   Request& req(RequestId id);
 
@@ -130,7 +180,8 @@ class Scheduler {
   kv::KvManager* kv_;
   std::unordered_map<RequestId, Request> requests_;
   std::deque<RequestId> waiting_;
-  std::vector<RequestId> running_;  // admission order
+  std::vector<RequestId> running_;  // admission order (children: at their fork)
+  std::unordered_map<RequestId, RequestId> pending_children_;  // child id not forked yet -> parent
   uint64_t next_arrival_ = 0;
   SchedulerStats stats_;
 };

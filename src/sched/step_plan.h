@@ -17,6 +17,12 @@ struct ScheduledSeq {
   std::vector<int32_t> token_ids;     // the new tokens computed this step (positions start_pos..)
   std::vector<BlockId> block_ids;     // the sequence's whole block table after allocation
   bool wants_logits = false;          // true when this slice reaches the end of the known tokens
+  // n > 1 sampling: non-empty only on the slice that completes the prompt of a
+  // request with more than one choice. After this step the request forks into
+  // these child requests, which share all its blocks (KvManager::fork). The
+  // slice's one logits row is sampled once per id: request_id, then fork_ids
+  // in order, each with its own sampler; SeqOutputs come for all of them.
+  std::vector<RequestId> fork_ids;
 };
 
 struct StepPlan {

@@ -9,6 +9,7 @@ AsyncEngine::AsyncEngine(std::unique_ptr<engine::Engine> engine, Metrics* metric
     : engine_(std::move(engine)), metrics_(metrics), info_(engine_->model_info()) {
   stats_ = engine_->stats();
   last_stats_ = stats_;
+  publish_stats();  // the gauges (free blocks) are right before the first request, not 0
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -59,6 +60,7 @@ void AsyncEngine::publish_stats() {
   metrics_->set_gauge("pagoda:kv_cache_usage_perc", s.kv_usage);
   metrics_->set_gauge("pagoda:num_requests_running", s.num_running);
   metrics_->set_gauge("pagoda:num_requests_waiting", s.num_waiting + num_pending());
+  metrics_->set_gauge("pagoda:kv_cache_blocks_total", static_cast<double>(s.blocks_total));
   metrics_->set_gauge("pagoda:kv_cache_blocks_free", static_cast<double>(s.blocks_free));
   metrics_->set_gauge("pagoda:kv_cache_blocks_cached", static_cast<double>(s.blocks_cached));
   auto delta = [&](const char* name, int64_t now, int64_t before) {

@@ -33,8 +33,9 @@ Metrics::Metrics() {
   gauge("pagoda:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.");
   gauge("pagoda:num_requests_running", "Number of requests in model execution batches.");
   gauge("pagoda:num_requests_waiting", "Number of requests waiting to be processed.");
-  gauge("pagoda:kv_cache_blocks_free", "Free KV blocks (never used or evictable).");
-  gauge("pagoda:kv_cache_blocks_cached", "Free KV blocks that still hold a reusable prefix.");
+  gauge("pagoda:kv_cache_blocks_total", "Usable KV blocks: free + cached + in use.");
+  gauge("pagoda:kv_cache_blocks_free", "Free KV blocks that hold no reusable prefix.");
+  gauge("pagoda:kv_cache_blocks_cached", "Free KV blocks that still hold a reusable prefix (evictable).");
   counter("pagoda:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.");
   counter("pagoda:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.");
   counter("pagoda:num_preemptions_total", "Cumulative number of preemptions.");

@@ -214,6 +214,7 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, const std::stri
                          &present));
   if (present) { p.seed = static_cast<uint64_t>(v); p.has_seed = true; }
   PAGODA_API_TRY(get_bool(j, "ignore_eos", &p.ignore_eos));
+  PAGODA_API_TRY(get_bool(j, "return_token_ids", &r.return_token_ids));
   PAGODA_API_TRY(get_string(j, "cache_salt", &p.cache_salt));
   PAGODA_API_TRY(get_bool(j, "stream", &r.stream));
 

@@ -46,6 +46,7 @@ struct ParsedRequest {
   bool echo = false;
   bool max_tokens_given = false;
   bool chat_logprobs = false;                      // chat: logprobs=true
+  bool return_token_ids = false;                   // vLLM extension: "token_ids" / "prompt_token_ids" in choices
   engine::RequestParams params;                    // sampling; prompt filled in later
 };
 

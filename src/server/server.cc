@@ -90,11 +90,13 @@ namespace {
 struct GenState {
   Endpoint ep;
   bool stream = false, include_usage = false, echo = false;
+  bool return_token_ids = false;
   std::string id, model;
   int64_t created = 0;
   int n = 1;
   std::vector<std::string> echo_text;   // per prompt
   std::vector<int32_t> prompt_lens;     // per prompt
+  std::vector<std::vector<int32_t>> prompt_ids;  // per prompt, kept only for return_token_ids
   std::vector<Choice> choices;          // [prompt * n + i]
   std::vector<Ticket> tickets;
   int32_t cached_tokens = 0;
@@ -195,6 +197,7 @@ void Server::Impl::handle_generate(Endpoint ep, const HttpRequest& req, std::sha
   gs->stream = r.stream;
   gs->include_usage = r.include_usage;
   gs->echo = r.echo;
+  gs->return_token_ids = r.return_token_ids;
   gs->id = random_id(ep == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
   gs->model = model_name;
   gs->created = static_cast<int64_t>(std::time(nullptr));
@@ -203,10 +206,12 @@ void Server::Impl::handle_generate(Endpoint ep, const HttpRequest& req, std::sha
   gs->choices.resize(prompts.size() * gs->n);
   gs->pending_choices = static_cast<int>(gs->choices.size());
   for (auto& p : prompts) gs->prompt_lens.push_back(static_cast<int32_t>(p.size()));
+  if (gs->return_token_ids) gs->prompt_ids = prompts;  // explicit copy: prompts are moved into the engine below
 
   const char* object = ep == Endpoint::kChat ? "chat.completion.chunk" : "text_completion";
-  auto chunk = [gs, object](json choices) {
+  auto chunk = [gs, object](json choices, json prompt_token_ids = json()) {
     json j = {{"id", gs->id}, {"object", object}, {"created", gs->created}, {"model", gs->model}, {"choices", choices}};
+    if (!prompt_token_ids.is_null()) j["prompt_token_ids"] = std::move(prompt_token_ids);
     return "data: " + dump_json(j) + "\n\n";
   };
   auto usage_json = [gs]() {
@@ -252,16 +257,25 @@ void Server::Impl::handle_generate(Endpoint ep, const HttpRequest& req, std::sha
       if (gs->stream) {
         json lp = ev.logprobs.empty() ? json() : self->logprobs_json(gs->ep, ev.logprobs, text_off0);
         json fr = ev.finish == engine::FinishReason::kNone ? json() : json(engine::finish_reason_name(ev.finish));
+        const bool first = !c.role_sent;
+        c.role_sent = true;
         if (gs->ep == Endpoint::kChat) {
           json delta = json::object();
-          if (!c.role_sent) { delta["role"] = "assistant"; c.role_sent = true; }
-          if (!ev.text.empty() || delta.contains("role")) delta["content"] = ev.text;
-          res->write(chunk(json::array({{{"index", ci}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", fr}}})));
+          if (first) delta["role"] = "assistant";
+          if (!ev.text.empty() || first) delta["content"] = ev.text;
+          json choice = {{"index", ci}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", fr}};
+          if (gs->return_token_ids) choice["token_ids"] = ev.tokens;
+          json prompt_ids = gs->return_token_ids && first && ci == 0 ? json(gs->prompt_ids[pi]) : json();
+          res->write(chunk(json::array({choice}), std::move(prompt_ids)));
         } else {
           std::string text = ev.text;
-          if (gs->echo && !c.role_sent) { text = gs->echo_text[pi] + text; }
-          c.role_sent = true;
-          res->write(chunk(json::array({{{"index", ci}, {"text", text}, {"logprobs", lp}, {"finish_reason", fr}}})));
+          if (gs->echo && first) text = gs->echo_text[pi] + text;
+          json choice = {{"index", ci}, {"text", text}, {"logprobs", lp}, {"finish_reason", fr}};
+          if (gs->return_token_ids) {
+            if (first) choice["prompt_token_ids"] = gs->prompt_ids[pi];
+            choice["token_ids"] = ev.tokens;
+          }
+          res->write(chunk(json::array({choice})));
         }
       }
       if (ev.finish == engine::FinishReason::kNone) return;
@@ -282,17 +296,22 @@ void Server::Impl::handle_generate(Endpoint ep, const HttpRequest& req, std::sha
       for (size_t i = 0; i < gs->choices.size(); ++i) {
         Choice& ch = gs->choices[i];
         json lp = ch.logprobs.empty() ? json() : self->logprobs_json(gs->ep, ch.logprobs, 0);
+        json choice;
         if (gs->ep == Endpoint::kChat) {
-          choices.push_back({{"index", i}, {"message", {{"role", "assistant"}, {"content", ch.text}}},
-                             {"logprobs", lp}, {"finish_reason", engine::finish_reason_name(ch.finish)}});
+          choice = {{"index", i}, {"message", {{"role", "assistant"}, {"content", ch.text}}},
+                    {"logprobs", lp}, {"finish_reason", engine::finish_reason_name(ch.finish)}};
         } else {
           std::string text = gs->echo ? gs->echo_text[i / gs->n] + ch.text : ch.text;
-          choices.push_back({{"index", i}, {"text", text}, {"logprobs", lp},
-                             {"finish_reason", engine::finish_reason_name(ch.finish)}});
+          choice = {{"index", i}, {"text", text}, {"logprobs", lp},
+                    {"finish_reason", engine::finish_reason_name(ch.finish)}};
+          if (gs->return_token_ids) choice["prompt_token_ids"] = gs->prompt_ids[i / gs->n];
         }
+        if (gs->return_token_ids) choice["token_ids"] = ch.tokens;
+        choices.push_back(std::move(choice));
       }
       json j = {{"id", gs->id}, {"object", gs->ep == Endpoint::kChat ? "chat.completion" : "text_completion"},
                 {"created", gs->created}, {"model", gs->model}, {"choices", choices}, {"usage", usage_json()}};
+      if (gs->return_token_ids && gs->ep == Endpoint::kChat) j["prompt_token_ids"] = gs->prompt_ids[0];
       res->send(200, "application/json", dump_json(j));
     };
     Ticket t = engine->submit(std::move(params), on_event);

@@ -46,9 +46,15 @@ struct ModelDesc {
   int64_t params_active = 0;
   // Bytes of all weight tensors in the file the desc was read from (GGUF only; 0 otherwise).
   uint64_t weights_file_bytes = 0;
+  // Of those, token_embd.weight and output.weight (0 when absent: tied, or not a GGUF).
+  // GGUF files often store these at another type than the rest (Q6_K, Q8_0).
+  uint64_t embed_file_bytes = 0;
+  uint64_t output_file_bytes = 0;
 
   kv::KvShape kv_shape() const;
   bool is_moe() const { return num_experts > 0; }
+  // Parameters of the output head (vocab x hidden): one matmul per logits row.
+  int64_t head_params() const { return int64_t{vocab} * hidden; }
 };
 
 struct ParamEstimate {

@@ -104,6 +104,8 @@ Expected<ModelDesc> load_gguf_model(const std::string& path) {
   for (const auto& t : f.tensors()) {
     params += static_cast<int64_t>(t.n_elements);
     bytes += t.n_bytes;
+    if (t.name == "token_embd.weight") m.embed_file_bytes = t.n_bytes;
+    if (t.name == "output.weight") m.output_file_bytes = t.n_bytes;
   }
   m.weights_file_bytes = bytes;
   const ParamEstimate e = estimate_params(m);

@@ -35,6 +35,7 @@ StepWork step_work(const PlanInput& p, const sched::StepPlan& plan) {
     if (n == 0) continue;
     const int64_t end = s.start_pos + n;
     w.num_tokens += n;
+    if (s.wants_logits) ++w.num_logits_rows;
     // New token at position i attends to keys 0..i: i + 1 keys.
     w.attended_keys += sum_min(s.start_pos + 1, end, std::numeric_limits<int64_t>::max());
     w.attended_keys_local += sum_min(s.start_pos + 1, end, rank.sliding_window > 0 ? rank.sliding_window : end);
@@ -49,6 +50,8 @@ StepCost step_cost(const PlanInput& p, const StepWork& w) {
   const HardwareDesc& hw = p.hw;
   const double tp = p.tp;
   const double N = static_cast<double>(w.num_tokens);
+  const double R = static_cast<double>(w.num_logits_rows);
+  const double V = m.vocab;
   // Attention: QK^T and PV, 2 FLOPs per multiply-add.
   const bool mla = m.attention == kv::AttentionKind::kMLA;
   const double qk_dim = mla ? m.kv_lora_rank + m.qk_rope_head_dim : m.head_dim;
@@ -56,20 +59,41 @@ StepCost step_cost(const PlanInput& p, const StepWork& w) {
   const kv::KvShape shape = m.kv_shape();
   const double attn_flops = 2.0 * m.num_heads * (qk_dim + v_dim) *
                             (w.attended_keys * shape.num_global_layers() + w.attended_keys_local * shape.num_local_layers());
+  // The embedding table(s) are in the parameter counts: one when tied (it is also the head), else two.
+  const double head_params = static_cast<double>(m.head_params());
+  const double tables = m.tied_embeddings ? 1.0 : 2.0;
+  const double body_active = std::max(0.0, static_cast<double>(m.params_active) - tables * head_params);
+  const double body_total = std::max(0.0, static_cast<double>(m.params_total) - tables * head_params);
   StepCost c;
-  c.flops = (2.0 * static_cast<double>(m.params_active) * N + attn_flops) / tp;
+  c.head_flops = 2.0 * head_params * R / tp;
+  c.sampling_flops = kSamplingFlopsPerLogit * V * R;
+  c.flops = (2.0 * body_active * N + attn_flops) / tp + c.head_flops + c.sampling_flops;
 
-  // Weights read this step: dense part + the experts the tokens touch.
-  double frac_read = 1.0;
-  if (m.is_moe() && m.num_experts > m.experts_per_token && N > 0) {
+  // Weights: bytes of the embedding table and the head (from the file when known, else at
+  // the average bytes per parameter) and of the body.
+  const double all_bytes = p.weights_from_file ? static_cast<double>(m.weights_file_bytes)
+                                               : static_cast<double>(m.params_total) * p.weights.bytes_per_param;
+  const double per_param = m.params_total > 0 ? all_bytes / static_cast<double>(m.params_total) : 0.0;
+  const bool file_split = p.weights_from_file && m.embed_file_bytes > 0;
+  const double embed_bytes = file_split ? static_cast<double>(m.embed_file_bytes) : head_params * per_param;
+  const double head_bytes = m.tied_embeddings ? embed_bytes
+                            : file_split && m.output_file_bytes > 0 ? static_cast<double>(m.output_file_bytes)
+                                                                    : head_params * per_param;
+  const double body_bytes = std::max(0.0, all_bytes - embed_bytes - (m.tied_embeddings ? 0.0 : head_bytes));
+  // The body's share read this step: the dense part + the experts the tokens touch.
+  double body_frac = 1.0;
+  if (m.is_moe() && m.num_experts > m.experts_per_token && N > 0 && body_total > 0) {
     const double E = m.num_experts, k = m.experts_per_token;
     const double expert_params = static_cast<double>(m.params_total - m.params_active) * E / (E - k);
     const double touched = 1.0 - std::pow(1.0 - k / E, N);
-    frac_read = (static_cast<double>(m.params_total) - expert_params * (1.0 - touched)) / static_cast<double>(m.params_total);
+    body_frac = std::max(0.0, (body_total - expert_params * (1.0 - touched)) / body_total);
   }
-  const double weight_bytes = p.weights_from_file ? static_cast<double>(m.weights_file_bytes)
-                                                  : static_cast<double>(m.params_total) * p.weights.bytes_per_param;
-  c.bytes = (N > 0 ? weight_bytes * frac_read / tp : 0.0) + w.kv_bytes_read + w.kv_bytes_written;
+  // Looked-up embedding rows; a tied table the head reads whole holds them already.
+  const double rows_bytes = V > 0 ? std::min(N, V) * embed_bytes / V : 0.0;
+  const double table_bytes = R > 0 ? (m.tied_embeddings ? head_bytes : rows_bytes + head_bytes) : rows_bytes;
+  c.weight_bytes = N > 0 ? (body_bytes * body_frac + table_bytes) / tp : 0.0;
+  c.sampling_bytes = kSamplingBytesPerLogit * V * R;
+  c.bytes = c.weight_bytes + w.kv_bytes_read + w.kv_bytes_written + c.sampling_bytes;
 
   const bool fp8_math = !p.weights_from_file && p.weights.bytes_per_param <= 1.0 && hw.peak_fp8_flops > 0;
   const double peak = fp8_math ? hw.peak_fp8_flops : hw.peak_bf16_flops;
@@ -136,6 +160,7 @@ Expected<SimResult> simulate(const SimConfig& cfg, const std::vector<SimRequest>
   sc.max_num_seqs = cfg.max_num_seqs;
   sc.max_num_batched_tokens = cfg.max_num_batched_tokens;
   sc.max_model_len = p.model.max_context;
+  sc.policy = cfg.schedule_lpm ? sched::SchedulePolicy::kLpm : sched::SchedulePolicy::kFcfs;
   sched::Scheduler scheduler(sc, &kvm);
 
   SimResult res;

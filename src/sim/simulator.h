@@ -1,16 +1,31 @@
 // `pagoda sim`: the real sched::Scheduler and kv::KvManager driven step by step
 // by a roofline cost model instead of a model, on hardware that is not here.
 //
-// Cost of one engine step on one TP rank (tp ranks work in parallel):
-//   compute = (2 x params_active x tokens + attention FLOPs) / tp / (peak x compute_efficiency)
-//             attention FLOPs = 4 x heads x head_dim x (keys each new token attends to), per layer
+// Cost of one engine step on one TP rank (tp ranks work in parallel). N = new
+// tokens computed (prefill chunks + decodes), R = logits rows (sequences that
+// sample this step: the engine runs the output head on the last token of each
+// such sequence only, so a prefill chunk that does not reach the end of the
+// prompt costs no head at all), V = vocab, h = hidden:
+//   compute = FLOPs / (peak x compute_efficiency)
+//     FLOPs = (2 x body_params x N + attention FLOPs + 2 x V x h x R) / tp + sampling FLOPs
+//             body_params = active params without the embedding table(s): the
+//             lookup is no matmul and the head is charged per row
+//             attention FLOPs = 2 x heads x (qk_dim + v_dim) x (keys each new token attends to), per layer
 //             (sliding-window layers attend to at most the window)
-//   memory  = (weights read + KV read + KV written) / (bandwidth x bandwidth_efficiency)
-//             weights read = dense weights + the experts the step's tokens touch (MoE:
-//             E x (1 - (1 - k/E)^tokens) of E experts), per rank: / tp
+//             sampling FLOPs = kSamplingFlopsPerLogit x V x R (a few linear passes over each row)
+//   memory  = bytes / (bandwidth x bandwidth_efficiency)
+//     bytes = weights read / tp + KV read + KV written + sampling bytes
+//             weights read = body weights (MoE: E x (1 - (1 - k/E)^N) of E experts touched)
+//                          + the N embedding rows looked up
+//                          + the head's V x h weights when R > 0 (tied: the same table, counted once)
+//             sampling bytes = R x V x 4 x 2 (fp32 logits written by the head, read back by the sampler)
 //   step    = max(compute, memory) + step_overhead_s
 // peak = fp8 peak when the weights are fp8/int8 and the device has one, else bf16.
-// Not modelled: TP all-reduce time, sampling, kernel-launch variation, CPU stalls.
+// Sampling is not split over TP ranks (every rank, or the driver, sees whole rows).
+// Not modelled: TP all-reduce / all-gather time (2 per layer, ~2 (tp - 1)/tp x N x h
+// x 2 bytes each over the interconnect), the O(V log V) sorts of top-k / top-p and
+// the penalties (the sampling charge is greedy/softmax-like linear passes), host <-> device
+// copies and syncs, kernel-launch variation, CPU stalls.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -28,6 +43,7 @@ struct SimConfig {
   int32_t max_num_seqs = 256;
   int32_t max_num_batched_tokens = 8192;
   bool enable_prefix_caching = true;
+  bool schedule_lpm = false;           // admission: longest cached prefix first (else arrival order)
   int32_t max_num_blocks = 1 << 22;    // cap on the simulated pool (bookkeeping memory)
   // Client-side limit, as `pagoda bench --max-concurrency C`: at most C requests in
   // flight; the next is submitted when one finishes and its TTFT counts from that
@@ -35,9 +51,18 @@ struct SimConfig {
   int32_t max_concurrency = 0;
 };
 
+// FLOPs per logit of sampling one row (max, exp, sum, scale, draw: linear passes).
+inline constexpr double kSamplingFlopsPerLogit = 5.0;
+// Bytes per logit of sampling one row: fp32 written by the head, read by the sampler.
+inline constexpr double kSamplingBytesPerLogit = 8.0;
+
 struct StepCost {
-  double flops = 0;           // per rank
-  double bytes = 0;           // per rank
+  double flops = 0;           // per rank, all of the below included
+  double bytes = 0;           // per rank, all of the below included
+  double head_flops = 0;      // output head: 2 x vocab x hidden per logits row, / tp
+  double sampling_flops = 0;  // kSamplingFlopsPerLogit x vocab per logits row
+  double weight_bytes = 0;    // weights read, per rank
+  double sampling_bytes = 0;  // kSamplingBytesPerLogit x vocab per logits row
   double compute_s = 0;
   double memory_s = 0;
   double total_s = 0;         // max(compute, memory) + overhead
@@ -46,6 +71,7 @@ struct StepCost {
 // The work of one step, as the cost model needs it.
 struct StepWork {
   int64_t num_tokens = 0;          // new tokens computed (prefill chunks + decodes)
+  int64_t num_logits_rows = 0;     // sequences that sample this step (wants_logits)
   double attended_keys = 0;        // sum over new tokens of keys attended, global layers
   double attended_keys_local = 0;  // same, capped at the window, local layers
   double kv_bytes_read = 0;        // per rank

@@ -18,9 +18,8 @@
 
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
-
 #include "base/rng.h"
+#include "common/reference_jsonl.h"
 #include "engine/engine.h"
 #include "gguf/synth.h"
 #include "tok/tokenizer.h"
@@ -47,29 +46,12 @@ inline bool quick_mode() {
 }
 inline int scaled(int full, int quick) { return quick_mode() ? quick : full; }
 
-inline std::string stories_path() { return std::string(PAGODA_SHARED_MODELS) + "/stories260K.gguf"; }
+// stories260K and its reference outputs: tests/common/reference_jsonl.h.
+using testutil::load_references;
+using testutil::Reference;
+using testutil::stories_path;
 inline std::string smollm_path() { return std::string(PAGODA_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf"; }
 inline bool file_exists(const std::string& p) { return std::ifstream(p).good(); }
-
-struct Reference {
-  std::string prompt;
-  std::vector<int32_t> prompt_tokens;
-  std::vector<int32_t> generated_tokens;
-  std::string text;
-};
-
-inline std::vector<Reference> load_references() {
-  std::vector<Reference> out;
-  std::ifstream f(std::string(PAGODA_SHARED_MODELS) + "/stories260K.reference.jsonl");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.empty()) continue;
-    const auto j = nlohmann::json::parse(line);
-    out.push_back({j.at("prompt").get<std::string>(), j.at("prompt_tokens").get<std::vector<int32_t>>(),
-                   j.at("generated_tokens").get<std::vector<int32_t>>(), j.at("text").get<std::string>()});
-  }
-  return out;
-}
 
 // A config for `path` with a pool of `pool_tokens` tokens (rounded up to blocks,
 // plus the null block), so tests do not allocate the 256 MiB default.

@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "base/fp16.h"
 #include "kernels/api.h"
 #include "kernels/kernel_test_util.h"
 
@@ -35,16 +38,30 @@ std::vector<int64_t> cols_for(GgmlType t) {
   return {256, 512, 768};
 }
 
+// f16 min m of block b of a Q4_1/Q5_1 row (0 for the other types).
+double block_min(const WeightView& w, int64_t r, int64_t b) {
+  if (w.type != GgmlType::Q4_1 && w.type != GgmlType::Q5_1) return 0.0;
+  const uint8_t* blk = static_cast<const uint8_t*>(w.data) + r * w.row_bytes + b * ggml_type_info(w.type).type_size;
+  uint16_t h;
+  std::memcpy(&h, blk + 2, 2);
+  return fp16_to_fp32(h);
+}
+
 // Per-output tolerance.
-// * Types that quantize x to 8 bits per block of 32 (d = amax/127, round to
-//   nearest): each x_c moves by at most d_b / 2, so |dy| <= sum_b d_b/2 * sum_{c in b} |w_c|;
-//   plus float rounding of the per-group accumulation (a few ops per 32 values,
-//   each relative 2^-24 of terms bounded by 2 * max|w_b| * sum|x_b|), taken as 1e-5 of that.
+// * Types that quantize x to 8 bits per block of 32 like ggml (d = f16(amax/127),
+//   q = round(x * 127/amax)): x_c becomes q_c * d16, off by at most
+//   d/2 (rounding) + 127 * |d16 - d| <= amax * (1/254 + 2^-11). A Q4_1/Q5_1 block's
+//   min term m * s uses s = f16(d * sum q), off from sum_c x_c by at most
+//   32 * amax * (1/254 + 2^-11) too; the other weights are q_w * d_w with
+//   |q_w * d_w| <= |w_c| + |m|. Plus float rounding of the per-group accumulation
+//   (a few ops per 32 values, each relative 2^-24 of terms bounded by
+//   2 * max|w_b| * sum|x_b|), taken as 1e-5 of that.
 // * Float-path types: classic dot-product bound K * 2^-24 * sum |w_c x_c|, doubled.
 std::vector<double> tolerances(const WeightView& w, const std::vector<float>& x, int64_t n_tokens) {
   std::vector<double> tol(static_cast<size_t>(n_tokens * w.rows));
   std::vector<float> row(static_cast<size_t>(w.cols));
   const bool q = quantizes_activations(w.type);
+  const double per_amax = 1.0001 / 254.0 + 1.001 * 0x1.0p-11;
   for (int64_t r = 0; r < w.rows; ++r) {
     dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + r * w.row_bytes, w.cols, row.data());
     for (int64_t t = 0; t < n_tokens; ++t) {
@@ -53,13 +70,14 @@ std::vector<double> tolerances(const WeightView& w, const std::vector<float>& x,
       if (q) {
         for (int64_t b = 0; b < w.cols / 32; ++b) {
           double amax = 0, wsum = 0, wmax = 0, xsum = 0;
+          const double m = std::fabs(block_min(w, r, b));
           for (int64_t c = b * 32; c < b * 32 + 32; ++c) {
             amax = std::max(amax, std::fabs(static_cast<double>(xt[c])));
-            wsum += std::fabs(row[c]);
+            wsum += std::fabs(row[c]) + m;
             wmax = std::max(wmax, std::fabs(static_cast<double>(row[c])));
             xsum += std::fabs(xt[c]);
           }
-          bound += amax / 127.0 / 2.0 * wsum * 1.0001 + 1e-5 * 2 * wmax * xsum;
+          bound += amax * per_amax * (wsum + 32 * m) + 1e-5 * 2 * (wmax + m) * xsum;
         }
       } else {
         double s = 0;
@@ -70,6 +88,93 @@ std::vector<double> tolerances(const WeightView& w, const std::vector<float>& x,
     }
   }
   return tol;
+}
+
+// ---- ggml's integer dot products, emulated in double --------------------------------
+// Written from ggml's x86 quantize_row_q8_0/q8_1 and ggml_vec_dot_{q4_0,q4_1,q5_0,
+// q5_1,q8_0}_q8_{0,1}: the only rounding left in cpu::matmul is float summation.
+struct GgmlQ8Block {
+  int32_t q[32];
+  double d16;  // f16(amax / 127)
+  double s16;  // f16(f32(amax / 127) * sum q)  (block_q8_1's s)
+};
+
+GgmlQ8Block ggml_quantize_block(const float* x) {
+  float amax = 0.0f;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float d = amax / 127.0f;
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  GgmlQ8Block b;
+  int32_t sum = 0;
+  for (int i = 0; i < 32; ++i) {
+    b.q[i] = static_cast<int32_t>(std::nearbyint(x[i] * id));  // round half to even (default mode)
+    sum += b.q[i];
+  }
+  b.d16 = fp16_to_fp32(fp32_to_fp16(d));
+  b.s16 = fp16_to_fp32(fp32_to_fp16(d * static_cast<float>(sum)));
+  return b;
+}
+
+// Integer weights of block b: dequantized with d = 1 and m = 0, so Q4_0/Q5_0
+// give q - 8 / q - 16 as ggml's dot products use them.
+void weight_block_ints(const WeightView& w, int64_t r, int64_t b, int32_t* qw, double* dw, double* mw) {
+  const auto& info = ggml_type_info(w.type);
+  const uint8_t* blk = static_cast<const uint8_t*>(w.data) + r * w.row_bytes + b * info.type_size;
+  std::vector<uint8_t> copy(blk, blk + info.type_size);
+  uint16_t dh;
+  std::memcpy(&dh, blk, 2);
+  *dw = fp16_to_fp32(dh);
+  *mw = block_min(w, r, b);
+  testing::put_f16(copy.data(), 1.0f);
+  if (w.type == GgmlType::Q4_1 || w.type == GgmlType::Q5_1) testing::put_f16(copy.data() + 2, 0.0f);
+  float v[32];
+  dequantize_row(w.type, copy.data(), 32, v);
+  for (int i = 0; i < 32; ++i) qw[i] = static_cast<int32_t>(v[i]);
+}
+
+// cpu::matmul of the 8-bit types equals ggml's formula up to float summation:
+// y = sum_b d_w * d16_x * sum(q_w * q_x) [+ m_w * s16_x], within 1e-5 of the sum of
+// the terms' magnitudes. An f32 d (not rounded to f16) or a different rounding
+// of q would miss by ~1e-4 or more.
+TEST(Matmul, MatchesGgmlIntegerDotProducts) {
+  IsaScope scope("auto");
+  uint64_t seed = 300;
+  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0}) {
+    const int64_t rows = 37, cols = 576, n_tokens = 3;
+    auto w = make_weight(type, rows, cols, seed++);
+    auto x = random_vec(static_cast<size_t>(n_tokens * cols), seed++);
+    for (int i = 0; i < 32; ++i) x[i] = static_cast<float>(i % 2 == 0 ? 2.5 : -3.5) * (i == 0 ? 50.8f : 1.0f);
+    std::vector<double> want(static_cast<size_t>(n_tokens * rows)), tol(want.size());
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      for (int64_t r = 0; r < rows; ++r) {
+        double y = 0, mag = 0;
+        for (int64_t b = 0; b < cols / 32; ++b) {
+          const GgmlQ8Block xb = ggml_quantize_block(x.data() + t * cols + b * 32);
+          int32_t qw[32];
+          double dw, mw;
+          weight_block_ints(w.view, r, b, qw, &dw, &mw);
+          int64_t dot = 0, adot = 0;
+          for (int i = 0; i < 32; ++i) {
+            dot += static_cast<int64_t>(qw[i]) * xb.q[i];
+            adot += std::abs(static_cast<int64_t>(qw[i]) * xb.q[i]);
+          }
+          // ggml's q8_1 s only enters with a min; Q4_0/Q5_0 carry their offset in qw.
+          y += dw * xb.d16 * static_cast<double>(dot) + mw * xb.s16;
+          mag += std::fabs(dw * xb.d16) * static_cast<double>(adot) + std::fabs(mw * xb.s16);
+        }
+        want[t * rows + r] = y;
+        tol[t * rows + r] = 1e-5 * mag + 1e-30;
+      }
+    }
+    for (const auto& isa : testing::isas()) {
+      ASSERT_TRUE(cpu::set_isa(isa.c_str()));
+      std::vector<float> got(want.size());
+      cpu::matmul(w.view, x.data(), n_tokens, got.data());
+      std::vector<float> wantf(want.begin(), want.end());
+      ASSERT_TRUE(WithinTol(got.data(), wantf.data(), tol.data(), got.size()))
+          << ggml_type_info(type).name << " isa=" << cpu::isa_name();
+    }
+  }
 }
 
 // Every type x odd shape x token count, checked on every ISA path against one

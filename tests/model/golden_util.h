@@ -1,13 +1,13 @@
 // Shared helpers of the model/runtime golden tests: the stories260K reference
-// file and a greedy single-sequence generation loop through ModelRunner + Sampler.
+// file (common/reference_jsonl.h) and a greedy single-sequence generation loop
+// through ModelRunner + Sampler.
 #pragma once
-#include <fstream>
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "common/reference_jsonl.h"
 #include "model/model.h"
 #include "runtime/model_runner.h"
 #include "runtime/sequence.h"
@@ -15,27 +15,10 @@
 
 namespace pagoda::golden {
 
-inline std::string stories_path() { return std::string(PAGODA_SHARED_MODELS) + "/stories260K.gguf"; }
-
-struct Reference {
-  std::string prompt;
-  std::vector<int32_t> prompt_tokens;
-  std::vector<int32_t> generated_tokens;
-  std::string text;
-};
-
-inline std::vector<Reference> load_references() {
-  std::vector<Reference> out;
-  std::ifstream f(std::string(PAGODA_SHARED_MODELS) + "/stories260K.reference.jsonl");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.empty()) continue;
-    const auto j = nlohmann::json::parse(line);
-    out.push_back({j.at("prompt").get<std::string>(), j.at("prompt_tokens").get<std::vector<int32_t>>(),
-                   j.at("generated_tokens").get<std::vector<int32_t>>(), j.at("text").get<std::string>()});
-  }
-  return out;
-}
+// stories260K and its reference outputs: tests/common/reference_jsonl.h.
+using testutil::load_references;
+using testutil::Reference;
+using testutil::stories_path;
 
 struct GenOptions {
   int32_t block_size = 16;

@@ -4,6 +4,7 @@
 // next token as a hash of the request id and the whole context it reads back
 // through the block table. A wrong block, a lost copy or a bad prefix hit
 // changes the sampled tokens, which tests compare with expected_outputs().
+// A slice with fork_ids gives one output per id from the same context.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -62,14 +63,17 @@ class FakeRunner {
         EXPECT_EQ(s.pos, pos) << "request " << seq.request_id << " reads a slot written for another position";
         context[static_cast<size_t>(pos)] = s.token;
       }
-      SeqOutput o;
-      o.request_id = seq.request_id;
-      o.token = next_token(seq.request_id, context, vocab_);
-      // Outputs after this one = context beyond the original prompt, plus this token.
-      const int32_t produced = end - prompt_len(seq.request_id) + 1;
-      auto e = eos_len_.find(seq.request_id);
-      o.finished = e != eos_len_.end() && produced >= e->second;
-      outs.push_back(o);
+      // The request, then the children it forks into (same context, own "sampler").
+      for (size_t k = 0; k <= seq.fork_ids.size(); ++k) {
+        SeqOutput o;
+        o.request_id = k == 0 ? seq.request_id : seq.fork_ids[k - 1];
+        o.token = next_token(o.request_id, context, vocab_);
+        // Outputs after this one = context beyond the original prompt, plus this token.
+        const int32_t produced = end - prompt_len(o.request_id) + 1;
+        auto e = eos_len_.find(o.request_id);
+        o.finished = e != eos_len_.end() && produced >= e->second;
+        outs.push_back(o);
+      }
     }
     return outs;
   }

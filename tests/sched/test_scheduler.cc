@@ -10,166 +10,18 @@
 #include <sstream>
 
 #include "base/rng.h"
-#include "sched/scheduler.h"
-#include "fake_runner.h"
+#include "harness.h"
 
 namespace pagoda::sched {
 namespace {
 
 using testing::FakeRunner;
-using Tokens = std::vector<TokenId>;
-constexpr int32_t kVocab = 500;
-
-Tokens iota_tokens(TokenId start, int n) {
-  Tokens t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), start);
-  return t;
-}
-
-kv::KvConfig kv_config(int32_t num_blocks, int32_t block_size, double watermark = 0.01) {
-  kv::KvConfig c;
-  c.num_blocks = num_blocks;
-  c.block_size = block_size;
-  c.watermark = watermark;
-  c.model_fingerprint = 99;
-  return c;
-}
-
-// Drives scheduler + fake runner and checks every step.
-class Harness {
- public:
-  Harness(const SchedulerConfig& sc, const kv::KvConfig& kc)
-      : kv_(kc), sched_(sc, &kv_), runner_(kc.num_blocks, kc.block_size, kVocab) {}
-
-  Status add(RequestId id, Tokens prompt, int32_t max_tokens, int32_t eos_len = INT_MAX, std::string salt = "") {
-    NewRequest r;
-    r.id = id;
-    r.prompt = prompt;
-    r.max_tokens = max_tokens;
-    r.cache_salt = std::move(salt);
-    Status st = sched_.add_request(std::move(r));
-    if (st.ok()) {
-      expected_[id] = testing::expected_outputs(id, prompt, max_tokens, eos_len, kVocab);
-      runner_.set_prompt_len(id, static_cast<int32_t>(prompt.size()));
-      if (eos_len != INT_MAX) runner_.set_eos_len(id, eos_len);
-    }
-    return st;
-  }
-
-  // One engine step; abort_mid (if set) is aborted between the run and update().
-  StepPlan step(RequestId abort_mid = 0) {
-    const std::vector<RequestId> waiting_before = sched_.waiting_ids();
-    StepPlan plan = sched_.schedule();
-    check_plan(plan, waiting_before);
-    std::vector<SeqOutput> outs = runner_.execute(plan);
-    if (abort_mid != 0) abort(abort_mid);
-    for (FinishedRequest& f : sched_.update(plan, outs)) {
-      EXPECT_EQ(f.output_tokens, expected_[f.id]) << "request " << f.id << " output differs";
-      EXPECT_TRUE(finished_.emplace(f.id, f).second) << "request " << f.id << " finished twice";
-    }
-    EXPECT_EQ(sched_.check_invariants(), "") << "step " << sched_.stats().num_steps;
-    ++steps_;
-    return plan;
-  }
-
-  bool abort(RequestId id) {
-    const bool ok = sched_.abort(id);
-    if (ok) aborted_.insert(id);
-    return ok;
-  }
-
-  // Runs until nothing is left; returns the number of steps.
-  int run_to_completion(int max_steps) {
-    int n = 0;
-    while (sched_.has_unfinished() && n < max_steps && !::testing::Test::HasFailure()) {
-      step();
-      ++n;
-    }
-    if (sched_.has_unfinished()) {
-      std::ostringstream dump;
-      dump << "running:";
-      for (RequestId id : sched_.running_ids()) {
-        const Request* r = sched_.find(id);
-        dump << " " << id << "(" << r->num_computed_tokens << "/" << r->num_tokens() << ")";
-      }
-      dump << " waiting:";
-      for (RequestId id : sched_.waiting_ids()) {
-        const Request* r = sched_.find(id);
-        dump << " " << id << "(" << request_state_name(r->state) << " " << r->num_tokens() << " def "
-             << r->deferred_steps << ")";
-      }
-      dump << " free blocks " << kv_.num_free_blocks();
-      ADD_FAILURE() << dump.str().substr(0, 2000);
-    }
-    EXPECT_FALSE(sched_.has_unfinished()) << "requests left after " << max_steps << " steps";
-    return n;
-  }
-
-  void expect_all_done_and_pool_free() {
-    for (const auto& [id, out] : expected_) {
-      EXPECT_TRUE(finished_.count(id) + aborted_.count(id) == 1) << "request " << id << " lost";
-    }
-    const kv::KvStats st = kv_.stats();
-    EXPECT_EQ(st.num_used, 0);
-    EXPECT_EQ(kv_.num_free_blocks(), kv_.num_usable_blocks());
-    EXPECT_EQ(kv_.num_seqs(), 0);
-  }
-
-  kv::KvManager& kv() { return kv_; }
-  Scheduler& sched() { return sched_; }
-  FakeRunner& runner() { return runner_; }
-  const std::map<RequestId, FinishedRequest>& finished() const { return finished_; }
-  int64_t max_deferred_steps = 0;
-
- private:
-  void check_plan(const StepPlan& plan, const std::vector<RequestId>& waiting_before) {
-    const SchedulerConfig& c = sched_.config();
-    EXPECT_LE(plan.num_tokens(), c.max_num_batched_tokens);
-    EXPECT_LE(sched_.num_running(), c.max_num_seqs);
-    std::set<RequestId> ids;
-    for (const ScheduledSeq& s : plan.seqs) {
-      EXPECT_TRUE(ids.insert(s.request_id).second) << "request scheduled twice in a step";
-      EXPECT_FALSE(s.token_ids.empty());
-      EXPECT_GE(static_cast<int64_t>(s.block_ids.size()) * kv_.block_size(),
-                s.start_pos + static_cast<int64_t>(s.token_ids.size()));
-    }
-    // FIFO fairness: a request admitted this step passed only requests that
-    // were admitted too or deferred for in-flight dedup.
-    std::set<RequestId> deferred(plan.deferred.begin(), plan.deferred.end());
-    std::set<RequestId> skipped;
-    for (RequestId w : waiting_before) {
-      if (ids.count(w)) {
-        for (RequestId s : skipped) {
-          EXPECT_TRUE(deferred.count(s)) << "request " << w << " admitted past " << s << " which was not deferred";
-        }
-      } else {
-        skipped.insert(w);
-      }
-    }
-    for (RequestId d : plan.deferred) {
-      const Request* r = sched_.find(d);
-      ASSERT_NE(r, nullptr);
-      EXPECT_LE(r->deferred_steps, c.max_dedup_defer_steps);
-      max_deferred_steps = std::max<int64_t>(max_deferred_steps, r->deferred_steps);
-    }
-  }
-
-  kv::KvManager kv_;
-  Scheduler sched_;
-  FakeRunner runner_;
-  std::map<RequestId, Tokens> expected_;
-  std::map<RequestId, FinishedRequest> finished_;
-  std::set<RequestId> aborted_;
-  int steps_ = 0;
-};
-
-SchedulerConfig sched_config(int32_t budget, int32_t max_seqs, int32_t max_len = 2048) {
-  SchedulerConfig c;
-  c.max_num_batched_tokens = budget;
-  c.max_num_seqs = max_seqs;
-  c.max_model_len = max_len;
-  return c;
-}
+using testing::Harness;
+using testing::iota_tokens;
+using testing::kv_config;
+using testing::kVocab;
+using testing::sched_config;
+using testing::Tokens;
 
 TEST(Scheduler, RejectsImpossibleRequestsAtAdd) {
   Harness h(sched_config(2048, 64, 512), kv_config(17, 16, 0.0));  // 16 usable blocks = 256 tokens
@@ -387,9 +239,11 @@ TEST(Scheduler, ExhaustionPreemptsAndOutputsAreUnaffected) {
   h.expect_all_done_and_pool_free();
 }
 
-TEST(Scheduler, RandomTenThousandSteps) {
+void random_soak(SchedulePolicy policy) {
   SchedulerConfig sc = sched_config(256, 16, 512);
   sc.max_dedup_defer_steps = 6;
+  sc.policy = policy;
+  sc.max_lpm_overtake_steps = 8;
   Harness h(sc, kv_config(129, 16));  // 128 usable blocks = 2048 tokens
   Rng rng(2024);
   // Shared prefixes so that hits and in-flight dedup happen.
@@ -454,7 +308,15 @@ TEST(Scheduler, RandomTenThousandSteps) {
   EXPECT_GT(ks.prefix_hit_tokens, 0);
   EXPECT_GT(st.num_aborted, 100);
   EXPECT_GT(h.finished().size(), 1000u);
+  if (policy == SchedulePolicy::kLpm) {
+    std::printf("lpm: max overtaken steps %lld\n", static_cast<long long>(h.max_overtaken_steps));
+    EXPECT_GT(h.max_overtaken_steps, 0);  // the policy did reorder
+  }
 }
+
+TEST(Scheduler, RandomTenThousandSteps) { random_soak(SchedulePolicy::kFcfs); }
+
+TEST(Scheduler, RandomTenThousandStepsLongestPrefixFirst) { random_soak(SchedulePolicy::kLpm); }
 
 }  // namespace
 }  // namespace pagoda::sched

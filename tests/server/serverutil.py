@@ -35,7 +35,8 @@ class PagodaServer:
             self.proc.kill()
             raise RuntimeError("server did not start:\n" + "".join(self.log))
         # Keep draining stderr so the server never blocks on a full pipe.
-        threading.Thread(target=self._drain, daemon=True).start()
+        self._drainer = threading.Thread(target=self._drain, daemon=True)
+        self._drainer.start()
         return self
 
     def _drain(self):
@@ -63,4 +64,8 @@ class PagodaServer:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+                self.proc.wait()
+        if self.proc and getattr(self, "_drainer", None):
+            self._drainer.join(timeout=5)  # reads to EOF now that the process is gone
+            self.proc.stderr.close()
         return False

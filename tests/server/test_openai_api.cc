@@ -57,6 +57,16 @@ TEST(OpenAiApi, ChatMessagesAndLimits) {
   EXPECT_EQ(ok(Endpoint::kChat, R"({"messages":[{"role":"user","content":"x"}]})").params.max_tokens, -1);
 }
 
+TEST(OpenAiApi, ReturnTokenIdsAndIgnoreEos) {
+  EXPECT_FALSE(ok(Endpoint::kCompletions, R"({"prompt":"a"})").return_token_ids);
+  auto r = ok(Endpoint::kCompletions, R"({"prompt":"a","return_token_ids":true,"ignore_eos":true})");
+  EXPECT_TRUE(r.return_token_ids);
+  EXPECT_TRUE(r.params.ignore_eos);
+  EXPECT_TRUE(ok(Endpoint::kChat, R"({"messages":[{"role":"user","content":"x"}],"return_token_ids":true})")
+                  .return_token_ids);
+  EXPECT_EQ(err(Endpoint::kCompletions, R"({"prompt":"a","return_token_ids":1})").param, "return_token_ids");
+}
+
 TEST(OpenAiApi, RejectsWithParamAndMessage) {
   ApiError e = err(Endpoint::kCompletions, R"({"prompt":"a","max_tokens":-2})");
   EXPECT_EQ(e.status, 400);

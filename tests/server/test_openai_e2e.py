@@ -10,6 +10,7 @@ import os
 import sys
 import threading
 import unittest
+import urllib.request
 
 import openai
 
@@ -19,6 +20,20 @@ from serverutil import PagodaServer  # noqa: E402
 BINARY, SHARED, SMOL = sys.argv[1], sys.argv[2], sys.argv[3]
 STORIES = os.path.join(SHARED, "stories260K.gguf")
 REFERENCE = [json.loads(l) for l in open(os.path.join(SHARED, "stories260K.reference.jsonl"))]
+
+
+def post_json(url, body, timeout=120):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    return json.loads(urllib.request.urlopen(req, timeout=timeout).read())
+
+
+def sse_events(url, body, timeout=120):
+    """POSTs a streaming request; returns the JSON events before data: [DONE]."""
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    text = urllib.request.urlopen(req, timeout=timeout).read().decode()
+    data = [line[5:].strip() for line in text.split("\n") if line.startswith("data:")]
+    assert data and data[-1] == "[DONE]", text[-200:]
+    return [json.loads(d) for d in data[:-1]]
 
 
 class StoriesCompletions(unittest.TestCase):
@@ -104,6 +119,26 @@ class StoriesCompletions(unittest.TestCase):
         r = self.client.completions.create(model="stories", prompt=prompt, max_tokens=2, temperature=0)
         self.assertGreater(r.usage.prompt_tokens_details.cached_tokens, 0)
 
+    def test_return_token_ids(self):
+        # vLLM's extension: the ids of each streamed chunk, the full list non-stream, and the prompt ids.
+        ref = REFERENCE[0]
+        body = {"model": "stories", "prompt": ref["prompt"], "max_tokens": 20, "temperature": 0,
+                "return_token_ids": True}
+        full = post_json(self.srv.url + "/v1/completions", body)
+        self.assertEqual(full["choices"][0]["token_ids"], ref["generated_tokens"][:20])
+        self.assertEqual(full["choices"][0]["prompt_token_ids"], ref["prompt_tokens"])
+        events = sse_events(self.srv.url + "/v1/completions", dict(body, stream=True))
+        chunks = [c for e in events for c in e.get("choices", [])]
+        self.assertEqual(len(chunks), 20)
+        self.assertTrue(all(len(c["token_ids"]) == 1 for c in chunks))
+        self.assertEqual([t for c in chunks for t in c["token_ids"]], ref["generated_tokens"][:20])
+        self.assertEqual(chunks[0]["prompt_token_ids"], ref["prompt_tokens"])
+        self.assertNotIn("prompt_token_ids", chunks[1])
+        self.assertEqual("".join(c["text"] for c in chunks), full["choices"][0]["text"])
+        # Off by default.
+        plain = post_json(self.srv.url + "/v1/completions", dict(body, return_token_ids=False))
+        self.assertNotIn("token_ids", plain["choices"][0])
+
     def test_context_limit_error(self):
         with self.assertRaises(openai.BadRequestError) as cm:
             self.client.completions.create(model="stories", prompt="Once upon a time", max_tokens=100000)
@@ -159,6 +194,19 @@ class SmolChat(unittest.TestCase):
         full = self.client.chat.completions.create(model="smol", messages=msgs, max_tokens=8, temperature=0)
         self.assertEqual(text, full.choices[0].message.content)
         self.assertEqual(usage.completion_tokens, n_lp)
+
+    def test_chat_return_token_ids(self):
+        msgs = [{"role": "user", "content": "Name a color."}]
+        body = {"model": "smol", "messages": msgs, "max_tokens": 6, "temperature": 0, "ignore_eos": True,
+                "return_token_ids": True}
+        ids = post_json(self.srv.url + "/tokenize", {"messages": msgs})["tokens"]
+        full = post_json(self.srv.url + "/v1/chat/completions", body, timeout=300)
+        self.assertEqual(full["prompt_token_ids"], ids)
+        self.assertEqual(len(full["choices"][0]["token_ids"]), 6)
+        events = sse_events(self.srv.url + "/v1/chat/completions", dict(body, stream=True), timeout=300)
+        self.assertEqual(events[0]["prompt_token_ids"], ids)
+        streamed = [t for e in events for c in e["choices"] for t in c["token_ids"]]
+        self.assertEqual(streamed, full["choices"][0]["token_ids"])
 
     def test_cached_tokens_system_prompt(self):
         system = "You are a careful assistant. " * 12

@@ -328,6 +328,9 @@ TEST(SimGguf, Stories260KAndSmolLM2) {
   EXPECT_EQ(m->vocab, 512);
   EXPECT_GT(m->weights_file_bytes, 4u * 200000u);  // ~260K F32 parameters
   EXPECT_EQ(m->weights_file_bytes, static_cast<uint64_t>(m->params_total) * 4u);
+  EXPECT_FALSE(m->tied_embeddings);
+  EXPECT_EQ(m->embed_file_bytes, 512u * 64 * 4);   // token_embd.weight, F32
+  EXPECT_EQ(m->output_file_bytes, 512u * 64 * 4);  // output.weight, F32
   EXPECT_EQ(kv::kv_bytes_per_token(m->kv_shape(), kv::kv_dtype_f32()), 1280u);
 
   const std::string smol = PAGODA_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -339,6 +342,8 @@ TEST(SimGguf, Stories260KAndSmolLM2) {
   EXPECT_EQ(m->head_dim, 64);
   EXPECT_TRUE(m->tied_embeddings);
   EXPECT_EQ(m->params_total, 134515008);
+  EXPECT_EQ(m->embed_file_bytes, 49152u * 576 / 32 * 34);  // token_embd.weight is Q8_0 in this Q4_1 file
+  EXPECT_EQ(m->output_file_bytes, 0u);                      // tied: no output.weight
   const ModelDesc p = preset("SmolLM2-135M");
   EXPECT_EQ(kv::kv_bytes_per_token(m->kv_shape(), kv::kv_dtype_f16()), 23040u);
   EXPECT_EQ(kv::kv_bytes_per_token(m->kv_shape(), kv::kv_dtype_f16()),

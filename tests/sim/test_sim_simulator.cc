@@ -33,22 +33,133 @@ sched::StepPlan one_seq(int32_t start_pos, int32_t n) {
   return p;
 }
 
+// Llama-3.1-8B: 8,030,261,248 parameters, two 128256 x 4096 tables (embedding, head).
+constexpr double kLlama8bParams = 8030261248.0;
+constexpr double kLlama8bTable = 128256.0 * 4096;
+constexpr double kLlama8bBody = kLlama8bParams - 2 * kLlama8bTable;
+
 TEST(SimCost, DecodeIsMemoryBoundAndExact) {
   const PlanInput in = plan_for("Llama-3.1-8B", "H100-80GB-SXM");
   const StepWork w = step_work(in, one_seq(1023, 1));
   EXPECT_EQ(w.num_tokens, 1);
+  EXPECT_EQ(w.num_logits_rows, 1);
   EXPECT_DOUBLE_EQ(w.attended_keys, 1024);
   EXPECT_DOUBLE_EQ(w.kv_bytes_read, 1024.0 * 131072);
   EXPECT_DOUBLE_EQ(w.kv_bytes_written, 131072);
   const StepCost c = step_cost(in, w);
-  const double bytes = 8030261248.0 * 2 + 1024.0 * 131072 + 131072;
+  // bf16 weights: the body, one embedding row, the whole head; then KV, then the logits row.
+  const double weights = kLlama8bBody * 2 + 4096.0 * 2 + kLlama8bTable * 2;
+  const double bytes = weights + 1024.0 * 131072 + 131072 + 128256.0 * 8;
+  EXPECT_DOUBLE_EQ(c.weight_bytes, weights);
+  EXPECT_DOUBLE_EQ(c.sampling_bytes, 128256.0 * 8);
   EXPECT_DOUBLE_EQ(c.bytes, bytes);
   EXPECT_DOUBLE_EQ(c.memory_s, bytes / (3.35e12 * 0.8));
   const double attn = 2.0 * 32 * (128 + 128) * 1024 * 32;  // heads x (qk + v) x keys x layers
-  EXPECT_DOUBLE_EQ(c.flops, 2.0 * 8030261248.0 + attn);
+  EXPECT_DOUBLE_EQ(c.head_flops, 2.0 * kLlama8bTable);
+  EXPECT_DOUBLE_EQ(c.sampling_flops, 5.0 * 128256);
+  EXPECT_DOUBLE_EQ(c.flops, 2.0 * kLlama8bBody + attn + 2.0 * kLlama8bTable + 5.0 * 128256);
   EXPECT_DOUBLE_EQ(c.compute_s, c.flops / (989.4e12 * 0.6));
   EXPECT_LT(c.compute_s, c.memory_s);
   EXPECT_DOUBLE_EQ(c.total_s, c.memory_s + 0.002);
+}
+
+sched::ScheduledSeq slice(sched::RequestId id, int32_t start_pos, int32_t n, bool wants_logits) {
+  sched::ScheduledSeq s;
+  s.request_id = id;
+  s.start_pos = start_pos;
+  s.token_ids.assign(static_cast<size_t>(n), 5);
+  s.wants_logits = wants_logits;
+  return s;
+}
+
+// Issue #7: the output head runs on one row per sampling sequence, not on every
+// scheduled token. A step with a 512-token prefill chunk and 8 decodes pays 9
+// head rows (the chunk's last one only), or 8 when the chunk does not end its prompt.
+TEST(SimCost, HeadIsChargedPerLogitsRowNotPerToken) {
+  const PlanInput in = plan_for("Llama-3.1-8B", "H100-80GB-SXM");
+  sched::StepPlan last_chunk, mid_chunk, chunk_only;
+  last_chunk.seqs.push_back(slice(1, 0, 512, true));
+  mid_chunk.seqs.push_back(slice(1, 0, 512, false));
+  chunk_only.seqs.push_back(slice(1, 0, 512, false));
+  for (sched::RequestId id = 2; id <= 9; ++id) {
+    last_chunk.seqs.push_back(slice(id, 1023, 1, true));
+    mid_chunk.seqs.push_back(slice(id, 1023, 1, true));
+  }
+  const StepWork wl = step_work(in, last_chunk), wm = step_work(in, mid_chunk), wc = step_work(in, chunk_only);
+  EXPECT_EQ(wl.num_tokens, 520);
+  EXPECT_EQ(wl.num_logits_rows, 9);
+  EXPECT_EQ(wm.num_tokens, 520);
+  EXPECT_EQ(wm.num_logits_rows, 8);
+  EXPECT_EQ(wc.num_logits_rows, 0);
+  const double attn_per_key = 2.0 * 32 * (128 + 128) * 32;
+  const double attn = attn_per_key * (512.0 * 513 / 2 + 8 * 1024);
+  const double kv_read = 131072.0 * (512 + 8 * 1024), kv_written = 131072.0 * 520;
+  ASSERT_DOUBLE_EQ(wl.attended_keys, 512.0 * 513 / 2 + 8 * 1024);
+
+  const StepCost l = step_cost(in, wl);
+  EXPECT_DOUBLE_EQ(l.head_flops, 9 * 2.0 * kLlama8bTable);
+  EXPECT_DOUBLE_EQ(l.flops, 520 * 2.0 * kLlama8bBody + attn + 9 * 2.0 * kLlama8bTable + 9 * 5.0 * 128256);
+  // Weights read once: body, 520 embedding rows, the head; 9 fp32 logits rows written and read.
+  EXPECT_DOUBLE_EQ(l.bytes, kLlama8bBody * 2 + 520 * 4096.0 * 2 + kLlama8bTable * 2 + kv_read + kv_written +
+                                9 * 128256.0 * 8);
+  // Charged per token, the head alone would be 520 rows: 57.8x what the engine computes.
+  EXPECT_LT(l.flops, 520 * 2.0 * (kLlama8bBody + kLlama8bTable) + attn);
+
+  // One row fewer: exactly one head row and one row of sampling less; same weights read.
+  const StepCost m = step_cost(in, wm);
+  EXPECT_DOUBLE_EQ(l.flops - m.flops, 2.0 * kLlama8bTable + 5.0 * 128256);
+  EXPECT_DOUBLE_EQ(l.bytes - m.bytes, 128256.0 * 8);
+  EXPECT_DOUBLE_EQ(l.weight_bytes, m.weight_bytes);
+
+  // No row at all: no head FLOPs, and the head's weights are not read.
+  const StepCost c = step_cost(in, wc);
+  EXPECT_DOUBLE_EQ(c.head_flops, 0);
+  EXPECT_DOUBLE_EQ(c.sampling_flops, 0);
+  EXPECT_DOUBLE_EQ(c.sampling_bytes, 0);
+  EXPECT_DOUBLE_EQ(c.flops, 512 * 2.0 * kLlama8bBody + attn_per_key * 512.0 * 513 / 2);
+  EXPECT_DOUBLE_EQ(c.weight_bytes, kLlama8bBody * 2 + 512 * 4096.0 * 2);
+}
+
+// Tied embeddings (SmolLM2): the table is also the head; read whole only when a row samples.
+TEST(SimCost, TiedTableIsReadWholeOnlyForLogits) {
+  const PlanInput in = plan_for("SmolLM2-135M", "H100-80GB-SXM");
+  const double table = 49152.0 * 576, body = static_cast<double>(in.model.params_total) - table;
+  sched::StepPlan with, without;
+  with.seqs.push_back(slice(1, 0, 100, true));
+  without.seqs.push_back(slice(1, 0, 100, false));
+  const StepCost a = step_cost(in, step_work(in, with)), b = step_cost(in, step_work(in, without));
+  EXPECT_DOUBLE_EQ(a.weight_bytes, (body + table) * 2);
+  EXPECT_DOUBLE_EQ(b.weight_bytes, (body + 100 * 576.0) * 2);
+  EXPECT_DOUBLE_EQ(a.head_flops, 2.0 * table);
+  EXPECT_DOUBLE_EQ(a.flops - b.flops, 2.0 * table + 5.0 * 49152);
+}
+
+// GGUF weights: the embedding and head tensors' own bytes (often another type than the body).
+TEST(SimCost, FileWeightsUseTheTablesOwnBytes) {
+  PlanInput in = plan_for("Llama-3.1-8B", "H100-80GB-SXM");
+  in.weights_from_file = true;
+  in.model.weights_file_bytes = 4'000'000'000;
+  in.model.embed_file_bytes = 300'000'000;
+  in.model.output_file_bytes = 400'000'000;
+  sched::StepPlan decode, prefill;
+  decode.seqs.push_back(slice(1, 99, 1, true));
+  prefill.seqs.push_back(slice(1, 0, 100, false));
+  const StepCost d = step_cost(in, step_work(in, decode)), p = step_cost(in, step_work(in, prefill));
+  EXPECT_DOUBLE_EQ(d.weight_bytes, 3.3e9 + 300e6 / 128256 + 400e6);
+  EXPECT_DOUBLE_EQ(p.weight_bytes, 3.3e9 + 100 * 300e6 / 128256);
+}
+
+// TP: the head is split over the ranks (vocab-parallel); sampling is not.
+TEST(SimCost, TpSplitsTheHeadNotTheSampling) {
+  PlanInput in = plan_for("Llama-3.1-8B", "H100-80GB-SXM");
+  const StepWork w = step_work(in, one_seq(1023, 1));
+  const StepCost one = step_cost(in, w);
+  in.tp = 4;
+  const StepCost four = step_cost(in, w);
+  EXPECT_DOUBLE_EQ(four.head_flops * 4, one.head_flops);
+  EXPECT_DOUBLE_EQ(four.sampling_flops, one.sampling_flops);
+  EXPECT_DOUBLE_EQ(four.sampling_bytes, one.sampling_bytes);
+  EXPECT_DOUBLE_EQ(four.weight_bytes * 4, one.weight_bytes);
 }
 
 TEST(SimCost, PrefillIsComputeBoundAndTpSplitsTheWork) {
@@ -59,8 +170,10 @@ TEST(SimCost, PrefillIsComputeBoundAndTpSplitsTheWork) {
   EXPECT_GT(c1.compute_s, c1.memory_s);
   in.tp = 2;
   const StepCost c2 = step_cost(in, step_work(in, one_seq(0, 8192)));
-  EXPECT_DOUBLE_EQ(c2.flops * 2, c1.flops);
-  EXPECT_NEAR(c2.compute_s * 2, c1.compute_s, 1e-12);
+  // Everything but the sampling of the one logits row is split over the ranks.
+  EXPECT_DOUBLE_EQ(c2.sampling_flops, c1.sampling_flops);
+  EXPECT_DOUBLE_EQ((c2.flops - c2.sampling_flops) * 2, c1.flops - c1.sampling_flops);
+  EXPECT_NEAR(c2.compute_s * 2, c1.compute_s, c1.compute_s * 1e-6);
 }
 
 TEST(SimCost, SlidingWindowCapsAttendedKeys) {
@@ -74,12 +187,15 @@ TEST(SimCost, SlidingWindowCapsAttendedKeys) {
 
 TEST(SimCost, MoeReadsOnlyTouchedExperts) {
   const PlanInput in = plan_for("Mixtral-8x7B", "H100-80GB-SXM");
+  const double table = 32000.0 * 4096;  // embedding and head, one each
   const StepCost one = step_cost(in, step_work(in, one_seq(0, 1)));
   const StepCost many = step_cost(in, step_work(in, one_seq(0, 512)));
-  // One token touches 2 of 8 experts: about the active parameters are read.
-  EXPECT_NEAR(one.bytes, 12879925248.0 * 2, 12879925248.0 * 2 * 0.01);
+  // One token touches 2 of 8 experts: the active parameters without the
+  // embedding table (one row of it), plus the head.
+  EXPECT_NEAR(one.weight_bytes, (12879925248.0 - 2 * table) * 2 + 4096 * 2 + table * 2, 1e3);
   // 512 tokens touch every expert.
-  EXPECT_GT(many.bytes, 46702792704.0 * 2 * 0.999);
+  EXPECT_GT(many.weight_bytes, (46702792704.0 - table) * 2 * 0.999);
+  EXPECT_LT(many.weight_bytes, (46702792704.0 - table) * 2 + 512 * 4096 * 2 + 1);
 }
 
 TEST(SimWorkload, RandomSharedPrefixAndRates) {

@@ -6,8 +6,7 @@
 //   lo[16G] int8   values 0..15 of each block (block b at bytes 16b..16b+15)
 //   hi[16G] int8   values 16..31 of each block
 //   xd[4G]  float  d of block b in lanes 4b..4b+3
-//   xs[4G]  float  lane 4b+j: d_b * (sum of the 8 values that int32 lane holds:
-//                  values 4j..4j+3 and 16+4j..16+4j+3 of block b)
+//   xs[4G]  float  lane 4b: the block's sum term (see ActMode), lanes 4b+1..4b+3: 0
 // With `offset_u8` the lo/hi bytes hold q + 128 (u8) instead of q.
 // Packed weight records use the same shape (lo, hi, wd, wm / correction), so
 // lane l of every vector always refers to the same 8 values: this fixed lane
@@ -27,9 +26,26 @@ int threads();
 inline size_t act_record_bytes(int g) { return static_cast<size_t>(64 * g); }
 inline int64_t act_groups(int64_t cols, int g) { return (cols / 32 + g - 1) / g; }
 
-// Quantizes x [n_tokens, cols] (cols % 32 == 0) to q8 records (see above).
+// How quantize_act fills xs and the quant bytes, by the weight type consuming them.
+enum class ActMode {
+  kSigned,    // s8 quants; xs = d * sum(q) (exact): Q4_0, Q5_0 (and Q8_0 on AVX2, xs unused)
+  kQ8_1,      // s8 quants; xs = f16(d_f32 * sum(q)) like ggml's block_q8_1 s: Q4_1, Q5_1
+  kOffsetU8,  // u8 quants q + 128; xs unused: Q8_0 on AVX-512 (dpbusd wants unsigned x)
+};
+// The mode for weights of type t (an is_q32_type) on the given ISA.
+inline ActMode act_mode_for(GgmlType t, bool avx512) {
+  if (t == GgmlType::Q8_0) return avx512 ? ActMode::kOffsetU8 : ActMode::kSigned;
+  return t == GgmlType::Q4_1 || t == GgmlType::Q5_1 ? ActMode::kQ8_1 : ActMode::kSigned;
+}
+
+// Quantizes x [n_tokens, cols] (cols % 32 == 0) to q8 records (see above), bit
+// for bit as ggml's x86 quantize_row_q8_0 / quantize_row_q8_1 do: per block
+// amax, q = round-to-nearest-even(x * (127 / amax)), and d = f16(amax / 127)
+// (the f16-rounded d is what xd holds, as ggml's dot products use it). A
+// block's whole xs term sits in lane 4b (lanes 4b+1..4b+3 are 0): the weight's
+// m (or implicit offset) is the same in all four lanes of a block.
 // out: [n_tokens, act_groups(cols, g), act_record_bytes(g)]
-void quantize_act(const float* x, int64_t n_tokens, int64_t cols, int g, bool offset_u8, uint8_t* out);
+void quantize_act(const float* x, int64_t n_tokens, int64_t cols, int g, ActMode mode, uint8_t* out);
 
 // True for the types the integer (q8 activation) path handles.
 inline bool is_q32_type(GgmlType t) {

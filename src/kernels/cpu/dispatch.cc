@@ -86,12 +86,12 @@ uint8_t* scratch(int slot, size_t bytes) {
   return bufs[slot].data();
 }
 
-void quantize_act(const float* x, int64_t n_tokens, int64_t cols, int g, bool offset_u8, uint8_t* out) {
+void quantize_act(const float* x, int64_t n_tokens, int64_t cols, int g, ActMode mode, uint8_t* out) {
   const int64_t nb = cols / 32, ng = act_groups(cols, g);
   const size_t rec = act_record_bytes(g);
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-  const __m256i flip = _mm256_set1_epi8(offset_u8 ? static_cast<char>(0x80) : 0);
+  const __m256i flip = _mm256_set1_epi8(mode == ActMode::kOffsetU8 ? static_cast<char>(0x80) : 0);
   for (int64_t t = 0; t < n_tokens; ++t) {
     uint8_t* row = out + static_cast<size_t>(t * ng) * rec;
     if (nb % g != 0) std::memset(row + (ng - 1) * rec, 0, rec);
@@ -106,7 +106,9 @@ void quantize_act(const float* x, int64_t n_tokens, int64_t cols, int g, bool of
       m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
       const float amax = _mm_cvtss_f32(m4);
       const float d = amax / 127.0f;
-      const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+      // ggml multiplies by 127 / amax (not 1 / d: the two differ in the last bit).
+      const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+      // cvtps rounds to nearest even under the default MXCSR, like ggml's _mm256_round_ps.
       const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, id));
       const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, id));
       const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, id));
@@ -115,17 +117,28 @@ void quantize_act(const float* x, int64_t n_tokens, int64_t cols, int g, bool of
       const __m256i p01 = _mm256_packs_epi32(i0, i1), p23 = _mm256_packs_epi32(i2, i3);
       __m256i q = _mm256_packs_epi16(p01, p23);
       q = _mm256_permutevar8x32_epi32(q, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-      // Per-lane sums: int32 lane k = q[4k..4k+3]; lanes j and j+4 share an output lane.
-      const __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16);
-      const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
-      const __m128 xs = _mm_mul_ps(_mm_cvtepi32_ps(s4), _mm_set1_ps(d));
       const __m256i qo = _mm256_xor_si256(q, flip);
       uint8_t* r = row + (i / g) * rec;
       const int b = static_cast<int>(i % g);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(r + 16 * b), _mm256_castsi256_si128(qo));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(r + 16 * g + 16 * b), _mm256_extracti128_si256(qo, 1));
-      _mm_storeu_ps(reinterpret_cast<float*>(r + 32 * g + 16 * b), _mm_set1_ps(d));
-      _mm_storeu_ps(reinterpret_cast<float*>(r + 48 * g + 16 * b), xs);
+      // d as ggml stores it (f16, round to nearest even), used by every dot product.
+      const float d16 = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(d), _MM_FROUND_TO_NEAREST_INT)));
+      float sterm = 0.0f;
+      if (mode != ActMode::kOffsetU8) {
+        const __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16);
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+        s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
+        const float sum = static_cast<float>(_mm_cvtsi128_si32(s4));  // |sum| <= 32 * 127: exact
+        if (mode == ActMode::kQ8_1) {
+          sterm = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(d * sum), _MM_FROUND_TO_NEAREST_INT)));
+        } else {
+          sterm = d16 * sum;  // 11 x 12 significant bits: exact
+        }
+      }
+      _mm_storeu_ps(reinterpret_cast<float*>(r + 32 * g + 16 * b), _mm_set1_ps(d16));
+      _mm_storeu_ps(reinterpret_cast<float*>(r + 48 * g + 16 * b), _mm_setr_ps(sterm, 0.0f, 0.0f, 0.0f));
     }
   }
 }

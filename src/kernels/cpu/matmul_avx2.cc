@@ -125,8 +125,9 @@ inline __m256 group_dot(__m256 acc, const WGroup& w, const uint8_t* xt) {
     const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(w.lo, xlo), _mm256_maddubs_epi16(w.hi, xhi));
     is = _mm256_madd_epi16(p, ones16);
   }
-  const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(is), w.wd);
-  acc = _mm256_fmadd_ps(f, _mm256_load_ps(reinterpret_cast<const float*>(xt + 64)), acc);
+  // d_w * d_x first, then one fma per lane: ggml's per-block order.
+  const __m256 dd = _mm256_mul_ps(w.wd, _mm256_load_ps(reinterpret_cast<const float*>(xt + 64)));
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), dd, acc);
   if constexpr (!kQ8) acc = _mm256_fmadd_ps(w.wm, _mm256_load_ps(reinterpret_cast<const float*>(xt + 96)), acc);
   return acc;
 }
@@ -296,7 +297,7 @@ void matmul_q32_t(const WeightView& w, const float* x, int64_t n_tokens, float* 
   const int64_t nb = w.cols / 32, ng = act_groups(w.cols, kG);
   const size_t xrow = static_cast<size_t>(ng) * kRec;
   uint8_t* act = scratch(0, static_cast<size_t>(n_tokens) * xrow);
-  quantize_act(x, n_tokens, w.cols, kG, false, act);
+  quantize_act(x, n_tokens, w.cols, kG, act_mode_for(kType, /*avx512=*/false), act);
   const int64_t n_chunks = (w.rows + kChunkRows - 1) / kChunkRows;
   const int nth = threads();
   const bool big = w.rows * w.cols * n_tokens >= kMinParallelMacs;

@@ -3,7 +3,7 @@
 //
 // Batch invariance: every output y[t, r] is produced by the same sequence of
 // vector ops on the same lane map, whatever tile (4 rows x 1..4 tokens) it lands
-// in: per group acc = fma(cvt(isum) * wd, xd, acc) [+ fma(wm, xs, acc)], then a
+// in: per group acc = fma(cvt(isum), wd * xd, acc) [+ fma(wm, xs, acc)], then a
 // fixed horizontal sum. Tiles differ only in how many independent accumulators
 // run side by side. Threads split row chunks.
 #include <immintrin.h>
@@ -159,8 +159,9 @@ inline __m512 group_dot(__m512 acc, const WGroup& w, const uint8_t* xt) {
     is = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.lo, _mm512_load_si512(xt));
     is = _mm512_dpbusd_epi32(is, w.hi, _mm512_load_si512(xt + 64));
   }
-  const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(is), w.wd);
-  acc = _mm512_fmadd_ps(f, _mm512_load_ps(reinterpret_cast<const float*>(xt + 128)), acc);
+  // d_w * d_x first, then one fma per lane: ggml's per-block order.
+  const __m512 dd = _mm512_mul_ps(w.wd, _mm512_load_ps(reinterpret_cast<const float*>(xt + 128)));
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), dd, acc);
   if constexpr (!kOffset)
     acc = _mm512_fmadd_ps(_mm512_castsi512_ps(w.wm), _mm512_load_ps(reinterpret_cast<const float*>(xt + 192)), acc);
   return acc;
@@ -327,7 +328,7 @@ void matmul_q32_t(const WeightView& w, const float* x, int64_t n_tokens, float* 
   const int64_t nb = w.cols / 32, ng = act_groups(w.cols, kG);
   const size_t xrow = static_cast<size_t>(ng) * kRec;
   uint8_t* act = scratch(0, static_cast<size_t>(n_tokens) * xrow);
-  quantize_act(x, n_tokens, w.cols, kG, kOffset, act);
+  quantize_act(x, n_tokens, w.cols, kG, act_mode_for(kType, /*avx512=*/true), act);
   const int64_t n_chunks = (w.rows + kChunkRows - 1) / kChunkRows;
   const int nth = threads();
   const bool big = w.rows * w.cols * n_tokens >= kMinParallelMacs;

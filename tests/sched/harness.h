@@ -1,0 +1,235 @@
+// The scheduler test harness: a Scheduler over a KvManager driven by the fake
+// runner (fake_runner.h), checking each plan (budget, seats, fork ids, FIFO
+// fairness), every finished request's outputs against expected_outputs(), and
+// every invariant after every step.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <map>
+#include <numeric>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fake_runner.h"
+#include "sched/scheduler.h"
+
+namespace pagoda::sched::testing {
+
+using Tokens = std::vector<TokenId>;
+constexpr int32_t kVocab = 500;
+
+inline Tokens iota_tokens(TokenId start, int n) {
+  Tokens t(static_cast<size_t>(n));
+  std::iota(t.begin(), t.end(), start);
+  return t;
+}
+
+inline kv::KvConfig kv_config(int32_t num_blocks, int32_t block_size, double watermark = 0.01) {
+  kv::KvConfig c;
+  c.num_blocks = num_blocks;
+  c.block_size = block_size;
+  c.watermark = watermark;
+  c.model_fingerprint = 99;
+  return c;
+}
+
+// Drives scheduler + fake runner and checks every step.
+class Harness {
+ public:
+  Harness(const SchedulerConfig& sc, const kv::KvConfig& kc)
+      : kv_(kc), sched_(sc, &kv_), runner_(kc.num_blocks, kc.block_size, kVocab) {}
+
+  // fork_ids: n > 1 sampling, the ids of choices 1..n-1 (all with eos_len).
+  Status add(RequestId id, Tokens prompt, int32_t max_tokens, int32_t eos_len = INT_MAX, std::string salt = "",
+             std::vector<RequestId> fork_ids = {}) {
+    NewRequest r;
+    r.id = id;
+    r.prompt = prompt;
+    r.max_tokens = max_tokens;
+    r.cache_salt = std::move(salt);
+    r.fork_ids = fork_ids;
+    Status st = sched_.add_request(std::move(r));
+    if (st.ok()) {
+      fork_ids.insert(fork_ids.begin(), id);
+      for (RequestId c : fork_ids) {
+        specs_[c] = Spec{prompt, max_tokens};
+        runner_.set_prompt_len(c, static_cast<int32_t>(prompt.size()));
+        set_eos(c, eos_len);
+      }
+    }
+    return st;
+  }
+
+  // EOS after eos_len outputs of request (or choice) `id`; INT_MAX: never.
+  void set_eos(RequestId id, int32_t eos_len) {
+    const Spec& s = specs_.at(id);
+    expected_[id] = expected_outputs(id, s.prompt, s.max_tokens, eos_len, kVocab);
+    if (eos_len != INT_MAX) runner_.set_eos_len(id, eos_len);
+  }
+  const Tokens& expected(RequestId id) const { return expected_.at(id); }
+
+  // One engine step; abort_mid (if set) is aborted between the run and update().
+  StepPlan step(RequestId abort_mid = 0) {
+    if (abort_mid == 0) return step(std::vector<RequestId>{});
+    return step(std::vector<RequestId>{abort_mid});
+  }
+  // One engine step; the group abort_mid (if non-empty) is aborted between the run and update().
+  StepPlan step(const std::vector<RequestId>& abort_mid) {
+    const std::vector<RequestId> waiting_before = sched_.waiting_ids();
+    StepPlan plan = sched_.schedule();
+    check_plan(plan, waiting_before);
+    std::vector<SeqOutput> outs = runner_.execute(plan);
+    for (const ScheduledSeq& s : plan.seqs) scheduled_tokens_ += static_cast<int64_t>(s.token_ids.size());
+    if (abort_mid.size() == 1) abort(abort_mid[0]);
+    if (abort_mid.size() > 1) abort_group(abort_mid);
+    for (FinishedRequest& f : sched_.update(plan, outs)) {
+      EXPECT_EQ(f.output_tokens, expected_[f.id]) << "request " << f.id << " output differs";
+      EXPECT_TRUE(finished_.emplace(f.id, f).second) << "request " << f.id << " finished twice";
+    }
+    EXPECT_EQ(sched_.check_invariants(), "") << "step " << sched_.stats().num_steps;
+    ++steps_;
+    return plan;
+  }
+
+  // Aborts one request or choice; a parent not forked yet takes its pending children along.
+  bool abort(RequestId id) {
+    const Request* r = sched_.find(id);
+    const std::vector<RequestId> pending = r ? r->fork_ids : std::vector<RequestId>{};
+    const bool ok = sched_.abort(id);
+    if (ok) aborted_.insert(id);
+    if (ok) aborted_.insert(pending.begin(), pending.end());
+    return ok;
+  }
+  // Aborts every id of an n > 1 group (as the engine does): the ids not finished
+  // yet count as aborted; the first call aborts the parent or a child, so it
+  // must succeed unless the whole group is gone. Returns whether any id was known.
+  bool abort_group(const std::vector<RequestId>& ids) {
+    bool any = false;
+    for (RequestId id : ids) {
+      any = sched_.abort(id) || any;
+      if (!finished_.count(id)) aborted_.insert(id);
+    }
+    return any;
+  }
+  int64_t scheduled_tokens() const { return scheduled_tokens_; }
+
+  // Runs until nothing is left; returns the number of steps.
+  int run_to_completion(int max_steps) {
+    int n = 0;
+    while (sched_.has_unfinished() && n < max_steps && !::testing::Test::HasFailure()) {
+      step();
+      ++n;
+    }
+    if (sched_.has_unfinished()) {
+      std::ostringstream dump;
+      dump << "running:";
+      for (RequestId id : sched_.running_ids()) {
+        const Request* r = sched_.find(id);
+        dump << " " << id << "(" << r->num_computed_tokens << "/" << r->num_tokens() << ")";
+      }
+      dump << " waiting:";
+      for (RequestId id : sched_.waiting_ids()) {
+        const Request* r = sched_.find(id);
+        dump << " " << id << "(" << request_state_name(r->state) << " " << r->num_tokens() << " def "
+             << r->deferred_steps << ")";
+      }
+      dump << " free blocks " << kv_.num_free_blocks();
+      ADD_FAILURE() << dump.str().substr(0, 2000);
+    }
+    EXPECT_FALSE(sched_.has_unfinished()) << "requests left after " << max_steps << " steps";
+    return n;
+  }
+
+  void expect_all_done_and_pool_free() {
+    for (const auto& [id, out] : expected_) {
+      EXPECT_TRUE(finished_.count(id) + aborted_.count(id) == 1) << "request " << id << " lost";
+    }
+    const kv::KvStats st = kv_.stats();
+    EXPECT_EQ(st.num_used, 0);
+    EXPECT_EQ(kv_.num_free_blocks(), kv_.num_usable_blocks());
+    EXPECT_EQ(kv_.num_seqs(), 0);
+  }
+
+  kv::KvManager& kv() { return kv_; }
+  Scheduler& sched() { return sched_; }
+  FakeRunner& runner() { return runner_; }
+  const std::map<RequestId, FinishedRequest>& finished() const { return finished_; }
+  int64_t max_deferred_steps = 0;
+  int64_t max_overtaken_steps = 0;  // kLpm
+
+ private:
+  void check_plan(const StepPlan& plan, const std::vector<RequestId>& waiting_before) {
+    const SchedulerConfig& c = sched_.config();
+    EXPECT_LE(plan.num_tokens(), c.max_num_batched_tokens);
+    EXPECT_LE(sched_.num_running(), c.max_num_seqs);
+    std::set<RequestId> ids;
+    for (const ScheduledSeq& s : plan.seqs) {
+      for (RequestId c : s.fork_ids) {
+        EXPECT_TRUE(ids.insert(c).second) << "fork id " << c << " twice in a step";
+        EXPECT_EQ(sched_.find(c), nullptr) << "fork id " << c << " already a request";
+        EXPECT_TRUE(s.wants_logits);
+      }
+      EXPECT_TRUE(ids.insert(s.request_id).second) << "request scheduled twice in a step";
+      EXPECT_FALSE(s.token_ids.empty());
+      EXPECT_GE(static_cast<int64_t>(s.block_ids.size()) * kv_.block_size(),
+                s.start_pos + static_cast<int64_t>(s.token_ids.size()));
+    }
+    // FIFO fairness: a request admitted this step passed only requests that
+    // were admitted too or deferred for in-flight dedup. Under kLpm requests
+    // may be overtaken, but each at most max_lpm_overtake_steps steps, plus the
+    // steps it was deferred for in-flight dedup (which lets others pass anyway).
+    if (c.policy == SchedulePolicy::kLpm) {
+      for (RequestId w : sched_.waiting_ids()) {
+        const Request* r = sched_.find(w);
+        ASSERT_NE(r, nullptr);
+        EXPECT_LE(r->overtaken_steps, c.max_lpm_overtake_steps + r->deferred_steps) << "request " << w;
+        max_overtaken_steps = std::max<int64_t>(max_overtaken_steps, r->overtaken_steps);
+      }
+    }
+    std::set<RequestId> deferred(plan.deferred.begin(), plan.deferred.end());
+    std::set<RequestId> skipped;
+    for (RequestId w : waiting_before) {
+      if (c.policy == SchedulePolicy::kLpm) break;
+      if (ids.count(w)) {
+        for (RequestId s : skipped) {
+          EXPECT_TRUE(deferred.count(s)) << "request " << w << " admitted past " << s << " which was not deferred";
+        }
+      } else {
+        skipped.insert(w);
+      }
+    }
+    for (RequestId d : plan.deferred) {
+      const Request* r = sched_.find(d);
+      ASSERT_NE(r, nullptr);
+      EXPECT_LE(r->deferred_steps, c.max_dedup_defer_steps);
+      max_deferred_steps = std::max<int64_t>(max_deferred_steps, r->deferred_steps);
+    }
+  }
+
+  kv::KvManager kv_;
+  Scheduler sched_;
+  FakeRunner runner_;
+  struct Spec {
+    Tokens prompt;
+    int32_t max_tokens = 0;
+  };
+  std::map<RequestId, Spec> specs_;
+  std::map<RequestId, Tokens> expected_;
+  std::map<RequestId, FinishedRequest> finished_;
+  std::set<RequestId> aborted_;
+  int steps_ = 0;
+  int64_t scheduled_tokens_ = 0;
+};
+
+inline SchedulerConfig sched_config(int32_t budget, int32_t max_seqs, int32_t max_len = 2048) {
+  SchedulerConfig c;
+  c.max_num_batched_tokens = budget;
+  c.max_num_seqs = max_seqs;
+  c.max_model_len = max_len;
+  return c;
+}
+
+}  // namespace pagoda::sched::testing
