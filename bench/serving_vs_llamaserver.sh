@@ -3,6 +3,7 @@
 # `pagoda bench --server` with identical token-id prompts. Same model file, 2 threads,
 # llama-server with 16 slots and its prompt cache on (the default).
 # Usage: bench/serving_vs_llamaserver.sh LLAMA_BIN_DIR MODEL ROUNDS [shared|random|both]
+# Extra `pagoda serve` flags: PAGODA_SERVE_ARGS="--max-num-batched-tokens 256 --schedule-policy lpm"
 set -u
 LS="$1/llama-server"; M="$2"; ROUNDS="$3"; WHICH="${4:-both}"
 P="${PAGODA:-$(dirname "$0")/../build/release/src/cli/pagoda}"
@@ -25,7 +26,7 @@ for round in $(seq 1 "$ROUNDS"); do
     "$LS" -m "$M" -t 2 -np 16 -c 20480 --port $PORT_L >/tmp/llama-server.log 2>&1 & LPID=$!
     wait_up $PORT_L && run_client llama-server $PORT_L $W
     kill $LPID; wait $LPID 2>/dev/null
-    "$P" serve -m "$M" -t 2 --port $PORT_P --kv-cache-memory 512MiB >/tmp/pagoda-serve.log 2>&1 & PPID_=$!
+    "$P" serve -m "$M" -t 2 --port $PORT_P --kv-cache-memory 512MiB ${PAGODA_SERVE_ARGS:-} >/tmp/pagoda-serve.log 2>&1 & PPID_=$!
     wait_up $PORT_P && run_client pagoda $PORT_P $W
     kill $PPID_; wait $PPID_ 2>/dev/null
   done

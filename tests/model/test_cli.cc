@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "model/golden_util.h"
 
@@ -57,6 +58,36 @@ TEST(PagodaRun, JsonGreedyMatchesReference) {
     }
     if (::testing::Test::HasFailure()) break;
   }
+}
+
+// --prompt-ids feeds ids directly (same tokens as -p with those ids);
+// --logits-out writes the first step's logits, whose argmax is the greedy token.
+TEST(PagodaRun, PromptIdsAndLogitsOut) {
+  const Reference ref = load_references().at(0);
+  std::string ids;
+  for (int32_t t : ref.prompt_tokens) {
+    if (!ids.empty()) ids += ',';
+    ids += std::to_string(t);
+  }
+  const std::string logits_path = ::testing::TempDir() + "/pagoda_cli_logits.f32";
+  const Result r = run_pagoda("run -m " + quote(stories_path()) + " --prompt-ids " + ids +
+                              " -n 24 --temp 0 --kv-dtype f32 -t 1 --json --logits-out " + quote(logits_path));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto gen = j.at("generated_tokens").get<std::vector<int32_t>>();
+  ASSERT_EQ(gen.size(), 24u);
+  EXPECT_EQ(gen, std::vector<int32_t>(ref.generated_tokens.begin(), ref.generated_tokens.begin() + 24));
+  FILE* f = std::fopen(logits_path.c_str(), "rb");
+  ASSERT_NE(f, nullptr);
+  std::vector<float> logits(512 + 1);
+  const size_t n = std::fread(logits.data(), sizeof(float), logits.size(), f);
+  std::fclose(f);
+  ASSERT_EQ(n, 512u);  // stories260K vocab, nothing more
+  size_t best = 0;
+  for (size_t i = 1; i < n; ++i) best = logits[i] > logits[best] ? i : best;
+  EXPECT_EQ(static_cast<int32_t>(best), gen[0]);
+  const Result bad = run_pagoda("run -m " + quote(stories_path()) + " --prompt-ids 1,x,3", true);
+  EXPECT_NE(bad.exit_code, 0);
 }
 
 TEST(PagodaRun, StreamsTextAndReportsStats) {
