@@ -163,11 +163,11 @@ TEST(EngineBatch, StoriesBatchOf32EqualsAlone) {
 }
 
 // Synthetic SmolLM2-135M shape (2 layers, q8_0 weights, vocab 49152):
-// 16 prompts x 12..16 tokens (quick mode: 6 x 4..6).
-TEST(EngineBatch, SynthSmolLM2BatchEqualsAlone) {
+// 32 prompts x 12..16 tokens (quick mode: 6 x 4..6).
+TEST(EngineBatch, SynthSmolLM2BatchOf32EqualsAlone) {
   const std::string& path = synth_smollm_path();
   ASSERT_FALSE(path.empty());
-  check_batch_invariance(path, scaled(16, 6), scaled(12, 4), scaled(16, 6), /*with_refs=*/false,
+  check_batch_invariance(path, scaled(32, 6), scaled(12, 4), scaled(16, 6), /*with_refs=*/false,
                          /*also_chunked=*/false);
 }
 
