@@ -82,6 +82,19 @@ inline RequestParams greedy(std::vector<int32_t> prompt, int max_tokens, bool ig
   return p;
 }
 
+// Seeded sampling (temperature 1), exact lengths, n choices.
+inline RequestParams seeded(std::vector<int32_t> prompt, int max_tokens, uint64_t seed, int n) {
+  RequestParams p;
+  p.prompt = std::move(prompt);
+  p.max_tokens = max_tokens;
+  p.temperature = 1.0f;
+  p.seed = seed;
+  p.has_seed = true;
+  p.ignore_eos = true;
+  p.n = n;
+  return p;
+}
+
 inline bool stats_equal(const EngineStats& a, const EngineStats& b) {
   return a.num_running == b.num_running && a.num_waiting == b.num_waiting && a.blocks_total == b.blocks_total &&
          a.blocks_free == b.blocks_free && a.blocks_used == b.blocks_used && a.blocks_cached == b.blocks_cached &&

@@ -24,15 +24,7 @@ TwoChoices run_n2(Engine* e, const RequestParams& p) {
 }
 
 RequestParams sampled(std::vector<int32_t> prompt, int max_tokens, uint64_t seed) {
-  RequestParams p;
-  p.prompt = std::move(prompt);
-  p.max_tokens = max_tokens;
-  p.temperature = 1.0f;
-  p.seed = seed;
-  p.has_seed = true;
-  p.ignore_eos = true;
-  p.n = 2;
-  return p;
+  return seeded(std::move(prompt), max_tokens, seed, 2);
 }
 
 // ------------------------------------------------------------------- n = 2

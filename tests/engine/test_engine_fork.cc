@@ -16,18 +16,6 @@ namespace {
 
 constexpr int32_t kBos = 1;
 
-RequestParams seeded(std::vector<int32_t> prompt, int max_tokens, uint64_t seed, int n) {
-  RequestParams p;
-  p.prompt = std::move(prompt);
-  p.max_tokens = max_tokens;
-  p.temperature = 1.0f;
-  p.seed = seed;
-  p.has_seed = true;
-  p.ignore_eos = true;
-  p.n = n;
-  return p;
-}
-
 struct GroupRun {
   std::vector<std::vector<int32_t>> tokens;  // [choice]
   int64_t peak_blocks_used = 0;

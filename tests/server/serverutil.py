@@ -2,9 +2,9 @@
 import os
 import re
 import subprocess
+import sys
 import threading
 import time
-import urllib.request
 
 
 class PagodaServer:
@@ -48,14 +48,12 @@ class PagodaServer:
         return f"http://127.0.0.1:{self.port}"
 
     def metrics(self):
-        text = urllib.request.urlopen(self.url + "/metrics", timeout=30).read().decode()
-        out = {}
-        for line in text.splitlines():
-            if line.startswith("#") or not line.strip():
-                continue
-            name, _, value = line.rpartition(" ")
-            out[name] = float(value)
-        return out
+        # One /metrics parser, bench/serve_load.py's (imported here: it imports this module).
+        bench = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench")
+        if bench not in sys.path:
+            sys.path.insert(0, bench)
+        from serve_load import scrape
+        return scrape(self.url)
 
     def __exit__(self, *exc):
         if self.proc and self.proc.poll() is None:
