@@ -23,8 +23,9 @@ namespace {
 const char* kHelp = R"(usage: pagoda sim --calibrate [options]
 
 Times real engine steps of the model on this machine and fits the device entry's
-compute efficiency, bandwidth efficiency and per-step overhead by least squares
-on the simulator's own step cost (max(compute, memory) + overhead), then writes
+compute, attention and bandwidth efficiencies and per-step overhead by least
+squares on the simulator's own step cost (max(compute, memory) + attention +
+overhead), then writes
 them into the entry's "efficiency" object of hardware.json. The entry's peak
 FLOP/s and bandwidth stay as they are: the efficiencies are relative to them.
 
@@ -36,7 +37,8 @@ FLOP/s and bandwidth stay as they are: the efficiencies are relative to them.
   --prefill-lens A,B,..     one-request prefills, tokens (default 32,64,128,256)
   --decode-batches A,B,..   decode batch sizes (default 1,4,16,32)
   --decode-ctx A,B,..       prompt tokens of the decoding requests; every batch size is
-                            timed at every context (default 32)
+                            timed at every context; two or more contexts tell the
+                            attention efficiency apart (default 32,256)
   --decode-steps N          timed decode steps per batch size (default 8)
   --repeats N               passes over the whole set; each step's median is kept (default 3)
   --seed S                  seed of the random prompt ids (default 0)
@@ -79,7 +81,7 @@ double median(std::vector<double> v) {
 struct Plan {
   std::vector<int> prefill_lens{32, 64, 128, 256};
   std::vector<int> decode_batches{1, 4, 16, 32};
-  std::vector<int> decode_ctx{32};
+  std::vector<int> decode_ctx{32, 256};
   int decode_steps = 8;
   int repeats = 3;
 };
@@ -266,9 +268,9 @@ int sim_calibrate_main(int argc, char** argv) {
   if (!note.empty()) std::printf("note: %s\n", note.c_str());
   if (no_save) return 0;
   if (Status s = sim::write_efficiency(out_path, p.hw.name, *fit); !s.ok()) return fail(s.message());
-  std::printf("wrote %s: \"%s\" efficiency {compute %.6g, bandwidth %.6g, step_overhead_s %.6g}\n",
-              out_path.c_str(), p.hw.name.c_str(), fit->compute_efficiency, fit->bandwidth_efficiency,
-              fit->step_overhead_s);
+  std::printf("wrote %s: \"%s\" efficiency {compute %.6g, attention %.6g, bandwidth %.6g, step_overhead_s %.6g}\n",
+              out_path.c_str(), p.hw.name.c_str(), fit->compute_efficiency, fit->attention_efficiency,
+              fit->bandwidth_efficiency, fit->step_overhead_s);
   return 0;
 }
 

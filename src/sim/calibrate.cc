@@ -31,6 +31,7 @@ StepWork work_of(const PlanInput& p, const std::vector<SeqSlice>& seqs) {
 HardwareDesc apply_fit(const HardwareDesc& hw, const CalibrationFit& fit) {
   HardwareDesc h = hw;
   h.compute_efficiency = fit.compute_efficiency;
+  h.attention_efficiency = fit.attention_efficiency;
   h.bandwidth_efficiency = fit.bandwidth_efficiency;
   h.step_overhead_s = fit.step_overhead_s;
   return h;
@@ -38,46 +39,50 @@ HardwareDesc apply_fit(const HardwareDesc& hw, const CalibrationFit& fit) {
 
 namespace {
 
-// Parameters of t = max(a x, b y) + c (a = 1 / e_c, b = 1 / e_b).
+// Parameters of t = max(a x, b y) + d z + c (a = 1 / e_c, b = 1 / e_b, d = 1 / e_a).
+constexpr int kNumParams = 4;  // a, b, d, c
 struct Params {
-  double a = 1, b = 1, c = 0;
+  double a = 1, b = 1, d = 1, c = 0;
+  double* at(int j) { return j == 0 ? &a : j == 1 ? &b : j == 2 ? &d : &c; }
+  double get(int j) const { return j == 0 ? a : j == 1 ? b : j == 2 ? d : c; }
 };
 
 struct Point {
-  double x = 0, y = 0, t = 0;  // compute s at peak, memory s at full bandwidth, measured s
+  double x = 0, y = 0, z = 0, t = 0;  // dense compute s at peak, memory s at full bandwidth, attention s at peak, measured s
 };
+
+double predict(const Point& p, const Params& q) { return std::max(q.a * p.x, q.b * p.y) + q.d * p.z + q.c; }
 
 double objective(const std::vector<Point>& pts, const Params& q) {
   double s = 0;
   for (const Point& p : pts) {
-    const double r = (std::max(q.a * p.x, q.b * p.y) + q.c) / p.t - 1.0;
+    const double r = predict(p, q) / p.t - 1.0;
     s += r * r;
   }
   return s;
 }
 
+using Fixed = std::array<bool, kNumParams>;
+
 // Solves the weighted least-squares problem for the free parameters of
-//   t_i = a x_i [compute_i] + b y_i [!compute_i] + c
+//   t_i = a x_i [compute_i] + b y_i [!compute_i] + d z_i + c
 // with residuals relative to t_i; fixed parameters keep their value in *q.
 // Returns false when the free parameters are not determined by the data.
-bool solve(const std::vector<Point>& pts, const std::vector<bool>& compute, const std::array<bool, 3>& fixed,
-           Params* q) {
-  std::array<int, 3> col{-1, -1, -1};
+bool solve(const std::vector<Point>& pts, const std::vector<bool>& compute, const Fixed& fixed, Params* q) {
+  std::array<int, kNumParams> col{};
   int n = 0;
-  for (int j = 0; j < 3; ++j)
-    if (!fixed[static_cast<size_t>(j)]) col[static_cast<size_t>(j)] = n++;
+  for (int j = 0; j < kNumParams; ++j) col[static_cast<size_t>(j)] = fixed[static_cast<size_t>(j)] ? -1 : n++;
   if (n == 0) return true;
-  double A[3][3] = {}, rhs[3] = {};
+  double A[kNumParams][kNumParams] = {}, rhs[kNumParams] = {};
   for (size_t i = 0; i < pts.size(); ++i) {
     const Point& p = pts[i];
-    // Row scaled by 1 / t: unknown part [x or 0, 0 or y, 1] / t = 1 - fixed part / t.
-    const double full[3] = {compute[i] ? p.x : 0.0, compute[i] ? 0.0 : p.y, 1.0};
-    const double val[3] = {q->a, q->b, q->c};
+    // Row scaled by 1 / t: unknown part [x or 0, 0 or y, z, 1] / t = 1 - fixed part / t.
+    const double full[kNumParams] = {compute[i] ? p.x : 0.0, compute[i] ? 0.0 : p.y, p.z, 1.0};
     double r = p.t;
-    for (int j = 0; j < 3; ++j)
-      if (fixed[static_cast<size_t>(j)]) r -= full[j] * val[j];
-    double row[3] = {};
-    for (int j = 0; j < 3; ++j)
+    for (int j = 0; j < kNumParams; ++j)
+      if (fixed[static_cast<size_t>(j)]) r -= full[j] * q->get(j);
+    double row[kNumParams] = {};
+    for (int j = 0; j < kNumParams; ++j)
       if (col[static_cast<size_t>(j)] >= 0) row[col[static_cast<size_t>(j)]] = full[j] / p.t;
     r /= p.t;
     for (int u = 0; u < n; ++u) {
@@ -104,29 +109,33 @@ bool solve(const std::vector<Point>& pts, const std::vector<bool>& compute, cons
       rhs[u] -= f * rhs[k];
     }
   }
-  double sol[3] = {};
+  double sol[kNumParams] = {};
   for (int k = n - 1; k >= 0; --k) {
     double s = rhs[k];
     for (int v = k + 1; v < n; ++v) s -= A[k][v] * sol[v];
     sol[k] = s / A[k][k];
   }
-  double* dst[3] = {&q->a, &q->b, &q->c};
-  for (int j = 0; j < 3; ++j)
-    if (col[static_cast<size_t>(j)] >= 0) *dst[j] = sol[col[static_cast<size_t>(j)]];
+  for (int j = 0; j < kNumParams; ++j)
+    if (col[static_cast<size_t>(j)] >= 0) *q->at(j) = sol[col[static_cast<size_t>(j)]];
   return true;
 }
 
 struct Candidate {
   Params q;
   double obj = std::numeric_limits<double>::infinity();
-  bool a_capped = false, b_capped = false, a_prior = false, b_prior = false;
+  bool a_capped = false, b_capped = false, d_capped = false;
+  bool a_prior = false, b_prior = false, d_prior = false;
 };
 
-// The best feasible (a >= 1, b >= 1, c >= 0) solution for one labelling:
-// a parameter that leaves the feasible set is pinned to its bound and the rest refit.
-Candidate fit_labelling(const std::vector<Point>& pts, const std::vector<bool>& compute, const Params& prior) {
+// The best feasible (a, b, d >= 1, c >= 0) solution for one labelling: a
+// parameter that leaves the feasible set is pinned to its bound and the rest
+// refit. When the attention term is not determined by the data (no sample
+// attends over enough keys to tell it from the rest), d keeps the prior.
+Candidate fit_labelling(const std::vector<Point>& pts, const std::vector<bool>& compute, const Params& prior,
+                        bool keep_d) {
   Candidate cand;
-  std::array<bool, 3> fixed{false, false, false};
+  Fixed fixed{false, false, keep_d, false};
+  cand.d_prior = keep_d;
   Params q = prior;
   q.c = 0;
   const bool any_c = std::find(compute.begin(), compute.end(), true) != compute.end();
@@ -134,12 +143,16 @@ Candidate fit_labelling(const std::vector<Point>& pts, const std::vector<bool>& 
   // A side with no sample cannot be measured: keep the prior.
   if (!any_c) fixed[0] = cand.a_prior = true;
   if (!any_m) fixed[1] = cand.b_prior = true;
-  for (int iter = 0; iter < 4; ++iter) {
+  for (int iter = 0; iter < 2 * kNumParams; ++iter) {
     Params s = q;
-    if (!solve(pts, compute, fixed, &s)) return cand;
+    if (!solve(pts, compute, fixed, &s)) {
+      if (fixed[2]) return cand;
+      fixed[2] = cand.d_prior = true;  // retry with the attention efficiency from the prior
+      continue;
+    }
     bool changed = false;
-    if (!fixed[2] && s.c < 0) {
-      fixed[2] = changed = true;
+    if (!fixed[3] && s.c < 0) {
+      fixed[3] = changed = true;
       q.c = 0;
     }
     if (!fixed[0] && s.a < 1) {
@@ -149,6 +162,10 @@ Candidate fit_labelling(const std::vector<Point>& pts, const std::vector<bool>& 
     if (!fixed[1] && s.b < 1) {
       fixed[1] = changed = cand.b_capped = true;
       q.b = 1;
+    }
+    if (!fixed[2] && s.d < 1) {
+      fixed[2] = changed = cand.d_capped = true;
+      q.d = 1;
     }
     if (!changed) {
       q = s;
@@ -166,13 +183,39 @@ std::vector<bool> labels_of(const std::vector<Point>& pts, const Params& q) {
   return l;
 }
 
+// The best fit over every labelling (thresholds on x / y, then relabelling by the fit).
+Candidate search(const std::vector<Point>& pts, const Params& prior, bool keep_d) {
+  // Every threshold on x / y: samples [0, k) of the sorted order memory-bound, the rest compute-bound.
+  std::vector<size_t> order(pts.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(), [&](size_t i, size_t j) { return pts[i].x * pts[j].y < pts[j].x * pts[i].y; });
+  // From all memory-bound down to all compute-bound; a later labelling must be better by
+  // more than rounding, so that on exact data a side no sample needs keeps its prior
+  // (a sample exactly on the ridge fits either way).
+  Candidate best;
+  for (size_t k = pts.size() + 1; k-- > 0;) {
+    std::vector<bool> compute(pts.size(), false);
+    for (size_t r = k; r < order.size(); ++r) compute[order[r]] = true;
+    Candidate c = fit_labelling(pts, compute, prior, keep_d);
+    if (c.obj < best.obj - 1e-24) best = c;
+  }
+  // Refine: relabel by the fitted roofline, refit, while the objective drops.
+  for (int iter = 0; iter < 20 && std::isfinite(best.obj); ++iter) {
+    Candidate c = fit_labelling(pts, labels_of(pts, best.q), prior, keep_d);
+    if (!(c.obj < best.obj * (1 - 1e-12))) break;
+    best = c;
+  }
+  return best;
+}
+
 }  // namespace
 
 Expected<CalibrationFit> fit_cost_model(const PlanInput& p, const std::vector<CalibrationSample>& samples,
                                         std::string* note) {
-  if (samples.size() < 3) return errorf("calibration needs at least 3 timed steps, got %zu", samples.size());
+  if (samples.size() < 4) return errorf("calibration needs at least 4 timed steps, got %zu", samples.size());
   PlanInput unit = p;
   unit.hw.compute_efficiency = 1.0;
+  unit.hw.attention_efficiency = 1.0;
   unit.hw.bandwidth_efficiency = 1.0;
   unit.hw.step_overhead_s = 0.0;
   if (!(p.hw.peak_bf16_flops > 0) || !(p.hw.mem_bandwidth > 0)) {
@@ -185,29 +228,24 @@ Expected<CalibrationFit> fit_cost_model(const PlanInput& p, const std::vector<Ca
     }
     if (s.work.num_tokens <= 0) return errorf("sample '%s' computes no token", s.label.c_str());
     const StepCost c = step_cost(unit, s.work);
-    pts.push_back({c.compute_s, c.memory_s, s.measured_s});
+    pts.push_back({c.compute_s, c.memory_s, c.attention_s, s.measured_s});
   }
   Params prior;
   prior.a = 1.0 / p.hw.compute_efficiency;
   prior.b = 1.0 / p.hw.bandwidth_efficiency;
+  prior.d = 1.0 / p.hw.attention_efficiency;
 
-  // Every threshold on x / y: samples [0, k) of the sorted order memory-bound, the rest compute-bound.
-  std::vector<size_t> order(pts.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::sort(order.begin(), order.end(), [&](size_t i, size_t j) { return pts[i].x * pts[j].y < pts[j].x * pts[i].y; });
-  Candidate best;
-  for (size_t k = 0; k <= pts.size(); ++k) {
-    std::vector<bool> compute(pts.size(), false);
-    for (size_t r = k; r < order.size(); ++r) compute[order[r]] = true;
-    Candidate c = fit_labelling(pts, compute, prior);
-    if (c.obj < best.obj) best = c;
-  }
-  // Refine: relabel by the fitted roofline, refit, while the objective drops.
-  for (int iter = 0; iter < 20 && std::isfinite(best.obj); ++iter) {
-    Candidate c = fit_labelling(pts, labels_of(pts, best.q), prior);
-    if (!(c.obj < best.obj * (1 - 1e-12))) break;
-    best = c;
-  }
+  // With the attention efficiency free and kept from the prior: the extra parameter
+  // must pay for itself (Akaike's criterion on the relative residuals), else the
+  // data do not tell attention apart from the rest (e.g. batch-1 decodes only,
+  // where attention and KV reads both grow with the context alone).
+  const Candidate free_d = search(pts, prior, false), kept_d = search(pts, prior, true);
+  auto aic = [&](const Candidate& c, int k) {
+    const double n = static_cast<double>(pts.size());
+    return n * std::log(c.obj / n + 1e-12) + 2.0 * k;  // floor: rms residual 1e-6 counts as exact
+  };
+  Candidate best = kept_d;
+  if (std::isfinite(free_d.obj) && (!std::isfinite(kept_d.obj) || aic(free_d, 4) < aic(kept_d, 3))) best = free_d;
   if (!std::isfinite(best.obj)) return errorf("the calibration fit found no solution for %zu samples", pts.size());
   // A side of the roofline no sample ends up on was not measured: its parameter only has to keep
   // every sample where it is. Keep the prior when it does, else take the bound nearest to it.
@@ -233,10 +271,12 @@ Expected<CalibrationFit> fit_cost_model(const PlanInput& p, const std::vector<Ca
 
   CalibrationFit fit;
   fit.compute_efficiency = 1.0 / best.q.a;
+  fit.attention_efficiency = 1.0 / best.q.d;
   fit.bandwidth_efficiency = 1.0 / best.q.b;
   fit.step_overhead_s = best.q.c;
   fit.compute_capped = best.a_capped;
   fit.bandwidth_capped = best.b_capped;
+  fit.attention_capped = best.d_capped;
   if (note) {
     note->clear();
     if (best.a_prior) {
@@ -249,6 +289,12 @@ Expected<CalibrationFit> fit_cost_model(const PlanInput& p, const std::vector<Ca
                std::string(best.q.b == prior.b ? "kept from hardware.json" : "set to the lowest value the steps allow") +
                "). ";
     }
+    if (best.d_prior) {
+      *note += "the attention efficiency is kept from hardware.json: fitting it too did not pay for the extra "
+               "parameter (the steps agree with it, or cannot tell attention from the rest: time decodes at "
+               "several contexts). ";
+    }
+    if (best.d_capped) *note += "the fit wanted an attention efficiency above 1: capped at 1. ";
     if (best.a_capped) *note += "the fit wanted a compute efficiency above 1 (peak FLOP/s too low?): capped at 1. ";
     if (best.b_capped) *note += "the fit wanted a bandwidth efficiency above 1 (bandwidth too low?): capped at 1. ";
   }
@@ -262,6 +308,7 @@ Expected<CalibrationFit> fit_cost_model(const PlanInput& p, const std::vector<Ca
     fit.predicted_s.push_back(c.total_s);
     fit.rel_error.push_back(e);
     fit.compute_bound.push_back(c.compute_s >= c.memory_s);
+    fit.attention_share.push_back(c.attention_s / c.total_s);
     ss += e * e;
     fit.max_abs_rel_error = std::max(fit.max_abs_rel_error, std::fabs(e));
   }
@@ -351,7 +398,8 @@ Expected<std::string> set_efficiency_in_json(const std::string& text, const std:
   if (!sc.member(root, "hardware", &hb, &he) || text[hb] != '{' || !sc.member(hb, name, &eb, &ee) || text[eb] != '{') {
     return errorf("hardware.json: cannot locate entry \"%s\" in the text", name.c_str());
   }
-  const std::string obj = "{\"compute\": " + number(fit.compute_efficiency) + ", \"bandwidth\": " +
+  const std::string obj = "{\"compute\": " + number(fit.compute_efficiency) + ", \"attention\": " +
+                          number(fit.attention_efficiency) + ", \"bandwidth\": " +
                           number(fit.bandwidth_efficiency) + ", \"step_overhead_s\": " + number(fit.step_overhead_s) +
                           "}";
   std::string out;
@@ -374,7 +422,7 @@ Expected<std::string> set_efficiency_in_json(const std::string& text, const std:
   nlohmann::json expect = before;
   expect["hardware"][name]["efficiency"] = after["hardware"][name]["efficiency"];
   const nlohmann::json& e = after["hardware"][name]["efficiency"];
-  if (after != expect || !e.is_object() || !e.contains("compute") || !e.contains("bandwidth") ||
+  if (after != expect || !e.is_object() || !e.contains("compute") || !e.contains("attention") || !e.contains("bandwidth") ||
       !e.contains("step_overhead_s")) {
     return errorf("hardware.json: editing entry \"%s\" changed more than its efficiency", name.c_str());
   }
@@ -401,20 +449,23 @@ Status write_efficiency(const std::string& path, const std::string& name, const 
 std::string format_fit(const PlanInput& p, const std::vector<CalibrationSample>& samples, const CalibrationFit& fit) {
   std::string out;
   char b[256];
-  std::snprintf(b, sizeof b, "%-26s %7s %12s %12s %8s  %s\n", "step", "tokens", "measured ms", "model ms", "error",
-                "bound");
+  std::snprintf(b, sizeof b, "%-26s %7s %12s %12s %8s  %-7s %s\n", "step", "tokens", "measured ms", "model ms", "error",
+                "bound", "attn");
   out += b;
   for (size_t i = 0; i < samples.size() && i < fit.predicted_s.size(); ++i) {
-    std::snprintf(b, sizeof b, "%-26s %7lld %12.2f %12.2f %+7.1f%%  %s\n", samples[i].label.c_str(),
+    const double attn = i < fit.attention_share.size() ? fit.attention_share[i] : 0.0;
+    std::snprintf(b, sizeof b, "%-26s %7lld %12.2f %12.2f %+7.1f%%  %-7s %3.0f%%\n", samples[i].label.c_str(),
                   static_cast<long long>(samples[i].work.num_tokens), samples[i].measured_s * 1e3,
-                  fit.predicted_s[i] * 1e3, fit.rel_error[i] * 100, fit.compute_bound[i] ? "compute" : "memory");
+                  fit.predicted_s[i] * 1e3, fit.rel_error[i] * 100, fit.compute_bound[i] ? "compute" : "memory",
+                  attn * 100);
     out += b;
   }
   std::snprintf(b, sizeof b,
-                "%s: compute efficiency %.4g (%.1f GFLOP/s of %.1f), bandwidth efficiency %.4g (%.2f GB/s of %.2f), "
-                "step overhead %.3f ms; rms error %.1f%%, max %.1f%%\n",
+                "%s: compute efficiency %.4g (%.1f GFLOP/s of %.1f), attention efficiency %.4g (%.1f GFLOP/s), "
+                "bandwidth efficiency %.4g (%.2f GB/s of %.2f), step overhead %.3f ms; rms error %.1f%%, max %.1f%%\n",
                 p.hw.name.c_str(), fit.compute_efficiency, fit.compute_efficiency * p.hw.peak_bf16_flops / 1e9,
-                p.hw.peak_bf16_flops / 1e9, fit.bandwidth_efficiency,
+                p.hw.peak_bf16_flops / 1e9, fit.attention_efficiency,
+                fit.attention_efficiency * p.hw.peak_bf16_flops / 1e9, fit.bandwidth_efficiency,
                 fit.bandwidth_efficiency * p.hw.mem_bandwidth / 1e9, p.hw.mem_bandwidth / 1e9,
                 fit.step_overhead_s * 1e3, fit.rms_rel_error * 100, fit.max_abs_rel_error * 100);
   out += b;

@@ -2,16 +2,19 @@
 // to measured engine steps, on the simulator's own cost formula, so that
 // simulate() reproduces what was measured.
 //
-// The cost of a step (sim/simulator.h step_cost) at efficiencies e_c, e_b and
-// overhead c is
-//   t = max(x / e_c, y / e_b) + c,   x = compute seconds at 100% of peak
-//                                    y = memory seconds at 100% of bandwidth
-// x and y come from step_cost itself (called with both efficiencies 1 and no
+// The cost of a step (sim/simulator.h step_cost) at efficiencies e_c (dense
+// math), e_b (memory), e_a (attention math) and overhead c is
+//   t = max(x / e_c, y / e_b) + z / e_a + c,   x = dense compute seconds at 100% of peak
+//                                              y = memory seconds at 100% of bandwidth
+//                                              z = attention seconds at 100% of peak
+// x, y and z come from step_cost itself (called with every efficiency 1 and no
 // overhead), so the fit uses exactly the formula the simulator uses. With
-// a = 1/e_c, b = 1/e_b the model is linear in (a, b, c) once each sample is
-// labelled compute- or memory-bound; the label is a threshold on x / y, so
-// trying every threshold over the samples sorted by x / y (n + 1 splits) and
-// solving a weighted least-squares problem for each finds the best fit.
+// a = 1/e_c, b = 1/e_b, d = 1/e_a the model is linear in (a, b, d, c) once each
+// sample is labelled compute- or memory-bound; the label is a threshold on x / y,
+// so trying every threshold over the samples sorted by x / y (n + 1 splits) and
+// solving a weighted least-squares problem for each finds the best fit. d is
+// told apart from a by decodes at several contexts (same x, z growing with the
+// context).
 // Residuals are relative ((predicted - measured) / measured), so a 10 ms decode
 // step counts as much as a 2 s prefill. Efficiencies are capped at 1.
 //
@@ -46,20 +49,23 @@ struct CalibrationSample {
 
 struct CalibrationFit {
   double compute_efficiency = 0;    // (0, 1]
+  double attention_efficiency = 0;  // (0, 1]
   double bandwidth_efficiency = 0;  // (0, 1]
   double step_overhead_s = 0;       // >= 0
   bool compute_capped = false;      // the unconstrained fit wanted e_c > 1
   bool bandwidth_capped = false;    // the unconstrained fit wanted e_b > 1
+  bool attention_capped = false;    // the unconstrained fit wanted e_a > 1
   // Per sample (same order), from step_cost with the fitted device:
   std::vector<double> predicted_s;
   std::vector<double> rel_error;    // (predicted - measured) / measured
   std::vector<bool> compute_bound;
+  std::vector<double> attention_share;  // attention seconds / predicted seconds
   double rms_rel_error = 0;
   double max_abs_rel_error = 0;
 };
 
-// Fits p.hw's compute_efficiency, bandwidth_efficiency and step_overhead_s to the
-// samples (p.hw's peak and bandwidth are kept). Needs at least 3 samples with
+// Fits p.hw's compute, attention and bandwidth efficiencies and step_overhead_s to
+// the samples (p.hw's peak and bandwidth are kept). Needs at least 4 samples with
 // positive times; errors say which is missing. When every sample is on one side
 // of the roofline the other efficiency cannot be measured: it is kept from p.hw
 // (if still consistent with the labels) and the fit says so through `note`.

@@ -51,6 +51,7 @@ Expected<HardwareDesc> load_hardware(const std::string& name) {
   h.runtime_overhead_bytes = static_cast<uint64_t>(rt);
   if (auto e = o.find("efficiency"); e != o.end() && e->is_object()) {
     PAGODA_ASSIGN_OR_RETURN(h.compute_efficiency, detail::get_number(*e, "compute", h.compute_efficiency, ctx));
+    PAGODA_ASSIGN_OR_RETURN(h.attention_efficiency, detail::get_number(*e, "attention", h.compute_efficiency, ctx));
     PAGODA_ASSIGN_OR_RETURN(h.bandwidth_efficiency, detail::get_number(*e, "bandwidth", h.bandwidth_efficiency, ctx));
     PAGODA_ASSIGN_OR_RETURN(h.step_overhead_s, detail::get_number(*e, "step_overhead_s", h.step_overhead_s, ctx));
   }
@@ -58,6 +59,7 @@ Expected<HardwareDesc> load_hardware(const std::string& name) {
     return errorf("%s: mem_bandwidth and peak_bf16_flops must be positive, peak_fp8_flops >= 0", ctx.c_str());
   }
   if (!(h.compute_efficiency > 0 && h.compute_efficiency <= 1) ||
+      !(h.attention_efficiency > 0 && h.attention_efficiency <= 1) ||
       !(h.bandwidth_efficiency > 0 && h.bandwidth_efficiency <= 1) || h.step_overhead_s < 0) {
     return errorf("%s: efficiencies must be in (0, 1] and step_overhead_s >= 0", ctx.c_str());
   }

@@ -16,7 +16,10 @@ struct HardwareDesc {
   double peak_bf16_flops = 0;          // dense
   double peak_fp8_flops = 0;           // dense; 0 = no fp8 tensor cores
   uint64_t runtime_overhead_bytes = 0; // taken before any tensor (context, workspaces, graphs)
-  double compute_efficiency = 0.5;     // achieved / peak FLOP/s
+  double compute_efficiency = 0.5;     // achieved / peak FLOP/s in the dense (linear-layer) math
+  // achieved / peak FLOP/s in attention (QK^T, softmax, PV); JSON "attention",
+  // which defaults to "compute" when absent
+  double attention_efficiency = 0.5;
   double bandwidth_efficiency = 0.8;   // achieved / peak bytes/s
   double step_overhead_s = 0.002;      // fixed cost of one engine step
 };

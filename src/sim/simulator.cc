@@ -67,7 +67,8 @@ StepCost step_cost(const PlanInput& p, const StepWork& w) {
   StepCost c;
   c.head_flops = 2.0 * head_params * R / tp;
   c.sampling_flops = kSamplingFlopsPerLogit * V * R;
-  c.flops = (2.0 * body_active * N + attn_flops) / tp + c.head_flops + c.sampling_flops;
+  c.flops = 2.0 * body_active * N / tp + c.head_flops + c.sampling_flops;
+  c.attention_flops = attn_flops / tp;
 
   // Weights: bytes of the embedding table and the head (from the file when known, else at
   // the average bytes per parameter) and of the body.
@@ -99,7 +100,8 @@ StepCost step_cost(const PlanInput& p, const StepWork& w) {
   const double peak = fp8_math ? hw.peak_fp8_flops : hw.peak_bf16_flops;
   c.compute_s = peak > 0 ? c.flops / (peak * hw.compute_efficiency) : 0.0;
   c.memory_s = hw.mem_bandwidth > 0 ? c.bytes / (hw.mem_bandwidth * hw.bandwidth_efficiency) : 0.0;
-  c.total_s = std::max(c.compute_s, c.memory_s) + hw.step_overhead_s;
+  c.attention_s = hw.peak_bf16_flops > 0 ? c.attention_flops / (hw.peak_bf16_flops * hw.attention_efficiency) : 0.0;
+  c.total_s = std::max(c.compute_s, c.memory_s) + c.attention_s + hw.step_overhead_s;
   return c;
 }
 
@@ -206,7 +208,7 @@ Expected<SimResult> simulate(const SimConfig& cfg, const std::vector<SimRequest>
     }
     const StepCost cost = step_cost(p, step_work(p, step));
     t += cost.total_s;
-    (cost.compute_s >= cost.memory_s ? mt.busy_compute_s : mt.busy_memory_s) += cost.total_s;
+    (cost.compute_s + cost.attention_s >= cost.memory_s ? mt.busy_compute_s : mt.busy_memory_s) += cost.total_s;
     ++mt.num_steps;
 
     outputs.clear();

@@ -6,20 +6,25 @@
 // sample this step: the engine runs the output head on the last token of each
 // such sequence only, so a prefill chunk that does not reach the end of the
 // prompt costs no head at all), V = vocab, h = hidden:
-//   compute = FLOPs / (peak x compute_efficiency)
-//     FLOPs = (2 x body_params x N + attention FLOPs + 2 x V x h x R) / tp + sampling FLOPs
+//   compute = dense FLOPs / (peak x compute_efficiency)
+//     dense FLOPs = (2 x body_params x N + 2 x V x h x R) / tp + sampling FLOPs
 //             body_params = active params without the embedding table(s): the
 //             lookup is no matmul and the head is charged per row
-//             attention FLOPs = 2 x heads x (qk_dim + v_dim) x (keys each new token attends to), per layer
-//             (sliding-window layers attend to at most the window)
 //             sampling FLOPs = kSamplingFlopsPerLogit x V x R (a few linear passes over each row)
+//   attention = attention FLOPs / tp / (bf16 peak x attention_efficiency)
+//     attention FLOPs = 2 x heads x (qk_dim + v_dim) x (keys each new token attends to), per layer
+//             (sliding-window layers attend to at most the window)
 //   memory  = bytes / (bandwidth x bandwidth_efficiency)
 //     bytes = weights read / tp + KV read + KV written + sampling bytes
 //             weights read = body weights (MoE: E x (1 - (1 - k/E)^N) of E experts touched)
 //                          + the N embedding rows looked up
 //                          + the head's V x h weights when R > 0 (tied: the same table, counted once)
 //             sampling bytes = R x V x 4 x 2 (fp32 logits written by the head, read back by the sampler)
-//   step    = max(compute, memory) + step_overhead_s
+//   step    = max(compute, memory) + attention + step_overhead_s
+// Attention runs as its own kernels between the linear layers, so its math is added, not
+// overlapped; its KV reads stay in `memory`, which on a GPU's decode is what dominates it.
+// On a CPU attention (f16 -> f32 conversion, exp, short dot products) reaches a much lower
+// fraction of peak than the int8/VNNI matmuls: `pagoda sim --calibrate` fits it separately.
 // peak = fp8 peak when the weights are fp8/int8 and the device has one, else bf16.
 // Sampling is not split over TP ranks (every rank, or the driver, sees whole rows).
 // Not modelled: TP all-reduce / all-gather time (2 per layer, ~2 (tp - 1)/tp x N x h
@@ -57,15 +62,17 @@ inline constexpr double kSamplingFlopsPerLogit = 5.0;
 inline constexpr double kSamplingBytesPerLogit = 8.0;
 
 struct StepCost {
-  double flops = 0;           // per rank, all of the below included
+  double flops = 0;           // per rank, dense: head and sampling included, attention not
   double bytes = 0;           // per rank, all of the below included
   double head_flops = 0;      // output head: 2 x vocab x hidden per logits row, / tp
   double sampling_flops = 0;  // kSamplingFlopsPerLogit x vocab per logits row
   double weight_bytes = 0;    // weights read, per rank
   double sampling_bytes = 0;  // kSamplingBytesPerLogit x vocab per logits row
-  double compute_s = 0;
+  double attention_flops = 0; // per rank, not in `flops`
+  double compute_s = 0;       // dense math
   double memory_s = 0;
-  double total_s = 0;         // max(compute, memory) + overhead
+  double attention_s = 0;     // attention math
+  double total_s = 0;         // max(compute, memory) + attention + overhead
 };
 
 // The work of one step, as the cost model needs it.

@@ -15,12 +15,13 @@
 namespace pagoda::sim {
 namespace {
 
-PlanInput smol_on(double e_c, double e_b, double overhead) {
+PlanInput smol_on(double e_c, double e_b, double overhead, double e_a = 0.05) {
   PlanInput in;
   in.model = load_model_preset("SmolLM2-135M").value();
   in.hw = load_hardware("cpu-local").value();
   in.kv_dtype = kv::kv_dtype_f16();
   in.hw.compute_efficiency = e_c;
+  in.hw.attention_efficiency = e_a;
   in.hw.bandwidth_efficiency = e_b;
   in.hw.step_overhead_s = overhead;
   return in;
@@ -55,7 +56,7 @@ TEST(SimCalibrate, WorkOfMatchesStepWork) {
 }
 
 TEST(SimCalibrate, RecoversKnownEfficienciesExactly) {
-  const PlanInput truth = smol_on(0.23, 0.41, 0.0031);
+  const PlanInput truth = smol_on(0.23, 0.41, 0.0031, 0.07);
   const std::vector<CalibrationSample> s = synthetic(truth, 0.0);
   // Both sides of the roofline are present, or the test would not test the fit.
   int compute = 0;
@@ -66,11 +67,12 @@ TEST(SimCalibrate, RecoversKnownEfficienciesExactly) {
   ASSERT_GE(compute, 3);
   ASSERT_LE(compute, static_cast<int>(s.size()) - 3);
   // Start from other values: the fit must not lean on them.
-  const PlanInput start = smol_on(0.5, 0.8, 0.0);
+  const PlanInput start = smol_on(0.5, 0.8, 0.0, 0.5);
   std::string note;
   auto fit = fit_cost_model(start, s, &note);
   ASSERT_TRUE(fit.ok()) << fit.message();
   EXPECT_NEAR(fit->compute_efficiency, 0.23, 1e-9);
+  EXPECT_NEAR(fit->attention_efficiency, 0.07, 1e-9);
   EXPECT_NEAR(fit->bandwidth_efficiency, 0.41, 1e-9);
   EXPECT_NEAR(fit->step_overhead_s, 0.0031, 1e-12);
   EXPECT_LT(fit->max_abs_rel_error, 1e-9);
@@ -83,11 +85,12 @@ TEST(SimCalibrate, RecoversKnownEfficienciesExactly) {
 }
 
 TEST(SimCalibrate, NoisyMeasurementsStayClose) {
-  const PlanInput truth = smol_on(0.12, 0.55, 0.0008);
+  const PlanInput truth = smol_on(0.12, 0.55, 0.0008, 0.03);
   const std::vector<CalibrationSample> s = synthetic(truth, 0.04);
-  auto fit = fit_cost_model(smol_on(0.3, 0.6, 0.0005), s);
+  auto fit = fit_cost_model(smol_on(0.3, 0.6, 0.0005, 0.3), s);
   ASSERT_TRUE(fit.ok()) << fit.message();
   EXPECT_NEAR(fit->compute_efficiency, 0.12, 0.12 * 0.06);
+  EXPECT_NEAR(fit->attention_efficiency, 0.03, 0.03 * 0.15);
   EXPECT_NEAR(fit->bandwidth_efficiency, 0.55, 0.55 * 0.06);
   EXPECT_NEAR(fit->step_overhead_s, 0.0008, 0.0008);
   EXPECT_LT(fit->rms_rel_error, 0.04);
@@ -109,6 +112,9 @@ TEST(SimCalibrate, OneSidedDataKeepsTheOtherEfficiency) {
   auto fit = fit_cost_model(smol_on(0.3, 0.9, 0.0), s, &note);
   ASSERT_TRUE(fit.ok()) << fit.message();
   EXPECT_DOUBLE_EQ(fit->compute_efficiency, 0.3);
+  // Attention and KV reads both grow with the context alone: attention keeps the prior.
+  EXPECT_DOUBLE_EQ(fit->attention_efficiency, 0.05);
+  EXPECT_NE(note.find("attention efficiency is kept"), std::string::npos) << note;
   EXPECT_NEAR(fit->bandwidth_efficiency, 0.5, 1e-9);
   EXPECT_NEAR(fit->step_overhead_s, 0.002, 1e-9);
   EXPECT_NE(note.find("no step is compute-bound"), std::string::npos) << note;
@@ -133,7 +139,7 @@ TEST(SimCalibrate, FasterThanPeakIsCappedAtOne) {
 TEST(SimCalibrate, RejectsTooFewOrBadSamples) {
   const PlanInput in = smol_on(0.3, 0.6, 0.001);
   std::vector<CalibrationSample> s = synthetic(in, 0.0);
-  EXPECT_FALSE(fit_cost_model(in, {s[0], s[1]}).ok());
+  EXPECT_FALSE(fit_cost_model(in, {s[0], s[1], s[2]}).ok());
   s[2].measured_s = 0;
   auto bad = fit_cost_model(in, s);
   ASSERT_FALSE(bad.ok());
@@ -152,6 +158,7 @@ TEST(SimCalibrate, EditsOnlyTheEntrysEfficiencyInHardwareJson) {
   ASSERT_FALSE(text.empty());
   CalibrationFit fit;
   fit.compute_efficiency = 0.125;
+  fit.attention_efficiency = 0.0625;
   fit.bandwidth_efficiency = 0.75;
   fit.step_overhead_s = 0.0015;
   auto out = set_efficiency_in_json(text, "cpu-local", fit);
@@ -163,7 +170,7 @@ TEST(SimCalibrate, EditsOnlyTheEntrysEfficiencyInHardwareJson) {
   ASSERT_NE(key, std::string::npos);
   const size_t ob = text.find('{', key), oe = text.find('}', key) + 1;
   const std::string expect = text.substr(0, ob) +
-                             "{\"compute\": 0.125, \"bandwidth\": 0.75, \"step_overhead_s\": 0.0015}" +
+                             "{\"compute\": 0.125, \"attention\": 0.0625, \"bandwidth\": 0.75, \"step_overhead_s\": 0.0015}" +
                              text.substr(oe);
   EXPECT_EQ(*out, expect);
 
@@ -180,6 +187,7 @@ TEST(SimCalibrate, EditsOnlyTheEntrysEfficiencyInHardwareJson) {
   ::unsetenv("PAGODA_DATA_DIR");
   std::filesystem::remove_all(dir);
   EXPECT_DOUBLE_EQ(cpu.compute_efficiency, 0.125);
+  EXPECT_DOUBLE_EQ(cpu.attention_efficiency, 0.0625);
   EXPECT_DOUBLE_EQ(cpu.bandwidth_efficiency, 0.75);
   EXPECT_DOUBLE_EQ(cpu.step_overhead_s, 0.0015);
   EXPECT_DOUBLE_EQ(h100.compute_efficiency, h100_before.compute_efficiency);
@@ -190,14 +198,15 @@ TEST(SimCalibrate, AddsAMissingEfficiencyAndRejectsUnknownEntries) {
   const std::string text = R"({"hardware": {"a": {"mem_bandwidth": 1e9}, "b": {}}})";
   CalibrationFit fit;
   fit.compute_efficiency = 0.5;
+  fit.attention_efficiency = 0.5;
   fit.bandwidth_efficiency = 0.25;
   fit.step_overhead_s = 0;
   auto a = set_efficiency_in_json(text, "a", fit);
   ASSERT_TRUE(a.ok()) << a.message();
-  EXPECT_EQ(*a, R"({"hardware": {"a": {"mem_bandwidth": 1e9, "efficiency": {"compute": 0.5, "bandwidth": 0.25, "step_overhead_s": 0}}, "b": {}}})");
+  EXPECT_EQ(*a, R"({"hardware": {"a": {"mem_bandwidth": 1e9, "efficiency": {"compute": 0.5, "attention": 0.5, "bandwidth": 0.25, "step_overhead_s": 0}}, "b": {}}})");
   auto b = set_efficiency_in_json(text, "b", fit);
   ASSERT_TRUE(b.ok()) << b.message();
-  EXPECT_EQ(*b, R"({"hardware": {"a": {"mem_bandwidth": 1e9}, "b": { "efficiency": {"compute": 0.5, "bandwidth": 0.25, "step_overhead_s": 0}}}})");
+  EXPECT_EQ(*b, R"({"hardware": {"a": {"mem_bandwidth": 1e9}, "b": { "efficiency": {"compute": 0.5, "attention": 0.5, "bandwidth": 0.25, "step_overhead_s": 0}}}})");
   EXPECT_FALSE(set_efficiency_in_json(text, "c", fit).ok());
   EXPECT_FALSE(set_efficiency_in_json("{not json", "a", fit).ok());
 }

@@ -57,10 +57,13 @@ TEST(SimCost, DecodeIsMemoryBoundAndExact) {
   const double attn = 2.0 * 32 * (128 + 128) * 1024 * 32;  // heads x (qk + v) x keys x layers
   EXPECT_DOUBLE_EQ(c.head_flops, 2.0 * kLlama8bTable);
   EXPECT_DOUBLE_EQ(c.sampling_flops, 5.0 * 128256);
-  EXPECT_DOUBLE_EQ(c.flops, 2.0 * kLlama8bBody + attn + 2.0 * kLlama8bTable + 5.0 * 128256);
+  EXPECT_DOUBLE_EQ(c.flops, 2.0 * kLlama8bBody + 2.0 * kLlama8bTable + 5.0 * 128256);
+  EXPECT_DOUBLE_EQ(c.attention_flops, attn);
   EXPECT_DOUBLE_EQ(c.compute_s, c.flops / (989.4e12 * 0.6));
+  // No "attention" efficiency in hardware.json: it defaults to the compute one.
+  EXPECT_DOUBLE_EQ(c.attention_s, attn / (989.4e12 * 0.6));
   EXPECT_LT(c.compute_s, c.memory_s);
-  EXPECT_DOUBLE_EQ(c.total_s, c.memory_s + 0.002);
+  EXPECT_DOUBLE_EQ(c.total_s, c.memory_s + c.attention_s + 0.002);
 }
 
 sched::ScheduledSeq slice(sched::RequestId id, int32_t start_pos, int32_t n, bool wants_logits) {
@@ -98,12 +101,13 @@ TEST(SimCost, HeadIsChargedPerLogitsRowNotPerToken) {
 
   const StepCost l = step_cost(in, wl);
   EXPECT_DOUBLE_EQ(l.head_flops, 9 * 2.0 * kLlama8bTable);
-  EXPECT_DOUBLE_EQ(l.flops, 520 * 2.0 * kLlama8bBody + attn + 9 * 2.0 * kLlama8bTable + 9 * 5.0 * 128256);
+  EXPECT_DOUBLE_EQ(l.flops, 520 * 2.0 * kLlama8bBody + 9 * 2.0 * kLlama8bTable + 9 * 5.0 * 128256);
+  EXPECT_DOUBLE_EQ(l.attention_flops, attn);
   // Weights read once: body, 520 embedding rows, the head; 9 fp32 logits rows written and read.
   EXPECT_DOUBLE_EQ(l.bytes, kLlama8bBody * 2 + 520 * 4096.0 * 2 + kLlama8bTable * 2 + kv_read + kv_written +
                                 9 * 128256.0 * 8);
   // Charged per token, the head alone would be 520 rows: 57.8x what the engine computes.
-  EXPECT_LT(l.flops, 520 * 2.0 * (kLlama8bBody + kLlama8bTable) + attn);
+  EXPECT_LT(l.flops, 520 * 2.0 * (kLlama8bBody + kLlama8bTable));
 
   // One row fewer: exactly one head row and one row of sampling less; same weights read.
   const StepCost m = step_cost(in, wm);
@@ -116,7 +120,8 @@ TEST(SimCost, HeadIsChargedPerLogitsRowNotPerToken) {
   EXPECT_DOUBLE_EQ(c.head_flops, 0);
   EXPECT_DOUBLE_EQ(c.sampling_flops, 0);
   EXPECT_DOUBLE_EQ(c.sampling_bytes, 0);
-  EXPECT_DOUBLE_EQ(c.flops, 512 * 2.0 * kLlama8bBody + attn_per_key * 512.0 * 513 / 2);
+  EXPECT_DOUBLE_EQ(c.flops, 512 * 2.0 * kLlama8bBody);
+  EXPECT_DOUBLE_EQ(c.attention_flops, attn_per_key * 512.0 * 513 / 2);
   EXPECT_DOUBLE_EQ(c.weight_bytes, kLlama8bBody * 2 + 512 * 4096.0 * 2);
 }
 
@@ -173,6 +178,7 @@ TEST(SimCost, PrefillIsComputeBoundAndTpSplitsTheWork) {
   // Everything but the sampling of the one logits row is split over the ranks.
   EXPECT_DOUBLE_EQ(c2.sampling_flops, c1.sampling_flops);
   EXPECT_DOUBLE_EQ((c2.flops - c2.sampling_flops) * 2, c1.flops - c1.sampling_flops);
+  EXPECT_DOUBLE_EQ(c2.attention_flops * 2, c1.attention_flops);
   EXPECT_NEAR(c2.compute_s * 2, c1.compute_s, c1.compute_s * 1e-6);
 }
 
