@@ -49,6 +49,11 @@ Expected<HardwareDesc> load_hardware(const std::string& name) {
   PAGODA_ASSIGN_OR_RETURN(h.peak_fp8_flops, detail::get_number(o, "peak_fp8_flops", 0, ctx));
   PAGODA_ASSIGN_OR_RETURN(int64_t rt, detail::get_int(o, "runtime_overhead_bytes", 1 << 30, ctx, 0));
   h.runtime_overhead_bytes = static_cast<uint64_t>(rt);
+  PAGODA_ASSIGN_OR_RETURN(h.interconnect_bandwidth, detail::get_number(o, "interconnect_bandwidth", 0, ctx));
+  PAGODA_ASSIGN_OR_RETURN(h.interconnect_latency_s, detail::get_number(o, "interconnect_latency_s", 0, ctx));
+  if (h.interconnect_bandwidth < 0 || h.interconnect_latency_s < 0) {
+    return errorf("%s: interconnect_bandwidth and interconnect_latency_s must be >= 0", ctx.c_str());
+  }
   if (auto e = o.find("efficiency"); e != o.end() && e->is_object()) {
     PAGODA_ASSIGN_OR_RETURN(h.compute_efficiency, detail::get_number(*e, "compute", h.compute_efficiency, ctx));
     PAGODA_ASSIGN_OR_RETURN(h.attention_efficiency, detail::get_number(*e, "attention", h.compute_efficiency, ctx));

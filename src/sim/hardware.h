@@ -16,6 +16,8 @@ struct HardwareDesc {
   double peak_bf16_flops = 0;          // dense
   double peak_fp8_flops = 0;           // dense; 0 = no fp8 tensor cores
   uint64_t runtime_overhead_bytes = 0; // taken before any tensor (context, workspaces, graphs)
+  double interconnect_bandwidth = 0;   // GPU-to-GPU bytes/s per direction; 0 = TP not modelled
+  double interconnect_latency_s = 0;   // fixed cost of one all-reduce
   double compute_efficiency = 0.5;     // achieved / peak FLOP/s in the dense (linear-layer) math
   // achieved / peak FLOP/s in attention (QK^T, softmax, PV); JSON "attention",
   // which defaults to "compute" when absent

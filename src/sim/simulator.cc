@@ -101,7 +101,12 @@ StepCost step_cost(const PlanInput& p, const StepWork& w) {
   c.compute_s = peak > 0 ? c.flops / (peak * hw.compute_efficiency) : 0.0;
   c.memory_s = hw.mem_bandwidth > 0 ? c.bytes / (hw.mem_bandwidth * hw.bandwidth_efficiency) : 0.0;
   c.attention_s = hw.peak_bf16_flops > 0 ? c.attention_flops / (hw.peak_bf16_flops * hw.attention_efficiency) : 0.0;
-  c.total_s = std::max(c.compute_s, c.memory_s) + c.attention_s + hw.step_overhead_s;
+  if (p.tp > 1 && N > 0 && hw.interconnect_bandwidth > 0) {
+    const double collectives = 2.0 * m.num_layers;
+    c.comm_bytes = collectives * 2.0 * (tp - 1.0) / tp * N * m.hidden * 2.0;
+    c.comm_s = collectives * hw.interconnect_latency_s + c.comm_bytes / hw.interconnect_bandwidth;
+  }
+  c.total_s = std::max(c.compute_s, c.memory_s) + c.attention_s + c.comm_s + hw.step_overhead_s;
   return c;
 }
 
@@ -140,6 +145,10 @@ Expected<SimResult> simulate(const SimConfig& cfg, const std::vector<SimRequest>
   PAGODA_TRY(validate_plan_input(p));
   if (!(p.hw.mem_bandwidth > 0) || !(p.hw.peak_bf16_flops > 0)) {
     return errorf("device %s has no bandwidth / FLOP/s data; pick --gpu from data/hardware.json", p.hw.name.c_str());
+  }
+  if (p.tp > 1 && !(p.hw.interconnect_bandwidth > 0)) {
+    return errorf("device %s has no interconnect data (interconnect_bandwidth): --tp %d cannot be simulated on it",
+                  p.hw.name.c_str(), p.tp);
   }
   if (p.block_size > 256) return errorf("--block-size %d: the KV manager takes at most 256", p.block_size);
   if (cfg.max_num_seqs < 1 || cfg.max_num_batched_tokens < 1) {

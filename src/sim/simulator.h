@@ -20,15 +20,19 @@
 //                          + the N embedding rows looked up
 //                          + the head's V x h weights when R > 0 (tied: the same table, counted once)
 //             sampling bytes = R x V x 4 x 2 (fp32 logits written by the head, read back by the sampler)
-//   step    = max(compute, memory) + attention + step_overhead_s
+//   tp comm = 2 x layers x (interconnect_latency + 2 (tp - 1) / tp x N x h x 2 bytes / interconnect_bandwidth)
+//             when tp > 1: two ring all-reduces of the bf16 activations per layer (after the
+//             attention output projection and after the MLP down projection), not overlapped
+//   step    = max(compute, memory) + attention + tp comm + step_overhead_s
 // Attention runs as its own kernels between the linear layers, so its math is added, not
 // overlapped; its KV reads stay in `memory`, which on a GPU's decode is what dominates it.
 // On a CPU attention (f16 -> f32 conversion, exp, short dot products) reaches a much lower
 // fraction of peak than the int8/VNNI matmuls: `pagoda sim --calibrate` fits it separately.
 // peak = fp8 peak when the weights are fp8/int8 and the device has one, else bf16.
 // Sampling is not split over TP ranks (every rank, or the driver, sees whole rows).
-// Not modelled: TP all-reduce / all-gather time (2 per layer, ~2 (tp - 1)/tp x N x h
-// x 2 bytes each over the interconnect), the O(V log V) sorts of top-k / top-p and
+// Not modelled: the logits all-gather of a vocab-parallel head, overlap of communication
+// with compute, achieved vs datasheet link bandwidth (the catalog's figure is used as is),
+// the O(V log V) sorts of top-k / top-p and
 // the penalties (the sampling charge is greedy/softmax-like linear passes), host <-> device
 // copies and syncs, kernel-launch variation, CPU stalls.
 #pragma once
@@ -72,7 +76,9 @@ struct StepCost {
   double compute_s = 0;       // dense math
   double memory_s = 0;
   double attention_s = 0;     // attention math
-  double total_s = 0;         // max(compute, memory) + attention + overhead
+  double comm_bytes = 0;      // per rank, sent over the interconnect (tp > 1)
+  double comm_s = 0;          // tensor-parallel all-reduces
+  double total_s = 0;         // max(compute, memory) + attention + comm + overhead
 };
 
 // The work of one step, as the cost model needs it.

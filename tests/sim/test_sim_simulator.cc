@@ -182,6 +182,29 @@ TEST(SimCost, PrefillIsComputeBoundAndTpSplitsTheWork) {
   EXPECT_NEAR(c2.compute_s * 2, c1.compute_s, c1.compute_s * 1e-6);
 }
 
+// TP > 1: two ring all-reduces of N x hidden bf16 activations per layer, each moving
+// 2 (tp - 1) / tp of the buffer per rank, plus a fixed latency per collective.
+TEST(SimCost, TensorParallelAllReducesPerLayer) {
+  PlanInput in = plan_for("Llama-3.1-70B", "H100-80GB-SXM");
+  const StepWork w = step_work(in, one_seq(0, 1000));
+  const StepCost one = step_cost(in, w);
+  EXPECT_EQ(one.comm_bytes, 0.0);
+  EXPECT_EQ(one.comm_s, 0.0);
+  EXPECT_DOUBLE_EQ(one.total_s, std::max(one.compute_s, one.memory_s) + one.attention_s + 0.002);
+  in.tp = 4;
+  const StepCost four = step_cost(in, step_work(in, one_seq(0, 1000)));
+  const double bytes = 2.0 * 80 * (2.0 * 3 / 4) * 1000 * 8192 * 2;  // 80 layers, hidden 8192
+  EXPECT_DOUBLE_EQ(four.comm_bytes, bytes);
+  EXPECT_DOUBLE_EQ(four.comm_s, 2.0 * 80 * 1e-5 + bytes / 450e9);
+  EXPECT_DOUBLE_EQ(four.total_s, std::max(four.compute_s, four.memory_s) + four.attention_s + four.comm_s + 0.002);
+  // Twice the tokens: twice the bytes, the same latencies.
+  const StepCost four2 = step_cost(in, step_work(in, one_seq(0, 2000)));
+  EXPECT_DOUBLE_EQ(four2.comm_bytes, 2 * bytes);
+  in.tp = 8;
+  const StepCost eight = step_cost(in, step_work(in, one_seq(0, 1000)));
+  EXPECT_DOUBLE_EQ(eight.comm_bytes, bytes / 0.75 * 0.875);
+}
+
 TEST(SimCost, SlidingWindowCapsAttendedKeys) {
   const PlanInput in = plan_for("Gemma-3-27B", "H100-80GB-SXM");
   const StepWork w = step_work(in, one_seq(4095, 1));
@@ -362,8 +385,15 @@ TEST(SimRun, RejectsWhatCannotRun) {
   ws.output_len = 1;
   auto r = simulate(cfg, make_workload(ws).value());
   ASSERT_FALSE(r.ok());
-  cfg.plan.hw = generic_device(80ull << 30);  // no bandwidth data
   ws.input_len = 10;
+  ASSERT_TRUE(simulate(cfg, make_workload(ws).value()).ok());
+  SimConfig tp2 = cfg;
+  tp2.plan.hw.interconnect_bandwidth = 0;  // e.g. cpu-local: no interconnect data
+  tp2.plan.tp = 2;
+  auto t = simulate(tp2, make_workload(ws).value());
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.message().find("interconnect"), std::string::npos) << t.message();
+  cfg.plan.hw = generic_device(80ull << 30);  // no bandwidth data
   EXPECT_FALSE(simulate(cfg, make_workload(ws).value()).ok());
 }
 
