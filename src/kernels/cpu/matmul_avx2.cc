@@ -291,133 +291,13 @@ void row_to_f32(const WeightView& w, int64_t r, float* out) {
   if (c < k) dequantize_row(w.type, src + ggml_row_bytes(w.type, static_cast<size_t>(c)), k - c, out + c);
 }
 
-template <GgmlType kType>
-void matmul_q32_t(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
-  constexpr bool kQ8 = kType == GgmlType::Q8_0;
-  const int64_t nb = w.cols / 32, ng = act_groups(w.cols, kG);
-  const size_t xrow = static_cast<size_t>(ng) * kRec;
-  uint8_t* act = scratch(0, static_cast<size_t>(n_tokens) * xrow);
-  quantize_act(x, n_tokens, w.cols, kG, act_mode_for(kType, /*avx512=*/false), act);
-  const int64_t n_chunks = (w.rows + kChunkRows - 1) / kChunkRows;
-  const int nth = threads();
-  const bool big = w.rows * w.cols * n_tokens >= kMinParallelMacs;
-  const auto* wdata = static_cast<const uint8_t*>(w.data);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (nth > 1 && n_chunks > 1 && big)
-  for (int64_t ch = 0; ch < n_chunks; ++ch) {
-    const int64_t r0 = ch * kChunkRows, nr = std::min(kChunkRows, w.rows - r0);
-    float out[kT * kR];
-    if (n_tokens <= kDirectMaxTokens) {
-      const size_t prefetch = kPrefetchRows * w.row_bytes;
-      const uint8_t* xp[kT];
-      for (int t = 0; t < kT; ++t) xp[t] = act + static_cast<size_t>(std::min<int64_t>(t, n_tokens - 1)) * xrow;
-      for (int64_t i0 = 0; i0 < nr; i0 += kR) {
-        const uint8_t* rp[kR];
-        for (int r = 0; r < kR; ++r) rp[r] = wdata + (r0 + std::min<int64_t>(i0 + r, nr - 1)) * w.row_bytes;
-        if (n_tokens == 1) {
-          qkernel_direct<kType, 1>(rp, nb, xp, ng, prefetch, out);
-        } else {
-          qkernel_direct<kType, 2>(rp, nb, xp, ng, prefetch, out);
-        }
-        for (int64_t t = 0; t < n_tokens; ++t)
-          for (int r = 0; r < kR && i0 + r < nr; ++r) y[t * w.rows + r0 + i0 + r] = out[t * kR + r];
-      }
-      continue;
-    }
-    uint8_t* pk = scratch(1, static_cast<size_t>(kChunkRows) * xrow);
-    for (int64_t i = 0; i < nr; ++i)
-      for (int64_t g = 0; g < ng; ++g)
-        store_group(decode_row_group<kType>(wdata + (r0 + i) * w.row_bytes, nb, g), pk + i * xrow + g * kRec);
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kT) {
-      const int nt = static_cast<int>(std::min<int64_t>(kT, n_tokens - t0));
-      const uint8_t* xp[kT];
-      for (int t = 0; t < kT; ++t) xp[t] = act + static_cast<size_t>(t0 + std::min(t, nt - 1)) * xrow;
-      for (int64_t i0 = 0; i0 < nr; i0 += kR) {
-        const uint8_t* wp[kR];
-        for (int r = 0; r < kR; ++r) wp[r] = pk + static_cast<size_t>(std::min<int64_t>(i0 + r, nr - 1)) * xrow;
-        qkernel_n<kQ8>(nt, wp, xp, ng, out);
-        for (int t = 0; t < nt; ++t)
-          for (int r = 0; r < kR && i0 + r < nr; ++r) y[(t0 + t) * w.rows + r0 + i0 + r] = out[t * kR + r];
-      }
-    }
-  }
-}
+constexpr bool kAvx512 = false;
+constexpr int64_t kFloatLanes = 8;
 
-void matmul_q32(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
-  switch (w.type) {
-    case GgmlType::Q4_0: matmul_q32_t<GgmlType::Q4_0>(w, x, n_tokens, y); break;
-    case GgmlType::Q4_1: matmul_q32_t<GgmlType::Q4_1>(w, x, n_tokens, y); break;
-    case GgmlType::Q5_0: matmul_q32_t<GgmlType::Q5_0>(w, x, n_tokens, y); break;
-    case GgmlType::Q5_1: matmul_q32_t<GgmlType::Q5_1>(w, x, n_tokens, y); break;
-    case GgmlType::Q8_0: matmul_q32_t<GgmlType::Q8_0>(w, x, n_tokens, y); break;
-    default: PAGODA_CHECK(false);
-  }
-}
-
-void matmul_float(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
-  const int64_t k = w.cols;
-  const int64_t n_chunks = (w.rows + kChunkRows - 1) / kChunkRows;
-  const int nth = threads();
-  const bool big = w.rows * w.cols * n_tokens >= kMinParallelMacs;
-  const bool direct = w.type == GgmlType::F32;
-  const bool half = w.type == GgmlType::F16 || w.type == GgmlType::BF16;
-  const size_t kpad = static_cast<size_t>((k + 7) / 8 * 8);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (nth > 1 && n_chunks > 1 && big)
-  for (int64_t ch = 0; ch < n_chunks; ++ch) {
-    const int64_t r0 = ch * kChunkRows, nr = std::min(kChunkRows, w.rows - r0);
-    if (half && n_tokens <= kT) {  // few tokens: convert in registers, no f32 staging
-      const int nt = static_cast<int>(n_tokens);
-      const float* xp[kT];
-      for (int t = 0; t < kT; ++t) xp[t] = x + std::min(t, nt - 1) * k;
-      for (int64_t i0 = 0; i0 < nr; i0 += kR) {
-        const uint8_t* wp[kR];
-        for (int r = 0; r < kR; ++r)
-          wp[r] = static_cast<const uint8_t*>(w.data) + (r0 + std::min<int64_t>(i0 + r, nr - 1)) * w.row_bytes;
-        float out[kT * kR];
-        if (w.type == GgmlType::F16) {
-          hkernel_direct_n<GgmlType::F16>(nt, wp, xp, k, kPrefetchRows * w.row_bytes, out);
-        } else {
-          hkernel_direct_n<GgmlType::BF16>(nt, wp, xp, k, kPrefetchRows * w.row_bytes, out);
-        }
-        for (int t = 0; t < nt; ++t)
-          for (int r = 0; r < kR && i0 + r < nr; ++r) y[t * w.rows + r0 + i0 + r] = out[t * kR + r];
-      }
-      continue;
-    }
-    const float* rows[kChunkRows];
-    if (direct) {
-      for (int64_t i = 0; i < nr; ++i)
-        rows[i] = reinterpret_cast<const float*>(static_cast<const uint8_t*>(w.data) + (r0 + i) * w.row_bytes);
-    } else {
-      float* buf = reinterpret_cast<float*>(scratch(1, kChunkRows * kpad * sizeof(float)));
-      for (int64_t i = 0; i < nr; ++i) {
-        row_to_f32(w, r0 + i, buf + i * kpad);
-        rows[i] = buf + i * kpad;
-      }
-    }
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kT) {
-      const int nt = static_cast<int>(std::min<int64_t>(kT, n_tokens - t0));
-      const float* xp[kT];
-      for (int t = 0; t < kT; ++t) xp[t] = x + (t0 + std::min(t, nt - 1)) * k;
-      for (int64_t i0 = 0; i0 < nr; i0 += kR) {
-        const float* wp[kR];
-        for (int r = 0; r < kR; ++r) wp[r] = rows[std::min<int64_t>(i0 + r, nr - 1)];
-        float out[kT * kR];
-        fkernel_n(nt, wp, xp, k, out);
-        for (int t = 0; t < nt; ++t)
-          for (int r = 0; r < kR && i0 + r < nr; ++r) y[(t0 + t) * w.rows + r0 + i0 + r] = out[t * kR + r];
-      }
-    }
-  }
-}
+#include "kernels/cpu/matmul_driver.inc"
 
 }  // namespace
 
-void matmul_avx2(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
-  if (is_q32_type(w.type)) {
-    matmul_q32(w, x, n_tokens, y);
-  } else {
-    matmul_float(w, x, n_tokens, y);
-  }
-}
+void matmul_avx2(const WeightView& w, const float* x, int64_t n_tokens, float* y) { matmul_isa(w, x, n_tokens, y); }
 
 }  // namespace pagoda::kernels::cpu::detail
