@@ -1,7 +1,8 @@
 // Paged causal attention with grouped-query heads (baseline AVX2).
 //
-// One work item = (token, kv head): the group's query heads are processed
-// together so each K/V row is read and decoded once. Keys are visited in
+// One work item = (tile of up to 8 consecutive tokens of one sequence, kv head):
+// the group's query heads and the tile's tokens are processed together so each
+// K/V row is read and decoded once per tile. Keys are visited in
 // logical order, one page at a time; per page: scores, page max, one rescale of
 // the running output, then p * V in key order (online softmax). Every float op
 // depends only on the token's own query, its position and the logical key
@@ -22,6 +23,7 @@ namespace pagoda::kernels::cpu {
 namespace {
 
 constexpr int32_t kMaxBlockSize = 256;  // tokens per KV page
+constexpr int32_t kQueryTile = 8;       // consecutive tokens of one sequence sharing decoded pages
 
 // Decodes values [start, start + n) of a KV row to f32. out: [n]
 void decode_slice(KvDtype dtype, const uint8_t* row, int64_t start, int32_t n, float* out) {
@@ -205,38 +207,55 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
   const int32_t hd = kv.head_dim, nkv = kv.n_kv_heads, bs = kv.block_size;
   PAGODA_CHECK(nkv > 0 && n_heads % nkv == 0 && bs > 0 && bs <= kMaxBlockSize);
   const int32_t group = n_heads / nkv;
-  int32_t* seq_of = reinterpret_cast<int32_t*>(detail::scratch(2, static_cast<size_t>(batch.n_tokens) * 4 + 4));
-  for (int32_t s = 0; s < batch.n_seqs; ++s)
-    for (int32_t t = batch.q_indptr[s]; t < batch.q_indptr[s + 1]; ++t) seq_of[t] = s;
-  const int64_t items = static_cast<int64_t>(batch.n_tokens) * nkv;
+  // Tiles of up to kQueryTile consecutive tokens of one sequence: the tile decodes
+  // each K/V page once for all its tokens (a prefill chunk's tokens read the same
+  // pages). Each token's own op sequence is exactly what it would be alone.
+  int32_t* tiles = reinterpret_cast<int32_t*>(detail::scratch(2, static_cast<size_t>(batch.n_tokens) * 12 + 12));
+  int32_t n_tiles = 0;
+  for (int32_t s = 0; s < batch.n_seqs; ++s) {
+    for (int32_t t = batch.q_indptr[s]; t < batch.q_indptr[s + 1]; t += kQueryTile) {
+      tiles[3 * n_tiles] = s;
+      tiles[3 * n_tiles + 1] = t;
+      tiles[3 * n_tiles + 2] = std::min(t + kQueryTile, batch.q_indptr[s + 1]);
+      ++n_tiles;
+    }
+  }
+  const int64_t items = static_cast<int64_t>(n_tiles) * nkv;
   const int nth = detail::threads();
   const size_t kvbuf = static_cast<size_t>(bs) * static_cast<size_t>(hd);
-  const size_t per_item_floats = 2 * kvbuf + static_cast<size_t>(group) * (bs + hd + 2);
+  const size_t per_token_floats = static_cast<size_t>(group) * (hd + 2);
+  const size_t per_item_floats = 2 * kvbuf + static_cast<size_t>(group) * bs + kQueryTile * per_token_floats;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (nth > 1 && items > 1)
   for (int64_t it = 0; it < items; ++it) {
-    const int32_t t = static_cast<int32_t>(it / nkv), kvh = static_cast<int32_t>(it % nkv);
-    const int32_t s = seq_of[t];
-    const int64_t n_keys = std::min<int64_t>(kv_len(batch, s, bs), static_cast<int64_t>(batch.positions[t]) + 1);
+    const int32_t tile = static_cast<int32_t>(it / nkv), kvh = static_cast<int32_t>(it % nkv);
+    const int32_t s = tiles[3 * tile], t0 = tiles[3 * tile + 1], nt = tiles[3 * tile + 2] - t0;
+    const int64_t seq_len = kv_len(batch, s, bs);
+    int64_t n_keys[kQueryTile];
+    int64_t max_keys = 0;
+    for (int32_t i = 0; i < nt; ++i) {
+      n_keys[i] = std::min<int64_t>(seq_len, static_cast<int64_t>(batch.positions[t0 + i]) + 1);
+      max_keys = std::max(max_keys, n_keys[i]);
+    }
     const int32_t* pages = batch.kv_indices + batch.kv_indptr[s];
     float* buf = reinterpret_cast<float*>(detail::scratch(3, per_item_floats * sizeof(float)));
     float* kbuf = buf;                        // [bs, hd] decoded K of one page
     float* vbuf = kbuf + kvbuf;               // [bs, hd] decoded V of one page
     float* sc = vbuf + kvbuf;                 // [group, bs] scores, then probabilities
-    float* acc = sc + group * bs;             // [group, hd] running output
-    float* mrun = acc + group * hd;           // [group] running max
-    float* lrun = mrun + group;               // [group] running sum
-    const float* qg = q + (static_cast<int64_t>(t) * n_heads + kvh * group) * hd;  // [group, hd]
-    std::fill(acc, acc + group * hd, 0.0f);
-    std::fill(mrun, mrun + group, -INFINITY);
-    std::fill(lrun, lrun + group, 0.0f);
+    float* state = sc + group * bs;           // per token: acc [group, hd], mrun [group], lrun [group]
+    for (int32_t i = 0; i < nt; ++i) {
+      float* st = state + i * per_token_floats;
+      std::fill(st, st + group * hd, 0.0f);
+      std::fill(st + group * hd, st + group * (hd + 1), -INFINITY);
+      std::fill(st + group * (hd + 1), st + group * (hd + 2), 0.0f);
+    }
     const int64_t head_off = static_cast<int64_t>(kvh) * hd;
     const size_t slice_off = kv_row_bytes(kv.dtype, head_off), slice_bytes = kv_row_bytes(kv.dtype, hd);
-    for (int64_t p0 = 0; p0 < n_keys; p0 += bs) {
-      const int32_t nk = static_cast<int32_t>(std::min<int64_t>(bs, n_keys - p0));
+    for (int64_t p0 = 0; p0 < max_keys; p0 += bs) {
+      const int32_t nk = static_cast<int32_t>(std::min<int64_t>(bs, max_keys - p0));
       const int64_t slot0 = static_cast<int64_t>(pages[p0 / bs]) * bs;
-      if (p0 + bs < n_keys) {  // next page's K/V head slices: pages are scattered, so prefetch them
+      if (p0 + bs < max_keys) {  // next page's K/V head slices: pages are scattered, so prefetch them
         const int64_t next = static_cast<int64_t>(pages[p0 / bs + 1]) * bs;
-        const int32_t nn = static_cast<int32_t>(std::min<int64_t>(bs, n_keys - p0 - bs));
+        const int32_t nn = static_cast<int32_t>(std::min<int64_t>(bs, max_keys - p0 - bs));
         for (int32_t j = 0; j < nn; ++j) {
           const size_t off = static_cast<size_t>(next + j) * kv.row_bytes + slice_off;
           for (size_t b = 0; b < slice_bytes; b += 64) {
@@ -260,19 +279,31 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
           vrow[j] = vbuf + j * hd;
         }
       }
-      switch (hd) {
-        case 8: page_v<1>(qg, krow, vrow, nk, group, bs, scale, sc, acc, mrun, lrun); break;
-        case 16: page_v<2>(qg, krow, vrow, nk, group, bs, scale, sc, acc, mrun, lrun); break;
-        case 32: page_v<4>(qg, krow, vrow, nk, group, bs, scale, sc, acc, mrun, lrun); break;
-        case 64: page_v<8>(qg, krow, vrow, nk, group, bs, scale, sc, acc, mrun, lrun); break;
-        case 128: page_v<16>(qg, krow, vrow, nk, group, bs, scale, sc, acc, mrun, lrun); break;
-        default: page_generic(qg, krow, vrow, nk, group, bs, hd, scale, sc, acc, mrun, lrun); break;
+      for (int32_t i = 0; i < nt; ++i) {
+        const int32_t nki = static_cast<int32_t>(std::min<int64_t>(nk, n_keys[i] - p0));
+        if (nki <= 0) continue;  // causal: this page starts after the token
+        const float* qg = q + (static_cast<int64_t>(t0 + i) * n_heads + kvh * group) * hd;  // [group, hd]
+        float* acc = state + i * per_token_floats;
+        float* mrun = acc + group * hd;
+        float* lrun = mrun + group;
+        switch (hd) {
+          case 8: page_v<1>(qg, krow, vrow, nki, group, bs, scale, sc, acc, mrun, lrun); break;
+          case 16: page_v<2>(qg, krow, vrow, nki, group, bs, scale, sc, acc, mrun, lrun); break;
+          case 32: page_v<4>(qg, krow, vrow, nki, group, bs, scale, sc, acc, mrun, lrun); break;
+          case 64: page_v<8>(qg, krow, vrow, nki, group, bs, scale, sc, acc, mrun, lrun); break;
+          case 128: page_v<16>(qg, krow, vrow, nki, group, bs, scale, sc, acc, mrun, lrun); break;
+          default: page_generic(qg, krow, vrow, nki, group, bs, hd, scale, sc, acc, mrun, lrun); break;
+        }
       }
     }
-    for (int32_t g = 0; g < group; ++g) {
-      float* o = out + (static_cast<int64_t>(t) * n_heads + kvh * group + g) * hd;
-      const float inv = n_keys > 0 ? 1.0f / lrun[g] : 0.0f;
-      for (int32_t i = 0; i < hd; ++i) o[i] = acc[g * hd + i] * inv;
+    for (int32_t i = 0; i < nt; ++i) {
+      const float* acc = state + i * per_token_floats;
+      const float* lrun = acc + group * (hd + 1);
+      for (int32_t g = 0; g < group; ++g) {
+        float* o = out + (static_cast<int64_t>(t0 + i) * n_heads + kvh * group + g) * hd;
+        const float inv = n_keys[i] > 0 ? 1.0f / lrun[g] : 0.0f;
+        for (int32_t d = 0; d < hd; ++d) o[d] = acc[g * hd + d] * inv;
+      }
     }
   }
 }
