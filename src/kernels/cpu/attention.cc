@@ -152,9 +152,19 @@ void pv_v(float* acc_mem, bool rescale, float corr, const float* p, const float*
 // returns whether the running output must be rescaled and by how much; turns
 // sg[0..nk) into probabilities relative to the new running max.
 inline bool softmax_page(float* sg, int32_t nk, float* mrun, float* lrun, float* corr_out) {
+  // Page max, 8 lanes at a time (max of finite floats is exact in any order).
+  int32_t i = 1;
   float bm = sg[0];
-  for (int32_t j = 1; j < nk; ++j) bm = std::fmax(bm, sg[j]);
-  const float m_new = std::fmax(*mrun, bm);
+  if (nk >= 8) {
+    __m256 mv8 = _mm256_loadu_ps(sg);
+    for (i = 8; i + 8 <= nk; i += 8) mv8 = _mm256_max_ps(mv8, _mm256_loadu_ps(sg + i));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv8), _mm256_extractf128_ps(mv8, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    bm = _mm_cvtss_f32(m4);
+  }
+  for (; i < nk; ++i) bm = sg[i] > bm ? sg[i] : bm;
+  const float m_new = bm > *mrun ? bm : *mrun;
   bool rescale = false;
   float corr = 1.0f;
   if (m_new > *mrun) {  // rescale only when the max moved (exp(0) == 1 exactly otherwise)
