@@ -21,7 +21,8 @@ void synth_usage(FILE* out) {
                "  --preset  ");
   for (const auto& p : gguf::synth_presets()) std::fprintf(out, "%s ", p.name.c_str());
   std::fprintf(out,
-               "\n  --type    f32 | f16 | bf16 | q8_0 | q4_0 | q4_1   (norms and biases stay f32)\n"
+               "\n  --type    f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q4_k | q6_k   (norms and biases stay f32;\n"
+               "            k-quant files keep rows that are not a multiple of 256 as q4_1 / q8_0)\n"
                "  --layers  keep only the first N layers (default: the preset's)\n"
                "  --seed    weight RNG seed (default 0); weights are N(0, 0.02), norm weights 1.0\n");
 }
@@ -29,7 +30,8 @@ void synth_usage(FILE* out) {
 bool parse_type(const std::string& s, GgmlType* t) {
   static const std::pair<const char*, GgmlType> kTypes[] = {{"f32", GgmlType::F32},   {"f16", GgmlType::F16},
                                                             {"bf16", GgmlType::BF16}, {"q8_0", GgmlType::Q8_0},
-                                                            {"q4_0", GgmlType::Q4_0}, {"q4_1", GgmlType::Q4_1}};
+                                                            {"q4_0", GgmlType::Q4_0}, {"q4_1", GgmlType::Q4_1},
+                                                            {"q4_k", GgmlType::Q4_K}, {"q6_k", GgmlType::Q6_K}};
   for (const auto& [name, type] : kTypes)
     if (s == name) {
       *t = type;
@@ -104,6 +106,7 @@ int run_synth(int argc, char** argv) {
     return 2;
   }
   opt.n_layers_override = static_cast<int64_t>(layers);
+  opt.k_quant_fallback = true;
   opt.seed = seed;
 
   Timer timer;

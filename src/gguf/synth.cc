@@ -71,6 +71,12 @@ TensorProducer weight_producer(uint64_t seed, uint64_t tensor_id, int64_t cols, 
 
 }  // namespace
 
+GgmlType synth_weight_type(GgmlType type, int64_t cols) {
+  if (type != GgmlType::Q4_K && type != GgmlType::Q6_K) return type;
+  if (cols % kQK_K == 0) return type;
+  return type == GgmlType::Q4_K ? GgmlType::Q4_1 : GgmlType::Q8_0;
+}
+
 const std::vector<SynthShape>& synth_presets() {
   static const std::vector<SynthShape> p = {
       preset("smollm2-135m", "llama", "smollm", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0, 1e-5, true, false),
@@ -99,6 +105,7 @@ int llama_file_type(GgmlType type) {
     case GgmlType::Q8_0: return 7;
     case GgmlType::Q5_0: return 8;
     case GgmlType::Q5_1: return 9;
+    case GgmlType::Q4_K: return 14;  // LLAMA_FTYPE_MOSTLY_Q4_K_S
     case GgmlType::Q6_K: return 18;
     case GgmlType::BF16: return 32;
     default: return -1;
@@ -116,15 +123,20 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
     return errorf("synth: n_embd %lld / n_head %lld / n_head_kv %lld do not divide evenly", (long long)s.n_embd,
                   (long long)s.n_head, (long long)s.n_head_kv);
   const GgmlType t = opt.type;
-  if (llama_file_type(t) < 0 || !quantize_supported(t) || t == GgmlType::Q6_K)
-    return errorf("synth: weight type %s is not supported (use f32, f16, bf16, q8_0, q4_0 or q4_1)",
+  if (llama_file_type(t) < 0 || !quantize_supported(t))
+    return errorf("synth: weight type %s is not supported (use f32, f16, bf16, q8_0, q4_0, q4_1, q4_k or q6_k)",
                   ggml_type_info(t).name);
-  const int64_t bs = ggml_type_info(t).block_size;
   const int64_t hd = s.head_dim();
-  for (int64_t cols : {s.n_embd, s.n_ff, s.n_head * hd})
+  const auto stored_type = [&](GgmlType type, int64_t cols) {
+    return opt.k_quant_fallback ? synth_weight_type(type, cols) : type;
+  };
+  for (int64_t cols : {s.n_embd, s.n_ff, s.n_head * hd}) {
+    const GgmlType ct = stored_type(t, cols);
+    const int64_t bs = ggml_type_info(ct).block_size;
     if (cols % bs != 0)
       return errorf("synth: row length %lld is not a multiple of the %s block size %lld", (long long)cols,
-                    ggml_type_info(t).name, (long long)bs);
+                    ggml_type_info(ct).name, (long long)bs);
+  }
 
   PAGODA_ASSIGN_OR_RETURN(SynthVocab vocab, make_synth_vocab(s.n_vocab, s.pre));
 
@@ -160,6 +172,7 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
   // ---- tensors (dims in ggml order: {row length, rows})
   uint64_t id = 0;
   auto add = [&](const std::string& name, int64_t cols, int64_t rows, GgmlType type, float constant) -> Status {
+    type = stored_type(type, cols);
     std::vector<uint64_t> dims = {static_cast<uint64_t>(cols)};
     if (rows > 0) dims.push_back(static_cast<uint64_t>(rows));
     return w->add_tensor(name, dims, type,
@@ -169,8 +182,11 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
   // Like llama.cpp's quantize, 4-bit files keep the output projection at higher
   // precision: output.weight, or token_embd when tied, is stored as Q8_0
   // (llama.cpp picks Q6_K when n_embd is a multiple of 256, Q8_0 otherwise).
+  // K-quant files get Q6_K there, as llama.cpp's Q4_K_S/M (Q8_0 when n_embd
+  // is not a multiple of 256 and k_quant_fallback is set).
   const bool four_bit = t == GgmlType::Q4_0 || t == GgmlType::Q4_1;
-  const GgmlType out_type = four_bit ? GgmlType::Q8_0 : t;
+  const bool k_quant = t == GgmlType::Q4_K || t == GgmlType::Q6_K;
+  const GgmlType out_type = k_quant ? GgmlType::Q6_K : four_bit ? GgmlType::Q8_0 : t;
   PAGODA_TRY(add("token_embd.weight", s.n_embd, s.n_vocab, s.tied ? out_type : t, -1));
   for (int64_t l = 0; l < n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";

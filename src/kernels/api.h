@@ -138,6 +138,10 @@ bool set_isa(const char* name);
 //   of x bit for bit as ggml's x86 quantize_row_q8_0/q8_1 (per 32 values,
 //   q = round(x * 127/amax), d = f16(amax/127), q8_1's s = f16(d * sum q)):
 //   results match ref within the activation rounding, not to float precision.
+//   K-quants (Q4_K/Q5_K/Q6_K) multiply a q8_K quantization of x (per 256 values,
+//   one f32 d, bit for bit as ggml's quantize_row_q8_K_ref, with 16-value sums)
+//   in integer arithmetic; env PAGODA_KQUANT_FALLBACK=1 (read at the first call)
+//   sends them through the old dequantize-to-f32 path instead.
 // * Scratch memory is thread_local: calls from different threads are safe; each
 //   call runs its own OpenMP team of num_threads().
 // * kv_write skips tokens whose slot_mapping entry is negative (padding).

@@ -107,6 +107,54 @@ inline std::vector<std::string> isas() {
   return v;
 }
 
+// Runs ref::matmul once and cpu::matmul on every ISA in `isa_list` on one random
+// weight of `type` and random activations; each output must lie within
+// tol_fn(w, x, n_tokens) of ref's. Leaves the ISA on the last one tried.
+template <class TolFn>
+::testing::AssertionResult MatchesRefOnEveryIsa(GgmlType type, int64_t rows, int64_t cols, int64_t n_tokens,
+                                                 uint64_t* seed, const std::vector<std::string>& isa_list,
+                                                 TolFn tol_fn) {
+  auto w = make_weight(type, rows, cols, (*seed)++);
+  const auto x = random_vec(static_cast<size_t>(n_tokens * cols), (*seed)++);
+  std::vector<float> want(static_cast<size_t>(n_tokens * rows));
+  ref::matmul(w.view, x.data(), n_tokens, want.data());
+  const std::vector<double> tol = tol_fn(w.view, x, n_tokens);
+  for (const auto& isa : isa_list) {
+    if (!cpu::set_isa(isa.c_str())) return ::testing::AssertionFailure() << "cannot select ISA " << isa;
+    std::vector<float> got(want.size(), -1.0f);
+    cpu::matmul(w.view, x.data(), n_tokens, got.data());
+    auto r = WithinTol(got.data(), want.data(), tol.data(), got.size());
+    if (!r) {
+      return r << " " << ggml_type_info(type).name << " rows=" << rows << " cols=" << cols
+               << " n_tokens=" << n_tokens << " isa=" << cpu::isa_name();
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// A GEMM of random data spanning many row chunks and token tiles, with 1 and with
+// 2 threads: the outputs must be bitwise equal. Leaves 2 threads set.
+inline ::testing::AssertionResult ThreadCountInvariant(GgmlType type, int64_t rows, int64_t cols, int64_t n) {
+  auto w = make_weight(type, rows, cols, 7);
+  const auto x = random_vec(static_cast<size_t>(n * cols), 8);
+  std::vector<float> y1(static_cast<size_t>(n * rows)), y2(y1.size());
+  set_num_threads(1);
+  cpu::matmul(w.view, x.data(), n, y1.data());
+  set_num_threads(2);
+  cpu::matmul(w.view, x.data(), n, y2.data());
+  auto r = BitwiseEqual(y1.data(), y2.data(), y1.size());
+  if (!r) r << " " << ggml_type_info(type).name;
+  return r;
+}
+
+// Test-name suffix for an ISA parameter ("avx512-vnni" -> "avx512_vnni").
+inline std::string IsaParamName(const ::testing::TestParamInfo<std::string>& i) {
+  std::string s = i.param;
+  for (char& c : s)
+    if (c == '-') c = '_';
+  return s;
+}
+
 // Restores the automatic ISA and thread count when a test ends.
 struct IsaScope {
   // Tests run single-threaded unless they set otherwise: several test binaries

@@ -11,6 +11,7 @@
 #include "base/aligned.h"
 #include "base/check.h"
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/kquant.h"
 
 namespace pagoda::kernels {
 namespace {
@@ -31,6 +32,17 @@ int initial_isa() {
 std::atomic<int>& isa_state() {
   static std::atomic<int> s{initial_isa()};
   return s;
+}
+
+// PAGODA_KQUANT_FALLBACK=1 at start-up sends Q4_K/Q5_K/Q6_K weights through the
+// old path (dequantize rows to f32, f32 activations) instead of the q8_K integer
+// kernels: for speed comparisons and for bisecting numerics.
+bool kquant_fallback() {
+  static const bool v = [] {
+    const char* env = std::getenv("PAGODA_KQUANT_FALLBACK");
+    return env != nullptr && std::strcmp(env, "1") == 0;
+  }();
+  return v;
 }
 
 std::atomic<int>& thread_state() {
@@ -67,6 +79,11 @@ void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
   PAGODA_CHECK_MSG(matmul_supports(w.type), "matmul: unsupported weight type %u",
                    static_cast<unsigned>(w.type));
   if (n_tokens <= 0 || w.rows <= 0) return;
+  if (detail::is_kquant_type(w.type) && !kquant_fallback()) {
+    const bool avx512 = detail::isa() == detail::Isa::kAvx512;
+    detail::matmul_kquant(w, x, n_tokens, y, avx512 ? detail::ktiles_avx512(w.type) : detail::ktiles_avx2(w.type));
+    return;
+  }
   if (detail::isa() == detail::Isa::kAvx512) {
     detail::matmul_avx512(w, x, n_tokens, y);
   } else {

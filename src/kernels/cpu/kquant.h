@@ -1,0 +1,63 @@
+// Internal to kernels/cpu: integer matmul paths for the K-quant weight types
+// (Q4_K, Q5_K, Q6_K: super-blocks of 256 values) against 8-bit activations.
+//
+// Activations are quantized once per call to ggml's q8_K format, one record
+// per 256 values of a token row (kActKBytes, 64-byte aligned):
+//   [0, 256)    int8  q[256]      q = nearest_int(x * (-127 / max)), max = the
+//                                 first value of largest |x| (signed)
+//   [256, 288)  int16 bsums[16]   sum of q over each 16 values
+//   [288, 292)  float d           1 / (-127 / max)  (f32, not rounded to f16)
+//   [292, 320)  zero padding
+// Every output y[t, r] is then, for each super-block b in order, one integer
+// dot product (exact) turned into float by a fixed sequence of float ops that
+// depends only on row r and token t (see kquant_avx2.cc): the batch invariance
+// contract of kernels/api.h holds for any n_tokens, tile or thread count.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/api.h"
+
+namespace pagoda::kernels::cpu::detail {
+
+constexpr size_t kActKBytes = 320;
+constexpr size_t kActKBsums = 256;
+constexpr size_t kActKD = 288;
+
+// True for the weight types the K-quant integer path handles.
+inline bool is_kquant_type(GgmlType t) {
+  return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
+}
+
+// Quantizes x [n_tokens, cols] (cols % 256 == 0) to q8_K records, bit for bit
+// as ggml's quantize_row_q8_K_ref for finite inputs (the x86 quantize_row_q8_K
+// calls the ref): same argmax (first index of the largest |x|), iscale =
+// -127 / max, q = round-half-even(f32(iscale * x)) (ggml's nearest_int of the
+// unfused product), d = 1 / iscale, bsums per 16. An all-zero block gets
+// d = 0, q = 0 and bsums = 0 (ggml leaves its bsums unset there).
+// out: [n_tokens, cols / 256, kActKBytes], 64-byte aligned.
+void quantize_act_k(const float* x, int64_t n_tokens, int64_t cols, uint8_t* out);
+
+// One tile: R weight rows (R = KTileSet::rows[T - 1]) against T tokens' q8_K
+// records, nb super-blocks each. prefetch: bytes ahead of each row pointer to
+// prefetch (0: none). out: [T, R]
+using KTileFn = void (*)(const uint8_t* const* rows, const uint8_t* const* x, int64_t nb, size_t prefetch,
+                         float* out);
+constexpr int kKTileMaxT = 8;
+constexpr int kKTileMaxR = 4;
+struct KTileSet {
+  int max_t = 0;                  // tokens per tile, at most kKTileMaxT
+  int rows[kKTileMaxT] = {};      // R for T = 1..max_t tokens (each at most kKTileMaxR)
+  KTileFn fn[kKTileMaxT] = {};    // the tile for T = 1..max_t tokens
+};
+
+// The tiles of each ISA for a K-quant weight type.
+KTileSet ktiles_avx2(GgmlType t);
+KTileSet ktiles_avx512(GgmlType t);
+
+// y = W x for a K-quant W: quantizes x once, then threads split chunks of rows
+// and each chunk walks the tokens in tiles of up to max_t. x: [n_tokens, w.cols],
+// y: [n_tokens, w.rows]. Precondition: is_kquant_type(w.type), w.cols % 256 == 0.
+void matmul_kquant(const WeightView& w, const float* x, int64_t n_tokens, float* y, const KTileSet& tiles);
+
+}  // namespace pagoda::kernels::cpu::detail

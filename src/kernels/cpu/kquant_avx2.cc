@@ -1,0 +1,271 @@
+// K-quant (Q4_K, Q5_K, Q6_K) x q8_K matmul, AVX2 tiles, plus the parts both
+// ISAs share: the q8_K activation quantizer and the row-chunk / token-tile
+// driver (baseline AVX2 code).
+//
+// Per super-block of 256 values the op sequence behind one output is
+//   isum  = sum over sub-blocks of scale * dot(q_w, q_x)           (int32, exact)
+//   acc   = fma(float(isum), d_w * d_x, acc)                       (8 lanes)
+//   Q4_K/Q5_K: acc = acc - float(sum_k min_k * bsum_k) * (dmin_w * d_x)
+//   Q6_K: the -32 offset of the quants is folded into isum via bsums
+// and one horizontal sum at the end. The integer parts are exact, so only
+// this float sequence matters, and it is the same for every tile shape.
+// The structure follows ggml's ggml_vec_dot_q{4,5,6}_K_q8_K (x86 quants.c).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "base/check.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/kquant.h"
+
+namespace pagoda::kernels::cpu::detail {
+namespace {
+
+constexpr int64_t kChunkRows = 16;
+// Below this many multiply-adds a fork/join costs more than it saves.
+constexpr int64_t kMinParallelMacs = 1 << 16;
+// Few-token calls stream the weights once: prefetch this many rows ahead.
+constexpr size_t kPrefetchRows = 8;
+
+#include "kernels/cpu/kquant_prelude.inc"
+
+inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+
+// ---- Q4_K / Q5_K -------------------------------------------------------------
+// One decoded super-block: q[k] = the 32 quants of sub-block k (u8, 0..15 or
+// 0..31), sc[k] = its scale in every int16 lane, mins = int16 lanes 2k, 2k+1
+// hold min k (so madd with bsums gives min_k * sum of sub-block k's q_x).
+struct K4Block {
+  __m256i q[8];
+  __m256i sc[8];
+  __m256i mins;
+  __m256 d, dmin;  // f16 d and dmin in every lane
+};
+
+inline void k4_scales(const uint8_t* blk, K4Block* w) {
+  const __m128i sm = unpack_k4_scales(blk + 4);
+  const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+  for (int k = 0; k < 8; ++k)
+    w->sc[k] = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * k)));
+  w->mins = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
+  w->d = _mm256_set1_ps(load_f16(blk));
+  w->dmin = _mm256_set1_ps(load_f16(blk + 2));
+}
+
+struct Q4K {
+  static constexpr size_t kBytes = 144;
+  static inline void decode(const uint8_t* blk, K4Block* w) {
+    k4_scales(blk, w);
+    const __m256i nib = _mm256_set1_epi8(0x0F);
+    for (int j = 0; j < 4; ++j) {
+      const __m256i bits = load256(blk + 16 + 32 * j);
+      w->q[2 * j] = _mm256_and_si256(bits, nib);
+      w->q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), nib);
+    }
+  }
+};
+
+struct Q5K {
+  static constexpr size_t kBytes = 176;
+  static inline void decode(const uint8_t* blk, K4Block* w) {
+    k4_scales(blk, w);
+    const __m256i nib = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    const __m256i hb = load256(blk + 16);
+    for (int j = 0; j < 4; ++j) {
+      const __m256i bits = load256(blk + 48 + 32 * j);
+      // bit 2j (2j+1) of qh[l] is the fifth bit of value l of sub-block 2j (2j+1)
+      const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * j), one);
+      const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * j + 1), one);
+      w->q[2 * j] = _mm256_or_si256(_mm256_and_si256(bits, nib), _mm256_slli_epi16(h0, 4));
+      w->q[2 * j + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), nib), _mm256_slli_epi16(h1, 4));
+    }
+  }
+};
+
+inline __m256 k4_dot(__m256 acc, const K4Block& w, const uint8_t* xr) {
+  __m256i isum = _mm256_setzero_si256();
+  for (int k = 0; k < 8; ++k) {
+    const __m256i p = _mm256_maddubs_epi16(w.q[k], load256(xr + 32 * k));  // |pair| <= 2*31*127: no saturation
+    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(w.sc[k], p));
+  }
+  const __m256i msum = _mm256_madd_epi16(w.mins, load256(xr + kActKBsums));
+  // d_w * d_x per lane: the same f32 product in every lane as a scalar multiply.
+  float dxs;
+  std::memcpy(&dxs, xr + kActKD, 4);
+  const __m256 dx = _mm256_set1_ps(dxs);
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(w.d, dx), acc);
+  return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(w.dmin, dx), acc);
+}
+
+// ---- Q6_K --------------------------------------------------------------------
+// q[k] = the 32 quants (u8 0..63, i.e. value + 32) of values 32k..32k+31;
+// sc[k] = int16 lanes 0..7 scale of sub-block 2k, lanes 8..15 of 2k+1;
+// sc16 = the 16 scales as int16.
+struct K6Block {
+  __m256i q[8];
+  __m256i sc[8];
+  __m256i sc16;
+  __m256 d;  // f16 d in every lane
+};
+
+// kK6Select.v[k]: bytes 0..7 = 2k, bytes 8..15 = 2k + 1 (pshufb picks scales).
+struct K6Select {
+  alignas(16) uint8_t v[8][16];
+};
+constexpr K6Select make_k6_select() {
+  K6Select s{};
+  for (int k = 0; k < 8; ++k)
+    for (int i = 0; i < 16; ++i) s.v[k][i] = static_cast<uint8_t>(2 * k + i / 8);
+  return s;
+}
+constexpr K6Select kK6Select = make_k6_select();
+
+struct Q6K {
+  static constexpr size_t kBytes = 210;
+  static inline void decode(const uint8_t* blk, K6Block* w) {
+    const uint8_t* ql = blk;
+    const uint8_t* qh = blk + 128;
+    const __m256i nib = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(0x03);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i l1 = load256(ql + 64 * h), l2 = load256(ql + 64 * h + 32), hb = load256(qh + 32 * h);
+      const auto hi2 = [&](int shift) {
+        return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, shift), two), 4);
+      };
+      w->q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l1, nib), hi2(0));
+      w->q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l2, nib), hi2(2));
+      w->q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), nib), hi2(4));
+      w->q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), nib), hi2(6));
+    }
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192));
+    for (int k = 0; k < 8; ++k)
+      w->sc[k] = _mm256_cvtepi8_epi16(
+          _mm_shuffle_epi8(sc8, _mm_load_si128(reinterpret_cast<const __m128i*>(kK6Select.v[k]))));
+    w->sc16 = _mm256_cvtepi8_epi16(sc8);
+    w->d = _mm256_set1_ps(load_f16(blk + 208));
+  }
+};
+
+inline __m256 k6_dot(__m256 acc, const K6Block& w, const uint8_t* xr) {
+  __m256i isum = _mm256_setzero_si256();
+  for (int k = 0; k < 8; ++k) {
+    const __m256i p = _mm256_maddubs_epi16(w.q[k], load256(xr + 32 * k));  // |pair| <= 2*63*127
+    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(w.sc[k], p));
+  }
+  // sum (q - 32) * x * sc = sum q * x * sc - 32 * sum_j sc_j * bsum_j
+  const __m256i off = _mm256_madd_epi16(w.sc16, load256(xr + kActKBsums));
+  isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 5));
+  // d_w * d_x per lane: the same f32 product in every lane as a scalar multiply.
+  float dxs;
+  std::memcpy(&dxs, xr + kActKD, 4);
+  const __m256 dx = _mm256_set1_ps(dxs);
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(w.d, dx), acc);
+}
+
+using Vec = __m256;
+inline Vec vzero() { return _mm256_setzero_ps(); }
+inline float vhsum(Vec v) { return hsum8(v); }
+constexpr int kWideTokens = 4;  // 2 rows x 4 tokens: 8 accumulators in the 16 ymm registers
+
+#include "kernels/cpu/kquant_tiles.inc"
+
+}  // namespace
+
+KTileSet ktiles_avx2(GgmlType t) { return tiles_of(t); }
+
+void quantize_act_k(const float* x, int64_t n_tokens, int64_t cols, uint8_t* out) {
+  const int64_t nb = cols / 256;
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* src = x + t * cols + b * 256;
+      uint8_t* rec = out + static_cast<size_t>(t * nb + b) * kActKBytes;
+      __m256 mx = _mm256_setzero_ps();
+      for (int i = 0; i < 256; i += 8) mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, _mm256_loadu_ps(src + i)));
+      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+      m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+      const float amax = _mm_cvtss_f32(m4);
+      std::memset(rec + kActKD, 0, kActKBytes - kActKD);
+      if (!(amax > 0.0f)) {  // all zero (ggml: d = 0, q = 0)
+        std::memset(rec, 0, kActKBytes);
+        continue;
+      }
+      // ggml keeps the first value whose |x| is the largest, with its sign.
+      int first = 0;
+      const __m256 am = _mm256_set1_ps(amax);
+      for (int i = 0; i < 256; i += 8) {
+        const int m = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(src + i)), am, _CMP_EQ_OQ));
+        if (m != 0) {
+          first = i + __builtin_ctz(static_cast<unsigned>(m));
+          break;
+        }
+      }
+      const float iscale = -127.0f / src[first];
+      const __m256 vs = _mm256_set1_ps(iscale);
+      for (int g = 0; g < 8; ++g) {
+        const float* s = src + 32 * g;
+        // cvtps rounds half to even under the default MXCSR, as ggml's nearest_int does.
+        const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(s), vs));
+        const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(s + 8), vs));
+        const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(s + 16), vs));
+        const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(s + 24), vs));
+        // |q| <= 127 for finite x, so the saturating packs equal ggml's MIN(127, v).
+        const __m256i q = _mm256_permutevar8x32_epi32(
+            _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3)), order);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(rec + 32 * g), q);
+        // sums of bytes 0..15 and 16..31
+        const __m256i s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16);
+        const __m256i s2 = _mm256_hadd_epi32(s4, s4);
+        const __m256i s1 = _mm256_hadd_epi32(s2, s2);
+        const int16_t b0 = static_cast<int16_t>(_mm_cvtsi128_si32(_mm256_castsi256_si128(s1)));
+        const int16_t b1 = static_cast<int16_t>(_mm_cvtsi128_si32(_mm256_extracti128_si256(s1, 1)));
+        std::memcpy(rec + kActKBsums + 4 * g, &b0, 2);
+        std::memcpy(rec + kActKBsums + 4 * g + 2, &b1, 2);
+      }
+      const float d = 1.0f / iscale;
+      std::memcpy(rec + kActKD, &d, 4);
+    }
+  }
+}
+
+void matmul_kquant(const WeightView& w, const float* x, int64_t n_tokens, float* y, const KTileSet& tiles) {
+  const int64_t nb = w.cols / 256;
+  const size_t xrow = static_cast<size_t>(nb) * kActKBytes;
+  uint8_t* act = scratch(0, static_cast<size_t>(n_tokens) * xrow);
+  quantize_act_k(x, n_tokens, w.cols, act);
+  const int64_t n_chunks = (w.rows + kChunkRows - 1) / kChunkRows;
+  const int nth = threads();
+  const bool big = w.rows * w.cols * n_tokens >= kMinParallelMacs;
+  const size_t prefetch = n_tokens <= 2 ? kPrefetchRows * w.row_bytes : 0;
+  const auto* wdata = static_cast<const uint8_t*>(w.data);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (nth > 1 && n_chunks > 1 && big)
+  for (int64_t ch = 0; ch < n_chunks; ++ch) {
+    const int64_t r0 = ch * kChunkRows, nr = std::min(kChunkRows, w.rows - r0);
+    float out[kKTileMaxT * kKTileMaxR];
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += tiles.max_t) {
+      const int nt = static_cast<int>(std::min<int64_t>(tiles.max_t, n_tokens - t0));
+      const int R = tiles.rows[nt - 1];
+      const uint8_t* xp[kKTileMaxT];
+      for (int t = 0; t < kKTileMaxT; ++t) xp[t] = act + static_cast<size_t>(t0 + std::min(t, nt - 1)) * xrow;
+      for (int64_t i0 = 0; i0 < nr; i0 += R) {
+        const uint8_t* rp[kKTileMaxR];
+        for (int r = 0; r < kKTileMaxR; ++r) rp[r] = wdata + (r0 + std::min<int64_t>(i0 + r, nr - 1)) * w.row_bytes;
+        tiles.fn[nt - 1](rp, xp, nb, prefetch, out);
+        for (int t = 0; t < nt; ++t)
+          for (int r = 0; r < R && i0 + r < nr; ++r) y[(t0 + t) * w.rows + r0 + i0 + r] = out[t * R + r];
+      }
+    }
+  }
+}
+
+}  // namespace pagoda::kernels::cpu::detail
