@@ -20,6 +20,22 @@ exactly as `pagoda run --chat` renders them, and 4 plain-text completions):
 Issue #4 is measured the same way inside pagoda: --kv-dtype q8_0 against the
 default f16 KV.
 
+Teacher-forced comparison (free-running greedy paths split at the first
+near-tie and never meet again, so the counts above mostly measure where the
+first near-tie falls). A reference configuration generates its greedy tokens
+g_0..g_31 and keeps its logits at every step; the tested configuration is then
+fed prompt + g_0..g_{i-1} for every position i (pagoda: one
+`pagoda run --prompt-ids ... -n 1 --logits-out` per position, i.e. a prefill of
+the whole prefix; llama.cpp: the forced tokens decoded one at a time). Per
+position: top-1 agreement (argmax == g_i), g_i in the top 2, relative max logit
+difference (as for the first step) and KL(p_ref || p_test) of the softmax
+distributions. A disagreement is a near-tie when the reference's top-2 gap there
+is below NEAR_TIE (2%) of its max |logit|, the same tolerance as the issue's
+logit criterion. Pairs measured: pagoda vs llama.cpp (reference llama.cpp),
+llama.cpp flash attention off vs on and pagoda AVX2 vs AVX-512 (noise floors),
+pagoda q8_0 vs f16 KV (reference pagoda f16 teacher-forced on its own greedy
+tokens).
+
 The prompts were fixed before any result was seen; do not tune them to the
 numbers. Results go to docs/parity/results.md (markdown).
 
@@ -34,6 +50,7 @@ libllama.so and libggml*.so built from that sdist with the flags above, e.g.
 Usage:
   python3 docs/parity/compare_llamacpp.py --pagoda PATH/TO/pagoda [--model GGUF]
       [--threads 2] [--n 32] [--out docs/parity/results.md] [--ref-kernels]
+      [--ref-kernels-tf] [--no-teacher-forced] [--skip-kv-q8] [--no-calibration]
 """
 import argparse
 import ctypes
@@ -44,6 +61,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -79,6 +97,24 @@ def run_pagoda(binary, model, kind, text, n, threads, extra=(), env=None):
         j = json.loads(r.stdout)
         logits = np.fromfile(lpath, dtype="<f4")
     return j, logits
+
+
+def pagoda_forced(binary, model, prompt_ids, tokens, threads, extra=(), env=None):
+    """Teacher-forced pagoda: for every i in [0, len(tokens)) runs pagoda on
+    prompt_ids + tokens[:i] (one process, one prefill per position) and returns
+    the logits of the next token. Returns np.float32 [len(tokens), n_vocab]."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        lpath = os.path.join(tmp, "logits.f32")
+        for i in range(len(tokens)):
+            ids = list(prompt_ids) + list(tokens[:i])
+            cmd = [binary, "run", "-m", model, "--prompt-ids", ",".join(str(t) for t in ids), "-n", "1", "--temp",
+                   "0", "--ignore-eos", "--json", "-t", str(threads), "--logits-out", lpath] + list(extra)
+            r = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+            if r.returncode != 0:
+                sys.exit("pagoda failed (%d): %s\n%s" % (r.returncode, " ".join(cmd), r.stderr))
+            rows.append(np.fromfile(lpath, dtype="<f4"))
+    return np.stack(rows)
 
 
 # ---- llama.cpp ----------------------------------------------------------------
@@ -134,21 +170,23 @@ class LlamaCpp:
         ptr = L.llama_get_logits_ith(self.ctx, -1)
         return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
 
-    def greedy(self, prompt_ids, n):
-        """Returns (generated ids, first-step logits, top-2 logit gap of every step).
-        Ties go to the lowest id."""
+    def greedy(self, prompt_ids, n, forced=None):
+        """Returns (generated ids, logits of every step as np.float32 [n, n_vocab],
+        top-2 logit gap of every step). Ties go to the lowest id. With forced (n
+        token ids), step i+1 is fed forced[i] instead of the argmax (teacher
+        forcing); the returned ids are still the argmax of each step."""
         L = self.L
         L.llama_memory_clear(L.llama_get_memory(self.ctx), True)
         logits = self._decode(prompt_ids)
-        first = logits
-        out, gaps = [], []
+        out, gaps, all_logits = [], [], []
         for i in range(n):
             t = int(np.argmax(logits))
             out.append(t)
             gaps.append(top2_gap(logits))
+            all_logits.append(logits)
             if i + 1 < n:
-                logits = self._decode([t])
-        return out, first, gaps
+                logits = self._decode([t if forced is None else forced[i]])
+        return out, np.stack(all_logits), gaps
 
 
 # ---- comparison -----------------------------------------------------------------
@@ -168,6 +206,82 @@ def top2_gap(logits):
     return float(s[-1] - s[-2])
 
 
+# A disagreement is a near-tie when the reference's top-2 gap is below this
+# fraction of its max |logit| (the issue's own logit tolerance).
+NEAR_TIE = 0.02
+
+
+def log_softmax(x):
+    x = np.asarray(x, dtype=np.float64)
+    z = x - np.max(x)
+    return z - np.log(np.sum(np.exp(z)))
+
+
+def kl_div(ref, test):
+    """KL(p_ref || p_test) in nats, softmax of each logit vector."""
+    lr, lt = log_softmax(ref), log_softmax(test)
+    return float(np.sum(np.exp(lr) * (lr - lt)))
+
+
+def teacher_forced(test, ref):
+    """Per-position metrics of test logits [n, V] against ref logits [n, V], both
+    computed on the same prefixes prompt + g_0..g_{i-1}, g being the reference
+    configuration's greedy tokens. The target at position i is the reference's
+    argmax there (= g_i when the reference logits are those of its greedy run)."""
+    n = len(ref)
+    agree = top2 = 0
+    rels, kls, dis = [], [], []
+    for i in range(n):
+        t, r = test[i], ref[i]
+        g = int(np.argmax(r))
+        am = int(np.argmax(t))
+        agree += am == g
+        top2 += g in (int(x) for x in np.argsort(t)[-2:])
+        rels.append(rel_max_diff(t, r))
+        kls.append(kl_div(r, t))
+        if am != g:
+            scale = float(np.max(np.abs(r)))
+            gap = top2_gap(r)
+            dis.append(dict(pos=i, gap=gap, gap_rel=gap / scale, near_tie=gap < NEAR_TIE * scale,
+                            test_margin=float(t[am] - t[g])))
+    return dict(n=n, agree=agree, top2=top2, dis=dis, rel_median=float(np.median(rels)), rel_max=float(np.max(rels)),
+                kl_mean=float(np.mean(kls)), kl_max=float(np.max(kls)), rels=rels, kls=kls)
+
+
+def self_agreement(ref, forced):
+    """How many argmaxes of teacher-forced logits equal the tokens they were forced with."""
+    return sum(int(np.argmax(ref[i])) == int(forced[i]) for i in range(len(forced)))
+
+
+def fmt_dis(dis):
+    if not dis:
+        return "-"
+    return ", ".join("%d (%.3f = %.1f%%%s)" % (d["pos"], d["gap"], 100 * d["gap_rel"], ", near-tie" if d["near_tie"]
+                                               else "") for d in dis)
+
+
+def tf_table(L, rows, key, n, ref_name):
+    L.append("| # | kind | prompt | top-1 agreement | forced token in top 2 | disagreements: position (%s top-2 "
+             "gap there, %% of its max \\|logit\\|) | not near-ties | rel. max logit diff: median | max | "
+             "mean KL (nats) | max KL |" % ref_name)
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    for i, row in enumerate(rows):
+        r = row[key]
+        L.append("| %d | %s | %s | %d/%d | %d/%d | %s | %d | %.4f | %.4f | %.2e | %.2e |" % (
+            i + 1, row["kind"], md_escape(row["text"]), r["agree"], n, r["top2"], n, fmt_dis(r["dis"]),
+            sum(not d["near_tie"] for d in r["dis"]), r["rel_median"], r["rel_max"], r["kl_mean"], r["kl_max"]))
+    L.append("")
+
+
+def tf_summary(results):
+    """Totals over prompts: (agree, top2, total, disagreements, not near-ties, median rel, max rel, mean KL)."""
+    rels = [x for r in results for x in r["rels"]]
+    kls = [x for r in results for x in r["kls"]]
+    dis = [d for r in results for d in r["dis"]]
+    return (sum(r["agree"] for r in results), sum(r["top2"] for r in results), sum(r["n"] for r in results), len(dis),
+            sum(not d["near_tie"] for d in dis), float(np.median(rels)), float(np.max(rels)), float(np.mean(kls)))
+
+
 def md_escape(s, limit=60):
     s = s.replace("\n", "\\n").replace("|", "\\|")
     return s if len(s) <= limit else s[: limit - 1] + "…"
@@ -184,6 +298,58 @@ def git_rev():
         return "?"
 
 
+def tf_headline(res, n, ref_name):
+    agree, _, total, ndis, nbad, relmed, _, klmean = tf_summary(res)
+    return ("Teacher-forced (same prefix on both sides, see the teacher-forced section below): top-1 agreement "
+            "with %s at %d of %d positions (%s per prompt), %d disagreements of which %d not near-ties; median "
+            "rel. max logit diff %.4f, mean KL %.2e nats.\n" % (
+                ref_name, agree, total, ", ".join("%d" % r["agree"] for r in res), ndis, nbad, relmed, klmean))
+
+
+def teacher_forced_section(L, n, rows, kv_rows, cal_rows, ref_rows):
+    """Appends the teacher-forced section of results.md to L."""
+    L.append("## Teacher-forced comparison (%d positions per prompt)\n" % n)
+    L.append("Free-running greedy paths split at the first near-tie and never meet again, so the counts above "
+             "mostly say where the first near-tie falls. Here both sides always see the SAME prefix: a reference "
+             "configuration generates its greedy tokens g_0..g_%d and keeps its logits at every step; the tested "
+             "configuration is fed prompt + g_0..g_{i-1} for each position i (pagoda: one `pagoda run --prompt-ids "
+             "... -n 1 --logits-out` per position, i.e. a prefill of the whole prefix; llama.cpp: the forced tokens "
+             "decoded one at a time). Per position: top-1 agreement (tested argmax == reference argmax g_i), g_i in "
+             "the tested top 2, relative max logit difference (max |diff| / max |reference logit|, as for the first "
+             "step above) and KL(p_ref || p_test) of the two softmax distributions. A disagreement is a **near-tie** "
+             "when the reference's top-2 gap there is below %d%% of its max |logit| (the issue's logit tolerance)."
+             "\n" % (n - 1, round(100 * NEAR_TIE)))
+    pairs = [("pagoda vs llama.cpp (reference llama.cpp)", [r["tf"] for r in rows])]
+    if cal_rows:
+        pairs.append(("noise floor: llama.cpp flash attention off vs on (reference: on)",
+                      [r["tf_fa"] for r in cal_rows]))
+        pairs.append(("noise floor: pagoda AVX2 vs AVX-512 (reference: AVX-512, on its own greedy tokens)",
+                      [r["tf_isa"] for r in cal_rows]))
+    if kv_rows and "tf" in kv_rows[0]:
+        pairs.append(("issue #4: pagoda q8_0 KV vs f16 KV (reference: f16, on its own greedy tokens)",
+                      [r["tf"] for r in kv_rows]))
+    if ref_rows and "tf" in ref_rows[0]:
+        pairs.append(("pagoda --ref-kernels vs llama.cpp (reference llama.cpp)", [r["tf"] for r in ref_rows]))
+    L.append("### Summary over the %d prompts\n" % len(rows))
+    L.append("| pair | top-1 agreement | prompts with >= %d/%d | forced token in top 2 | disagreements | "
+             "not near-ties | rel. max logit diff: median | max | mean KL (nats) |" % (n - 2, n))
+    L.append("|---|---|---|---|---|---|---|---|---|")
+    for name, res in pairs:
+        agree, top2, total, ndis, nbad, relmed, relmax, klmean = tf_summary(res)
+        L.append("| %s | %d/%d | %d/%d | %d/%d | %d | %d | %.4f | %.4f | %.2e |" % (
+            name, agree, total, sum(r["agree"] >= n - 2 for r in res), len(res), top2, total, ndis, nbad, relmed,
+            relmax, klmean))
+    L.append("")
+    if rows and "self_agree" in rows[0]:
+        L.append("Check of the method: pagoda teacher-forced on its own free-running greedy tokens (a prefill of "
+                 "each prefix) picks the token its decode path picked at %d of %d positions; its first-position "
+                 "logits equal the free-running run's first-step logits within a rel. max diff of %.1e.\n" % (
+                     sum(r["self_agree"] for r in rows), n * len(rows), max(r["self_rel0"] for r in rows)))
+    for name, res in pairs:
+        L.append("### %s\n" % name)
+        tf_table(L, [dict(r, tf=x) for r, x in zip(rows, res)], "tf", n, "reference")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pagoda", required=True, help="path of the pagoda binary")
@@ -196,10 +362,18 @@ def main():
     ap.add_argument("--skip-kv-q8", action="store_true", help="skip the q8_0-vs-f16 KV runs (issue #4)")
     ap.add_argument("--no-calibration", action="store_true",
                     help="skip the noise-floor runs (llama.cpp flash attention off vs on, pagoda AVX2 vs AVX-512)")
+    ap.add_argument("--ref-kernels-tf", action="store_true",
+                    help="with --ref-kernels, also the teacher-forced comparison of the scalar kernels (slow: "
+                         "seconds per position)")
+    ap.add_argument("--no-teacher-forced", action="store_true",
+                    help="skip the teacher-forced comparisons (one pagoda run per position)")
     args = ap.parse_args()
+    tf_on = not args.no_teacher_forced
+    t_start = time.monotonic()
 
     lc = LlamaCpp(args.model, args.threads)
     lc_nofa = None if args.no_calibration else LlamaCpp(args.model, args.threads, flash_attn_disabled=True)
+    avx2_env = dict(os.environ, PAGODA_ISA="avx2")
     rows, kv_rows, ref_rows, cal_rows = [], [], [], []
     for kind, text in PROMPTS:
         pj, plog = run_pagoda(args.pagoda, args.model, kind, text, args.n, args.threads)
@@ -209,8 +383,21 @@ def main():
         pgen = pj["generated_tokens"]
         m, first = compare(pgen, lgen)
         rows.append(dict(kind=kind, text=text, n_prompt=len(ids), tok_equal=lc.tokenize(ptext) == ids,
-                         match=m, first=first, rel=rel_max_diff(plog, llog), top1=int(np.argmax(plog)) == int(
-                             np.argmax(llog)), gap=lgaps[0], div_gap=None if first is None else lgaps[first], ptext=pj["text"], ltext=lc.detokenize(lgen)))
+                         match=m, first=first, rel=rel_max_diff(plog, llog[0]),
+                         top1=int(np.argmax(plog)) == int(np.argmax(llog[0])), gap=lgaps[0],
+                         div_gap=None if first is None else lgaps[first], ptext=pj["text"],
+                         ltext=lc.detokenize(lgen)))
+        # Teacher forcing on llama.cpp's greedy tokens: pagoda fed prompt + lgen[:i].
+        if tf_on:
+            rows[-1]["tf"] = teacher_forced(pagoda_forced(args.pagoda, args.model, ids, lgen, args.threads), llog)
+        # pagoda f16 teacher-forced on its OWN greedy tokens: the reference for the
+        # AVX2 noise floor and for q8_0 KV; also a check that a prefill of the prefix
+        # picks the token the free-running (decode) path picked.
+        pself = None
+        if tf_on and (not args.skip_kv_q8 or lc_nofa is not None):
+            pself = pagoda_forced(args.pagoda, args.model, ids, pgen, args.threads)
+            rows[-1]["self_agree"] = self_agreement(pself, pgen)
+            rows[-1]["self_rel0"] = rel_max_diff(pself[0], plog)
         if args.skip_kv_q8:
             qj, qlog = pj, plog
         else:
@@ -218,20 +405,36 @@ def main():
         qm, qfirst = compare(qj["generated_tokens"], pgen)
         kv_rows.append(dict(kind=kind, text=text, match=qm, first=qfirst, rel=rel_max_diff(qlog, plog),
                             qtext=qj["text"]))
+        if pself is not None and not args.skip_kv_q8:
+            kv_rows[-1]["tf"] = teacher_forced(
+                pagoda_forced(args.pagoda, args.model, ids, pgen, args.threads, ["--kv-dtype", "q8_0"]), pself)
         if lc_nofa is not None:
             fgen, flog, _ = lc_nofa.greedy(ids, args.n)
             fm, ffirst = compare(fgen, lgen)
-            env = dict(os.environ, PAGODA_ISA="avx2")
-            aj, alog = run_pagoda(args.pagoda, args.model, kind, text, args.n, args.threads, env=env)
+            aj, alog = run_pagoda(args.pagoda, args.model, kind, text, args.n, args.threads, env=avx2_env)
             am, afirst = compare(aj["generated_tokens"], pgen)
-            cal_rows.append(dict(kind=kind, text=text, fa_match=fm, fa_first=ffirst, fa_rel=rel_max_diff(flog, llog),
-                                 isa_match=am, isa_first=afirst, isa_rel=rel_max_diff(alog, plog)))
+            cal_rows.append(dict(kind=kind, text=text, fa_match=fm, fa_first=ffirst,
+                                 fa_rel=rel_max_diff(flog[0], llog[0]), isa_match=am, isa_first=afirst,
+                                 isa_rel=rel_max_diff(alog, plog)))
+            if tf_on:
+                _, flog_tf, _ = lc_nofa.greedy(ids, args.n, forced=lgen)
+                cal_rows[-1]["tf_fa"] = teacher_forced(flog_tf, llog)
+                cal_rows[-1]["tf_isa"] = teacher_forced(
+                    pagoda_forced(args.pagoda, args.model, ids, pgen, args.threads, env=avx2_env), pself)
         if args.ref_kernels:
             rj, rlog = run_pagoda(args.pagoda, args.model, kind, text, args.n, args.threads, ["--ref-kernels"])
             rm, rfirst = compare(rj["generated_tokens"], lgen)
-            ref_rows.append(dict(kind=kind, text=text, match=rm, first=rfirst, rel=rel_max_diff(rlog, llog)))
-        print("%-4s %-48s llama.cpp %2d/%d (first diff %s, logits %.4f)  q8_0-vs-f16 %2d/%d" %
-              (kind, text[:48], m, args.n, first, rows[-1]["rel"], qm, args.n), flush=True)
+            ref_rows.append(dict(kind=kind, text=text, match=rm, first=rfirst, rel=rel_max_diff(rlog, llog[0])))
+            if tf_on and args.ref_kernels_tf:
+                ref_rows[-1]["tf"] = teacher_forced(
+                    pagoda_forced(args.pagoda, args.model, ids, lgen, args.threads, ["--ref-kernels"]), llog)
+        msg = "%-4s %-40s llama.cpp %2d/%d (first diff %s, logits %.4f)  q8_0-vs-f16 %2d/%d" % (
+            kind, text[:40], m, args.n, first, rows[-1]["rel"], qm, args.n)
+        if tf_on:
+            msg += "  teacher-forced vs llama.cpp %2d/%d" % (rows[-1]["tf"]["agree"], args.n)
+            if "tf" in kv_rows[-1]:
+                msg += ", q8_0 %2d/%d" % (kv_rows[-1]["tf"]["agree"], args.n)
+        print(msg + "  [%.0f s]" % (time.monotonic() - t_start), flush=True)
 
     n = args.n
     ok3 = all(r["match"] >= n - 2 and r["rel"] <= 0.02 for r in rows)
@@ -246,10 +449,13 @@ def main():
     L.append("- llama.cpp: llama-cpp-python 0.3.36 bindings, default context params (f16 K/V, flash_attn=%s), "
              "%d threads, argmax each step, fed pagoda's prompt ids" % (lc.flash_attn, args.threads))
     L.append("- llama.cpp system info: `%s`" % lc.system_info.strip())
-    L.append("- machine: %s, Python %s\n" % (platform.machine(), platform.python_version()))
+    L.append("- machine: %s, Python %s; the whole script took %.0f s\n" % (
+        platform.machine(), platform.python_version(), time.monotonic() - t_start))
     L.append("## Issue #3: pagoda vs llama.cpp (%d greedy tokens)\n" % n)
     L.append("Criterion: >= %d/%d matching positions on every prompt and first-step logits within 2%% "
              "(max |diff| / max |logit|). **%s**\n" % (n - 2, n, "met" if ok3 else "not met"))
+    if tf_on:
+        L.append(tf_headline([r["tf"] for r in rows], n, "llama.cpp"))
     L.append("| # | kind | prompt | prompt tokens | llama.cpp tokenises the same | matching | first divergence | "
              "llama.cpp top-2 gap there | first-step logits rel. max diff | same first token | "
              "llama.cpp first-step top-2 gap |")
@@ -264,6 +470,8 @@ def main():
     L.append("## Issue #4: pagoda --kv-dtype q8_0 vs f16 KV (%d greedy tokens)\n" % n)
     L.append("Criterion: >= %d/%d matching positions on every prompt. **%s**\n" % (n - 4, n,
                                                                                   "met" if ok4 else "not met"))
+    if kv_rows and "tf" in kv_rows[0]:
+        L.append(tf_headline([r["tf"] for r in kv_rows], n, "f16 KV"))
     L.append("| # | kind | prompt | matching | first divergence | first-step logits rel. max diff |")
     L.append("|---|---|---|---|---|---|")
     for i, r in enumerate(kv_rows):
@@ -287,6 +495,8 @@ def main():
                 "-" if r["fa_first"] is None else r["fa_first"], r["fa_rel"], r["isa_match"], n,
                 "-" if r["isa_first"] is None else r["isa_first"], r["isa_rel"]))
         L.append("")
+    if tf_on:
+        teacher_forced_section(L, n, rows, kv_rows, cal_rows, ref_rows)
     if ref_rows:
         L.append("## For comparison: pagoda --ref-kernels (scalar f32 oracles) vs llama.cpp\n")
         L.append("| # | kind | prompt | matching | first divergence | logits rel. max diff |")
