@@ -53,7 +53,11 @@ const char* kRunUsage =
     "      --no-kv-cache     recompute the whole sequence every step (baseline)\n"
     "      --ref-kernels     scalar reference kernels (debugging)\n"
     "      --json            print one JSON object instead of streaming\n"
-    "      --logits-out FILE write the logits of the first sampled step (n_vocab little-endian f32) to FILE\n";
+    "      --logits-out FILE write the logits of the first sampled step (n_vocab little-endian f32) to FILE\n"
+    "      --force-tokens IDS  teacher forcing: the first generated tokens are these comma-separated ids\n"
+    "                        whatever the sampler would pick (the JSON adds argmax_tokens: the greedy\n"
+    "                        pick at each step); sampling continues after them up to -n\n"
+    "      --logits-out-all FILE  write the logits of every sampled step ([steps, n_vocab] f32) to FILE\n";
 
 struct RunOptions {
   std::string model;
@@ -61,6 +65,8 @@ struct RunOptions {
   bool have_prompt = false;
   std::vector<int32_t> prompt_ids;  // --prompt-ids: used as is when non-empty
   std::string logits_out;
+  std::string logits_out_all;
+  std::vector<int32_t> force_tokens;  // --force-tokens: generated tokens 0..k-1 are these
   int64_t n_predict = -1;
   bool chat = false;
   sample::SamplingParams sampling = sample::llama_cpp_defaults();
@@ -154,6 +160,10 @@ std::string parse_args(int argc, char** argv, RunOptions* o, bool* help) {
         o->have_prompt = ok;
       } else if (is("--logits-out")) {
         o->logits_out = v;
+      } else if (is("--logits-out-all")) {
+        o->logits_out_all = v;
+      } else if (is("--force-tokens")) {
+        ok = parse_ids(v, &o->force_tokens);
       } else if (is("-n", "--n-predict")) {
         ok = parse_i64(v, &o->n_predict);
       } else if (is("--temp")) {
@@ -272,6 +282,9 @@ int run_run(int argc, char** argv) {
   for (const int32_t id : *prompt) {
     if (id >= cfg.n_vocab) return fail("prompt token id " + std::to_string(id) + " is outside the vocabulary");
   }
+  for (const int32_t id : o.force_tokens) {
+    if (id >= cfg.n_vocab) return fail("--force-tokens id " + std::to_string(id) + " is outside the vocabulary");
+  }
   if (n_prompt > ctx) {
     return fail("prompt is " + std::to_string(n_prompt) + " tokens, longer than the context of " +
                 std::to_string(ctx) + " tokens (-c)");
@@ -304,6 +317,13 @@ int run_run(int argc, char** argv) {
     }
   };
 
+  std::unique_ptr<FILE, int (*)(FILE*)> all_logits(nullptr, &std::fclose);
+  if (!o.logits_out_all.empty()) {
+    all_logits.reset(std::fopen(o.logits_out_all.c_str(), "wb"));
+    if (!all_logits) return fail("cannot open " + o.logits_out_all + " for writing: " + std::strerror(errno));
+  }
+  std::vector<int32_t> argmax_tokens;  // with --force-tokens: the greedy pick at each step
+
   Timer t_prefill;
   auto logits = seq.feed(*prompt);
   const double prefill_s = t_prefill.seconds();
@@ -317,7 +337,17 @@ int run_run(int argc, char** argv) {
       const Status st = write_f32_file(o.logits_out, *logits);
       if (!st.ok()) return fail(st.message());
     }
-    const int32_t t = sampler.sample(*logits).token;
+    if (all_logits && std::fwrite(logits->data(), sizeof(float), logits->size(), all_logits.get()) != logits->size()) {
+      return fail("short write to " + o.logits_out_all);
+    }
+    int32_t t = 0;
+    if (generated.size() < o.force_tokens.size()) {
+      t = o.force_tokens[generated.size()];
+      argmax_tokens.push_back(sample::argmax(*logits));
+      sampler.accept(t);
+    } else {
+      t = sampler.sample(*logits).token;
+    }
     generated.push_back(t);
     finish = sample::check_token(o.sampling, t, static_cast<int32_t>(generated.size()), (*tk)->eog_ids());
     if (finish != sample::FinishReason::Eos && finish != sample::FinishReason::StopToken) {
@@ -341,6 +371,7 @@ int run_run(int argc, char** argv) {
     j["prompt_tokens"] = *prompt;
     if (o.prompt_ids.empty()) j["prompt_text"] = prompt_text;
     j["generated_tokens"] = generated;
+    if (!o.force_tokens.empty()) j["argmax_tokens"] = argmax_tokens;
     j["n_prompt_tokens"] = n_prompt;
     j["n_generated_tokens"] = generated.size();
     j["text"] = text;

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,74 @@ TEST(PagodaRun, PromptIdsAndLogitsOut) {
   EXPECT_EQ(static_cast<int32_t>(best), gen[0]);
   const Result bad = run_pagoda("run -m " + quote(stories_path()) + " --prompt-ids 1,x,3", true);
   EXPECT_NE(bad.exit_code, 0);
+}
+
+namespace {
+std::vector<float> read_floats(const std::string& path) {
+  std::vector<float> v;
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return v;
+  float x;
+  while (std::fread(&x, sizeof x, 1, f) == 1) v.push_back(x);
+  std::fclose(f);
+  return v;
+}
+}  // namespace
+
+// Teacher forcing: forcing the tokens greedy decoding produced reproduces its logits
+// at every step, bit for bit; forcing another first token changes only later steps.
+TEST(PagodaRun, ForceTokensAndLogitsOutAll) {
+  const Reference ref = load_references().at(0);
+  std::string ids;
+  for (int32_t t : ref.prompt_tokens) {
+    if (!ids.empty()) ids += ',';
+    ids += std::to_string(t);
+  }
+  const std::string base = "run -m " + quote(stories_path()) + " --prompt-ids " + ids +
+                           " -n 12 --temp 0 --kv-dtype f32 -t 1 --json --logits-out-all ";
+  const std::string free_path = ::testing::TempDir() + "/pagoda_cli_all_free.f32";
+  const Result r = run_pagoda(base + quote(free_path));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto gen = nlohmann::json::parse(r.out).at("generated_tokens").get<std::vector<int32_t>>();
+  ASSERT_EQ(gen.size(), 12u);
+  const std::vector<float> free_logits = read_floats(free_path);
+  ASSERT_EQ(free_logits.size(), 12u * 512);  // every sampled step, stories260K vocab
+
+  std::string forced;
+  for (int32_t t : gen) {
+    if (!forced.empty()) forced += ',';
+    forced += std::to_string(t);
+  }
+  const std::string same_path = ::testing::TempDir() + "/pagoda_cli_all_same.f32";
+  const Result s = run_pagoda(base + quote(same_path) + " --force-tokens " + forced);
+  ASSERT_EQ(s.exit_code, 0) << s.out;
+  const auto js = nlohmann::json::parse(s.out);
+  EXPECT_EQ(js.at("generated_tokens").get<std::vector<int32_t>>(), gen);
+  EXPECT_EQ(js.at("argmax_tokens").get<std::vector<int32_t>>(), gen);
+  const std::vector<float> same_logits = read_floats(same_path);
+  ASSERT_EQ(same_logits.size(), free_logits.size());
+  EXPECT_EQ(std::memcmp(same_logits.data(), free_logits.data(), free_logits.size() * sizeof(float)), 0);
+
+  // Force a different first token (and only that one): step 0's logits are the same,
+  // the forced token is generated, its argmax is still greedy's, later steps differ.
+  const int32_t other = gen[0] == 7 ? 8 : 7;
+  const std::string diff_path = ::testing::TempDir() + "/pagoda_cli_all_diff.f32";
+  const Result d = run_pagoda(base + quote(diff_path) + " --force-tokens " + std::to_string(other));
+  ASSERT_EQ(d.exit_code, 0) << d.out;
+  const auto jd = nlohmann::json::parse(d.out);
+  const auto dgen = jd.at("generated_tokens").get<std::vector<int32_t>>();
+  ASSERT_EQ(dgen.size(), 12u);
+  EXPECT_EQ(dgen[0], other);
+  EXPECT_EQ(jd.at("argmax_tokens").get<std::vector<int32_t>>(), std::vector<int32_t>{gen[0]});
+  const std::vector<float> diff_logits = read_floats(diff_path);
+  ASSERT_EQ(diff_logits.size(), free_logits.size());
+  EXPECT_EQ(std::memcmp(diff_logits.data(), free_logits.data(), 512 * sizeof(float)), 0);
+  EXPECT_NE(std::memcmp(diff_logits.data() + 512, free_logits.data() + 512, 512 * sizeof(float)), 0);
+
+  // A forced id outside the vocabulary is a clear error.
+  const Result bad = run_pagoda(base + quote(diff_path) + " --force-tokens 999999", true);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.out.find("outside the vocabulary"), std::string::npos) << bad.out;
 }
 
 TEST(PagodaRun, StreamsTextAndReportsStats) {
