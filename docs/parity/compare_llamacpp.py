@@ -24,9 +24,9 @@ Teacher-forced comparison (free-running greedy paths split at the first
 near-tie and never meet again, so the counts above mostly measure where the
 first near-tie falls). A reference configuration generates its greedy tokens
 g_0..g_31 and keeps its logits at every step; the tested configuration is then
-fed prompt + g_0..g_{i-1} for every position i (pagoda: one
-`pagoda run --prompt-ids ... -n 1 --logits-out` per position, i.e. a prefill of
-the whole prefix; llama.cpp: the forced tokens decoded one at a time). Per
+fed prompt + g_0..g_{i-1} for every position i (both engines: the prompt
+prefilled once, then the forced tokens decoded one at a time; pagoda through
+`pagoda run --force-tokens ... --logits-out-all`). Per
 position: top-1 agreement (argmax == g_i), g_i in the top 2, relative max logit
 difference (as for the first step) and KL(p_ref || p_test) of the softmax
 distributions. A disagreement is a near-tie when the reference's top-2 gap there
@@ -100,21 +100,22 @@ def run_pagoda(binary, model, kind, text, n, threads, extra=(), env=None):
 
 
 def pagoda_forced(binary, model, prompt_ids, tokens, threads, extra=(), env=None):
-    """Teacher-forced pagoda: for every i in [0, len(tokens)) runs pagoda on
-    prompt_ids + tokens[:i] (one process, one prefill per position) and returns
-    the logits of the next token. Returns np.float32 [len(tokens), n_vocab]."""
-    rows = []
+    """Teacher-forced pagoda through its decode path, like llama.cpp's side: one
+    process prefills prompt_ids, then feeds tokens one step at a time whatever it
+    would pick (`pagoda run --force-tokens`), writing the logits of every step
+    (`--logits-out-all`). Returns np.float32 [len(tokens), n_vocab]."""
     with tempfile.TemporaryDirectory() as tmp:
         lpath = os.path.join(tmp, "logits.f32")
-        for i in range(len(tokens)):
-            ids = list(prompt_ids) + list(tokens[:i])
-            cmd = [binary, "run", "-m", model, "--prompt-ids", ",".join(str(t) for t in ids), "-n", "1", "--temp",
-                   "0", "--ignore-eos", "--json", "-t", str(threads), "--logits-out", lpath] + list(extra)
-            r = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
-            if r.returncode != 0:
-                sys.exit("pagoda failed (%d): %s\n%s" % (r.returncode, " ".join(cmd), r.stderr))
-            rows.append(np.fromfile(lpath, dtype="<f4"))
-    return np.stack(rows)
+        cmd = [binary, "run", "-m", model, "--prompt-ids", ",".join(str(t) for t in prompt_ids),
+               "--force-tokens", ",".join(str(t) for t in tokens), "-n", str(len(tokens)), "--temp", "0",
+               "--ignore-eos", "--json", "-t", str(threads), "--logits-out-all", lpath] + list(extra)
+        r = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+        if r.returncode != 0:
+            sys.exit("pagoda failed (%d): %s\n%s" % (r.returncode, " ".join(cmd), r.stderr))
+        flat = np.fromfile(lpath, dtype="<f4")
+    if flat.size % len(tokens) != 0:
+        sys.exit("pagoda wrote %d logits for %d steps" % (flat.size, len(tokens)))
+    return flat.reshape(len(tokens), -1)
 
 
 # ---- llama.cpp ----------------------------------------------------------------
@@ -312,9 +313,9 @@ def teacher_forced_section(L, n, rows, kv_rows, cal_rows, ref_rows):
     L.append("Free-running greedy paths split at the first near-tie and never meet again, so the counts above "
              "mostly say where the first near-tie falls. Here both sides always see the SAME prefix: a reference "
              "configuration generates its greedy tokens g_0..g_%d and keeps its logits at every step; the tested "
-             "configuration is fed prompt + g_0..g_{i-1} for each position i (pagoda: one `pagoda run --prompt-ids "
-             "... -n 1 --logits-out` per position, i.e. a prefill of the whole prefix; llama.cpp: the forced tokens "
-             "decoded one at a time). Per position: top-1 agreement (tested argmax == reference argmax g_i), g_i in "
+             "configuration is fed prompt + g_0..g_{i-1} for each position i (both engines prefill the prompt once "
+             "and then decode the forced tokens one at a time; pagoda through `pagoda run --force-tokens ... "
+             "--logits-out-all`). Per position: top-1 agreement (tested argmax == reference argmax g_i), g_i in "
              "the tested top 2, relative max logit difference (max |diff| / max |reference logit|, as for the first "
              "step above) and KL(p_ref || p_test) of the two softmax distributions. A disagreement is a **near-tie** "
              "when the reference's top-2 gap there is below %d%% of its max |logit| (the issue's logit tolerance)."
@@ -363,10 +364,9 @@ def main():
     ap.add_argument("--no-calibration", action="store_true",
                     help="skip the noise-floor runs (llama.cpp flash attention off vs on, pagoda AVX2 vs AVX-512)")
     ap.add_argument("--ref-kernels-tf", action="store_true",
-                    help="with --ref-kernels, also the teacher-forced comparison of the scalar kernels (slow: "
-                         "seconds per position)")
+                    help="with --ref-kernels, also the teacher-forced comparison of the scalar kernels (slow)")
     ap.add_argument("--no-teacher-forced", action="store_true",
-                    help="skip the teacher-forced comparisons (one pagoda run per position)")
+                    help="skip the teacher-forced comparisons")
     args = ap.parse_args()
     tf_on = not args.no_teacher_forced
     t_start = time.monotonic()
