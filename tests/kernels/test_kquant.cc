@@ -330,44 +330,8 @@ TEST_P(KQuantIsa, ToleranceCatchesAWrongRow) {
   }
 }
 
-// y[t, :] of one token is bitwise the same alone and inside batches of 2..64
-// tokens at random offsets among random other tokens, with 1 or 2 threads.
-TEST_P(KQuantIsa, BatchInvariantBitwise) {
-  IsaScope scope(GetParam());
-  uint64_t seed = 2000;
-  for (GgmlType type : kKTypes) {
-    for (int64_t cols : {512, 768}) {
-      const int64_t rows = 67;
-      auto w = make_weight(type, rows, cols, seed++);
-      const auto x0 = random_vec(static_cast<size_t>(cols), seed++);
-      std::vector<float> alone(rows);
-      set_num_threads(1);
-      cpu::matmul(w.view, x0.data(), 1, alone.data());
-      Rng rng(seed++);
-      for (int threads : {1, 2}) {
-        set_num_threads(threads);
-        for (int64_t n : {1, 2, 3, 4, 5, 17, 64}) {
-          auto x = random_vec(static_cast<size_t>(n * cols), seed++, 3.0);
-          const int64_t at = rng.uniform_int(0, n - 1);
-          std::copy(x0.begin(), x0.end(), x.begin() + at * cols);
-          std::vector<float> y(static_cast<size_t>(n * rows));
-          cpu::matmul(w.view, x.data(), n, y.data());
-          ASSERT_TRUE(BitwiseEqual(y.data() + at * rows, alone.data(), rows))
-              << ggml_type_info(type).name << " cols=" << cols << " n_tokens=" << n << " at=" << at
-              << " threads=" << threads << " isa=" << cpu::isa_name();
-        }
-      }
-    }
-  }
-}
-
-// A large GEMM spanning many row chunks and token tiles: 1 and 2 threads agree bitwise.
-TEST_P(KQuantIsa, ThreadCountDoesNotChangeGemm) {
-  IsaScope scope(GetParam());
-  for (GgmlType type : kKTypes) {
-    ASSERT_TRUE(testing::ThreadCountInvariant(type, 193, 1536, 45));
-  }
-}
+// Batch and thread-count invariance of the K-quant paths: Matmul.BatchInvariantBitwise and
+// Matmul.ThreadCountDoesNotChangeGemm (test_matmul.cc) cover every weight type, K-quants included.
 
 INSTANTIATE_TEST_SUITE_P(Isa, KQuantIsa, ::testing::ValuesIn(testing::isas()), testing::IsaParamName);
 

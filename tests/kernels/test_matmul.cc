@@ -217,9 +217,8 @@ TEST_P(MatmulTest, ToleranceCatchesAWrongRow) {
   }
 }
 
-// y[t, :] of one token is bitwise the same alone, inside batches of 2, 7, 33
-// and 64 tokens at random offsets among random other tokens, and with 1 or 2
-// threads.
+// y[t, :] of one token is bitwise the same alone, inside batches of 2..64
+// tokens at random offsets among random other tokens, and with 1 or 2 threads.
 TEST_P(MatmulTest, BatchInvariantBitwise) {
   IsaScope scope(GetParam());
   uint64_t seed = 1000;
@@ -234,7 +233,7 @@ TEST_P(MatmulTest, BatchInvariantBitwise) {
     Rng rng(seed++);
     for (int threads : {1, 2}) {
       set_num_threads(threads);
-      for (int64_t n : {1, 2, 7, 33, 64}) {
+      for (int64_t n : {1, 2, 3, 5, 7, 17, 33, 64}) {  // every K-quant tile width (1..8) appears
         auto x = random_vec(static_cast<size_t>(n * cols), seed++, 3.0);
         const int64_t at = rng.uniform_int(0, n - 1);
         std::copy(x0.begin(), x0.end(), x.begin() + at * cols);
@@ -252,8 +251,9 @@ TEST_P(MatmulTest, BatchInvariantBitwise) {
 // a large GEMM that spans many row chunks and token tiles.
 TEST_P(MatmulTest, ThreadCountDoesNotChangeGemm) {
   IsaScope scope(GetParam());
-  for (GgmlType type : {GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::F16}) {
-    ASSERT_TRUE(testing::ThreadCountInvariant(type, 193, 576, 45));
+  for (GgmlType type : {GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::F16, GgmlType::Q4_K, GgmlType::Q5_K,
+                        GgmlType::Q6_K}) {
+    ASSERT_TRUE(testing::ThreadCountInvariant(type, 193, ggml_type_info(type).block_size == 256 ? 1536 : 576, 45));
   }
 }
 

@@ -158,10 +158,7 @@ inline bool softmax_page(float* sg, int32_t nk, float* mrun, float* lrun, float*
   if (nk >= 8) {
     __m256 mv8 = _mm256_loadu_ps(sg);
     for (i = 8; i + 8 <= nk; i += 8) mv8 = _mm256_max_ps(mv8, _mm256_loadu_ps(sg + i));
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv8), _mm256_extractf128_ps(mv8, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    bm = _mm_cvtss_f32(m4);
+    bm = detail::hmax8(mv8);
   }
   for (; i < nk; ++i) bm = sg[i] > bm ? sg[i] : bm;
   const float m_new = bm > *mrun ? bm : *mrun;

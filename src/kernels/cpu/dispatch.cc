@@ -12,6 +12,7 @@
 #include "base/check.h"
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/kquant.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace pagoda::kernels {
 namespace {
@@ -118,10 +119,7 @@ void quantize_act(const float* x, int64_t n_tokens, int64_t cols, int g, ActMode
       const __m256 v2 = _mm256_loadu_ps(src + 16), v3 = _mm256_loadu_ps(src + 24);
       __m256 mx = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
                                 _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
-      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-      m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-      const float amax = _mm_cvtss_f32(m4);
+      const float amax = hmax8(mx);
       const float d = amax / 127.0f;
       // ggml multiplies by 127 / amax (not 1 / d: the two differ in the last bit).
       const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);

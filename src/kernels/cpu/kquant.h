@@ -51,9 +51,9 @@ struct KTileSet {
   KTileFn fn[kKTileMaxT] = {};    // the tile for T = 1..max_t tokens
 };
 
-// The tiles of each ISA for a K-quant weight type.
-KTileSet ktiles_avx2(GgmlType t);
-KTileSet ktiles_avx512(GgmlType t);
+// The tiles of each ISA for a K-quant weight type (static tables).
+const KTileSet& ktiles_avx2(GgmlType t);
+const KTileSet& ktiles_avx512(GgmlType t);
 
 // y = W x for a K-quant W: quantizes x once, then threads split chunks of rows
 // and each chunk walks the tokens in tiles of up to max_t. x: [n_tokens, w.cols],

@@ -18,6 +18,7 @@
 
 #include "base/check.h"
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/vec_math.h"
 #include "kernels/cpu/kquant.h"
 
 namespace pagoda::kernels::cpu::detail {
@@ -30,13 +31,6 @@ constexpr int64_t kMinParallelMacs = 1 << 16;
 constexpr size_t kPrefetchRows = 8;
 
 #include "kernels/cpu/kquant_prelude.inc"
-
-inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 
 // ---- Q4_K / Q5_K -------------------------------------------------------------
@@ -178,7 +172,7 @@ constexpr int kWideTokens = 4;  // 2 rows x 4 tokens: 8 accumulators in the 16 y
 
 }  // namespace
 
-KTileSet ktiles_avx2(GgmlType t) { return tiles_of(t); }
+const KTileSet& ktiles_avx2(GgmlType t) { return tiles_of(t); }
 
 void quantize_act_k(const float* x, int64_t n_tokens, int64_t cols, uint8_t* out) {
   const int64_t nb = cols / 256;
@@ -191,10 +185,7 @@ void quantize_act_k(const float* x, int64_t n_tokens, int64_t cols, uint8_t* out
       uint8_t* rec = out + static_cast<size_t>(t * nb + b) * kActKBytes;
       __m256 mx = _mm256_setzero_ps();
       for (int i = 0; i < 256; i += 8) mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, _mm256_loadu_ps(src + i)));
-      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-      m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-      const float amax = _mm_cvtss_f32(m4);
+      const float amax = hmax8(mx);
       std::memset(rec + kActKD, 0, kActKBytes - kActKD);
       if (!(amax > 0.0f)) {  // all zero (ggml: d = 0, q = 0)
         std::memset(rec, 0, kActKBytes);

@@ -160,6 +160,6 @@ constexpr int kWideTokens = 8;  // 2 rows x 8 tokens: 16 accumulators plus a dec
 
 }  // namespace
 
-KTileSet ktiles_avx512(GgmlType t) { return tiles_of(t); }
+const KTileSet& ktiles_avx512(GgmlType t) { return tiles_of(t); }
 
 }  // namespace pagoda::kernels::cpu::detail

@@ -8,6 +8,7 @@
 
 #include "base/check.h"
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace pagoda::kernels::cpu::detail {
 namespace {
@@ -130,13 +131,6 @@ inline __m256 group_dot(__m256 acc, const WGroup& w, const uint8_t* xt) {
   acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), dd, acc);
   if constexpr (!kQ8) acc = _mm256_fmadd_ps(w.wm, _mm256_load_ps(reinterpret_cast<const float*>(xt + 96)), acc);
   return acc;
-}
-
-inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 template <int T, bool kQ8>
