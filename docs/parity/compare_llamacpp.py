@@ -34,7 +34,8 @@ is below NEAR_TIE (2%) of its max |logit|, the same tolerance as the issue's
 logit criterion. Pairs measured: pagoda vs llama.cpp (reference llama.cpp),
 llama.cpp flash attention off vs on and pagoda AVX2 vs AVX-512 (noise floors),
 pagoda q8_0 vs f16 KV (reference pagoda f16 teacher-forced on its own greedy
-tokens).
+tokens), and llama.cpp's own q8_0 vs f16 K/V cache (issue #4's criterion
+applied to llama.cpp, free-running and teacher-forced).
 
 The prompts were fixed before any result was seen; do not tune them to the
 numbers. Results go to docs/parity/results.md (markdown).
@@ -120,7 +121,7 @@ def pagoda_forced(binary, model, prompt_ids, tokens, threads, extra=(), env=None
 
 # ---- llama.cpp ----------------------------------------------------------------
 class LlamaCpp:
-    def __init__(self, model, threads, n_ctx=512, flash_attn_disabled=False):
+    def __init__(self, model, threads, n_ctx=512, flash_attn_disabled=False, kv_q8_0=False):
         import llama_cpp as L  # noqa: N812 (the bindings' own naming)
 
         self.L = L
@@ -136,6 +137,8 @@ class LlamaCpp:
         cp = L.llama_context_default_params()  # llama.cpp's defaults: f16 K/V, flash_attn_type AUTO
         if flash_attn_disabled:
             cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        if kv_q8_0:  # quantized V needs flash attention, which AUTO enables on this CPU
+            cp.type_k = cp.type_v = getattr(L, "GGML_TYPE_Q8_0", 8)
         self.flash_attn = (L.llama_flash_attn_type_name(cp.flash_attn_type) or b"?").decode()
         cp.n_ctx = n_ctx
         cp.n_batch = n_ctx
@@ -329,6 +332,9 @@ def teacher_forced_section(L, n, rows, kv_rows, cal_rows, ref_rows):
     if kv_rows and "tf" in kv_rows[0]:
         pairs.append(("issue #4: pagoda q8_0 KV vs f16 KV (reference: f16, on its own greedy tokens)",
                       [r["tf"] for r in kv_rows]))
+    if kv_rows and "tf_lc" in kv_rows[0]:
+        pairs.append(("issue #4 for llama.cpp: its q8_0 KV vs its f16 KV (reference: f16)",
+                      [r["tf_lc"] for r in kv_rows]))
     if ref_rows and "tf" in ref_rows[0]:
         pairs.append(("pagoda --ref-kernels vs llama.cpp (reference llama.cpp)", [r["tf"] for r in ref_rows]))
     L.append("### Summary over the %d prompts\n" % len(rows))
@@ -373,6 +379,8 @@ def main():
 
     lc = LlamaCpp(args.model, args.threads)
     lc_nofa = None if args.no_calibration else LlamaCpp(args.model, args.threads, flash_attn_disabled=True)
+    # Issue #4's criterion applied to llama.cpp itself: its q8_0 K/V cache against its f16 one.
+    lc_q8 = None if args.no_calibration or args.skip_kv_q8 else LlamaCpp(args.model, args.threads, kv_q8_0=True)
     avx2_env = dict(os.environ, PAGODA_ISA="avx2")
     rows, kv_rows, ref_rows, cal_rows = [], [], [], []
     for kind, text in PROMPTS:
@@ -408,6 +416,13 @@ def main():
         if pself is not None and not args.skip_kv_q8:
             kv_rows[-1]["tf"] = teacher_forced(
                 pagoda_forced(args.pagoda, args.model, ids, pgen, args.threads, ["--kv-dtype", "q8_0"]), pself)
+        if lc_q8 is not None:
+            lqgen, lqlog, _ = lc_q8.greedy(ids, args.n)
+            lqm, lqfirst = compare(lqgen, lgen)
+            kv_rows[-1].update(lc_match=lqm, lc_first=lqfirst, lc_rel=rel_max_diff(lqlog[0], llog[0]))
+            if tf_on:
+                _, lqlog_tf, _ = lc_q8.greedy(ids, args.n, forced=lgen)
+                kv_rows[-1]["tf_lc"] = teacher_forced(lqlog_tf, llog)
         if lc_nofa is not None:
             fgen, flog, _ = lc_nofa.greedy(ids, args.n)
             fm, ffirst = compare(fgen, lgen)
@@ -472,11 +487,28 @@ def main():
                                                                                   "met" if ok4 else "not met"))
     if kv_rows and "tf" in kv_rows[0]:
         L.append(tf_headline([r["tf"] for r in kv_rows], n, "f16 KV"))
-    L.append("| # | kind | prompt | matching | first divergence | first-step logits rel. max diff |")
-    L.append("|---|---|---|---|---|---|")
+    lc_kv = bool(kv_rows) and "lc_match" in kv_rows[0]
+    if lc_kv:
+        ok4_lc = all(r["lc_match"] >= n - 4 for r in kv_rows)
+        L.append("The same criterion applied to llama.cpp itself (its q8_0 K/V cache against its f16 one, same "
+                 "prompts, flash attention on for both): **%s** (%d of %d prompts at >= %d/%d).%s\n" % (
+                     "met" if ok4_lc else "not met", sum(r["lc_match"] >= n - 4 for r in kv_rows), len(kv_rows),
+                     n - 4, n, (" " + tf_headline([r["tf_lc"] for r in kv_rows], n, "its f16 KV").strip()
+                                .replace("Teacher-forced (same prefix on both sides, see the teacher-forced "
+                                         "section below)", "Teacher-forced")) if "tf_lc" in kv_rows[0] else ""))
+        L.append("| # | kind | prompt | pagoda: matching | first divergence | first-step logits rel. max diff | "
+                 "llama.cpp q8_0 vs f16: matching | first divergence | first-step logits rel. max diff |")
+        L.append("|---|---|---|---|---|---|---|---|---|")
+    else:
+        L.append("| # | kind | prompt | matching | first divergence | first-step logits rel. max diff |")
+        L.append("|---|---|---|---|---|---|")
     for i, r in enumerate(kv_rows):
-        L.append("| %d | %s | %s | %d/%d | %s | %.4f |" % (i + 1, r["kind"], md_escape(r["text"]), r["match"], n,
-                                                          "-" if r["first"] is None else r["first"], r["rel"]))
+        line = "| %d | %s | %s | %d/%d | %s | %.4f |" % (i + 1, r["kind"], md_escape(r["text"]), r["match"], n,
+                                                        "-" if r["first"] is None else r["first"], r["rel"])
+        if lc_kv:
+            line += " %d/%d | %s | %.4f |" % (r["lc_match"], n, "-" if r["lc_first"] is None else r["lc_first"],
+                                              r["lc_rel"])
+        L.append(line)
     L.append("")
     if cal_rows:
         L.append("## Noise floor: each engine against itself with a different reduction order\n")
