@@ -21,8 +21,9 @@ void synth_usage(FILE* out) {
                "  --preset  ");
   for (const auto& p : gguf::synth_presets()) std::fprintf(out, "%s ", p.name.c_str());
   std::fprintf(out,
-               "\n  --type    f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q4_k | q6_k   (norms and biases stay f32;\n"
-               "            k-quant files keep rows that are not a multiple of 256 as q4_1 / q8_0)\n"
+               "\n  --type    f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q4_k | q4_k_m | q6_k   (norms and biases stay\n"
+               "            f32; k-quant files keep rows that are not a multiple of 256 as q4_1 / q8_0; q4_k_m is\n"
+               "            llama.cpp's mix: q4_k with q6_k attn_v and ffn_down in half the layers)\n"
                "  --layers  keep only the first N layers (default: the preset's)\n"
                "  --seed    weight RNG seed (default 0); weights are N(0, 0.02), norm weights 1.0\n");
 }
@@ -100,7 +101,8 @@ int run_synth(int argc, char** argv) {
   }
   gguf::SynthOptions opt;
   opt.shape = *shape;
-  if (!parse_type(type_name, &opt.type)) {
+  opt.q4_k_m = type_name == "q4_k_m";
+  if (!parse_type(opt.q4_k_m ? "q4_k" : type_name, &opt.type)) {
     std::fprintf(stderr, "pagoda synth: unknown --type '%s'\n\n", type_name.c_str());
     synth_usage(stderr);
     return 2;

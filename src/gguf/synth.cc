@@ -71,6 +71,10 @@ TensorProducer weight_producer(uint64_t seed, uint64_t tensor_id, int64_t cols, 
 
 }  // namespace
 
+bool synth_more_bits_layer(int64_t layer, int64_t n_layers) {
+  return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
+}
+
 GgmlType synth_weight_type(GgmlType type, int64_t cols) {
   if (type != GgmlType::Q4_K && type != GgmlType::Q6_K) return type;
   if (cols % kQK_K == 0) return type;
@@ -145,7 +149,8 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
   w->set_string("general.architecture", a);
   w->set_string("general.type", "model");
   w->set_string("general.name", s.name + " (pagoda synth, random weights)");
-  w->set_u32("general.file_type", static_cast<uint32_t>(llama_file_type(t)));
+  const bool q4_k_m = opt.q4_k_m && t == GgmlType::Q4_K;
+  w->set_u32("general.file_type", q4_k_m ? 15u : static_cast<uint32_t>(llama_file_type(t)));  // 15: Q4_K_M
   w->set_u32("general.quantization_version", 2);
   w->set_u32(a + ".vocab_size", static_cast<uint32_t>(s.n_vocab));
   w->set_u32(a + ".context_length", static_cast<uint32_t>(s.n_ctx));
@@ -193,7 +198,8 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
     PAGODA_TRY(add(p + "attn_norm.weight", s.n_embd, 0, GgmlType::F32, 1.0f));
     PAGODA_TRY(add(p + "attn_q.weight", s.n_embd, q_dim, t, -1));
     PAGODA_TRY(add(p + "attn_k.weight", s.n_embd, kv_dim, t, -1));
-    PAGODA_TRY(add(p + "attn_v.weight", s.n_embd, kv_dim, t, -1));
+    const GgmlType t_more = q4_k_m && synth_more_bits_layer(l, n_layer) ? GgmlType::Q6_K : t;
+    PAGODA_TRY(add(p + "attn_v.weight", s.n_embd, kv_dim, t_more, -1));
     if (s.qkv_bias) {
       PAGODA_TRY(add(p + "attn_q.bias", q_dim, 0, GgmlType::F32, -1));
       PAGODA_TRY(add(p + "attn_k.bias", kv_dim, 0, GgmlType::F32, -1));
@@ -203,7 +209,7 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
     PAGODA_TRY(add(p + "ffn_norm.weight", s.n_embd, 0, GgmlType::F32, 1.0f));
     PAGODA_TRY(add(p + "ffn_gate.weight", s.n_embd, s.n_ff, t, -1));
     PAGODA_TRY(add(p + "ffn_up.weight", s.n_embd, s.n_ff, t, -1));
-    PAGODA_TRY(add(p + "ffn_down.weight", s.n_ff, s.n_embd, t, -1));
+    PAGODA_TRY(add(p + "ffn_down.weight", s.n_ff, s.n_embd, t_more, -1));
   }
   PAGODA_TRY(add("output_norm.weight", s.n_embd, 0, GgmlType::F32, 1.0f));
   if (!s.tied) PAGODA_TRY(add("output.weight", s.n_embd, s.n_vocab, out_type, -1));

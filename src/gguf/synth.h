@@ -37,8 +37,16 @@ struct SynthOptions {
   // Rows a K-quant type cannot hold (row length not a multiple of 256) are
   // stored in synth_weight_type's fallback instead of failing.
   bool k_quant_fallback = false;
+  // With type Q4_K: llama.cpp's Q4_K_M mix instead of Q4_K_S. attn_v and
+  // ffn_down of the layers synth_more_bits_layer picks are Q6_K, and the file
+  // type says Q4_K_M (15). Ignored for other types.
+  bool q4_k_m = false;
   uint64_t seed = 0;
 };
+
+// The layers llama.cpp's Q4_K_M gives 6-bit attn_v and ffn_down: the first and
+// last eighth of the n_layers, and every third layer in between.
+bool synth_more_bits_layer(int64_t layer, int64_t n_layers);
 
 // The type a weight of row length cols is stored in when the file's type is
 // `type` and k_quant_fallback is set: K-quant rows must hold whole 256-value

@@ -169,6 +169,54 @@ TEST(Synth, QwenAndLlamaLayouts) {
   EXPECT_FALSE(make_synth_vocab(1000, "nope").ok());
 }
 
+// llama.cpp's Q4_K_M mix: attn_v and ffn_down are Q6_K in the first and last
+// eighth of the layers and every third layer between; everything else Q4_K.
+TEST(Synth, Q4KMMixFollowsUseMoreBits) {
+  // n_layers 16: eighth 2, so layers 0, 1, 14, 15 and 4, 7, 10, 13 ((l - 2) % 3 == 2).
+  std::vector<int> more;
+  for (int l = 0; l < 16; ++l)
+    if (synth_more_bits_layer(l, 16)) more.push_back(l);
+  EXPECT_EQ(more, (std::vector<int>{0, 1, 4, 7, 10, 13, 14, 15}));
+  more.clear();  // n_layers 30 (SmolLM2): eighth 3, last eighth from 26
+  for (int l = 0; l < 30; ++l)
+    if (synth_more_bits_layer(l, 30)) more.push_back(l);
+  EXPECT_EQ(more, (std::vector<int>{0, 1, 2, 5, 8, 11, 14, 17, 20, 23, 26, 27, 28, 29}));
+
+  SynthOptions o;
+  o.shape = *find_synth_preset("smollm2-135m");
+  o.shape.n_embd = 256;
+  o.shape.n_head = 4;
+  o.shape.n_head_kv = 2;
+  o.shape.n_ff = 512;
+  o.shape.n_vocab = 512;
+  o.type = GgmlType::Q4_K;
+  o.q4_k_m = true;
+  o.n_layers_override = 8;  // eighth 1: layers 0, 3, 6, 7
+  const auto bytes = synth_bytes(o);
+  auto f = GgufFile::from_memory(bytes.data(), bytes.size());
+  ASSERT_TRUE(f.ok()) << f.message();
+  EXPECT_EQ((*f)->get_int("general.file_type").value(), 15);
+  for (int l = 0; l < 8; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const GgmlType want = (l == 0 || l == 3 || l == 6 || l == 7) ? GgmlType::Q6_K : GgmlType::Q4_K;
+    for (const char* name : {"attn_v.weight", "ffn_down.weight"}) {
+      const TensorInfo* t = (*f)->find_tensor(p + name);
+      ASSERT_TRUE(t) << p << name;
+      EXPECT_EQ(t->type, want) << p << name;
+    }
+    for (const char* name : {"attn_q.weight", "attn_k.weight", "attn_output.weight", "ffn_gate.weight",
+                             "ffn_up.weight"})
+      EXPECT_EQ((*f)->find_tensor(p + name)->type, GgmlType::Q4_K) << p << name;
+  }
+  EXPECT_EQ((*f)->find_tensor("token_embd.weight")->type, GgmlType::Q6_K);  // tied output
+  o.q4_k_m = false;  // Q4_K_S: no Q6_K in the layers
+  const auto s_bytes = synth_bytes(o);
+  auto fs = GgufFile::from_memory(s_bytes.data(), s_bytes.size());
+  ASSERT_TRUE(fs.ok()) << fs.message();
+  EXPECT_EQ((*fs)->get_int("general.file_type").value(), 14);
+  EXPECT_EQ((*fs)->find_tensor("blk.0.ffn_down.weight")->type, GgmlType::Q4_K);
+}
+
 TEST(Synth, RejectsBadOptions) {
   SynthOptions o;
   o.shape = *find_synth_preset("smollm2-135m");
