@@ -109,7 +109,15 @@ struct SimMetrics {
   double tpot_p50_ms = 0, tpot_p99_ms = 0, tpot_mean_ms = 0;  // per output token after the first
   double peak_kv_usage = 0;        // max over steps of used blocks / usable blocks
   int64_t num_preemptions = 0;
-  double prefix_hit_rate = 0;      // prompt tokens served from the cache / tokens looked up
+  // Prompt tokens served from the prefix cache at each request's first
+  // admission / prompt tokens, over completed requests: what `pagoda bench`
+  // reports (OpenAI usage.prompt_tokens_details.cached_tokens).
+  double prefix_hit_rate = 0;
+  // The KV manager's own ratio, hit tokens / looked-up tokens over every
+  // lookup, readmissions after preemption included (vLLM's prefix cache hit
+  // rate): higher than prefix_hit_rate when preempted requests find their own
+  // freed blocks still cached.
+  double prefix_lookup_hit_rate = 0;
   int64_t num_blocks = 0;          // simulated pool (incl. the null block)
   double busy_compute_s = 0;       // time of compute-bound steps
   double busy_memory_s = 0;        // time of memory-bound steps
