@@ -21,6 +21,20 @@ std::vector<uint8_t> synth_bytes(const SynthOptions& o) {
   return bytes.ok() ? std::move(bytes).value() : std::vector<uint8_t>{};
 }
 
+// A small SmolLM2-tokenizer shape: 4 heads (2 KV), vocab 512.
+SynthOptions tiny_options(int64_t n_embd, int64_t n_ff, GgmlType type, int64_t n_layers) {
+  SynthOptions o;
+  o.shape = *find_synth_preset("smollm2-135m");
+  o.shape.n_vocab = 512;
+  o.shape.n_embd = n_embd;
+  o.shape.n_head = 4;
+  o.shape.n_head_kv = 2;
+  o.shape.n_ff = n_ff;
+  o.type = type;
+  o.n_layers_override = n_layers;
+  return o;
+}
+
 TEST(Synth, SmolLM2TwoLayersQ8_0) {
   SynthOptions o;
   o.shape = *find_synth_preset("smollm2-135m");
@@ -108,15 +122,7 @@ TEST(Synth, SmolLM2TwoLayersQ8_0) {
 }
 
 TEST(Synth, DeterministicInSeed) {
-  SynthOptions o;
-  o.shape = *find_synth_preset("smollm2-135m");
-  o.shape.n_vocab = 512;
-  o.shape.n_embd = 64;
-  o.shape.n_head = 4;
-  o.shape.n_head_kv = 2;
-  o.shape.n_ff = 128;
-  o.type = GgmlType::Q4_0;
-  o.n_layers_override = 1;
+  SynthOptions o = tiny_options(64, 128, GgmlType::Q4_0, 1);
   o.seed = 5;
   const auto a = synth_bytes(o), b = synth_bytes(o);
   EXPECT_EQ(a, b);
@@ -182,16 +188,8 @@ TEST(Synth, Q4KMMixFollowsUseMoreBits) {
     if (synth_more_bits_layer(l, 30)) more.push_back(l);
   EXPECT_EQ(more, (std::vector<int>{0, 1, 2, 5, 8, 11, 14, 17, 20, 23, 26, 27, 28, 29}));
 
-  SynthOptions o;
-  o.shape = *find_synth_preset("smollm2-135m");
-  o.shape.n_embd = 256;
-  o.shape.n_head = 4;
-  o.shape.n_head_kv = 2;
-  o.shape.n_ff = 512;
-  o.shape.n_vocab = 512;
-  o.type = GgmlType::Q4_K;
+  SynthOptions o = tiny_options(256, 512, GgmlType::Q4_K, 8);  // eighth 1: layers 0, 3, 6, 7
   o.q4_k_m = true;
-  o.n_layers_override = 8;  // eighth 1: layers 0, 3, 6, 7
   const auto bytes = synth_bytes(o);
   auto f = GgufFile::from_memory(bytes.data(), bytes.size());
   ASSERT_TRUE(f.ok()) << f.message();
