@@ -23,6 +23,7 @@
 #include "base/timer.h"
 #include "cli/bench_serving.h"
 #include "cli/command.h"
+#include "cli/engine_flags.h"
 #include "kernels/api.h"
 #include "model/model.h"
 #include "runtime/model_runner.h"
@@ -45,7 +46,7 @@ const char* kBenchUsage =
     "      --tg N          tokens decoded one at a time (default 128; 0 = skip)\n"
     "  -r, --reps N        repetitions after one warm-up (default 5)\n"
     "  -t, --threads N     CPU threads (default: all cores)\n"
-    "      --kv-dtype T    f32 | f16 | bf16 | q8_0 (default f16)\n"
+    "      --kv-dtype T    f32 | f16 | bf16 | q8_0 (default f16); or --kv-cache-dtype, -ctk T -ctv T\n"
     "      --block-size N  KV block size (default 16)\n"
     "      --seed S        seed of the random token ids (default 1234)\n"
     "      --ctx-sweep     also time decode steps at contexts 64..2048, cached vs recomputed\n"
@@ -70,7 +71,10 @@ bool parse_i64(const char* s, int64_t* out) {
   return true;
 }
 
+
 std::string parse_args(int argc, char** argv, BenchOptions* o, bool* help) {
+  std::string k_name, v_name;  // llama-bench's -ctk / -ctv
+  bool have_k = false, have_v = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "-h" || a == "--help") {
@@ -102,19 +106,24 @@ std::string parse_args(int argc, char** argv, BenchOptions* o, bool* help) {
       ok = parse_i64(v, &o->block_size) && o->block_size >= 1 && o->block_size <= 4096;
     } else if (a == "--seed") {
       ok = parse_i64(v, &o->seed);
-    } else if (a == "--kv-dtype") {
-      ok = false;
-      for (kernels::KvDtype d : {kernels::KvDtype::F32, kernels::KvDtype::F16, kernels::KvDtype::BF16,
-                                 kernels::KvDtype::Q8_0}) {
-        if (std::strcmp(v, kernels::kv_dtype_name(d)) == 0) {
-          o->kv_dtype = d;
-          ok = true;
-        }
-      }
+    } else if (a == "--kv-dtype" || a == "--kv-cache-dtype") {
+      ok = parse_kv_dtype_name(v, &o->kv_dtype);
+    } else if (a == "-ctk" || a == "--cache-type-k") {
+      k_name = v;
+      have_k = true;
+    } else if (a == "-ctv" || a == "--cache-type-v") {
+      v_name = v;
+      have_v = true;
     } else {
       return "unknown option " + a;
     }
     if (!ok) return "bad value '" + std::string(v) + "' for " + a;
+  }
+  if (have_k || have_v) {
+    std::string name;
+    const std::string err = kv_type_from_ctk_ctv(have_k ? &k_name : nullptr, have_v ? &v_name : nullptr, &name);
+    if (!err.empty()) return err;
+    if (!parse_kv_dtype_name(name, &o->kv_dtype)) return "bad value '" + name + "' for -ctk/-ctv";
   }
   return "";
 }

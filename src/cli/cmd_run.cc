@@ -16,6 +16,7 @@
 
 #include "base/timer.h"
 #include "cli/command.h"
+#include "cli/engine_flags.h"
 #include "gguf/gguf.h"
 #include "kernels/api.h"
 #include "model/model.h"
@@ -48,7 +49,8 @@ const char* kRunUsage =
     "      --ignore-eos      keep generating past end-of-generation tokens\n"
     "  -t, --threads N       CPU threads (default: all cores)\n"
     "  -c, --ctx-size N      context length in tokens (default: the model's)\n"
-    "      --kv-dtype T      f32 | f16 | bf16 | q8_0 (default f16)\n"
+    "      --kv-dtype T      f32 | f16 | bf16 | q8_0 (default f16); also --kv-cache-dtype (vLLM) and\n"
+    "                        -ctk/-ctv (llama.cpp; K and V must get the same type)\n"
     "      --block-size N    KV block size in tokens (default 16)\n"
     "      --no-kv-cache     recompute the whole sequence every step (baseline)\n"
     "      --ref-kernels     scalar reference kernels (debugging)\n"
@@ -79,17 +81,6 @@ struct RunOptions {
   bool ref_kernels = false;
   bool json = false;
 };
-
-bool parse_kv_dtype(const std::string& s, kernels::KvDtype* out) {
-  for (kernels::KvDtype d : {kernels::KvDtype::F32, kernels::KvDtype::F16, kernels::KvDtype::BF16,
-                             kernels::KvDtype::Q8_0}) {
-    if (s == kernels::kv_dtype_name(d)) {
-      *out = d;
-      return true;
-    }
-  }
-  return false;
-}
 
 bool parse_i64(const char* s, int64_t* out) {
   char* end = nullptr;
@@ -128,6 +119,8 @@ bool parse_f32(const char* s, float* out) {
 
 // Returns "" or an error message; sets *help for -h.
 std::string parse_args(int argc, char** argv, RunOptions* o, bool* help) {
+  std::string k_name, v_name;  // llama.cpp's -ctk / -ctv
+  bool have_k = false, have_v = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
@@ -192,8 +185,14 @@ std::string parse_args(int argc, char** argv, RunOptions* o, bool* help) {
         o->threads = static_cast<int>(iv);
       } else if (is("-c", "--ctx-size")) {
         ok = parse_i64(v, &o->ctx) && o->ctx >= 1 && o->ctx <= (1 << 24);
-      } else if (is("--kv-dtype")) {
-        ok = parse_kv_dtype(v, &o->kv_dtype);
+      } else if (is("--kv-dtype", "--kv-cache-dtype")) {
+        ok = parse_kv_dtype_name(v, &o->kv_dtype);
+      } else if (is("-ctk", "--cache-type-k")) {
+        k_name = v;
+        have_k = true;
+      } else if (is("-ctv", "--cache-type-v")) {
+        v_name = v;
+        have_v = true;
       } else if (is("--block-size")) {
         ok = parse_i64(v, &iv) && iv >= 1 && iv <= 4096;
         o->block_size = static_cast<int32_t>(iv);
@@ -202,6 +201,12 @@ std::string parse_args(int argc, char** argv, RunOptions* o, bool* help) {
       }
       if (!ok) return "bad value '" + std::string(v) + "' for " + a;
     }
+  }
+  if (have_k || have_v) {
+    std::string name;
+    const std::string err = kv_type_from_ctk_ctv(have_k ? &k_name : nullptr, have_v ? &v_name : nullptr, &name);
+    if (!err.empty()) return err;
+    if (!parse_kv_dtype_name(name, &o->kv_dtype)) return "bad value '" + name + "' for -ctk/-ctv";
   }
   if (!o->have_prompt) return "missing -p PROMPT";
   if (!o->prompt_ids.empty() && (!o->prompt.empty() || o->chat)) return "--prompt-ids excludes -p and --chat";

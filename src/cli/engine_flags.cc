@@ -94,16 +94,37 @@ bool parse_bytes(const std::string& s, int64_t* out) {
   return true;
 }
 
+bool parse_kv_dtype_name(const std::string& s, kernels::KvDtype* out) {
+  for (kernels::KvDtype d : {kernels::KvDtype::F32, kernels::KvDtype::F16, kernels::KvDtype::BF16,
+                             kernels::KvDtype::Q8_0}) {
+    if (s == kernels::kv_dtype_name(d) || (s == "auto" && d == kernels::KvDtype::F16)) {
+      *out = d;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string kv_type_from_ctk_ctv(const std::string* k, const std::string* v, std::string* out) {
+  const std::string kn = k ? *k : "f16", vn = v ? *v : "f16";
+  if (kn != vn)
+    return "pagoda keeps K and V in one dtype: give -ctk and -ctv the same type (or use --kv-dtype); got K '" + kn +
+           "', V '" + vn + "'";
+  *out = kn;
+  return "";
+}
+
 const char* kEngineFlagsHelp =
     "  -m, --model PATH              GGUF model (default: the SmolLM2-135M-Instruct Q4_1 of scripts/setup)\n"
     "  -t, --threads N               compute threads (default 2)\n"
-    "  -c, --ctx-size N              context length per request (default: the model's)\n"
-    "  --kv-dtype f32|f16|bf16|q8_0  KV cache element type (default f16)\n"
+    "  -c, --ctx-size N              context length per request (default: the model's); or --max-model-len\n"
+    "  --kv-dtype f32|f16|bf16|q8_0  KV cache element type (default f16); or --kv-cache-dtype (vLLM),\n"
+    "                                or -ctk T -ctv T (llama.cpp; one type for both)\n"
     "  --block-size N                tokens per KV block, 1..256 (default 16)\n"
     "  --kv-cache-memory BYTES       KV pool size, e.g. 512MiB (default 256MiB)\n"
     "  --num-kv-blocks N             KV pool size in blocks (wins over --kv-cache-memory)\n"
     "  --enable-prefix-caching / --no-enable-prefix-caching   (default on)\n"
-    "  --max-num-seqs N              running requests per step (default 64)\n"
+    "  --max-num-seqs N              running requests per step (default 64); or -np/--parallel\n"
     "  --max-num-batched-tokens N    token budget per step (default 2048)\n"
     "  --schedule-policy fcfs|lpm    admission order: arrival, or longest cached prefix first (default fcfs)\n";
 
@@ -116,13 +137,22 @@ std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
     if (!to_int(v, 1, 256, &n)) return "--threads must be an integer in 1..256, got '" + v + "'";
     cfg->threads = static_cast<int>(n);
   }
-  if (args.value("--ctx-size", &v, "-c")) {
+  if (args.value("--ctx-size", &v, "-c") || args.value("--max-model-len", &v)) {
     if (!to_int(v, 1, 1 << 24, &n)) return "--ctx-size must be a positive integer, got '" + v + "'";
     cfg->context_length = static_cast<int>(n);
   }
-  if (args.value("--kv-dtype", &v)) {
+  // --kv-dtype; vLLM's --kv-cache-dtype (its "auto" is f16 here); llama.cpp's
+  // -ctk / -ctv, each f16 unless given: pagoda keeps K and V in one dtype.
+  std::string k_name, v_name;
+  const bool have_k = args.value("--cache-type-k", &k_name, "-ctk");
+  const bool have_v = args.value("--cache-type-v", &v_name, "-ctv");
+  if (have_k || have_v) {
+    const std::string err = kv_type_from_ctk_ctv(have_k ? &k_name : nullptr, have_v ? &v_name : nullptr, &v);
+    if (!err.empty()) return err;
+  }
+  if (args.value("--kv-dtype", &v, "--kv-cache-dtype") || have_k || have_v) {
     if (v == "f32") cfg->kv_dtype = engine::KvCacheDtype::F32;
-    else if (v == "f16") cfg->kv_dtype = engine::KvCacheDtype::F16;
+    else if (v == "f16" || v == "auto") cfg->kv_dtype = engine::KvCacheDtype::F16;
     else if (v == "bf16") cfg->kv_dtype = engine::KvCacheDtype::BF16;
     else if (v == "q8_0") cfg->kv_dtype = engine::KvCacheDtype::Q8_0;
     else return "--kv-dtype must be f32, f16, bf16 or q8_0, got '" + v + "'";
@@ -142,7 +172,7 @@ std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
   }
   if (args.flag("--no-enable-prefix-caching")) cfg->enable_prefix_caching = false;
   if (args.flag("--enable-prefix-caching")) cfg->enable_prefix_caching = true;
-  if (args.value("--max-num-seqs", &v)) {
+  if (args.value("--max-num-seqs", &v, "-np") || args.value("--parallel", &v)) {
     if (!to_int(v, 1, 4096, &n)) return "--max-num-seqs must be an integer in 1..4096, got '" + v + "'";
     cfg->max_num_seqs = static_cast<int>(n);
   }

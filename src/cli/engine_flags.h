@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "kernels/api.h"
 
 namespace pagoda::cli {
 
@@ -29,6 +30,14 @@ class Args {
 
 // Parses a byte size: "123", "512MiB", "2GiB", "1.5GB" (GB = 1e9, GiB = 2^30).
 bool parse_bytes(const std::string& s, int64_t* out);
+
+// pagoda's KV dtype names (f32, f16, bf16, q8_0) and vLLM's "auto" (f16 here).
+bool parse_kv_dtype_name(const std::string& s, kernels::KvDtype* out);
+
+// llama.cpp's -ctk / -ctv (each f16 unless given; nullptr = not given) as
+// pagoda's single KV dtype name in *out. Returns "" or an error message when
+// the two differ: pagoda keeps K and V in one dtype.
+std::string kv_type_from_ctk_ctv(const std::string* k, const std::string* v, std::string* out);
 
 // Reads the engine flags into cfg. Returns "" or an error message.
 std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg);

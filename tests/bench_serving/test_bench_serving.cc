@@ -12,6 +12,7 @@
 #include "cli/bench_http_client.h"
 #include "cli/bench_serving.h"
 #include "cli/command.h"
+#include "cli/engine_flags.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "server/server.h"
@@ -30,6 +31,35 @@ namespace pagoda::cli::bench {
 namespace {
 
 const std::string kStories = PAGODA_SHARED_MODELS "/stories260K.gguf";
+
+// Engine flags under vLLM's and llama.cpp's names: --max-model-len = -c,
+// -np / --parallel = --max-num-seqs, --kv-cache-dtype and -ctk/-ctv = --kv-dtype.
+TEST(EngineFlags, VllmAndLlamaCppNames) {
+  const auto parse = [](std::vector<std::string> words, engine::EngineConfig* cfg) {
+    words.insert(words.begin(), "pagoda");
+    std::vector<char*> argv;
+    for (std::string& w : words) argv.push_back(w.data());
+    Args args(static_cast<int>(argv.size()), argv.data());
+    std::string err = parse_engine_flags(args, cfg);
+    if (err.empty()) err = args.leftover();
+    return err;
+  };
+  engine::EngineConfig c;
+  ASSERT_EQ(parse({"--max-model-len", "512", "-np", "3", "--kv-cache-dtype", "q8_0"}, &c), "");
+  EXPECT_EQ(c.context_length, 512);
+  EXPECT_EQ(c.max_num_seqs, 3);
+  EXPECT_EQ(c.kv_dtype, engine::KvCacheDtype::Q8_0);
+  engine::EngineConfig d;
+  ASSERT_EQ(parse({"--parallel", "5", "-ctk", "bf16", "-ctv", "bf16"}, &d), "");
+  EXPECT_EQ(d.max_num_seqs, 5);
+  EXPECT_EQ(d.kv_dtype, engine::KvCacheDtype::BF16);
+  engine::EngineConfig e;
+  ASSERT_EQ(parse({"--kv-cache-dtype", "auto"}, &e), "");
+  EXPECT_EQ(e.kv_dtype, engine::KvCacheDtype::F16);
+  engine::EngineConfig f;
+  EXPECT_NE(parse({"-ctv", "q8_0"}, &f).find("got K 'f16', V 'q8_0'"), std::string::npos);
+  EXPECT_NE(parse({"--kv-cache-dtype", "fp8"}, &f), "");
+}
 
 TokenSpace small_space() {
   TokenSpace s;

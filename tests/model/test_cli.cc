@@ -206,3 +206,28 @@ TEST(PagodaBench, JsonReportsMediansAndStableHash) {
   ASSERT_EQ(again.exit_code, 0);
   EXPECT_EQ(nlohmann::json::parse(again.out).at("tg_tokens_hash"), j.at("tg_tokens_hash"));
 }
+
+// The KV dtype under the names vLLM and llama.cpp users type: --kv-cache-dtype
+// (with vLLM's "auto"), and llama.cpp's -ctk / -ctv, which must agree because
+// pagoda keeps K and V in one dtype.
+TEST(PagodaRun, KvDtypeUnderVllmAndLlamaCppNames) {
+  const std::string base = "run -m " + quote(stories_path()) + " -p " + quote("Once upon a time") +
+                           " -n 4 --temp 0 -t 1 --json ";
+  const auto kv_of = [&](const std::string& flags) {
+    const Result r = run_pagoda(base + flags);
+    EXPECT_EQ(r.exit_code, 0) << flags << ": " << r.out;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out)["kv_dtype"].get<std::string>() : std::string();
+  };
+  EXPECT_EQ(kv_of("--kv-cache-dtype q8_0"), "q8_0");
+  EXPECT_EQ(kv_of("--kv-cache-dtype auto"), "f16");
+  EXPECT_EQ(kv_of("-ctk bf16 -ctv bf16"), "bf16");
+  EXPECT_EQ(kv_of("--cache-type-k f32 --cache-type-v f32"), "f32");
+  const Result one = run_pagoda(base + "-ctk q8_0", true);  // V would stay f16 in llama.cpp
+  EXPECT_EQ(one.exit_code, 2);
+  EXPECT_NE(one.out.find("got K 'q8_0', V 'f16'"), std::string::npos) << one.out;
+  const Result bad = run_pagoda(base + "--kv-cache-dtype fp8", true);
+  EXPECT_EQ(bad.exit_code, 2);
+  const Result bench = run_pagoda("bench -m " + quote(stories_path()) + " --pp 8 --tg 2 -r 1 -t 1 -ctk q8_0", true);
+  EXPECT_EQ(bench.exit_code, 2);
+  EXPECT_NE(bench.out.find("one dtype"), std::string::npos) << bench.out;
+}
