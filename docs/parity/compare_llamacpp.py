@@ -37,6 +37,11 @@ pagoda q8_0 vs f16 KV (reference pagoda f16 teacher-forced on its own greedy
 tokens), and llama.cpp's own q8_0 vs f16 K/V cache (issue #4's criterion
 applied to llama.cpp, free-running and teacher-forced).
 
+Both engines against the exact computation (unless --no-exact): pagoda's
+scalar reference kernels (`--ref-kernels`: f32 activations, double sums)
+generate greedy tokens e_i and their logits; pagoda's default kernels and
+llama.cpp are teacher-forced on them and scored against the exact logits.
+
 The prompts were fixed before any result was seen; do not tune them to the
 numbers. Results go to docs/parity/results.md (markdown).
 
@@ -51,7 +56,7 @@ libllama.so and libggml*.so built from that sdist with the flags above, e.g.
 Usage:
   python3 docs/parity/compare_llamacpp.py --pagoda PATH/TO/pagoda [--model GGUF]
       [--threads 2] [--n 32] [--out docs/parity/results.md] [--ref-kernels]
-      [--ref-kernels-tf] [--no-teacher-forced] [--skip-kv-q8] [--no-calibration]
+      [--ref-kernels-tf] [--no-teacher-forced] [--skip-kv-q8] [--no-calibration] [--no-exact]
 """
 import argparse
 import ctypes
@@ -357,6 +362,36 @@ def teacher_forced_section(L, n, rows, kv_rows, cal_rows, ref_rows):
         tf_table(L, [dict(r, tf=x) for r, x in zip(rows, res)], "tf", n, "reference")
 
 
+def exact_section(L, n, rows):
+    """Appends 'both engines against the exact computation' to L."""
+    L.append("## Both engines against the exact computation\n")
+    L.append("The same Q4_1 weights computed exactly: `pagoda run --ref-kernels` (scalar oracles: weights "
+             "dequantized to f32, f32 activations, double accumulation; no 8-bit activation rounding). Its "
+             "greedy tokens e_0..e_%d are the reference; both engines are teacher-forced on them (prompt + "
+             "e_0..e_{i-1}) and compared with the exact logits at every position, with the metrics of the "
+             "teacher-forced section. Neither engine is the reference here, so this says which one is closer "
+             "to the model it runs.\n" % (n - 1))
+    L.append("| engine | top-1 agreement with exact | prompts with >= %d/%d | disagreements | not near-ties | "
+             "rel. max logit diff: median | max | mean KL (nats) | free-running tokens equal to exact's |"
+             % (n - 2, n))
+    L.append("|---|---|---|---|---|---|---|---|---|")
+    for name, key, mk in (("pagoda (default cpu kernels)", "tf_p", "p_match"), ("llama.cpp", "tf_l", "l_match")):
+        res = [r[key] for r in rows]
+        agree, _, total, ndis, nbad, relmed, relmax, klmean = tf_summary(res)
+        L.append("| %s | %d/%d | %d/%d | %d | %d | %.4f | %.4f | %.2e | %d/%d |" % (
+            name, agree, total, sum(r["agree"] >= n - 2 for r in res), len(res), ndis, nbad, relmed, relmax,
+            klmean, sum(r[mk][0] for r in rows), n * len(rows)))
+    L.append("")
+    L.append("| # | kind | prompt | pagoda: top-1 | mean KL | free-running equal | llama.cpp: top-1 | mean KL | "
+             "free-running equal | exact greedy text |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|")
+    for i, r in enumerate(rows):
+        L.append("| %d | %s | %s | %d/%d | %.2e | %d/%d | %d/%d | %.2e | %d/%d | `%s` |" % (
+            i + 1, r["kind"], md_escape(r["text"]), r["tf_p"]["agree"], n, r["tf_p"]["kl_mean"], r["p_match"][0], n,
+            r["tf_l"]["agree"], n, r["tf_l"]["kl_mean"], r["l_match"][0], n, md_escape(r["etext"], 80)))
+    L.append("")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pagoda", required=True, help="path of the pagoda binary")
@@ -373,6 +408,8 @@ def main():
                     help="with --ref-kernels, also the teacher-forced comparison of the scalar kernels (slow)")
     ap.add_argument("--no-teacher-forced", action="store_true",
                     help="skip the teacher-forced comparisons")
+    ap.add_argument("--no-exact", action="store_true",
+                    help="skip both engines against the exact computation (pagoda --ref-kernels, slow)")
     args = ap.parse_args()
     tf_on = not args.no_teacher_forced
     t_start = time.monotonic()
@@ -382,7 +419,8 @@ def main():
     # Issue #4's criterion applied to llama.cpp itself: its q8_0 K/V cache against its f16 one.
     lc_q8 = None if args.no_calibration or args.skip_kv_q8 else LlamaCpp(args.model, args.threads, kv_q8_0=True)
     avx2_env = dict(os.environ, PAGODA_ISA="avx2")
-    rows, kv_rows, ref_rows, cal_rows = [], [], [], []
+    rows, kv_rows, ref_rows, cal_rows, exact_rows = [], [], [], [], []
+    exact_on = tf_on and not args.no_exact
     for kind, text in PROMPTS:
         pj, plog = run_pagoda(args.pagoda, args.model, kind, text, args.n, args.threads)
         ids = pj["prompt_tokens"]
@@ -443,6 +481,18 @@ def main():
             if tf_on and args.ref_kernels_tf:
                 ref_rows[-1]["tf"] = teacher_forced(
                     pagoda_forced(args.pagoda, args.model, ids, lgen, args.threads, ["--ref-kernels"]), llog)
+        if exact_on:
+            # The exact computation: pagoda's scalar reference kernels (f32 activations,
+            # dequantized weights, double accumulation). Its greedy tokens, its logits
+            # teacher-forced on them, and both engines fed the same tokens.
+            ej, _ = run_pagoda(args.pagoda, args.model, kind, text, args.n, args.threads, ["--ref-kernels"])
+            egen = ej["generated_tokens"]
+            elog = pagoda_forced(args.pagoda, args.model, ids, egen, args.threads, ["--ref-kernels"])
+            _, lc_on_exact, _ = lc.greedy(ids, args.n, forced=egen)
+            exact_rows.append(dict(
+                kind=kind, text=text, etext=ej["text"], p_match=compare(pgen, egen), l_match=compare(lgen, egen),
+                tf_p=teacher_forced(pagoda_forced(args.pagoda, args.model, ids, egen, args.threads), elog),
+                tf_l=teacher_forced(lc_on_exact, elog)))
         msg = "%-4s %-40s llama.cpp %2d/%d (first diff %s, logits %.4f)  q8_0-vs-f16 %2d/%d" % (
             kind, text[:40], m, args.n, first, rows[-1]["rel"], qm, args.n)
         if tf_on:
@@ -471,6 +521,12 @@ def main():
              "(max |diff| / max |logit|). **%s**\n" % (n - 2, n, "met" if ok3 else "not met"))
     if tf_on:
         L.append(tf_headline([r["tf"] for r in rows], n, "llama.cpp"))
+    if exact_rows:
+        ep, el = tf_summary([r["tf_p"] for r in exact_rows]), tf_summary([r["tf_l"] for r in exact_rows])
+        L.append("Against the exact computation of the same weights (f32 activations, see \"Both engines against the exact computation\" below), both "
+                 "engines teacher-forced on its greedy tokens: pagoda's top-1 agrees at %d of %d positions (mean KL "
+                 "%.2e nats), llama.cpp's at %d of %d (mean KL %.2e); disagreements that are not near-ties: %d "
+                 "and %d.\n" % (ep[0], ep[2], ep[7], el[0], el[2], el[7], ep[4], el[4]))
     L.append("| # | kind | prompt | prompt tokens | llama.cpp tokenises the same | matching | first divergence | "
              "llama.cpp top-2 gap there | first-step logits rel. max diff | same first token | "
              "llama.cpp first-step top-2 gap |")
@@ -529,6 +585,8 @@ def main():
         L.append("")
     if tf_on:
         teacher_forced_section(L, n, rows, kv_rows, cal_rows, ref_rows)
+    if exact_rows:
+        exact_section(L, n, exact_rows)
     if ref_rows:
         L.append("## For comparison: pagoda --ref-kernels (scalar f32 oracles) vs llama.cpp\n")
         L.append("| # | kind | prompt | matching | first divergence | logits rel. max diff |")
