@@ -331,7 +331,45 @@ TEST_P(KQuantIsa, ToleranceCatchesAWrongRow) {
 }
 
 // Batch and thread-count invariance of the K-quant paths: Matmul.BatchInvariantBitwise and
-// Matmul.ThreadCountDoesNotChangeGemm (test_matmul.cc) cover every weight type, K-quants included.
+// Matmul.ThreadCountDoesNotChangeGemm (test_matmul.cc) cover every weight type, K-quants included
+// (67 rows = 4 chunks of 16 + 3, n_tokens on both sides of the AVX-512 GEMM threshold of 4).
+
+// Row position: the AVX-512 path works on chunks of 16 rows (the few-token path
+// reduces 16 rows at once, the GEMM path repacks 16 rows interleaved) and pads the
+// last chunk. A row's outputs must not depend on where the chunk boundaries fall
+// nor on n_tokens: views of the same matrix starting at rows 0, 5, 16, 21 (so each
+// row lands at several chunk positions, in full and in short chunks) give bitwise
+// the same y as the first token alone, for token counts below and above the GEMM
+// threshold.
+TEST_P(KQuantIsa, RowPositionAndTokenCountInvariantBitwise) {
+  IsaScope scope(GetParam());
+  uint64_t seed = 7000;
+  for (GgmlType type : kKTypes) {
+    const int64_t rows = 16 * 3 + 5, cols = 768;
+    auto w = make_weight(type, rows, cols, seed++);
+    const auto x = random_vec(static_cast<size_t>(20 * cols), seed++, 2.0);
+    std::vector<float> alone(static_cast<size_t>(rows));
+    cpu::matmul(w.view, x.data(), 1, alone.data());
+    for (int64_t first : {0, 5, 16, 21}) {
+      WeightView v = w.view;
+      v.data = static_cast<const uint8_t*>(w.view.data) + first * w.view.row_bytes;
+      v.rows = rows - first;
+      for (int64_t n : {1, 2, 3, 4, 9, 20}) {
+        std::vector<float> y(static_cast<size_t>(n * v.rows));
+        cpu::matmul(v, x.data(), n, y.data());
+        ASSERT_TRUE(BitwiseEqual(y.data(), alone.data() + first, v.rows))
+            << ggml_type_info(type).name << " first=" << first << " n_tokens=" << n << " isa=" << cpu::isa_name();
+        // the other tokens against their own single-token results
+        std::vector<float> single(static_cast<size_t>(v.rows));
+        for (int64_t t = 1; t < n; t += 3) {
+          cpu::matmul(v, x.data() + t * cols, 1, single.data());
+          ASSERT_TRUE(BitwiseEqual(y.data() + t * v.rows, single.data(), v.rows))
+              << ggml_type_info(type).name << " first=" << first << " n_tokens=" << n << " token=" << t;
+        }
+      }
+    }
+  }
+}
 
 INSTANTIATE_TEST_SUITE_P(Isa, KQuantIsa, ::testing::ValuesIn(testing::isas()), testing::IsaParamName);
 

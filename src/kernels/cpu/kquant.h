@@ -10,8 +10,10 @@
 //   [292, 320)  zero padding
 // Every output y[t, r] is then, for each super-block b in order, one integer
 // dot product (exact) turned into float by a fixed sequence of float ops that
-// depends only on row r and token t (see kquant_avx2.cc): the batch invariance
-// contract of kernels/api.h holds for any n_tokens, tile or thread count.
+// depends only on row r and token t (AVX2: kquant_avx2.cc, 8 lanes and a
+// horizontal sum; AVX-512: kquant_avx512.cc, one scalar sequence per output):
+// the batch invariance contract of kernels/api.h holds for any n_tokens, tile,
+// thread count or row position.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -45,10 +47,17 @@ using KTileFn = void (*)(const uint8_t* const* rows, const uint8_t* const* x, in
                          float* out);
 constexpr int kKTileMaxT = 8;
 constexpr int kKTileMaxR = 4;
+// A whole row chunk at once: nr <= kKChunkRows rows starting at w0 (row_bytes
+// apart) against all n_tokens token records (act: [n_tokens, nb, kActKBytes]).
+// y: row 0 of the chunk for token 0; y[t * ldy + i] receives row i, token t.
+constexpr int64_t kKChunkRows = 16;
+using KChunkFn = void (*)(const uint8_t* w0, size_t row_bytes, int64_t nr, const uint8_t* act, int64_t n_tokens,
+                          int64_t nb, float* y, int64_t ldy);
 struct KTileSet {
   int max_t = 0;                  // tokens per tile, at most kKTileMaxT
   int rows[kKTileMaxT] = {};      // R for T = 1..max_t tokens (each at most kKTileMaxR)
   KTileFn fn[kKTileMaxT] = {};    // the tile for T = 1..max_t tokens
+  KChunkFn chunk = nullptr;       // if set, the driver hands it whole row chunks instead of tiles
 };
 
 // The tiles of each ISA for a K-quant weight type (static tables).

@@ -24,7 +24,7 @@
 namespace pagoda::kernels::cpu::detail {
 namespace {
 
-constexpr int64_t kChunkRows = 16;
+constexpr int64_t kChunkRows = kKChunkRows;  // KTileSet::chunk handles chunks of exactly this many rows
 // Below this many multiply-adds a fork/join costs more than it saves.
 constexpr int64_t kMinParallelMacs = 1 << 16;
 // Few-token calls stream the weights once: prefetch this many rows ahead.
@@ -242,6 +242,10 @@ void matmul_kquant(const WeightView& w, const float* x, int64_t n_tokens, float*
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (nth > 1 && n_chunks > 1 && big)
   for (int64_t ch = 0; ch < n_chunks; ++ch) {
     const int64_t r0 = ch * kChunkRows, nr = std::min(kChunkRows, w.rows - r0);
+    if (tiles.chunk != nullptr) {
+      tiles.chunk(wdata + r0 * w.row_bytes, w.row_bytes, nr, act, n_tokens, nb, y + r0, w.rows);
+      continue;
+    }
     float out[kKTileMaxT * kKTileMaxR];
     for (int64_t t0 = 0; t0 < n_tokens; t0 += tiles.max_t) {
       const int nt = static_cast<int>(std::min<int64_t>(tiles.max_t, n_tokens - t0));

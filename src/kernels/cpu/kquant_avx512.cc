@@ -1,21 +1,55 @@
-// K-quant (Q4_K, Q5_K, Q6_K) x q8_K matmul tiles for AVX-512 (BW + VNNI).
-// Same per-super-block op sequence as kquant_avx2.cc with 16-lane vectors:
-// each 512-bit weight vector holds 64 consecutive values (natural order, like
-// the q8_K activations), p16 = maddubs(q_w, q_x) and vpdpwssd adds scale * p16
-// into the int32 sum; the float part is one fma per super-block (plus one for
-// the Q4_K/Q5_K mins).
+// K-quant (Q4_K, Q5_K, Q6_K) x q8_K matmul for AVX-512 (BW + VNNI), whole
+// row chunks of kKChunkRows = 16 rows at a time (KTileSet::chunk).
+//
+// Canonical float sequence (every path below, every n_tokens, tile, thread
+// count and row position): for output y[t, r] and each super-block b in order,
+//   S1 = sum over sub-blocks k of scale_k * dot(q_w, q_x)_k     (int32, exact)
+//   S2 = sum over sub-blocks k of min_k * bsum_k(q_x)           (int32, exact)
+//   Q4_K/Q5_K: acc = fma(float(S1), d_w * d_x, acc);
+//              acc = fnmadd(float(S2), dmin_w * d_x, acc)
+//   Q6_K:      S2 = sum_k scale_k * bsum_k, S1 -= 32 * S2 (the -32 offset of
+//              the quants); acc = fma(float(S1), d_w * d_x, acc)
+// with acc = +0 before super-block 0 and y = acc (no horizontal float sum).
+// Because S1 and S2 are exact integers, how they are computed does not matter:
+// * few tokens (n_tokens < kGemmMinTokens, decode): each row's block is decoded
+//   to natural order (64 values per zmm) and maddubs/vpdpwssd give 16 int32
+//   partial sums per (row, token); 16 rows' partials are then reduced at once
+//   by a transpose-add tree to the exact S1/S2 of the 16 rows, and the float
+//   step runs on 16 lanes = 16 rows;
+// * more tokens (GEMM): the 16 rows are repacked once per call into a
+//   row-interleaved layout (a zmm holds 4 consecutive values of each of the 16
+//   rows, as u8) and vpdpbusd against 4 broadcast activation bytes adds a
+//   4-value dot product for 16 rows at once; per sub-block the 16 int32 dots
+//   are scaled (vpmulld) into S1, the mins term is vpdpwssd of (min, min)
+//   pairs with bsum pairs. Lanes = rows again, so the float step is the same.
+// Rows beyond the end of a short chunk compute duplicates / zeros that are
+// never stored.
+// int32 bounds: Q4_K |S1| <= 8 * 63 * (32 * 15 * 127) < 2^25, Q5_K
+// (quants < 32) < 2^26, S2 <= 8 * 63 * 32 * 127 < 2^21; Q6_K |sum_k sc_k *
+// dot_k| <= 16 * 128 * (16 * 63 * 127) < 2^28 and 32 |S2| <= 32 * 16 * 128 *
+// 16 * 127 < 2^28. The 16-value halves in the reduce tree and the maddubs pair
+// sums (<= 2 * 63 * 127) stay far inside their types too.
 #include <immintrin.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "base/check.h"
+#include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/kquant.h"
 
 namespace pagoda::kernels::cpu::detail {
 namespace {
 
 #include "kernels/cpu/kquant_prelude.inc"
+
+// Calls with at least this many tokens take the repacked GEMM path.
+constexpr int64_t kGemmMinTokens = 4;
+// Tokens per GEMM register tile.
+constexpr int kGemmT = 8;
 
 inline __m512i load512(const uint8_t* p) { return _mm512_loadu_si512(p); }
 
@@ -40,22 +74,26 @@ inline __m512i spread16(__m256i v, const int16_t* idx) {
   return _mm512_permutexvar_epi16(_mm512_load_si512(idx), _mm512_castsi256_si512(v));
 }
 
-inline float hsum16(__m512 v) {
-  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+inline uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
 }
 
-// ---- Q4_K / Q5_K -------------------------------------------------------------
-// q[j] = values 64j..64j+63 (sub-blocks 2j, 2j+1); sc[j] = int16 lanes 0..15
-// scale 2j, lanes 16..31 scale 2j+1; mins = int16 lanes 2k, 2k+1 hold min k.
+inline float load_f32(const uint8_t* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// ---- Decoded super-blocks (natural order) ------------------------------------------
+// Q4_K / Q5_K: q[j] = values 64j..64j+63 as u8 (sub-blocks 2j, 2j+1); sc[j] =
+// int16 lanes 0..15 scale 2j, lanes 16..31 scale 2j+1; mins = int16 lanes 2k,
+// 2k+1 hold min k.
 struct K4Block {
   __m512i q[4];
   __m512i sc[4];
   __m256i mins;
-  __m512 d, dmin;  // f16 d and dmin in every lane
 };
 
 inline void k4_scales(const uint8_t* blk, K4Block* w) {
@@ -63,64 +101,76 @@ inline void k4_scales(const uint8_t* blk, K4Block* w) {
   const __m256i s16 = _mm256_cvtepu8_epi16(sm);
   for (int j = 0; j < 4; ++j) w->sc[j] = spread16(s16, kK4Spread.v[j]);
   w->mins = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
-  w->d = _mm512_set1_ps(load_f16(blk));
-  w->dmin = _mm512_set1_ps(load_f16(blk + 2));
 }
 
+// Common to the three formats: kBytes (block size), kSub (sub-blocks per
+// super-block), kDOff (offset of f16 d), kMins (Q4_K/Q5_K: f16 dmin at 2 and
+// a mins term), values(blk, q) (the 256 quants in natural order as u8),
+// decode(blk, Block*), ints(Block, x record) (16 int32 lanes: Q4_K/Q5_K
+// lanes 0..7 sum to S1 and 8..15 to S2; Q6_K all 16 lanes sum to S1).
 struct Q4K {
-  static constexpr size_t kBytes = 144;
-  static inline void decode(const uint8_t* blk, K4Block* w) {
-    k4_scales(blk, w);
+  using Block = K4Block;
+  static constexpr size_t kBytes = 144, kDOff = 0;
+  static constexpr int kSub = 8;
+  static constexpr bool kMins = true;
+  static inline void values(const uint8_t* blk, __m512i* q) {
     const __m256i nib = _mm256_set1_epi8(0x0F);
     for (int j = 0; j < 4; ++j) {
       const __m256i bits = load256(blk + 16 + 32 * j);
-      w->q[j] = join(_mm256_and_si256(bits, nib), _mm256_and_si256(_mm256_srli_epi16(bits, 4), nib));
+      q[j] = join(_mm256_and_si256(bits, nib), _mm256_and_si256(_mm256_srli_epi16(bits, 4), nib));
     }
+  }
+  static inline void decode(const uint8_t* blk, K4Block* w) {
+    k4_scales(blk, w);
+    values(blk, w->q);
   }
 };
 
 struct Q5K {
-  static constexpr size_t kBytes = 176;
-  static inline void decode(const uint8_t* blk, K4Block* w) {
-    k4_scales(blk, w);
+  using Block = K4Block;
+  static constexpr size_t kBytes = 176, kDOff = 0;
+  static constexpr int kSub = 8;
+  static constexpr bool kMins = true;
+  static inline void values(const uint8_t* blk, __m512i* q) {
     const __m256i nib = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     const __m256i hb = load256(blk + 16);
     for (int j = 0; j < 4; ++j) {
       const __m256i bits = load256(blk + 48 + 32 * j);
       const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * j), one), 4);
       const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * j + 1), one), 4);
-      w->q[j] = join(_mm256_or_si256(_mm256_and_si256(bits, nib), h0),
-                     _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), nib), h1));
+      q[j] = join(_mm256_or_si256(_mm256_and_si256(bits, nib), h0),
+                  _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), nib), h1));
     }
+  }
+  static inline void decode(const uint8_t* blk, K4Block* w) {
+    k4_scales(blk, w);
+    values(blk, w->q);
   }
 };
 
-inline __m512 k4_dot(__m512 acc, const K4Block& w, const uint8_t* xr) {
+inline __m512i k4_ints(const K4Block& w, const uint8_t* xr) {
   __m512i isum = _mm512_setzero_si512();
   for (int j = 0; j < 4; ++j)
     isum = _mm512_dpwssd_epi32(isum, w.sc[j], _mm512_maddubs_epi16(w.q[j], load512(xr + 64 * j)));
   const __m256i msum = _mm256_madd_epi16(w.mins, load256(xr + kActKBsums));
-  // d_w * d_x per lane: the same f32 product in every lane as a scalar multiply.
-  float dxs;
-  std::memcpy(&dxs, xr + kActKD, 4);
-  const __m512 dx = _mm512_set1_ps(dxs);
-  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(w.d, dx), acc);
-  return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi256_si512(msum)), _mm512_mul_ps(w.dmin, dx), acc);
+  const __m256i s1 = _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1));
+  return join(s1, msum);
 }
 
-// ---- Q6_K --------------------------------------------------------------------
-// q[k] = values 64k..64k+63 as u8 0..63; sc[k] = int16 lanes 8i..8i+7 hold
-// scale 4k+i; sc16 = the 16 scales as int16.
+// Q6_K: q[k] = values 64k..64k+63 as u8 0..63; sc[k] = int16 lanes 8i..8i+7
+// hold scale 4k+i; sc16 = the 16 scales as int16.
 struct K6Block {
   __m512i q[4];
   __m512i sc[4];
   __m256i sc16;
-  __m512 d;  // f16 d in every lane
 };
 
 struct Q6K {
-  static constexpr size_t kBytes = 210;
-  static inline void decode(const uint8_t* blk, K6Block* w) {
+  using Block = K6Block;
+  static constexpr size_t kBytes = 210, kDOff = 208;
+  static constexpr int kSub = 16;
+  static constexpr bool kMins = false;
+  static inline void values(const uint8_t* blk, __m512i* q) {
     const __m512i nib = _mm512_set1_epi8(0x0F), two = _mm512_set1_epi8(0x03);
     for (int h = 0; h < 2; ++h) {
       const __m512i l = load512(blk + 64 * h);
@@ -129,37 +179,382 @@ struct Q6K {
       const __m512i hx = join(hb, _mm256_srli_epi16(hb, 2));
       const __m512i h_lo = _mm512_slli_epi16(_mm512_and_si512(hx, two), 4);
       const __m512i h_hi = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hx, 4), two), 4);
-      w->q[2 * h] = _mm512_or_si512(_mm512_and_si512(l, nib), h_lo);
-      w->q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), nib), h_hi);
+      q[2 * h] = _mm512_or_si512(_mm512_and_si512(l, nib), h_lo);
+      q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), nib), h_hi);
     }
+  }
+  static inline void decode(const uint8_t* blk, K6Block* w) {
+    values(blk, w->q);
     w->sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
     for (int k = 0; k < 4; ++k) w->sc[k] = spread16(w->sc16, kK6Spread.v[k]);
-    w->d = _mm512_set1_ps(load_f16(blk + 208));
   }
 };
 
-inline __m512 k6_dot(__m512 acc, const K6Block& w, const uint8_t* xr) {
+inline __m512i k6_ints(const K6Block& w, const uint8_t* xr) {
   __m512i isum = _mm512_setzero_si512();
   for (int k = 0; k < 4; ++k)
     isum = _mm512_dpwssd_epi32(isum, w.sc[k], _mm512_maddubs_epi16(w.q[k], load512(xr + 64 * k)));
+  // sum (q - 32) * x * sc = sum q * x * sc - 32 * sum_j sc_j * bsum_j
   const __m256i off = _mm256_madd_epi16(w.sc16, load256(xr + kActKBsums));
-  isum = _mm512_sub_epi32(isum, _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
-  // d_w * d_x per lane: the same f32 product in every lane as a scalar multiply.
-  float dxs;
-  std::memcpy(&dxs, xr + kActKD, 4);
-  const __m512 dx = _mm512_set1_ps(dxs);
-  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(w.d, dx), acc);
+  return _mm512_sub_epi32(isum, _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
 }
 
-using Vec = __m512;
-inline Vec vzero() { return _mm512_setzero_ps(); }
-inline float vhsum(Vec v) { return hsum16(v); }
-constexpr int kWideTokens = 8;  // 2 rows x 8 tokens: 16 accumulators plus a decoded block in 32 zmm
+inline __m512i block_ints(const K4Block& w, const uint8_t* xr) { return k4_ints(w, xr); }
+inline __m512i block_ints(const K6Block& w, const uint8_t* xr) { return k6_ints(w, xr); }
 
-#include "kernels/cpu/kquant_tiles.inc"
+// The float step of one super-block for 16 rows (lanes) of one token.
+template <class Fmt>
+inline __m512 float_step(__m512 acc, __m512i s1, __m512i s2, __m512 d16, __m512 m16, float dx) {
+  const __m512 vdx = _mm512_set1_ps(dx);
+  if constexpr (Fmt::kMins) {
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(d16, vdx), acc);
+    return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(s2), _mm512_mul_ps(m16, vdx), acc);
+  } else {
+    (void)m16;
+    s1 = _mm512_sub_epi32(s1, _mm512_slli_epi32(s2, 5));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(d16, vdx), acc);
+  }
+}
+
+// ---- Few tokens: per-row decode, 16-row transpose-add reduction --------------------
+// v[r]: 16 int32 lanes of row r. Returns a = per-row sums of lanes 0..7 and
+// b = per-row sums of lanes 8..15 (lane r = row r). Integer adds: exact.
+inline void reduce16(const int32_t (*v)[16], __m512i* a, __m512i* b) {
+  __m512i l1[8], l2[4];
+  for (int p = 0; p < 8; ++p) {
+    const __m512i x = _mm512_load_si512(v[2 * p]), y = _mm512_load_si512(v[2 * p + 1]);
+    // per 128-bit lane: [x0+x2, y0+y2, x1+x3, y1+y3]
+    l1[p] = _mm512_add_epi32(_mm512_unpacklo_epi32(x, y), _mm512_unpackhi_epi32(x, y));
+  }
+  for (int p = 0; p < 4; ++p)  // per 128-bit lane q: element j = the 4 lanes of row 4p + j in q, summed
+    l2[p] = _mm512_add_epi32(_mm512_unpacklo_epi64(l1[2 * p], l1[2 * p + 1]),
+                             _mm512_unpackhi_epi64(l1[2 * p], l1[2 * p + 1]));
+  // [rows 0-3 a, rows 0-3 b, rows 4-7 a, rows 4-7 b] and the same for rows 8-15
+  const __m512i x01 = _mm512_add_epi32(_mm512_shuffle_i64x2(l2[0], l2[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                       _mm512_shuffle_i64x2(l2[0], l2[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i x23 = _mm512_add_epi32(_mm512_shuffle_i64x2(l2[2], l2[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                       _mm512_shuffle_i64x2(l2[2], l2[3], _MM_SHUFFLE(3, 1, 3, 1)));
+  *a = _mm512_shuffle_i64x2(x01, x23, _MM_SHUFFLE(2, 0, 2, 0));
+  *b = _mm512_shuffle_i64x2(x01, x23, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+inline void prefetch_block(const uint8_t* p, size_t bytes) {
+  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
+}
+
+
+
+template <class Fmt, int T>
+void small_chunk(const uint8_t* w0, size_t row_bytes, int64_t nr, const uint8_t* act, int64_t nb, float* y,
+                 int64_t ldy) {
+  const size_t xrow = static_cast<size_t>(nb) * kActKBytes;
+  // The same block of the row one chunk per thread ahead: with the driver's
+  // dynamic schedule that is roughly this thread's next chunk. (Prefetches
+  // past the matrix are harmless: they never fault.)
+  const size_t prefetch = static_cast<size_t>(kKChunkRows * omp_get_num_threads()) * row_bytes;
+  alignas(64) int32_t v[T][16][16] = {};  // rows >= nr stay 0
+  alignas(32) uint16_t dh[16] = {}, mh[16] = {};
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const size_t wo = static_cast<size_t>(b) * Fmt::kBytes, xo = static_cast<size_t>(b) * kActKBytes;
+    for (int64_t r = 0; r < nr; ++r) {
+      const uint8_t* blk = w0 + static_cast<size_t>(r) * row_bytes + wo;
+      prefetch_block(blk + prefetch, Fmt::kBytes);
+      typename Fmt::Block w;
+      Fmt::decode(blk, &w);
+      dh[r] = load_u16(blk + Fmt::kDOff);
+      if constexpr (Fmt::kMins) mh[r] = load_u16(blk + 2);
+      for (int t = 0; t < T; ++t)
+        _mm512_store_si512(v[t][r], block_ints(w, act + static_cast<size_t>(t) * xrow + xo));
+    }
+    const __m512 d16 = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dh)));
+    const __m512 m16 = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(mh)));
+    for (int t = 0; t < T; ++t) {
+      __m512i a, c;
+      reduce16(v[t], &a, &c);
+      const float dx = load_f32(act + static_cast<size_t>(t) * xrow + xo + kActKD);
+      if constexpr (Fmt::kMins) {
+        acc[t] = float_step<Fmt>(acc[t], a, c, d16, m16, dx);
+      } else {  // all 16 lanes belong to S1 (the -32 offset is already folded in)
+        acc[t] = float_step<Fmt>(acc[t], _mm512_add_epi32(a, c), _mm512_setzero_si512(), d16, m16, dx);
+      }
+    }
+  }
+  const __mmask16 mask = static_cast<__mmask16>((1u << nr) - 1u);
+  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * ldy, mask, acc[t]);
+}
+
+// ---- GEMM: 16 rows repacked row-interleaved ----------------------------------------
+// Packed super-block of 16 rows (kSbBytes<Fmt> bytes, 64-byte aligned parts):
+//   [0, 4096)    q: granule g (values 4g..4g+3) of the 16 rows at g*64, row r's
+//                4 bytes (u8 quants) at g*64 + 4r
+//   kSub x 64    sc: scale of sub-block k for row r at k*64 + 4r: int32, or
+//                for Q4_K (kHalves) the int16 pair (scale, scale)
+//   8 x 64       mp: Q4_K/Q5_K (min_m, min_m), Q6_K (sc_2m, sc_2m+1) as int16
+//                pairs, m = 0..7 (vpdpwssd with the bsum pair m)
+//   64, 64       d, dmin of the 16 rows as f32 (Q6_K: dmin unused)
+constexpr size_t kPackQ = 4096;
+// Q4_K only: a 16-value half of a sub-block has |dot| <= 16 * 15 * 127 < 2^15,
+// so the two halves' dots fit int16 and one vpdpwssd with (scale, scale)
+// pairs replaces vpmulld + vpaddd. (Q5_K's halves reach 16 * 31 * 127.)
+template <class Fmt>
+constexpr bool kHalves = std::is_same_v<Fmt, Q4K>;
+template <class Fmt>
+constexpr size_t kPackSc = kPackQ;
+template <class Fmt>
+constexpr size_t kPackMp = kPackQ + 64 * Fmt::kSub;
+template <class Fmt>
+constexpr size_t kPackD = kPackMp<Fmt> + 512;
+template <class Fmt>
+constexpr size_t kSbBytes = kPackD<Fmt> + 128;
+
+// In place: m[r] lane c -> m[c] lane r (16 x 16 int32).
+inline void transpose16(__m512i* m) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(m[2 * i], m[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(m[2 * i], m[2 * i + 1]);
+  }
+  // m[4i + c], 128-bit lane q: rows 4i..4i+3 of column 4q + c
+  for (int i = 0; i < 4; ++i) {
+    m[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    m[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    m[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    m[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512i u0 = _mm512_shuffle_i32x4(m[c], m[4 + c], 0x44), u1 = _mm512_shuffle_i32x4(m[c], m[4 + c], 0xEE);
+    const __m512i u2 = _mm512_shuffle_i32x4(m[8 + c], m[12 + c], 0x44);
+    const __m512i u3 = _mm512_shuffle_i32x4(m[8 + c], m[12 + c], 0xEE);
+    t[c] = _mm512_shuffle_i32x4(u0, u2, 0x88);
+    t[4 + c] = _mm512_shuffle_i32x4(u0, u2, 0xDD);
+    t[8 + c] = _mm512_shuffle_i32x4(u1, u3, 0x88);
+    t[12 + c] = _mm512_shuffle_i32x4(u1, u3, 0xDD);
+  }
+  for (int i = 0; i < 16; ++i) m[i] = t[i];
+}
+
+// Stores the 16-row granule vectors of one half (values 128h..128h+127) of
+// a Q4_K super-block from the rows' raw quant bytes: dword i of the 64 bytes
+// at qs + 64h holds values 64c + 4(i % 8) .. +3 in its low nibbles and
+// 64c + 32 + 4(i % 8) .. +3 in its high nibbles, c = 2h + i / 8.
+inline void pack_q4_half(const uint8_t* const* blk, int h, uint8_t* q) {
+  __m512i m[16];
+  for (int r = 0; r < 16; ++r) m[r] = load512(blk[r] + 16 + 64 * h);
+  transpose16(m);
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  for (int i = 0; i < 16; ++i) {
+    const int c = 2 * h + i / 8, g = 16 * c + i % 8;
+    _mm512_store_si512(q + 64 * g, _mm512_and_si512(m[i], nib));
+    _mm512_store_si512(q + 64 * (g + 8), _mm512_and_si512(_mm512_srli_epi16(m[i], 4), nib));
+  }
+}
+
+// The same for a whole Q6_K super-block: dword i of ql half h (bytes 64h + 4i)
+// holds values 128h + 4i.. (granule 32h + i) in its low nibbles and
+// 128h + 64 + 4i.. (granule 32h + 16 + i) in its high nibbles; their two high
+// bits sit in qh dword 8h + i % 8 at bit 0 / 4 (i < 8) or 2 / 6 (i >= 8).
+inline void pack_q6(const uint8_t* const* blk, uint8_t* q) {
+  __m512i hq[16];
+  for (int r = 0; r < 16; ++r) hq[r] = load512(blk[r] + 128);
+  transpose16(hq);
+  const __m512i nib = _mm512_set1_epi8(0x0F), two = _mm512_set1_epi8(0x03);
+  for (int h = 0; h < 2; ++h) {
+    __m512i m[16];
+    for (int r = 0; r < 16; ++r) m[r] = load512(blk[r] + 64 * h);
+    transpose16(m);
+    for (int i = 0; i < 16; ++i) {
+      const __m512i qh = hq[8 * h + i % 8];
+      const int sh = i < 8 ? 0 : 2;
+      const __m512i hlo = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, sh), two), 4);
+      const __m512i hhi = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, sh + 4), two), 4);
+      _mm512_store_si512(q + 64 * (32 * h + i), _mm512_or_si512(_mm512_and_si512(m[i], nib), hlo));
+      _mm512_store_si512(q + 64 * (32 * h + 16 + i),
+                         _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(m[i], 4), nib), hhi));
+    }
+  }
+}
+
+// Packs rows 0..nr-1 (row nr-1 repeated up to 16) of nb super-blocks. pk: [nb, kSbBytes<Fmt>]
+// Precondition: 15 * row_bytes < 2^31 (gather offsets are int32).
+template <class Fmt>
+void pack_rows(const uint8_t* w0, size_t row_bytes, int64_t nr, int64_t nb, uint8_t* pk) {
+  alignas(64) uint8_t vals[16][256];
+  alignas(64) int32_t ridx[16];
+  for (int r = 0; r < 16; ++r) ridx[r] = static_cast<int32_t>(std::min<int64_t>(r, nr - 1) * static_cast<int64_t>(row_bytes));
+  const __m512i vidx = _mm512_load_si512(ridx);
+  const __m512i byte = _mm512_set1_epi32(0xFF);
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* p = pk + static_cast<size_t>(b) * kSbBytes<Fmt>;
+    const uint8_t* b0 = w0 + static_cast<size_t>(b) * Fmt::kBytes;  // row 0's block
+    const uint8_t* blk[16];
+    for (int r = 0; r < 16; ++r) blk[r] = b0 + ridx[r];
+    const auto gather = [&](size_t off) { return _mm512_i32gather_epi32(vidx, b0 + off, 1); };
+    // sc_k = byte k % 4 of words[k / 4]; mp_m = (min_m or scale pair) as int16 pairs
+    __m512i words[4];
+    if constexpr (Fmt::kMins) {
+      const __m512i dd = gather(0);  // f16 d | f16 dmin << 16
+      _mm512_store_ps(p + kPackD<Fmt>, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
+      _mm512_store_ps(p + kPackD<Fmt> + 64, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
+      // unpack_k4_scales on 16 rows at once
+      const __m512i a = gather(4), bb = gather(8), c = gather(12);
+      const __m512i m6 = _mm512_set1_epi32(0x3F3F3F3F), m4 = _mm512_set1_epi32(0x0F0F0F0F),
+                    m2 = _mm512_set1_epi32(0x03030303);
+      words[0] = _mm512_and_si512(a, m6);
+      words[1] = _mm512_or_si512(_mm512_and_si512(c, m4),
+                                 _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a, 6), m2), 4));
+      words[2] = _mm512_and_si512(bb, m6);
+      words[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(c, 4), m4),
+                                 _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(bb, 6), m2), 4));
+      for (int k = 0; k < 8; ++k) {
+        const __m512i sck = _mm512_and_si512(_mm512_srli_epi32(words[k / 4], 8 * (k % 4)), byte);
+        // Q4_K: (scale, scale) int16 pairs for vpdpwssd (see gemm_tile); Q5_K: int32 scale
+        _mm512_store_si512(p + kPackSc<Fmt> + 64 * k,
+                           kHalves<Fmt> ? _mm512_or_si512(sck, _mm512_slli_epi32(sck, 16)) : sck);
+        const __m512i mn = _mm512_and_si512(_mm512_srli_epi32(words[2 + k / 4], 8 * (k % 4)), byte);
+        _mm512_store_si512(p + kPackMp<Fmt> + 64 * k, _mm512_or_si512(mn, _mm512_slli_epi32(mn, 16)));
+      }
+    } else {
+      // f16 d at 208 (read as the high half of the dword at 206: stays inside the block)
+      const __m512i dd = _mm512_srli_epi32(gather(206), 16);
+      _mm512_store_ps(p + kPackD<Fmt>, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
+      _mm512_store_ps(p + kPackD<Fmt> + 64, _mm512_setzero_ps());
+      for (int j = 0; j < 4; ++j) words[j] = gather(192 + 4 * j);
+      for (int k = 0; k < 16; ++k)  // int8 scale k, sign-extended
+        _mm512_store_si512(p + kPackSc<Fmt> + 64 * k,
+                           _mm512_srai_epi32(_mm512_slli_epi32(words[k / 4], 24 - 8 * (k % 4)), 24));
+      const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+      for (int m = 0; m < 8; ++m) {  // (sc_2m, sc_2m+1) as int16: bytes 2m%4, 2m%4+1 of words[m / 2]
+        const __m512i w = _mm512_srli_epi32(words[m / 2], 16 * (m % 2));  // the pair in the low 16 bits
+        const __m512i s0 = _mm512_and_si512(_mm512_srai_epi32(_mm512_slli_epi32(w, 24), 24), lo16);
+        const __m512i s1 = _mm512_slli_epi32(_mm512_srai_epi32(_mm512_slli_epi32(w, 16), 24), 16);
+        _mm512_store_si512(p + kPackMp<Fmt> + 64 * m, _mm512_or_si512(s0, s1));
+      }
+    }
+    if constexpr (std::is_same_v<Fmt, Q4K>) {
+      pack_q4_half(blk, 0, p);
+      pack_q4_half(blk, 1, p);
+    } else if constexpr (std::is_same_v<Fmt, Q6K>) {
+      pack_q6(blk, p);
+    } else {
+      for (int r = 0; r < 16; ++r) {
+        __m512i q[4];
+        Fmt::values(blk[r], q);
+        for (int j = 0; j < 4; ++j) _mm512_store_si512(vals[r] + 64 * j, q[j]);
+      }
+      for (int j = 0; j < 4; ++j) {
+        __m512i m[16];
+        for (int r = 0; r < 16; ++r) m[r] = _mm512_load_si512(vals[r] + 64 * j);
+        transpose16(m);
+        for (int i = 0; i < 16; ++i) _mm512_store_si512(p + 64 * (16 * j + i), m[i]);
+      }
+    }
+  }
+}
+
+inline __m512i bcast32(const uint8_t* p) { return _mm512_set1_epi32(static_cast<int>(load_u32(p))); }
+
+// T tokens (records x0 + t * xrow) x the 16 packed rows; y[t * ldy + r] for the rows in mask.
+template <class Fmt, int T>
+void gemm_tile(const uint8_t* pk, int64_t nb, const uint8_t* x0, size_t xrow, float* y, int64_t ldy,
+               __mmask16 mask) {
+  constexpr int kG = 64 / Fmt::kSub;  // granules per sub-block
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = pk + static_cast<size_t>(b) * kSbBytes<Fmt>;
+    const uint8_t* xb = x0 + static_cast<size_t>(b) * kActKBytes;
+    __m512i s1[T];
+    for (int t = 0; t < T; ++t) s1[t] = _mm512_setzero_si512();
+    for (int k = 0; k < Fmt::kSub; ++k) {
+      __m512i w[kG];
+#pragma GCC unroll 8
+      for (int g = 0; g < kG; ++g) w[g] = _mm512_load_si512(p + 64 * (kG * k + g));
+      const __m512i sc = _mm512_load_si512(p + kPackSc<Fmt> + 64 * k);
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        const uint8_t* xa = xb + static_cast<size_t>(t) * xrow + 4 * kG * k;
+        if constexpr (kHalves<Fmt>) {
+          __m512i h0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], bcast32(xa));
+          __m512i h1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[kG / 2], bcast32(xa + 2 * kG));
+#pragma GCC unroll 8
+          for (int g = 1; g < kG / 2; ++g) {
+            h0 = _mm512_dpbusd_epi32(h0, w[g], bcast32(xa + 4 * g));
+            h1 = _mm512_dpbusd_epi32(h1, w[kG / 2 + g], bcast32(xa + 2 * kG + 4 * g));
+          }
+          // int16 pairs (h0, h1): scale * h0 + scale * h1, exact
+          const __m512i hh = _mm512_mask_mov_epi16(h0, 0xAAAAAAAAu, _mm512_slli_epi32(h1, 16));
+          s1[t] = _mm512_dpwssd_epi32(s1[t], hh, sc);
+        } else {
+          __m512i is = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], bcast32(xa));
+#pragma GCC unroll 8
+          for (int g = 1; g < kG; ++g) is = _mm512_dpbusd_epi32(is, w[g], bcast32(xa + 4 * g));
+          s1[t] = _mm512_add_epi32(s1[t], _mm512_mullo_epi32(is, sc));
+        }
+      }
+    }
+    const __m512 d16 = _mm512_load_ps(p + kPackD<Fmt>), m16 = _mm512_load_ps(p + kPackD<Fmt> + 64);
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* xr = xb + static_cast<size_t>(t) * xrow;
+      __m512i s2 = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int m = 0; m < 8; ++m)
+        s2 = _mm512_dpwssd_epi32(s2, _mm512_load_si512(p + kPackMp<Fmt> + 64 * m), bcast32(xr + kActKBsums + 4 * m));
+      acc[t] = float_step<Fmt>(acc[t], s1[t], s2, d16, m16, load_f32(xr + kActKD));
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * ldy, mask, acc[t]);
+}
+
+template <class Fmt, int... Ts>
+void gemm_tile_n(int nt, const uint8_t* pk, int64_t nb, const uint8_t* x0, size_t xrow, float* y, int64_t ldy,
+                 __mmask16 mask, std::integer_sequence<int, Ts...>) {
+  ((nt == Ts + 1 ? gemm_tile<Fmt, Ts + 1>(pk, nb, x0, xrow, y, ldy, mask) : void()), ...);
+}
+
+template <class Fmt>
+void chunk_fn(const uint8_t* w0, size_t row_bytes, int64_t nr, const uint8_t* act, int64_t n_tokens, int64_t nb,
+              float* y, int64_t ldy) {
+  const size_t xrow = static_cast<size_t>(nb) * kActKBytes;
+  static_assert(kGemmMinTokens <= 4, "the few-token path has tiles of 1..3 tokens");
+  if (n_tokens < kGemmMinTokens) {
+    switch (n_tokens) {
+      case 1: small_chunk<Fmt, 1>(w0, row_bytes, nr, act, nb, y, ldy); break;
+      case 2: small_chunk<Fmt, 2>(w0, row_bytes, nr, act, nb, y, ldy); break;
+      default: small_chunk<Fmt, 3>(w0, row_bytes, nr, act, nb, y, ldy); break;
+    }
+    return;
+  }
+  uint8_t* pk = scratch(1, static_cast<size_t>(nb) * kSbBytes<Fmt>);
+  pack_rows<Fmt>(w0, row_bytes, nr, nb, pk);
+  const __mmask16 mask = static_cast<__mmask16>((1u << nr) - 1u);
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += kGemmT) {
+    const int nt = static_cast<int>(std::min<int64_t>(kGemmT, n_tokens - t0));
+    gemm_tile_n<Fmt>(nt, pk, nb, act + static_cast<size_t>(t0) * xrow, xrow, y + t0 * ldy, ldy, mask,
+                     std::make_integer_sequence<int, kGemmT>());
+  }
+}
+
+template <class Fmt>
+KTileSet chunk_set() {
+  KTileSet s;
+  s.chunk = chunk_fn<Fmt>;
+  return s;
+}
 
 }  // namespace
 
-const KTileSet& ktiles_avx512(GgmlType t) { return tiles_of(t); }
+const KTileSet& ktiles_avx512(GgmlType t) {
+  static const KTileSet q4 = chunk_set<Q4K>(), q5 = chunk_set<Q5K>(), q6 = chunk_set<Q6K>();
+  switch (t) {
+    case GgmlType::Q4_K: return q4;
+    case GgmlType::Q5_K: return q5;
+    case GgmlType::Q6_K: return q6;
+    default: PAGODA_CHECK_MSG(false, "not a K-quant type %u", static_cast<unsigned>(t));
+  }
+  return q4;
+}
 
 }  // namespace pagoda::kernels::cpu::detail
