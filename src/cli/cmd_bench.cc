@@ -71,7 +71,6 @@ bool parse_i64(const char* s, int64_t* out) {
   return true;
 }
 
-
 std::string parse_args(int argc, char** argv, BenchOptions* o, bool* help) {
   std::string k_name, v_name;  // llama-bench's -ctk / -ctv
   bool have_k = false, have_v = false;
@@ -120,10 +119,9 @@ std::string parse_args(int argc, char** argv, BenchOptions* o, bool* help) {
     if (!ok) return "bad value '" + std::string(v) + "' for " + a;
   }
   if (have_k || have_v) {
-    std::string name;
-    const std::string err = kv_type_from_ctk_ctv(have_k ? &k_name : nullptr, have_v ? &v_name : nullptr, &name);
+    const std::string err =
+        kv_dtype_from_ctk_ctv(have_k ? &k_name : nullptr, have_v ? &v_name : nullptr, &o->kv_dtype);
     if (!err.empty()) return err;
-    if (!parse_kv_dtype_name(name, &o->kv_dtype)) return "bad value '" + name + "' for -ctk/-ctv";
   }
   return "";
 }

@@ -203,10 +203,9 @@ std::string parse_args(int argc, char** argv, RunOptions* o, bool* help) {
     }
   }
   if (have_k || have_v) {
-    std::string name;
-    const std::string err = kv_type_from_ctk_ctv(have_k ? &k_name : nullptr, have_v ? &v_name : nullptr, &name);
+    const std::string err =
+        kv_dtype_from_ctk_ctv(have_k ? &k_name : nullptr, have_v ? &v_name : nullptr, &o->kv_dtype);
     if (!err.empty()) return err;
-    if (!parse_kv_dtype_name(name, &o->kv_dtype)) return "bad value '" + name + "' for -ctk/-ctv";
   }
   if (!o->have_prompt) return "missing -p PROMPT";
   if (!o->prompt_ids.empty() && (!o->prompt.empty() || o->chat)) return "--prompt-ids excludes -p and --chat";

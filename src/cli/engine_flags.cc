@@ -14,6 +14,17 @@ std::string env_name(const std::string& flag) {
   return n;
 }
 
+// engine::KvCacheDtype mirrors kernels::KvDtype (engine.h keeps kernels/ out of its API).
+engine::KvCacheDtype to_engine_dtype(kernels::KvDtype d) {
+  switch (d) {
+    case kernels::KvDtype::F32: return engine::KvCacheDtype::F32;
+    case kernels::KvDtype::F16: return engine::KvCacheDtype::F16;
+    case kernels::KvDtype::BF16: return engine::KvCacheDtype::BF16;
+    case kernels::KvDtype::Q8_0: return engine::KvCacheDtype::Q8_0;
+  }
+  return engine::KvCacheDtype::F16;
+}
+
 bool to_int(const std::string& s, long long lo, long long hi, long long* out) {
   if (s.empty()) return false;
   char* end = nullptr;
@@ -105,12 +116,15 @@ bool parse_kv_dtype_name(const std::string& s, kernels::KvDtype* out) {
   return false;
 }
 
-std::string kv_type_from_ctk_ctv(const std::string* k, const std::string* v, std::string* out) {
+std::string kv_dtype_from_ctk_ctv(const std::string* k, const std::string* v, kernels::KvDtype* out) {
   const std::string kn = k ? *k : "f16", vn = v ? *v : "f16";
-  if (kn != vn)
+  kernels::KvDtype kd{}, vd{};
+  if (!parse_kv_dtype_name(kn, &kd)) return "bad value '" + kn + "' for -ctk (f32, f16, bf16 or q8_0)";
+  if (!parse_kv_dtype_name(vn, &vd)) return "bad value '" + vn + "' for -ctv (f32, f16, bf16 or q8_0)";
+  if (kd != vd)
     return "pagoda keeps K and V in one dtype: give -ctk and -ctv the same type (or use --kv-dtype); got K '" + kn +
            "', V '" + vn + "'";
-  *out = kn;
+  *out = kd;
   return "";
 }
 
@@ -141,22 +155,22 @@ std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
     if (!to_int(v, 1, 1 << 24, &n)) return "--ctx-size must be a positive integer, got '" + v + "'";
     cfg->context_length = static_cast<int>(n);
   }
-  // --kv-dtype; vLLM's --kv-cache-dtype (its "auto" is f16 here); llama.cpp's
-  // -ctk / -ctv, each f16 unless given: pagoda keeps K and V in one dtype.
+  // --kv-dtype or vLLM's --kv-cache-dtype (wins), else llama.cpp's -ctk / -ctv.
+  kernels::KvDtype kv{};
+  bool have_kv = false;
   std::string k_name, v_name;
   const bool have_k = args.value("--cache-type-k", &k_name, "-ctk");
   const bool have_v = args.value("--cache-type-v", &v_name, "-ctv");
   if (have_k || have_v) {
-    const std::string err = kv_type_from_ctk_ctv(have_k ? &k_name : nullptr, have_v ? &v_name : nullptr, &v);
+    const std::string err = kv_dtype_from_ctk_ctv(have_k ? &k_name : nullptr, have_v ? &v_name : nullptr, &kv);
     if (!err.empty()) return err;
+    have_kv = true;
   }
-  if (args.value("--kv-dtype", &v, "--kv-cache-dtype") || have_k || have_v) {
-    if (v == "f32") cfg->kv_dtype = engine::KvCacheDtype::F32;
-    else if (v == "f16" || v == "auto") cfg->kv_dtype = engine::KvCacheDtype::F16;
-    else if (v == "bf16") cfg->kv_dtype = engine::KvCacheDtype::BF16;
-    else if (v == "q8_0") cfg->kv_dtype = engine::KvCacheDtype::Q8_0;
-    else return "--kv-dtype must be f32, f16, bf16 or q8_0, got '" + v + "'";
+  if (args.value("--kv-dtype", &v, "--kv-cache-dtype")) {
+    if (!parse_kv_dtype_name(v, &kv)) return "--kv-dtype must be f32, f16, bf16, q8_0 or auto, got '" + v + "'";
+    have_kv = true;
   }
+  if (have_kv) cfg->kv_dtype = to_engine_dtype(kv);
   if (args.value("--block-size", &v)) {
     if (!to_int(v, 1, 256, &n)) return "--block-size must be an integer in 1..256, got '" + v + "'";
     cfg->block_size = static_cast<int>(n);

@@ -35,9 +35,9 @@ bool parse_bytes(const std::string& s, int64_t* out);
 bool parse_kv_dtype_name(const std::string& s, kernels::KvDtype* out);
 
 // llama.cpp's -ctk / -ctv (each f16 unless given; nullptr = not given) as
-// pagoda's single KV dtype name in *out. Returns "" or an error message when
-// the two differ: pagoda keeps K and V in one dtype.
-std::string kv_type_from_ctk_ctv(const std::string* k, const std::string* v, std::string* out);
+// pagoda's single KV dtype. Returns "" or an error message: an unknown name,
+// or K and V differing (pagoda keeps K and V in one dtype).
+std::string kv_dtype_from_ctk_ctv(const std::string* k, const std::string* v, kernels::KvDtype* out);
 
 // Reads the engine flags into cfg. Returns "" or an error message.
 std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg);

@@ -179,7 +179,7 @@ Expected<SimResult> simulate(const SimConfig& cfg, const std::vector<SimRequest>
   mt.num_blocks = blocks;
   std::vector<Track> track(requests.size());
   std::vector<double> ttft, tpot;
-  int64_t first_admit_cached = 0, finished_prompt_tokens = 0;  // for prefix_hit_rate
+  int64_t first_admit_cached = 0;  // over completed requests, for prefix_hit_rate
   const int32_t vocab = std::max(2, p.model.vocab);
   const size_t limit = cfg.max_concurrency > 0 ? static_cast<size_t>(cfg.max_concurrency)
                                                : std::numeric_limits<size_t>::max();
@@ -242,7 +242,6 @@ Expected<SimResult> simulate(const SimConfig& cfg, const std::vector<SimRequest>
       --in_flight;
       mt.input_tokens += tr.num_in;
       first_admit_cached += f.num_cached_tokens;
-      finished_prompt_tokens += f.num_prompt_tokens;
       mt.output_tokens += static_cast<int64_t>(f.output_tokens.size());
       ttft.push_back((tr.first_token - tr.arrival) * 1e3);
       if (f.output_tokens.size() > 1) {
@@ -269,9 +268,8 @@ Expected<SimResult> simulate(const SimConfig& cfg, const std::vector<SimRequest>
       ks.prefix_query_tokens > 0
           ? static_cast<double>(ks.prefix_hit_tokens) / static_cast<double>(ks.prefix_query_tokens)
           : 0.0;
-  mt.prefix_hit_rate = finished_prompt_tokens > 0 ? static_cast<double>(first_admit_cached) /
-                                                        static_cast<double>(finished_prompt_tokens)
-                                                  : 0.0;
+  mt.prefix_hit_rate =
+      mt.input_tokens > 0 ? static_cast<double>(first_admit_cached) / static_cast<double>(mt.input_tokens) : 0.0;
   return res;
 }
 

@@ -32,6 +32,16 @@ Result run_pagoda(const std::string& args, bool merge_stderr = false) {
   return r;
 }
 
+// "1,2,3": the form --prompt-ids and --force-tokens take.
+std::string join_ids(const std::vector<int32_t>& ids) {
+  std::string out;
+  for (int32_t t : ids) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(t);
+  }
+  return out;
+}
+
 std::string quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -65,11 +75,7 @@ TEST(PagodaRun, JsonGreedyMatchesReference) {
 // --logits-out writes the first step's logits, whose argmax is the greedy token.
 TEST(PagodaRun, PromptIdsAndLogitsOut) {
   const Reference ref = load_references().at(0);
-  std::string ids;
-  for (int32_t t : ref.prompt_tokens) {
-    if (!ids.empty()) ids += ',';
-    ids += std::to_string(t);
-  }
+  const std::string ids = join_ids(ref.prompt_tokens);
   const std::string logits_path = ::testing::TempDir() + "/pagoda_cli_logits.f32";
   const Result r = run_pagoda("run -m " + quote(stories_path()) + " --prompt-ids " + ids +
                               " -n 24 --temp 0 --kv-dtype f32 -t 1 --json --logits-out " + quote(logits_path));
@@ -107,11 +113,7 @@ std::vector<float> read_floats(const std::string& path) {
 // at every step, bit for bit; forcing another first token changes only later steps.
 TEST(PagodaRun, ForceTokensAndLogitsOutAll) {
   const Reference ref = load_references().at(0);
-  std::string ids;
-  for (int32_t t : ref.prompt_tokens) {
-    if (!ids.empty()) ids += ',';
-    ids += std::to_string(t);
-  }
+  const std::string ids = join_ids(ref.prompt_tokens);
   const std::string base = "run -m " + quote(stories_path()) + " --prompt-ids " + ids +
                            " -n 12 --temp 0 --kv-dtype f32 -t 1 --json --logits-out-all ";
   const std::string free_path = ::testing::TempDir() + "/pagoda_cli_all_free.f32";
@@ -122,11 +124,7 @@ TEST(PagodaRun, ForceTokensAndLogitsOutAll) {
   const std::vector<float> free_logits = read_floats(free_path);
   ASSERT_EQ(free_logits.size(), 12u * 512);  // every sampled step, stories260K vocab
 
-  std::string forced;
-  for (int32_t t : gen) {
-    if (!forced.empty()) forced += ',';
-    forced += std::to_string(t);
-  }
+  const std::string forced = join_ids(gen);
   const std::string same_path = ::testing::TempDir() + "/pagoda_cli_all_same.f32";
   const Result s = run_pagoda(base + quote(same_path) + " --force-tokens " + forced);
   ASSERT_EQ(s.exit_code, 0) << s.out;

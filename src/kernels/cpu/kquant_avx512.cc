@@ -242,8 +242,6 @@ inline void prefetch_block(const uint8_t* p, size_t bytes) {
   for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
 }
 
-
-
 template <class Fmt, int T>
 void small_chunk(const uint8_t* w0, size_t row_bytes, int64_t nr, const uint8_t* act, int64_t nb, float* y,
                  int64_t ldy) {
