@@ -5,8 +5,8 @@
 // chat template source. Checks round trips where they must hold, and that streamed
 // text is always valid UTF-8.
 //
-// Model paths: $PAGODA_SHARED_MODELS/stories260K.gguf, else
-// ../shared/models/stories260K.gguf from the working directory (the repo root in
+// Model paths: $PAGODA_TEST_DATA/stories260K.gguf, else
+// tests/data/stories260K.gguf from the working directory (the repo root in
 // CI); $PAGODA_SMOLLM2_GGUF, else models/SmolLM2-135M-Instruct.Q4_1.gguf.
 #include <cstdint>
 #include <cstdio>
@@ -111,7 +111,7 @@ void exercise(const Model& m, std::string_view text) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::unique_ptr<Model> stories =
-      load(env_or("PAGODA_SHARED_MODELS", "../shared/models") + "/stories260K.gguf", true);
+      load(env_or("PAGODA_TEST_DATA", "tests/data") + "/stories260K.gguf", true);
   static const std::unique_ptr<Model> smol =
       load(env_or("PAGODA_SMOLLM2_GGUF", "models/SmolLM2-135M-Instruct.Q4_1.gguf"), false);
   static const std::unique_ptr<ChatTemplate> smol_chat = [] {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks the dependency arrows of ../shared/DESIGN.md on #include lines.
+"""Checks the dependency arrows of docs/architecture.md on #include lines.
 
 A module may include only its own headers and those of the modules it points to
 (transitively). kv/ includes base/ only. Exit 1 with every violation listed.

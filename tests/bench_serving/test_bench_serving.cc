@@ -24,13 +24,13 @@ std::vector<Command>& registry() {
   static std::vector<Command> r;
   return r;
 }
-std::string default_model_path() { return PAGODA_SHARED_MODELS "/stories260K.gguf"; }
+std::string default_model_path() { return PAGODA_TEST_DATA "/stories260K.gguf"; }
 }  // namespace pagoda::cli
 
 namespace pagoda::cli::bench {
 namespace {
 
-const std::string kStories = PAGODA_SHARED_MODELS "/stories260K.gguf";
+const std::string kStories = PAGODA_TEST_DATA "/stories260K.gguf";
 
 // Engine flags under vLLM's and llama.cpp's names: --max-model-len = -c,
 // -np / --parallel = --max-num-seqs, --kv-cache-dtype and -ctk/-ctv = --kv-dtype.

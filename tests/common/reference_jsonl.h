@@ -1,4 +1,4 @@
-// The stories260K reference outputs (../shared/models/stories260K.reference.jsonl,
+// The stories260K reference outputs (tests/data/stories260K.reference.jsonl,
 // greedy continuations from llama.cpp), shared by the model, runtime and engine
 // tests. One JSON object per line: prompt, prompt_tokens, generated_tokens, text.
 #pragma once
@@ -13,9 +13,9 @@
 
 namespace pagoda::testutil {
 
-inline std::string stories_path() { return std::string(PAGODA_SHARED_MODELS) + "/stories260K.gguf"; }
+inline std::string stories_path() { return std::string(PAGODA_TEST_DATA) + "/stories260K.gguf"; }
 inline std::string stories_reference_path() {
-  return std::string(PAGODA_SHARED_MODELS) + "/stories260K.reference.jsonl";
+  return std::string(PAGODA_TEST_DATA) + "/stories260K.reference.jsonl";
 }
 
 struct Reference {

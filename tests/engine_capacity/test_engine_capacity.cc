@@ -21,7 +21,7 @@ namespace pagoda {
 namespace {
 
 std::string smollm_path() { return std::string(PAGODA_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf"; }
-std::string stories_path() { return std::string(PAGODA_SHARED_MODELS) + "/stories260K.gguf"; }
+std::string stories_path() { return std::string(PAGODA_TEST_DATA) + "/stories260K.gguf"; }
 bool exists(const std::string& p) { return std::ifstream(p).good(); }
 
 struct Case {

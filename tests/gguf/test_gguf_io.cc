@@ -235,7 +235,7 @@ TEST(GgufFileOpen, ReportsMissingAndNonRegularFiles) {
 }
 
 TEST(GgufRealModels, Stories260K) {
-  const std::string path = std::string(PAGODA_SHARED_MODELS) + "/stories260K.gguf";
+  const std::string path = std::string(PAGODA_TEST_DATA) + "/stories260K.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "missing " << path;
   auto f = GgufFile::open(path);
   ASSERT_TRUE(f.ok()) << f.message();

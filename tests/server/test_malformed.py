@@ -3,7 +3,7 @@
 right status and the OpenAI error shape, and the server keeps serving after.
 Also: API key checks, 503 on an over-full queue, client disconnects free blocks.
 
-Usage: test_malformed.py PAGODA_BINARY SHARED_MODELS_DIR
+Usage: test_malformed.py PAGODA_BINARY TEST_DATA_DIR
 """
 import http.client
 import json
@@ -17,8 +17,8 @@ import unittest
 sys.path.insert(0, os.path.dirname(__file__))
 from serverutil import PagodaServer  # noqa: E402
 
-BINARY, SHARED = sys.argv[1], sys.argv[2]
-STORIES = os.path.join(SHARED, "stories260K.gguf")
+BINARY, DATA = sys.argv[1], sys.argv[2]
+STORIES = os.path.join(DATA, "stories260K.gguf")
 
 
 def request(port, method, path, body=None, headers=None, raw=None, timeout=60):

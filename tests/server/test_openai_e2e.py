@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end tests of `pagoda serve` driven by the official `openai` package.
 
-Usage: test_openai_e2e.py PAGODA_BINARY SHARED_MODELS_DIR DEFAULT_MODEL
+Usage: test_openai_e2e.py PAGODA_BINARY TEST_DATA_DIR DEFAULT_MODEL
 Runs against stories260K (completions, exact reference text) and, when present,
 SmolLM2-135M-Instruct (chat, cached tokens on a repeated system prompt).
 """
@@ -17,9 +17,9 @@ import openai
 sys.path.insert(0, os.path.dirname(__file__))
 from serverutil import PagodaServer  # noqa: E402
 
-BINARY, SHARED, SMOL = sys.argv[1], sys.argv[2], sys.argv[3]
-STORIES = os.path.join(SHARED, "stories260K.gguf")
-REFERENCE = [json.loads(l) for l in open(os.path.join(SHARED, "stories260K.reference.jsonl"))]
+BINARY, DATA, SMOL = sys.argv[1], sys.argv[2], sys.argv[3]
+STORIES = os.path.join(DATA, "stories260K.gguf")
+REFERENCE = [json.loads(l) for l in open(os.path.join(DATA, "stories260K.reference.jsonl"))]
 
 
 def post_json(url, body, timeout=120):

@@ -319,7 +319,7 @@ TEST(SimGguf, Stories260KAndSmolLM2) {
 #if !PAGODA_HAVE_GGUF
   GTEST_SKIP() << "built without the gguf/ reader";
 #endif
-  auto m = resolve_model(PAGODA_SHARED_MODELS "/stories260K.gguf");
+  auto m = resolve_model(PAGODA_TEST_DATA "/stories260K.gguf");
   ASSERT_TRUE(m.ok()) << m.message();
   EXPECT_EQ(m->num_layers, 5);
   EXPECT_EQ(m->num_kv_heads, 4);

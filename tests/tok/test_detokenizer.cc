@@ -68,7 +68,7 @@ TEST(TokDetokenizer, BytesThatCanNeverBeValidBecomeReplacementCharacters) {
 TEST(TokDetokenizer, StreamOfReferenceMatchesPromptPlusText) {
   const Tokenizer* t = stories_tok();
   ASSERT_NE(t, nullptr);
-  std::istringstream in(pagoda::tok::testing::read_file(PAGODA_SHARED_MODELS
+  std::istringstream in(pagoda::tok::testing::read_file(PAGODA_TEST_DATA
                                                          "/stories260K.reference.jsonl"));
   int n = 0;
   for (std::string line; std::getline(in, line);) {

@@ -46,7 +46,7 @@ struct Reference {
 
 std::vector<Reference> stories_reference() {
   std::vector<Reference> out;
-  std::istringstream in(read_file(PAGODA_SHARED_MODELS "/stories260K.reference.jsonl"));
+  std::istringstream in(read_file(PAGODA_TEST_DATA "/stories260K.reference.jsonl"));
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
     auto j = nlohmann::json::parse(line);

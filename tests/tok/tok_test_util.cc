@@ -45,7 +45,7 @@ const Tokenizer* get(const Loaded& l, std::string* why) {
 
 }  // namespace
 
-std::string stories_path() { return PAGODA_SHARED_MODELS "/stories260K.gguf"; }
+std::string stories_path() { return PAGODA_TEST_DATA "/stories260K.gguf"; }
 std::string smollm2_path() { return PAGODA_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf"; }
 
 const Tokenizer* stories(std::string* why) {
