@@ -1,0 +1,47 @@
+#!/bin/bash
+# Two pagoda binaries side by side (a change against the commit before it):
+# single-stream pp512 / tg128 (`pagoda bench`) and 32-stream decode (the random
+# serving workload, 32 x 128 -> 128, all in flight), interleaved rounds, medians.
+# Usage: bench/old_vs_new.sh OLD_PAGODA NEW_PAGODA ROUNDS [MODEL]
+# Build OLD from a clean worktree of the base commit, e.g.
+#   git worktree add /tmp/old-src BASE && cmake -S /tmp/old-src -B /tmp/old-build -G Ninja && ninja -C /tmp/old-build pagoda
+set -u
+OLD="$1"; NEW="$2"; ROUNDS="$3"; M="${4:-models/SmolLM2-135M-Instruct.Q4_1.gguf}"
+unset OMP_WAIT_POLICY
+out=$(mktemp -d)
+for round in $(seq 1 "$ROUNDS"); do
+  for who in old new; do
+    if [ $who = old ]; then P="$OLD"; else P="$NEW"; fi
+    echo "== round $round $who load $(cut -d' ' -f1 /proc/loadavg)" >&2
+    "$P" bench -m "$M" --pp 512 --tg 128 -r 3 -t 2 --json > "$out/single.$who.$round.json"
+    "$P" bench -m "$M" --workload random --num-prompts 32 --input-len 128 --output-len 128 \
+      --max-concurrency 32 -t 2 --json > "$out/batch.$who.$round.json"
+  done
+done
+python3 - "$out" "$ROUNDS" <<'PY'
+import json, sys, statistics, glob, os
+d, rounds = sys.argv[1], int(sys.argv[2])
+def load(kind, who, r):
+    return json.load(open(os.path.join(d, f"{kind}.{who}.{r}.json")))
+def find(j, *names):
+    return float(j[names[0]])
+rows = []
+for label, kind, paths in [
+    ("pp512 tok/s", "single", ("pp_tokens_per_s",)),
+    ("tg128 tok/s", "single", ("tg_tokens_per_s",)),
+    ("32-stream output tok/s", "batch", ("output_tokens_per_s",)),
+]:
+    vals = {w: [find(load(kind, w, r), *paths) for r in range(1, rounds + 1)] for w in ("old", "new")}
+    mo, mn = statistics.median(vals["old"]), statistics.median(vals["new"])
+    rows.append((label, vals["old"], vals["new"], mo, mn, mn / mo))
+print("| metric | old (rounds) | new (rounds) | old median | new median | new/old |")
+print("|---|---|---|---|---|---|")
+for label, o, n, mo, mn, r in rows:
+    f = lambda v: ", ".join(f"{x:.1f}" for x in v)
+    print(f"| {label} | {f(o)} | {f(n)} | {mo:.1f} | {mn:.1f} | {r:.3f} |")
+# A faster run that changed the answer is no win: the greedy tg tokens and the
+# 32-stream outputs must hash the same in every run of both binaries.
+for kind, key in (("single", "tg_tokens_hash"), ("batch", "output_hash")):
+    hashes = {load(kind, w, r)[key] for w in ("old", "new") for r in range(1, rounds + 1)}
+    print(f"{key}: {'same in every run' if len(hashes) == 1 else 'DIFFERENT: ' + ', '.join(sorted(hashes))}")
+PY
