@@ -29,6 +29,7 @@ PrefixMatch KvManager::match_prefix(std::span<const TokenId> tokens, std::string
   m.salt_.assign(cache_salt);
   m.num_query_tokens_ = static_cast<int64_t>(tokens.size());
   m.block_size_ = config_.block_size;
+  m.owner_ = this;
   m.generation_ = generation_;
   if (!config_.enable_prefix_caching || tokens.empty()) return m;
   const size_t bs = static_cast<size_t>(config_.block_size);
@@ -54,7 +55,7 @@ PrefixMatch KvManager::match_prefix(std::span<const TokenId> tokens, std::string
 }
 
 void KvManager::revalidate(PrefixMatch* match) const {
-  PAGODA_CHECK(match->block_size_ == config_.block_size);
+  PAGODA_CHECK_MSG(match->owner_ == this, "revalidate of a prefix match made by another KvManager");
   if (match->generation_ == generation_) return;
   for (size_t i = 0; i < match->blocks_.size(); ++i) {
     if (cache_.entry_of(match->blocks_[i]) == match->entries_[i]) continue;
@@ -69,10 +70,11 @@ void KvManager::revalidate(PrefixMatch* match) const {
   match->generation_ = generation_;
 }
 
-Status KvManager::check_current(uint64_t generation, const char* what) const {
-  if (generation == generation_) return Status::Ok();
+Status KvManager::check_current(const PrefixMatch& m, const char* what) const {
+  if (m.owner_ != this) return errorf("kv: %s made by another KvManager", what);
+  if (m.generation_ == generation_) return Status::Ok();
   return errorf("kv: %s made at generation %llu is stale (now %llu): the cache changed since", what,
-                static_cast<unsigned long long>(generation), static_cast<unsigned long long>(generation_));
+                static_cast<unsigned long long>(m.generation_), static_cast<unsigned long long>(generation_));
 }
 
 int32_t KvManager::blocks_needed(const PrefixMatch& m, int32_t num_new_tokens) const {
@@ -86,7 +88,7 @@ int32_t KvManager::blocks_needed(const PrefixMatch& m, int32_t num_new_tokens) c
 Expected<Admission> KvManager::can_allocate(PrefixMatch match, int32_t num_new_tokens, int32_t reserve_blocks) const {
   PAGODA_CHECK(num_new_tokens >= 0 && reserve_blocks >= 0);
   PAGODA_CHECK(match.num_cached_tokens() + num_new_tokens >= 1);
-  PAGODA_TRY(check_current(match.generation_, "prefix match"));
+  PAGODA_TRY(check_current(match, "prefix match"));
   const int32_t need = blocks_needed(match, num_new_tokens);
   if (static_cast<int64_t>(need) + watermark_blocks_ + reserve_blocks > pool_.num_free()) {
     return errorf("kv: %d cached + %d new tokens need %d free blocks + watermark %d + reserve %d, only %d free",
@@ -114,7 +116,7 @@ Expected<int32_t> KvManager::allocate(SeqId seq, const Admission& admission) {
   const PrefixMatch& m = admission.match_;
   // Same generation: no block was taken, freed or committed since can_allocate
   // counted the free queue and confirmed the hits, so both still hold.
-  PAGODA_TRY(check_current(m.generation_, "admission"));
+  PAGODA_TRY(check_current(m, "admission"));
   ++generation_;
   // Touch hits first so that popping fresh blocks cannot evict them.
   for (BlockId b : m.blocks_) pool_.incref(b);

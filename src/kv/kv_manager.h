@@ -83,7 +83,8 @@ class PrefixMatch {
   std::string salt_;
   int64_t num_query_tokens_ = 0;  // tokens offered to the lookup (for KvStats)
   int32_t block_size_ = 1;
-  uint64_t generation_ = 0;       // KvManager::generation_ the blocks were confirmed in
+  const KvManager* owner_ = nullptr;  // the KvManager that made it
+  uint64_t generation_ = 0;           // owner_->generation_ the blocks were confirmed in
 };
 
 // A PrefixMatch checked against the pool for num_new_tokens more slots: what
@@ -126,7 +127,7 @@ class KvManager {
   // or its key taken over). Entry ids are never reused, so an unchanged entry
   // means the block still holds exactly the matched tokens. The result may
   // miss blocks committed since the match was made (mark_computed); it never
-  // claims one that is gone. O(match blocks).
+  // claims one that is gone. O(match blocks). Precondition: made by this KvManager.
   void revalidate(PrefixMatch* match) const;
   // Checks a current match (made or revalidated since the last change) for
   // num_new_tokens slots past the hit while leaving watermark_blocks() +
@@ -203,7 +204,8 @@ class KvManager {
   };
   // Blocks allocate() takes from the free queue for this match.
   int32_t blocks_needed(const PrefixMatch& m, int32_t num_new_tokens) const;
-  Status check_current(uint64_t generation, const char* what) const;
+  // Ok when m was made by this KvManager at its current generation.
+  Status check_current(const PrefixMatch& m, const char* what) const;
   // Hashes s's keys up to its first num_blocks full blocks of `tokens`.
   void extend_keys(Seq* s, std::span<const TokenId> tokens, size_t num_blocks) const;
   int32_t cow_blocks_needed(const Seq& s, int32_t num_new_tokens, int32_t* fresh) const;

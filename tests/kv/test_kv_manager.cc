@@ -560,6 +560,12 @@ TEST(KvManager, CanAllocateKeepsReserveBlocksFree) {
   auto refused = kv.can_allocate(m, 8, 4);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.message(), "kv: 0 cached + 8 new tokens need 2 free blocks + watermark 0 + reserve 4, only 5 free");
+  // An admission belongs to the KvManager that made it.
+  KvManager other(make_config(6, 4));
+  auto foreign = other.allocate(1, *fits);
+  ASSERT_FALSE(foreign.ok());
+  EXPECT_EQ(foreign.message(), "kv: admission made by another KvManager");
+  EXPECT_EQ(other.num_seqs(), 0);
   ASSERT_EQ(*kv.allocate(1, *fits), 0);
   EXPECT_EQ(table(kv, 1), (Ids{1, 2}));  // the reserve is not taken, only kept free
   EXPECT_EQ(kv.num_free_blocks(), 3);

@@ -163,6 +163,19 @@ class Harness {
     return n;
   }
 
+  // A soak's step loop stops at its first failure (one report is enough).
+  bool soak_failed(int step) {
+    if (!::testing::Test::HasFailure()) return false;
+    ADD_FAILURE() << "stopped at step " << step;
+    return true;
+  }
+  // The end of a soak: runs what is left, then every request must have
+  // finished or been aborted, and the pool must be free again.
+  void drain_soak() {
+    run_to_completion(5000);
+    expect_all_done_and_pool_free();
+  }
+
   void expect_all_done_and_pool_free() {
     for (const auto& [id, out] : expected_) {
       EXPECT_TRUE(finished_.count(id) + aborted_.count(id) == 1) << "request " << id << " lost";

@@ -388,13 +388,9 @@ TEST(SchedulerFork, RandomSoakWithGroups) {
       parents_preempted += !r->fork_ids.empty();
       children_preempted += r->forked_from != 0;
     }
-    if (::testing::Test::HasFailure()) {
-      ADD_FAILURE() << "stopped at step " << step;
-      return;
-    }
+    if (h.soak_failed(step)) return;
   }
-  h.run_to_completion(5000);
-  h.expect_all_done_and_pool_free();
+  h.drain_soak();
   const SchedulerStats& st = h.sched().stats();
   const kv::KvStats ks = h.kv().stats();
   std::printf("fork soak: %lld steps, %llu ids, %d groups, %lld forks, %zu finished, %lld aborted, %lld preemptions "

@@ -330,13 +330,9 @@ void random_soak(SchedulePolicy policy) {
       }
     }
     h.step(abort_mid);
-    if (::testing::Test::HasFailure()) {
-      ADD_FAILURE() << "stopped at step " << step;
-      return;
-    }
+    if (h.soak_failed(step)) return;
   }
-  h.run_to_completion(5000);
-  h.expect_all_done_and_pool_free();
+  h.drain_soak();
   const SchedulerStats& st = h.sched().stats();
   const kv::KvStats ks = h.kv().stats();
   std::printf("random: %lld steps, %llu requests (%d rejected), %zu finished, %lld aborted, %lld preemptions, "
