@@ -132,7 +132,7 @@ class KvManager {
   // Checks a current match (made or revalidated since the last change) for
   // num_new_tokens slots past the hit while leaving watermark_blocks() +
   // reserve_blocks free, and returns the Admission for allocate(). Errors,
-  // with the numbers: a stale match, or too few free blocks.
+  // with the numbers: a stale match (or another KvManager's), too few free blocks.
   // Precondition: num_new_tokens >= 0, reserve_blocks >= 0, cached + num_new_tokens >= 1.
   Expected<Admission> can_allocate(PrefixMatch match, int32_t num_new_tokens, int32_t reserve_blocks = 0) const;
   // Creates sequence `seq` from an admission made since the last change: takes
@@ -165,7 +165,9 @@ class KvManager {
   // by mark_computed. Precondition: has_seq(seq).
   std::span<const Hash128> uncommitted_block_keys(SeqId seq, std::span<const TokenId> tokens);
   // The child shares all of parent's blocks (ref counts +1), its computed count
-  // and committed keys. Never allocates. Fails when parent is unknown or child exists.
+  // and its block keys (so the child's known tokens start with the parent's
+  // now: fork before either appends). Never allocates. Fails when parent is
+  // unknown or child exists.
   Status fork(SeqId parent, SeqId child);
   // Releases the sequence's blocks, last block first onto the free queue so a
   // sequence's tail is evicted before its head. Returns false for unknown seq.

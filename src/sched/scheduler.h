@@ -128,9 +128,9 @@ class Scheduler {
   // Queues a request. The one place a request is validated: every error is
   // the client's (HTTP 400), names the numbers and no internal id, and queues
   // nothing. In order: an empty prompt, a token id outside the vocabulary,
-  // max_tokens < 1, prompt + max_tokens > max_model_len, more blocks than the
-  // whole pool could ever give it, a group (1 + fork_ids) larger than
-  // max_num_seqs or than the pool can admit (prompt blocks + one per child).
+  // max_tokens < 1, a group (1 + fork_ids) larger than max_num_seqs, prompt +
+  // max_tokens > max_model_len, more blocks than the whole pool could ever
+  // give it, a group the pool cannot admit (prompt blocks + one per child).
   // A duplicate id (also among fork_ids and pending children) is the
   // caller's bug, reported with the id.
   Status add_request(NewRequest r);
