@@ -161,6 +161,7 @@ Status EngineImpl::init(const EngineConfig& c) {
   sc.max_num_batched_tokens = c.max_num_batched_tokens;
   sc.max_num_seqs = c.max_num_seqs;
   sc.max_model_len = static_cast<int32_t>(ctx);
+  sc.vocab_size = mc.n_vocab;
   sc.policy = c.schedule_lpm ? sched::SchedulePolicy::kLpm : sched::SchedulePolicy::kFcfs;
   sched_ = std::make_unique<sched::Scheduler>(sc, kv_.get());
 

@@ -23,8 +23,14 @@ const KvManager::Seq& KvManager::seq_ref(SeqId seq) const {
   return it->second;
 }
 
-KvManager::Match KvManager::match_prefix(std::span<const TokenId> tokens, std::string_view salt) const {
-  Match m;
+PrefixMatch KvManager::match_prefix(std::span<const TokenId> tokens, std::string_view cache_salt) const {
+  ++prefix_lookups_;
+  PrefixMatch m;
+  m.salt_.assign(cache_salt);
+  m.num_query_tokens_ = static_cast<int64_t>(tokens.size());
+  m.block_size_ = config_.block_size;
+  m.owner_ = this;
+  m.generation_ = generation_;
   if (!config_.enable_prefix_caching || tokens.empty()) return m;
   const size_t bs = static_cast<size_t>(config_.block_size);
   const size_t max_blocks = (tokens.size() - 1) / bs;  // never the last token
@@ -32,45 +38,68 @@ KvManager::Match KvManager::match_prefix(std::span<const TokenId> tokens, std::s
   EntryId parent_entry = kRootEntry;
   for (size_t i = 0; i < max_blocks; ++i) {
     const auto block_tokens = tokens.subspan(i * bs, bs);
-    const Hash128 key = cache_.key(parent, block_tokens, salt);
+    const Hash128 key = cache_.key(parent, block_tokens, cache_salt);
     const BlockId b = cache_.find(key, parent_entry, block_tokens);
-    if (b == kNullBlock) break;
-    m.blocks.push_back(b);
-    m.keys.push_back(key);
+    if (b == kNullBlock) {
+      m.next_key_ = key;
+      m.has_next_key_ = true;
+      break;
+    }
+    m.blocks_.push_back(b);
+    m.keys_.push_back(key);
     parent_entry = cache_.entry_of(b);
-    m.entries.push_back(parent_entry);
+    m.entries_.push_back(parent_entry);
     parent = key;
   }
   return m;
 }
 
-int32_t KvManager::num_cached_prefix_tokens(std::span<const TokenId> tokens, std::string_view cache_salt) const {
-  return static_cast<int32_t>(match_prefix(tokens, cache_salt).blocks.size()) * config_.block_size;
-}
-
-void KvManager::extend_block_keys(std::span<const TokenId> tokens, std::string_view cache_salt,
-                                  std::vector<Hash128>* keys) const {
-  const size_t bs = static_cast<size_t>(config_.block_size);
-  for (size_t i = keys->size(); (i + 1) * bs <= tokens.size(); ++i) {
-    const Hash128 parent = i == 0 ? Hash128{} : (*keys)[i - 1];
-    keys->push_back(cache_.key(parent, tokens.subspan(i * bs, bs), cache_salt));
+void KvManager::revalidate(PrefixMatch* match) const {
+  PAGODA_CHECK_MSG(match->owner_ == this, "revalidate of a prefix match made by another KvManager");
+  if (match->generation_ == generation_) return;
+  for (size_t i = 0; i < match->blocks_.size(); ++i) {
+    if (cache_.entry_of(match->blocks_[i]) == match->entries_[i]) continue;
+    // Block i is gone: the hit ends before it, and its key is the next one to compute.
+    match->next_key_ = match->keys_[i];
+    match->has_next_key_ = true;
+    match->blocks_.resize(i);
+    match->keys_.resize(i);
+    match->entries_.resize(i);
+    break;
   }
+  match->generation_ = generation_;
 }
 
-int32_t KvManager::blocks_needed(const Match& m, int32_t num_new_tokens, int32_t* revived) const {
-  const int64_t cached = static_cast<int64_t>(m.blocks.size()) * config_.block_size;
-  const int32_t fresh = num_blocks_for(cached + num_new_tokens) - static_cast<int32_t>(m.blocks.size());
-  int32_t r = 0;
-  for (BlockId b : m.blocks) r += pool_.ref_count(b) == 0 ? 1 : 0;
-  *revived = r;
-  return fresh + r;
+Status KvManager::check_current(const PrefixMatch& m, const char* what) const {
+  if (m.owner_ != this) return errorf("kv: %s made by another KvManager", what);
+  if (m.generation_ == generation_) return Status::Ok();
+  return errorf("kv: %s made at generation %llu is stale (now %llu): the cache changed since", what,
+                static_cast<unsigned long long>(m.generation_), static_cast<unsigned long long>(generation_));
 }
 
-bool KvManager::can_allocate(std::span<const TokenId> tokens, int32_t num_new_tokens,
-                             std::string_view cache_salt) const {
-  const Match m = match_prefix(tokens, cache_salt);
+int32_t KvManager::blocks_needed(const PrefixMatch& m, int32_t num_new_tokens) const {
+  const int32_t hits = m.num_blocks();
+  const int32_t fresh = num_blocks_for(static_cast<int64_t>(m.num_cached_tokens()) + num_new_tokens) - hits;
   int32_t revived = 0;
-  return blocks_needed(m, num_new_tokens, &revived) + watermark_blocks_ <= pool_.num_free();
+  for (BlockId b : m.blocks_) revived += pool_.ref_count(b) == 0 ? 1 : 0;
+  return fresh + revived;
+}
+
+Expected<Admission> KvManager::can_allocate(PrefixMatch match, int32_t num_new_tokens, int32_t reserve_blocks) const {
+  PAGODA_CHECK(num_new_tokens >= 0 && reserve_blocks >= 0);
+  PAGODA_CHECK(match.num_cached_tokens() + num_new_tokens >= 1);
+  PAGODA_TRY(check_current(match, "prefix match"));
+  const int32_t need = blocks_needed(match, num_new_tokens);
+  if (static_cast<int64_t>(need) + watermark_blocks_ + reserve_blocks > pool_.num_free()) {
+    return errorf("kv: %d cached + %d new tokens need %d free blocks + watermark %d + reserve %d, only %d free",
+                  match.num_cached_tokens(), num_new_tokens, need, watermark_blocks_, reserve_blocks,
+                  pool_.num_free());
+  }
+  Admission a;
+  a.match_ = std::move(match);
+  a.num_new_tokens_ = num_new_tokens;
+  a.num_blocks_needed_ = need;
+  return a;
 }
 
 BlockId KvManager::take_block() {
@@ -82,33 +111,35 @@ BlockId KvManager::take_block() {
   return b;
 }
 
-Expected<int32_t> KvManager::allocate(SeqId seq, std::span<const TokenId> tokens, int32_t num_new_tokens,
-                                      std::string_view cache_salt) {
-  PAGODA_CHECK(num_new_tokens >= 0);
+Expected<int32_t> KvManager::allocate(SeqId seq, const Admission& admission) {
   if (seqs_.count(seq)) return errorf("kv: sequence %llu already has blocks", static_cast<unsigned long long>(seq));
-  Match m = match_prefix(tokens, cache_salt);
-  const int32_t cached = static_cast<int32_t>(m.blocks.size()) * config_.block_size;
-  PAGODA_CHECK(cached + num_new_tokens >= 1);
-  int32_t revived = 0;
-  const int32_t need = blocks_needed(m, num_new_tokens, &revived);
-  if (need + watermark_blocks_ > pool_.num_free()) {
-    return errorf("kv: sequence %llu needs %d free blocks + watermark %d, only %d free",
-                  static_cast<unsigned long long>(seq), need, watermark_blocks_, pool_.num_free());
-  }
+  const PrefixMatch& m = admission.match_;
+  // Same generation: no block was taken, freed or committed since can_allocate
+  // counted the free queue and confirmed the hits, so both still hold.
+  PAGODA_TRY(check_current(m, "admission"));
+  ++generation_;
   // Touch hits first so that popping fresh blocks cannot evict them.
-  for (BlockId b : m.blocks) pool_.incref(b);
+  for (BlockId b : m.blocks_) pool_.incref(b);
+  const int32_t cached = m.num_cached_tokens();
   Seq s;
-  s.salt.assign(cache_salt);
-  s.blocks = std::move(m.blocks);
-  s.keys = std::move(m.keys);
-  s.entries = std::move(m.entries);
+  s.salt = m.salt_;
+  s.blocks = m.blocks_;
+  s.keys = m.keys_;
+  s.entries = m.entries_;
   s.num_computed = cached;
-  const int32_t total_blocks = num_blocks_for(static_cast<int64_t>(cached) + num_new_tokens);
+  const int32_t total_blocks = num_blocks_for(static_cast<int64_t>(cached) + admission.num_new_tokens_);
   while (static_cast<int32_t>(s.blocks.size()) < total_blocks) s.blocks.push_back(take_block());
   seqs_.emplace(seq, std::move(s));
-  prefix_query_tokens_ += static_cast<int64_t>(tokens.size());
+  prefix_query_tokens_ += m.num_query_tokens_;
   prefix_hit_tokens_ += cached;
   return cached;
+}
+
+Expected<int32_t> KvManager::allocate(SeqId seq, std::span<const TokenId> tokens, int32_t num_new_tokens,
+                                      std::string_view cache_salt) {
+  if (seqs_.count(seq)) return errorf("kv: sequence %llu already has blocks", static_cast<unsigned long long>(seq));
+  PAGODA_ASSIGN_OR_RETURN(Admission a, can_allocate(match_prefix(tokens, cache_salt), num_new_tokens));
+  return allocate(seq, a);
 }
 
 int32_t KvManager::cow_blocks_needed(const Seq& s, int32_t num_new_tokens, int32_t* fresh) const {
@@ -138,6 +169,7 @@ bool KvManager::append_slots(SeqId seq, int32_t num_new_tokens, std::vector<Bloc
   int32_t fresh = 0;
   const int32_t cow = cow_blocks_needed(s, num_new_tokens, &fresh);
   if (fresh + cow > pool_.num_free()) return false;
+  ++generation_;
   if (cow > 0) {
     const int32_t bs = config_.block_size;
     const int32_t target = num_blocks_for(static_cast<int64_t>(s.num_computed) + num_new_tokens);
@@ -171,24 +203,42 @@ void KvManager::mark_computed(SeqId seq, std::span<const TokenId> tokens, int32_
                    "seq %llu: num_computed %d -> %d with %zu slots and %zu tokens",
                    static_cast<unsigned long long>(seq), s.num_computed, num_computed_tokens,
                    s.blocks.size() * static_cast<size_t>(bs), tokens.size());
+  ++generation_;
   s.num_computed = num_computed_tokens;
   const size_t full = static_cast<size_t>(num_computed_tokens / bs);
-  for (size_t i = s.keys.size(); i < full; ++i) {
-    const Hash128 parent = i == 0 ? Hash128{} : s.keys[i - 1];
+  extend_keys(&s, tokens, full);
+  for (size_t i = s.entries.size(); i < full; ++i) {
     const EntryId parent_entry = i == 0 ? kRootEntry : s.entries[i - 1];
     const auto block_tokens = tokens.subspan(i * static_cast<size_t>(bs), static_cast<size_t>(bs));
-    const Hash128 key = cache_.key(parent, block_tokens, s.salt);
-    const EntryId e = config_.enable_prefix_caching ? cache_.insert(s.blocks[i], key, parent_entry, block_tokens)
+    const EntryId e = config_.enable_prefix_caching ? cache_.insert(s.blocks[i], s.keys[i], parent_entry, block_tokens)
                                                     : kNoEntry;
-    s.keys.push_back(key);
     s.entries.push_back(e);
   }
+}
+
+void KvManager::extend_keys(Seq* s, std::span<const TokenId> tokens, size_t num_blocks) const {
+  const size_t bs = static_cast<size_t>(config_.block_size);
+  PAGODA_CHECK(num_blocks * bs <= tokens.size());
+  for (size_t i = s->keys.size(); i < num_blocks; ++i) {
+    const Hash128 parent = i == 0 ? Hash128{} : s->keys[i - 1];
+    s->keys.push_back(cache_.key(parent, tokens.subspan(i * bs, bs), s->salt));
+  }
+}
+
+std::span<const Hash128> KvManager::uncommitted_block_keys(SeqId seq, std::span<const TokenId> tokens) {
+  auto it = seqs_.find(seq);
+  PAGODA_CHECK_MSG(it != seqs_.end(), "unknown sequence %llu", static_cast<unsigned long long>(seq));
+  Seq& s = it->second;
+  // Hashing ahead changes no cache state: the generation stays.
+  extend_keys(&s, tokens, tokens.size() / static_cast<size_t>(config_.block_size));
+  return std::span<const Hash128>(s.keys).subspan(s.entries.size());
 }
 
 Status KvManager::fork(SeqId parent, SeqId child) {
   auto it = seqs_.find(parent);
   if (it == seqs_.end()) return errorf("kv: fork of unknown sequence %llu", static_cast<unsigned long long>(parent));
   if (seqs_.count(child)) return errorf("kv: fork target %llu already exists", static_cast<unsigned long long>(child));
+  ++generation_;
   Seq copy = it->second;
   for (BlockId b : copy.blocks) pool_.incref(b);
   seqs_.emplace(child, std::move(copy));
@@ -198,6 +248,7 @@ Status KvManager::fork(SeqId parent, SeqId child) {
 bool KvManager::free(SeqId seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return false;
+  ++generation_;
   const auto& blocks = it->second.blocks;
   for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) pool_.decref(*b);
   seqs_.erase(it);
@@ -206,7 +257,7 @@ bool KvManager::free(SeqId seq) {
 
 std::span<const BlockId> KvManager::block_table(SeqId seq) const { return seq_ref(seq).blocks; }
 int32_t KvManager::num_computed_tokens(SeqId seq) const { return seq_ref(seq).num_computed; }
-int32_t KvManager::num_committed_blocks(SeqId seq) const { return static_cast<int32_t>(seq_ref(seq).keys.size()); }
+int32_t KvManager::num_committed_blocks(SeqId seq) const { return static_cast<int32_t>(seq_ref(seq).entries.size()); }
 int32_t KvManager::num_slots(SeqId seq) const {
   return static_cast<int32_t>(seq_ref(seq).blocks.size()) * config_.block_size;
 }
@@ -224,6 +275,7 @@ KvStats KvManager::stats() const {
       ++st.num_free;
     }
   }
+  st.prefix_lookups = prefix_lookups_;
   st.prefix_query_tokens = prefix_query_tokens_;
   st.prefix_hit_tokens = prefix_hit_tokens_;
   st.num_evictions = num_evictions_;
@@ -247,11 +299,15 @@ std::string KvManager::check_invariants() const {
     if (s.num_computed < 0 || s.num_computed > static_cast<int32_t>(s.blocks.size()) * bs) {
       return errorf("seq %llu: %d computed tokens in %zu blocks", uid, s.num_computed, s.blocks.size()).message;
     }
-    if (s.keys.size() != s.entries.size() || static_cast<int32_t>(s.keys.size()) > s.num_computed / bs) {
-      return errorf("seq %llu: %zu committed blocks with %d computed tokens", uid, s.keys.size(), s.num_computed)
+    if (static_cast<int32_t>(s.entries.size()) > s.num_computed / bs) {
+      return errorf("seq %llu: %zu committed blocks with %d computed tokens", uid, s.entries.size(), s.num_computed)
           .message;
     }
-    for (size_t i = 0; i < s.keys.size(); ++i) {
+    if (s.keys.size() < s.entries.size()) {
+      return errorf("seq %llu: %zu block keys for %zu committed blocks", uid, s.keys.size(), s.entries.size())
+          .message;
+    }
+    for (size_t i = 0; i < s.entries.size(); ++i) {
       const BlockId b = s.blocks[i];
       if (cache_.contains(b) && !(cache_.key_of(b) == s.keys[i])) {
         return errorf("seq %llu: block %d cached under another key", uid, b).message;

@@ -1,10 +1,14 @@
 // KvManager: per-sequence block tables over a BlockPool, with automatic prefix
 // caching. Pure bookkeeping on integer ids; the runner owns the K/V bytes.
 //
-// A sequence (SeqId handle) has a block table and num_computed_tokens: the
-// tokens whose K/V are in its blocks. Life of a sequence:
-//   can_allocate / allocate  reuse cached full blocks of its known tokens, and
-//                            get slots for the first chunk to compute
+// The KvManager is the one owner of a sequence's cache state: its block table,
+// its num_computed_tokens (the tokens whose K/V are in its blocks) and the keys
+// of its full blocks. The scheduler keeps the tokens and asks for the rest.
+// Life of a sequence:
+//   match_prefix             the one walk of the prefix cache for its tokens
+//   can_allocate / allocate  check the match against the pool (an Admission),
+//                            then take the cached blocks and slots for the first
+//                            chunk to compute
 //   mark_computed            after a step: tokens now in the cache; full blocks
 //                            get their prefix key (are committed to the cache)
 //   append_slots             before a step: room for the next tokens
@@ -42,11 +46,64 @@ struct KvStats {
   int32_t num_used = 0;              // ref > 0
   int32_t num_cached_evictable = 0;  // ref 0 with a key: free, but a prefix hit can revive it
   int32_t num_cached = 0;            // blocks with a key, used or not
+  int64_t prefix_lookups = 0;        // walks of the prefix cache (match_prefix calls)
   int64_t prefix_query_tokens = 0;   // tokens offered to lookups by allocate()
   int64_t prefix_hit_tokens = 0;     // of those, served from the cache
   int64_t num_evictions = 0;         // cached blocks whose key was dropped for reuse
   int64_t num_cow_copies = 0;        // copy-on-write block copies requested
   int64_t collisions_refused = 0;    // key matches refused by the token / parent check
+};
+
+class KvManager;
+
+// The result of one walk of the prefix cache over a sequence's tokens: the
+// longest run of cached full blocks from the start, confirmed token by token,
+// never covering the last token (a step must compute at least one to get
+// logits). Made by KvManager::match_prefix; can_allocate turns it into an
+// Admission that allocate consumes, so admitting a sequence walks the cache
+// once. A match describes the KvManager as it was when made (its generation);
+// KvManager::revalidate brings an older one up to date without hashing.
+class PrefixMatch {
+ public:
+  int32_t num_cached_tokens() const { return static_cast<int32_t>(blocks_.size()) * block_size_; }
+  int32_t num_blocks() const { return static_cast<int32_t>(blocks_.size()); }
+  std::span<const BlockId> blocks() const { return blocks_; }
+  // The key of the first full block past the hit when a hit there was possible
+  // (it is not the block of the last token) but the cache lacks it; nullptr
+  // otherwise. In-flight dedup compares it with blocks being computed.
+  const Hash128* next_block_key() const { return has_next_key_ ? &next_key_ : nullptr; }
+
+ private:
+  friend class KvManager;
+  std::vector<BlockId> blocks_;   // [num_blocks] the cached blocks, in sequence order
+  std::vector<Hash128> keys_;     // [num_blocks] their prefix keys
+  std::vector<EntryId> entries_;  // [num_blocks] the cache entry standing for the prefix through each
+  Hash128 next_key_;
+  bool has_next_key_ = false;
+  std::string salt_;
+  int64_t num_query_tokens_ = 0;  // tokens offered to the lookup (for KvStats)
+  int32_t block_size_ = 1;
+  const KvManager* owner_ = nullptr;  // the KvManager that made it
+  uint64_t generation_ = 0;           // owner_->generation_ the blocks were confirmed in
+};
+
+// A PrefixMatch checked against the pool for num_new_tokens more slots: what
+// allocate() takes. Valid only until the KvManager next changes (allocate
+// refuses a stale one); the scheduler makes and consumes it in one admission.
+class Admission {
+ public:
+  int32_t num_cached_tokens() const { return match_.num_cached_tokens(); }
+  int32_t num_new_tokens() const { return num_new_tokens_; }
+  // Blocks allocate() takes from the free queue: fresh ones plus cached hits
+  // revived from it (ref count 0).
+  int32_t num_blocks_needed() const { return num_blocks_needed_; }
+  const PrefixMatch& match() const { return match_; }
+
+ private:
+  friend class KvManager;
+  PrefixMatch match_;
+  int32_t num_new_tokens_ = 0;
+  int32_t num_blocks_needed_ = 0;
 };
 
 class KvManager {
@@ -61,25 +118,30 @@ class KvManager {
   int32_t watermark_blocks() const { return watermark_blocks_; }
   int32_t num_blocks_for(int64_t num_tokens) const { return blocks_for_tokens(num_tokens, config_.block_size); }
 
-  // --- queries (no state change) ---
-  // Tokens of `tokens` that allocate() would take from the cache: the longest
-  // run of cached full blocks from the start, confirmed token by token, never
-  // covering the last token (a step must compute at least one to get logits).
-  int32_t num_cached_prefix_tokens(std::span<const TokenId> tokens, std::string_view cache_salt) const;
-  // Appends to *keys the keys of the full blocks of `tokens` beyond keys->size()
-  // (callers keep the vector per request and extend it as tokens arrive).
-  void extend_block_keys(std::span<const TokenId> tokens, std::string_view cache_salt,
-                         std::vector<Hash128>* keys) const;
-
   // --- admission ---
-  // Whether allocate(seq, tokens, num_new_tokens, salt) would succeed while
-  // leaving watermark_blocks() free.
-  bool can_allocate(std::span<const TokenId> tokens, int32_t num_new_tokens, std::string_view cache_salt) const;
-  // Creates sequence `seq`: takes the cached prefix of `tokens` (see
-  // num_cached_prefix_tokens), and slots for num_new_tokens more. Returns the
-  // number of cached tokens (== the sequence's num_computed_tokens). Fails,
-  // changing nothing, when seq exists or !can_allocate(...).
-  // Precondition: num_new_tokens >= 0 and cached + num_new_tokens >= 1.
+  // The one walk of the prefix cache for `tokens` (see PrefixMatch). Changes
+  // no cache state; counts in KvStats::prefix_lookups.
+  PrefixMatch match_prefix(std::span<const TokenId> tokens, std::string_view cache_salt) const;
+  // Brings a match made before later calls up to date, without hashing: the
+  // hit ends at the first block that is no longer cached as it was (evicted,
+  // or its key taken over). Entry ids are never reused, so an unchanged entry
+  // means the block still holds exactly the matched tokens. The result may
+  // miss blocks committed since the match was made (mark_computed); it never
+  // claims one that is gone. O(match blocks). Precondition: made by this KvManager.
+  void revalidate(PrefixMatch* match) const;
+  // Checks a current match (made or revalidated since the last change) for
+  // num_new_tokens slots past the hit while leaving watermark_blocks() +
+  // reserve_blocks free, and returns the Admission for allocate(). Errors,
+  // with the numbers: a stale match (or another KvManager's), too few free blocks.
+  // Precondition: num_new_tokens >= 0, reserve_blocks >= 0, cached + num_new_tokens >= 1.
+  Expected<Admission> can_allocate(PrefixMatch match, int32_t num_new_tokens, int32_t reserve_blocks = 0) const;
+  // Creates sequence `seq` from an admission made since the last change: takes
+  // the matched blocks (num_computed_tokens = the hit) and num_new_tokens more
+  // slots. Returns the hit tokens. Fails, changing nothing, when seq exists or
+  // the admission is stale.
+  Expected<int32_t> allocate(SeqId seq, const Admission& admission);
+  // match_prefix + can_allocate + allocate: one walk, for callers without a
+  // decision between the lookup and the allocation.
   Expected<int32_t> allocate(SeqId seq, std::span<const TokenId> tokens, int32_t num_new_tokens,
                              std::string_view cache_salt);
 
@@ -96,8 +158,16 @@ class KvManager {
   // committed to the prefix cache. Precondition: current <= num_computed_tokens
   // <= slots in its table.
   void mark_computed(SeqId seq, std::span<const TokenId> tokens, int32_t num_computed_tokens);
+  // The keys of the sequence's full blocks of `tokens` that are not committed
+  // yet: blocks it is still to compute. `tokens` are its known tokens, those it
+  // was allocated with plus any appended since (a sequence's tokens only grow).
+  // Each block is hashed once: the keys are kept with the sequence and reused
+  // by mark_computed. Precondition: has_seq(seq).
+  std::span<const Hash128> uncommitted_block_keys(SeqId seq, std::span<const TokenId> tokens);
   // The child shares all of parent's blocks (ref counts +1), its computed count
-  // and committed keys. Never allocates. Fails when parent is unknown or child exists.
+  // and its block keys (so the child's known tokens start with the parent's
+  // now: fork before either appends). Never allocates. Fails when parent is
+  // unknown or child exists.
   Status fork(SeqId parent, SeqId child);
   // Releases the sequence's blocks, last block first onto the free queue so a
   // sequence's tail is evicted before its head. Returns false for unknown seq.
@@ -129,17 +199,17 @@ class KvManager {
     std::vector<BlockId> blocks;
     int32_t num_computed = 0;
     std::string salt;
-    std::vector<Hash128> keys;     // keys of the committed leading full blocks
-    std::vector<EntryId> entries;  // cache entry standing for the prefix through each of them
-  };
-  struct Match {
-    std::vector<BlockId> blocks;
+    // Keys of its leading full blocks: the first entries.size() are committed,
+    // the rest hashed ahead by uncommitted_block_keys. keys.size() >= entries.size().
     std::vector<Hash128> keys;
-    std::vector<EntryId> entries;
+    std::vector<EntryId> entries;  // cache entry standing for the prefix through each committed block
   };
-  Match match_prefix(std::span<const TokenId> tokens, std::string_view salt) const;
-  // Blocks that allocate() takes from the free queue for this match.
-  int32_t blocks_needed(const Match& m, int32_t num_new_tokens, int32_t* revived) const;
+  // Blocks allocate() takes from the free queue for this match.
+  int32_t blocks_needed(const PrefixMatch& m, int32_t num_new_tokens) const;
+  // Ok when m was made by this KvManager at its current generation.
+  Status check_current(const PrefixMatch& m, const char* what) const;
+  // Hashes s's keys up to its first num_blocks full blocks of `tokens`.
+  void extend_keys(Seq* s, std::span<const TokenId> tokens, size_t num_blocks) const;
   int32_t cow_blocks_needed(const Seq& s, int32_t num_new_tokens, int32_t* fresh) const;
   BlockId take_block();  // pop + evict the key of a cached block
   const Seq& seq_ref(SeqId seq) const;
@@ -149,6 +219,10 @@ class KvManager {
   BlockPool pool_;
   PrefixCache cache_;
   std::unordered_map<SeqId, Seq> seqs_;
+  // Bumped by every change to sequences, the pool or the cache: a PrefixMatch
+  // or Admission made at another generation must be revalidated / remade.
+  uint64_t generation_ = 1;
+  mutable int64_t prefix_lookups_ = 0;  // a statistic: lookups stay const
   int64_t prefix_query_tokens_ = 0;
   int64_t prefix_hit_tokens_ = 0;
   int64_t num_evictions_ = 0;

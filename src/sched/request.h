@@ -1,12 +1,12 @@
 // A request as the scheduler tracks it: token lists and progress, no sampling
-// state. States: waiting -> running -> (preempted -> waiting) -> finished | aborted.
+// state. Its cache state (block table, computed tokens, block keys) is the
+// KvManager's, under the request id: Scheduler::num_computed_tokens asks it. States: waiting -> running -> (preempted -> waiting) -> finished | aborted.
 // A child of n > 1 sampling starts in running, forked from its parent's blocks.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "base/hash.h"
 #include "sched/step_plan.h"
 
 namespace pagoda::sched {
@@ -49,12 +49,10 @@ struct Request {
   std::string cache_salt;
   uint64_t arrival = 0;  // order of add_request
   RequestState state = RequestState::kWaiting;
-  int32_t num_computed_tokens = 0;  // tokens of `tokens` whose K/V are cached
   int32_t num_cached_tokens = -1;   // prefix-cache hit at first admission (-1: not admitted yet)
   int32_t num_preemptions = 0;
   int32_t deferred_steps = 0;        // steps passed over for in-flight prefix dedup
   int32_t overtaken_steps = 0;       // kLpm: steps in which a request behind it was admitted first
-  std::vector<Hash128> block_keys;   // prefix keys of its full blocks, extended lazily
   std::vector<RequestId> fork_ids;   // children still to fork at the end of the prompt (see NewRequest)
   RequestId forked_from = 0;         // a child: the request whose blocks it got by fork (0: none)
 

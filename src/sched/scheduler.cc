@@ -57,11 +57,16 @@ const Request* Scheduler::find(RequestId id) const {
   return it == requests_.end() ? nullptr : &it->second;
 }
 
+int32_t Scheduler::num_computed_tokens(RequestId id) const {
+  return kv_->has_seq(id) ? kv_->num_computed_tokens(id) : 0;
+}
+
 Status Scheduler::add_request(NewRequest r) {
   auto reject = [&](Error e) {
     ++stats_.num_rejected;
     return Status(std::move(e));
   };
+  // The caller's ids first: a clash is a bug in the caller, not the client's input.
   auto in_use = [&](RequestId id) { return requests_.count(id) != 0 || pending_children_.count(id) != 0; };
   if (in_use(r.id)) return reject(errorf("request %llu: id already in use", ull(r.id)));
   for (size_t i = 0; i < r.fork_ids.size(); ++i) {
@@ -71,32 +76,40 @@ Status Scheduler::add_request(NewRequest r) {
       return reject(errorf("request %llu: choice id %llu already in use", ull(r.id), ull(c)));
     }
   }
+  // The client's input: messages name the numbers, never an internal id.
+  if (r.prompt.empty()) return reject(errorf("the prompt is empty"));
+  for (TokenId t : r.prompt) {
+    if (t < 0 || (config_.vocab_size > 0 && t >= config_.vocab_size)) {
+      return reject(config_.vocab_size > 0
+                        ? errorf("token id %d is not in the vocabulary (size %d)", t, config_.vocab_size)
+                        : errorf("token id %d is negative", t));
+    }
+  }
+  if (r.max_tokens < 1) return reject(errorf("max_tokens must be >= 1, got %d", r.max_tokens));
   const auto group = static_cast<int64_t>(r.fork_ids.size()) + 1;
   if (group > config_.max_num_seqs) {
-    return reject(errorf("request %llu: n = %lld choices exceed max_num_seqs %d (all choices run together)",
-                         ull(r.id), static_cast<long long>(group), config_.max_num_seqs));
+    return reject(errorf("n = %lld choices exceed max_num_seqs %d (all choices run together)",
+                         static_cast<long long>(group), config_.max_num_seqs));
   }
-  if (r.prompt.empty()) return reject(errorf("request %llu: empty prompt", ull(r.id)));
-  if (r.max_tokens < 1) return reject(errorf("request %llu: max_tokens %d < 1", ull(r.id), r.max_tokens));
   const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
   if (total > config_.max_model_len) {
-    return reject(errorf("request %llu: prompt (%zu tokens) + max_tokens (%d) = %lld exceeds max_model_len %d",
-                         ull(r.id), r.prompt.size(), r.max_tokens, static_cast<long long>(total),
-                         config_.max_model_len));
+    return reject(errorf("prompt (%zu tokens) + max_tokens (%d) = %lld exceeds the context length %d",
+                         r.prompt.size(), r.max_tokens, static_cast<long long>(total), config_.max_model_len));
   }
   const int32_t need = kv_->num_blocks_for(total);
   const int32_t usable = kv_->num_usable_blocks() - kv_->watermark_blocks();
   if (need > usable) {
-    return reject(errorf("request %llu: %lld tokens need %d KV blocks of %d tokens, but the whole cache admits %d",
-                         ull(r.id), static_cast<long long>(total), need, kv_->block_size(), usable));
+    return reject(errorf("prompt (%zu tokens) + max_tokens (%d) = %lld tokens need %d KV blocks of %d tokens, but "
+                         "the whole cache admits %d",
+                         r.prompt.size(), r.max_tokens, static_cast<long long>(total), need, kv_->block_size(),
+                         usable));
   }
   // Admission reserves one block per child on top of the prompt's (see schedule()).
   const int64_t group_need = kv_->num_blocks_for(static_cast<int64_t>(r.prompt.size())) + group - 1;
   if (group_need > usable) {
-    return reject(errorf("request %llu: a prompt of %zu tokens with n = %lld choices needs %lld KV blocks at its "
-                         "fork, but the whole cache admits %d",
-                         ull(r.id), r.prompt.size(), static_cast<long long>(group), static_cast<long long>(group_need),
-                         usable));
+    return reject(errorf("a prompt of %zu tokens with n = %lld choices needs %lld KV blocks at its fork, but the "
+                         "whole cache admits %d",
+                         r.prompt.size(), static_cast<long long>(group), static_cast<long long>(group_need), usable));
   }
   for (RequestId c : r.fork_ids) pending_children_.emplace(c, r.id);
   Request q;
@@ -147,10 +160,9 @@ void Scheduler::preempt(Request& r, std::vector<Slice>* slices, int32_t* budget,
     *budget += s->num_tokens;
     slices->erase(s);
   }
-  kv_->free(r.id);
+  kv_->free(r.id);  // its computed tokens go with its blocks: readmission starts from a prefix hit
   erase_running(r.id);
   r.state = RequestState::kPreempted;
-  r.num_computed_tokens = 0;
   ++r.num_preemptions;
   waiting_.push_front(r.id);
   plan->preempted.push_back(r.id);
@@ -175,8 +187,12 @@ std::vector<Scheduler::Candidate> Scheduler::admission_order() const {
   out.reserve(waiting_.size());
   const bool lpm = config_.policy == SchedulePolicy::kLpm;
   for (RequestId id : waiting_) {
-    const Request& w = requests_.at(id);
-    out.push_back(Candidate{id, lpm ? kv_->num_cached_prefix_tokens(w.tokens, w.cache_salt) : 0});
+    Candidate c{id, std::nullopt};
+    if (lpm) {
+      const Request& w = requests_.at(id);
+      c.match = kv_->match_prefix(w.tokens, w.cache_salt);
+    }
+    out.push_back(std::move(c));
   }
   if (lpm) {
     // Rank 0: preempted; 1: overtaken too often; 2: the rest, by hit tokens.
@@ -188,7 +204,7 @@ std::vector<Scheduler::Candidate> Scheduler::admission_order() const {
     std::stable_sort(out.begin(), out.end(), [&](const Candidate& a, const Candidate& b) {
       const int ra = rank(a), rb = rank(b);
       if (ra != rb) return ra < rb;
-      return ra == 2 && a.cached > b.cached;
+      return ra == 2 && a.match->num_cached_tokens() > b.match->num_cached_tokens();
     });
   }
   return out;
@@ -208,7 +224,7 @@ StepPlan Scheduler::schedule() {
       if (budget <= 0) break;
       Request& r = req(id);
       if (r.state != RequestState::kRunning) continue;  // preempted this step
-      const int32_t remaining = r.num_tokens() - r.num_computed_tokens;
+      const int32_t remaining = r.num_tokens() - kv_->num_computed_tokens(id);
       PAGODA_CHECK(remaining >= 1);
       if ((remaining == 1) != (pass == 0)) continue;
       // The victim of preemption may be a request scheduled earlier this step;
@@ -219,31 +235,36 @@ StepPlan Scheduler::schedule() {
 
   // 3. Admission in policy order (see admission_order), unless memory was short this step.
   if (plan.preempted.empty()) {
-    const int32_t bs = kv_->block_size();
-    const bool dedup = config_.max_dedup_defer_steps > 0;
+    const bool dedup = config_.max_dedup_defer_steps > 0 && kv_->config().enable_prefix_caching;
     KeySet inflight;  // keys of full blocks running requests will compute but have not committed
-    auto add_inflight = [&](Request& r, size_t from_block) {
-      kv_->extend_block_keys(r.tokens, r.cache_salt, &r.block_keys);
-      for (size_t i = from_block; i < r.block_keys.size(); ++i) inflight.insert(r.block_keys[i]);
+    auto add_inflight = [&](const Request& r) {
+      for (const Hash128& k : kv_->uncommitted_block_keys(r.id, r.tokens)) inflight.insert(k);
     };
     if (dedup) {
-      for (RequestId id : running_) add_inflight(req(id), static_cast<size_t>(kv_->num_committed_blocks(id)));
+      for (RequestId id : running_) add_inflight(req(id));
     }
     int32_t seats = num_seats();
-    const std::vector<Candidate> order = admission_order();
+    std::vector<Candidate> order = admission_order();
     std::unordered_set<RequestId> admitted;
-    for (const Candidate& c : order) {
+    for (Candidate& c : order) {
       if (seats >= config_.max_num_seqs || budget <= 0) break;
       Request& w = req(c.id);
       const auto num_children = static_cast<int32_t>(w.fork_ids.size());
       if (seats + 1 + num_children > config_.max_num_seqs) break;
-      // Recomputed: an admission earlier in this step may have evicted cached blocks.
-      const int32_t cached = kv_->num_cached_prefix_tokens(w.tokens, w.cache_salt);
+      // The one prefix lookup of this admission. kLpm looked up for the order;
+      // admissions since may have evicted some of those blocks (nothing is
+      // committed during schedule()), which revalidate() drops without hashing.
+      kv::PrefixMatch match;
+      if (c.match) {
+        match = std::move(*c.match);
+        kv_->revalidate(&match);
+      } else {
+        match = kv_->match_prefix(w.tokens, w.cache_salt);
+      }
+      const int32_t cached = match.num_cached_tokens();
       if (dedup && w.deferred_steps < config_.max_dedup_defer_steps) {
-        kv_->extend_block_keys(w.tokens, w.cache_salt, &w.block_keys);
-        const size_t b = static_cast<size_t>(cached / bs);
-        const size_t hittable = static_cast<size_t>((w.num_tokens() - 1) / bs);  // see num_cached_prefix_tokens
-        if (b < hittable && inflight.count(w.block_keys[b])) {
+        const Hash128* next = match.next_block_key();
+        if (next != nullptr && inflight.count(*next)) {
           ++w.deferred_steps;
           ++stats_.num_deferrals;
           plan.deferred.push_back(w.id);
@@ -253,13 +274,13 @@ StepPlan Scheduler::schedule() {
       const int32_t n = std::min(w.num_tokens() - cached, budget);
       // A group also keeps one block per child free (vLLM v0's rule: a running
       // sequence needs at most one new block per decode step): at the fork each
-      // child's first decode copies the shared partial block or opens a new
-      // one. Asking for num_children more blocks' worth of tokens counts exactly
-      // num_children more blocks (ceil((x + k * bs) / bs) = ceil(x / bs) + k).
-      if (!kv_->can_allocate(w.tokens, n + num_children * bs, w.cache_salt)) break;
-      auto got = kv_->allocate(w.id, w.tokens, n, w.cache_salt);
-      PAGODA_CHECK_MSG(got.ok() && *got == cached, "request %llu: allocate after can_allocate failed", ull(w.id));
-      w.num_computed_tokens = cached;
+      // child's first decode copies the shared partial block or opens a new one.
+      auto admission = kv_->can_allocate(std::move(match), n, num_children);
+      if (!admission.ok()) break;
+      // Nothing changed the KvManager since the lookup: allocate cannot refuse.
+      auto got = kv_->allocate(w.id, *admission);
+      PAGODA_CHECK_MSG(got.ok() && *got == cached, "request %llu: allocate after can_allocate failed: %s", ull(w.id),
+                       got.ok() ? "hit differs" : got.message().c_str());
       if (w.num_cached_tokens < 0) w.num_cached_tokens = cached;
       w.state = RequestState::kRunning;
       ++stats_.num_admissions;
@@ -268,7 +289,7 @@ StepPlan Scheduler::schedule() {
       seats += 1 + num_children;
       slices.push_back(Slice{w.id, n, {}});
       budget -= n;
-      if (dedup) add_inflight(w, static_cast<size_t>(cached / bs));
+      if (dedup) add_inflight(w);
     }
     if (!admitted.empty()) {
       // Overtaking (kLpm): a request still waiting with one behind it admitted.
@@ -287,14 +308,14 @@ StepPlan Scheduler::schedule() {
   plan.seqs.reserve(slices.size());
   for (Slice& s : slices) {
     const Request& r = req(s.id);
+    const int32_t computed = kv_->num_computed_tokens(r.id);
     ScheduledSeq seq;
     seq.request_id = r.id;
-    seq.start_pos = r.num_computed_tokens;
-    seq.token_ids.assign(r.tokens.begin() + r.num_computed_tokens,
-                         r.tokens.begin() + r.num_computed_tokens + s.num_tokens);
+    seq.start_pos = computed;
+    seq.token_ids.assign(r.tokens.begin() + computed, r.tokens.begin() + computed + s.num_tokens);
     const auto table = kv_->block_table(r.id);
     seq.block_ids.assign(table.begin(), table.end());
-    seq.wants_logits = r.num_computed_tokens + s.num_tokens == r.num_tokens();
+    seq.wants_logits = computed + s.num_tokens == r.num_tokens();
     if (seq.wants_logits) seq.fork_ids = r.fork_ids;  // non-empty only at the end of the prompt
     plan.seqs.push_back(std::move(seq));
     plan.block_copies.insert(plan.block_copies.end(), s.copies.begin(), s.copies.end());
@@ -361,11 +382,9 @@ void Scheduler::fork_children(Request& parent, std::span<const SeqOutput> output
     c.max_tokens = parent.max_tokens;
     c.cache_salt = parent.cache_salt;
     c.arrival = parent.arrival;
-    c.state = RequestState::kRunning;
-    c.num_computed_tokens = parent.num_computed_tokens;
+    c.state = RequestState::kRunning;  // its computed tokens and keys came with kv_->fork
     c.num_cached_tokens = parent.num_cached_tokens;
     c.num_preemptions = parent.num_preemptions;
-    c.block_keys = parent.block_keys;
     c.forked_from = parent.id;
     pending_children_.erase(cid);
     requests_.emplace(cid, std::move(c));  // references into requests_ stay valid (node-based map)
@@ -381,10 +400,9 @@ std::vector<FinishedRequest> Scheduler::update(const StepPlan& plan, std::span<c
     auto it = requests_.find(seq.request_id);
     if (it == requests_.end()) continue;  // aborted after schedule()
     Request& r = it->second;
-    PAGODA_CHECK_MSG(r.state == RequestState::kRunning && r.num_computed_tokens == seq.start_pos,
+    PAGODA_CHECK_MSG(r.state == RequestState::kRunning && kv_->num_computed_tokens(r.id) == seq.start_pos,
                      "request %llu: update for a plan it is not in", ull(r.id));
-    r.num_computed_tokens += static_cast<int32_t>(seq.token_ids.size());
-    kv_->mark_computed(r.id, r.tokens, r.num_computed_tokens);
+    kv_->mark_computed(r.id, r.tokens, seq.start_pos + static_cast<int32_t>(seq.token_ids.size()));
     if (!seq.wants_logits) continue;
     // Fork before the parent's token is appended: the children share the prompt only.
     if (!r.fork_ids.empty()) fork_children(r, outputs, &done);
@@ -428,11 +446,13 @@ std::string Scheduler::check_invariants() const {
     if (!r || r->state != RequestState::kRunning || !seen.insert(id).second) {
       return errorf("running request %llu missing, duplicated or not running", ull(id)).message;
     }
-    if (!kv_->has_seq(id) || kv_->num_computed_tokens(id) != r->num_computed_tokens) {
-      return errorf("request %llu: kv disagrees on computed tokens", ull(id)).message;
-    }
-    if (r->num_computed_tokens >= r->num_tokens()) {
-      return errorf("request %llu: running with nothing left to compute", ull(id)).message;
+    if (!kv_->has_seq(id)) return errorf("running request %llu holds no KV blocks", ull(id)).message;
+    // Between steps a running request has at least one token to compute (the
+    // last one, for logits): the KvManager's count is behind the tokens.
+    if (kv_->num_computed_tokens(id) >= r->num_tokens()) {
+      return errorf("request %llu: running with %d of %d tokens computed", ull(id), kv_->num_computed_tokens(id),
+                    r->num_tokens())
+          .message;
     }
   }
   for (RequestId id : waiting_) {

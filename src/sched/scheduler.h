@@ -2,6 +2,8 @@
 //
 // One rule replaces separate prefill and decode modes: every running request
 // has num_computed_tokens catching up with its known tokens (prompt + outputs).
+// The scheduler owns the tokens; the KvManager owns everything about the cache
+// (block table, computed count, block keys) and is asked, never mirrored.
 // schedule() hands out a token budget per step:
 //   1. running requests with one token left (decodes), in admission order;
 //   2. running requests with more (prefill chunks: a long prompt is split
@@ -9,6 +11,10 @@
 //   3. waiting requests in FIFO order, while max_num_seqs and the budget allow
 //      and the KvManager can allocate above its watermark. Prefix-cache hits
 //      count as computed (the last token is always computed, for logits).
+//      Each admission walks the prefix cache once (KvManager::match_prefix):
+//      the match decides the dedup check and the chunk, can_allocate turns it
+//      into the Admission that allocate consumes, with no change to the
+//      KvManager in between.
 // When a running request cannot get a block, the most recently admitted
 // running request is preempted by recompute: its blocks are freed (full ones
 // stay cached), it goes to the FRONT of the waiting queue, and its outputs so
@@ -43,7 +49,8 @@
 // over, so the block is computed once and then hit; a request is passed over
 // at most max_dedup_defer_steps steps in all, after which it computes the
 // block itself. FIFO fairness: a waiting request is overtaken by requests
-// behind it only in steps where it was deferred this way.
+// behind it only in steps where it was deferred this way. Off when the
+// KvManager does not cache prefixes (a deferred request could never hit).
 //
 // The scheduler owns the request bookkeeping but not sampling. Each step the
 // engine calls:
@@ -56,6 +63,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -78,7 +86,8 @@ const char* schedule_policy_name(SchedulePolicy p);
 struct SchedulerConfig {
   int32_t max_num_batched_tokens = 2048;  // token budget per step
   int32_t max_num_seqs = 64;              // cap on running requests
-  int32_t max_model_len = 2048;           // prompt + max_tokens limit
+  int32_t max_model_len = 2048;           // prompt + max_tokens limit (the context length)
+  int32_t vocab_size = 0;                 // prompt token ids must be in [0, vocab_size); 0: no upper bound
   int32_t max_dedup_defer_steps = 16;     // 0 disables in-flight prefix dedup
   SchedulePolicy policy = SchedulePolicy::kFcfs;
   int32_t max_lpm_overtake_steps = 16;    // kLpm: steps a request may be overtaken before it goes first
@@ -116,11 +125,14 @@ class Scheduler {
   // Precondition: kv outlives the scheduler and is used by nothing else.
   Scheduler(const SchedulerConfig& config, kv::KvManager* kv);
 
-  // Queues a request. Errors (nothing queued): duplicate id (also among
-  // fork_ids and pending children), empty prompt, max_tokens < 1, prompt +
-  // max_tokens > max_model_len, more blocks than the whole pool could ever give
-  // it, or a group (1 + fork_ids) larger than max_num_seqs or than the pool
-  // can admit (prompt blocks + one block per child).
+  // Queues a request. The one place a request is validated: every error is
+  // the client's (HTTP 400), names the numbers and no internal id, and queues
+  // nothing. In order: an empty prompt, a token id outside the vocabulary,
+  // max_tokens < 1, a group (1 + fork_ids) larger than max_num_seqs, prompt +
+  // max_tokens > max_model_len, more blocks than the whole pool could ever
+  // give it, a group the pool cannot admit (prompt blocks + one per child).
+  // A duplicate id (also among fork_ids and pending children) is the
+  // caller's bug, reported with the id.
   Status add_request(NewRequest r);
   // Frees everything of the request at once, in any state. A parent not yet
   // forked takes its pending children with it; a pending child id is dropped
@@ -140,6 +152,9 @@ class Scheduler {
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   // nullptr once finished or aborted (or never added), and for a child not forked yet.
   const Request* find(RequestId id) const;
+  // Tokens of a running request whose K/V are in the cache (the KvManager's
+  // count, the only one); 0 for a waiting or unknown request.
+  int32_t num_computed_tokens(RequestId id) const;
   // Waiting queue front to back; running in admission order.
   std::vector<RequestId> waiting_ids() const { return {waiting_.begin(), waiting_.end()}; }
   const std::vector<RequestId>& running_ids() const { return running_; }
@@ -154,7 +169,9 @@ class Scheduler {
  private:
   struct Candidate {
     RequestId id;
-    int32_t cached;  // prefix-cache hit tokens if admitted now
+    // kLpm: the prefix lookup made for the ordering, reused (revalidated) by
+    // admission; kFcfs: none, admission looks up when it reaches the request.
+    std::optional<kv::PrefixMatch> match;
   };
   // The waiting requests in the order admission considers them (config_.policy).
   std::vector<Candidate> admission_order() const;

@@ -171,6 +171,7 @@ Expected<SimResult> simulate(const SimConfig& cfg, const std::vector<SimRequest>
   sc.max_num_seqs = cfg.max_num_seqs;
   sc.max_num_batched_tokens = cfg.max_num_batched_tokens;
   sc.max_model_len = p.model.max_context;
+  sc.vocab_size = std::max(2, p.model.vocab);  // the workload draws ids from [1, vocab)
   sc.policy = cfg.schedule_lpm ? sched::SchedulePolicy::kLpm : sched::SchedulePolicy::kFcfs;
   sched::Scheduler scheduler(sc, &kvm);
 
@@ -180,7 +181,7 @@ Expected<SimResult> simulate(const SimConfig& cfg, const std::vector<SimRequest>
   std::vector<Track> track(requests.size());
   std::vector<double> ttft, tpot;
   int64_t first_admit_cached = 0;  // over completed requests, for prefix_hit_rate
-  const int32_t vocab = std::max(2, p.model.vocab);
+  const int32_t vocab = sc.vocab_size;
   const size_t limit = cfg.max_concurrency > 0 ? static_cast<size_t>(cfg.max_concurrency)
                                                : std::numeric_limits<size_t>::max();
   size_t next = 0, in_flight = 0;

@@ -2,43 +2,22 @@
 // eviction order (in the spirit of vLLM's tests/v1/core/test_prefix_caching.py).
 #include <gtest/gtest.h>
 
-#include <numeric>
 #include <vector>
 
-#include "kv/kv_manager.h"
+#include "kv/test_util.h"
 
 namespace pagoda::kv {
 namespace {
 
-using Ids = std::vector<BlockId>;
-using Tokens = std::vector<TokenId>;
-
-KvConfig make_config(int32_t num_blocks, int32_t block_size, double watermark = 0.0) {
-  KvConfig c;
-  c.num_blocks = num_blocks;
-  c.block_size = block_size;
-  c.watermark = watermark;
-  c.model_fingerprint = 0x5eed;
-  return c;
-}
-
-Tokens iota_tokens(TokenId start, int n) {
-  Tokens t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), start);
-  return t;
-}
-
-Tokens concat(Tokens a, const Tokens& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-Ids table(const KvManager& kv, SeqId s) {
-  auto t = kv.block_table(s);
-  return Ids(t.begin(), t.end());
-}
-
-#define EXPECT_INVARIANTS(kv) EXPECT_EQ((kv).check_invariants(), "")
+using testing::can_allocate;
+using testing::cached_tokens;
+using testing::concat;
+using testing::Ids;
+using testing::iota_tokens;
+using testing::make_config;
+using testing::prefill;
+using testing::table;
+using testing::Tokens;
 
 TEST(BlockPool, InitialOrderPopAndReverseFree) {
   BlockPool pool(6);
@@ -94,7 +73,7 @@ TEST(KvManager, NullBlockNeverHandedOut) {
   ASSERT_TRUE(kv.allocate(1, iota_tokens(0, 8), 8, "").ok());
   EXPECT_EQ(table(kv, 1), (Ids{1, 2, 3, 4}));
   EXPECT_EQ(kv.num_free_blocks(), 0);
-  EXPECT_FALSE(kv.can_allocate(iota_tokens(50, 1), 1, ""));
+  EXPECT_FALSE(can_allocate(kv, iota_tokens(50, 1), 1));
   EXPECT_FALSE(kv.allocate(2, iota_tokens(50, 1), 1, "").ok());
   EXPECT_FALSE(kv.has_seq(2));
   EXPECT_INVARIANTS(kv);
@@ -115,7 +94,7 @@ TEST(KvManager, PrefixHitsOnOneToKFullBlocks) {
     // k shared blocks, then a different token and 3 more.
     Tokens t(base.begin(), base.begin() + 4 * k);
     t = concat(t, Tokens{7, 7, 7, 7});
-    EXPECT_EQ(kv.num_cached_prefix_tokens(t, ""), 4 * k) << "k=" << k;
+    EXPECT_EQ(cached_tokens(kv, t), 4 * k) << "k=" << k;
   }
   // Hit on 2 blocks: they leave the free queue; one fresh block from the head.
   const Tokens two = concat(Tokens(base.begin(), base.begin() + 8), Tokens{9, 9});
@@ -136,7 +115,7 @@ TEST(KvManager, PrefixHitsOnOneToKFullBlocks) {
   EXPECT_INVARIANTS(kv);
 
   // A prompt of exactly 3 full blocks hits only 2: the last token is computed.
-  EXPECT_EQ(kv.num_cached_prefix_tokens(base, ""), 8);
+  EXPECT_EQ(cached_tokens(kv, base), 8);
   kv.free(2);
   kv.free(3);
   EXPECT_EQ(kv.stats().num_used, 0);
@@ -163,12 +142,9 @@ TEST(KvManager, PartialLastBlockIsNeverShared) {
 TEST(KvManager, LruEvictsLeastRecentlyFreedFirst) {
   KvManager kv(make_config(5, 4));  // usable blocks 1..4
   const Tokens a = iota_tokens(10, 4), b = iota_tokens(20, 4), c = iota_tokens(30, 4);
-  ASSERT_TRUE(kv.allocate(1, a, 4, "").ok());
-  kv.mark_computed(1, a, 4);
-  ASSERT_TRUE(kv.allocate(2, b, 4, "").ok());
-  kv.mark_computed(2, b, 4);
-  ASSERT_TRUE(kv.allocate(3, c, 4, "").ok());
-  kv.mark_computed(3, c, 4);
+  ASSERT_EQ(prefill(kv, 1, a), 0);
+  ASSERT_EQ(prefill(kv, 2, b), 0);
+  ASSERT_EQ(prefill(kv, 3, c), 0);
   EXPECT_EQ(table(kv, 1), (Ids{1}));
   EXPECT_EQ(table(kv, 2), (Ids{2}));
   EXPECT_EQ(table(kv, 3), (Ids{3}));
@@ -178,7 +154,7 @@ TEST(KvManager, LruEvictsLeastRecentlyFreedFirst) {
   EXPECT_EQ(kv.pool().free_queue(), (Ids{4, 2, 1, 3}));
   EXPECT_EQ(kv.stats().num_cached_evictable, 3);
 
-  auto probe = [&](const Tokens& t) { return kv.num_cached_prefix_tokens(concat(t, Tokens{0}), ""); };
+  auto probe = [&](const Tokens& t) { return cached_tokens(kv, concat(t, Tokens{0})); };
   ASSERT_TRUE(kv.allocate(4, iota_tokens(40, 4), 4, "").ok());
   EXPECT_EQ(table(kv, 4), (Ids{4}));  // plain free block first, no eviction
   EXPECT_EQ(kv.stats().num_evictions, 0);
@@ -199,8 +175,7 @@ TEST(KvManager, LruEvictsLeastRecentlyFreedFirst) {
 TEST(KvManager, HitOnFreeBlockRemovesItFromTheQueue) {
   KvManager kv(make_config(8, 4));
   const Tokens t = iota_tokens(0, 8);
-  ASSERT_TRUE(kv.allocate(1, t, 8, "").ok());
-  kv.mark_computed(1, t, 8);
+  ASSERT_EQ(prefill(kv, 1, t), 0);
   kv.free(1);
   EXPECT_EQ(kv.pool().free_queue(), (Ids{3, 4, 5, 6, 7, 2, 1}));
   EXPECT_EQ(kv.stats().num_cached_evictable, 2);
@@ -226,17 +201,16 @@ TEST(KvManager, RevivedHitsCountAgainstFreeBlocks) {
   // block uses the whole pool; asking for 2 fresh ones is refused untouched.
   KvManager kv(make_config(4, 2));
   const Tokens t = iota_tokens(0, 4);
-  ASSERT_TRUE(kv.allocate(1, t, 4, "").ok());
-  kv.mark_computed(1, t, 4);
+  ASSERT_EQ(prefill(kv, 1, t), 0);
   kv.free(1);
   const Tokens u = concat(t, Tokens{5, 6, 7});
-  EXPECT_EQ(kv.num_cached_prefix_tokens(u, ""), 4);
-  EXPECT_FALSE(kv.can_allocate(u, 3, ""));  // 2 revived + 2 fresh > 3
+  EXPECT_EQ(cached_tokens(kv, u), 4);
+  EXPECT_FALSE(can_allocate(kv, u, 3));  // 2 revived + 2 fresh > 3
   const auto before = kv.pool().free_queue();
   EXPECT_FALSE(kv.allocate(2, u, 3, "").ok());
   EXPECT_EQ(kv.pool().free_queue(), before);
   EXPECT_EQ(kv.stats().prefix_query_tokens, 4);
-  EXPECT_TRUE(kv.can_allocate(u, 2, ""));
+  EXPECT_TRUE(can_allocate(kv, u, 2));
   ASSERT_EQ(*kv.allocate(2, u, 2, ""), 4);
   EXPECT_EQ(table(kv, 2), (Ids{1, 2, 3}));
   EXPECT_INVARIANTS(kv);
@@ -245,10 +219,10 @@ TEST(KvManager, RevivedHitsCountAgainstFreeBlocks) {
 TEST(KvManager, WatermarkKeepsBlocksFreeAtAdmissionOnly) {
   KvManager kv(make_config(101, 1, 0.05));  // 100 usable, 5 kept free at admission
   EXPECT_EQ(kv.watermark_blocks(), 5);
-  EXPECT_FALSE(kv.can_allocate(iota_tokens(0, 96), 96, ""));
+  EXPECT_FALSE(can_allocate(kv, iota_tokens(0, 96), 96));
   EXPECT_FALSE(kv.allocate(1, iota_tokens(0, 96), 96, "").ok());
   EXPECT_EQ(kv.num_free_blocks(), 100);
-  EXPECT_TRUE(kv.can_allocate(iota_tokens(0, 95), 95, ""));
+  EXPECT_TRUE(can_allocate(kv, iota_tokens(0, 95), 95));
   ASSERT_TRUE(kv.allocate(1, iota_tokens(0, 95), 95, "").ok());
   kv.mark_computed(1, iota_tokens(0, 95), 95);
   // A running sequence may grow into the watermark.
@@ -265,8 +239,7 @@ TEST(KvManager, WatermarkKeepsBlocksFreeAtAdmissionOnly) {
 TEST(KvManager, AppendSlotsRefusalLeavesNoPartialState) {
   KvManager kv(make_config(5, 4));  // 4 usable
   const Tokens t = iota_tokens(0, 6);
-  ASSERT_TRUE(kv.allocate(1, t, 6, "").ok());  // blocks 1, 2
-  kv.mark_computed(1, t, 6);
+  ASSERT_EQ(prefill(kv, 1, t), 0);  // blocks 1, 2
   ASSERT_TRUE(kv.fork(1, 2).ok());
   // Child writes position 6 (shared partial block 2 -> CoW) and needs 2 more
   // blocks for 12 tokens: 3 > 2 free, refused.
@@ -286,8 +259,7 @@ TEST(KvManager, AppendSlotsRefusalLeavesNoPartialState) {
 TEST(KvManager, ForkSharesBlocksAndCopiesOnWrite) {
   KvManager kv(make_config(10, 4));
   const Tokens t = iota_tokens(0, 6);
-  ASSERT_TRUE(kv.allocate(1, t, 6, "").ok());
-  kv.mark_computed(1, t, 6);
+  ASSERT_EQ(prefill(kv, 1, t), 0);
   ASSERT_TRUE(kv.fork(1, 2).ok());
   EXPECT_FALSE(kv.fork(1, 2).ok());
   EXPECT_FALSE(kv.fork(7, 8).ok());
@@ -329,8 +301,7 @@ TEST(KvManager, ForkSharesBlocksAndCopiesOnWrite) {
 TEST(KvManager, ForkOnBlockBoundaryNeedsNoCopy) {
   KvManager kv(make_config(10, 4));
   const Tokens t = iota_tokens(0, 8);
-  ASSERT_TRUE(kv.allocate(1, t, 8, "").ok());
-  kv.mark_computed(1, t, 8);
+  ASSERT_EQ(prefill(kv, 1, t), 0);
   ASSERT_TRUE(kv.fork(1, 2).ok());
   std::vector<BlockCopy> copies;
   ASSERT_TRUE(kv.append_slots(2, 1, &copies));
@@ -356,7 +327,7 @@ TEST(KvManager, ForkedSharedBlockCommittedByBothOwners) {
   kv.mark_computed(1, t, 4);
   kv.mark_computed(2, t, 4);
   EXPECT_EQ(kv.stats().num_cached, 1);
-  EXPECT_EQ(kv.num_cached_prefix_tokens(concat(t, Tokens{9}), ""), 4);
+  EXPECT_EQ(cached_tokens(kv, concat(t, Tokens{9})), 4);
   EXPECT_INVARIANTS(kv);
 }
 
@@ -382,11 +353,10 @@ TEST(KvManager, DuplicateComputeMapsToTheFirstCachedBlock) {
 TEST(KvManager, CacheSaltIsolatesTenants) {
   KvManager kv(make_config(10, 4));
   const Tokens t = iota_tokens(0, 9);
-  ASSERT_TRUE(kv.allocate(1, t, 9, "tenant-a").ok());
-  kv.mark_computed(1, t, 9);
-  EXPECT_EQ(kv.num_cached_prefix_tokens(t, "tenant-a"), 8);
-  EXPECT_EQ(kv.num_cached_prefix_tokens(t, "tenant-b"), 0);
-  EXPECT_EQ(kv.num_cached_prefix_tokens(t, ""), 0);
+  ASSERT_EQ(prefill(kv, 1, t, "tenant-a"), 0);
+  EXPECT_EQ(cached_tokens(kv, t, "tenant-a"), 8);
+  EXPECT_EQ(cached_tokens(kv, t, "tenant-b"), 0);
+  EXPECT_EQ(cached_tokens(kv, t), 0);
   ASSERT_EQ(*kv.allocate(2, t, 9, "tenant-b"), 0);
   ASSERT_EQ(*kv.allocate(3, t, 1, "tenant-a"), 8);
   EXPECT_EQ(table(kv, 3)[0], 1);
@@ -409,18 +379,17 @@ TEST(KvManager, ForcedHashCollisionIsRefusedByTheTokenCheck) {
       [](const Hash128&, std::span<const TokenId>, uint64_t, std::string_view) { return Hash128{42, 42}; });
   const Tokens x = {1, 1, 1, 1, 5};
   const Tokens y = {2, 2, 2, 2, 5};
-  ASSERT_TRUE(kv.allocate(1, x, 5, "").ok());
-  kv.mark_computed(1, x, 5);
+  ASSERT_EQ(prefill(kv, 1, x), 0);
   kv.free(1);
   EXPECT_EQ(kv.stats().num_cached, 1);
-  EXPECT_EQ(kv.num_cached_prefix_tokens(x, ""), 4);
-  EXPECT_EQ(kv.num_cached_prefix_tokens(y, ""), 0);  // same key, other tokens
+  EXPECT_EQ(cached_tokens(kv, x), 4);
+  EXPECT_EQ(cached_tokens(kv, y), 0);  // same key, other tokens
   ASSERT_EQ(*kv.allocate(2, y, 5, ""), 0);
   EXPECT_EQ(table(kv, 2), (Ids{3, 4}));
   kv.mark_computed(2, y, 5);
   EXPECT_EQ(kv.stats().num_cached, 1);  // y's block may not take the key
   EXPECT_GE(kv.stats().collisions_refused, 2);
-  EXPECT_EQ(kv.num_cached_prefix_tokens(x, ""), 4);
+  EXPECT_EQ(cached_tokens(kv, x), 4);
   EXPECT_INVARIANTS(kv);
 }
 
@@ -481,10 +450,9 @@ TEST(KvManager, PrefixCachingCanBeDisabled) {
   cfg.enable_prefix_caching = false;
   KvManager kv(cfg);
   const Tokens t = iota_tokens(0, 9);
-  ASSERT_TRUE(kv.allocate(1, t, 9, "").ok());
-  kv.mark_computed(1, t, 9);
+  ASSERT_EQ(prefill(kv, 1, t), 0);
   EXPECT_EQ(kv.stats().num_cached, 0);
-  EXPECT_EQ(kv.num_cached_prefix_tokens(t, ""), 0);
+  EXPECT_EQ(cached_tokens(kv, t), 0);
   EXPECT_INVARIANTS(kv);
 }
 
@@ -499,6 +467,157 @@ TEST(KvManager, BlockSizeOneAndTwoHundredFiftySix) {
     EXPECT_EQ(table(kv, 2), (Ids{1, 2, 4}));
     EXPECT_INVARIANTS(kv);
   }
+}
+
+// Admission walks the prefix cache once: match_prefix looks up, can_allocate
+// and allocate only consume the match.
+TEST(KvManager, AdmissionLooksUpOnce) {
+  KvManager kv(make_config(16, 4));
+  const Tokens base = iota_tokens(100, 12);
+  ASSERT_EQ(prefill(kv, 1, base), 0);
+  kv.free(1);
+  const int64_t before = kv.stats().prefix_lookups;
+  const Tokens two = concat(Tokens(base.begin(), base.begin() + 8), Tokens{9, 9});
+  PrefixMatch m = kv.match_prefix(two, "");
+  EXPECT_EQ(kv.stats().prefix_lookups, before + 1);
+  EXPECT_EQ(m.num_cached_tokens(), 8);
+  EXPECT_EQ(m.blocks()[0], 1);
+  EXPECT_EQ(m.blocks()[1], 2);
+  auto a = kv.can_allocate(m, 2);
+  ASSERT_TRUE(a.ok()) << a.message();
+  EXPECT_EQ(a->num_cached_tokens(), 8);
+  EXPECT_EQ(a->num_new_tokens(), 2);
+  EXPECT_EQ(a->num_blocks_needed(), 3);  // blocks 1 and 2 revived, one fresh
+  ASSERT_EQ(*kv.allocate(2, *a), 8);
+  EXPECT_EQ(table(kv, 2), (Ids{1, 2, 4}));
+  EXPECT_EQ(kv.num_computed_tokens(2), 8);
+  EXPECT_EQ(kv.stats().prefix_lookups, before + 1);
+  // The same admission again: the seq exists; and it is stale anyway.
+  EXPECT_FALSE(kv.allocate(2, *a).ok());
+  auto again = kv.allocate(3, *a);
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.message().find("stale"), std::string::npos) << again.message();
+  // The one-call form: one lookup too.
+  ASSERT_EQ(*kv.allocate(3, concat(Tokens(base.begin(), base.begin() + 4), Tokens{5}), 1, ""), 4);
+  EXPECT_EQ(kv.stats().prefix_lookups, before + 2);
+  EXPECT_INVARIANTS(kv);
+}
+
+TEST(KvManager, StaleMatchIsRefusedThenRevalidatedWithoutHashing) {
+  KvManager kv(make_config(5, 4));  // usable blocks 1..4
+  const Tokens a = iota_tokens(0, 8);
+  ASSERT_EQ(prefill(kv, 1, a), 0);  // blocks 1, 2 committed
+  kv.free(1);
+  EXPECT_EQ(kv.pool().free_queue(), (Ids{3, 4, 2, 1}));
+  const Tokens u = concat(a, Tokens{9});
+  PrefixMatch m = kv.match_prefix(u, "");
+  ASSERT_EQ(m.num_cached_tokens(), 8);
+  EXPECT_EQ(m.next_block_key(), nullptr);  // both hittable blocks hit
+  // Another sequence takes 3 blocks: 3, 4 and 2, evicting a's second block.
+  ASSERT_EQ(*kv.allocate(2, iota_tokens(50, 12), 12, ""), 0);
+  EXPECT_EQ(table(kv, 2), (Ids{3, 4, 2}));
+  auto stale = kv.can_allocate(m, 1);
+  ASSERT_FALSE(stale.ok());
+  EXPECT_NE(stale.message().find("stale"), std::string::npos) << stale.message();
+  const int64_t lookups = kv.stats().prefix_lookups;
+  kv.revalidate(&m);
+  EXPECT_EQ(kv.stats().prefix_lookups, lookups);
+  EXPECT_EQ(m.num_cached_tokens(), 4);
+  EXPECT_EQ(m.blocks()[0], 1);
+  // The evicted block's key is the next one to compute, as a fresh lookup says.
+  const PrefixMatch fresh = kv.match_prefix(u, "");
+  ASSERT_NE(m.next_block_key(), nullptr);
+  ASSERT_NE(fresh.next_block_key(), nullptr);
+  EXPECT_TRUE(*m.next_block_key() == *fresh.next_block_key());
+  const Hash128 k0 = kv.cache().key(Hash128{}, Tokens(a.begin(), a.begin() + 4), "");
+  EXPECT_TRUE(*m.next_block_key() == kv.cache().key(k0, Tokens(a.begin() + 4, a.end()), ""));
+  // An admission made now but consumed after another change is refused, untouched.
+  ASSERT_TRUE(kv.free(2));
+  EXPECT_EQ(kv.pool().free_queue(), (Ids{1, 2, 4, 3}));
+  kv.revalidate(&m);
+  EXPECT_EQ(m.num_cached_tokens(), 4);
+  auto adm = kv.can_allocate(m, 5);
+  ASSERT_TRUE(adm.ok()) << adm.message();
+  EXPECT_EQ(adm->num_blocks_needed(), 3);  // block 1 revived, 2 fresh
+  ASSERT_EQ(*kv.allocate(3, iota_tokens(70, 4), 4, ""), 0);  // takes block 1, evicting the hit
+  EXPECT_EQ(table(kv, 3), (Ids{1}));
+  const auto queue = kv.pool().free_queue();
+  auto late = kv.allocate(4, *adm);
+  ASSERT_FALSE(late.ok());
+  EXPECT_NE(late.message().find("stale"), std::string::npos) << late.message();
+  EXPECT_FALSE(kv.has_seq(4));
+  EXPECT_EQ(kv.pool().free_queue(), queue);
+  EXPECT_EQ(kv.stats().num_used, 1);
+  EXPECT_INVARIANTS(kv);
+}
+
+TEST(KvManager, CanAllocateKeepsReserveBlocksFree) {
+  KvManager kv(make_config(6, 4));  // 5 usable, no watermark
+  const PrefixMatch m = kv.match_prefix(iota_tokens(0, 8), "");
+  auto fits = kv.can_allocate(m, 8, 3);  // 2 blocks + 3 kept free = 5
+  ASSERT_TRUE(fits.ok()) << fits.message();
+  EXPECT_EQ(fits->num_blocks_needed(), 2);
+  auto refused = kv.can_allocate(m, 8, 4);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.message(), "kv: 0 cached + 8 new tokens need 2 free blocks + watermark 0 + reserve 4, only 5 free");
+  // An admission belongs to the KvManager that made it.
+  KvManager other(make_config(6, 4));
+  auto foreign = other.allocate(1, *fits);
+  ASSERT_FALSE(foreign.ok());
+  EXPECT_EQ(foreign.message(), "kv: admission made by another KvManager");
+  EXPECT_EQ(other.num_seqs(), 0);
+  ASSERT_EQ(*kv.allocate(1, *fits), 0);
+  EXPECT_EQ(table(kv, 1), (Ids{1, 2}));  // the reserve is not taken, only kept free
+  EXPECT_EQ(kv.num_free_blocks(), 3);
+}
+
+// The keys in-flight dedup compares: a running sequence's uncommitted full
+// blocks, hashed once and then committed under the same keys; a waiting
+// sequence's next_block_key is the key of the block it would compute first.
+TEST(KvManager, UncommittedBlockKeysMeetTheNextBlockKeyOfAMatch) {
+  KvManager kv(make_config(10, 4));
+  const Tokens t = iota_tokens(0, 10);
+  ASSERT_EQ(*kv.allocate(1, t, 4, ""), 0);  // a first chunk of 4
+  const Hash128 k0 = kv.cache().key(Hash128{}, Tokens(t.begin(), t.begin() + 4), "");
+  const Hash128 k1 = kv.cache().key(k0, Tokens(t.begin() + 4, t.begin() + 8), "");
+  auto keys = kv.uncommitted_block_keys(1, t);
+  ASSERT_EQ(keys.size(), 2u);
+  EXPECT_TRUE(keys[0] == k0);
+  EXPECT_TRUE(keys[1] == k1);
+  // A second request for the same prompt would compute block 0 first.
+  const Tokens longer = concat(t, Tokens{10, 11, 12});
+  PrefixMatch w = kv.match_prefix(longer, "");
+  EXPECT_EQ(w.num_cached_tokens(), 0);
+  ASSERT_NE(w.next_block_key(), nullptr);
+  EXPECT_TRUE(*w.next_block_key() == k0);
+
+  kv.mark_computed(1, t, 4);
+  EXPECT_EQ(kv.num_committed_blocks(1), 1);
+  EXPECT_TRUE(kv.cache().key_of(table(kv, 1)[0]) == k0);
+  keys = kv.uncommitted_block_keys(1, t);
+  ASSERT_EQ(keys.size(), 1u);
+  EXPECT_TRUE(keys[0] == k1);
+  w = kv.match_prefix(longer, "");
+  EXPECT_EQ(w.num_cached_tokens(), 4);
+  ASSERT_NE(w.next_block_key(), nullptr);
+  EXPECT_TRUE(*w.next_block_key() == k1);
+
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(kv.append_slots(1, 6, &copies));
+  kv.mark_computed(1, t, 10);
+  EXPECT_TRUE(kv.uncommitted_block_keys(1, t).empty());
+  EXPECT_TRUE(kv.cache().key_of(table(kv, 1)[1]) == k1);
+  // Known tokens grow (an output): the block they fill is uncommitted again.
+  const Tokens grown = concat(t, Tokens{10, 11});
+  keys = kv.uncommitted_block_keys(1, grown);
+  ASSERT_EQ(keys.size(), 1u);
+  EXPECT_TRUE(keys[0] == kv.cache().key(k1, Tokens{8, 9, 10, 11}, ""));
+  // The longer prompt now hits 8 tokens and would compute exactly that block next.
+  w = kv.match_prefix(longer, "");
+  EXPECT_EQ(w.num_cached_tokens(), 8);
+  ASSERT_NE(w.next_block_key(), nullptr);
+  EXPECT_TRUE(*w.next_block_key() == keys[0]);
+  EXPECT_INVARIANTS(kv);
 }
 
 }  // namespace

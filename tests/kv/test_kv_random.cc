@@ -6,12 +6,13 @@
 // prefix hit or copy-on-write that would give a sequence the wrong K/V.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "base/rng.h"
-#include "kv/kv_manager.h"
+#include "kv/test_util.h"
 
 namespace pagoda::kv {
 namespace {
@@ -26,7 +27,8 @@ struct RefSeq {
 class RandomKvTest {
  public:
   RandomKvTest(int32_t num_blocks, int32_t block_size, double watermark, uint64_t seed)
-      : kv_(make_config(num_blocks, block_size, watermark)), bs_(block_size), rng_(seed),
+      : kv_(testing::make_config(num_blocks, block_size, watermark, /*model_fingerprint=*/77)), bs_(block_size),
+        rng_(seed),
         shadow_(static_cast<size_t>(num_blocks) * static_cast<size_t>(block_size), -1) {
     // Three base strings over {0..3}; prompts take a random prefix of one.
     for (auto& b : bases_) {
@@ -60,18 +62,10 @@ class RandomKvTest {
   }
 
   const KvManager& kv() const { return kv_; }
-  int64_t num_allocs_refused = 0, num_appends_refused = 0, num_hit_allocs = 0, num_cow = 0;
+  int64_t num_allocs_refused = 0, num_appends_refused = 0, num_hit_allocs = 0, num_cow = 0, num_revalidated = 0,
+          num_revalidated_shorter = 0;
 
  private:
-  static KvConfig make_config(int32_t n, int32_t bs, double wm) {
-    KvConfig c;
-    c.num_blocks = n;
-    c.block_size = bs;
-    c.watermark = wm;
-    c.model_fingerprint = 77;
-    return c;
-  }
-
   TokenId& slot(BlockId b, int32_t pos) {
     return shadow_[static_cast<size_t>(b) * static_cast<size_t>(bs_) + static_cast<size_t>(pos % bs_)];
   }
@@ -92,24 +86,59 @@ class RandomKvTest {
     const int64_t salt = rng_.uniform_int(0, 5);
     s.salt = salt == 0 ? "tenant" : "";
     const int32_t len = static_cast<int32_t>(s.tokens.size());
-    const int32_t cached = kv_.num_cached_prefix_tokens(s.tokens, s.salt);
+    const int64_t lookups_before = kv_.stats().prefix_lookups;
+    PrefixMatch match = kv_.match_prefix(s.tokens, s.salt);
+    ASSERT_EQ(kv_.stats().prefix_lookups, lookups_before + 1);
+    const int32_t cached = match.num_cached_tokens();
     ASSERT_EQ(cached % bs_, 0);
     ASSERT_LT(cached, len);
     const auto num_new = static_cast<int32_t>(rng_.uniform_int(1, len - cached));
-    const bool can = kv_.can_allocate(s.tokens, num_new, s.salt);
     const SeqId id = next_id_++;
     const KvStats before = kv_.stats();
     const auto queue_before = kv_.pool().free_queue();
-    auto got = kv_.allocate(id, s.tokens, num_new, s.salt);
-    ASSERT_EQ(got.ok(), can);
-    if (!got.ok()) {
+    if (rng_.uniform_int(0, 7) == 0) {
+      // Some other change lands between the lookup and the admission: the
+      // match is refused as stale, then revalidated without a lookup. With
+      // no block committed in between (only taken and freed), the revalidated
+      // match is exactly what a fresh lookup finds.
+      const SeqId other = next_id_++;
+      const bool changed = kv_.allocate(other, bases_[0], 1 + static_cast<int32_t>(rng_.uniform_int(0, 3)), "").ok();
+      if (changed) kv_.free(other);
+      if (changed) {
+        auto stale = kv_.can_allocate(match, num_new);
+        ASSERT_FALSE(stale.ok());
+        ASSERT_NE(stale.message().find("stale"), std::string::npos) << stale.message();
+        const PrefixMatch fresh = kv_.match_prefix(s.tokens, s.salt);
+        kv_.revalidate(&match);
+        ASSERT_TRUE(std::ranges::equal(match.blocks(), fresh.blocks()));
+        ASSERT_EQ(match.next_block_key() != nullptr, fresh.next_block_key() != nullptr);
+        if (fresh.next_block_key() != nullptr) {
+          ASSERT_TRUE(*match.next_block_key() == *fresh.next_block_key());
+        }
+        auto again = kv_.can_allocate(match, 1);
+        ASSERT_TRUE(again.ok() || again.message().find("stale") == std::string::npos) << again.message();
+        ++num_revalidated;
+        if (match.num_cached_tokens() < cached) ++num_revalidated_shorter;
+        return;  // the pool changed under queue_before: a plain admission next time
+      }
+    }
+    const int64_t lookups = kv_.stats().prefix_lookups;
+    auto admission = kv_.can_allocate(match, num_new);
+    ASSERT_EQ(kv_.stats().prefix_lookups, lookups) << "can_allocate must not look up again";
+    if (!admission.ok()) {
       ++num_allocs_refused;
+      // The one-call form refuses the same, and a refusal changes nothing.
+      ASSERT_FALSE(kv_.allocate(id, s.tokens, num_new, s.salt).ok());
       ASSERT_FALSE(kv_.has_seq(id));
       ASSERT_EQ(kv_.pool().free_queue(), queue_before);
       ASSERT_EQ(kv_.stats().num_cached, before.num_cached);
       ASSERT_EQ(kv_.stats().prefix_query_tokens, before.prefix_query_tokens);
       return;
     }
+    auto got = kv_.allocate(id, *admission);
+    ASSERT_TRUE(got.ok()) << got.message();
+    ASSERT_EQ(kv_.stats().prefix_lookups, lookups) << "allocate must not look up again";
+    ASSERT_EQ(kv_.num_free_blocks(), static_cast<int32_t>(queue_before.size()) - admission->num_blocks_needed());
     ASSERT_EQ(*got, cached);
     if (cached > 0) ++num_hit_allocs;
     s.computed = cached;
@@ -264,14 +293,18 @@ TEST(KvRandom, HundredThousandOpsAgainstReference) {
     EXPECT_GT(st.num_evictions, 0);
     EXPECT_GT(t.num_allocs_refused, 0);
     EXPECT_GT(t.num_hit_allocs, 100);
+    EXPECT_GT(t.num_revalidated, 100);
+    EXPECT_GT(t.num_revalidated_shorter, 0);  // some stale matches lost blocks to eviction
     if (c.block_size > 1) {
       EXPECT_GT(t.num_cow, 0);  // 1-token blocks are never partly written
     }
-    std::printf("bs=%d blocks=%d: hit tokens %lld / %lld, evictions %lld, cow %lld, refused alloc %lld append %lld\n",
+    std::printf("bs=%d blocks=%d: hit tokens %lld / %lld, evictions %lld, cow %lld, refused alloc %lld append %lld, "
+                "revalidated %lld (%lld shorter)\n",
                 c.block_size, c.num_blocks, static_cast<long long>(st.prefix_hit_tokens),
                 static_cast<long long>(st.prefix_query_tokens), static_cast<long long>(st.num_evictions),
                 static_cast<long long>(t.num_cow), static_cast<long long>(t.num_allocs_refused),
-                static_cast<long long>(t.num_appends_refused));
+                static_cast<long long>(t.num_appends_refused), static_cast<long long>(t.num_revalidated),
+                static_cast<long long>(t.num_revalidated_shorter));
   }
 }
 

@@ -1,40 +1,58 @@
 // The scheduler test harness: a Scheduler over a KvManager driven by the fake
 // runner (fake_runner.h), checking each plan (budget, seats, fork ids, FIFO
-// fairness), every finished request's outputs against expected_outputs(), and
-// every invariant after every step.
+// fairness, one prefix lookup per admission), every finished request's outputs
+// against expected_outputs(), and every invariant after every step.
 #pragma once
 #include <gtest/gtest.h>
 
 #include <climits>
 #include <map>
-#include <numeric>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "base/rng.h"
 #include "fake_runner.h"
+#include "kv/test_util.h"
 #include "sched/scheduler.h"
 
 namespace pagoda::sched::testing {
 
-using Tokens = std::vector<TokenId>;
+using kv::testing::concat;
+using kv::testing::iota_tokens;
+using kv::testing::Tokens;
 constexpr int32_t kVocab = 500;
 
-inline Tokens iota_tokens(TokenId start, int n) {
-  Tokens t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), start);
-  return t;
+inline kv::KvConfig kv_config(int32_t num_blocks, int32_t block_size, double watermark = 0.01) {
+  return kv::testing::make_config(num_blocks, block_size, watermark, /*model_fingerprint=*/99);
 }
 
-inline kv::KvConfig kv_config(int32_t num_blocks, int32_t block_size, double watermark = 0.01) {
-  kv::KvConfig c;
-  c.num_blocks = num_blocks;
-  c.block_size = block_size;
-  c.watermark = watermark;
-  c.model_fingerprint = 99;
-  return c;
-}
+// The random soaks' prompts: four base strings of 200 tokens; a prompt is (60%)
+// a random prefix of one of them, then a random tail of 0..120 tokens (at
+// least one), so that prefix hits and in-flight dedup happen.
+class SoakPrompts {
+ public:
+  explicit SoakPrompts(Rng& rng) : rng_(rng), bases_(4) {
+    for (auto& b : bases_) {
+      for (int i = 0; i < 200; ++i) b.push_back(static_cast<TokenId>(rng_.uniform_int(0, kVocab - 1)));
+    }
+  }
+  Tokens next() {
+    Tokens prompt;
+    if (rng_.uniform() < 0.6) {
+      const auto& b = bases_[static_cast<size_t>(rng_.uniform_int(0, 3))];
+      prompt.assign(b.begin(), b.begin() + rng_.uniform_int(1, 200));
+    }
+    const int64_t tail = rng_.uniform_int(prompt.empty() ? 1 : 0, 120);
+    for (int64_t i = 0; i < tail; ++i) prompt.push_back(static_cast<TokenId>(rng_.uniform_int(0, kVocab - 1)));
+    return prompt;
+  }
+
+ private:
+  Rng& rng_;
+  std::vector<Tokens> bases_;
+};
 
 // Drives scheduler + fake runner and checks every step.
 class Harness {
@@ -79,8 +97,10 @@ class Harness {
   // One engine step; the group abort_mid (if non-empty) is aborted between the run and update().
   StepPlan step(const std::vector<RequestId>& abort_mid) {
     const std::vector<RequestId> waiting_before = sched_.waiting_ids();
+    const int64_t lookups_before = kv_.stats().prefix_lookups;
     StepPlan plan = sched_.schedule();
     check_plan(plan, waiting_before);
+    check_lookups(plan, waiting_before, kv_.stats().prefix_lookups - lookups_before);
     std::vector<SeqOutput> outs = runner_.execute(plan);
     for (const ScheduledSeq& s : plan.seqs) scheduled_tokens_ += static_cast<int64_t>(s.token_ids.size());
     if (abort_mid.size() == 1) abort(abort_mid[0]);
@@ -128,7 +148,7 @@ class Harness {
       dump << "running:";
       for (RequestId id : sched_.running_ids()) {
         const Request* r = sched_.find(id);
-        dump << " " << id << "(" << r->num_computed_tokens << "/" << r->num_tokens() << ")";
+        dump << " " << id << "(" << sched_.num_computed_tokens(id) << "/" << r->num_tokens() << ")";
       }
       dump << " waiting:";
       for (RequestId id : sched_.waiting_ids()) {
@@ -141,6 +161,19 @@ class Harness {
     }
     EXPECT_FALSE(sched_.has_unfinished()) << "requests left after " << max_steps << " steps";
     return n;
+  }
+
+  // A soak's step loop stops at its first failure (one report is enough).
+  bool soak_failed(int step) {
+    if (!::testing::Test::HasFailure()) return false;
+    ADD_FAILURE() << "stopped at step " << step;
+    return true;
+  }
+  // The end of a soak: runs what is left, then every request must have
+  // finished or been aborted, and the pool must be free again.
+  void drain_soak() {
+    run_to_completion(5000);
+    expect_all_done_and_pool_free();
   }
 
   void expect_all_done_and_pool_free() {
@@ -161,6 +194,26 @@ class Harness {
   int64_t max_overtaken_steps = 0;  // kLpm
 
  private:
+  // Admission walks the prefix cache once per request it considers: kLpm for
+  // the whole queue when ordering it (and never again), kFcfs for each request
+  // it admits or defers, plus at most one that did not fit. None in a step
+  // that preempted (no admission).
+  void check_lookups(const StepPlan& plan, const std::vector<RequestId>& waiting_before, int64_t lookups) {
+    if (!plan.preempted.empty()) {
+      EXPECT_EQ(lookups, 0) << "lookups in a step without admission";
+      return;
+    }
+    if (sched_.config().policy == SchedulePolicy::kLpm) {
+      EXPECT_EQ(lookups, static_cast<int64_t>(waiting_before.size())) << "kLpm: one lookup per waiting request";
+      return;
+    }
+    const std::set<RequestId> waiting(waiting_before.begin(), waiting_before.end());
+    int64_t considered = static_cast<int64_t>(plan.deferred.size());
+    for (const ScheduledSeq& s : plan.seqs) considered += waiting.count(s.request_id);
+    EXPECT_GE(lookups, considered) << "an admission without a lookup";
+    EXPECT_LE(lookups, considered + 1) << "more than one lookup per admission";
+  }
+
   void check_plan(const StepPlan& plan, const std::vector<RequestId>& waiting_before) {
     const SchedulerConfig& c = sched_.config();
     EXPECT_LE(plan.num_tokens(), c.max_num_batched_tokens);
@@ -229,6 +282,7 @@ inline SchedulerConfig sched_config(int32_t budget, int32_t max_seqs, int32_t ma
   c.max_num_batched_tokens = budget;
   c.max_num_seqs = max_seqs;
   c.max_model_len = max_len;
+  c.vocab_size = kVocab;
   return c;
 }
 

@@ -20,8 +20,8 @@ namespace {
 using testing::Harness;
 using testing::iota_tokens;
 using testing::kv_config;
-using testing::kVocab;
 using testing::sched_config;
+using testing::SoakPrompts;
 using testing::Tokens;
 using Blocks = std::vector<BlockId>;
 using Copies = std::vector<std::pair<BlockId, BlockId>>;
@@ -344,10 +344,7 @@ TEST(SchedulerFork, RandomSoakWithGroups) {
   sc.max_dedup_defer_steps = 6;
   Harness h(sc, kv_config(97, 16));  // 96 usable blocks = 1536 tokens
   Rng rng(4242);
-  std::vector<Tokens> bases(4);
-  for (auto& b : bases) {
-    for (int i = 0; i < 200; ++i) b.push_back(static_cast<TokenId>(rng.uniform_int(0, kVocab - 1)));
-  }
+  SoakPrompts prompts(rng);
   RequestId next = 1;
   std::vector<std::vector<RequestId>> live;  // groups: parent first
   int groups = 0, parents_preempted = 0, children_preempted = 0;
@@ -358,13 +355,7 @@ TEST(SchedulerFork, RandomSoakWithGroups) {
   for (int step = 0; step < kSteps; ++step) {
     const int arrivals = rng.uniform() < 0.08 ? static_cast<int>(rng.uniform_int(1, 4)) : 0;
     for (int a = 0; a < arrivals; ++a) {
-      Tokens prompt;
-      if (rng.uniform() < 0.6) {
-        const auto& b = bases[static_cast<size_t>(rng.uniform_int(0, 3))];
-        prompt.assign(b.begin(), b.begin() + rng.uniform_int(1, 200));
-      }
-      const int64_t tail = rng.uniform_int(prompt.empty() ? 1 : 0, 120);
-      for (int64_t i = 0; i < tail; ++i) prompt.push_back(static_cast<TokenId>(rng.uniform_int(0, kVocab - 1)));
+      const Tokens prompt = prompts.next();
       const auto max_tokens = static_cast<int32_t>(rng.uniform_int(1, 160));
       const auto eos = static_cast<int32_t>(rng.uniform_int(1, 80));
       const int n = rng.uniform() < 0.3 ? static_cast<int>(rng.uniform_int(2, 4)) : 1;
@@ -397,13 +388,9 @@ TEST(SchedulerFork, RandomSoakWithGroups) {
       parents_preempted += !r->fork_ids.empty();
       children_preempted += r->forked_from != 0;
     }
-    if (::testing::Test::HasFailure()) {
-      ADD_FAILURE() << "stopped at step " << step;
-      return;
-    }
+    if (h.soak_failed(step)) return;
   }
-  h.run_to_completion(5000);
-  h.expect_all_done_and_pool_free();
+  h.drain_soak();
   const SchedulerStats& st = h.sched().stats();
   const kv::KvStats ks = h.kv().stats();
   std::printf("fork soak: %lld steps, %llu ids, %d groups, %lld forks, %zu finished, %lld aborted, %lld preemptions "

@@ -10,6 +10,7 @@
 namespace pagoda::sched {
 namespace {
 
+using testing::concat;
 using testing::Harness;
 using testing::iota_tokens;
 using testing::kv_config;
@@ -20,11 +21,6 @@ std::vector<RequestId> ids_of(const StepPlan& p) {
   std::vector<RequestId> out;
   for (const ScheduledSeq& s : p.seqs) out.push_back(s.request_id);
   return out;
-}
-
-Tokens concat(Tokens a, const Tokens& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
 }
 
 // Request 1 caches a 12-token prompt (3 blocks of 4). Then a cold 12-token
@@ -62,6 +58,8 @@ TEST(SchedulerLpm, LpmAdmitsTheLongestCachedPrefixFirst) {
   EXPECT_EQ(s.seqs[1].start_pos, 0);
   EXPECT_EQ(s.seqs[1].token_ids.size(), 4u);  // what is left of the budget
   EXPECT_EQ(h->sched().find(2)->overtaken_steps, 0);  // admitted in the same step
+  // One lookup for each (the ordering's), reused by the admissions: 1 for request 1 before.
+  EXPECT_EQ(h->kv().stats().prefix_lookups, 1 + 2);
   h->run_to_completion(10);
   h->expect_all_done_and_pool_free();
   EXPECT_EQ(h->finished().at(3).num_cached_tokens, 12);

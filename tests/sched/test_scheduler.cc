@@ -16,31 +16,84 @@ namespace pagoda::sched {
 namespace {
 
 using testing::FakeRunner;
+using testing::concat;
 using testing::Harness;
 using testing::iota_tokens;
 using testing::kv_config;
 using testing::kVocab;
 using testing::sched_config;
+using testing::SoakPrompts;
 using testing::Tokens;
 
+// add_request is the one place a request is validated: one message per
+// error, naming the numbers and never an internal id, and nothing queued.
 TEST(Scheduler, RejectsImpossibleRequestsAtAdd) {
   Harness h(sched_config(2048, 64, 512), kv_config(17, 16, 0.0));  // 16 usable blocks = 256 tokens
   EXPECT_TRUE(h.add(1, iota_tokens(0, 10), 5).ok());
   Status dup = h.add(1, iota_tokens(0, 10), 5);
   EXPECT_FALSE(dup.ok());
   EXPECT_NE(dup.message().find("already in use"), std::string::npos);
-  EXPECT_FALSE(h.add(2, {}, 5).ok());
-  EXPECT_FALSE(h.add(3, iota_tokens(0, 10), 0).ok());
-  Status too_long = h.add(4, iota_tokens(0, 500), 13);
-  EXPECT_FALSE(too_long.ok());
-  EXPECT_NE(too_long.message().find("max_model_len 512"), std::string::npos) << too_long.message();
-  Status too_big = h.add(5, iota_tokens(0, 250), 7);  // 257 tokens: 17 blocks > 16
-  EXPECT_FALSE(too_big.ok());
-  EXPECT_NE(too_big.message().find("KV blocks"), std::string::npos) << too_big.message();
+  auto message = [&](RequestId id, Tokens prompt, int32_t max_tokens) {
+    Status st = h.add(id, std::move(prompt), max_tokens);
+    EXPECT_FALSE(st.ok()) << "request " << id;
+    return st.message();
+  };
+  EXPECT_EQ(message(2, {}, 5), "the prompt is empty");
+  EXPECT_EQ(message(3, iota_tokens(0, 10), 0), "max_tokens must be >= 1, got 0");
+  EXPECT_EQ(message(4, iota_tokens(0, 500), 13), "prompt (500 tokens) + max_tokens (13) = 513 exceeds the context length 512");
+  // 257 tokens: 17 blocks > 16.
+  EXPECT_EQ(message(5, iota_tokens(0, 250), 7),
+            "prompt (250 tokens) + max_tokens (7) = 257 tokens need 17 KV blocks of 16 tokens, but the whole cache "
+            "admits 16");
+  EXPECT_EQ(message(7, Tokens{1, kVocab, 2}, 5), "token id 500 is not in the vocabulary (size 500)");
+  EXPECT_EQ(message(8, Tokens{1, -3}, 5), "token id -3 is not in the vocabulary (size 500)");
   EXPECT_TRUE(h.add(6, iota_tokens(0, 250), 6).ok());  // exactly the whole pool
-  EXPECT_EQ(h.sched().stats().num_rejected, 5);
+  EXPECT_EQ(h.sched().stats().num_rejected, 7);
   EXPECT_EQ(h.sched().num_waiting(), 2);
+  EXPECT_EQ(h.sched().waiting_ids(), (std::vector<RequestId>{1, 6}));
   h.run_to_completion(100);
+  h.expect_all_done_and_pool_free();
+}
+
+TEST(Scheduler, WithoutAVocabularySizeOnlyNegativeIdsAreRejected) {
+  SchedulerConfig sc = sched_config(2048, 8);
+  sc.vocab_size = 0;
+  kv::KvManager kv(kv_config(17, 16));
+  Scheduler s(sc, &kv);
+  NewRequest r;
+  r.id = 1;
+  r.prompt = {7, 1 << 30};
+  EXPECT_TRUE(s.add_request(r).ok());
+  r.id = 2;
+  r.prompt = {-1};
+  Status st = s.add_request(r);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.message(), "token id -1 is negative");
+  EXPECT_EQ(s.num_waiting(), 1);
+}
+
+// One walk of the prefix cache per admission (KvStats::prefix_lookups): the
+// match decides the hit, the dedup check and the chunk, and allocate consumes
+// it. Three requests admitted in one step: three lookups.
+TEST(Scheduler, EachAdmissionLooksUpTheCacheOnce) {
+  Harness h(sched_config(2048, 8), kv_config(65, 16));
+  const Tokens prompt = iota_tokens(1, 100);
+  ASSERT_TRUE(h.add(1, prompt, 1).ok());
+  h.run_to_completion(10);
+  EXPECT_EQ(h.kv().stats().prefix_lookups, 1);
+  ASSERT_TRUE(h.add(2, prompt, 2).ok());
+  ASSERT_TRUE(h.add(3, concat(Tokens(prompt.begin(), prompt.begin() + 40), iota_tokens(400, 30)), 2).ok());
+  ASSERT_TRUE(h.add(4, iota_tokens(300, 20), 2).ok());
+  const StepPlan p = h.step();
+  ASSERT_EQ(p.seqs.size(), 3u);
+  EXPECT_EQ(p.seqs[0].start_pos, 96);  // 6 blocks hit
+  EXPECT_EQ(p.seqs[1].start_pos, 32);  // 2 blocks hit
+  EXPECT_EQ(p.seqs[2].start_pos, 0);
+  EXPECT_EQ(h.kv().stats().prefix_lookups, 1 + 3);
+  EXPECT_EQ(h.sched().stats().num_admissions, 1 + 3);
+  // Decode steps admit nothing and look nothing up.
+  h.run_to_completion(10);
+  EXPECT_EQ(h.kv().stats().prefix_lookups, 4);
   h.expect_all_done_and_pool_free();
 }
 
@@ -246,11 +299,7 @@ void random_soak(SchedulePolicy policy) {
   sc.max_lpm_overtake_steps = 8;
   Harness h(sc, kv_config(129, 16));  // 128 usable blocks = 2048 tokens
   Rng rng(2024);
-  // Shared prefixes so that hits and in-flight dedup happen.
-  std::vector<Tokens> bases(4);
-  for (auto& b : bases) {
-    for (int i = 0; i < 200; ++i) b.push_back(static_cast<TokenId>(rng.uniform_int(0, kVocab - 1)));
-  }
+  SoakPrompts prompts(rng);
   RequestId next = 1;
   std::vector<RequestId> live;
   int rejected = 0;
@@ -259,13 +308,7 @@ void random_soak(SchedulePolicy policy) {
     // ~0.2 requests per step on average, in bursts: near but under capacity.
     const int arrivals = rng.uniform() < 0.08 ? static_cast<int>(rng.uniform_int(1, 4)) : 0;
     for (int a = 0; a < arrivals; ++a) {
-      Tokens prompt;
-      if (rng.uniform() < 0.6) {
-        const auto& b = bases[static_cast<size_t>(rng.uniform_int(0, 3))];
-        prompt.assign(b.begin(), b.begin() + rng.uniform_int(1, 200));
-      }
-      const int64_t tail = rng.uniform_int(prompt.empty() ? 1 : 0, 120);
-      for (int64_t i = 0; i < tail; ++i) prompt.push_back(static_cast<TokenId>(rng.uniform_int(0, kVocab - 1)));
+      const Tokens prompt = prompts.next();
       const auto max_tokens = static_cast<int32_t>(rng.uniform_int(1, 200));
       const auto eos = static_cast<int32_t>(rng.uniform_int(1, 80));
       const std::string salt = rng.uniform() < 0.1 ? "tenant-x" : "";
@@ -287,13 +330,9 @@ void random_soak(SchedulePolicy policy) {
       }
     }
     h.step(abort_mid);
-    if (::testing::Test::HasFailure()) {
-      ADD_FAILURE() << "stopped at step " << step;
-      return;
-    }
+    if (h.soak_failed(step)) return;
   }
-  h.run_to_completion(5000);
-  h.expect_all_done_and_pool_free();
+  h.drain_soak();
   const SchedulerStats& st = h.sched().stats();
   const kv::KvStats ks = h.kv().stats();
   std::printf("random: %lld steps, %llu requests (%d rejected), %zu finished, %lld aborted, %lld preemptions, "
