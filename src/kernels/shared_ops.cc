@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "base/check.h"
-#include "base/fp16.h"
 #include "base/ggml_quant.h"
 #include "kernels/api.h"
 
@@ -18,27 +17,29 @@ bool matmul_supports(GgmlType type) {
 
 namespace {
 
-// f32 -> one KV row in dtype; q8_0 as ggml's quantize_row_q8_0_ref (per 32
-// values d = amax / 127 stored as f16, q = roundf(x / d); n % 32 == 0).
-// out: kv_row_bytes(dtype, n) bytes
-void kv_encode_row(KvDtype dtype, const float* x, int64_t n, uint8_t* out) {
+// The ggml format of one KV row of each dtype: rows are encoded and decoded by
+// the one scalar codec (base/ggml_quant.h); q8_0 as ggml's quantize_row_q8_0_ref
+// (per 32 values d = amax / 127 stored as f16, q = roundf(x / d); n % 32 == 0).
+GgmlType kv_row_type(KvDtype dtype) {
   switch (dtype) {
-    case KvDtype::F32: quantize_row(GgmlType::F32, x, out, n); return;
-    case KvDtype::F16: quantize_row(GgmlType::F16, x, out, n); return;
-    case KvDtype::BF16: quantize_row(GgmlType::BF16, x, out, n); return;
-    case KvDtype::Q8_0: PAGODA_CHECK(quantize_row(GgmlType::Q8_0, x, out, n)); return;
+    case KvDtype::F32: return GgmlType::F32;
+    case KvDtype::F16: return GgmlType::F16;
+    case KvDtype::BF16: return GgmlType::BF16;
+    case KvDtype::Q8_0: return GgmlType::Q8_0;
   }
+  PAGODA_CHECK_MSG(false, "KV dtype %u", static_cast<unsigned>(dtype));
+  return GgmlType::F32;
+}
+
+// f32 -> one KV row in dtype. out: kv_row_bytes(dtype, n) bytes
+void kv_encode_row(KvDtype dtype, const float* x, int64_t n, uint8_t* out) {
+  PAGODA_CHECK(quantize_row(kv_row_type(dtype), x, out, n));
 }
 
 }  // namespace
 
 void kv_read_row(KvDtype dtype, const uint8_t* row, int64_t n, float* out) {
-  switch (dtype) {
-    case KvDtype::F32: dequantize_row(GgmlType::F32, row, out, n); return;
-    case KvDtype::F16: dequantize_row(GgmlType::F16, row, out, n); return;
-    case KvDtype::BF16: dequantize_row(GgmlType::BF16, row, out, n); return;
-    case KvDtype::Q8_0: PAGODA_CHECK(dequantize_row(GgmlType::Q8_0, row, out, n)); return;
-  }
+  PAGODA_CHECK(dequantize_row(kv_row_type(dtype), row, out, n));
 }
 
 void kv_write(const KvLayerView& kv, const float* k, const float* v, const int64_t* slot_mapping,
