@@ -1,6 +1,8 @@
 // Kernel API: plain non-owning views and function signatures. Two
 // implementations stand behind it: ref/ (scalar oracles, obviously correct) and
-// cpu/ (SIMD + threads, chosen at run time between AVX2 and AVX-512).
+// cpu/ (SIMD + threads, chosen at run time between AVX2 and AVX-512), plus the
+// ops both share (shared_ops.cc, cpu/ops.cc's silu_mul). Model code reaches them
+// only through the backend table of kernels/backend.h.
 //
 // Batch invariance contract (every cpu/ kernel): each output element is computed
 // with a fixed reduction order that depends only on its own row/token inputs,
