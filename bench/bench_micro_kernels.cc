@@ -156,7 +156,7 @@ void BM_PagedAttention(benchmark::State& st) {
     std::vector<float> k(n * row.size()), v(n * row.size());
     for (auto& f : k) f = static_cast<float>(rng.normal());
     for (auto& f : v) f = static_cast<float>(rng.normal());
-    cpu::kv_write(kv, k.data(), v.data(), slot_ids.data() + s, static_cast<int64_t>(n));
+    kv_write(kv, k.data(), v.data(), slot_ids.data() + s, static_cast<int64_t>(n));
   }
   std::vector<int32_t> q_indptr{0}, kv_indptr{0}, indices, last, positions;
   for (int32_t s = 0; s < n_seqs; ++s) {

@@ -287,7 +287,7 @@ int run_bench(int argc, char** argv) {
   if (o.json) {
     nlohmann::json j;
     j["model"] = o.model;
-    j["arch"] = model::arch_name(cfg.arch);
+    j["arch"] = cfg.arch;
     j["threads"] = threads;
     j["isa"] = kernels::cpu::isa_name();
     j["kv_dtype"] = kernels::kv_dtype_name(o.kv_dtype);
@@ -318,7 +318,7 @@ int run_bench(int argc, char** argv) {
     return tg_consistent ? 0 : 1;
   }
 
-  std::printf("model: %s (%s, %d layers, embd %d, vocab %d)\n", o.model.c_str(), model::arch_name(cfg.arch),
+  std::printf("model: %s (%s, %d layers, embd %d, vocab %d)\n", o.model.c_str(), cfg.arch.c_str(),
               cfg.n_layers, cfg.n_embd, cfg.n_vocab);
   std::printf("threads: %d, isa: %s, kv: %s, block size %" PRId64 ", %" PRId64 " reps + 1 warm-up\n\n", threads,
               kernels::cpu::isa_name(), kernels::kv_dtype_name(o.kv_dtype), o.block_size, o.reps);

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "base/rng.h"
-#include "gguf/quantize.h"
+#include "base/ggml_quant.h"
 
 namespace pagoda::gguf {
 

@@ -1,6 +1,8 @@
 // Kernel API: plain non-owning views and function signatures. Two
 // implementations stand behind it: ref/ (scalar oracles, obviously correct) and
-// cpu/ (SIMD + threads, chosen at run time between AVX2 and AVX-512).
+// cpu/ (SIMD + threads, chosen at run time between AVX2 and AVX-512), plus the
+// ops both share (shared_ops.cc, cpu/ops.cc's silu_mul). Model code reaches them
+// only through the backend table of kernels/backend.h.
 //
 // Batch invariance contract (every cpu/ kernel): each output element is computed
 // with a fixed reduction order that depends only on its own row/token inputs,
@@ -90,12 +92,21 @@ inline int64_t kv_len(const BatchView& b, int32_t seq, int32_t block_size) {
 }
 
 // ---- Threads -----------------------------------------------------------------
+// Every cpu:: kernel runs its own OpenMP team of num_threads(); scratch memory is
+// thread_local, so calls from different threads are safe.
 void set_num_threads(int n);
 int num_threads();
 
-// ---- Ops (same signatures in ref:: and cpu::) --------------------------------
+// ---- Ops with a scalar oracle (ref::) and a fast version (cpu::) ---------------
 #define PAGODA_KERNEL_OPS                                                                       \
-  /* y[t, r] = sum_c W[r, c] * x[t, c].  x: [n_tokens, w.cols], y: [n_tokens, w.rows] */         \
+  /* y[t, r] = sum_c W[r, c] * x[t, c].  x: [n_tokens, w.cols], y: [n_tokens, w.rows]          \
+     cpu:: multiplies quantized weights (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0) by an 8-bit quantization    \
+     of x bit for bit as ggml's x86 quantize_row_q8_0/q8_1 (per 32 values, q = round(x *       \
+     127/amax), d = f16(amax/127), q8_1's s = f16(d * sum q)), and K-quants (Q4_K/Q5_K/Q6_K)    \
+     by a q8_K quantization (per 256 values, one f32 d, as ggml's quantize_row_q8_K_ref) in    \
+     integer arithmetic; so it matches ref within the activation rounding, not to float        \
+     precision. Env PAGODA_KQUANT_FALLBACK=1 (read at the first call) sends K-quants through   \
+     the dequantize-to-f32 path instead. */                                                     \
   void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y);                 \
   /* y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight.  x, y: [n_tokens, n] */         \
   void rmsnorm(const float* x, const float* weight, float eps, int64_t n_tokens, int64_t n,     \
@@ -104,13 +115,8 @@ int num_threads();
      neox=false: pairs (2i, 2i+1) (llama); neox=true: pairs (i, i + rope_dim/2) (qwen2, neox). */ \
   void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads,              \
             int32_t head_dim, int32_t rope_dim, float theta_base, bool neox);                   \
-  /* In place, numerically stable. x: [n] */                                                   \
-  void softmax(float* x, int64_t n);                                                            \
-  /* Writes each token's K and V rows into its slot (quantizing for q8_0).                     \
-     k, v: [n_tokens, n_kv_heads * head_dim] */                                                 \
-  void kv_write(const KvLayerView& kv, const float* k, const float* v,                          \
-                const int64_t* slot_mapping, int64_t n_tokens);                                 \
-  /* Causal paged attention with grouped-query heads (n_heads % n_kv_heads == 0).              \
+  /* Causal paged attention with grouped-query heads (n_heads % n_kv_heads == 0);              \
+     cpu:: requires kv.block_size <= 256.                                                       \
      q: [n_tokens, n_heads, head_dim], out: [n_tokens, n_heads, head_dim] */                    \
   void paged_attention(const float* q, const KvLayerView& kv, const BatchView& batch,           \
                        int32_t n_heads, float scale, float* out);
@@ -120,7 +126,10 @@ PAGODA_KERNEL_OPS
 }  // namespace ref
 namespace cpu {
 PAGODA_KERNEL_OPS
-// Which ISA the dispatcher picked ("avx512-vnni", "avx2").
+// Which ISA the dispatcher picked ("avx512-vnni", "avx2"). Bitwise batch
+// invariance holds for a fixed ISA: the AVX2 and AVX-512 matmul paths round
+// differently (8- vs 16-lane sums), so goldens recorded on one may differ in the
+// last bits on the other; PAGODA_ISA=avx2 pins the AVX2 path.
 const char* isa_name();
 // Forces the ISA for later calls: "avx2", "avx512-vnni" or "auto" (the best the
 // machine supports; the default, unless env PAGODA_ISA=avx2 is set at start-up).
@@ -129,34 +138,28 @@ const char* isa_name();
 bool set_isa(const char* name);
 }  // namespace cpu
 
-// ---- Additions (kernels helper) ------------------------------------------------
-// Notes on the cpu:: kernels:
-// * Bitwise batch invariance holds for a fixed ISA. The AVX2 and AVX-512 matmul
-//   paths round differently (8- vs 16-lane sums), so goldens recorded on one may
-//   differ in the last bits on the other; PAGODA_ISA=avx2 pins the AVX2 path.
-// * Quantized weights (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0) multiply an 8-bit quantization
-//   of x bit for bit as ggml's x86 quantize_row_q8_0/q8_1 (per 32 values,
-//   q = round(x * 127/amax), d = f16(amax/127), q8_1's s = f16(d * sum q)):
-//   results match ref within the activation rounding, not to float precision.
-//   K-quants (Q4_K/Q5_K/Q6_K) multiply a q8_K quantization of x (per 256 values,
-//   one f32 d, bit for bit as ggml's quantize_row_q8_K_ref, with 16-value sums)
-//   in integer arithmetic; env PAGODA_KQUANT_FALLBACK=1 (read at the first call)
-//   sends them through the old dequantize-to-f32 path instead.
-// * Scratch memory is thread_local: calls from different threads are safe; each
-//   call runs its own OpenMP team of num_threads().
-// * kv_write skips tokens whose slot_mapping entry is negative (padding).
-// * paged_attention requires block_size <= 256.
+// ---- Ops both backends share ----------------------------------------------------
+// Data movement, exact arithmetic, or (silu_mul) one vectorized formula: a single
+// implementation keeps ref and cpu forwards on the same values outside the ops above.
+
 // True if matmul (ref and cpu) accepts weights of this type:
 // F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K.
 bool matmul_supports(GgmlType type);
-// Dequantizes one weight row (e.g. an embedding row) to f32, exactly as ggml does.
-// Precondition: n is a multiple of the type's block size. out: [n]
-void dequantize_row(GgmlType type, const void* row, int64_t n, float* out);
+// Writes each token's K and V rows into its slot (quantizing for q8_0); tokens
+// whose slot_mapping entry is negative (padding) are skipped.
+// k, v: [n_tokens, n_kv_heads * head_dim]
+void kv_write(const KvLayerView& kv, const float* k, const float* v, const int64_t* slot_mapping,
+              int64_t n_tokens);
 // Reads one token's K or V row (all heads) back to f32. row: kv_row_bytes(dtype, n), out: [n]
 void kv_read_row(KvDtype dtype, const uint8_t* row, int64_t n, float* out);
-
-// Elementwise helpers used by the model (cpu, vectorized by the compiler).
-void silu_mul(float* gate, const float* up, int64_t n);   // gate = silu(gate) * up
-void add_inplace(float* x, const float* y, int64_t n);    // x += y
+// Embedding lookup: out[i, :] = dequantized row ids[i] of table.
+// Precondition: 0 <= ids[i] < table.rows. out: [n_ids, table.cols]
+void get_rows(const WeightView& table, const int32_t* ids, int64_t n_ids, float* out);
+// out[i, :] = x[rows[i], :] (e.g. the rows whose logits are wanted).
+// x: [*, n], out: [n_rows, n]; rows[i] within x.
+void gather_rows(const float* x, int64_t n, const int32_t* rows, int64_t n_rows, float* out);
+void add_inplace(float* x, const float* y, int64_t n);                        // x += y.  x, y: [n]
+void add_rows(float* x, const float* bias, int64_t n_rows, int64_t n);        // x[r, :] += bias.  x: [n_rows, n]
+void silu_mul(float* gate, const float* up, int64_t n);                       // gate = silu(gate) * up.  [n]
 
 }  // namespace pagoda::kernels

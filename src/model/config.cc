@@ -2,16 +2,9 @@
 
 #include <limits>
 
-namespace pagoda::model {
+#include "model/arch.h"
 
-const char* arch_name(Arch a) {
-  switch (a) {
-    case Arch::Llama: return "llama";
-    case Arch::Mistral: return "mistral";
-    case Arch::Qwen2: return "qwen2";
-  }
-  return "?";
-}
+namespace pagoda::model {
 
 namespace {
 
@@ -43,19 +36,12 @@ Expected<float> read_float(const gguf::GgufFile& f, const std::string& key, doub
 
 Expected<ModelConfig> config_from_gguf(const gguf::GgufFile& f) {
   ModelConfig c;
-  PAGODA_ASSIGN_OR_RETURN(std::string arch, f.get_string("general.architecture"));
-  if (arch == "llama") {
-    c.arch = Arch::Llama;
-  } else if (arch == "mistral") {
-    c.arch = Arch::Mistral;
-  } else if (arch == "qwen2") {
-    c.arch = Arch::Qwen2;
-    c.rope_neox = true;
-    c.attn_bias = true;
-  } else {
-    return errorf("general.architecture '%s' is not supported (llama, mistral, qwen2)", arch.c_str());
+  PAGODA_ASSIGN_OR_RETURN(c.arch, f.get_string("general.architecture"));
+  const ArchDef* def = find_arch(c.arch);
+  if (!def) {
+    return errorf("general.architecture '%s' is not supported (%s)", c.arch.c_str(), arch_names().c_str());
   }
-  const std::string p = arch + ".";
+  const std::string p = c.arch + ".";
   PAGODA_ASSIGN_OR_RETURN(c.n_layers, read_dim(f, p + "block_count", -1));
   PAGODA_ASSIGN_OR_RETURN(c.n_embd, read_dim(f, p + "embedding_length", -1));
   PAGODA_ASSIGN_OR_RETURN(c.n_ff, read_dim(f, p + "feed_forward_length", -1));
@@ -75,6 +61,7 @@ Expected<ModelConfig> config_from_gguf(const gguf::GgufFile& f) {
   PAGODA_ASSIGN_OR_RETURN(c.n_ctx_train, read_dim(f, p + "context_length", 2048));
   PAGODA_ASSIGN_OR_RETURN(c.rms_eps, read_float(f, p + "attention.layer_norm_rms_epsilon", 1e-5));
   PAGODA_ASSIGN_OR_RETURN(c.rope_base, read_float(f, p + "rope.freq_base", 10000.0));
+  if (def->read_hparams) PAGODA_TRY(def->read_hparams(f, p, c));
 
   if (c.n_heads % c.n_kv_heads != 0) {
     return errorf("attention.head_count %d is not a multiple of attention.head_count_kv %d", c.n_heads,

@@ -1,6 +1,7 @@
 // ModelConfig: the hyperparameters of a decoder-only transformer, read from GGUF
 // metadata (`general.architecture` and the `<arch>.*` keys) and checked for
-// consistency before any weight is bound.
+// consistency before any weight is bound. The keys every decoder shares are read
+// here; an architecture's own keys and flags by its file (model/arch.h).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -10,11 +11,8 @@
 
 namespace pagoda::model {
 
-enum class Arch : uint8_t { Llama, Mistral, Qwen2 };
-const char* arch_name(Arch a);
-
 struct ModelConfig {
-  Arch arch = Arch::Llama;
+  std::string arch;          // general.architecture, a name in the registry (registry.cc)
   int32_t n_layers = 0;      // <arch>.block_count
   int32_t n_embd = 0;        // <arch>.embedding_length
   int32_t n_ff = 0;          // <arch>.feed_forward_length
@@ -26,15 +24,17 @@ struct ModelConfig {
   int32_t n_ctx_train = 0;   // <arch>.context_length
   float rms_eps = 1e-5f;     // <arch>.attention.layer_norm_rms_epsilon
   float rope_base = 10000.f; // <arch>.rope.freq_base
-  bool rope_neox = false;    // qwen2: pairs (i, i + rope_dim/2); llama/mistral: (2i, 2i+1)
-  bool attn_bias = false;    // qwen2: q/k/v projections carry biases
+  // Set by the architecture's read_hparams:
+  bool rope_neox = false;    // rotary pairs (i, i + rope_dim/2) (qwen2); else (2i, 2i+1) (llama)
+  bool attn_bias = false;    // q/k/v projections carry biases (qwen2)
   bool tied_output = false;  // no output.weight: token_embd doubles as the output matrix
 
   int32_t q_dim() const { return n_heads * head_dim; }      // width of Q and of attention output
   int32_t kv_dim() const { return n_kv_heads * head_dim; }  // width of one token's K (or V) row
 };
 
-// Reads and validates the config. Errors name the missing/invalid key.
+// Reads and validates the config of a registered architecture. Errors name the
+// missing/invalid key, or list the supported architectures.
 Expected<ModelConfig> config_from_gguf(const gguf::GgufFile& file);
 
 }  // namespace pagoda::model

@@ -1,10 +1,9 @@
 #include "model/model.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "base/hash.h"
-#include "gguf/dequant.h"
+#include "model/arch.h"
 
 namespace pagoda::model {
 
@@ -38,8 +37,7 @@ namespace {
 
 uint64_t compute_fingerprint(const gguf::GgufFile& f, const ModelConfig& c) {
   Hasher128 h(0x7061676f6461ull);  // "pagoda"
-  const char* arch = arch_name(c.arch);
-  h.update(arch, std::strlen(arch));
+  h.update(c.arch.data(), c.arch.size());
   const int64_t ints[] = {c.n_layers, c.n_embd, c.n_ff,      c.n_heads,  c.n_kv_heads,
                           c.head_dim, c.rope_dim, c.n_vocab, c.rope_neox, c.attn_bias};
   h.update(ints, sizeof(ints));
@@ -69,21 +67,45 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::shared_ptr<const gguf::Gg
   std::unique_ptr<Model> m(new Model());
   m->file_ = std::move(file);
   PAGODA_ASSIGN_OR_RETURN(m->config_, config_from_gguf(*m->file_));
-  PAGODA_ASSIGN_OR_RETURN(m->weights_, bind_weights(*m->file_, m->config_));
+  m->arch_ = find_arch(m->config_.arch);  // non-null: config_from_gguf checked the name
+  PAGODA_ASSIGN_OR_RETURN(m->weights_, m->arch_->bind_weights(*m->file_, m->config_));
   m->fingerprint_ = compute_fingerprint(*m->file_, m->config_);
   m->weight_bytes_per_token_ = model::weight_bytes_per_token(m->weights_, m->config_);
   return m;
 }
 
-void embed_token(const kernels::WeightView& token_embd, int32_t token, float* out) {
-  const auto* row = static_cast<const uint8_t*>(token_embd.data) + static_cast<size_t>(token) * token_embd.row_bytes;
-  gguf::dequantize_row(token_embd.type, row, out, token_embd.cols);
-}
-
 Status Model::forward(const kernels::BatchView& batch, std::span<const kernels::KvLayerView> kv_layers,
                       float* logits, Workspace& ws, KernelBackend backend) const {
-  // Every supported architecture is in the llama family (llama.cc).
-  return llama_forward(config_, weights_, batch, kv_layers, logits, ws, backend);
+  const ModelConfig& c = config_;
+  const int64_t T = batch.n_tokens;
+  // Check before mutating: nothing in the architecture's forward may fail once a
+  // KV row is written.
+  if (T <= 0) return errorf("forward: empty batch");
+  if (kv_layers.size() != static_cast<size_t>(c.n_layers)) {
+    return errorf("forward: %zu KV layers for a %d-layer model", kv_layers.size(), c.n_layers);
+  }
+  for (const kernels::KvLayerView& kv : kv_layers) {
+    if (kv.n_kv_heads != c.n_kv_heads || kv.head_dim != c.head_dim || !kv.k || !kv.v) {
+      return errorf("forward: KV layer has %d heads x %d dims, model needs %d x %d", kv.n_kv_heads, kv.head_dim,
+                    c.n_kv_heads, c.head_dim);
+    }
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t id = batch.token_ids[t];
+    if (id < 0 || id >= c.n_vocab) return errorf("forward: token id %d out of range [0, %d)", id, c.n_vocab);
+  }
+  if (batch.n_logits < 0 || batch.n_logits > T) {
+    return errorf("forward: %d logit rows for %lld tokens", batch.n_logits, static_cast<long long>(T));
+  }
+  for (int32_t i = 0; i < batch.n_logits; ++i) {
+    if (batch.logit_rows[i] < 0 || batch.logit_rows[i] >= T) {
+      return errorf("forward: logit row %d outside the batch of %lld tokens", batch.logit_rows[i],
+                    static_cast<long long>(T));
+    }
+  }
+  ws.reserve(c, static_cast<int32_t>(T));
+  arch_->forward(ForwardPass{kernels::backend(backend), c, weights_, batch, kv_layers, ws, logits});
+  return Status::Ok();
 }
 
 }  // namespace pagoda::model

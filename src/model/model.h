@@ -1,5 +1,6 @@
-// A loaded decoder-only transformer (llama family: llama, mistral, qwen2) and its
-// forward pass over a ragged batch with a block-addressed (paged) KV cache.
+// A loaded decoder-only transformer of a registered architecture (model/arch.h,
+// registry.cc) and its forward pass over a ragged batch with a block-addressed
+// (paged) KV cache.
 //
 // Thread-safety: a Model is immutable after load; forward() is const and may run
 // concurrently on different Workspaces and different KV storage.
@@ -13,14 +14,17 @@
 #include "base/status.h"
 #include "gguf/gguf.h"
 #include "kernels/api.h"
+#include "kernels/backend.h"
 #include "model/config.h"
 #include "model/weights.h"
 
 namespace pagoda::model {
 
-// Which kernel implementation forward() calls: cpu:: (fast) or ref:: (scalar
-// oracles, for debugging and parity tests).
-enum class KernelBackend : uint8_t { Cpu, Ref };
+struct ArchDef;
+
+// Which kernel backend table forward() calls through: Cpu (fast) or Ref
+// (scalar oracles, for debugging and parity tests).
+using KernelBackend = kernels::BackendKind;
 
 // Scratch activations of one forward pass, reused across steps. Grows on demand
 // (never shrinks); reserve() up front to keep allocation out of the step loop.
@@ -81,16 +85,9 @@ class Model {
   std::shared_ptr<const gguf::GgufFile> file_;
   ModelConfig config_;
   ModelWeights weights_;
+  const ArchDef* arch_ = nullptr;  // registry entry of config_.arch
   uint64_t fingerprint_ = 0;
   uint64_t weight_bytes_per_token_ = 0;
 };
-
-// Dequantizes row `token` of the embedding matrix into out[n_embd].
-void embed_token(const kernels::WeightView& token_embd, int32_t token, float* out);
-
-// The llama-family forward pass behind Model::forward (llama.cc); same contract.
-Status llama_forward(const ModelConfig& c, const ModelWeights& weights, const kernels::BatchView& batch,
-                     std::span<const kernels::KvLayerView> kv_layers, float* logits, Workspace& ws,
-                     KernelBackend backend);
 
 }  // namespace pagoda::model

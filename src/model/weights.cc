@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "gguf/dequant.h"
+#include "base/ggml_quant.h"
 
 namespace pagoda::model {
 
@@ -30,7 +30,8 @@ Expected<const gguf::TensorInfo*> find_shaped(const gguf::GgufFile& f, const std
   return t;
 }
 
-// A 1-D F32 vector (norm weight or bias) of n values.
+}  // namespace
+
 Expected<const float*> bind_vector(const gguf::GgufFile& f, const std::string& name, int64_t n) {
   PAGODA_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, find_shaped(f, name, {static_cast<uint64_t>(n)}));
   if (t->type != GgmlType::F32) {
@@ -44,7 +45,7 @@ Expected<const float*> bind_vector(const gguf::GgufFile& f, const std::string& n
   return reinterpret_cast<const float*>(t->data);
 }
 
-// A matrix of `rows` output features x `cols` input features (GGUF dims [cols, rows]).
+// GGUF dims [cols, rows].
 Expected<kernels::WeightView> bind_matrix(const gguf::GgufFile& f, const std::string& name, int64_t rows,
                                           int64_t cols) {
   PAGODA_ASSIGN_OR_RETURN(const gguf::TensorInfo* t,
@@ -70,14 +71,16 @@ Expected<kernels::WeightView> bind_matrix(const gguf::GgufFile& f, const std::st
   return w;
 }
 
+namespace {
+
 uint64_t matrix_bytes(const kernels::WeightView& w) { return w.row_bytes * static_cast<uint64_t>(w.rows); }
 
 }  // namespace
 
-Expected<ModelWeights> bind_weights(const gguf::GgufFile& f, const ModelConfig& c) {
+Expected<ModelWeights> bind_decoder_weights(const gguf::GgufFile& f, const ModelConfig& c) {
   ModelWeights w;
   PAGODA_ASSIGN_OR_RETURN(w.token_embd, bind_matrix(f, "token_embd.weight", c.n_vocab, c.n_embd));
-  if (!gguf::dequantize_supported(w.token_embd.type)) {
+  if (!dequantize_supported(w.token_embd.type)) {
     return errorf("tensor token_embd.weight: type %s cannot be dequantized", ggml_type_info(w.token_embd.type).name);
   }
   PAGODA_ASSIGN_OR_RETURN(w.output_norm, bind_vector(f, "output_norm.weight", c.n_embd));
@@ -94,11 +97,6 @@ Expected<ModelWeights> bind_weights(const gguf::GgufFile& f, const ModelConfig& 
     PAGODA_ASSIGN_OR_RETURN(l.wq, bind_matrix(f, b + "attn_q.weight", c.q_dim(), c.n_embd));
     PAGODA_ASSIGN_OR_RETURN(l.wk, bind_matrix(f, b + "attn_k.weight", c.kv_dim(), c.n_embd));
     PAGODA_ASSIGN_OR_RETURN(l.wv, bind_matrix(f, b + "attn_v.weight", c.kv_dim(), c.n_embd));
-    if (c.attn_bias) {
-      PAGODA_ASSIGN_OR_RETURN(l.bq, bind_vector(f, b + "attn_q.bias", c.q_dim()));
-      PAGODA_ASSIGN_OR_RETURN(l.bk, bind_vector(f, b + "attn_k.bias", c.kv_dim()));
-      PAGODA_ASSIGN_OR_RETURN(l.bv, bind_vector(f, b + "attn_v.bias", c.kv_dim()));
-    }
     PAGODA_ASSIGN_OR_RETURN(l.wo, bind_matrix(f, b + "attn_output.weight", c.n_embd, c.q_dim()));
     PAGODA_ASSIGN_OR_RETURN(l.ffn_norm, bind_vector(f, b + "ffn_norm.weight", c.n_embd));
     PAGODA_ASSIGN_OR_RETURN(l.w_gate, bind_matrix(f, b + "ffn_gate.weight", c.n_ff, c.n_embd));

@@ -4,6 +4,7 @@
 // [rows = output features, cols = input features] (GGUF dims reversed).
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
@@ -18,9 +19,9 @@ struct LayerWeights {
   kernels::WeightView wq;            // [q_dim, n_embd]
   kernels::WeightView wk;            // [kv_dim, n_embd]
   kernels::WeightView wv;            // [kv_dim, n_embd]
-  const float* bq = nullptr;         // [q_dim]  (qwen2 only, else null)
-  const float* bk = nullptr;         // [kv_dim] (qwen2 only)
-  const float* bv = nullptr;         // [kv_dim] (qwen2 only)
+  const float* bq = nullptr;         // [q_dim]  (all three set or all null: qwen2)
+  const float* bk = nullptr;         // [kv_dim]
+  const float* bv = nullptr;         // [kv_dim]
   kernels::WeightView wo;            // [n_embd, q_dim]
   const float* ffn_norm = nullptr;   // [n_embd]
   kernels::WeightView w_gate;        // [n_ff, n_embd]
@@ -35,10 +36,19 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;  // [n_layers]
 };
 
-// Binds and validates every tensor the config implies. Errors name the tensor:
-// "tensor blk.3.attn_q.weight: expected [576, 576], found [576, 512]" (GGUF dim order).
-// Precondition: `file` outlives the returned views.
-Expected<ModelWeights> bind_weights(const gguf::GgufFile& file, const ModelConfig& config);
+// Helpers for the architectures' bind_weights (model/arch.h). Errors name the
+// tensor: "tensor blk.3.attn_q.weight: expected [576, 576], found [576, 512]"
+// (GGUF dim order). Precondition: `file` outlives the returned views.
+
+// A matrix of `rows` output features x `cols` input features of a type matmul supports.
+Expected<kernels::WeightView> bind_matrix(const gguf::GgufFile& file, const std::string& name, int64_t rows,
+                                          int64_t cols);
+// A 1-D F32 vector (norm weight or bias) of n values.
+Expected<const float*> bind_vector(const gguf::GgufFile& file, const std::string& name, int64_t n);
+// The tensors of a pre-norm decoder with llama's names: token_embd, output_norm,
+// output (or tied to token_embd), and per layer attn_norm, attn_q/k/v/output,
+// ffn_norm, ffn_gate/up/down. Biases are left null.
+Expected<ModelWeights> bind_decoder_weights(const gguf::GgufFile& file, const ModelConfig& config);
 
 // Bytes of weights read to compute one token (all matrices, norms and the output
 // matrix; one embedding row). The numerator of decode GB/s.

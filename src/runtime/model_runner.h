@@ -13,6 +13,7 @@
 
 #include "base/status.h"
 #include "kernels/api.h"
+#include "kernels/backend.h"
 #include "model/model.h"
 #include "plan/batch.h"
 #include "runtime/kv_storage.h"
@@ -25,7 +26,7 @@ struct RunnerOptions {
   int32_t block_size = 16;          // tokens per KV block
   kernels::KvDtype kv_dtype = kernels::KvDtype::F32;
   int32_t max_tokens_per_step = 512;  // workspace reserved up front (grows if a step is larger)
-  model::KernelBackend backend = model::KernelBackend::Cpu;
+  kernels::BackendKind backend = kernels::BackendKind::Cpu;  // the kernel table every step calls
 };
 
 // Blocks needed to hold `n_ctx` tokens of one sequence, plus the null block.
@@ -57,7 +58,6 @@ class ModelRunner {
   const RunnerOptions& options() const { return options_; }
   KvStorage& kv() { return *kv_; }
   const KvStorage& kv() const { return *kv_; }
-  void set_backend(model::KernelBackend b) { options_.backend = b; }
 
  private:
   ModelRunner(const model::Model& m, const RunnerOptions& o) : model_(m), options_(o) {}

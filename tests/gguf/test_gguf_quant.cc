@@ -9,8 +9,7 @@
 
 #include "base/fp16.h"
 #include "base/rng.h"
-#include "gguf/dequant.h"
-#include "gguf/quantize.h"
+#include "base/ggml_quant.h"
 
 namespace pagoda::gguf {
 namespace {
@@ -155,6 +154,77 @@ TEST(Dequant, RejectsUnsupportedAndBadLength) {
   EXPECT_FALSE(dequantize_row(GgmlType::Q2_K, blk, out, 256));
   EXPECT_FALSE(dequantize_row(GgmlType::Q8_0, blk, out, 33));
   EXPECT_TRUE(dequantize_row(GgmlType::Q8_0, blk, out, 0));
+}
+
+// Hand-built blocks with known values check the dequantizers against ggml's layout.
+TEST(Dequant, KnownBlocks) {
+  {  // Q4_0: d = 0.5, byte j = (lo = j % 16, hi = 15 - j % 16)
+    BlockQ4_0 b{};
+    b.d = fp32_to_fp16(0.5f);
+    for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+    float y[32];
+    ASSERT_TRUE(dequantize_row(GgmlType::Q4_0, &b, y, 32));
+    EXPECT_EQ(y[0], -4.0f);    // (0 - 8) * 0.5
+    EXPECT_EQ(y[15], 3.5f);    // (15 - 8) * 0.5
+    EXPECT_EQ(y[16], 3.5f);    // hi nibble of byte 0 = 15
+    EXPECT_EQ(y[31], -4.0f);
+  }
+  {  // Q4_1: d = 0.25, m = -1
+    BlockQ4_1 b{};
+    b.d = fp32_to_fp16(0.25f);
+    b.m = fp32_to_fp16(-1.0f);
+    b.qs[3] = 0x4A;  // element 3 = 10, element 19 = 4
+    float y[32];
+    ASSERT_TRUE(dequantize_row(GgmlType::Q4_1, &b, y, 32));
+    EXPECT_EQ(y[3], 1.5f);
+    EXPECT_EQ(y[19], 0.0f);
+    EXPECT_EQ(y[0], -1.0f);
+  }
+  {  // Q5_0: high bit of element 2 and element 18
+    BlockQ5_0 b{};
+    b.d = fp32_to_fp16(1.0f);
+    const uint32_t qh = (1u << 2) | (1u << 18);
+    std::memcpy(b.qh, &qh, 4);
+    b.qs[2] = 0x31;
+    float y[32];
+    ASSERT_TRUE(dequantize_row(GgmlType::Q5_0, &b, y, 32));
+    EXPECT_EQ(y[2], 1.0f);    // (1 | 16) - 16
+    EXPECT_EQ(y[18], 3.0f);   // (3 | 16) - 16
+    EXPECT_EQ(y[0], -16.0f);
+  }
+  {  // Q8_0
+    BlockQ8_0 b{};
+    b.d = fp32_to_fp16(2.0f);
+    b.qs[5] = -7;
+    float y[32];
+    ASSERT_TRUE(dequantize_row(GgmlType::Q8_0, &b, y, 32));
+    EXPECT_EQ(y[5], -14.0f);
+    EXPECT_EQ(y[6], 0.0f);
+  }
+  {  // Q6_K: element 0 uses ql[0] low nibble, qh[0] bits 0-1, scale[0]
+    BlockQ6_K b{};
+    b.d = fp32_to_fp16(0.5f);
+    b.ql[0] = 0x05;
+    b.qh[0] = 0x02;  // high bits of element 0 = 2 -> q = 5 | 32 = 37 - 32 = 5
+    b.scales[0] = 3;
+    float y[256];
+    ASSERT_TRUE(dequantize_row(GgmlType::Q6_K, &b, y, 256));
+    EXPECT_EQ(y[0], 7.5f);  // 0.5 * 3 * 5
+    EXPECT_EQ(y[1], 0.5f * 3 * -32);
+  }
+  {  // Q4_K: sub-block 0 scale 2 min 1; sub-block 1 (high nibbles) scale 4 min 0
+    BlockQ4_K b{};
+    b.d = fp32_to_fp16(1.0f);
+    b.dmin = fp32_to_fp16(0.5f);
+    b.scales[0] = 2;
+    b.scales[4] = 1;
+    b.scales[1] = 4;
+    b.qs[0] = 0x73;
+    float y[256];
+    ASSERT_TRUE(dequantize_row(GgmlType::Q4_K, &b, y, 256));
+    EXPECT_EQ(y[0], 2.0f * 3 - 0.5f);
+    EXPECT_EQ(y[32], 4.0f * 7);
+  }
 }
 
 TEST(Quantize, Q4_0HandCheckedBlock) {

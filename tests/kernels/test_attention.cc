@@ -63,7 +63,7 @@ struct Scenario {
       const int32_t len = kv_lens[s], pages = (len + bs - 1) / bs;
       std::vector<int64_t> slots;
       for (int32_t j = 0; j < len; ++j) slots.push_back(static_cast<int64_t>(physical[page + j / bs]) * bs + j % bs);
-      ref::kv_write(kv, k_all.data() + key * row, v_all.data() + key * row, slots.data(), len);
+      kv_write(kv, k_all.data() + key * row, v_all.data() + key * row, slots.data(), len);
       key += len;
       for (int32_t p = 0; p < pages; ++p) indices.push_back(physical[page + p]);
       page += pages;

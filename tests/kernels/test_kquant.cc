@@ -15,6 +15,7 @@
 #include "base/aligned.h"
 #include "base/fp16.h"
 #include "base/rng.h"
+#include "base/ggml_quant.h"
 #include "kernels/api.h"
 #include "kernels/cpu/kquant.h"
 #include "kernels/kernel_test_util.h"
@@ -195,12 +196,12 @@ IntRow int_row(const WeightView& w, int64_t r) {
     } else {
       out.dmin.push_back(0.0);
     }
-    dequantize_row(w.type, copy.data(), 256, v);
+    dequantize_row(w.type, copy.data(), v, 256);
     for (int i = 0; i < 256; ++i) out.sq[b * 256 + i] = static_cast<int32_t>(v[i]);
     if (w.type != GgmlType::Q6_K) {
       testing::put_f16(copy.data(), 0.0f);
       testing::put_f16(copy.data() + 2, 1.0f);
-      dequantize_row(w.type, copy.data(), 256, v);
+      dequantize_row(w.type, copy.data(), v, 256);
       for (int i = 0; i < 256; ++i) out.mn[b * 256 + i] = static_cast<int32_t>(-v[i]);
     }
   }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/fp16.h"
+#include "base/ggml_quant.h"
 #include "kernels/api.h"
 #include "kernels/kernel_test_util.h"
 
@@ -63,7 +64,7 @@ std::vector<double> tolerances(const WeightView& w, const std::vector<float>& x,
   const bool q = quantizes_activations(w.type);
   const double per_amax = 1.0001 / 254.0 + 1.001 * 0x1.0p-11;
   for (int64_t r = 0; r < w.rows; ++r) {
-    dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + r * w.row_bytes, w.cols, row.data());
+    dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + r * w.row_bytes, row.data(), w.cols);
     for (int64_t t = 0; t < n_tokens; ++t) {
       const float* xt = x.data() + t * w.cols;
       double bound = 0;
@@ -128,7 +129,7 @@ void weight_block_ints(const WeightView& w, int64_t r, int64_t b, int32_t* qw, d
   testing::put_f16(copy.data(), 1.0f);
   if (w.type == GgmlType::Q4_1 || w.type == GgmlType::Q5_1) testing::put_f16(copy.data() + 2, 0.0f);
   float v[32];
-  dequantize_row(w.type, copy.data(), 32, v);
+  dequantize_row(w.type, copy.data(), v, 32);
   for (int i = 0; i < 32; ++i) qw[i] = static_cast<int32_t>(v[i]);
 }
 
@@ -258,77 +259,6 @@ TEST_P(MatmulTest, ThreadCountDoesNotChangeGemm) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, MatmulTest, ::testing::ValuesIn(testing::isas()), testing::IsaParamName);
-
-// Hand-built blocks with known values check ref's dequantizers against ggml's layout.
-TEST(Dequantize, KnownBlocks) {
-  {  // Q4_0: d = 0.5, byte j = (lo = j % 16, hi = 15 - j % 16)
-    BlockQ4_0 b{};
-    b.d = fp32_to_fp16(0.5f);
-    for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
-    float y[32];
-    dequantize_row(GgmlType::Q4_0, &b, 32, y);
-    EXPECT_EQ(y[0], -4.0f);    // (0 - 8) * 0.5
-    EXPECT_EQ(y[15], 3.5f);    // (15 - 8) * 0.5
-    EXPECT_EQ(y[16], 3.5f);    // hi nibble of byte 0 = 15
-    EXPECT_EQ(y[31], -4.0f);
-  }
-  {  // Q4_1: d = 0.25, m = -1
-    BlockQ4_1 b{};
-    b.d = fp32_to_fp16(0.25f);
-    b.m = fp32_to_fp16(-1.0f);
-    b.qs[3] = 0x4A;  // element 3 = 10, element 19 = 4
-    float y[32];
-    dequantize_row(GgmlType::Q4_1, &b, 32, y);
-    EXPECT_EQ(y[3], 1.5f);
-    EXPECT_EQ(y[19], 0.0f);
-    EXPECT_EQ(y[0], -1.0f);
-  }
-  {  // Q5_0: high bit of element 2 and element 18
-    BlockQ5_0 b{};
-    b.d = fp32_to_fp16(1.0f);
-    const uint32_t qh = (1u << 2) | (1u << 18);
-    std::memcpy(b.qh, &qh, 4);
-    b.qs[2] = 0x31;
-    float y[32];
-    dequantize_row(GgmlType::Q5_0, &b, 32, y);
-    EXPECT_EQ(y[2], 1.0f);    // (1 | 16) - 16
-    EXPECT_EQ(y[18], 3.0f);   // (3 | 16) - 16
-    EXPECT_EQ(y[0], -16.0f);
-  }
-  {  // Q8_0
-    BlockQ8_0 b{};
-    b.d = fp32_to_fp16(2.0f);
-    b.qs[5] = -7;
-    float y[32];
-    dequantize_row(GgmlType::Q8_0, &b, 32, y);
-    EXPECT_EQ(y[5], -14.0f);
-    EXPECT_EQ(y[6], 0.0f);
-  }
-  {  // Q6_K: element 0 uses ql[0] low nibble, qh[0] bits 0-1, scale[0]
-    BlockQ6_K b{};
-    b.d = fp32_to_fp16(0.5f);
-    b.ql[0] = 0x05;
-    b.qh[0] = 0x02;  // high bits of element 0 = 2 -> q = 5 | 32 = 37 - 32 = 5
-    b.scales[0] = 3;
-    float y[256];
-    dequantize_row(GgmlType::Q6_K, &b, 256, y);
-    EXPECT_EQ(y[0], 7.5f);  // 0.5 * 3 * 5
-    EXPECT_EQ(y[1], 0.5f * 3 * -32);
-  }
-  {  // Q4_K: sub-block 0 scale 2 min 1; sub-block 1 (high nibbles) scale 4 min 0
-    BlockQ4_K b{};
-    b.d = fp32_to_fp16(1.0f);
-    b.dmin = fp32_to_fp16(0.5f);
-    b.scales[0] = 2;
-    b.scales[4] = 1;
-    b.scales[1] = 4;
-    b.qs[0] = 0x73;
-    float y[256];
-    dequantize_row(GgmlType::Q4_K, &b, 256, y);
-    EXPECT_EQ(y[0], 2.0f * 3 - 0.5f);
-    EXPECT_EQ(y[32], 4.0f * 7);
-  }
-}
 
 }  // namespace
 }  // namespace pagoda::kernels

@@ -1,5 +1,6 @@
-// rmsnorm, rope, softmax, kv_write, silu_mul, add_inplace: cpu vs ref over odd
-// sizes, plus hand-computed values for the references themselves.
+// rmsnorm, rope: cpu vs ref over odd sizes, plus hand-computed values for the
+// references themselves; the shared ops (kv_write, get_rows, gather_rows, adds,
+// silu_mul) against direct formulas; the backend tables.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +8,9 @@
 #include <vector>
 
 #include "base/fp16.h"
+#include "base/ggml_quant.h"
 #include "kernels/api.h"
+#include "kernels/backend.h"
 #include "kernels/kernel_test_util.h"
 
 namespace pagoda::kernels {
@@ -89,27 +92,6 @@ TEST(Rope, CpuBitwiseEqualsRef) {
   }
 }
 
-TEST(Softmax, CpuMatchesRef) {
-  uint64_t seed = 3;
-  for (int64_t n : kSizes) {
-    auto x = random_vec(static_cast<size_t>(n), seed++, 5.0);
-    if (n > 2) x[1] = -INFINITY;
-    auto want = x, got = x;
-    ref::softmax(want.data(), n);
-    cpu::softmax(got.data(), n);
-    // exp within a few ulp, float sum of n terms: relative (n + 8) * 2^-23.
-    std::vector<double> tol(x.size());
-    for (size_t i = 0; i < tol.size(); ++i) tol[i] = std::fabs(want[i]) * (n + 8) * 0x1.0p-23 + 1e-30;
-    ASSERT_TRUE(WithinTol(got.data(), want.data(), tol.data(), got.size())) << "n=" << n;
-    if (n > 2) {
-      EXPECT_EQ(got[1], 0.0f);
-    }
-    double s = 0;
-    for (float v : got) s += v;
-    EXPECT_NEAR(s, 1.0, 1e-5);
-  }
-}
-
 TEST(Elementwise, SiluMulAndAdd) {
   for (int64_t n : kSizes) {
     auto g = random_vec(static_cast<size_t>(n), 11, 4.0);
@@ -127,30 +109,45 @@ TEST(Elementwise, SiluMulAndAdd) {
   }
 }
 
-TEST(KvWrite, CpuBytesEqualRefAndRoundTrip) {
+TEST(KvWrite, StoresEncodedRowsSkipsPaddingAndRoundTrips) {
   const int32_t n_kv = 2, hd = 64, slots = 40;
   const int64_t n = n_kv * hd;
-  for (KvDtype dt : {KvDtype::F32, KvDtype::F16, KvDtype::BF16, KvDtype::Q8_0}) {
+  const struct {
+    KvDtype dt;
+    GgmlType type;  // the ggml format of a row of this dtype
+  } cases[] = {{KvDtype::F32, GgmlType::F32}, {KvDtype::F16, GgmlType::F16}, {KvDtype::BF16, GgmlType::BF16},
+               {KvDtype::Q8_0, GgmlType::Q8_0}};
+  for (const auto& [dt, type] : cases) {
     const size_t rb = kv_row_bytes(dt, n);
-    std::vector<uint8_t> k1(rb * slots, 0xAB), v1(rb * slots, 0xAB), k2(k1), v2(v1);
-    KvLayerView a{k1.data(), v1.data(), dt, 16, n_kv, hd, rb}, b{k2.data(), v2.data(), dt, 16, n_kv, hd, rb};
+    ASSERT_EQ(rb, ggml_row_bytes(type, static_cast<size_t>(n)));
+    std::vector<uint8_t> kb(rb * slots, 0xAB), vb(rb * slots, 0xAB);
+    const KvLayerView kv{kb.data(), vb.data(), dt, 16, n_kv, hd, rb};
     const int64_t t = 5;
     const auto k = random_vec(static_cast<size_t>(t * n), 21), v = random_vec(static_cast<size_t>(t * n), 22);
     const int64_t slot_mapping[t] = {3, 17, -1, 39, 0};  // -1: padding token, not stored
-    ref::kv_write(a, k.data(), v.data(), slot_mapping, t);
-    cpu::kv_write(b, k.data(), v.data(), slot_mapping, t);
-    ASSERT_EQ(k1, k2) << kv_dtype_name(dt);
-    ASSERT_EQ(v1, v2) << kv_dtype_name(dt);
-    std::vector<float> back(static_cast<size_t>(n));
-    kv_read_row(dt, k1.data() + 17 * rb, n, back.data());
-    for (int64_t i = 0; i < n; ++i) {
-      const float want = k[static_cast<size_t>(n + i)];
-      // f32 exact; f16 / bf16 half an ulp (2^-11 / 2^-8 relative); q8_0 half a step (amax/254).
-      const double tol = dt == KvDtype::F32 ? 0.0 : dt == KvDtype::F16 ? std::fabs(want) * 0x1.0p-11 + 1e-7
-                         : dt == KvDtype::BF16 ? std::fabs(want) * 0x1.0p-8 : 5.0 / 254.0 * 1.001;
-      ASSERT_NEAR(back[i], want, tol) << kv_dtype_name(dt) << " i=" << i;
+    kv_write(kv, k.data(), v.data(), slot_mapping, t);
+    std::vector<uint8_t> want(rb);
+    for (int64_t i = 0; i < t; ++i) {
+      if (slot_mapping[i] < 0) continue;
+      const size_t off = static_cast<size_t>(slot_mapping[i]) * rb;
+      ASSERT_TRUE(quantize_row(type, k.data() + i * n, want.data(), n));
+      ASSERT_EQ(std::memcmp(kb.data() + off, want.data(), rb), 0) << kv_dtype_name(dt) << " token " << i;
+      ASSERT_TRUE(quantize_row(type, v.data() + i * n, want.data(), n));
+      ASSERT_EQ(std::memcmp(vb.data() + off, want.data(), rb), 0) << kv_dtype_name(dt) << " token " << i;
     }
-    EXPECT_EQ(k1[2 * rb], 0xAB) << "slot 2 (padding token) must be untouched";
+    std::vector<float> back(static_cast<size_t>(n));
+    kv_read_row(dt, kb.data() + 17 * rb, n, back.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const float want_v = k[static_cast<size_t>(n + i)];
+      // f32 exact; f16 / bf16 half an ulp (2^-11 / 2^-8 relative); q8_0 half a step (amax/254).
+      const double tol = dt == KvDtype::F32 ? 0.0 : dt == KvDtype::F16 ? std::fabs(want_v) * 0x1.0p-11 + 1e-7
+                         : dt == KvDtype::BF16 ? std::fabs(want_v) * 0x1.0p-8 : 5.0 / 254.0 * 1.001;
+      ASSERT_NEAR(back[i], want_v, tol) << kv_dtype_name(dt) << " i=" << i;
+    }
+    for (int s = 0; s < slots; ++s) {
+      if (s == 3 || s == 17 || s == 39 || s == 0) continue;
+      ASSERT_EQ(kb[s * rb], 0xAB) << "slot " << s << " was not written by any token";
+    }
   }
 }
 
@@ -164,7 +161,7 @@ TEST(KvWrite, Q8_0RoundsHalfAwayFromZeroLikeGgml) {
   std::vector<uint8_t> row(34), vrow(34);
   KvLayerView kv{row.data(), vrow.data(), KvDtype::Q8_0, 1, 1, 32, 34};
   const int64_t slot = 0;
-  cpu::kv_write(kv, x.data(), x.data(), &slot, 1);
+  kv_write(kv, x.data(), x.data(), &slot, 1);
   BlockQ8_0 b;
   std::memcpy(&b, row.data(), 34);
   EXPECT_EQ(fp16_to_fp32(b.d), 1.0f);
@@ -172,6 +169,51 @@ TEST(KvWrite, Q8_0RoundsHalfAwayFromZeroLikeGgml) {
   EXPECT_EQ(b.qs[1], 3);
   EXPECT_EQ(b.qs[2], -3);
   EXPECT_EQ(b.qs[3], 1);
+}
+
+TEST(SharedOps, GetRowsGatherRowsAddRows) {
+  // get_rows: rows 2, 0, 2 of a Q8_0 table equal the rows dequantized alone.
+  const int64_t rows = 3, cols = 64;
+  const auto w = testing::make_weight(GgmlType::Q8_0, rows, cols, 5);
+  const int32_t ids[] = {2, 0, 2};
+  std::vector<float> got(3 * cols), want(cols);
+  get_rows(w.view, ids, 3, got.data());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(dequantize_row(GgmlType::Q8_0, w.bytes.data() + ids[i] * w.view.row_bytes, want.data(), cols));
+    ASSERT_TRUE(BitwiseEqual(got.data() + i * cols, want.data(), cols)) << "row " << i;
+  }
+  // gather_rows: out[i] = x[rows[i]].
+  const auto x = random_vec(4 * 5, 31);
+  const int32_t pick[] = {3, 1};
+  float out[2 * 5];
+  gather_rows(x.data(), 5, pick, 2, out);
+  ASSERT_TRUE(BitwiseEqual(out, x.data() + 15, 5));
+  ASSERT_TRUE(BitwiseEqual(out + 5, x.data() + 5, 5));
+  // add_rows: every row gets the same bias, in float.
+  auto y = random_vec(3 * 7, 32);
+  const auto y0 = y, bias = random_vec(7, 33);
+  add_rows(y.data(), bias.data(), 3, 7);
+  for (int r = 0; r < 3; ++r)
+    for (int i = 0; i < 7; ++i) ASSERT_EQ(y[r * 7 + i], y0[r * 7 + i] + bias[i]) << r << "," << i;
+}
+
+TEST(Backend, TablesCallTheirOwnKernels) {
+  const Backend& c = backend(BackendKind::Cpu);
+  const Backend& r = backend(BackendKind::Ref);
+  EXPECT_STREQ(c.name, "cpu");
+  EXPECT_STREQ(r.name, "ref");
+  EXPECT_EQ(c.matmul, &cpu::matmul);
+  EXPECT_EQ(c.rmsnorm, &cpu::rmsnorm);
+  EXPECT_EQ(c.rope, &cpu::rope);
+  EXPECT_EQ(c.paged_attention, &cpu::paged_attention);
+  EXPECT_EQ(r.matmul, &ref::matmul);
+  EXPECT_EQ(r.rmsnorm, &ref::rmsnorm);
+  EXPECT_EQ(r.rope, &ref::rope);
+  EXPECT_EQ(r.paged_attention, &ref::paged_attention);
+  // Every slot is filled in both tables (a null would crash a forward).
+  for (const Backend* b : {&c, &r}) {
+    EXPECT_TRUE(b->kv_write && b->get_rows && b->gather_rows && b->add && b->add_rows && b->silu_mul) << b->name;
+  }
 }
 
 }  // namespace

@@ -44,7 +44,7 @@ void expect_tokens(const std::vector<int32_t>& got, const std::vector<int32_t>& 
 
 TEST_F(Golden, ConfigOfStories260K) {
   const model::ModelConfig& c = model_->config();
-  EXPECT_EQ(c.arch, model::Arch::Llama);
+  EXPECT_EQ(c.arch, "llama");
   EXPECT_EQ(c.n_layers, 5);
   EXPECT_EQ(c.n_embd, 64);
   EXPECT_EQ(c.n_ff, 172);

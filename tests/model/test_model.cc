@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gguf/dequant.h"
+#include "model/arch.h"
 #include "gguf/synth.h"
 #include "gguf/writer.h"
 #include "model/golden_util.h"
@@ -39,13 +40,21 @@ struct Edits {
   std::vector<std::string> drop_tensors;
   std::map<std::string, std::vector<uint64_t>> reshape;  // name -> new dims (F32)
   std::string flip_byte_of;                               // tensor whose first byte changes
+  std::string arch;  // non-empty: general.architecture becomes this and llama.* keys arch.*
 };
 
 Expected<MemModel> edited_stories(const Edits& e) {
   PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> src, gguf::GgufFile::open(stories_path()));
   gguf::GgufWriter w;
   for (const auto& [k, v] : src->metadata()) {
-    if (std::find(e.drop_keys.begin(), e.drop_keys.end(), k) == e.drop_keys.end()) w.set(k, v);
+    if (std::find(e.drop_keys.begin(), e.drop_keys.end(), k) != e.drop_keys.end()) continue;
+    if (!e.arch.empty() && k == "general.architecture") {
+      w.set_string(k, e.arch);
+    } else if (!e.arch.empty() && k.rfind("llama.", 0) == 0) {
+      w.set(e.arch + k.substr(5), v);
+    } else {
+      w.set(k, v);
+    }
   }
   for (const gguf::TensorInfo& t : src->tensors()) {
     if (std::find(e.drop_tensors.begin(), e.drop_tensors.end(), t.name) != e.drop_tensors.end()) continue;
@@ -103,6 +112,44 @@ TEST(ModelLoad, MissingOutputMeansTiedEmbeddings) {
   EXPECT_EQ((*model)->weights().output.rows, 512);
   // It runs (different tokens, of course).
   EXPECT_EQ(generate_greedy(**model, {1, 403, 407}, 5).size(), 5u);
+}
+
+TEST(ModelArch, RegistryMapsNamesToArchitectureFiles) {
+  const model::ArchDef* llama = model::find_arch("llama");
+  ASSERT_NE(llama, nullptr);
+  EXPECT_EQ(model::find_arch("mistral"), llama);  // a registry line over llama.cc
+  ASSERT_NE(model::find_arch("qwen2"), nullptr);
+  EXPECT_NE(model::find_arch("qwen2"), llama);
+  EXPECT_EQ(model::find_arch("gemma3"), nullptr);
+  EXPECT_EQ(model::find_arch("Llama"), nullptr);
+  EXPECT_EQ(model::arch_names(), "llama, mistral, qwen2");
+  Edits e;
+  e.arch = "gemma3";
+  EXPECT_EQ(load_error(e), "general.architecture 'gemma3' is not supported (llama, mistral, qwen2)");
+}
+
+TEST(ModelArch, MistralRunsTheLlamaForwardUnderItsOwnKeys) {
+  Edits e;
+  e.arch = "mistral";
+  auto m = edited_stories(e);
+  ASSERT_TRUE(m.ok()) << m.message();
+  auto mistral = model::Model::from_gguf(m->file);
+  ASSERT_TRUE(mistral.ok()) << mistral.message();
+  EXPECT_EQ((*mistral)->config().arch, "mistral");
+  EXPECT_EQ((*mistral)->config().n_layers, 5);
+  auto llama = model::Model::load(stories_path());
+  ASSERT_TRUE(llama.ok()) << llama.message();
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
+  EXPECT_EQ(generate_greedy(**mistral, prompt, 8), generate_greedy(**llama, prompt, 8));
+  // Only the arch name moved, so the fingerprint (which hashes it) must differ.
+  EXPECT_NE((*mistral)->fingerprint(), (*llama)->fingerprint());
+}
+
+TEST(ModelArch, Qwen2BindsItsBiases) {
+  // stories260K relabelled qwen2 has the llama tensors but no q/k/v biases.
+  Edits e;
+  e.arch = "qwen2";
+  EXPECT_EQ(load_error(e), "tensor blk.0.attn_q.bias: missing (expected shape [64])");
 }
 
 TEST(ModelLoad, FingerprintIsStableAndSeesWeights) {

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "base/ggml_quant.h"
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -282,7 +283,7 @@ void row_to_f32(const WeightView& w, int64_t r, float* out) {
       _mm256_storeu_ps(out + c, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
     }
   }
-  if (c < k) dequantize_row(w.type, src + ggml_row_bytes(w.type, static_cast<size_t>(c)), k - c, out + c);
+  if (c < k) dequantize_row(w.type, src + ggml_row_bytes(w.type, static_cast<size_t>(c)), out + c, k - c);
 }
 
 constexpr bool kAvx512 = false;

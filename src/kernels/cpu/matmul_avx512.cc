@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "base/ggml_quant.h"
 #include "kernels/cpu/cpu_internal.h"
 
 namespace pagoda::kernels::cpu::detail {
@@ -315,7 +316,7 @@ void row_to_f32(const WeightView& w, int64_t r, float* out) {
       _mm512_storeu_ps(out + c, _mm512_castsi512_ps(_mm512_slli_epi32(h, 16)));
     }
   }
-  if (c < k) dequantize_row(w.type, src + ggml_row_bytes(w.type, static_cast<size_t>(c)), k - c, out + c);
+  if (c < k) dequantize_row(w.type, src + ggml_row_bytes(w.type, static_cast<size_t>(c)), out + c, k - c);
 }
 
 // Tokens up to which groups are decoded in registers instead of packed once per chunk.

@@ -8,7 +8,6 @@
 #include "kernels/api.h"
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/vec_math.h"
-#include "kernels/quant_rows.h"
 
 namespace pagoda::kernels {
 
@@ -41,7 +40,13 @@ void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads,
   // Same arithmetic as ref::rope (double trig and rotation), with the angles of
   // a token computed once for all heads; results are bitwise equal to ref.
   const int32_t half = rope_dim / 2;
-  std::vector<double> inv(static_cast<size_t>(half)), cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+  // [3, half]: inverse frequencies, cos and sin of one token's angles. Per
+  // thread and grown once, so a step allocates nothing.
+  thread_local std::vector<double> buf;
+  if (buf.size() < static_cast<size_t>(3 * half)) buf.resize(static_cast<size_t>(3 * half));
+  double* inv = buf.data();
+  double* cs = inv + half;
+  double* sn = cs + half;
   for (int32_t i = 0; i < half; ++i) inv[i] = std::pow(static_cast<double>(theta_base), -2.0 * i / rope_dim);
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int32_t i = 0; i < half; ++i) {
@@ -61,41 +66,6 @@ void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads,
   }
 }
 
-void softmax(float* x, int64_t n) {
-  if (n <= 0) return;
-  __m256 mv = _mm256_set1_ps(-INFINITY);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + i));
-  float mx = detail::hmax8(mv);
-  for (; i < n; ++i) mx = std::fmax(mx, x[i]);
-  const __m256 m8 = _mm256_set1_ps(mx);
-  __m256 sv = _mm256_setzero_ps();
-  i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 e = detail::exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), m8));
-    _mm256_storeu_ps(x + i, e);
-    sv = _mm256_add_ps(sv, e);
-  }
-  float sum = detail::hsum8(sv);
-  for (; i < n; ++i) sum += x[i] = detail::exp1(x[i] - mx);
-  const float inv = 1.0f / sum;
-  const __m256 iv = _mm256_set1_ps(inv);
-  i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), iv));
-  for (; i < n; ++i) x[i] *= inv;
-}
-
-void kv_write(const KvLayerView& kv, const float* k, const float* v, const int64_t* slot_mapping,
-              int64_t n_tokens) {
-  const int64_t n = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    const int64_t slot = slot_mapping[t];
-    if (slot < 0) continue;  // padding token: nothing to store
-    kernels::detail::kv_encode_row(kv.dtype, k + t * n, n, kv.k + slot * kv.row_bytes);
-    kernels::detail::kv_encode_row(kv.dtype, v + t * n, n, kv.v + slot * kv.row_bytes);
-  }
-}
-
 }  // namespace cpu
 
 void silu_mul(float* gate, const float* up, int64_t n) {
@@ -107,10 +77,6 @@ void silu_mul(float* gate, const float* up, int64_t n) {
     _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
   }
   for (; i < n; ++i) gate[i] = gate[i] / (1.0f + cpu::detail::exp1(-gate[i])) * up[i];
-}
-
-void add_inplace(float* x, const float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
 }  // namespace pagoda::kernels

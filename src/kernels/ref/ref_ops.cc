@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "base/check.h"
+#include "base/ggml_quant.h"
 #include "kernels/api.h"
-#include "kernels/quant_rows.h"
 
 namespace pagoda::kernels::ref {
 
@@ -14,7 +14,7 @@ void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
   PAGODA_CHECK(matmul_supports(w.type));
   std::vector<float> row(static_cast<size_t>(w.cols));  // [cols]
   for (int64_t r = 0; r < w.rows; ++r) {
-    dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + r * w.row_bytes, w.cols, row.data());
+    dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + r * w.row_bytes, row.data(), w.cols);
     for (int64_t t = 0; t < n_tokens; ++t) {
       double acc = 0;
       for (int64_t c = 0; c < w.cols; ++c) acc += static_cast<double>(row[c]) * x[t * w.cols + c];
@@ -49,26 +49,6 @@ void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads,
         v[b] = static_cast<float>(x0 * s + x1 * c);
       }
     }
-  }
-}
-
-void softmax(float* x, int64_t n) {
-  if (n <= 0) return;
-  const float mx = *std::max_element(x, x + n);
-  double sum = 0;
-  std::vector<double> e(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) sum += e[i] = std::exp(static_cast<double>(x[i]) - mx);
-  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(e[i] / sum);
-}
-
-void kv_write(const KvLayerView& kv, const float* k, const float* v, const int64_t* slot_mapping,
-              int64_t n_tokens) {
-  const int64_t n = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    const int64_t slot = slot_mapping[t];
-    if (slot < 0) continue;  // padding token: nothing to store
-    detail::kv_encode_row(kv.dtype, k + t * n, n, kv.k + slot * kv.row_bytes);
-    detail::kv_encode_row(kv.dtype, v + t * n, n, kv.v + slot * kv.row_bytes);
   }
 }
 

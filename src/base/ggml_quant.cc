@@ -1,0 +1,427 @@
+// Scalar dequantizers and reference quantizers, one per ggml block layout. The
+// arithmetic and its order follow ggml's dequantize_row_* / quantize_row_*_ref;
+// the Q4_0 / Q4_1 / Q8_0 rounding (x + 8.5 truncated, roundf, the sign of the
+// max-magnitude value) is ggml's, so files quantized here match llama.cpp's
+// reference path. Compiled with -ffp-contract=off (base/CMakeLists.txt).
+#include "base/ggml_quant.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+
+#include "base/fp16.h"
+
+namespace pagoda {
+
+namespace {
+
+// ---- Dequantizers (nb blocks -> nb * block_size floats) ----------------------
+
+
+void dequant_q4_0(const BlockQ4_0* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(x[i].d);
+    for (int j = 0; j < kQK4_0 / 2; ++j) {
+      const int x0 = (x[i].qs[j] & 0x0F) - 8;
+      const int x1 = (x[i].qs[j] >> 4) - 8;
+      y[i * kQK4_0 + j] = x0 * d;
+      y[i * kQK4_0 + j + kQK4_0 / 2] = x1 * d;
+    }
+  }
+}
+
+void dequant_q4_1(const BlockQ4_1* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(x[i].d);
+    const float m = fp16_to_fp32(x[i].m);
+    for (int j = 0; j < kQK4_1 / 2; ++j) {
+      const int x0 = x[i].qs[j] & 0x0F;
+      const int x1 = x[i].qs[j] >> 4;
+      y[i * kQK4_1 + j] = x0 * d + m;
+      y[i * kQK4_1 + j + kQK4_1 / 2] = x1 * d + m;
+    }
+  }
+}
+
+// qh bit j is the fifth bit of element j (elements 0..31 of the block).
+void dequant_q5_0(const BlockQ5_0* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(x[i].d);
+    uint32_t qh;
+    std::memcpy(&qh, x[i].qh, sizeof qh);
+    for (int j = 0; j < kQK5_0 / 2; ++j) {
+      const uint8_t xh0 = ((qh >> (j + 0)) << 4) & 0x10;
+      const uint8_t xh1 = ((qh >> (j + 12))) & 0x10;
+      const int32_t x0 = ((x[i].qs[j] & 0x0F) | xh0) - 16;
+      const int32_t x1 = ((x[i].qs[j] >> 4) | xh1) - 16;
+      y[i * kQK5_0 + j] = x0 * d;
+      y[i * kQK5_0 + j + kQK5_0 / 2] = x1 * d;
+    }
+  }
+}
+
+void dequant_q5_1(const BlockQ5_1* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(x[i].d);
+    const float m = fp16_to_fp32(x[i].m);
+    uint32_t qh;
+    std::memcpy(&qh, x[i].qh, sizeof qh);
+    for (int j = 0; j < kQK5_1 / 2; ++j) {
+      const uint8_t xh0 = ((qh >> (j + 0)) << 4) & 0x10;
+      const uint8_t xh1 = ((qh >> (j + 12))) & 0x10;
+      const int x0 = (x[i].qs[j] & 0x0F) | xh0;
+      const int x1 = (x[i].qs[j] >> 4) | xh1;
+      y[i * kQK5_1 + j] = x0 * d + m;
+      y[i * kQK5_1 + j + kQK5_1 / 2] = x1 * d + m;
+    }
+  }
+}
+
+void dequant_q8_0(const BlockQ8_0* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(x[i].d);
+    for (int j = 0; j < kQK8_0; ++j) y[i * kQK8_0 + j] = x[i].qs[j] * d;
+  }
+}
+
+// 8 sub-blocks of 32, each with a 6-bit scale and 6-bit min packed into 12 bytes.
+inline void scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
+  if (j < 4) {
+    *d = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4);
+  }
+}
+
+void dequant_q4_k(const BlockQ4_K* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* q = x[i].qs;
+    const float d = fp16_to_fp32(x[i].d);
+    const float min = fp16_to_fp32(x[i].dmin);
+    int is = 0;
+    uint8_t sc, m;
+    for (int j = 0; j < kQK_K; j += 64) {
+      scale_min_k4(is + 0, x[i].scales, &sc, &m);
+      const float d1 = d * sc, m1 = min * m;
+      scale_min_k4(is + 1, x[i].scales, &sc, &m);
+      const float d2 = d * sc, m2 = min * m;
+      for (int l = 0; l < 32; ++l) *y++ = d1 * (q[l] & 0xF) - m1;
+      for (int l = 0; l < 32; ++l) *y++ = d2 * (q[l] >> 4) - m2;
+      q += 32;
+      is += 2;
+    }
+  }
+}
+
+void dequant_q5_k(const BlockQ5_K* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* ql = x[i].qs;
+    const uint8_t* qh = x[i].qh;
+    const float d = fp16_to_fp32(x[i].d);
+    const float min = fp16_to_fp32(x[i].dmin);
+    int is = 0;
+    uint8_t sc, m;
+    uint8_t u1 = 1, u2 = 2;
+    for (int j = 0; j < kQK_K; j += 64) {
+      scale_min_k4(is + 0, x[i].scales, &sc, &m);
+      const float d1 = d * sc, m1 = min * m;
+      scale_min_k4(is + 1, x[i].scales, &sc, &m);
+      const float d2 = d * sc, m2 = min * m;
+      for (int l = 0; l < 32; ++l) *y++ = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+      for (int l = 0; l < 32; ++l) *y++ = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+      ql += 32;
+      is += 2;
+      u1 <<= 2;
+      u2 <<= 2;
+    }
+  }
+}
+
+void dequant_q6_k(const BlockQ6_K* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(x[i].d);
+    const uint8_t* ql = x[i].ql;
+    const uint8_t* qh = x[i].qh;
+    const int8_t* sc = x[i].scales;
+    for (int n = 0; n < kQK_K; n += 128) {
+      for (int l = 0; l < 32; ++l) {
+        const int is = l / 16;
+        const int8_t q1 = static_cast<int8_t>((ql[l + 0] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int8_t q2 = static_cast<int8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int8_t q3 = static_cast<int8_t>((ql[l + 0] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int8_t q4 = static_cast<int8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        y[l + 0] = d * sc[is + 0] * q1;
+        y[l + 32] = d * sc[is + 2] * q2;
+        y[l + 64] = d * sc[is + 4] * q3;
+        y[l + 96] = d * sc[is + 6] * q4;
+      }
+      y += 128;
+      ql += 64;
+      qh += 32;
+      sc += 8;
+    }
+  }
+}
+
+// ---- Quantizers (nb * block_size floats -> nb blocks) -----------------------
+
+
+int nearest_int(float f) { return static_cast<int>(std::lrintf(f)); }
+
+void quant_q4_0(const float* x, BlockQ4_0* y, int64_t nb) {
+  constexpr int qk = kQK4_0;
+  for (int64_t i = 0; i < nb; ++i) {
+    float amax = 0.0f, max = 0.0f;  // max: the value of largest magnitude, with its sign
+    for (int j = 0; j < qk; ++j) {
+      const float v = x[i * qk + j];
+      if (amax < std::fabs(v)) {
+        amax = std::fabs(v);
+        max = v;
+      }
+    }
+    const float d = max / -8;
+    const float id = d ? 1.0f / d : 0.0f;
+    y[i].d = fp32_to_fp16(d);
+    for (int j = 0; j < qk / 2; ++j) {
+      const float x0 = x[i * qk + j] * id;
+      const float x1 = x[i * qk + qk / 2 + j] * id;
+      const uint8_t xi0 = static_cast<uint8_t>(std::min<int>(15, static_cast<int8_t>(x0 + 8.5f)));
+      const uint8_t xi1 = static_cast<uint8_t>(std::min<int>(15, static_cast<int8_t>(x1 + 8.5f)));
+      y[i].qs[j] = static_cast<uint8_t>(xi0 | (xi1 << 4));
+    }
+  }
+}
+
+void quant_q4_1(const float* x, BlockQ4_1* y, int64_t nb) {
+  constexpr int qk = kQK4_1;
+  for (int64_t i = 0; i < nb; ++i) {
+    float min = FLT_MAX, max = -FLT_MAX;
+    for (int j = 0; j < qk; ++j) {
+      const float v = x[i * qk + j];
+      if (v < min) min = v;
+      if (v > max) max = v;
+    }
+    const float d = (max - min) / ((1 << 4) - 1);
+    const float id = d ? 1.0f / d : 0.0f;
+    y[i].d = fp32_to_fp16(d);
+    y[i].m = fp32_to_fp16(min);
+    for (int j = 0; j < qk / 2; ++j) {
+      const float x0 = (x[i * qk + j] - min) * id;
+      const float x1 = (x[i * qk + qk / 2 + j] - min) * id;
+      const uint8_t xi0 = static_cast<uint8_t>(std::min<int>(15, static_cast<int8_t>(x0 + 0.5f)));
+      const uint8_t xi1 = static_cast<uint8_t>(std::min<int>(15, static_cast<int8_t>(x1 + 0.5f)));
+      y[i].qs[j] = static_cast<uint8_t>(xi0 | (xi1 << 4));
+    }
+  }
+}
+
+void quant_q8_0(const float* x, BlockQ8_0* y, int64_t nb) {
+  constexpr int qk = kQK8_0;
+  for (int64_t i = 0; i < nb; ++i) {
+    float amax = 0.0f;
+    for (int j = 0; j < qk; ++j) amax = std::max(amax, std::fabs(x[i * qk + j]));
+    const float d = amax / ((1 << 7) - 1);
+    const float id = d ? 1.0f / d : 0.0f;
+    y[i].d = fp32_to_fp16(d);
+    for (int j = 0; j < qk; ++j) y[i].qs[j] = static_cast<int8_t>(std::roundf(x[i * qk + j] * id));
+  }
+}
+
+// Q4_K: per 32-element sub-block, value = d*sc*q - dmin*m with 6-bit sc, m and
+// 4-bit q. One pass: sub-block range -> (scale, min), both quantized to 6 bits
+// against the super-block maxima, then q rounded against the stored scales.
+void quant_q4_k(const float* x, BlockQ4_K* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK_K) {
+    float scales[8], mins[8];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; ++j) {
+      float lo = 0.0f, hi = -FLT_MAX;  // lo <= 0 so that the stored min is >= 0
+      for (int l = 0; l < 32; ++l) {
+        lo = std::min(lo, x[32 * j + l]);
+        hi = std::max(hi, x[32 * j + l]);
+      }
+      scales[j] = (hi - lo) / 15.0f;
+      mins[j] = -lo;
+      max_scale = std::max(max_scale, scales[j]);
+      max_min = std::max(max_min, mins[j]);
+    }
+    const float d = max_scale / 63.0f, dmin = max_min / 63.0f;
+    y[i].d = fp32_to_fp16(d);
+    y[i].dmin = fp32_to_fp16(dmin);
+    const float d_stored = fp16_to_fp32(y[i].d), dmin_stored = fp16_to_fp32(y[i].dmin);
+    uint8_t ls[8], lm[8];
+    for (int j = 0; j < 8; ++j) {
+      ls[j] = static_cast<uint8_t>(std::clamp(d_stored > 0 ? nearest_int(scales[j] / d_stored) : 0, 0, 63));
+      lm[j] = static_cast<uint8_t>(std::clamp(dmin_stored > 0 ? nearest_int(mins[j] / dmin_stored) : 0, 0, 63));
+    }
+    std::memset(y[i].scales, 0, sizeof y[i].scales);
+    for (int j = 0; j < 8; ++j) {
+      if (j < 4) {
+        y[i].scales[j] = ls[j];
+        y[i].scales[j + 4] = lm[j];
+      } else {
+        y[i].scales[j + 4] = static_cast<uint8_t>((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
+        y[i].scales[j - 4] |= static_cast<uint8_t>((ls[j] >> 4) << 6);
+        y[i].scales[j] |= static_cast<uint8_t>((lm[j] >> 4) << 6);
+      }
+    }
+    uint8_t L[kQK_K];
+    for (int j = 0; j < 8; ++j) {
+      const float dl = d_stored * ls[j], ml = dmin_stored * lm[j];
+      for (int l = 0; l < 32; ++l) {
+        const int q = dl > 0 ? nearest_int((x[32 * j + l] + ml) / dl) : 0;
+        L[32 * j + l] = static_cast<uint8_t>(std::clamp(q, 0, 15));
+      }
+    }
+    uint8_t* q = y[i].qs;
+    for (int j = 0; j < kQK_K; j += 64) {
+      for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
+      q += 32;
+    }
+  }
+}
+
+// Q6_K: per 16-element sub-block, value = d*sc*(q-32) with signed 8-bit sc and
+// 6-bit q. The value of largest magnitude maps to q-32 = -32, as in ggml.
+void quant_q6_k(const float* x, BlockQ6_K* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK_K) {
+    float scales[16];
+    float max_scale = 0, max_abs_scale = 0;
+    for (int j = 0; j < 16; ++j) {
+      float amax = 0, max = 0;
+      for (int l = 0; l < 16; ++l) {
+        const float v = x[16 * j + l];
+        if (std::fabs(v) > amax) {
+          amax = std::fabs(v);
+          max = v;
+        }
+      }
+      scales[j] = max / -32.0f;
+      if (std::fabs(scales[j]) > max_abs_scale) {
+        max_abs_scale = std::fabs(scales[j]);
+        max_scale = scales[j];
+      }
+    }
+    std::memset(y[i].ql, 0, sizeof y[i].ql);
+    std::memset(y[i].qh, 0, sizeof y[i].qh);
+    if (max_abs_scale == 0) {
+      std::memset(y[i].scales, 0, sizeof y[i].scales);
+      y[i].d = fp32_to_fp16(0.0f);
+      continue;
+    }
+    const float iscale = -128.0f / max_scale;
+    y[i].d = fp32_to_fp16(1.0f / iscale);
+    const float d = fp16_to_fp32(y[i].d);
+    uint8_t L[kQK_K];
+    for (int j = 0; j < 16; ++j) {
+      const int sc = std::clamp(nearest_int(iscale * scales[j]), -128, 127);
+      y[i].scales[j] = static_cast<int8_t>(sc);
+      const float dl = d * sc;
+      for (int l = 0; l < 16; ++l) {
+        const int q = dl != 0 ? nearest_int(x[16 * j + l] / dl) : 0;
+        L[16 * j + l] = static_cast<uint8_t>(std::clamp(q, -32, 31) + 32);
+      }
+    }
+    uint8_t* ql = y[i].ql;
+    uint8_t* qh = y[i].qh;
+    for (int j = 0; j < kQK_K; j += 128) {
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t q1 = L[j + l] & 0xF, q2 = L[j + l + 32] & 0xF;
+        const uint8_t q3 = L[j + l + 64] & 0xF, q4 = L[j + l + 96] & 0xF;
+        ql[l] = static_cast<uint8_t>(q1 | (q3 << 4));
+        ql[l + 32] = static_cast<uint8_t>(q2 | (q4 << 4));
+        qh[l] = static_cast<uint8_t>((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) |
+                                     ((L[j + l + 96] >> 4) << 6));
+      }
+      ql += 64;
+      qh += 32;
+    }
+  }
+}
+
+// ---- One table row per format ------------------------------------------------
+
+void dequant_f32(const float* x, float* y, int64_t n) {
+  if (n) std::memcpy(y, x, static_cast<size_t>(n) * 4);
+}
+void dequant_f16(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(x[i]);
+}
+void dequant_bf16(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_fp32(x[i]);
+}
+void quant_f32(const float* x, float* y, int64_t n) {
+  if (n) std::memcpy(y, x, static_cast<size_t>(n) * 4);
+}
+void quant_f16(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
+}
+void quant_bf16(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_bf16(x[i]);
+}
+
+// Type-erased entry points over the typed block functions above.
+using DequantFn = void (*)(const void* src, float* dst, int64_t nb);
+using QuantFn = void (*)(const float* src, void* dst, int64_t nb);
+template <class B, void (*F)(const B*, float*, int64_t)>
+void deq(const void* src, float* dst, int64_t nb) {
+  F(static_cast<const B*>(src), dst, nb);
+}
+template <class B, void (*F)(const float*, B*, int64_t)>
+void qnt(const float* src, void* dst, int64_t nb) {
+  F(src, static_cast<B*>(dst), nb);
+}
+
+struct Codec {
+  DequantFn dequant = nullptr;  // null: not supported
+  QuantFn quant = nullptr;      // null: no quantizer for this format
+};
+
+Codec codec(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: return {deq<float, dequant_f32>, qnt<float, quant_f32>};
+    case GgmlType::F16: return {deq<uint16_t, dequant_f16>, qnt<uint16_t, quant_f16>};
+    case GgmlType::BF16: return {deq<uint16_t, dequant_bf16>, qnt<uint16_t, quant_bf16>};
+    case GgmlType::Q4_0: return {deq<BlockQ4_0, dequant_q4_0>, qnt<BlockQ4_0, quant_q4_0>};
+    case GgmlType::Q4_1: return {deq<BlockQ4_1, dequant_q4_1>, qnt<BlockQ4_1, quant_q4_1>};
+    case GgmlType::Q5_0: return {deq<BlockQ5_0, dequant_q5_0>, nullptr};
+    case GgmlType::Q5_1: return {deq<BlockQ5_1, dequant_q5_1>, nullptr};
+    case GgmlType::Q8_0: return {deq<BlockQ8_0, dequant_q8_0>, qnt<BlockQ8_0, quant_q8_0>};
+    case GgmlType::Q4_K: return {deq<BlockQ4_K, dequant_q4_k>, qnt<BlockQ4_K, quant_q4_k>};
+    case GgmlType::Q5_K: return {deq<BlockQ5_K, dequant_q5_k>, nullptr};
+    case GgmlType::Q6_K: return {deq<BlockQ6_K, dequant_q6_k>, qnt<BlockQ6_K, quant_q6_k>};
+    default: return {};
+  }
+}
+
+// Blocks in a row of n elements, or -1 if n is negative or not whole blocks.
+int64_t row_blocks(GgmlType t, int64_t n) {
+  const int64_t bs = ggml_type_info(t).block_size;
+  return n < 0 || n % bs != 0 ? -1 : n / bs;
+}
+
+}  // namespace
+
+bool dequantize_supported(GgmlType type) { return codec(type).dequant != nullptr; }
+bool quantize_supported(GgmlType type) { return codec(type).quant != nullptr; }
+
+bool dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
+  const DequantFn f = codec(type).dequant;
+  const int64_t nb = f ? row_blocks(type, n) : -1;
+  if (nb < 0) return false;
+  f(src, dst, nb);
+  return true;
+}
+
+bool quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
+  const QuantFn f = codec(type).quant;
+  const int64_t nb = f ? row_blocks(type, n) : -1;
+  if (nb < 0) return false;
+  f(src, dst, nb);
+  return true;
+}
+
+}  // namespace pagoda

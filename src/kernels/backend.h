@@ -1,0 +1,39 @@
+// The kernel backend table: every operation a model forward performs, as one
+// struct of function pointers. Model files call only through it, so a new
+// backend is a new kernels/<name>/ folder plus one table in backend.cc, and
+// never an edit to a model file. One indirect call per op per layer; the
+// functions allocate nothing per call (scratch is per-thread and grows once).
+#pragma once
+#include <cstdint>
+
+#include "kernels/api.h"
+
+namespace pagoda::kernels {
+
+enum class BackendKind : uint8_t {
+  Cpu,  // SIMD + threads (cpu/), the default
+  Ref,  // scalar oracles (ref/) for matmul, rmsnorm, rope and attention: debugging, parity tests
+};
+
+// Shapes and contracts are those of the functions of the same name in api.h.
+struct Backend {
+  const char* name;
+  void (*matmul)(const WeightView& w, const float* x, int64_t n_tokens, float* y);
+  void (*rmsnorm)(const float* x, const float* weight, float eps, int64_t n_tokens, int64_t n, float* y);
+  void (*rope)(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
+               int32_t rope_dim, float theta_base, bool neox);
+  void (*kv_write)(const KvLayerView& kv, const float* k, const float* v, const int64_t* slot_mapping,
+                   int64_t n_tokens);
+  void (*paged_attention)(const float* q, const KvLayerView& kv, const BatchView& batch, int32_t n_heads,
+                          float scale, float* out);
+  void (*get_rows)(const WeightView& table, const int32_t* ids, int64_t n_ids, float* out);
+  void (*gather_rows)(const float* x, int64_t n, const int32_t* rows, int64_t n_rows, float* out);
+  void (*add)(float* x, const float* y, int64_t n);
+  void (*add_rows)(float* x, const float* bias, int64_t n_rows, int64_t n);
+  void (*silu_mul)(float* gate, const float* up, int64_t n);
+};
+
+// The table of a backend; static storage, valid for the program's lifetime.
+const Backend& backend(BackendKind kind);
+
+}  // namespace pagoda::kernels

@@ -1,0 +1,76 @@
+// The ops both backends share (api.h, "Ops both backends share"): KV row
+// encoding and decoding, embedding lookup, row gathers and exact adds.
+// Scalar code: each is memory-bound or exact, so one version serves ref and cpu.
+#include <cstring>
+
+#include "base/check.h"
+#include "base/ggml_quant.h"
+#include "kernels/api.h"
+
+namespace pagoda::kernels {
+
+bool matmul_supports(GgmlType type) {
+  // Every type the scalar dequantizer reads: ref multiplies dequantized rows and
+  // cpu falls back to them for anything without a packed kernel.
+  return dequantize_supported(type);
+}
+
+namespace {
+
+// The ggml format of one KV row of each dtype: rows are encoded and decoded by
+// the one scalar codec (base/ggml_quant.h); q8_0 as ggml's quantize_row_q8_0_ref
+// (per 32 values d = amax / 127 stored as f16, q = roundf(x / d); n % 32 == 0).
+GgmlType kv_row_type(KvDtype dtype) {
+  switch (dtype) {
+    case KvDtype::F32: return GgmlType::F32;
+    case KvDtype::F16: return GgmlType::F16;
+    case KvDtype::BF16: return GgmlType::BF16;
+    case KvDtype::Q8_0: return GgmlType::Q8_0;
+  }
+  PAGODA_CHECK_MSG(false, "KV dtype %u", static_cast<unsigned>(dtype));
+  return GgmlType::F32;
+}
+
+// f32 -> one KV row in dtype. out: kv_row_bytes(dtype, n) bytes
+void kv_encode_row(KvDtype dtype, const float* x, int64_t n, uint8_t* out) {
+  PAGODA_CHECK(quantize_row(kv_row_type(dtype), x, out, n));
+}
+
+}  // namespace
+
+void kv_read_row(KvDtype dtype, const uint8_t* row, int64_t n, float* out) {
+  PAGODA_CHECK(dequantize_row(kv_row_type(dtype), row, out, n));
+}
+
+void kv_write(const KvLayerView& kv, const float* k, const float* v, const int64_t* slot_mapping,
+              int64_t n_tokens) {
+  const int64_t n = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const int64_t slot = slot_mapping[t];
+    if (slot < 0) continue;  // padding token: nothing to store
+    kv_encode_row(kv.dtype, k + t * n, n, kv.k + slot * kv.row_bytes);
+    kv_encode_row(kv.dtype, v + t * n, n, kv.v + slot * kv.row_bytes);
+  }
+}
+
+void get_rows(const WeightView& table, const int32_t* ids, int64_t n_ids, float* out) {
+  const auto* base = static_cast<const uint8_t*>(table.data);
+  for (int64_t i = 0; i < n_ids; ++i) {
+    PAGODA_CHECK(dequantize_row(table.type, base + static_cast<size_t>(ids[i]) * table.row_bytes,
+                                out + i * table.cols, table.cols));
+  }
+}
+
+void gather_rows(const float* x, int64_t n, const int32_t* rows, int64_t n_rows, float* out) {
+  for (int64_t i = 0; i < n_rows; ++i) std::memcpy(out + i * n, x + rows[i] * n, sizeof(float) * static_cast<size_t>(n));
+}
+
+void add_inplace(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void add_rows(float* x, const float* bias, int64_t n_rows, int64_t n) {
+  for (int64_t r = 0; r < n_rows; ++r) add_inplace(x + r * n, bias, n);
+}
+
+}  // namespace pagoda::kernels

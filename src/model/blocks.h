@@ -1,0 +1,31 @@
+// Building blocks shared by the architecture files: embedding, the attention
+// and feed-forward sublayers of a pre-norm decoder, the output head, and the
+// plain decoder forward made of them. Each reads and writes the Workspace of
+// the pass (buffers and shapes in model.h) and calls kernels only through p.k.
+#pragma once
+#include <cstdint>
+
+#include "model/arch.h"
+
+namespace pagoda::model {
+
+// ws.x[t, :] = token_embd row of batch.token_ids[t].
+void embed_tokens(const ForwardPass& p);
+
+// ws.x += Wo * attention(rope(Wq xn + bq), rope(Wk xn + bk), Wv xn + bv) with
+// xn = rmsnorm(ws.x, attn_norm); biases where the layer has them. Writes the
+// batch's K/V into layer `l` of the KV cache before attending.
+void attention_block(const ForwardPass& p, int32_t l);
+
+// ws.x += W_down (silu(W_gate xn) * W_up xn) with xn = rmsnorm(ws.x, ffn_norm).
+void swiglu_ffn_block(const ForwardPass& p, int32_t l);
+
+// p.logits[i, :] = output * rmsnorm(ws.x[batch.logit_rows[i], :], output_norm):
+// the final norm and output matmul run only for the wanted rows.
+void output_logits(const ForwardPass& p);
+
+// The pre-norm decoder (llama, mistral, qwen2): embed, n_layers x (attention,
+// SwiGLU feed-forward), output head.
+void decoder_forward(const ForwardPass& p);
+
+}  // namespace pagoda::model

@@ -1,0 +1,40 @@
+// The architecture registry: `general.architecture` -> the ArchDef its file defines.
+#include <iterator>
+
+#include "model/arch.h"
+
+namespace pagoda::model {
+
+// Defined in llama.cc, qwen2.cc.
+extern const ArchDef kLlamaArch, kQwen2Arch;
+
+namespace {
+
+struct Entry {
+  const char* name;
+  const ArchDef* def;
+};
+
+// One line per architecture name.
+constexpr Entry kArchs[] = {
+    {"llama", &kLlamaArch},
+    {"mistral", &kLlamaArch},  // same tensors, keys and forward as llama under its own key prefix
+    {"qwen2", &kQwen2Arch},
+};
+
+}  // namespace
+
+const ArchDef* find_arch(std::string_view name) {
+  for (const Entry& e : kArchs) {
+    if (name == e.name) return e.def;
+  }
+  return nullptr;
+}
+
+std::string arch_names() {
+  std::string s;
+  for (const Entry& e : kArchs) s += (s.empty() ? "" : ", ") + std::string(e.name);
+  return s;
+}
+
+}  // namespace pagoda::model
