@@ -90,6 +90,7 @@ class EngineImpl final : public Engine {
   std::unordered_map<RequestId, std::vector<sched::RequestId>> requests_;  // request -> its choices
   int64_t prompt_tokens_total_ = 0;
   int64_t generation_tokens_total_ = 0;
+  int64_t computed_tokens_total_ = 0;
 };
 
 Status EngineImpl::init(const EngineConfig& c) {
@@ -325,12 +326,14 @@ std::vector<TokenEvent> EngineImpl::step() {
       q.start_pos = 0;
     }
   }
-  auto logits = runner_->execute(cfg_.recompute ? recompute_plan_ : plan);
+  const sched::StepPlan& run_plan = cfg_.recompute ? recompute_plan_ : plan;
+  auto logits = runner_->execute(run_plan);
   if (!logits.ok()) {
     PAGODA_LOG_ERROR("forward pass failed: %s", logits.message().c_str());
     fail_plan(plan, "forward pass failed: " + logits.message(), &events);
     return events;
   }
+  computed_tokens_total_ += run_plan.num_tokens();
   const runtime::StepLogits& L = *logits;
   std::vector<sched::SeqOutput> outputs;
   outputs.reserve(static_cast<size_t>(L.size()));
@@ -394,6 +397,7 @@ EngineStats EngineImpl::stats() const {
   s.num_preemptions = sched_->stats().num_preemptions;
   s.prompt_tokens_total = prompt_tokens_total_;
   s.generation_tokens_total = generation_tokens_total_;
+  s.computed_tokens_total = computed_tokens_total_;
   return s;
 }
 

@@ -106,6 +106,7 @@ struct EngineStats {
   int64_t num_preemptions = 0;
   int64_t prompt_tokens_total = 0;
   int64_t generation_tokens_total = 0;
+  int64_t computed_tokens_total = 0;   // tokens through the forward pass (recompute: again every step)
 };
 
 struct ModelInfo {

@@ -67,6 +67,22 @@ TEST(EngineRecompute, BatchGivesTheCachedTokens) {
   EXPECT_EQ(e->stats().blocks_used, 0);
 }
 
+// The work is the baseline's: step k of a lone request computes all its
+// tokens so far (prompt 5: 5, then 6, 7, ...), where the cache computes one.
+TEST(EngineRecompute, EveryStepComputesTheWholeSequence) {
+  const Reference ref = load_references().at(0);
+  for (bool recompute : {false, true}) {
+    EngineConfig c = one_context(64);
+    c.recompute = recompute;
+    auto e = make_engine(c);
+    ASSERT_TRUE(e);
+    const auto evs = events_alone(e.get(), greedy(ref.prompt_tokens, 10));
+    EXPECT_EQ(tokens_of(evs), std::vector<int32_t>(ref.generated_tokens.begin(), ref.generated_tokens.begin() + 10));
+    // Cached: 5 + 9 x 1. Recomputed: 5 + 6 + ... + 14.
+    EXPECT_EQ(e->stats().computed_tokens_total, recompute ? 5 + (6 + 14) * 9 / 2 : 5 + 9) << recompute;
+  }
+}
+
 TEST(EngineRecompute, RefusesParallelSamples) {
   EngineConfig c = make_config(stories_path(), 1024);
   c.recompute = true;
