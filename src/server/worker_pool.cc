@@ -1,6 +1,11 @@
 #include "server/worker_pool.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 
 namespace pagoda::server {
 
@@ -31,6 +36,13 @@ void WorkerPool::stop() {
 }
 
 void WorkerPool::loop() {
+  // Parsing and tokenizing yield to the I/O threads (and the engine) on a busy machine:
+  // a few nice levels keep /health and streams responsive while a big body tokenizes.
+  // Best effort: raising one's own nice value needs no privilege; failure changes nothing.
+  const pid_t tid = static_cast<pid_t>(::syscall(SYS_gettid));
+  errno = 0;
+  const int prio = ::getpriority(PRIO_PROCESS, static_cast<id_t>(tid));
+  if (errno == 0) (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), std::min(19, prio + 5));
   for (;;) {
     std::function<void()> job;
     {
