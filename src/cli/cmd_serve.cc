@@ -35,7 +35,7 @@ const char* kHelp =
     "  --max-body-bytes SIZE         request body limit (default 8MiB)\n"
     "  --max-stop-bytes N            longest stop string (default 1024)\n"
     "  --max-cache-salt-bytes N      longest cache_salt (default 256)\n"
-    "  --max-output-entries N        bound on prompts x n x max_tokens x (1 + logprobs) (default 4194304)\n"
+    "  --max-output-entries N        bound on prompts x n x max_tokens x (1 + logprobs) (default 1048576)\n"
     "  --send-timeout N              seconds a client may take no bytes before it is dropped (default 30)\n"
     "Every flag can also be set as PAGODA_<FLAG> (e.g. PAGODA_PORT=9000).\n";
 

@@ -55,15 +55,16 @@ void Generation::on_event(size_t prompt, const engine::TokenEvent& ev) {
   const size_t ci = prompt * static_cast<size_t>(s_.n) + static_cast<size_t>(ev.index);
   if (ci >= choices_.size()) return;
   Choice& c = choices_[ci];
-  if (ev.index == 0 && ev.num_cached_tokens > 0 && c.tokens.empty()) cached_tokens_ += ev.num_cached_tokens;
+  if (ev.index == 0 && ev.num_cached_tokens > 0 && c.num_tokens == 0) cached_tokens_ += ev.num_cached_tokens;
   const size_t text_off0 = c.text.size();
   if (s_.stream) {
     stream_event(prompt, ci, ev, text_off0);
     // Streamed output is not kept: only the token count matters for usage.
-    c.tokens.resize(c.tokens.size() + ev.tokens.size());
+    c.num_tokens += static_cast<int64_t>(ev.tokens.size());
   } else {
     c.text += ev.text;
     c.tokens.insert(c.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+    c.num_tokens = static_cast<int64_t>(c.tokens.size());
     c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
   }
   c.finish = ev.finish;
@@ -93,7 +94,7 @@ void Generation::stream_event(size_t prompt, size_t ci, const engine::TokenEvent
 json Generation::usage() const {
   int64_t pt = 0, ct = 0;
   for (int32_t len : s_.prompt_lens) pt += len;
-  for (const auto& c : choices_) ct += static_cast<int64_t>(c.tokens.size());
+  for (const auto& c : choices_) ct += c.num_tokens;
   return usage_json(pt, ct, cached_tokens_);
 }
 

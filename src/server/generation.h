@@ -44,8 +44,9 @@ class Generation {
  private:
   struct Choice {
     std::string text;
-    std::vector<int32_t> tokens;
-    std::vector<engine::TokenLogprob> logprobs;
+    std::vector<int32_t> tokens;                  // kept only when not streaming
+    std::vector<engine::TokenLogprob> logprobs;   // likewise
+    int64_t num_tokens = 0;
     engine::FinishReason finish = engine::FinishReason::kNone;
     bool first_sent = false;
   };

@@ -43,8 +43,10 @@ struct RequestLimits {
   size_t max_prompts = 64;             // completions: prompts in one request
   int64_t max_choices = 256;           // prompts x n
   // prompts x n x max_tokens x (1 + top logprobs): the output a request can make
-  // the server accumulate (tokens, logprob entries) before it is sent.
-  int64_t max_output_entries = int64_t{1} << 22;
+  // the server accumulate (tokens, logprob entries) before it is sent. A top-logprob
+  // entry costs ~100 bytes as JSON, so the default bounds one response near 100 MB;
+  // it still admits n = 16 x 4k tokens with 15 alternatives, or one 8k chat with 20.
+  int64_t max_output_entries = int64_t{1} << 20;
 };
 
 enum class Endpoint { kCompletions, kChat };
