@@ -14,9 +14,11 @@
 namespace pagoda::cli {
 namespace {
 
-// The handler only sets this flag (async-signal-safe); a watcher thread stops the server.
-volatile std::sig_atomic_t g_signal = 0;
-void on_signal(int sig) { g_signal = sig; }
+// The handler only sets this flag (a lock-free atomic store is async-signal-safe);
+// a watcher thread polls it and stops the server outside signal context.
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+void on_signal(int sig) { g_signal.store(sig); }
 
 const char* kHelp =
     "usage: pagoda serve [options]\n"
@@ -137,8 +139,8 @@ int serve_main(int argc, char** argv) {
   server::Server* s = srv->get();
   std::atomic<bool> done{false};
   std::thread watcher([&] {
-    while (!done.load() && g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (g_signal != 0) s->stop();
+    while (!done.load() && g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (g_signal.load() != 0) s->stop();
   });
   (*srv)->run();
   done = true;

@@ -20,6 +20,7 @@ void Generation::on_added(const std::string& error) {
     done_ = true;
     metrics_.inc_counter("pagoda:request_failure_total", 1, "400");
     res_->send(400, "application/json", error_body(ApiError{400, error, "invalid_request_error", "", ""}));
+    res_.reset();
     return;
   }
   if (s_.stream) res_->start_stream(200);
@@ -36,12 +37,14 @@ void Generation::fail(const ApiError& e) {
     metrics_.inc_counter("pagoda:request_failure_total", 1, std::to_string(e.status));
     res_->send(e.status, "application/json", error_body(e));
   }
+  res_.reset();
 }
 
 bool Generation::on_disconnect() {
   std::lock_guard<std::mutex> l(mu_);
   const bool running = !done_;
   done_ = true;
+  res_.reset();
   return running;
 }
 
@@ -109,6 +112,7 @@ void Generation::finish_all() {
     }
     res_->write(sse_done());
     res_->end_stream();
+    res_.reset();
     return;
   }
   json u = usage();  // before the loop below releases each choice's tokens
@@ -130,6 +134,7 @@ void Generation::finish_all() {
   json j = response_json(s_.meta, std::move(choices), std::move(u));
   if (s_.return_token_ids && ep == Endpoint::kChat) j["prompt_token_ids"] = s_.prompt_ids[0];
   res_->send(200, "application/json", dump_json(j));
+  res_.reset();
 }
 
 }  // namespace pagoda::server

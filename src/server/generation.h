@@ -58,6 +58,9 @@ class Generation {
   GenerationSetup s_;
   const TextCodec& text_;
   Metrics& metrics_;
+  // Released once the response has ended: the session's disconnect callback holds
+  // this object, so keeping the Responder (which holds the session) would be a cycle
+  // that leaks the socket when a server shuts down mid-response.
   std::shared_ptr<Responder> res_;
   std::mutex mu_;
   std::vector<Choice> choices_;  // [prompt * n + i]

@@ -331,14 +331,16 @@ int default_max_connections() {
 }
 
 struct HttpServer::Impl {
+  // Sessions reference cfg, handler and open_connections; sessions still queued in
+  // the io_context die with it, so these are declared (and outlive it) before it.
   HttpConfig cfg;
   Handler handler;
+  std::atomic<int> open_connections{0};
   asio::io_context ioc;
   tcp::acceptor acceptor{ioc};
   asio::steady_timer accept_backoff{ioc};
   std::chrono::milliseconds backoff{0};
   std::vector<std::thread> threads;
-  std::atomic<int> open_connections{0};
   int bound_port = 0;
 
   void do_accept() {

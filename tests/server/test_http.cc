@@ -13,7 +13,9 @@
 #include <string>
 #include <thread>
 
+#include "engine/engine.h"
 #include "server/http.h"
+#include "server/server.h"
 
 using namespace pagoda::server;
 using namespace std::chrono_literals;
@@ -161,4 +163,36 @@ TEST(Http, HeadAnswersWithoutBodyAndConnectionsAreCounted) {
   // Closed connections are no longer counted (the server sees the EOF promptly).
   for (int i = 0; i < 200 && r.srv.num_connections() != 0; ++i) std::this_thread::sleep_for(10ms);
   EXPECT_EQ(r.srv.num_connections(), 0);
+}
+
+// Destroying the server while a stream is live: the engine's last callbacks (a
+// shutdown error for every live request) post to sessions whose io_context must
+// still exist, so the engine goes before the HTTP server. Run under ASan/TSan this
+// is the destructor-order check.
+TEST(ServerLifecycle, DestroyedWithAStreamInFlight) {
+  pagoda::engine::EngineConfig ecfg;
+  ecfg.model_path = std::string(PAGODA_TEST_DATA) + "/stories260K.gguf";
+  ecfg.threads = 1;
+  ecfg.num_kv_blocks = 64;
+  auto eng = pagoda::engine::Engine::create(ecfg);
+  ASSERT_TRUE(eng.ok()) << eng.message();
+  ServerConfig scfg;
+  scfg.http.port = 0;
+  auto srv = Server::create(scfg, std::move(eng).value());
+  ASSERT_TRUE(srv.ok()) << srv.message();
+  auto port = (*srv)->start();
+  ASSERT_TRUE(port.ok());
+  std::thread th([&] { (*srv)->run(); });
+  int fd = connect_to(*port);
+  ASSERT_GE(fd, 0);
+  const std::string body = R"({"prompt":"Once upon a time","max_tokens":400,"ignore_eos":true,"stream":true})";
+  send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                   std::to_string(body.size()) + "\r\n\r\n" + body);
+  char buf[4096];
+  ASSERT_GT(::recv(fd, buf, sizeof(buf), 0), 0);  // the stream has started
+  (*srv)->stop();
+  th.join();
+  srv->reset();  // engine thread joined, callbacks done, then the HTTP server
+  read_all(fd);  // the connection ends (EOF or reset), nothing hangs
+  ::close(fd);
 }
