@@ -63,15 +63,12 @@ class Session : public std::enable_shared_from_this<Session> {
     out += "Content-Type: " + ctype + "\r\n";
     out += "Content-Length: " + std::to_string(body.size()) + "\r\n";
     for (auto& [k, v] : extra) out += k + ": " + v + "\r\n";
-    out += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
-    if (!head_) out += body;  // HEAD: the GET's headers (Content-Length included), no body
-    enqueue(std::move(out), /*last=*/true);
+    enqueue_response(std::move(out), std::move(body), /*last=*/true);
   }
   void start_stream(int status) {
     std::string out = "HTTP/1.1 " + std::to_string(status) + " " + http_status_text(status) + "\r\n";
     out += "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n";
-    out += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
-    enqueue(std::move(out), false);
+    enqueue_response(std::move(out), "", false);
   }
   void write_chunk(std::string data) {
     if (data.empty()) return;
@@ -90,6 +87,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   void do_read() {
+    head_ = false;  // until this request says otherwise (a 400/413 below is not HEAD's)
     parser_.emplace();
     parser_->body_limit(cfg_.body_limit);
     parser_->header_limit(64 * 1024);
@@ -181,18 +179,29 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void enqueue(std::string data, bool last) {
-    post([self = shared_from_this(), data = std::move(data), last]() mutable {
-      if (self->closed_) return;
-      self->queued_bytes_ += data.size();
-      self->queue_.push_back({std::move(data), last});
-      if (self->queued_bytes_ > self->cfg_.max_queued_output && self->queue_.size() > 1) {
-        // The client is not reading (a stream outpacing it): drop it rather than
-        // buffer without bound; the disconnect aborts its request.
-        PAGODA_LOG_WARN("dropping a client that stopped reading (%zu bytes queued)", self->queued_bytes_);
-        return self->mark_disconnected();
-      }
-      if (!self->writing_) self->write_next();
+    post([self = shared_from_this(), data = std::move(data), last]() mutable { self->push(std::move(data), last); });
+  }
+  // `head`: the status line and headers but Connection. The strand finishes it, since
+  // keep_alive_ (a half-close turns it off) and head_ are strand state.
+  void enqueue_response(std::string head, std::string body, bool last) {
+    post([self = shared_from_this(), head = std::move(head), body = std::move(body), last]() mutable {
+      head += self->keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+      if (!self->head_) head += body;  // HEAD: the GET's headers (Content-Length included), no body
+      self->push(std::move(head), last);
     });
+  }
+  // On the strand.
+  void push(std::string data, bool last) {
+    if (closed_) return;
+    queued_bytes_ += data.size();
+    queue_.push_back({std::move(data), last});
+    if (queued_bytes_ > cfg_.max_queued_output && queue_.size() > 1) {
+      // The client is not reading (a stream outpacing it): drop it rather than
+      // buffer without bound; the disconnect aborts its request.
+      PAGODA_LOG_WARN("dropping a client that stopped reading (%zu bytes queued)", queued_bytes_);
+      return mark_disconnected();
+    }
+    if (!writing_) write_next();
   }
 
   void write_next() {
@@ -337,8 +346,10 @@ struct HttpServer::Impl {
   Handler handler;
   std::atomic<int> open_connections{0};
   asio::io_context ioc;
-  tcp::acceptor acceptor{ioc};
-  asio::steady_timer accept_backoff{ioc};
+  // The acceptor, its backoff timer and stop()'s close run on one strand: accept
+  // handlers and stop() may otherwise touch the acceptor from two I/O threads at once.
+  tcp::acceptor acceptor{asio::make_strand(ioc)};
+  asio::steady_timer accept_backoff{acceptor.get_executor()};
   std::chrono::milliseconds backoff{0};
   std::vector<std::thread> threads;
   int bound_port = 0;
@@ -416,7 +427,7 @@ void HttpServer::run() {
 }
 
 void HttpServer::stop() {
-  asio::post(impl_->ioc, [this] {
+  asio::post(impl_->acceptor.get_executor(), [this] {
     beast::error_code ec;
     impl_->acceptor.close(ec);
     impl_->accept_backoff.cancel();
