@@ -1,6 +1,10 @@
 // pagoda serve: the OpenAI-compatible HTTP server.
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <thread>
 
 #include "base/log.h"
 #include "cli/command.h"
@@ -10,19 +14,46 @@
 namespace pagoda::cli {
 namespace {
 
-server::Server* g_server = nullptr;
-void on_signal(int) {
-  if (g_server) g_server->stop();
-}
+// The handler only sets this flag (a lock-free atomic store is async-signal-safe);
+// a watcher thread polls it and stops the server outside signal context.
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+void on_signal(int sig) { g_signal.store(sig); }
 
 const char* kHelp =
     "usage: pagoda serve [options]\n"
     "  --host ADDR                   listen address (default 127.0.0.1)\n"
     "  --port N                      listen port (default 8080; 0 picks a free one)\n"
     "  --max-waiting N               answer 503 when more requests wait (default 1024)\n"
-    "  --api-key KEY                 require 'Authorization: Bearer KEY' on /v1/*\n"
+    "  --max-connections N           open connections beyond N get 503 (default: sized to the\n"
+    "                                descriptor limit, RLIMIT_NOFILE minus max(32, 1/8))\n"
+    "  --api-key KEY[,KEY...]        require 'Authorization: Bearer KEY' on every route but /health\n"
+    "  --metrics-without-key         leave /metrics open when --api-key is set\n"
+    "  --prefix-cache-salt-per-key   prefix cache entries of one API key are never hits for another\n"
+    "  --parse-special-in-prompts    control-token text in prompts becomes control tokens (default:\n"
+    "                                plain text, so a user cannot forge a turn)\n"
     "  --served-model-name NAME      model id in the API (default: the file's stem)\n"
+    "  --worker-threads N            threads that parse and tokenize requests (default 2)\n"
+    "  --max-body-bytes SIZE         request body limit (default 8MiB)\n"
+    "  --max-stop-bytes N            longest stop string (default 1024)\n"
+    "  --max-cache-salt-bytes N      longest cache_salt (default 256)\n"
+    "  --max-output-entries N        bound on prompts x n x max_tokens x (1 + logprobs) (default 1048576)\n"
+    "  --send-timeout N              seconds a client may take no bytes before it is dropped (default 30)\n"
     "Every flag can also be set as PAGODA_<FLAG> (e.g. PAGODA_PORT=9000).\n";
+
+// Integer flag in [lo, hi]; "" or an error message.
+std::string int_flag(Args& args, const char* name, int64_t lo, int64_t hi, int64_t* out) {
+  std::string v;
+  if (!args.value(name, &v)) return "";
+  char* end = nullptr;
+  errno = 0;
+  long long p = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end || errno || p < lo || p > hi)
+    return std::string(name) + " must be an integer in " + std::to_string(lo) + ".." + std::to_string(hi) +
+           ", got '" + v + "'";
+  *out = p;
+  return "";
+}
 
 int serve_main(int argc, char** argv) {
   Args args(argc, argv);
@@ -34,21 +65,43 @@ int serve_main(int argc, char** argv) {
   server::ServerConfig scfg;
   std::string err = parse_engine_flags(args, &ecfg);
   std::string v;
+  int64_t n = 0;
+  auto int_opt = [&](const char* name, int64_t lo, int64_t hi, auto* field) {
+    if (!err.empty()) return;
+    n = static_cast<int64_t>(*field);
+    err = int_flag(args, name, lo, hi, &n);
+    *field = static_cast<std::remove_reference_t<decltype(*field)>>(n);
+  };
   if (err.empty() && args.value("--host", &v)) scfg.http.host = v;
-  if (err.empty() && args.value("--port", &v)) {
-    char* end = nullptr;
-    long p = std::strtol(v.c_str(), &end, 10);
-    if (*end || p < 0 || p > 65535) err = "--port must be in 0..65535, got '" + v + "'";
-    scfg.http.port = static_cast<int>(p);
+  int_opt("--port", 0, 65535, &scfg.http.port);
+  int_opt("--max-waiting", 0, INT32_MAX, &scfg.max_waiting);
+  int_opt("--max-connections", 1, 1 << 20, &scfg.http.max_connections);
+  int_opt("--worker-threads", 1, 256, &scfg.worker_threads);
+  int_opt("--max-stop-bytes", 1, 1 << 20, &scfg.limits.max_stop_bytes);
+  int_opt("--max-cache-salt-bytes", 1, 1 << 16, &scfg.limits.max_cache_salt_bytes);
+  int_opt("--max-output-entries", 1, int64_t{1} << 40, &scfg.limits.max_output_entries);
+  int_opt("--send-timeout", 1, 86400, &scfg.http.send_timeout_s);
+  if (err.empty() && args.value("--max-body-bytes", &v)) {
+    int64_t b = 0;
+    if (!parse_bytes(v, &b) || b < 1024 || b > (int64_t{1} << 32)) err = "--max-body-bytes must be 1KiB..4GiB, got '" + v + "'";
+    scfg.http.body_limit = static_cast<size_t>(b);
   }
-  if (err.empty() && args.value("--max-waiting", &v)) {
-    char* end = nullptr;
-    long p = std::strtol(v.c_str(), &end, 10);
-    if (*end || p < 0) err = "--max-waiting must be a non-negative integer, got '" + v + "'";
-    scfg.max_waiting = static_cast<int>(p);
+  if (err.empty() && args.value("--api-key", &v)) {
+    size_t start = 0;
+    while (start <= v.size()) {
+      size_t comma = v.find(',', start);
+      if (comma == std::string::npos) comma = v.size();
+      if (comma > start) scfg.api_keys.push_back(v.substr(start, comma - start));
+      start = comma + 1;
+    }
+    if (scfg.api_keys.empty()) err = "--api-key needs at least one non-empty key";
   }
-  if (err.empty() && args.value("--api-key", &v)) scfg.api_key = v;
+  scfg.metrics_without_key = args.flag("--metrics-without-key");
+  scfg.prefix_cache_salt_per_key = args.flag("--prefix-cache-salt-per-key");
+  scfg.parse_special_in_prompts = args.flag("--parse-special-in-prompts");
   if (err.empty() && args.value("--served-model-name", &v)) scfg.served_model_name = v;
+  if (err.empty() && scfg.prefix_cache_salt_per_key && scfg.api_keys.empty())
+    err = "--prefix-cache-salt-per-key needs --api-key";
   if (err.empty()) err = args.leftover();
   if (!err.empty()) {
     std::fprintf(stderr, "pagoda serve: %s\n", err.c_str());
@@ -77,14 +130,21 @@ int serve_main(int argc, char** argv) {
     std::fprintf(stderr, "pagoda serve: %s\n", port.message().c_str());
     return 1;
   }
-  PAGODA_LOG_INFO("listening on http://%s:%d", scfg.http.host.c_str(), *port);
+  PAGODA_LOG_INFO("listening on http://%s:%d (at most %d connections)", scfg.http.host.c_str(), *port,
+                  scfg.http.max_connections > 0 ? scfg.http.max_connections : server::default_max_connections());
   std::fflush(stderr);
-  g_server = srv->get();
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   std::signal(SIGPIPE, SIG_IGN);
+  server::Server* s = srv->get();
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done.load() && g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (g_signal.load() != 0) s->stop();
+  });
   (*srv)->run();
-  g_server = nullptr;
+  done = true;
+  watcher.join();
   return 0;
 }
 

@@ -25,6 +25,13 @@ namespace {
 
 constexpr uint64_t kDefaultAlignment = 32;
 
+// Memory the parsed metadata may hold in Value objects (sizeof(Value) each, about
+// 100 bytes, whatever the element's size in the file). A u8 array costs 1 file byte
+// per element but a whole Value in memory, so bounding the element count alone let a
+// 16 MB file allocate 1.6 GB. Real models need far less: a 256k vocabulary's tokens,
+// scores and types plus 300k merges are about 1.1M Values (~110 MiB).
+constexpr uint64_t kMaxMetadataValueBytes = uint64_t{192} << 20;
+
 // Smallest number of bytes one value of type t occupies in the file.
 uint64_t min_value_bytes(ValueType t) {
   switch (t) {
@@ -121,6 +128,13 @@ class Parser {
       return errorf("array length %" PRIu64 " brings the metadata to more than %" PRIu64
                     " array elements (the parser's limit)", n, kMaxMetadataArrayElements);
     array_elements_ = total;
+    // Charged at their in-memory size before anything is allocated.
+    uint64_t bytes = 0;
+    if (!checked_mul(n, uint64_t{sizeof(Value)}, &bytes) || !checked_add(value_bytes_, bytes, &value_bytes_) ||
+        value_bytes_ > kMaxMetadataValueBytes)
+      return errorf("array length %" PRIu64 " brings the parsed metadata to more than %" PRIu64
+                    " MiB of values (%zu bytes each in memory; the parser's limit)",
+                    n, kMaxMetadataValueBytes >> 20, sizeof(Value));
     out->arr.resize(static_cast<size_t>(n));
     for (uint64_t i = 0; i < n; ++i) {
       Status st = read_value(out->elem_type, &out->arr[i], depth + 1);
@@ -131,6 +145,7 @@ class Parser {
 
   Cursor c_;
   uint64_t array_elements_ = 0;
+  uint64_t value_bytes_ = 0;  // sizeof(Value) x array elements so far
 };
 
 }  // namespace

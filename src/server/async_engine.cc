@@ -1,5 +1,7 @@
 #include "server/async_engine.h"
 
+#include <algorithm>
+
 #include "base/log.h"
 #include "base/timer.h"
 
@@ -18,18 +20,16 @@ AsyncEngine::~AsyncEngine() { stop(); }
 void AsyncEngine::stop() {
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (stop_ && !thread_.joinable()) return;
     stop_ = true;
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 
-Ticket AsyncEngine::submit(engine::RequestParams params, EventFn on_event) {
+Ticket AsyncEngine::submit(Submission s) {
   std::lock_guard<std::mutex> l(mu_);
   Ticket t = next_ticket_++;
-  inbox_.push_back(Pending{t, std::move(params), std::move(on_event)});
-  submit_times_[t] = now_seconds();
+  inbox_.push_back(Pending{t, std::move(s), now_seconds()});
   cv_.notify_one();
   return t;
 }
@@ -52,14 +52,16 @@ int AsyncEngine::num_pending() const {
 
 void AsyncEngine::publish_stats() {
   engine::EngineStats s = engine_->stats();
+  int pending = 0;
   {
     std::lock_guard<std::mutex> l(mu_);
     stats_ = s;
+    pending = static_cast<int>(inbox_.size());
   }
   if (!metrics_) return;
   metrics_->set_gauge("pagoda:kv_cache_usage_perc", s.kv_usage);
   metrics_->set_gauge("pagoda:num_requests_running", s.num_running);
-  metrics_->set_gauge("pagoda:num_requests_waiting", s.num_waiting + num_pending());
+  metrics_->set_gauge("pagoda:num_requests_waiting", s.num_waiting + pending);
   metrics_->set_gauge("pagoda:kv_cache_blocks_total", static_cast<double>(s.blocks_total));
   metrics_->set_gauge("pagoda:kv_cache_blocks_free", static_cast<double>(s.blocks_free));
   metrics_->set_gauge("pagoda:kv_cache_blocks_cached", static_cast<double>(s.blocks_cached));
@@ -74,6 +76,39 @@ void AsyncEngine::publish_stats() {
   last_stats_ = s;
 }
 
+// Hands every prompt of one submission to the engine; all or none stay live.
+void AsyncEngine::admit(Pending& p) {
+  std::vector<engine::RequestId> ids;
+  std::string error;
+  for (const auto& params : p.sub.prompts) {
+    auto id = engine_->add_request(params);
+    if (!id.ok()) {
+      error = id.message();
+      break;
+    }
+    ids.push_back(*id);
+  }
+  if (!error.empty()) {
+    for (engine::RequestId id : ids) engine_->abort(id);
+    if (metrics_) metrics_->inc_counter("pagoda:request_failure_total", 1, "400");
+    p.sub.on_added(error);
+    return;
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Live live;
+    live.ticket = p.ticket;
+    live.prompt = i;
+    live.t_submit = p.t_submit;
+    live.n_choices = std::max(1, p.sub.prompts[i].n);
+    live_[ids[i]] = live;
+  }
+  p.sub.on_added("");
+  // The prompts' token ids are in the engine now; free the submission's copy early.
+  p.sub.prompts.clear();
+  p.sub.prompts.shrink_to_fit();
+  groups_[p.ticket] = Group{std::move(ids), std::move(p.sub.on_event)};
+}
+
 void AsyncEngine::loop() {
   for (;;) {
     std::deque<Pending> inbox;
@@ -85,54 +120,33 @@ void AsyncEngine::loop() {
       inbox.swap(inbox_);
       aborts.swap(aborts_);
     }
-    for (auto& p : inbox) {
-      double t_submit = 0;
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        t_submit = submit_times_[p.ticket];
-        submit_times_.erase(p.ticket);
-      }
-      auto id = engine_->add_request(p.params);
-      if (!id.ok()) {
-        engine::TokenEvent ev;
-        ev.finish = engine::FinishReason::kError;
-        ev.error = id.message();
-        if (metrics_) metrics_->inc_counter("pagoda:request_failure_total", 1, "400");
-        p.on_event(ev);
-        continue;
-      }
-      Live live;
-      live.id = *id;
-      live.on_event = std::move(p.on_event);
-      live.t_submit = t_submit;
-      live.n_choices = std::max(1, p.params.n);
-      by_id_[*id] = p.ticket;
-      live_[p.ticket] = std::move(live);
-    }
+    for (auto& p : inbox) admit(p);
     for (Ticket t : aborts) {
-      auto it = live_.find(t);
-      if (it == live_.end()) {
-        // Maybe still in the inbox of a later drain: remove it there.
+      auto it = groups_.find(t);
+      if (it == groups_.end()) {
+        // Not admitted yet (still in the shared inbox) or already finished.
         std::lock_guard<std::mutex> l(mu_);
         for (auto pit = inbox_.begin(); pit != inbox_.end(); ++pit) {
           if (pit->ticket == t) { inbox_.erase(pit); break; }
         }
         continue;
       }
-      engine_->abort(it->second.id);
-      by_id_.erase(it->second.id);
-      live_.erase(it);
-      if (metrics_) metrics_->inc_counter("pagoda:request_success_total", 1, "abort");
+      for (engine::RequestId id : it->second.ids) {
+        engine_->abort(id);
+        live_.erase(id);
+        if (metrics_) metrics_->inc_counter("pagoda:request_success_total", 1, "abort");
+      }
+      groups_.erase(it);
     }
     if (engine_->has_unfinished()) {
       std::vector<engine::TokenEvent> events = engine_->step();
       double now = now_seconds();
       for (auto& ev : events) {
-        auto bit = by_id_.find(ev.id);
-        if (bit == by_id_.end()) continue;
-        auto lit = live_.find(bit->second);
+        auto lit = live_.find(ev.id);
         if (lit == live_.end()) continue;
         Live& L = lit->second;
+        auto git = groups_.find(L.ticket);
+        if (git == groups_.end()) continue;
         if (!ev.tokens.empty() && metrics_) {
           if (L.t_first == 0) {
             L.t_first = now;
@@ -142,31 +156,49 @@ void AsyncEngine::loop() {
           }
           L.t_last = now;
         }
-        L.on_event(ev);
-        if (ev.finish != engine::FinishReason::kNone) {
-          if (ev.finish == engine::FinishReason::kError) L.any_error = true;
-          if (++L.n_finished >= L.n_choices) {
-            if (metrics_) {
-              metrics_->observe("pagoda:e2e_request_latency_seconds", now - L.t_submit);
-              metrics_->inc_counter("pagoda:request_success_total", 1, engine::finish_reason_name(ev.finish));
-            }
-            by_id_.erase(bit);
-            live_.erase(lit);
+        git->second.on_event(L.prompt, ev);
+        if (ev.finish == engine::FinishReason::kError) {
+          // One failed prompt fails the whole HTTP request: stop its siblings too.
+          for (engine::RequestId other : git->second.ids) {
+            if (other != ev.id) engine_->abort(other);
+            live_.erase(other);
           }
+          groups_.erase(git);
+          if (metrics_) metrics_->inc_counter("pagoda:request_success_total", 1, "error");
+          continue;
         }
+        if (ev.finish == engine::FinishReason::kNone || ++L.n_finished < L.n_choices) continue;
+        if (metrics_) {
+          metrics_->observe("pagoda:e2e_request_latency_seconds", now - L.t_submit);
+          metrics_->inc_counter("pagoda:request_success_total", 1, engine::finish_reason_name(ev.finish));
+        }
+        auto& ids = git->second.ids;
+        ids.erase(std::remove(ids.begin(), ids.end(), ev.id), ids.end());
+        if (ids.empty()) groups_.erase(git);
+        live_.erase(lit);
       }
     }
     publish_stats();
   }
-  // Shutdown: every live request gets an abort event so no client hangs.
-  for (auto& [t, L] : live_) {
+  // Shutdown: every request gets an ending so no client hangs.
+  std::deque<Pending> inbox;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    inbox.swap(inbox_);
+  }
+  for (auto& p : inbox) p.sub.on_added("server is shutting down");
+  for (auto& [id, L] : live_) {
+    auto git = groups_.find(L.ticket);
+    if (git == groups_.end()) continue;
     engine::TokenEvent ev;
-    ev.id = L.id;
+    ev.id = id;
     ev.finish = engine::FinishReason::kError;
     ev.error = "server is shutting down";
-    L.on_event(ev);
+    git->second.on_event(L.prompt, ev);  // a kError ends the whole submission
+    groups_.erase(git);
   }
   live_.clear();
+  groups_.clear();
 }
 
 }  // namespace pagoda::server

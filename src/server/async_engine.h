@@ -1,6 +1,6 @@
-// AsyncEngine: runs the (single-threaded) Engine on its own thread. HTTP threads
-// submit and abort through a command inbox and never wait for a step; events
-// come back through per-request callbacks invoked on the engine thread (the
+// AsyncEngine: runs the (single-threaded) Engine on its own thread. HTTP and
+// worker threads submit and abort through a command inbox and never wait for a
+// step; results come back through callbacks invoked on the engine thread (a
 // callback must only post work elsewhere, never block).
 #pragma once
 #include <condition_variable>
@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -20,41 +21,56 @@ namespace pagoda::server {
 
 using Ticket = uint64_t;
 
+// One HTTP generation request: every prompt of it, handed to the engine together.
+struct Submission {
+  std::vector<engine::RequestParams> prompts;
+  // Called once, after add_request saw every prompt (all in one engine-loop turn, so
+  // before any of them produced a token): "" when all were accepted, else the first
+  // add_request error, and then none of the prompts is live (the accepted ones are
+  // aborted). The engine is the only validator; the server maps this to one 400.
+  std::function<void(const std::string& error)> on_added;
+  // Every event of prompt `prompt` (an index into prompts), ending, per choice, with
+  // one whose finish != kNone.
+  std::function<void(size_t prompt, const engine::TokenEvent&)> on_event;
+};
+
 class AsyncEngine {
  public:
-  using EventFn = std::function<void(const engine::TokenEvent&)>;
-
   AsyncEngine(std::unique_ptr<engine::Engine> engine, Metrics* metrics);
   ~AsyncEngine();
   AsyncEngine(const AsyncEngine&) = delete;
   AsyncEngine& operator=(const AsyncEngine&) = delete;
 
-  // Queues a request. on_event gets every event of it, ending with one that has
-  // finish != kNone (an add_request error arrives as finish == kError).
-  Ticket submit(engine::RequestParams params, EventFn on_event);
-  // Aborts a submitted request (any state); safe to call twice or after it ended.
+  Ticket submit(Submission s);
+  // Aborts every prompt of a submission (any state); safe to call twice or after it ended.
   void abort(Ticket t);
 
   engine::EngineStats stats() const;
-  int num_pending() const;  // submitted, not yet handed to the engine
+  int num_pending() const;  // submissions not yet handed to the engine
   const engine::ModelInfo& model_info() const { return info_; }
-  const tok::Tokenizer& tokenizer() const { return engine_->tokenizer(); }
+  // Joins the engine thread. Live requests get a kError event and queued ones an
+  // on_added error, so no client waits forever; after stop() no callback runs.
   void stop();
 
  private:
   struct Pending {
     Ticket ticket;
-    engine::RequestParams params;
-    EventFn on_event;
+    Submission sub;
+    double t_submit = 0;
   };
+  // One engine request (one prompt of a submission).
   struct Live {
-    engine::RequestId id = 0;
-    EventFn on_event;
+    Ticket ticket = 0;
+    size_t prompt = 0;
     double t_submit = 0, t_first = 0, t_last = 0;
     int n_choices = 1, n_finished = 0;
-    bool any_error = false;
+  };
+  struct Group {
+    std::vector<engine::RequestId> ids;  // still-live engine requests
+    std::function<void(size_t, const engine::TokenEvent&)> on_event;
   };
   void loop();
+  void admit(Pending& p);
   void publish_stats();
 
   std::unique_ptr<engine::Engine> engine_;
@@ -64,13 +80,12 @@ class AsyncEngine {
   std::condition_variable cv_;
   std::deque<Pending> inbox_;
   std::vector<Ticket> aborts_;
-  std::unordered_map<Ticket, double> submit_times_;
   engine::EngineStats stats_;
   Ticket next_ticket_ = 1;
   bool stop_ = false;
   // Engine-thread only.
-  std::unordered_map<Ticket, Live> live_;
-  std::unordered_map<engine::RequestId, Ticket> by_id_;
+  std::unordered_map<Ticket, Group> groups_;
+  std::unordered_map<engine::RequestId, Live> live_;
   engine::EngineStats last_stats_;
   std::thread thread_;
 };

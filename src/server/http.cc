@@ -1,7 +1,9 @@
 #include "server/http.h"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include <atomic>
@@ -40,8 +42,14 @@ namespace {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, const HttpConfig& cfg, const Handler& handler)
-      : stream_(std::move(socket)), cfg_(cfg), handler_(handler) {}
+  // `open` counts open client sockets: +1 here, -1 when this one closes.
+  Session(tcp::socket socket, const HttpConfig& cfg, const Handler& handler, std::atomic<int>* open)
+      : stream_(std::move(socket)), cfg_(cfg), handler_(handler), open_(open) {
+    open_->fetch_add(1);
+  }
+  ~Session() {
+    if (!closed_) open_->fetch_sub(1);  // the socket closes with the object
+  }
 
   void run() {
     asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
@@ -55,15 +63,12 @@ class Session : public std::enable_shared_from_this<Session> {
     out += "Content-Type: " + ctype + "\r\n";
     out += "Content-Length: " + std::to_string(body.size()) + "\r\n";
     for (auto& [k, v] : extra) out += k + ": " + v + "\r\n";
-    out += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
-    out += body;
-    enqueue(std::move(out), /*last=*/true);
+    enqueue_response(std::move(out), std::move(body), /*last=*/true);
   }
   void start_stream(int status) {
     std::string out = "HTTP/1.1 " + std::to_string(status) + " " + http_status_text(status) + "\r\n";
     out += "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n";
-    out += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
-    enqueue(std::move(out), false);
+    enqueue_response(std::move(out), "", false);
   }
   void write_chunk(std::string data) {
     if (data.empty()) return;
@@ -82,6 +87,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   void do_read() {
+    head_ = false;  // until this request says otherwise (a 400/413 below is not HEAD's)
     parser_.emplace();
     parser_->body_limit(cfg_.body_limit);
     parser_->header_limit(64 * 1024);
@@ -91,7 +97,9 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void on_read(beast::error_code ec) {
-    if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == beast::error::timeout) return close();
+    if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == beast::error::timeout ||
+        ec == asio::error::operation_aborted || closed_)
+      return close();
     if (ec == http::error::body_limit) {
       keep_alive_ = false;
       in_response_ = true;
@@ -124,10 +132,11 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     req.body = std::move(msg.body());
     keep_alive_ = msg.keep_alive();
+    head_ = msg.method() == http::verb::head;
     in_response_ = true;
     stream_.expires_never();
     watch_disconnect();
-    handler_(req, make_responder());
+    handler_(std::move(req), make_responder());
   }
 
   std::shared_ptr<Responder> make_responder();
@@ -144,8 +153,16 @@ class Session : public std::enable_shared_from_this<Session> {
       // peek: 0 bytes means the peer closed; EAGAIN means alive, watch again.
       char c;
       ssize_t n = ::recv(self->stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return self->mark_disconnected();
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return self->mark_disconnected();
       if (n < 0) return self->arm_disconnect_watch(gen);
+      if (n == 0) {
+        // EOF: the client shut down its sending side. A half-closed client (shutdown
+        // after a full request) still reads, so it still gets its answer; a client
+        // that closed entirely is found by the first write that fails (or the send
+        // timeout). Either way no further request can come: close after this one.
+        self->keep_alive_ = false;
+        return;
+      }
       // Pipelined bytes from a live client: stop watching; they are read after this response.
     });
   }
@@ -162,11 +179,29 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void enqueue(std::string data, bool last) {
-    post([self = shared_from_this(), data = std::move(data), last]() mutable {
-      if (self->closed_) return;
-      self->queue_.push_back({std::move(data), last});
-      if (!self->writing_) self->write_next();
+    post([self = shared_from_this(), data = std::move(data), last]() mutable { self->push(std::move(data), last); });
+  }
+  // `head`: the status line and headers but Connection. The strand finishes it, since
+  // keep_alive_ (a half-close turns it off) and head_ are strand state.
+  void enqueue_response(std::string head, std::string body, bool last) {
+    post([self = shared_from_this(), head = std::move(head), body = std::move(body), last]() mutable {
+      head += self->keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+      if (!self->head_) head += body;  // HEAD: the GET's headers (Content-Length included), no body
+      self->push(std::move(head), last);
     });
+  }
+  // On the strand.
+  void push(std::string data, bool last) {
+    if (closed_) return;
+    queued_bytes_ += data.size();
+    queue_.push_back({std::move(data), last});
+    if (queued_bytes_ > cfg_.max_queued_output && queue_.size() > 1) {
+      // The client is not reading (a stream outpacing it): drop it rather than
+      // buffer without bound; the disconnect aborts its request.
+      PAGODA_LOG_WARN("dropping a client that stopped reading (%zu bytes queued)", queued_bytes_);
+      return mark_disconnected();
+    }
+    if (!writing_) write_next();
   }
 
   void write_next() {
@@ -176,12 +211,17 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     writing_ = true;
     auto& front = queue_.front();
+    // A client that takes no bytes for send_timeout_s fails this write (timeout).
+    stream_.expires_after(std::chrono::seconds(cfg_.send_timeout_s));
     asio::async_write(stream_, asio::buffer(front.first),
                       [self = shared_from_this()](beast::error_code ec, size_t) { self->on_write(ec); });
   }
 
   void on_write(beast::error_code ec) {
+    if (closed_ || queue_.empty()) return;  // dropped meanwhile (queue bound, disconnect)
+    stream_.expires_never();  // waiting for the engine's next tokens is not a client timeout
     bool last = queue_.front().second;
+    queued_bytes_ -= queue_.front().first.size();
     queue_.pop_front();
     if (ec) {
       mark_disconnected();
@@ -196,6 +236,7 @@ class Session : public std::enable_shared_from_this<Session> {
       if (!keep_alive_) return close();
       writing_ = false;
       queue_.clear();
+      queued_bytes_ = 0;
       return do_read();
     }
     write_next();
@@ -204,6 +245,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void close() {
     if (closed_) return;
     closed_ = true;
+    open_->fetch_sub(1);
+    queue_.clear();
+    queued_bytes_ = 0;
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
     stream_.socket().close(ec);
@@ -214,7 +258,10 @@ class Session : public std::enable_shared_from_this<Session> {
   const Handler& handler_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
-  std::deque<std::pair<std::string, bool>> queue_;
+  std::atomic<int>* open_;
+  std::deque<std::pair<std::string, bool>> queue_;  // (bytes, ends the response)
+  size_t queued_bytes_ = 0;
+  bool head_ = false;
   bool writing_ = false;
   bool keep_alive_ = true;
   bool closed_ = false;
@@ -253,26 +300,89 @@ std::shared_ptr<Responder> Session::make_responder() { return std::make_shared<R
 
 }  // namespace
 
+namespace {
+
+// Answers 503 on a socket the server has no room for and closes it, without any
+// per-connection state: a best-effort non-blocking send of a fixed response.
+void reject_busy(tcp::socket& socket) {
+  static const char kBusy[] =
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+      "Connection: close\r\nContent-Length: 121\r\n\r\n"
+      "{\"error\":{\"message\":\"too many open connections\",\"type\":\"service_unavailable\","
+      "\"param\":null,\"code\":\"too_many_connections\"}}";
+  const int fd = socket.native_handle();
+  // Read what already arrived: closing with unread bytes would send RST, and the
+  // client could lose the 503 before reading it.
+  char sink[4096];
+  while (::recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0) {
+  }
+  (void)::send(fd, kBusy, sizeof(kBusy) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  beast::error_code ec;
+  socket.shutdown(tcp::socket::shutdown_send, ec);
+  socket.close(ec);
+}
+
+bool is_fd_exhaustion(const beast::error_code& ec) {
+  return ec == asio::error::no_descriptors || ec.value() == ENFILE || ec == asio::error::no_buffer_space ||
+         ec == asio::error::no_memory;
+}
+
+}  // namespace
+
+int default_max_connections() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 4096;
+  const int64_t limit = static_cast<int64_t>(std::min<rlim_t>(rl.rlim_cur, 1 << 20));
+  // The reserve covers the process's own descriptors (stdio, epoll, eventfds, timers,
+  // the model file while loading, logs) and room to accept-and-reject beyond the limit.
+  const int64_t reserve = std::max<int64_t>(32, limit / 8);
+  return static_cast<int>(std::clamp<int64_t>(limit - reserve, 1, 65536));
+}
+
 struct HttpServer::Impl {
+  // Sessions reference cfg, handler and open_connections; sessions still queued in
+  // the io_context die with it, so these are declared (and outlive it) before it.
   HttpConfig cfg;
   Handler handler;
+  std::atomic<int> open_connections{0};
   asio::io_context ioc;
-  tcp::acceptor acceptor{ioc};
+  // The acceptor, its backoff timer and stop()'s close run on one strand: accept
+  // handlers and stop() may otherwise touch the acceptor from two I/O threads at once.
+  tcp::acceptor acceptor{asio::make_strand(ioc)};
+  asio::steady_timer accept_backoff{acceptor.get_executor()};
+  std::chrono::milliseconds backoff{0};
   std::vector<std::thread> threads;
   int bound_port = 0;
 
   void do_accept() {
     acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
       if (!acceptor.is_open()) return;
+      if (ec && is_fd_exhaustion(ec)) {
+        // Out of descriptors: the pending connection stays in the kernel's backlog, so
+        // accepting again at once fails again (a 100% CPU loop). Wait, doubling up to
+        // 200 ms, which bounds both the CPU spent and the delay once a descriptor frees.
+        backoff = std::min(std::chrono::milliseconds(200), std::max(std::chrono::milliseconds(10), backoff * 2));
+        if (backoff == std::chrono::milliseconds(10))
+          PAGODA_LOG_WARN("accept: %s; backing off until a descriptor frees", ec.message().c_str());
+        accept_backoff.expires_after(backoff);
+        accept_backoff.async_wait([this](beast::error_code) { do_accept(); });
+        return;
+      }
+      backoff = std::chrono::milliseconds(0);
       if (!ec) {
-        beast::error_code ignore;
-        socket.set_option(tcp::no_delay(true), ignore);
-        std::make_shared<Session>(std::move(socket), cfg, handler)->run();
+        if (open_connections.load() >= cfg.max_connections) {
+          reject_busy(socket);
+        } else {
+          beast::error_code ignore;
+          socket.set_option(tcp::no_delay(true), ignore);
+          std::make_shared<Session>(std::move(socket), cfg, handler, &open_connections)->run();
+        }
       }
       do_accept();
     });
   }
 };
+
 
 HttpServer::HttpServer(HttpConfig config, Handler handler) : impl_(std::make_unique<Impl>()) {
   impl_->cfg = std::move(config);
@@ -299,11 +409,14 @@ bool HttpServer::start(std::string* error) {
     return false;
   }
   impl_->bound_port = a.local_endpoint().port();
+  if (impl_->cfg.max_connections <= 0) impl_->cfg.max_connections = default_max_connections();
   impl_->do_accept();
   return true;
 }
 
 int HttpServer::port() const { return impl_->bound_port; }
+int HttpServer::max_connections() const { return impl_->cfg.max_connections; }
+int HttpServer::num_connections() const { return impl_->open_connections.load(); }
 
 void HttpServer::run() {
   int n = std::max(1, impl_->cfg.io_threads);
@@ -314,9 +427,10 @@ void HttpServer::run() {
 }
 
 void HttpServer::stop() {
-  asio::post(impl_->ioc, [this] {
+  asio::post(impl_->acceptor.get_executor(), [this] {
     beast::error_code ec;
     impl_->acceptor.close(ec);
+    impl_->accept_backoff.cancel();
   });
   impl_->ioc.stop();
 }

@@ -37,7 +37,8 @@ class Responder {
   virtual void on_disconnect(std::function<void()> fn) = 0;
 };
 
-using Handler = std::function<void(const HttpRequest&, std::shared_ptr<Responder>)>;
+// Runs on an I/O thread: must return quickly (post heavy work elsewhere).
+using Handler = std::function<void(HttpRequest, std::shared_ptr<Responder>)>;
 
 struct HttpConfig {
   std::string host = "127.0.0.1";
@@ -45,7 +46,19 @@ struct HttpConfig {
   size_t body_limit = 8u << 20;
   int io_threads = 2;
   int header_timeout_s = 30;
+  // Open connections beyond this are answered 503 and closed at once. 0: sized to
+  // the descriptor limit (RLIMIT_NOFILE minus a reserve for the process's own files),
+  // so accept() itself rarely meets EMFILE; when it does, accepting backs off.
+  int max_connections = 0;
+  // A client that accepts no bytes for this long while a response is being written
+  // is dropped (and its request aborted).
+  int send_timeout_s = 30;
+  // Output queued for one client beyond this (a streaming client that stopped
+  // reading) drops it. A single response larger than this is still sent.
+  size_t max_queued_output = 16u << 20;
 };
+// What max_connections = 0 resolves to for the current RLIMIT_NOFILE.
+int default_max_connections();
 
 class HttpServer {
  public:
@@ -54,6 +67,8 @@ class HttpServer {
   // Binds; returns false with a message when the port cannot be bound.
   bool start(std::string* error);
   int port() const;  // the bound port (useful with port 0)
+  int max_connections() const;  // resolved by start()
+  int num_connections() const;  // open client sockets now
   void run();        // blocks until stop()
   void stop();
 

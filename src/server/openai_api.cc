@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include "tok/tokenizer.h"
+
 namespace pagoda::server {
 namespace {
 
@@ -135,10 +137,56 @@ std::string error_body(const ApiError& e) {
   return dump_json(json{{"error", err}});
 }
 
-std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, const std::string& body) {
+bool json_too_deep(const std::string& body, int max_depth) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : body) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') { if (++depth > max_depth) return true; }
+    else if (c == ']' || c == '}') --depth;
+  }
+  return false;
+}
+
+namespace {
+// Parses a body into a JSON object; the depth check runs first so a "[[[[...]]]]"
+// body costs no parser stack or tree.
+std::variant<json, ApiError> parse_object(const std::string& body, const RequestLimits& limits) {
+  if (json_too_deep(body, limits.max_json_depth))
+    return bad("request body nests arrays/objects deeper than " + std::to_string(limits.max_json_depth) + " levels");
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return bad("request body is not valid JSON (or not valid UTF-8)");
   if (!j.is_object()) return bad("request body must be a JSON object");
+  return j;
+}
+}  // namespace
+
+std::optional<ApiError> check_output_cost(size_t num_prompts, const engine::RequestParams& p, int64_t max_tokens,
+                                          const RequestLimits& limits) {
+  // Each factor is bounded (prompts <= max_prompts, n <= 16, logprobs <= 20, max_tokens <
+  // 2^31), so the product fits in a double exactly enough to compare.
+  const double entries = static_cast<double>(num_prompts) * std::max(1, p.n) *
+                         static_cast<double>(std::max<int64_t>(max_tokens, 1)) * (1 + std::max(0, p.logprobs));
+  if (entries <= static_cast<double>(limits.max_output_entries)) return std::nullopt;
+  char buf[320];
+  std::snprintf(buf, sizeof(buf),
+                "the request asks for up to %.0f output entries (%zu prompts x n %d x max_tokens %lld x (1 + logprobs "
+                "%d)); the limit is %lld: lower max_tokens, n, logprobs or the number of prompts",
+                entries, num_prompts, std::max(1, p.n), static_cast<long long>(max_tokens), std::max(0, p.logprobs),
+                static_cast<long long>(limits.max_output_entries));
+  return bad(buf, "max_tokens");
+}
+
+std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, const std::string& body, const RequestLimits& limits) {
+  auto parsed = parse_object(body, limits);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& j = std::get<json>(parsed);
 
   ParsedRequest r;
   r.endpoint = ep;
@@ -174,7 +222,8 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, const std::stri
     } else {
       return bad("'prompt' must be a string, a list of strings or token ids", "prompt");
     }
-    if (r.prompt_texts.size() + r.prompt_tokens.size() > 64) return bad("at most 64 prompts per request", "prompt");
+    if (r.prompt_texts.size() + r.prompt_tokens.size() > limits.max_prompts)
+      return bad("at most " + std::to_string(limits.max_prompts) + " prompts per request", "prompt");
     PAGODA_API_TRY(get_bool(j, "echo", &r.echo));
     int64_t lp = -1;
     bool lp_present = false;
@@ -216,21 +265,38 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, const std::stri
   PAGODA_API_TRY(get_bool(j, "ignore_eos", &p.ignore_eos));
   PAGODA_API_TRY(get_bool(j, "return_token_ids", &r.return_token_ids));
   PAGODA_API_TRY(get_string(j, "cache_salt", &p.cache_salt));
+  if (p.cache_salt.size() > limits.max_cache_salt_bytes)
+    return bad("'cache_salt' is " + std::to_string(p.cache_salt.size()) + " bytes; the limit is " +
+                   std::to_string(limits.max_cache_salt_bytes),
+               "cache_salt");
   PAGODA_API_TRY(get_bool(j, "stream", &r.stream));
 
   if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
-    if (it->is_string()) {
-      if (!it->get<std::string>().empty()) p.stop.push_back(it->get<std::string>());
-    } else if (it->is_array()) {
-      if (it->size() > 16) return bad("at most 16 stop strings", "stop");
-      for (const auto& s : *it) {
-        if (!s.is_string()) return bad("'stop' must be a string or a list of strings", "stop");
-        if (!s.get<std::string>().empty()) p.stop.push_back(s.get<std::string>());
-      }
+    auto add_stop = [&](const json& s) -> std::optional<ApiError> {
+      if (!s.is_string()) return bad("'stop' must be a string or a list of strings", "stop");
+      const std::string& str = s.get_ref<const std::string&>();
+      if (str.size() > limits.max_stop_bytes)
+        return bad("a stop string is " + std::to_string(str.size()) + " bytes; the limit is " +
+                       std::to_string(limits.max_stop_bytes) + " (--max-stop-bytes)",
+                   "stop");
+      if (!str.empty()) p.stop.push_back(str);
+      return std::nullopt;
+    };
+    if (it->is_array()) {
+      if (it->size() > limits.max_stop_strings)
+        return bad("at most " + std::to_string(limits.max_stop_strings) + " stop strings", "stop");
+      for (const auto& s : *it) PAGODA_API_TRY(add_stop(s));
     } else {
-      return bad("'stop' must be a string or a list of strings", "stop");
+      PAGODA_API_TRY(add_stop(*it));
     }
   }
+  const int64_t num_prompts =
+      ep == Endpoint::kChat ? 1 : static_cast<int64_t>(r.prompt_texts.size() + r.prompt_tokens.size());
+  if (num_prompts * p.n > limits.max_choices)
+    return bad(std::to_string(num_prompts) + " prompts x n " + std::to_string(p.n) + " = " +
+                   std::to_string(num_prompts * p.n) + " choices; the limit is " + std::to_string(limits.max_choices),
+               "n");
+  if (p.max_tokens > 0) PAGODA_API_TRY(check_output_cost(static_cast<size_t>(num_prompts), p, p.max_tokens, limits));
   if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) return bad("'stream_options' must be an object", "stream_options");
     if (!r.stream) return bad("'stream_options' is only allowed when 'stream' is true", "stream_options");
@@ -239,10 +305,10 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, const std::stri
   return r;
 }
 
-std::variant<TokenizeRequest, ApiError> parse_tokenize(const std::string& body) {
-  json j = json::parse(body, nullptr, false);
-  if (j.is_discarded()) return bad("request body is not valid JSON (or not valid UTF-8)");
-  if (!j.is_object()) return bad("request body must be a JSON object");
+std::variant<TokenizeRequest, ApiError> parse_tokenize(const std::string& body, const RequestLimits& limits) {
+  auto parsed = parse_object(body, limits);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& j = std::get<json>(parsed);
   TokenizeRequest r;
   PAGODA_API_TRY(get_bool(j, "add_special_tokens", &r.add_special_tokens));
   if (j.contains("messages")) {
@@ -256,10 +322,11 @@ std::variant<TokenizeRequest, ApiError> parse_tokenize(const std::string& body) 
   return r;
 }
 
-std::variant<std::vector<int32_t>, ApiError> parse_detokenize(const std::string& body, int vocab_size) {
-  json j = json::parse(body, nullptr, false);
-  if (j.is_discarded()) return bad("request body is not valid JSON (or not valid UTF-8)");
-  if (!j.is_object()) return bad("request body must be a JSON object");
+std::variant<std::vector<int32_t>, ApiError> parse_detokenize(const std::string& body, int vocab_size,
+                                                              const RequestLimits& limits) {
+  auto parsed = parse_object(body, limits);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& j = std::get<json>(parsed);
   auto it = j.find("tokens");
   if (it == j.end() || !it->is_array()) return bad("'tokens' (a list of token ids) is required", "tokens");
   std::vector<int32_t> ids;
@@ -269,5 +336,91 @@ std::variant<std::vector<int32_t>, ApiError> parse_detokenize(const std::string&
                                     std::to_string(vocab_size) + ")", "tokens");
   return ids;
 }
+
+// ---- Response formatting -------------------------------------------------------
+
+namespace {
+json bytes_of(const std::string& s) {
+  json a = json::array();
+  for (unsigned char c : s) a.push_back(static_cast<int>(c));
+  return a;
+}
+const char* object_name(Endpoint ep, bool chunk) {
+  if (ep == Endpoint::kChat) return chunk ? "chat.completion.chunk" : "chat.completion";
+  return "text_completion";
+}
+json finish_json(engine::FinishReason f) {
+  return f == engine::FinishReason::kNone ? json() : json(engine::finish_reason_name(f));
+}
+}  // namespace
+
+json logprobs_json(Endpoint ep, const tok::Tokenizer& tk, const std::vector<engine::TokenLogprob>& lps,
+                   size_t text_offset0) {
+  if (ep == Endpoint::kChat) {
+    json content = json::array();
+    for (const auto& lp : lps) {
+      const std::string& piece = tk.token_to_piece(lp.token);
+      json top = json::array();
+      for (const auto& [t, l] : lp.top) {
+        const std::string& p = tk.token_to_piece(t);
+        top.push_back({{"token", p}, {"logprob", l}, {"bytes", bytes_of(p)}});
+      }
+      content.push_back({{"token", piece}, {"logprob", lp.logprob}, {"bytes", bytes_of(piece)}, {"top_logprobs", top}});
+    }
+    return json{{"content", content}};
+  }
+  json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
+  size_t off = text_offset0;
+  for (const auto& lp : lps) {
+    const std::string& piece = tk.token_to_piece(lp.token);
+    tokens.push_back(piece);
+    token_lps.push_back(lp.logprob);
+    json top = json::object();
+    for (const auto& [t, l] : lp.top) top[tk.token_to_piece(t)] = l;
+    tops.push_back(top);
+    offsets.push_back(off);
+    off += piece.size();
+  }
+  return json{{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
+  return json{{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion_tokens},
+              {"total_tokens", prompt_tokens + completion_tokens},
+              {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
+}
+
+json chunk_json(const ResponseMeta& m, json choices) {
+  return json{{"id", m.id}, {"object", object_name(m.endpoint, true)}, {"created", m.created}, {"model", m.model},
+              {"choices", std::move(choices)}};
+}
+
+json response_json(const ResponseMeta& m, json choices, json usage) {
+  return json{{"id", m.id},           {"object", object_name(m.endpoint, false)},
+              {"created", m.created}, {"model", m.model},
+              {"choices", std::move(choices)}, {"usage", std::move(usage)}};
+}
+
+json stream_choice_json(Endpoint ep, size_t index, const std::string& text, bool first, json logprobs,
+                        engine::FinishReason finish) {
+  if (ep == Endpoint::kChat) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty() || first) delta["content"] = text;
+    return json{{"index", index}, {"delta", delta}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish_json(finish)}};
+  }
+  return json{{"index", index}, {"text", text}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish_json(finish)}};
+}
+
+json final_choice_json(Endpoint ep, size_t index, const std::string& text, json logprobs,
+                       engine::FinishReason finish) {
+  if (ep == Endpoint::kChat)
+    return json{{"index", index}, {"message", {{"role", "assistant"}, {"content", text}}},
+                {"logprobs", std::move(logprobs)}, {"finish_reason", finish_json(finish)}};
+  return json{{"index", index}, {"text", text}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish_json(finish)}};
+}
+
+std::string sse(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
+std::string sse_done() { return "data: [DONE]\n\n"; }
 
 }  // namespace pagoda::server

@@ -1,6 +1,8 @@
-// OpenAI-compatible request parsing/validation and response formatting. Pure
-// functions over JSON text: no sockets, no engine. Every malformed input maps to
-// an ApiError with the HTTP status and OpenAI's error shape.
+// OpenAI-compatible request parsing and response formatting. Pure functions over
+// JSON: no sockets, no engine state. Every malformed input maps to an ApiError
+// with the HTTP status and OpenAI's error shape. Parsing checks the shape of the
+// request and the server's cost limits; what the engine can check (empty prompt,
+// max_tokens vs context, token ids, n) is left to add_request, the one validator.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -11,6 +13,9 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "tok/chat_template.h"
+
+namespace pagoda::tok { class Tokenizer; }
 
 namespace pagoda::server {
 
@@ -26,9 +31,22 @@ struct ApiError {
 // {"error": {"message", "type", "param", "code"}}
 std::string error_body(const ApiError& e);
 
-struct ChatMessage {
-  std::string role;
-  std::string content;
+using tok::ChatMessage;
+
+// Per-request cost bounds: whatever a request asks, the memory it makes the server
+// hold is O(its body + its tokens). Defaults are documented in `pagoda serve --help`.
+struct RequestLimits {
+  size_t max_stop_bytes = 1024;        // each stop string
+  size_t max_stop_strings = 16;
+  size_t max_cache_salt_bytes = 256;
+  int max_json_depth = 32;             // nesting of arrays/objects in a body
+  size_t max_prompts = 64;             // completions: prompts in one request
+  int64_t max_choices = 256;           // prompts x n
+  // prompts x n x max_tokens x (1 + top logprobs): the output a request can make
+  // the server accumulate (tokens, logprob entries) before it is sent. A top-logprob
+  // entry costs ~100 bytes as JSON, so the default bounds one response near 100 MB;
+  // it still admits n = 16 x 4k tokens with 15 alternatives, or one 8k chat with 20.
+  int64_t max_output_entries = int64_t{1} << 20;
 };
 
 enum class Endpoint { kCompletions, kChat };
@@ -51,7 +69,15 @@ struct ParsedRequest {
 };
 
 // Parses and validates a body for the endpoint. Does not tokenize.
-std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, const std::string& body);
+std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, const std::string& body,
+                                                   const RequestLimits& limits = {});
+// The output bound, checked once prompts are tokenized (chat without max_tokens runs
+// to the context end): nullopt when prompts x n x max_tokens x (1 + logprobs) fits.
+std::optional<ApiError> check_output_cost(size_t num_prompts, const engine::RequestParams& p, int64_t max_tokens,
+                                          const RequestLimits& limits);
+// True when arrays/objects in `body` nest deeper than max_depth (strings skipped).
+// Linear, no allocation: runs before the JSON parser builds anything.
+bool json_too_deep(const std::string& body, int max_depth);
 
 // Fields for /tokenize and /detokenize.
 struct TokenizeRequest {
@@ -60,10 +86,41 @@ struct TokenizeRequest {
   bool has_messages = false;
   bool add_special_tokens = true;
 };
-std::variant<TokenizeRequest, ApiError> parse_tokenize(const std::string& body);
-std::variant<std::vector<int32_t>, ApiError> parse_detokenize(const std::string& body, int vocab_size);
+std::variant<TokenizeRequest, ApiError> parse_tokenize(const std::string& body, const RequestLimits& limits = {});
+std::variant<std::vector<int32_t>, ApiError> parse_detokenize(const std::string& body, int vocab_size,
+                                                              const RequestLimits& limits = {});
 
 // Dump JSON, replacing any invalid UTF-8 rather than throwing.
 std::string dump_json(const json& j);
+
+// ---- Response formatting -------------------------------------------------------
+
+// What every response object of one request repeats.
+struct ResponseMeta {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string id;       // "cmpl-..." / "chatcmpl-..."
+  std::string model;
+  int64_t created = 0;  // unix seconds
+};
+
+// Chat: {"content": [{token, logprob, bytes, top_logprobs}]}; completions:
+// {tokens, token_logprobs, top_logprobs, text_offset} with offsets from text_offset0.
+json logprobs_json(Endpoint ep, const tok::Tokenizer& tk, const std::vector<engine::TokenLogprob>& lps,
+                   size_t text_offset0);
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
+// One streamed object ("chat.completion.chunk" / "text_completion") holding `choices`.
+json chunk_json(const ResponseMeta& m, json choices);
+// The final non-streamed object ("chat.completion" / "text_completion").
+json response_json(const ResponseMeta& m, json choices, json usage);
+// A streamed choice: chat {index, delta{role?, content}, logprobs, finish_reason},
+// completions {index, text, logprobs, finish_reason}. `first` adds the chat role.
+json stream_choice_json(Endpoint ep, size_t index, const std::string& text, bool first, json logprobs,
+                        engine::FinishReason finish);
+// A whole choice: chat {index, message{role, content}, ...}, completions {index, text, ...}.
+json final_choice_json(Endpoint ep, size_t index, const std::string& text, json logprobs,
+                       engine::FinishReason finish);
+// Server-sent event framing: "data: <json>\n\n"; sse_done() is "data: [DONE]\n\n".
+std::string sse(const json& j);
+std::string sse_done();
 
 }  // namespace pagoda::server

@@ -1,18 +1,32 @@
-// `pagoda serve`: OpenAI-compatible routes over HttpServer + AsyncEngine.
+// `pagoda serve`: OpenAI-compatible routes over HttpServer + AsyncEngine. The I/O
+// threads only route, authenticate and answer the cheap routes (/health, /metrics,
+// /v1/models); parsing, tokenizing and chat rendering run on a bounded worker pool.
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "server/http.h"
+#include "server/openai_api.h"
 
 namespace pagoda::server {
 
 struct ServerConfig {
   HttpConfig http;
-  std::string api_key;            // empty: no auth
+  std::vector<std::string> api_keys;  // empty: no auth; else any of them is accepted
+  bool metrics_without_key = false;   // leave /metrics open when api_keys are set
+  // The prefix cache salt of every request starts with a hash of its API key, so
+  // one tenant's cached prompts are never hits (nor timing probes) for another.
+  bool prefix_cache_salt_per_key = false;
+  // Control-token text in completion prompts given as text (and, once tok/ supports
+  // it, in chat content) becomes control tokens. Off: it is plain text (vLLM's default).
+  bool parse_special_in_prompts = false;
   std::string served_model_name;  // empty: the model file's stem
   int max_waiting = 1024;         // more waiting requests than this -> 503
+  int worker_threads = 2;         // parsing / tokenizing threads
+  int worker_queue = 64;          // jobs waiting for a worker beyond this -> 503
+  RequestLimits limits;
 };
 
 class Server {
@@ -22,7 +36,7 @@ class Server {
   // Binds the port (0 picks a free one). Returns the bound port.
   Expected<int> start();
   void run();   // blocks until stop()
-  void stop();
+  void stop();  // thread-safe; not async-signal-safe (see cmd_serve.cc)
 
  private:
   Server() = default;

@@ -1,23 +1,48 @@
-// The server's view of the tokenizer: prompt encoding, chat rendering and token
-// text for logprobs. Thin adapter over tok/ so routes stay tokenizer-agnostic.
+// The server's own tokenizer and chat template: I/O and worker threads encode and
+// decode through this object, never through the Engine (whose thread owns it).
+// Immutable after create(); every method may run concurrently.
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
-#include "server/openai_api.h"
+#include "tok/chat_template.h"
 
 namespace pagoda::tok { class Tokenizer; }
 
 namespace pagoda::server {
 
-// Completion prompt text -> ids (BOS added when the model's tokenizer adds it).
-std::vector<int32_t> encode_prompt(const tok::Tokenizer& t, const std::string& text, bool add_special = true);
-// Chat messages -> ids through the model's chat template with the generation prompt.
-Expected<std::vector<int32_t>> encode_chat(const tok::Tokenizer& t, const std::vector<ChatMessage>& messages);
-// The raw text of one token (may be a partial UTF-8 sequence).
-std::string token_piece(const tok::Tokenizer& t, int32_t id);
-std::string decode_tokens(const tok::Tokenizer& t, const std::vector<int32_t>& ids);
+class TextCodec {
+ public:
+  // A private copy of `source`'s vocabulary; the chat template is parsed once here
+  // (a model without a usable template still serves completions; chat then answers
+  // 400 with the template's error).
+  static Expected<std::unique_ptr<TextCodec>> create(const tok::Tokenizer& source);
+  ~TextCodec();
+
+  const tok::Tokenizer& tokenizer() const { return *tok_; }
+  // Prompt text -> ids. add_special: BOS where the vocabulary adds it. parse_special:
+  // control-token text in the prompt ("<|im_end|>") becomes the control token; off,
+  // it is tokenized as the plain characters (user text cannot forge a turn).
+  std::vector<int32_t> encode_prompt(const std::string& text, bool add_special, bool parse_special) const;
+  // Messages -> ids through the chat template with the generation prompt. The
+  // template's own markers are special tokens. parse_special_in_content: whether
+  // control-token text inside message content is too. NOTE: until the rendered chat
+  // remembers its content spans (tok/, h-jinja), content is always parsed with
+  // special tokens on, whatever this says; see tests/server/test_malformed.py
+  // (ControlTokens.test_chat_content_is_plain_text, skipped until then).
+  Expected<std::vector<int32_t>> encode_chat(const std::vector<tok::ChatMessage>& messages,
+                                             bool parse_special_in_content) const;
+  std::string decode(const std::vector<int32_t>& ids) const;
+
+ private:
+  TextCodec() = default;
+  std::unique_ptr<tok::Tokenizer> tok_;
+  std::optional<tok::ChatTemplate> template_;
+  std::string template_error_;  // why template_ is empty
+};
 
 }  // namespace pagoda::server

@@ -15,10 +15,12 @@ class PagodaServer:
         self.proc = None
         self.port = None
         self.log = []
+        self.preexec_fn = None  # e.g. a resource limit for the server process
 
     def __enter__(self):
         cmd = [self.binary, "serve", "-m", self.model, "--host", "127.0.0.1", "--port", "0"] + self.extra
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=self.env)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=self.env,
+                                     preexec_fn=self.preexec_fn)
         deadline = time.time() + self.timeout
         while time.time() < deadline:
             line = self.proc.stderr.readline()

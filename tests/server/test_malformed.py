@@ -113,6 +113,24 @@ CASES = [
     ("wrong method completions", "GET", C, None, 405),
     ("wrong method models", "POST", "/v1/models", {}, 405),
     ("wrong method health", "DELETE", "/health", None, 405),
+    # Issue 17: per-request cost bounds (each names its limit).
+    ("stop string past 1 KiB", "POST", C, dict(OK_C, stop="x" * 1025), 400),
+    ("stop list entry past 1 KiB", "POST", C, dict(OK_C, stop=["a", "y" * 1025]), 400),
+    ("17 stop strings", "POST", C, dict(OK_C, stop=[str(i) for i in range(17)]), 400),
+    ("issue 17 request: 16 x 16 KB stops, 64 prompts, n 16", "POST", C,
+     {"prompt": ["Once"] * 64, "n": 16, "stop": [chr(97 + i) * 16384 for i in range(16)]}, 400),
+    ("cache_salt past 256 bytes", "POST", C, dict(OK_C, cache_salt="s" * 257), 400),
+    ("cache_salt number", "POST", C, dict(OK_C, cache_salt=5), 400),
+    ("65 prompts", "POST", C, dict(OK_C, prompt=["a"] * 65), 400),
+    ("prompts x n past 256 choices", "POST", C, {"prompt": ["a"] * 64, "n": 16, "max_tokens": 1}, 400),
+    ("prompts x n x max_tokens x logprobs", "POST", C,
+     {"prompt": ["a"] * 8, "n": 16, "max_tokens": 2000, "logprobs": 20}, 400),
+    ("json nested 100 deep", "POST", C, '{"prompt": ' + "[" * 100 + "]" * 100 + "}", 400),
+    ("json nested 200k deep", "POST", C, '{"prompt": ' + "[" * 200000 + "]" * 200000 + "}", 400),
+    ("chat content nested deep", "POST", CH, '{"messages": [{"role": "user", "content": ' + "[" * 64 + "]" * 64 + "}]}",
+     400),
+    ("tokenize nested deep", "POST", "/tokenize", '{"prompt": ' + "{\"a\":" * 64 + "1" + "}" * 64 + "}", 400),
+    ("detokenize nested deep", "POST", "/detokenize", '{"tokens": ' + "[" * 64 + "]" * 64 + "}", 400),
     ("tokenize without prompt", "POST", "/tokenize", {}, 400),
     ("detokenize bad tokens", "POST", "/detokenize", {"tokens": ["a"]}, 400),
     ("detokenize past vocab", "POST", "/detokenize", {"tokens": [10**6]}, 400),
@@ -183,7 +201,81 @@ class Malformed(unittest.TestCase):
         self.assertEqual(m["pagoda:kv_cache_usage_perc"], 0)
 
 
+def raw_exchange(port, data, half_close=False, timeout=60):
+    """Sends raw bytes, optionally shuts down the sending side, reads until EOF."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(data)
+    if half_close:
+        s.shutdown(socket.SHUT_WR)
+    out = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        out += chunk
+    s.close()
+    return out
+
+
+class HttpDetails(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = PagodaServer(BINARY, STORIES, ["--num-kv-blocks", "64"]).__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.__exit__(None, None, None)
+
+    def test_head_has_headers_and_no_body(self):
+        for path in ("/health", "/v1/models", "/metrics"):
+            with self.subTest(path=path):
+                out = raw_exchange(self.srv.port, f"HEAD {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+                head, _, body = out.partition(b"\r\n\r\n")
+                self.assertTrue(head.startswith(b"HTTP/1.1 200"), head)
+                length = [int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")]
+                self.assertTrue(length and length[0] > 0, head)  # the GET's length
+                self.assertEqual(body, b"")
+
+    def test_half_closed_client_gets_its_answer(self):
+        for stream in (False, True):
+            with self.subTest(stream=stream):
+                body = json.dumps({"prompt": "Once upon a time", "max_tokens": 5, "temperature": 0, "stream": stream})
+                req = (f"POST {C} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       f"Content-Length: {len(body)}\r\n\r\n{body}").encode()
+                out = raw_exchange(self.srv.port, req, half_close=True)
+                self.assertTrue(out.startswith(b"HTTP/1.1 200"), out[:300])
+                if stream:
+                    self.assertIn(b"data: [DONE]", out)
+                else:
+                    payload = json.loads(out.partition(b"\r\n\r\n")[2])
+                    self.assertEqual(payload["usage"]["completion_tokens"], 5)
+        self.assertEqual(request(self.srv.port, "GET", "/health")[0], 200)
+
+
 class ApiKeyAndQueue(unittest.TestCase):
+    def test_key_on_every_data_route(self):
+        with PagodaServer(BINARY, STORIES, ["--api-key", "k1,sekret", "--num-kv-blocks", "64"]) as srv:
+            routes = [("POST", "/tokenize", {"prompt": "hi"}), ("POST", "/detokenize", {"tokens": [1]}),
+                      ("GET", "/metrics", None), ("GET", "/v1/models", None), ("POST", C, OK_C)]
+            for method, path, body in routes:
+                with self.subTest(path=path):
+                    st, data = request(srv.port, method, path, body=body)
+                    self.assertEqual(st, 401, data[:200])
+                    self.assertEqual(json.loads(data)["error"]["type"], "authentication_error")
+                    for auth in ("Bearer sekret", "bearer sekret", "BEARER   k1"):
+                        st, data = request(srv.port, method, path, body=body,
+                                           headers={"Authorization": auth, "Content-Type": "application/json"})
+                        self.assertEqual(st, 200, (auth, data[:200]))
+                    st, _ = request(srv.port, method, path, body=body,
+                                    headers={"Authorization": "Basic sekret", "Content-Type": "application/json"})
+                    self.assertEqual(st, 401)
+            self.assertEqual(request(srv.port, "GET", "/health")[0], 200)  # liveness stays open
+
+    def test_metrics_without_key_flag(self):
+        with PagodaServer(BINARY, STORIES, ["--api-key", "sekret", "--metrics-without-key", "--num-kv-blocks", "64"]) as srv:
+            self.assertEqual(request(srv.port, "GET", "/metrics")[0], 200)
+            self.assertEqual(request(srv.port, "POST", "/tokenize", {"prompt": "hi"})[0], 401)
+
     def test_api_key(self):
         with PagodaServer(BINARY, STORIES, ["--api-key", "sekret", "--num-kv-blocks", "64"]) as srv:
             self.assertEqual(request(srv.port, "POST", C, OK_C)[0], 401)

@@ -78,6 +78,72 @@ TEST(OpenAiApi, RejectsWithParamAndMessage) {
   EXPECT_EQ(err(Endpoint::kCompletions, R"({"prompt":"a","max_tokens":18446744073709551615})").param, "max_tokens");
 }
 
+TEST(OpenAiApi, CostLimitsNameTheLimit) {
+  RequestLimits lim;
+  lim.max_stop_bytes = 8;
+  lim.max_cache_salt_bytes = 4;
+  lim.max_choices = 6;
+  lim.max_output_entries = 1000;
+  auto bad = [&](const std::string& body) {
+    auto r = parse_request(Endpoint::kCompletions, body, lim);
+    EXPECT_TRUE(std::holds_alternative<ApiError>(r)) << body;
+    return std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r) : ApiError{};
+  };
+  // A stop string of exactly the limit passes; one byte more names the limit.
+  auto r = parse_request(Endpoint::kCompletions, R"({"prompt":"a","stop":"12345678"})", lim);
+  ASSERT_TRUE(std::holds_alternative<ParsedRequest>(r));
+  EXPECT_EQ(std::get<ParsedRequest>(r).params.stop, (std::vector<std::string>{"12345678"}));
+  ApiError e = bad(R"({"prompt":"a","stop":["ok","123456789"]})");
+  EXPECT_EQ(e.param, "stop");
+  EXPECT_NE(e.message.find("limit is 8"), std::string::npos) << e.message;
+  e = bad(R"({"prompt":"a","cache_salt":"12345"})");
+  EXPECT_EQ(e.param, "cache_salt");
+  EXPECT_NE(e.message.find("limit is 4"), std::string::npos) << e.message;
+  // 2 prompts x n 4 = 8 choices > 6.
+  e = bad(R"({"prompt":["a","b"],"n":4})");
+  EXPECT_EQ(e.param, "n");
+  EXPECT_NE(e.message.find("limit is 6"), std::string::npos) << e.message;
+  // 2 x 3 x 100 x (1 + 1) = 1200 entries > 1000; with max_tokens 80 it is 960.
+  e = bad(R"({"prompt":["a","b"],"n":3,"max_tokens":100,"logprobs":1})");
+  EXPECT_NE(e.message.find("1200 output entries"), std::string::npos) << e.message;
+  EXPECT_TRUE(std::holds_alternative<ParsedRequest>(
+      parse_request(Endpoint::kCompletions, R"({"prompt":["a","b"],"n":3,"max_tokens":80,"logprobs":1})", lim)));
+}
+
+TEST(OpenAiApi, JsonDepthIsCheckedBeforeParsing) {
+  EXPECT_FALSE(json_too_deep(R"({"a":[[1]]})", 3));
+  EXPECT_TRUE(json_too_deep(R"({"a":[[[1]]]})", 3));
+  // Brackets inside strings (escaped quotes included) do not count.
+  EXPECT_FALSE(json_too_deep(R"({"a":"[[[[\"[[[["})", 1));
+  RequestLimits lim;
+  std::string deep = "{\"prompt\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  auto r = parse_request(Endpoint::kCompletions, deep, lim);
+  ASSERT_TRUE(std::holds_alternative<ApiError>(r));
+  EXPECT_NE(std::get<ApiError>(r).message.find("deeper than 32"), std::string::npos);
+}
+
+TEST(OpenAiApi, ResponseFormatting) {
+  ResponseMeta m{Endpoint::kChat, "chatcmpl-1", "smol", 42};
+  json c = chunk_json(m, json::array({stream_choice_json(Endpoint::kChat, 0, "hi", true, json(),
+                                                         pagoda::engine::FinishReason::kNone)}));
+  EXPECT_EQ(c["object"], "chat.completion.chunk");
+  EXPECT_EQ(c["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(c["choices"][0]["delta"]["content"], "hi");
+  EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null());
+  json f = response_json(m, json::array({final_choice_json(Endpoint::kChat, 0, "done", json(),
+                                                           pagoda::engine::FinishReason::kLength)}),
+                         usage_json(5, 3, 2));
+  EXPECT_EQ(f["object"], "chat.completion");
+  EXPECT_EQ(f["choices"][0]["message"]["content"], "done");
+  EXPECT_EQ(f["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(f["usage"]["total_tokens"], 8);
+  EXPECT_EQ(f["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
+  ResponseMeta mc{Endpoint::kCompletions, "cmpl-1", "s", 1};
+  EXPECT_EQ(chunk_json(mc, json::array())["object"], "text_completion");
+  EXPECT_EQ(sse(json{{"a", 1}}), "data: {\"a\":1}\n\n");
+  EXPECT_EQ(sse_done(), "data: [DONE]\n\n");
+}
+
 TEST(OpenAiApi, ErrorBodyShape) {
   auto j = nlohmann::json::parse(error_body(ApiError{400, "bad thing", "invalid_request_error", "n", "invalid_value"}));
   EXPECT_EQ(j["error"]["message"], "bad thing");

@@ -1,0 +1,72 @@
+// The state of one HTTP generation request (completions or chat; possibly several
+// prompts x n choices) between the engine's callbacks and the client: accumulates
+// each choice, streams SSE chunks or sends the final object. Engine-thread
+// callbacks (on_added, on_event) and the I/O thread's on_disconnect are serialized
+// by the object's mutex; every send goes through the Responder (which posts).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "server/http.h"
+#include "server/openai_api.h"
+
+namespace pagoda::server {
+
+class Metrics;
+class TextCodec;
+
+struct GenerationSetup {
+  ResponseMeta meta;
+  bool stream = false, include_usage = false, echo = false, return_token_ids = false;
+  int n = 1;
+  std::vector<std::string> echo_text;             // per prompt (completions with echo)
+  std::vector<int32_t> prompt_lens;               // per prompt
+  std::vector<std::vector<int32_t>> prompt_ids;   // per prompt, only with return_token_ids
+};
+
+class Generation {
+ public:
+  Generation(GenerationSetup setup, const TextCodec& text, Metrics& metrics, std::shared_ptr<Responder> res);
+
+  // add_request's verdict on the whole submission: "" starts the response (the 200
+  // header of a stream goes out only now), an error answers one 400.
+  void on_added(const std::string& error);
+  // One engine event of prompt `prompt`.
+  void on_event(size_t prompt, const engine::TokenEvent& ev);
+  // The client went away: nothing more is sent. Returns true if the request was
+  // still running (the caller aborts it in the engine).
+  bool on_disconnect();
+
+ private:
+  struct Choice {
+    std::string text;
+    std::vector<int32_t> tokens;                  // kept only when not streaming
+    std::vector<engine::TokenLogprob> logprobs;   // likewise
+    int64_t num_tokens = 0;
+    engine::FinishReason finish = engine::FinishReason::kNone;
+    bool first_sent = false;
+  };
+  void fail(const ApiError& e);          // mu_ held
+  void stream_event(size_t prompt, size_t ci, const engine::TokenEvent& ev, size_t text_off0);
+  void finish_all();                     // mu_ held, every choice done
+  json usage() const;
+
+  GenerationSetup s_;
+  const TextCodec& text_;
+  Metrics& metrics_;
+  // Released once the response has ended: the session's disconnect callback holds
+  // this object, so keeping the Responder (which holds the session) would be a cycle
+  // that leaks the socket when a server shuts down mid-response.
+  std::shared_ptr<Responder> res_;
+  std::mutex mu_;
+  std::vector<Choice> choices_;  // [prompt * n + i]
+  int64_t cached_tokens_ = 0;
+  int pending_choices_ = 0;
+  bool done_ = false;            // response ended (sent, failed or client gone)
+};
+
+}  // namespace pagoda::server
