@@ -28,7 +28,7 @@
 namespace pagoda::grammar {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;  // keeps "properties" in declared order
 
 std::string escape_pointer(const std::string& key) {
   std::string out;

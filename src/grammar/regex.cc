@@ -267,7 +267,7 @@ class Parser {
       return literal(lit);
     }
     if (c == '^' || c == '$') return err("anchors are supported only at the ends of the regex");
-    if (c == '*' || c == '+' || c == '?' || c == '{') return err("quantifier without an operand");
+    if (c == '*' || c == '+' || c == '?') return err("quantifier without an operand");
     if (c == ')') return err("unbalanced ')'");
     return literal(read_char_bytes());
   }
