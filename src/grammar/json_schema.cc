@@ -88,11 +88,10 @@ class Converter {
 
   // The alternatives of one JSON string character, each followed by `then`
   // (so loops stay tail calls and the char is inlined in the loop's rule).
-  Status add_char_alts(uint32_t rule, uint32_t then) {
-    ByteSet plain;
-    plain.set_range(0x20, 0x7F);
-    plain.w[0] &= ~(uint64_t{1} << '"');
-    plain.w[1] &= ~(uint64_t{1} << ('\\' - 64));
+  // exclude: single-byte characters left out (the caller handles them).
+  Status add_char_alts(uint32_t rule, uint32_t then, const ByteSet& exclude = {}) {
+    ByteSet plain = plain_chars();
+    for (int i = 0; i < 4; ++i) plain.w[static_cast<size_t>(i)] &= ~exclude.w[static_cast<size_t>(i)];
     ByteSet cont, l2, l3, l4, esc, hex;
     cont.set_range(0x80, 0xBF);
     l2.set_range(0xC2, 0xDF);
@@ -107,7 +106,7 @@ class Converter {
       if (then != UINT32_MAX) seq.push_back(R(then));
       return seq;
     };
-    PAGODA_TRY(gb_.add_alt(rule, with({gb_.bytes(plain)})));
+    if (!plain.empty()) PAGODA_TRY(gb_.add_alt(rule, with({gb_.bytes(plain)})));
     PAGODA_TRY(gb_.add_alt(rule, with({gb_.bytes(l2), c})));
     PAGODA_TRY(gb_.add_alt(rule, with({gb_.bytes(l3), c, c})));
     PAGODA_TRY(gb_.add_alt(rule, with({gb_.bytes(l4), c, c, c})));
@@ -116,14 +115,71 @@ class Converter {
     return Status::Ok();
   }
 
+  // Printable ASCII but '"' and '\\': the one-byte JSON string characters.
+  static ByteSet plain_chars() {
+    ByteSet plain;
+    plain.set_range(0x20, 0x7F);
+    plain.w[0] &= ~(uint64_t{1} << '"');
+    plain.w[1] &= ~(uint64_t{1} << ('\\' - 64));
+    return plain;
+  }
+
   Expected<uint32_t> any_string() {
     if (string_ != UINT32_MAX) return string_;
-    const uint32_t chars = gb_.new_rule("chars");
-    PAGODA_TRY(gb_.add_alt(chars, {}));
-    PAGODA_TRY(add_char_alts(chars, chars));
+    chars_ = gb_.new_rule("chars");
+    PAGODA_TRY(gb_.add_alt(chars_, {}));
+    PAGODA_TRY(add_char_alts(chars_, chars_));
     string_ = gb_.new_rule("string");
-    PAGODA_TRY(gb_.add_alt(string_, {gb_.byte('"'), R(chars), gb_.byte('"')}));
+    PAGODA_TRY(gb_.add_alt(string_, {gb_.byte('"'), R(chars_), gb_.byte('"')}));
     return string_;
+  }
+
+  // A JSON string other than the given names (additionalProperties keys must not
+  // repeat a declared property). A byte trie of the names: at node n the key may
+  // close unless n spells a name, continue along the trie, or leave it with any
+  // other character and then be free. Names with escapes or non-ASCII bytes fall
+  // back to any string (returns any_string()).
+  Expected<uint32_t> string_except(const std::vector<std::string>& names) {
+    const ByteSet plain = plain_chars();
+    for (const std::string& n : names)
+      for (char c : n)
+        if (!plain.has(static_cast<uint8_t>(c))) return any_string();
+    PAGODA_ASSIGN_OR_RETURN(uint32_t str, any_string());
+    (void)str;
+    const uint32_t free_close = gb_.new_rule("key_free");
+    PAGODA_TRY(gb_.add_alt(free_close, {R(chars_), gb_.byte('"')}));
+    struct Node { std::vector<std::pair<uint8_t, uint32_t>> kids; bool end = false; };
+    std::vector<Node> trie(1);
+    for (const std::string& n : names) {
+      uint32_t at = 0;
+      for (char ch : n) {
+        const uint8_t b = static_cast<uint8_t>(ch);
+        uint32_t next = UINT32_MAX;
+        for (auto& [kb, kn] : trie[at].kids)
+          if (kb == b) next = kn;
+        if (next == UINT32_MAX) {
+          next = static_cast<uint32_t>(trie.size());
+          trie[at].kids.emplace_back(b, next);
+          trie.emplace_back();
+        }
+        at = next;
+      }
+      trie[at].end = true;
+    }
+    std::vector<uint32_t> rule(trie.size());
+    for (size_t i = 0; i < trie.size(); ++i) rule[i] = gb_.new_rule("key_ex" + std::to_string(i));
+    for (size_t i = 0; i < trie.size(); ++i) {
+      if (!trie[i].end) PAGODA_TRY(gb_.add_alt(rule[i], {gb_.byte('"')}));
+      ByteSet kids;
+      for (auto& [b, k] : trie[i].kids) {
+        kids.set(b);
+        PAGODA_TRY(gb_.add_alt(rule[i], {gb_.byte(b), R(rule[k])}));
+      }
+      PAGODA_TRY(add_char_alts(rule[i], free_close, kids));
+    }
+    const uint32_t key = gb_.new_rule("key_except");
+    PAGODA_TRY(gb_.add_alt(key, {gb_.byte('"'), R(rule[0])}));
+    return key;
   }
 
   // digits ::= "" | [0-9] digits
@@ -774,10 +830,13 @@ class Converter {
       PAGODA_ASSIGN_OR_RETURN(extra, any_value());
     }
     // Properties in declared order. rest[k][f]: properties k.. remain; f = 1 when
-    // none was written yet (no comma before the next). The end: extra members (any
-    // key; the grammar does not exclude the declared names) then "}".
+    // none was written yet (no comma before the next). The end: extra members
+    // (keys other than the declared names) then "}".
     const size_t n = names.size();
-    PAGODA_ASSIGN_OR_RETURN(uint32_t str, any_string());
+    uint32_t str = UINT32_MAX;
+    if (extra != UINT32_MAX) {
+      PAGODA_ASSIGN_OR_RETURN(str, string_except(names));
+    }
     std::vector<std::array<uint32_t, 2>> rest(n + 1);
     for (size_t k = 0; k <= n; ++k)
       for (int f = 0; f < 2; ++f) rest[k][static_cast<size_t>(f)] = gb_.new_rule("obj_r" + std::to_string(k) + (f ? "f" : "n"));
@@ -817,7 +876,7 @@ class Converter {
   uint32_t ws_ = UINT32_MAX, string_ = UINT32_MAX, digits_ = UINT32_MAX, uint_ = UINT32_MAX,
            integer_ = UINT32_MAX, frac_exp_ = UINT32_MAX, number_ = UINT32_MAX, object_ = UINT32_MAX,
            array_ = UINT32_MAX, value_ = UINT32_MAX, frac_ = UINT32_MAX, zfrac_ = UINT32_MAX,
-           nzfrac_ = UINT32_MAX;
+           nzfrac_ = UINT32_MAX, chars_ = UINT32_MAX;
   int n_patterns_ = 0;
 };
 

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -142,6 +144,7 @@ void masks_match_brute_force(const tok::Tokenizer* tk, int walks, int steps) {
   ASSERT_TRUE(ti);
   std::vector<std::shared_ptr<const Grammar>> grammars;
   for (const char* s : {kBounded, R"({"type":"array","items":{"type":"number"}})",
+                        R"({"properties":{"id":{"type":"integer"}},"additionalProperties":{"type":"boolean"}})",
                         R"({"type":"string","pattern":"^[a-z]{2,}( [a-z]+)*\\.$"})"}) {
     auto g = Grammar::from_json_schema(s);
     ASSERT_TRUE(g.ok()) << g.message();
@@ -188,6 +191,7 @@ void generation_is_valid(const tok::Tokenizer* tk, int walks) {
     if (::testing::Test::HasFailure()) return;
     ASSERT_TRUE(walk.finished) << "did not end within 600 tokens: " << walk.text;
     ++finished;
+    if (std::getenv("GRAMMAR_TEST_VERBOSE")) std::printf("walk %d (%zu tokens): %s\n", w, walk.tokens.size(), walk.text.c_str());
     json j = json::parse(walk.text, nullptr, false);
     ASSERT_FALSE(j.is_discarded()) << "not JSON: " << walk.text;
     std::string why;

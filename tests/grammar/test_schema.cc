@@ -41,7 +41,8 @@ TEST(GrammarSchema, AdditionalProperties) {
   auto g2 = schema(R"({"type":"object","properties":{"id":{"type":"integer"}},"required":["id"],
                        "additionalProperties":true})");
   ASSERT_TRUE(g2);
-  expect_accepts(*g2, {R"({"id":1})", R"({"id":1,"x":[true,null]})"}, {R"({"x":1})", R"({"x":1,"id":1})"});
+  expect_accepts(*g2, {R"({"id":1})", R"({"id":1,"x":[true,null]})", R"({"id":1,"i":2,"idx":3,"\u0041":4})"},
+                 {R"({"x":1})", R"({"x":1,"id":1})", R"({"id":1,"id":2})", R"({"id":1,"x":0,"id":2})"});
   // Without strictness, JSON Schema's default: other keys allowed.
   GrammarOptions lax;
   lax.strict_additional_properties = false;
