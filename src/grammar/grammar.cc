@@ -105,28 +105,18 @@ Expected<std::shared_ptr<const Grammar>> GrammarBuilder::finish(uint32_t root) {
 
 // ---------------------------------------------------------------- matching core
 
+namespace {
+struct VectorOut {
+  std::vector<Stack>& v;
+  void add(const Stack& s) {
+    if (v.size() < kMaxStacks) v.push_back(s);
+  }
+};
+}  // namespace
+
 void expand_stack(const Grammar& g, Stack& s, std::vector<Stack>& out) {
-  if (s.empty() || elem_kind(g.elements()[s.back()]) == ElemKind::kBytes) {
-    if (out.size() < kMaxStacks) out.push_back(s);
-    return;
-  }
-  const uint32_t p = s.back();
-  const uint32_t rule = elem_arg(g.elements()[p]);
-  s.pop_back();
-  // Tail call: a reference at the end of its alternative leaves no frame behind.
-  const bool push_next = g.elements()[p + 1] != kEnd;
-  if (push_next) s.push_back(p + 1);
-  for (uint32_t a : g.alternatives(rule)) {
-    if (g.elements()[a] == kEnd) {
-      expand_stack(g, s, out);
-    } else {
-      s.push_back(a);
-      expand_stack(g, s, out);
-      s.pop_back();
-    }
-  }
-  if (push_next) s.pop_back();
-  s.push_back(p);
+  VectorOut o{out};
+  expand_stack_into(g, s, o);
 }
 
 static void sort_unique(std::vector<Stack>& v) {

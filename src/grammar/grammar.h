@@ -138,7 +138,33 @@ class GrammarBuilder {
 using Stack = std::vector<uint32_t>;
 
 // Replaces a stack whose top may be a rule reference by all stacks whose top is a
-// byte class (or that are empty), appending them to out.
+// byte class (or that are empty), passing each to out.add(const Stack&); s is
+// restored before return. Terminates because finish() rejects left recursion.
+template <class Out>
+void expand_stack_into(const Grammar& g, Stack& s, Out& out) {
+  const std::vector<uint32_t>& el = g.elements();
+  if (s.empty() || elem_kind(el[s.back()]) == ElemKind::kBytes) {
+    out.add(s);
+    return;
+  }
+  const uint32_t p = s.back();
+  s.pop_back();
+  // Tail call: a reference at the end of its alternative leaves no frame behind.
+  const bool push_next = el[p + 1] != kEnd;
+  if (push_next) s.push_back(p + 1);
+  for (uint32_t a : g.alternatives(elem_arg(el[p]))) {
+    if (el[a] == kEnd) {
+      expand_stack_into(g, s, out);
+    } else {
+      s.push_back(a);
+      expand_stack_into(g, s, out);
+      s.pop_back();
+    }
+  }
+  if (push_next) s.pop_back();
+  s.push_back(p);
+}
+// The same into a vector (at most kMaxStacks kept).
 void expand_stack(const Grammar& g, Stack& s, std::vector<Stack>& out);
 // The initial stack set of the root rule.
 std::vector<Stack> initial_stacks(const Grammar& g);

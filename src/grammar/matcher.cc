@@ -1,6 +1,7 @@
 #include "grammar/matcher.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 namespace pagoda::grammar {
@@ -54,23 +55,83 @@ CompiledGrammar::Stats CompiledGrammar::stats() const {
   return st;
 }
 
-// One preorder walk of the vocabulary trie from the context alone. Per depth d,
-// level[d] holds the stacks after the first d bytes of the current path, plus
-// whether some stack popped below the context (at_base: the bytes so far are
-// fine if the frames below accept the rest) and whether that happened earlier
-// on the path (dependent: more bytes need the frames below).
+// One preorder walk of the vocabulary trie from the context alone. A walk state
+// is a set of stacks plus at_base (some stack popped below the context: the
+// bytes so far are fine if the frames below accept the rest). Distinct sets are
+// few (inside a string every prefix leads to the same set), so sets are interned
+// and their byte transitions memoized: most trie nodes cost one table lookup.
+// Per depth we keep the set id and `dependent` (at_base happened earlier on the
+// path: more bytes need the frames below).
 std::unique_ptr<CompiledGrammar::Entry> CompiledGrammar::compute(const Stack& key) const {
   const Grammar& g = *g_;
   const TokenIndex& ti = *ti_;
   auto e = std::make_unique<Entry>();
   e->accepted.assign(ti.mask_words(), 0);
-  struct Level {
+
+  struct Collect {  // expand_stack_into sink
     std::vector<Stack> stacks;
     bool at_base = false;
+    void add(const Stack& s) {
+      if (s.empty()) at_base = true;
+      else if (stacks.size() < kMaxStacks) stacks.push_back(s);
+    }
+  };
+  struct SetNode {
+    std::vector<Stack> stacks;  // sorted, unique, non-empty stacks
+    bool at_base = false;
+    std::array<int32_t, 256> next;  // -2 unknown, -1 dead
+  };
+  struct SetKeyHash {
+    size_t operator()(const std::pair<std::vector<Stack>, bool>& k) const {
+      uint64_t h = k.second ? 0x51ED27ull : 0x1234567ull;
+      for (const Stack& s : k.first) h = h * 0x100000001B3ull ^ CompiledGrammar::KeyHash{}(s);
+      return static_cast<size_t>(h);
+    }
+  };
+  std::vector<SetNode> sets;
+  std::unordered_map<std::pair<std::vector<Stack>, bool>, int32_t, SetKeyHash> ids;
+  auto intern = [&](Collect&& c) -> int32_t {
+    if (c.stacks.empty() && !c.at_base) return -1;
+    std::sort(c.stacks.begin(), c.stacks.end());
+    c.stacks.erase(std::unique(c.stacks.begin(), c.stacks.end()), c.stacks.end());
+    auto k = std::make_pair(std::move(c.stacks), c.at_base);
+    auto it = ids.find(k);
+    if (it != ids.end()) return it->second;
+    SetNode sn;
+    sn.stacks = k.first;
+    sn.at_base = k.second;
+    sn.next.fill(-2);
+    sets.push_back(std::move(sn));
+    const int32_t id = static_cast<int32_t>(sets.size() - 1);
+    ids.emplace(std::move(k), id);
+    return id;
+  };
+  Stack tmp;
+  auto step = [&](int32_t sid, uint8_t b) -> int32_t {
+    if (sets[static_cast<size_t>(sid)].next[b] != -2) return sets[static_cast<size_t>(sid)].next[b];
+    Collect c;
+    for (const Stack& s : sets[static_cast<size_t>(sid)].stacks) {
+      const uint32_t p = s.back();
+      if (!g.byte_set(elem_arg(g.elements()[p])).has(b)) continue;
+      tmp.assign(s.begin(), s.end() - 1);
+      if (g.elements()[p + 1] != kEnd) tmp.push_back(p + 1);
+      expand_stack_into(g, tmp, c);
+    }
+    const int32_t r = intern(std::move(c));
+    sets[static_cast<size_t>(sid)].next[b] = r;
+    return r;
+  };
+
+  struct Level {
+    int32_t sid = -1;
     bool dependent = false;
   };
   std::vector<Level> level(ti.max_token_bytes() + 2);
-  level[0].stacks.push_back(key);
+  {
+    Collect c;
+    c.add(key);
+    level[0].sid = intern(std::move(c));
+  }
   const auto& nodes = ti.nodes();
   const auto& toks = ti.tokens();
   auto mark_accepted = [&](const TokenIndex::Node& nd) {
@@ -83,38 +144,23 @@ std::unique_ptr<CompiledGrammar::Entry> CompiledGrammar::compute(const Stack& ke
     for (uint32_t n = from; n < to; ++n)
       for (uint32_t i = 0; i < nodes[n].tok_count; ++i) e->dependent.push_back(toks[nodes[n].tok_begin + i]);
   };
-  Stack tmp;
   for (uint32_t i = 1; i < nodes.size();) {
     const TokenIndex::Node& nd = nodes[i];
     const Level& parent = level[nd.depth - 1u];
     Level& cur = level[nd.depth];
-    cur.stacks.clear();
-    cur.at_base = false;
-    cur.dependent = parent.dependent || parent.at_base;
-    for (const Stack& s : parent.stacks) {
-      const uint32_t p = s.back();
-      if (!g.byte_set(elem_arg(g.elements()[p])).has(nd.byte)) continue;
-      tmp.assign(s.begin(), s.end() - 1);
-      if (g.elements()[p + 1] != kEnd) tmp.push_back(p + 1);
-      expand_stack(g, tmp, cur.stacks);
-    }
-    // Empty stacks: the context was consumed entirely.
-    const size_t before = cur.stacks.size();
-    std::erase_if(cur.stacks, [](const Stack& s) { return s.empty(); });
-    if (cur.stacks.size() != before) cur.at_base = true;
-    if (cur.stacks.size() > 1) {
-      std::sort(cur.stacks.begin(), cur.stacks.end());
-      cur.stacks.erase(std::unique(cur.stacks.begin(), cur.stacks.end()), cur.stacks.end());
-    }
-    if (!cur.stacks.empty() || cur.at_base) {
-      mark_accepted(nd);
+    const SetNode& ps = sets[static_cast<size_t>(parent.sid)];
+    cur.dependent = parent.dependent || ps.at_base;
+    cur.sid = ps.stacks.empty() ? -1 : step(parent.sid, nd.byte);
+    const bool live = cur.sid >= 0 && !sets[static_cast<size_t>(cur.sid)].stacks.empty();
+    if (cur.sid >= 0) {
+      mark_accepted(nd);  // some stack alive, or the context completed exactly here
     } else if (cur.dependent) {
       mark_dependent(i, i + 1);
     } else {
       i = nd.end;  // nothing under here can be valid
       continue;
     }
-    if (cur.stacks.empty()) {
+    if (!live) {
       // Only the frames below can take more bytes: the whole subtree depends on them.
       mark_dependent(i + 1, nd.end);
       i = nd.end;
