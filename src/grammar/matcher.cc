@@ -33,18 +33,34 @@ CompiledGrammar::CompiledGrammar(std::shared_ptr<const Grammar> g, std::shared_p
     : g_(std::move(g)), ti_(std::move(ti)) {}
 CompiledGrammar::~CompiledGrammar() = default;
 
-const CompiledGrammar::Entry& CompiledGrammar::entry(const Stack& s) const {
+std::shared_ptr<const CompiledGrammar::Entry> CompiledGrammar::entry(const Stack& s) const {
   Stack key = context_key(s);
-  {
+  auto lookup = [&]() -> std::shared_ptr<const Entry> {
     std::shared_lock lock(mu_);
     auto it = cache_.find(key);
-    if (it != cache_.end()) return *it->second;
+    return it == cache_.end() ? nullptr : it->second;
+  };
+  if (auto e = lookup()) return e;
+  {
+    std::unique_lock lk(progress_mu_);
+    progress_cv_.wait(lk, [&] {
+      return std::find(in_progress_.begin(), in_progress_.end(), key) == in_progress_.end();
+    });
+    // A finisher stores its entry before leaving in_progress_, so this sees it.
+    if (auto e = lookup()) return e;
+    in_progress_.push_back(key);
   }
-  // Computed outside the lock; a racing thread's identical result is dropped.
-  std::unique_ptr<Entry> e = compute(key);
-  std::unique_lock lock(mu_);
-  auto [it, inserted] = cache_.emplace(std::move(key), std::move(e));
-  return *it->second;
+  std::shared_ptr<const Entry> e = compute(key);
+  {
+    std::unique_lock lock(mu_);
+    if (cache_.size() < kMaxContexts) cache_.emplace(key, e);
+  }
+  {
+    std::lock_guard lk(progress_mu_);
+    in_progress_.erase(std::find(in_progress_.begin(), in_progress_.end(), key));
+  }
+  progress_cv_.notify_all();
+  return e;
 }
 
 CompiledGrammar::Stats CompiledGrammar::stats() const {
@@ -208,7 +224,8 @@ void Matcher::fill_mask(std::span<uint32_t> mask) const {
       end = true;
       continue;
     }
-    const CompiledGrammar::Entry& e = cg_->entry(s);
+    const std::shared_ptr<const CompiledGrammar::Entry> ep = cg_->entry(s);
+    const CompiledGrammar::Entry& e = *ep;
     const uint32_t* a = e.accepted.data();
     for (size_t w = 0; w < words; ++w) mask[w] |= a[w];
     if (e.dependent.empty()) continue;

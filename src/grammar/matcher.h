@@ -12,7 +12,7 @@
 // Copy it for n>1 forks; rebuild it after preemption or a prefix-cache hit by
 // replaying the accepted tokens (replay()).
 #pragma once
-#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -47,8 +47,13 @@ class CompiledGrammar {
 
   const Grammar& grammar() const { return *g_; }
   const TokenIndex& index() const { return *ti_; }
-  // The entry for the context at the top of stack s (non-empty). Thread-safe.
-  const Entry& entry(const Stack& s) const;
+  // The entry for the context at the top of stack s (non-empty). Thread-safe: a
+  // context being computed by another thread is waited for, not computed twice
+  // (32 streams in lockstep meet a new context together).
+  std::shared_ptr<const Entry> entry(const Stack& s) const;
+  // Contexts kept per grammar (~6 KiB each for a 49k vocabulary); past this,
+  // new contexts are computed on each use and not kept.
+  static constexpr size_t kMaxContexts = 8192;
   Stats stats() const;
 
  private:
@@ -59,8 +64,11 @@ class CompiledGrammar {
 
   std::shared_ptr<const Grammar> g_;
   std::shared_ptr<const TokenIndex> ti_;
-  mutable std::shared_mutex mu_;
-  mutable std::unordered_map<Stack, std::unique_ptr<Entry>, KeyHash> cache_;
+  mutable std::shared_mutex mu_;  // guards cache_
+  mutable std::unordered_map<Stack, std::shared_ptr<const Entry>, KeyHash> cache_;
+  mutable std::mutex progress_mu_;  // guards in_progress_
+  mutable std::condition_variable progress_cv_;
+  mutable std::vector<Stack> in_progress_;
 };
 
 class Matcher {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
@@ -246,6 +247,53 @@ TEST(GrammarMask, HandBuiltVocabularyExactMasks) {
   EXPECT_TRUE(m.is_finished());
   m.fill_mask(mask);
   EXPECT_TRUE(allowed(mask, 10).empty());
+}
+
+}  // namespace
+}  // namespace pagoda::grammar
+
+namespace pagoda::grammar {
+namespace {
+
+TEST(GrammarMask, ThreadsShareOneCompiledGrammar) {
+  std::string why;
+  const tok::Tokenizer* tk = tok::testing::stories(&why);
+  ASSERT_NE(tk, nullptr) << why;
+  auto ti = index_of(tk);
+  ASSERT_TRUE(ti);
+  auto g = Grammar::from_json_schema(kBounded);
+  ASSERT_TRUE(g.ok()) << g.message();
+  // Reference: one walk on a private CompiledGrammar, all masks recorded.
+  auto ref_cg = std::make_shared<const CompiledGrammar>(*g, ti);
+  Walk walk = random_walk(ref_cg, 5, 600, false);
+  ASSERT_TRUE(walk.finished);
+  std::vector<std::vector<uint32_t>> ref;
+  {
+    Matcher m(ref_cg);
+    for (int32_t t : walk.tokens) {
+      ref.emplace_back(m.mask_words());
+      m.fill_mask(ref.back());
+      ASSERT_TRUE(m.accept(t));
+    }
+  }
+  // Four threads replay it in lockstep-ish over one fresh shared CompiledGrammar,
+  // so they meet each new context at about the same time.
+  auto cg = std::make_shared<const CompiledGrammar>(*g, ti);
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> th;
+  for (int k = 0; k < 4; ++k)
+    th.emplace_back([&, k] {
+      Matcher m(cg);
+      std::vector<uint32_t> mask(m.mask_words());
+      for (size_t i = 0; i < walk.tokens.size(); ++i) {
+        m.fill_mask(mask);
+        if (mask != ref[i]) ++mismatches[static_cast<size_t>(k)];
+        if (!m.accept(walk.tokens[i])) ++mismatches[static_cast<size_t>(k)];
+      }
+    });
+  for (auto& t : th) t.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
+  EXPECT_EQ(cg->stats().contexts, ref_cg->stats().contexts);
 }
 
 }  // namespace
