@@ -93,24 +93,26 @@ class Converter {
   Status add_char_alts(uint32_t rule, uint32_t then, const ByteSet& exclude = {}) {
     ByteSet plain = plain_chars();
     for (int i = 0; i < 4; ++i) plain.w[static_cast<size_t>(i)] &= ~exclude.w[static_cast<size_t>(i)];
-    ByteSet cont, l2, l3, l4, esc, hex;
-    cont.set_range(0x80, 0xBF);
-    l2.set_range(0xC2, 0xDF);
-    l3.set_range(0xE0, 0xEF);
-    l4.set_range(0xF0, 0xF4);
+    ByteSet esc, hex;
     for (char c : std::string_view("\"\\/bfnrt")) esc.set(static_cast<uint8_t>(c));
     hex.set_range('0', '9');
     hex.set_range('a', 'f');
     hex.set_range('A', 'F');
-    const uint32_t c = gb_.bytes(cont), h = gb_.bytes(hex);
+    const uint32_t h = gb_.bytes(hex);
     auto with = [&](std::vector<uint32_t> seq) {
       if (then != UINT32_MAX) seq.push_back(R(then));
       return seq;
     };
     if (!plain.empty()) PAGODA_TRY(gb_.add_alt(rule, with({gb_.bytes(plain)})));
-    PAGODA_TRY(gb_.add_alt(rule, with({gb_.bytes(l2), c})));
-    PAGODA_TRY(gb_.add_alt(rule, with({gb_.bytes(l3), c, c})));
-    PAGODA_TRY(gb_.add_alt(rule, with({gb_.bytes(l4), c, c, c})));
+    for (const Utf8Seq& u : kUtf8MultiByte) {
+      std::vector<uint32_t> seq;
+      for (int i = 0; i < u.len; ++i) {
+        ByteSet b;
+        b.set_range(u.lo[i], u.hi[i]);
+        seq.push_back(gb_.bytes(b));
+      }
+      PAGODA_TRY(gb_.add_alt(rule, with(std::move(seq))));
+    }
     PAGODA_TRY(gb_.add_alt(rule, with({gb_.byte('\\'), gb_.bytes(esc)})));
     PAGODA_TRY(gb_.add_alt(rule, with({gb_.byte('\\'), gb_.byte('u'), h, h, h, h})));
     return Status::Ok();

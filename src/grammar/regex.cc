@@ -64,10 +64,11 @@ class Parser {
     alt.kind = Node::kAlt;
     if (!ascii.empty()) alt.kids.push_back(set_node(ascii));
     if (multi) {
-      const int c1 = set_node(range(0x80, 0xBF));
-      alt.kids.push_back(cat({set_node(range(0xC2, 0xDF)), c1}));
-      alt.kids.push_back(cat({set_node(range(0xE0, 0xEF)), c1, c1}));
-      alt.kids.push_back(cat({set_node(range(0xF0, 0xF4)), c1, c1, c1}));
+      for (const Utf8Seq& u : kUtf8MultiByte) {
+        std::vector<int> seq;
+        for (int i = 0; i < u.len; ++i) seq.push_back(set_node(range(u.lo[i], u.hi[i])));
+        alt.kids.push_back(cat(std::move(seq)));
+      }
     }
     for (const std::string& e : extra) alt.kids.push_back(literal(e));
     if (alt.kids.size() == 1) return alt.kids[0];
@@ -473,23 +474,28 @@ Expected<Dfa> compile_regex(std::string_view re, const GrammarOptions& opts, boo
   if (search) {
     // Unanchored search = .* X .* with . matching every UTF-8 character.
     auto any_star = [&]() {
-      Node a;
-      a.kind = Node::kSet;
-      a.set.set_range(0, 0x7F);
-      nodes.push_back(a);
-      const int ascii = static_cast<int>(nodes.size() - 1);
-      Node c1; c1.set.set_range(0x80, 0xBF); nodes.push_back(c1);
-      const int cont = static_cast<int>(nodes.size() - 1);
-      Node l2; l2.set.set_range(0xC2, 0xF4); nodes.push_back(l2);
-      const int lead = static_cast<int>(nodes.size() - 1);
-      // Loose but sufficient: lead byte then 1-3 continuation bytes.
-      Node conts; conts.kind = Node::kRep; conts.kids = {cont}; conts.min = 1; conts.max = 3;
-      nodes.push_back(conts);
-      Node mb; mb.kind = Node::kCat; mb.kids = {lead, static_cast<int>(nodes.size() - 1)};
-      nodes.push_back(mb);
-      Node alt; alt.kind = Node::kAlt; alt.kids = {ascii, static_cast<int>(nodes.size() - 1)};
+      auto set_node = [&](uint8_t lo, uint8_t hi) {
+        Node n;
+        n.set.set_range(lo, hi);
+        nodes.push_back(n);
+        return static_cast<int>(nodes.size() - 1);
+      };
+      Node alt;
+      alt.kind = Node::kAlt;
+      alt.kids.push_back(set_node(0, 0x7F));
+      for (const Utf8Seq& u : kUtf8MultiByte) {
+        Node seq;
+        seq.kind = Node::kCat;
+        for (int i = 0; i < u.len; ++i) seq.kids.push_back(set_node(u.lo[i], u.hi[i]));
+        nodes.push_back(seq);
+        alt.kids.push_back(static_cast<int>(nodes.size() - 1));
+      }
       nodes.push_back(alt);
-      Node star; star.kind = Node::kRep; star.kids = {static_cast<int>(nodes.size() - 1)}; star.min = 0; star.max = -1;
+      Node star;
+      star.kind = Node::kRep;
+      star.kids = {static_cast<int>(nodes.size() - 1)};
+      star.min = 0;
+      star.max = -1;
       nodes.push_back(star);
       return static_cast<int>(nodes.size() - 1);
     };

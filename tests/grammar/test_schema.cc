@@ -29,7 +29,9 @@ TEST(GrammarSchema, ObjectRequiredOptionalInOrder) {
                       R"({"name":"\u00e9\n\"q\""})", "{\"name\":\"caf\xC3\xA9\"}"},
                  {"{}", R"({"age":3})", R"({"age":3,"name":"a"})", R"({"name":"a","extra":1})", R"({"name":1})",
                   R"({"name":"a",})", R"({"name":"a"} )", R"( {"name":"a"})", R"({"name":"a","age":01})",
-                  "{\"name\":\"\x01\"}", "{\"name\":\"\xC3\"}"});
+                  "{\"name\":\"\x01\"}", "{\"name\":\"\xC3\"}", "{\"name\":\"\xC0\x80\"}",
+                  "{\"name\":\"\xE0\x80\x80\"}", "{\"name\":\"\xED\xA0\x80\"}", "{\"name\":\"\xF4\x90\x80\x80\"}"});
+  EXPECT_TRUE(g->matches("{\"name\":\"\xF0\x9F\x98\x80\xED\x9F\xBF\"}"));  // U+1F600, U+D7FF
   EXPECT_TRUE(g->matches_prefix(R"({"name":"a", "ag)"));
   EXPECT_FALSE(g->matches_prefix(R"({"nam3)"));
 }
