@@ -565,6 +565,16 @@ class Converter {
     return r;
   }
 
+  // RFC 3339 full-date with the real calendar: 30-day months, February 29 only
+  // in leap years (Gregorian rule), years 0001-9999.
+  static constexpr const char* kDate =
+      "(([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-"
+      "((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))"
+      "|([0-9]{2}(0[48]|[2468][048]|[13579][26])|([13579][26]|[2468][048]|0[48])00)-02-29)";
+  // RFC 3339 full-time (offset required).
+  static constexpr const char* kTime =
+      "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
+
   Expected<uint32_t> visit_string(const json& s, const std::string& path) {
     auto get_len = [&](const char* k, long& out) -> Status {
       if (!s.contains(k)) return Status::Ok();
@@ -588,10 +598,10 @@ class Converter {
     if (s.contains("format")) {
       if (!s["format"].is_string()) return err(path + "/format", "must be a string");
       static const std::map<std::string, std::string> formats = {
-          {"date", R"([0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01]))"},
-          {"time", R"(([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9]))"},
+          {"date", kDate},
+          {"time", kTime},
           {"date-time",
-           R"([0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9]))"},
+           std::string(kDate) + "T" + kTime},
           {"uuid", R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"},
           {"email", R"([a-zA-Z0-9._%+\-]+@[a-zA-Z0-9\-]+(\.[a-zA-Z0-9\-]+)*\.[a-zA-Z]{2,})"},
           {"ipv4", R"(((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9]))"},

@@ -102,7 +102,9 @@ TEST(GrammarSchema, RefDefsRecursive) {
 TEST(GrammarSchema, StringFormatsAndPatterns) {
   auto date = schema(R"({"type":"string","format":"date"})");
   ASSERT_TRUE(date);
-  expect_accepts(*date, {R"("2024-02-29")"}, {R"("2024-13-01")", R"("24-01-01")"});
+  expect_accepts(*date, {R"("2024-02-29")", R"("2000-02-29")", R"("2023-12-31")", R"("0001-04-30")"},
+                 {R"("2024-13-01")", R"("24-01-01")", R"("2023-02-29")", R"("1900-02-29")", R"("2024-04-31")",
+                  R"("0000-01-01")", R"("2024-02-30")"});
   auto dt = schema(R"({"type":"string","format":"date-time"})");
   ASSERT_TRUE(dt);
   expect_accepts(*dt, {R"("2024-02-29T23:59:00Z")", R"("2024-02-29T23:59:00.123+05:30")"},
