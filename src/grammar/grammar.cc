@@ -211,16 +211,20 @@ std::string Grammar::to_string() const {
 
 // ---------------------------------------------------------------- choices
 
-Expected<std::shared_ptr<const Grammar>> Grammar::from_choices(const std::vector<std::string>& choices,
-                                                               const GrammarOptions& opts) {
-  if (choices.empty()) return make_error("guided_choice: empty list of choices");
-  if (choices.size() > opts.max_enum_size)
-    return errorf("guided_choice: %zu choices > max_enum_size=%zu", choices.size(), opts.max_enum_size);
-  // A byte trie of the choices as right-linear rules keeps the grammar
-  // deterministic (one stack) however many choices share prefixes.
-  struct Node { std::vector<std::pair<uint8_t, uint32_t>> kids; bool end = false; };
+Expected<uint32_t> add_trie_rules(GrammarBuilder& gb, const std::vector<std::string>& strings,
+                                  const std::string& name_prefix) {
+  // A byte trie of the strings as right-linear rules keeps the grammar
+  // deterministic (one stack) however many strings share prefixes.
+  struct Node {
+    std::vector<std::pair<uint8_t, uint32_t>> kids;
+    bool end = false;
+  };
   std::vector<Node> trie(1);
-  for (const std::string& c : choices) {
+  size_t bytes = 0;
+  for (const std::string& c : strings) {
+    bytes += c.size();
+    if (bytes > gb.options().max_elements)
+      return errorf("grammar too large: more than max_elements=%zu elements", gb.options().max_elements);
     uint32_t n = 0;
     for (char ch : c) {
       const uint8_t b = static_cast<uint8_t>(ch);
@@ -236,14 +240,25 @@ Expected<std::shared_ptr<const Grammar>> Grammar::from_choices(const std::vector
     }
     trie[n].end = true;
   }
-  GrammarBuilder gb(opts);
+  if (gb.num_rules() + trie.size() > gb.options().max_rules)
+    return errorf("grammar too large: more than max_rules=%zu rules", gb.options().max_rules);
   std::vector<uint32_t> rule(trie.size());
-  for (size_t i = 0; i < trie.size(); ++i) rule[i] = gb.new_rule("choice" + std::to_string(i));
+  for (size_t i = 0; i < trie.size(); ++i) rule[i] = gb.new_rule(name_prefix + std::to_string(i));
   for (size_t i = 0; i < trie.size(); ++i) {
     if (trie[i].end) PAGODA_TRY(gb.add_alt(rule[i], {}));
     for (auto& [b, k] : trie[i].kids) PAGODA_TRY(gb.add_alt(rule[i], {gb.byte(b), rule_elem(rule[k])}));
   }
-  return gb.finish(rule[0]);
+  return rule[0];
+}
+
+Expected<std::shared_ptr<const Grammar>> Grammar::from_choices(const std::vector<std::string>& choices,
+                                                               const GrammarOptions& opts) {
+  if (choices.empty()) return make_error("guided_choice: empty list of choices");
+  if (choices.size() > opts.max_enum_size)
+    return errorf("guided_choice: %zu choices > max_enum_size=%zu", choices.size(), opts.max_enum_size);
+  GrammarBuilder gb(opts);
+  PAGODA_ASSIGN_OR_RETURN(uint32_t root, add_trie_rules(gb, choices, "choice"));
+  return gb.finish(root);
 }
 
 }  // namespace pagoda::grammar

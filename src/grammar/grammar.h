@@ -148,6 +148,12 @@ class GrammarBuilder {
   std::vector<std::pair<ByteSet, uint32_t>> set_index_;  // small linear dedupe
 };
 
+// Adds rules deriving exactly the given strings, as a byte trie (one rule per
+// trie node, deterministic: one parse stack however many strings); returns the
+// root rule. Used by from_choices and JSON Schema enums.
+Expected<uint32_t> add_trie_rules(GrammarBuilder& gb, const std::vector<std::string>& strings,
+                                  const std::string& name_prefix);
+
 // ---- the byte-level matching core (shared by Matcher and Grammar::matches) -----
 
 // A parse stack: positions to resume, bottom first; the top is always a byte-class

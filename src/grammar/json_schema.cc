@@ -556,13 +556,7 @@ class Converter {
   }
 
   Expected<uint32_t> choice_rule(const std::vector<std::string>& vals) {
-    const uint32_t r = gb_.new_rule("enum");
-    for (const std::string& v : vals) {
-      std::vector<uint32_t> seq;
-      gb_.append_literal(seq, v);
-      PAGODA_TRY(gb_.add_alt(r, seq));
-    }
-    return r;
+    return add_trie_rules(gb_, vals, "enum" + std::to_string(n_enums_++) + "_");
   }
 
   // RFC 3339 full-date with the real calendar: 30-day months, February 29 only
@@ -737,6 +731,7 @@ class Converter {
            integer_ = UINT32_MAX, frac_exp_ = UINT32_MAX, number_ = UINT32_MAX, object_ = UINT32_MAX,
            array_ = UINT32_MAX, value_ = UINT32_MAX, chars_ = UINT32_MAX;
   int n_patterns_ = 0;
+  int n_enums_ = 0;
 };
 
 }  // namespace

@@ -87,6 +87,19 @@ TEST(GrammarSchema, EnumConstAnyOfTypeList) {
   expect_accepts(*any, {"1", "[1,{\"a\":null}]", "-0.5e+3", "\"\""}, {"", "nul", "01", "[1,]"});
 }
 
+TEST(GrammarSchema, LargeEnumIsOneDeterministicTrie) {
+  std::string e = R"({"enum":[)";
+  for (int i = 0; i < 4096; ++i) {
+    if (i) e += ',';
+    e += "\"item" + std::to_string(i * 7) + "\"";
+  }
+  e += "]}";
+  auto g = schema(e);
+  ASSERT_TRUE(g);
+  EXPECT_EQ(initial_stacks(*g).size(), 1u);  // one parse stack, not one per value
+  expect_accepts(*g, {R"("item0")", R"("item28665")", R"("item7")"}, {R"("item1")", R"("item")", R"("item286650")"});
+}
+
 TEST(GrammarSchema, RefDefsRecursive) {
   auto g = schema(R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},
       "kids":{"type":"array","items":{"$ref":"#/$defs/node"}}},"required":["v"]}},"$ref":"#/$defs/node"})");
