@@ -15,6 +15,7 @@ ALLOWED = {
     "base": set(),
     "gguf": {"base"},
     "tok": {"gguf", "base"},
+    "grammar": {"tok", "gguf", "base"},
     "kv": {"base"},
     "kernels": {"base"},
     "model": {"gguf", "kernels", "base"},
