@@ -20,12 +20,22 @@ struct BlockQ4_1 { uint16_t d, m; uint8_t qs[kQK4_1 / 2]; };              // 20 
 struct BlockQ5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[kQK5_0 / 2]; };  // 22 bytes
 struct BlockQ5_1 { uint16_t d, m; uint8_t qh[4]; uint8_t qs[kQK5_1 / 2]; };  // 24 bytes
 struct BlockQ8_0 { uint16_t d; int8_t qs[kQK8_0]; };                      // 34 bytes
+// Q2_K: 16 sub-blocks of 16 values, value = d * (sc & 15) * q - dmin * (sc >> 4),
+// q in 0..3: value v of the super-block is bits 2j..2j+1 of qs[32n + l] with
+// v = 128n + 32j + l (n < 2, j < 4, l < 32); its sub-block is v / 16.
+struct BlockQ2_K { uint8_t scales[kQK_K / 16]; uint8_t qs[kQK_K / 4]; uint16_t d, dmin; };  // 84
+// Q3_K: 16 sub-blocks of 16 values, value = d * (sc - 32) * (q - 4), q in 0..7:
+// the low two bits as Q2_K's qs, the third bit is bit v / 32 of hmask[v % 32];
+// sc is 6 bits (low nibbles: scales[0..7] low / high nibble for sub-blocks
+// 0..7 / 8..15; high two bits: bits 2(j/4) of scales[8 + j % 4]).
+struct BlockQ3_K { uint8_t hmask[kQK_K / 8]; uint8_t qs[kQK_K / 4]; uint8_t scales[kKScaleSize]; uint16_t d; };  // 110
 struct BlockQ4_K { uint16_t d, dmin; uint8_t scales[kKScaleSize]; uint8_t qs[kQK_K / 2]; };  // 144
 struct BlockQ5_K { uint16_t d, dmin; uint8_t scales[kKScaleSize]; uint8_t qh[kQK_K / 8]; uint8_t qs[kQK_K / 2]; };  // 176
 struct BlockQ6_K { uint8_t ql[kQK_K / 2]; uint8_t qh[kQK_K / 4]; int8_t scales[kQK_K / 16]; uint16_t d; };  // 210
 
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
-              sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 &&
+              sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ2_K) == 84 &&
+              sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
               sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210, "block layouts must match ggml");
 
 struct GgmlTypeInfo {
@@ -39,8 +49,8 @@ struct GgmlTypeInfo {
 inline const GgmlTypeInfo* ggml_type_info(uint32_t id) {
   static const GgmlTypeInfo kF32{"F32", 1, 4, true}, kF16{"F16", 1, 2, true}, kQ40{"Q4_0", 32, 18, true},
       kQ41{"Q4_1", 32, 20, true}, kQ50{"Q5_0", 32, 22, true}, kQ51{"Q5_1", 32, 24, true},
-      kQ80{"Q8_0", 32, 34, true}, kQ81{"Q8_1", 32, 36, false}, kQ2K{"Q2_K", 256, 84, false},
-      kQ3K{"Q3_K", 256, 110, false}, kQ4K{"Q4_K", 256, 144, true}, kQ5K{"Q5_K", 256, 176, true},
+      kQ80{"Q8_0", 32, 34, true}, kQ81{"Q8_1", 32, 36, false}, kQ2K{"Q2_K", 256, 84, true},
+      kQ3K{"Q3_K", 256, 110, true}, kQ4K{"Q4_K", 256, 144, true}, kQ5K{"Q5_K", 256, 176, true},
       kQ6K{"Q6_K", 256, 210, true}, kQ8K{"Q8_K", 256, 292, false}, kBF16{"BF16", 1, 2, true};
   switch (id) {
     case 0: return &kF32; case 1: return &kF16; case 2: return &kQ40; case 3: return &kQ41;

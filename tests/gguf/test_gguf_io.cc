@@ -205,7 +205,7 @@ TEST(GgufWriter, RejectsBadInput) {
   EXPECT_NE(s.message().find("35 bytes given"), std::string::npos) << s.message();
   EXPECT_FALSE(w.add_tensor("x", {}, GgmlType::F32, b.data(), 0).ok());
   EXPECT_FALSE(w.add_tensor("x", {1, 1, 1, 1, 1}, GgmlType::F32, b.data(), 4).ok());
-  EXPECT_FALSE(w.add_tensor("x", {256}, GgmlType::Q2_K, b.data(), 84).ok());
+  EXPECT_FALSE(w.add_tensor("x", {256}, GgmlType::Q8_K, b.data(), 292).ok());
   ASSERT_TRUE(w.add_tensor("x", {8}, GgmlType::F32, b.data(), 32).ok());
   s = w.add_tensor("x", {8}, GgmlType::F32, b.data(), 32);
   EXPECT_NE(s.message().find("added twice"), std::string::npos) << s.message();
