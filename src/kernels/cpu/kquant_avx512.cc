@@ -7,8 +7,9 @@
 //   S2 = sum over sub-blocks k of min_k * bsum_k(q_x)           (int32, exact)
 //   Q2_K/Q4_K/Q5_K: acc = fma(float(S1), d_w * d_x, acc);
 //                   acc = fnmadd(float(S2), dmin_w * d_x, acc)
-//   Q3_K/Q6_K: S2 = sum_k scale_k * bsum_k, S1 -= 4 * S2 / 32 * S2 (the -4 /
-//              -32 offset of the quants); acc = fma(float(S1), d_w * d_x, acc)
+//   Q3_K/Q6_K: S2 = sum_k scale_k * bsum_k, S1 -= 4 * S2 (Q3_K) or 32 * S2
+//              (Q6_K), the offset of the stored quants;
+//              acc = fma(float(S1), d_w * d_x, acc)
 // with acc = +0 before super-block 0 and y = acc (no horizontal float sum).
 // Because S1 and S2 are exact integers, how they are computed does not matter:
 // * few tokens (n_tokens < kGemmMinTokens, decode): each row's block is decoded
