@@ -126,6 +126,35 @@ void dequant_q3_k(const BlockQ3_K* x, float* y, int64_t nb) {
   }
 }
 
+void dequant_iq4_nl(const BlockIQ4_NL* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += 32) {
+    const float d = fp16_to_fp32(x[i].d);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = d * kIq4NlValues[x[i].qs[j] & 0xF];
+      y[j + 16] = d * kIq4NlValues[x[i].qs[j] >> 4];
+    }
+  }
+}
+
+// The 6-bit scale of group g (0..7) of an IQ4_XS super-block (the weight uses ls - 32).
+inline int iq4_xs_scale(const BlockIQ4_XS& b, int g) {
+  return ((b.scales_l[g / 2] >> (4 * (g % 2))) & 0xF) | (((b.scales_h >> (2 * g)) & 3) << 4);
+}
+
+void dequant_iq4_xs(const BlockIQ4_XS* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(x[i].d);
+    for (int g = 0; g < 8; ++g, y += 32) {
+      const float dl = d * (iq4_xs_scale(x[i], g) - 32);
+      const uint8_t* qs = x[i].qs + 16 * g;
+      for (int j = 0; j < 16; ++j) {
+        y[j] = dl * kIq4NlValues[qs[j] & 0xF];
+        y[j + 16] = dl * kIq4NlValues[qs[j] >> 4];
+      }
+    }
+  }
+}
+
 // 8 sub-blocks of 32, each with a 6-bit scale and 6-bit min packed into 12 bytes.
 inline void scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
   if (j < 4) {
@@ -479,6 +508,65 @@ void quant_q3_k(const float* x, BlockQ3_K* y, int64_t nb) {
   }
 }
 
+// The index of the codebook entry nearest to v (ties: the lower entry).
+int nearest_iq4(float v) {
+  int best = 0;
+  for (int k = 1; k < 16; ++k)
+    if (std::fabs(v - kIq4NlValues[k]) < std::fabs(v - kIq4NlValues[best])) best = k;
+  return best;
+}
+
+// One 32-value group against scale dl: nibbles into qs[16] (0 if dl == 0).
+void quant_iq4_group(const float* x, float dl, uint8_t* qs) {
+  const float id = dl != 0 ? 1.0f / dl : 0.0f;
+  for (int j = 0; j < 16; ++j)
+    qs[j] = static_cast<uint8_t>(nearest_iq4(x[j] * id) | (nearest_iq4(x[j + 16] * id) << 4));
+}
+
+// IQ4_NL: the value of largest magnitude maps to the codebook end -127 (ggml
+// also searches nearby scales; these blocks are valid but not its bytes).
+float iq4_group_scale(const float* x) {
+  float amax = 0, max = 0;
+  for (int j = 0; j < 32; ++j)
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  return max / static_cast<float>(kIq4NlValues[0]);
+}
+
+void quant_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 32) {
+    y[i].d = fp32_to_fp16(iq4_group_scale(x));
+    quant_iq4_group(x, fp16_to_fp32(y[i].d), y[i].qs);
+  }
+}
+
+// IQ4_XS: group scales as IQ4_NL's, quantized to 6 bits (ls - 32 in -32..31)
+// against the super-block's largest, which maps to -32.
+void quant_iq4_xs(const float* x, BlockIQ4_XS* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK_K) {
+    float scales[8], max_scale = 0, max_abs = 0;
+    for (int g = 0; g < 8; ++g) {
+      scales[g] = iq4_group_scale(x + 32 * g);
+      if (std::fabs(scales[g]) > max_abs) {
+        max_abs = std::fabs(scales[g]);
+        max_scale = scales[g];
+      }
+    }
+    y[i].d = fp32_to_fp16(max_scale / -32.0f);
+    const float d = fp16_to_fp32(y[i].d);
+    y[i].scales_h = 0;
+    std::memset(y[i].scales_l, 0, sizeof y[i].scales_l);
+    for (int g = 0; g < 8; ++g) {
+      const int ls = std::clamp(d != 0 ? nearest_int(scales[g] / d) : 0, -32, 31) + 32;
+      y[i].scales_l[g / 2] |= static_cast<uint8_t>((ls & 0xF) << (4 * (g % 2)));
+      y[i].scales_h |= static_cast<uint16_t>((ls >> 4) << (2 * g));
+      quant_iq4_group(x + 32 * g, d * (ls - 32), y[i].qs + 16 * g);
+    }
+  }
+}
+
 // ---- One table row per format ------------------------------------------------
 
 void dequant_f32(const float* x, float* y, int64_t n) {
@@ -529,6 +617,8 @@ Codec codec(GgmlType t) {
     case GgmlType::Q8_0: return {deq<BlockQ8_0, dequant_q8_0>, qnt<BlockQ8_0, quant_q8_0>};
     case GgmlType::Q2_K: return {deq<BlockQ2_K, dequant_q2_k>, qnt<BlockQ2_K, quant_q2_k>};
     case GgmlType::Q3_K: return {deq<BlockQ3_K, dequant_q3_k>, qnt<BlockQ3_K, quant_q3_k>};
+    case GgmlType::IQ4_NL: return {deq<BlockIQ4_NL, dequant_iq4_nl>, qnt<BlockIQ4_NL, quant_iq4_nl>};
+    case GgmlType::IQ4_XS: return {deq<BlockIQ4_XS, dequant_iq4_xs>, qnt<BlockIQ4_XS, quant_iq4_xs>};
     case GgmlType::Q4_K: return {deq<BlockQ4_K, dequant_q4_k>, qnt<BlockQ4_K, quant_q4_k>};
     case GgmlType::Q5_K: return {deq<BlockQ5_K, dequant_q5_k>, nullptr};
     case GgmlType::Q6_K: return {deq<BlockQ6_K, dequant_q6_k>, qnt<BlockQ6_K, quant_q6_k>};

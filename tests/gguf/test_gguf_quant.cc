@@ -114,9 +114,23 @@ double q3_k(const uint8_t* b, int e) {  // hmask[32] | qs[64] | scales[12] | d
   return static_cast<double>(half_at(b + 108)) * (lo4 + 16 * hi2 - 32) * q;
 }
 
+// IQ4_NL / IQ4_XS: byte j of a 32-value group's 16 holds element j (low nibble)
+// and j + 16 (high nibble), an index into the codebook.
+const int kCodebook[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+int iq4_index(const uint8_t* qs, int e) { return e % 32 < 16 ? qs[e % 16] % 16 : qs[e % 16] / 16; }
+double iq4_nl(const uint8_t* b, int e) {  // d | qs[16]
+  return static_cast<double>(half_at(b)) * kCodebook[iq4_index(b + 2, e)];
+}
+double iq4_xs(const uint8_t* b, int e) {  // d | scales_h (u16) | scales_l[4] | qs[128]
+  const int g = e / 32;
+  const int lo4 = (b[4 + g / 2] >> (4 * (g % 2))) & 15;
+  const int hi2 = ((b[2] | b[3] << 8) >> (2 * g)) & 3;
+  return static_cast<double>(half_at(b)) * (lo4 + 16 * hi2 - 32) * kCodebook[iq4_index(b + 8 + 16 * g, e)];
+}
+
 // exact: the formula's value rounded once to f32 must equal the output bit for
-// bit (Q2_K / Q3_K: every product is exact in f32, so ggml's float order leaves
-// one rounding, of Q2_K's difference).
+// bit (Q2_K / Q3_K / IQ4: every product is exact in f32, so ggml's float order
+// leaves at most one rounding, of Q2_K's difference).
 void check_dequant(GgmlType t, std::vector<size_t> half_offsets, const Formula& f, bool exact = false) {
   Rng rng(1234 + static_cast<uint64_t>(t));
   const auto& ti = ggml_type_info(t);
@@ -147,6 +161,8 @@ TEST(Dequant, Q5_K) { check_dequant(GgmlType::Q5_K, {0, 2}, q5_k); }
 TEST(Dequant, Q6_K) { check_dequant(GgmlType::Q6_K, {208}, q6_k); }
 TEST(Dequant, Q2_K) { check_dequant(GgmlType::Q2_K, {80, 82}, q2_k, true); }
 TEST(Dequant, Q3_K) { check_dequant(GgmlType::Q3_K, {108}, q3_k, true); }
+TEST(Dequant, IQ4_NL) { check_dequant(GgmlType::IQ4_NL, {0}, iq4_nl, true); }
+TEST(Dequant, IQ4_XS) { check_dequant(GgmlType::IQ4_XS, {0}, iq4_xs, true); }
 
 TEST(Dequant, FloatTypes) {
   const float vals[] = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 1e-7f, 3.14159f, -1e30f};
@@ -295,6 +311,35 @@ TEST(Dequant, KnownBlocks) {
     EXPECT_EQ(y[144], 0.5f * -12 * 1);
     EXPECT_EQ(y[255], 0.5f * 31 * -2);
   }
+  {  // IQ4_NL: d * codebook[index]
+    BlockIQ4_NL b{};
+    b.d = fp32_to_fp16(0.5f);
+    b.qs[0] = 0xF8;  // element 0 -> index 8 (1), element 16 -> index 15 (113)
+    b.qs[15] = 0x07;  // element 15 -> index 7 (-10), element 31 -> index 0 (-127)
+    float y[32];
+    ASSERT_TRUE(dequantize_row(GgmlType::IQ4_NL, &b, y, 32));
+    EXPECT_EQ(y[0], 0.5f);
+    EXPECT_EQ(y[16], 56.5f);
+    EXPECT_EQ(y[15], -5.0f);
+    EXPECT_EQ(y[31], -63.5f);
+    EXPECT_EQ(y[1], -63.5f);
+  }
+  {  // IQ4_XS: group 0 scale 33 (low nibble 1, high bits 2), group 5 scale 20 (4 | 1 << 4), others 0
+    BlockIQ4_XS b{};
+    b.d = fp32_to_fp16(0.25f);
+    b.scales_l[0] = 0x01;
+    b.scales_l[2] = 0x40;  // group 5: high nibble of scales_l[2]
+    b.scales_h = static_cast<uint16_t>((2 << 0) | (1 << 10));
+    b.qs[0] = 0x9F;           // element 0 -> 113, element 16 -> 13
+    b.qs[16 * 5 + 3] = 0x30;  // group 5: element 163 -> -127, element 179 -> -65
+    float y[256];
+    ASSERT_TRUE(dequantize_row(GgmlType::IQ4_XS, &b, y, 256));
+    EXPECT_EQ(y[0], 0.25f * 1 * 113);
+    EXPECT_EQ(y[16], 0.25f * 1 * 13);
+    EXPECT_EQ(y[163], 0.25f * -12 * -127);
+    EXPECT_EQ(y[179], 0.25f * -12 * -65);
+    EXPECT_EQ(y[32], 0.25f * -32 * -127);  // group 1: scale 0 -> -32, index 0
+  }
 }
 
 TEST(Quantize, Q4_0HandCheckedBlock) {
@@ -344,7 +389,7 @@ TEST(Quantize, AllZeroBlocksStayZero) {
   std::vector<float> x(512, 0.0f), y(512, 1.0f);
   std::vector<uint8_t> q(2048);
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
-                     GgmlType::Q6_K}) {
+                     GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS}) {
     ASSERT_TRUE(quantize_row(t, x.data(), q.data(), 512));
     ASSERT_TRUE(dequantize_row(t, q.data(), y.data(), 512));
     for (float v : y) ASSERT_EQ(v, 0.0f) << ggml_type_info(t).name;
@@ -367,6 +412,7 @@ TEST(Quantize, RoundTripErrorBounds) {
       // 2 and 3 bits of normal data: ~0.34 and ~0.17 std rms error is what 4 / 8 levels allow
       // (Lloyd-Max: 0.34, 0.19); a wrong bit layout or scale would be off by ~1 std.
       {GgmlType::Q2_K, 0.4, 0.4},                 {GgmlType::Q3_K, 0.3, 0.2},
+      {GgmlType::IQ4_NL, 0.15, 0.1},              {GgmlType::IQ4_XS, 0.15, 0.1},
   };
   Rng rng(99);
   const int64_t n = 256 * 8;
@@ -405,6 +451,8 @@ TEST(Quantize, RejectsUnsupported) {
   EXPECT_TRUE(quantize_supported(GgmlType::Q6_K));
   EXPECT_TRUE(quantize_supported(GgmlType::Q2_K));
   EXPECT_TRUE(quantize_supported(GgmlType::Q3_K));
+  EXPECT_TRUE(quantize_supported(GgmlType::IQ4_NL));
+  EXPECT_TRUE(quantize_supported(GgmlType::IQ4_XS));
   EXPECT_FALSE(quantize_supported(GgmlType::Q5_K));
 }
 

@@ -1,4 +1,4 @@
-// The K-quant integer matmul paths (Q2_K..Q6_K x q8_K activations) of
+// The K-quant integer matmul paths (Q2_K..Q6_K, IQ4_XS x q8_K activations) of
 // cpu::matmul: the q8_K quantizer bit for bit against ggml's
 // quantize_row_q8_K_ref (hand-computed bytes and a scalar emulation), the
 // integer dot products against an exact emulation, cpu vs ref over odd shapes
@@ -29,12 +29,13 @@ using testing::make_weight;
 using testing::random_vec;
 using testing::WithinTol;
 
-const GgmlType kKTypes[] = {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+const GgmlType kKTypes[] = {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
+                            GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS};
 
 // Byte offsets of a super-block's f16 d and dmin (-1: the type has no dmin).
 int d_offset(GgmlType t) { return t == GgmlType::Q6_K ? 208 : t == GgmlType::Q3_K ? 108 : t == GgmlType::Q2_K ? 80 : 0; }
 int dmin_offset(GgmlType t) {
-  return t == GgmlType::Q6_K || t == GgmlType::Q3_K ? -1 : t == GgmlType::Q2_K ? 82 : 2;
+  return t == GgmlType::Q6_K || t == GgmlType::Q3_K || t == GgmlType::IQ4_XS ? -1 : t == GgmlType::Q2_K ? 82 : 2;
 }
 
 // ---- ggml's quantize_row_q8_K_ref, written out in scalar code ------------------
@@ -173,8 +174,8 @@ TEST(KQuant, QuantizerMatchesGgmlRef) {
 
 // ---- Weights as integers ------------------------------------------------------------
 // For each value c of row r: sq[c] = scale * quant (Q6_K: scale * (quant - 32), Q3_K:
-// (scale - 32) * (quant - 4)) and mn[c] = the sub-block's min (Q2_K/Q4_K/Q5_K; 0 for
-// Q3_K/Q6_K), read through ref's
+// (scale - 32) * (quant - 4), IQ4_XS: (scale - 32) * codebook[quant]) and mn[c] = the
+// sub-block's min (Q2_K/Q4_K/Q5_K; 0 for Q3_K/Q6_K/IQ4_XS), read through ref's
 // dequantizer with the block's d/dmin patched to 1/0 and 0/1. dw, dmin: [nb].
 struct IntRow {
   std::vector<int32_t> sq, mn;

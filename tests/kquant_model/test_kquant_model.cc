@@ -1,6 +1,6 @@
-// Q2_K and Q3_K models end to end through the built CLI: a synthetic file of
-// each type (every matmul weight and token_embd in the type, output.weight
-// Q6_K as in llama.cpp's Q2_K / Q3_K_S mixes) is listed by `pagoda inspect`
+// Q2_K, Q3_K and IQ4_XS models end to end through the built CLI: a synthetic
+// file of each type (every matmul weight and token_embd in the type,
+// output.weight Q6_K as in llama.cpp's Q2_K / Q3_K_S mixes) is listed by `pagoda inspect`
 // (such files used to be refused at load) and generates with `pagoda run`.
 // The integer cpu kernels match the ref kernels' logits within the 8-bit
 // activation rounding, and greedy tokens do not depend on the thread count.
@@ -78,7 +78,7 @@ std::string model_path(GgmlType type) {
   return path;
 }
 
-const GgmlType kTypes[] = {GgmlType::Q2_K, GgmlType::Q3_K};
+const GgmlType kTypes[] = {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_XS};
 const std::string kPrompt = "1,17,300,42,99,5,250,128,64";
 
 TEST(KQuantModel, InspectListsTheTensors) {

@@ -1,4 +1,4 @@
-// K-quant (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) x q8_K matmul, AVX2 tiles, plus the parts both
+// K-quant (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) x q8_K matmul, AVX2 tiles, plus the parts both
 // ISAs share: the q8_K activation quantizer and the row-chunk / token-tile
 // driver (baseline AVX2 code).
 //
@@ -7,6 +7,7 @@
 //   acc   = fma(float(isum), d_w * d_x, acc)                       (8 lanes)
 //   Q2_K/Q4_K/Q5_K: acc = acc - float(sum_k min_k * bsum_k) * (dmin_w * d_x)
 //   Q3_K/Q6_K: the -4 / -32 offset of the quants is folded into isum via bsums
+//   IQ4_XS: signed codebook values, multiplied by the sign trick (no offset)
 // and one horizontal sum at the end. The integer parts are exact, so only
 // this float sequence matters, and it is the same for every tile shape.
 // The structure follows ggml's ggml_vec_dot_q{2,3,4,5,6}_K_q8_K (x86 quants.c).
@@ -228,6 +229,47 @@ struct Q3K {
     w->d = _mm256_set1_ps(load_f16(blk + 108));
   }
 };
+
+// ---- IQ4_XS ------------------------------------------------------------------
+// q[k] = the codebook values (int8 -127..113) of values 32k..32k+31 (group k),
+// sc[k] = its scale ls - 32 in every int16 lane.
+struct KIBlock {
+  __m256i q[8];
+  __m256i sc[8];
+  __m256 d;
+};
+
+struct IQ4XS {
+  static constexpr size_t kBytes = 136;
+  static inline void decode(const uint8_t* blk, KIBlock* w) {
+    const __m256i table = iq4_table256(), nib = _mm256_set1_epi8(0x0F);
+    for (int j = 0; j < 4; ++j) {  // groups 2j, 2j+1: 16 bytes each, low nibbles first
+      const __m256i bits = load256(blk + 8 + 32 * j);
+      const __m256i lo = _mm256_and_si256(bits, nib), hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), nib);
+      // group 2j = lo[0..15] hi[0..15], group 2j + 1 = lo[16..31] hi[16..31]
+      w->q[2 * j] = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x20));
+      w->q[2 * j + 1] = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x31));
+    }
+    const __m256i sc16 = _mm256_cvtepi8_epi16(unpack_iq4xs_scales(blk));
+    for (int k = 0; k < 8; ++k)
+      w->sc[k] = _mm256_shuffle_epi8(_mm256_permute2x128_si256(sc16, sc16, 0x00),
+                                     _mm256_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * k)));
+    w->d = _mm256_set1_ps(load_f16(blk));
+  }
+};
+
+inline __m256 ki_dot(__m256 acc, const KIBlock& w, const uint8_t* xr) {
+  __m256i isum = _mm256_setzero_si256();
+  for (int k = 0; k < 8; ++k) {
+    // |w| * (x with w's sign): |pair| <= 2 * 127 * 127 < 2^15, no saturation
+    const __m256i x = load256(xr + 32 * k);
+    const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w.q[k]), _mm256_sign_epi8(x, w.q[k]));
+    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(w.sc[k], p));
+  }
+  float dxs;
+  std::memcpy(&dxs, xr + kActKD, 4);
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(w.d, _mm256_set1_ps(dxs)), acc);
+}
 
 using Vec = __m256;
 inline Vec vzero() { return _mm256_setzero_ps(); }

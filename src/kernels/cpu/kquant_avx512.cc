@@ -1,4 +1,4 @@
-// K-quant (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) x q8_K matmul for AVX-512 (BW + VNNI), whole
+// K-quant (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) x q8_K matmul for AVX-512 (BW + VNNI), whole
 // row chunks of kKChunkRows = 16 rows at a time (KTileSet::chunk).
 //
 // Canonical float sequence (every path below, every n_tokens, tile, thread
@@ -10,6 +10,8 @@
 //   Q3_K/Q6_K: S2 = sum_k scale_k * bsum_k, S1 -= 4 * S2 (Q3_K) or 32 * S2
 //              (Q6_K), the offset of the stored quants;
 //              acc = fma(float(S1), d_w * d_x, acc)
+//   IQ4_XS: as Q3_K/Q6_K with the codebook values stored + 128 (u8) and
+//              S1 -= 128 * S2, S2 = sum over groups k of scale_k * bsum_k
 // with acc = +0 before super-block 0 and y = acc (no horizontal float sum).
 // Because S1 and S2 are exact integers, how they are computed does not matter:
 // * few tokens (n_tokens < kGemmMinTokens, decode): each row's block is decoded
@@ -30,7 +32,8 @@
 // dot_k| <= 16 * 128 * (16 * 63 * 127) < 2^28 and 32 |S2| <= 32 * 16 * 128 *
 // 16 * 127 < 2^28; Q2_K |S1| <= 16 * 15 * 16 * 3 * 127 < 2^24, S2 <= 16 * 15 *
 // 16 * 127 < 2^19; Q3_K |S1| <= 16 * 32 * 16 * 7 * 127 < 2^23, 4 |S2| <= 4 *
-// 16 * 32 * 16 * 127 < 2^22. The 16-value halves in the reduce tree and the maddubs pair
+// 16 * 32 * 16 * 127 < 2^22; IQ4_XS |S1| <= 8 * 32 * 32 * 241 * 127 < 2^28 and
+// 128 |S2| <= 128 * 8 * 32 * 32 * 127 < 2^28. The 16-value halves in the reduce tree and the maddubs pair
 // sums (<= 2 * 63 * 127) stay far inside their types too.
 #include <immintrin.h>
 #include <omp.h>
@@ -246,6 +249,55 @@ struct Q2K {
   }
 };
 
+// IQ4_XS: 8 groups of 32; q[j] = the codebook values + 128 (u8 1..241) of
+// values 64j..64j+63 (groups 2j, 2j+1); sc[j] = int32 lanes 0..7 scale 2j - 32,
+// lanes 8..15 scale 2j+1 - 32; sc16 = int16 lanes 2k, 2k+1 hold scale k - 32.
+// vpdpbusd (u8 x s8, 4 products into int32, no saturation) takes the u8
+// values directly; the +128 comes back out through the bsums.
+struct KIBlock {
+  __m512i q[4];
+  __m512i sc[4];
+  __m256i sc16;
+};
+
+struct IQ4XS {
+  using Block = KIBlock;
+  static constexpr size_t kBytes = 136, kDOff = 0, kMOff = 0;
+  static constexpr int kSub = 8, kOffShift = 7;
+  static constexpr bool kMins = false;
+  static inline void values(const uint8_t* blk, __m512i* q) {
+    // the codebook + 128 as u8 (pshufb table in every 128-bit lane)
+    const __m256i table = _mm256_xor_si256(iq4_table256(), _mm256_set1_epi8(static_cast<char>(0x80)));
+    const __m256i nib = _mm256_set1_epi8(0x0F);
+    for (int j = 0; j < 4; ++j) {  // bytes 16g..16g+15: group g, low nibbles first
+      const __m256i bits = load256(blk + 8 + 32 * j);
+      const __m256i lo = _mm256_and_si256(bits, nib), hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), nib);
+      q[j] = join(_mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x20)),
+                  _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x31)));
+    }
+  }
+  static inline void decode(const uint8_t* blk, KIBlock* w) {
+    values(blk, w->q);
+    const __m256i s32 = _mm256_cvtepi8_epi32(unpack_iq4xs_scales(blk));  // scale k - 32 in int32 lane k
+    for (int j = 0; j < 4; ++j)
+      w->sc[j] = _mm512_permutexvar_epi32(
+          _mm512_setr_epi32(2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j + 1, 2 * j + 1,
+                            2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1),
+          _mm512_castsi256_si512(s32));
+    // (scale, scale) int16 pairs: madd with the bsums gives scale_k * (bsum_2k + bsum_2k+1)
+    w->sc16 = _mm256_or_si256(_mm256_and_si256(s32, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(s32, 16));
+  }
+  static inline __m512i ints(const KIBlock& w, const uint8_t* xr) {
+    __m512i isum = _mm512_setzero_si512();
+    for (int j = 0; j < 4; ++j)
+      isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(w.sc[j], _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.q[j],
+                                                                                    load512(xr + 64 * j))));
+    // sum (u - 128) * x * sc = sum u * x * sc - 128 * sum_k sc_k * bsum_k
+    const __m256i off = _mm256_madd_epi16(w.sc16, load256(xr + kActKBsums));
+    return _mm512_sub_epi32(isum, _mm512_zextsi256_si512(_mm256_slli_epi32(off, kOffShift)));
+  }
+};
+
 // Q3_K: q = low two bits | (bit v / 32 of hmask[v % 32]) << 2, u8 0..7 = value + 4.
 struct Q3K {
   using Block = K6Block;
@@ -352,7 +404,7 @@ void small_chunk(const uint8_t* w0, size_t row_bytes, int64_t nr, const uint8_t*
 //                4 bytes (u8 quants) at g*64 + 4r
 //   kSub x 64    sc: scale of sub-block k for row r at k*64 + 4r: int32, or
 //                for Q4_K (kHalves) the int16 pair (scale, scale)
-//   8 x 64       mp: Q4_K/Q5_K (min_m, min_m), Q2_K (min_2m, min_2m+1), Q3_K/Q6_K
+//   8 x 64       mp: Q4_K/Q5_K (min_m, min_m), IQ4_XS (sc_m, sc_m), Q2_K (min_2m, min_2m+1), Q3_K/Q6_K
 //                (sc_2m, sc_2m+1) as int16 pairs, m = 0..7 (vpdpwssd with the bsum pair m)
 //   64, 64       d, dmin of the 16 rows as f32 (Q3_K/Q6_K: dmin unused)
 constexpr size_t kPackQ = 4096;
@@ -454,7 +506,21 @@ void pack_rows(const uint8_t* w0, size_t row_bytes, int64_t nr, int64_t nb, uint
     const auto gather = [&](size_t off) { return _mm512_i32gather_epi32(vidx, b0 + off, 1); };
     // sc_k = byte k % 4 of words[k / 4]; mp_m = (min_m or scale pair) as int16 pairs
     __m512i words[4];
-    if constexpr (Fmt::kSub == 8) {  // Q4_K, Q5_K
+    if constexpr (std::is_same_v<Fmt, IQ4XS>) {  // f16 d | scales_h << 16, then scales_l
+      const __m512i dh = gather(0), sl = gather(4);
+      _mm512_store_ps(p + kPackD<Fmt>, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dh)));
+      _mm512_store_ps(p + kPackD<Fmt> + 64, _mm512_setzero_ps());
+      const __m512i sh = _mm512_srli_epi32(dh, 16), four = _mm512_set1_epi32(0xF), three = _mm512_set1_epi32(3);
+      for (int k = 0; k < 8; ++k) {  // int32 scale k - 32 (gemm_tile multiplies it), (sc, sc) int16 pairs in mp
+        const __m512i sc = _mm512_sub_epi32(
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(sl, 4 * k), four),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(sh, 2 * k), three), 4)),
+            _mm512_set1_epi32(32));
+        _mm512_store_si512(p + kPackSc<Fmt> + 64 * k, sc);
+        _mm512_store_si512(p + kPackMp<Fmt> + 64 * k,
+                           _mm512_or_si512(_mm512_and_si512(sc, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(sc, 16)));
+      }
+    } else if constexpr (Fmt::kSub == 8) {  // Q4_K, Q5_K
       const __m512i dd = gather(0);  // f16 d | f16 dmin << 16
       _mm512_store_ps(p + kPackD<Fmt>, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
       _mm512_store_ps(p + kPackD<Fmt> + 64, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
@@ -634,8 +700,9 @@ KTileSet chunk_set() {
 
 const KTileSet& ktiles_avx512(GgmlType t) {
   static const KTileSet q2 = chunk_set<Q2K>(), q3 = chunk_set<Q3K>(), q4 = chunk_set<Q4K>(),
-                        q5 = chunk_set<Q5K>(), q6 = chunk_set<Q6K>();
+                        q5 = chunk_set<Q5K>(), q6 = chunk_set<Q6K>(), iq4xs = chunk_set<IQ4XS>();
   switch (t) {
+    case GgmlType::IQ4_XS: return iq4xs;
     case GgmlType::Q2_K: return q2;
     case GgmlType::Q3_K: return q3;
     case GgmlType::Q4_K: return q4;
