@@ -136,7 +136,8 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
                   (long long)s.n_head, (long long)s.n_head_kv);
   const GgmlType t = opt.type;
   if (llama_file_type(t) < 0 || !quantize_supported(t))
-    return errorf("synth: weight type %s is not supported (use f32, f16, bf16, q8_0, q4_0, q4_1, q2_k, q3_k, q4_k, q6_k, iq4_nl or iq4_xs)",
+    return errorf("synth: weight type %s is not supported (use f32, f16, bf16, q8_0, q4_0, q4_1, q2_k, q3_k, q4_k, "
+                  "q6_k, iq4_nl or iq4_xs)",
                   ggml_type_info(t).name);
   const int64_t hd = s.head_dim();
   const auto stored_type = [&](GgmlType type, int64_t cols) {

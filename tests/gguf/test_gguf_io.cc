@@ -127,7 +127,8 @@ std::string tname(size_t i) {
 TEST(GgufRoundTrip, EveryTensorTypeAndLlamaCppLayout) {
   const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0,
                             GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
-                            GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+                            GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q2_K,
+                            GgmlType::Q3_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
   for (uint32_t alignment : {32u, 64u}) {
     GgufWriter w;
     if (alignment != 32) w.set_u32("general.alignment", alignment);

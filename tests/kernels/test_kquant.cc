@@ -33,7 +33,9 @@ const GgmlType kKTypes[] = {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
                             GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS};
 
 // Byte offsets of a super-block's f16 d and dmin (-1: the type has no dmin).
-int d_offset(GgmlType t) { return t == GgmlType::Q6_K ? 208 : t == GgmlType::Q3_K ? 108 : t == GgmlType::Q2_K ? 80 : 0; }
+int d_offset(GgmlType t) {
+  return t == GgmlType::Q6_K ? 208 : t == GgmlType::Q3_K ? 108 : t == GgmlType::Q2_K ? 80 : 0;
+}
 int dmin_offset(GgmlType t) {
   return t == GgmlType::Q6_K || t == GgmlType::Q3_K || t == GgmlType::IQ4_XS ? -1 : t == GgmlType::Q2_K ? 82 : 2;
 }
