@@ -61,6 +61,10 @@ std::unique_ptr<WeightSet> make_set(GgmlType type, int64_t rows, int64_t cols, s
     switch (type) {
       case GgmlType::F16: put_f16(blk, static_cast<float>(rng.normal())); break;
       case GgmlType::Q4_1: put_f16(blk, 0.01f); put_f16(blk + 2, -0.08f); break;
+      case GgmlType::Q2_K: put_f16(blk + 80, 0.01f); put_f16(blk + 82, 0.01f); break;
+      case GgmlType::Q3_K: put_f16(blk + 108, 0.01f); break;
+      case GgmlType::Q4_K: case GgmlType::Q5_K: put_f16(blk, 0.001f); put_f16(blk + 2, 0.001f); break;
+      case GgmlType::Q6_K: put_f16(blk + 208, 0.001f); break;
       default: put_f16(blk, 0.01f); break;  // Q4_0, Q8_0: d first
     }
   }
@@ -127,6 +131,21 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
   if (real_time()) b->UseRealTime();
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs);
+
+// K-quant weights (q8_K integer paths): rows of whole 256-value super-blocks,
+// llama-3.2-1b-like shapes (attn 2048 x 2048, ffn 8192 x 2048 and 2048 x 8192).
+void KQuantMatmulArgs(benchmark::internal::Benchmark* b) {
+  const int64_t shapes[][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};
+  for (auto t : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K})
+    for (auto& s : shapes)
+      for (int64_t n : {1, 32, 128})
+        for (int64_t thr : {1, 2}) b->Args({static_cast<int64_t>(t), s[0], s[1], n, thr});
+  b->ArgNames({"type", "rows", "cols", "n", "thr"});
+  b->Unit(benchmark::kMicrosecond);
+  b->MinTime(0.2);
+  if (real_time()) b->UseRealTime();
+}
+BENCHMARK(BM_Matmul)->Name("BM_MatmulKQuant")->Apply(KQuantMatmulArgs);
 
 // Paged attention, SmolLM2 layer shape (9 heads, 3 kv heads, head_dim 64, pages
 // of 16). args: kv dtype, context length, new tokens per sequence, sequences.

@@ -85,6 +85,76 @@ void dequant_q8_0(const BlockQ8_0* x, float* y, int64_t nb) {
   }
 }
 
+// Q2_K / Q3_K value v = 128n + 32j + l (n < 2, j < 4, l < 32) sits in bits
+// 2j..2j+1 of qs[32n + l]; each 16 values share one scale (sub-block v / 16).
+// The float order is ggml's: dl = d * scale, then dl * q (- ml).
+void dequant_q2_k(const BlockQ2_K* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(x[i].d);
+    const float min = fp16_to_fp32(x[i].dmin);
+    for (int v = 0; v < kQK_K; v += 16) {
+      const uint8_t sc = x[i].scales[v / 16];
+      const float dl = d * (sc & 0xF), ml = min * (sc >> 4);
+      const uint8_t* q = x[i].qs + 32 * (v / 128) + v % 32;
+      const int shift = 2 * ((v / 32) % 4);
+      for (int l = 0; l < 16; ++l) *y++ = dl * ((q[l] >> shift) & 3) - ml;
+    }
+  }
+}
+
+// The 16 six-bit Q3_K scales (0..63, the stored value; the weight uses sc - 32).
+inline void unpack_q3_k_scales(const uint8_t* s, int* sc) {
+  for (int j = 0; j < 16; ++j) {
+    const int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
+    sc[j] = lo | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4);
+  }
+}
+
+void dequant_q3_k(const BlockQ3_K* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(x[i].d);
+    int sc[16];
+    unpack_q3_k_scales(x[i].scales, sc);
+    for (int v = 0; v < kQK_K; v += 16) {
+      const float dl = d * (sc[v / 16] - 32);
+      const uint8_t* q = x[i].qs + 32 * (v / 128) + v % 32;
+      const uint8_t* hm = x[i].hmask + v % 32;
+      const int shift = 2 * ((v / 32) % 4);
+      const uint8_t bit = static_cast<uint8_t>(1u << (v / 32));
+      for (int l = 0; l < 16; ++l) *y++ = dl * (((q[l] >> shift) & 3) - ((hm[l] & bit) ? 0 : 4));
+    }
+  }
+}
+
+void dequant_iq4_nl(const BlockIQ4_NL* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += 32) {
+    const float d = fp16_to_fp32(x[i].d);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = d * kIq4NlValues[x[i].qs[j] & 0xF];
+      y[j + 16] = d * kIq4NlValues[x[i].qs[j] >> 4];
+    }
+  }
+}
+
+// The 6-bit scale of group g (0..7) of an IQ4_XS super-block (the weight uses ls - 32).
+inline int iq4_xs_scale(const BlockIQ4_XS& b, int g) {
+  return ((b.scales_l[g / 2] >> (4 * (g % 2))) & 0xF) | (((b.scales_h >> (2 * g)) & 3) << 4);
+}
+
+void dequant_iq4_xs(const BlockIQ4_XS* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(x[i].d);
+    for (int g = 0; g < 8; ++g, y += 32) {
+      const float dl = d * (iq4_xs_scale(x[i], g) - 32);
+      const uint8_t* qs = x[i].qs + 16 * g;
+      for (int j = 0; j < 16; ++j) {
+        y[j] = dl * kIq4NlValues[qs[j] & 0xF];
+        y[j + 16] = dl * kIq4NlValues[qs[j] >> 4];
+      }
+    }
+  }
+}
+
 // 8 sub-blocks of 32, each with a 6-bit scale and 6-bit min packed into 12 bytes.
 inline void scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
   if (j < 4) {
@@ -342,6 +412,161 @@ void quant_q6_k(const float* x, BlockQ6_K* y, int64_t nb) {
   }
 }
 
+// Packs 256 two-bit values L (natural order) into Q2_K / Q3_K qs[64].
+void pack_2bit(const uint8_t* L, uint8_t* qs) {
+  for (int n = 0; n < 2; ++n)
+    for (int l = 0; l < 32; ++l)
+      qs[32 * n + l] = static_cast<uint8_t>((L[128 * n + l] & 3) | ((L[128 * n + l + 32] & 3) << 2) |
+                                            ((L[128 * n + l + 64] & 3) << 4) | ((L[128 * n + l + 96] & 3) << 6));
+}
+
+// Q2_K: per 16-value sub-block, value = d*sc*q - dmin*m with 4-bit sc, m and
+// 2-bit q. One pass as quant_q4_k: sub-block range -> (scale, min), both
+// quantized to 4 bits against the super-block maxima, q rounded against the
+// stored scales. (ggml's reference searches the scales; these blocks are valid
+// but not byte-identical to its output.)
+void quant_q2_k(const float* x, BlockQ2_K* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK_K) {
+    float scales[16], mins[16];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 16; ++j) {
+      float lo = 0.0f, hi = -FLT_MAX;  // lo <= 0 so that the stored min is >= 0
+      for (int l = 0; l < 16; ++l) {
+        lo = std::min(lo, x[16 * j + l]);
+        hi = std::max(hi, x[16 * j + l]);
+      }
+      scales[j] = (hi - lo) / 3.0f;
+      mins[j] = -lo;
+      max_scale = std::max(max_scale, scales[j]);
+      max_min = std::max(max_min, mins[j]);
+    }
+    y[i].d = fp32_to_fp16(max_scale / 15.0f);
+    y[i].dmin = fp32_to_fp16(max_min / 15.0f);
+    const float d = fp16_to_fp32(y[i].d), dmin = fp16_to_fp32(y[i].dmin);
+    uint8_t L[kQK_K];
+    for (int j = 0; j < 16; ++j) {
+      const int ls = std::clamp(d > 0 ? nearest_int(scales[j] / d) : 0, 0, 15);
+      const int lm = std::clamp(dmin > 0 ? nearest_int(mins[j] / dmin) : 0, 0, 15);
+      y[i].scales[j] = static_cast<uint8_t>(ls | (lm << 4));
+      const float dl = d * ls, ml = dmin * lm;
+      for (int l = 0; l < 16; ++l) {
+        const int q = dl > 0 ? nearest_int((x[16 * j + l] + ml) / dl) : 0;
+        L[16 * j + l] = static_cast<uint8_t>(std::clamp(q, 0, 3));
+      }
+    }
+    pack_2bit(L, y[i].qs);
+  }
+}
+
+// Q3_K: per 16-value sub-block, value = d*(sc-32)*(q-4) with 6-bit sc and
+// 3-bit q. As quant_q6_k: the value of largest magnitude maps to q-4 = -4,
+// and the sub-block scale of largest magnitude to sc-32 = -32.
+void quant_q3_k(const float* x, BlockQ3_K* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK_K) {
+    float scales[16];
+    float max_scale = 0, max_abs_scale = 0;
+    for (int j = 0; j < 16; ++j) {
+      float amax = 0, max = 0;
+      for (int l = 0; l < 16; ++l) {
+        const float v = x[16 * j + l];
+        if (std::fabs(v) > amax) {
+          amax = std::fabs(v);
+          max = v;
+        }
+      }
+      scales[j] = max / -4.0f;
+      if (std::fabs(scales[j]) > max_abs_scale) {
+        max_abs_scale = std::fabs(scales[j]);
+        max_scale = scales[j];
+      }
+    }
+    std::memset(y[i].scales, 0, sizeof y[i].scales);
+    std::memset(y[i].hmask, 0, sizeof y[i].hmask);
+    uint8_t L[kQK_K];
+    std::memset(L, 4, sizeof L);  // q - 4 = 0
+    if (max_abs_scale == 0) {
+      y[i].d = fp32_to_fp16(0.0f);  // d = 0: every value is 0 whatever sc and q say
+    } else {
+      const float iscale = -32.0f / max_scale;
+      y[i].d = fp32_to_fp16(1.0f / iscale);
+      const float d = fp16_to_fp32(y[i].d);
+      for (int j = 0; j < 16; ++j) {
+        const int sc = std::clamp(nearest_int(iscale * scales[j]), -32, 31);
+        const int u = sc + 32;  // stored 6 bits
+        y[i].scales[j % 8] |= static_cast<uint8_t>((u & 0xF) << (j < 8 ? 0 : 4));
+        y[i].scales[8 + j % 4] |= static_cast<uint8_t>((u >> 4) << (2 * (j / 4)));
+        const float dl = d * sc;
+        for (int l = 0; l < 16; ++l) {
+          const int q = dl != 0 ? nearest_int(x[16 * j + l] / dl) : 0;
+          L[16 * j + l] = static_cast<uint8_t>(std::clamp(q, -4, 3) + 4);
+        }
+      }
+    }
+    for (int v = 0; v < kQK_K; ++v)
+      if (L[v] & 4) y[i].hmask[v % 32] |= static_cast<uint8_t>(1u << (v / 32));
+    pack_2bit(L, y[i].qs);
+  }
+}
+
+// The index of the codebook entry nearest to v (ties: the lower entry).
+int nearest_iq4(float v) {
+  int best = 0;
+  for (int k = 1; k < 16; ++k)
+    if (std::fabs(v - kIq4NlValues[k]) < std::fabs(v - kIq4NlValues[best])) best = k;
+  return best;
+}
+
+// One 32-value group against scale dl: nibbles into qs[16] (0 if dl == 0).
+void quant_iq4_group(const float* x, float dl, uint8_t* qs) {
+  const float id = dl != 0 ? 1.0f / dl : 0.0f;
+  for (int j = 0; j < 16; ++j)
+    qs[j] = static_cast<uint8_t>(nearest_iq4(x[j] * id) | (nearest_iq4(x[j + 16] * id) << 4));
+}
+
+// IQ4_NL: the value of largest magnitude maps to the codebook end -127 (ggml
+// also searches nearby scales; these blocks are valid but not its bytes).
+float iq4_group_scale(const float* x) {
+  float amax = 0, max = 0;
+  for (int j = 0; j < 32; ++j)
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  return max / static_cast<float>(kIq4NlValues[0]);
+}
+
+void quant_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 32) {
+    y[i].d = fp32_to_fp16(iq4_group_scale(x));
+    quant_iq4_group(x, fp16_to_fp32(y[i].d), y[i].qs);
+  }
+}
+
+// IQ4_XS: group scales as IQ4_NL's, quantized to 6 bits (ls - 32 in -32..31)
+// against the super-block's largest, which maps to -32.
+void quant_iq4_xs(const float* x, BlockIQ4_XS* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK_K) {
+    float scales[8], max_scale = 0, max_abs = 0;
+    for (int g = 0; g < 8; ++g) {
+      scales[g] = iq4_group_scale(x + 32 * g);
+      if (std::fabs(scales[g]) > max_abs) {
+        max_abs = std::fabs(scales[g]);
+        max_scale = scales[g];
+      }
+    }
+    y[i].d = fp32_to_fp16(max_scale / -32.0f);
+    const float d = fp16_to_fp32(y[i].d);
+    y[i].scales_h = 0;
+    std::memset(y[i].scales_l, 0, sizeof y[i].scales_l);
+    for (int g = 0; g < 8; ++g) {
+      const int ls = std::clamp(d != 0 ? nearest_int(scales[g] / d) : 0, -32, 31) + 32;
+      y[i].scales_l[g / 2] |= static_cast<uint8_t>((ls & 0xF) << (4 * (g % 2)));
+      y[i].scales_h |= static_cast<uint16_t>((ls >> 4) << (2 * g));
+      quant_iq4_group(x + 32 * g, d * (ls - 32), y[i].qs + 16 * g);
+    }
+  }
+}
+
 // ---- One table row per format ------------------------------------------------
 
 void dequant_f32(const float* x, float* y, int64_t n) {
@@ -390,6 +615,10 @@ Codec codec(GgmlType t) {
     case GgmlType::Q5_0: return {deq<BlockQ5_0, dequant_q5_0>, nullptr};
     case GgmlType::Q5_1: return {deq<BlockQ5_1, dequant_q5_1>, nullptr};
     case GgmlType::Q8_0: return {deq<BlockQ8_0, dequant_q8_0>, qnt<BlockQ8_0, quant_q8_0>};
+    case GgmlType::Q2_K: return {deq<BlockQ2_K, dequant_q2_k>, qnt<BlockQ2_K, quant_q2_k>};
+    case GgmlType::Q3_K: return {deq<BlockQ3_K, dequant_q3_k>, qnt<BlockQ3_K, quant_q3_k>};
+    case GgmlType::IQ4_NL: return {deq<BlockIQ4_NL, dequant_iq4_nl>, qnt<BlockIQ4_NL, quant_iq4_nl>};
+    case GgmlType::IQ4_XS: return {deq<BlockIQ4_XS, dequant_iq4_xs>, qnt<BlockIQ4_XS, quant_iq4_xs>};
     case GgmlType::Q4_K: return {deq<BlockQ4_K, dequant_q4_k>, qnt<BlockQ4_K, quant_q4_k>};
     case GgmlType::Q5_K: return {deq<BlockQ5_K, dequant_q5_k>, nullptr};
     case GgmlType::Q6_K: return {deq<BlockQ6_K, dequant_q6_k>, qnt<BlockQ6_K, quant_q6_k>};

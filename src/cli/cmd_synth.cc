@@ -21,8 +21,9 @@ void synth_usage(FILE* out) {
                "  --preset  ");
   for (const auto& p : gguf::synth_presets()) std::fprintf(out, "%s ", p.name.c_str());
   std::fprintf(out,
-               "\n  --type    f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q4_k | q4_k_m | q6_k   (norms and biases stay\n"
-               "            f32; k-quant files keep rows that are not a multiple of 256 as q4_1 / q8_0; q4_k_m is\n"
+               "\n  --type    f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q2_k | q3_k | q4_k | q4_k_m | q6_k | iq4_nl |\n"
+               "            iq4_xs   (norms and biases stay f32; k-quant files keep rows that are not a multiple\n"
+               "            of 256 as q4_0 (q2_k, q3_k) / q4_1 (q4_k) / q8_0 (q6_k) / iq4_nl (iq4_xs); q4_k_m is\n"
                "            llama.cpp's mix: q4_k with q6_k attn_v and ffn_down in half the layers)\n"
                "  --layers  keep only the first N layers (default: the preset's)\n"
                "  --seed    weight RNG seed (default 0); weights are N(0, 0.02), norm weights 1.0\n");
@@ -32,7 +33,9 @@ bool parse_type(const std::string& s, GgmlType* t) {
   static const std::pair<const char*, GgmlType> kTypes[] = {{"f32", GgmlType::F32},   {"f16", GgmlType::F16},
                                                             {"bf16", GgmlType::BF16}, {"q8_0", GgmlType::Q8_0},
                                                             {"q4_0", GgmlType::Q4_0}, {"q4_1", GgmlType::Q4_1},
-                                                            {"q4_k", GgmlType::Q4_K}, {"q6_k", GgmlType::Q6_K}};
+                                                            {"q4_k", GgmlType::Q4_K}, {"q6_k", GgmlType::Q6_K},
+                                                            {"q2_k", GgmlType::Q2_K}, {"q3_k", GgmlType::Q3_K},
+                                                            {"iq4_nl", GgmlType::IQ4_NL}, {"iq4_xs", GgmlType::IQ4_XS}};
   for (const auto& [name, type] : kTypes)
     if (s == name) {
       *t = type;

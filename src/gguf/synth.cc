@@ -76,8 +76,12 @@ bool synth_more_bits_layer(int64_t layer, int64_t n_layers) {
 }
 
 GgmlType synth_weight_type(GgmlType type, int64_t cols) {
-  if (type != GgmlType::Q4_K && type != GgmlType::Q6_K) return type;
+  if (type != GgmlType::Q2_K && type != GgmlType::Q3_K && type != GgmlType::Q4_K && type != GgmlType::Q6_K &&
+      type != GgmlType::IQ4_XS)
+    return type;
   if (cols % kQK_K == 0) return type;
+  if (type == GgmlType::IQ4_XS) return GgmlType::IQ4_NL;
+  if (type == GgmlType::Q2_K || type == GgmlType::Q3_K) return GgmlType::Q4_0;
   return type == GgmlType::Q4_K ? GgmlType::Q4_1 : GgmlType::Q8_0;
 }
 
@@ -109,7 +113,11 @@ int llama_file_type(GgmlType type) {
     case GgmlType::Q8_0: return 7;
     case GgmlType::Q5_0: return 8;
     case GgmlType::Q5_1: return 9;
+    case GgmlType::Q2_K: return 10;  // LLAMA_FTYPE_MOSTLY_Q2_K
+    case GgmlType::Q3_K: return 11;  // LLAMA_FTYPE_MOSTLY_Q3_K_S
     case GgmlType::Q4_K: return 14;  // LLAMA_FTYPE_MOSTLY_Q4_K_S
+    case GgmlType::IQ4_NL: return 25;
+    case GgmlType::IQ4_XS: return 30;
     case GgmlType::Q6_K: return 18;
     case GgmlType::BF16: return 32;
     default: return -1;
@@ -128,7 +136,8 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
                   (long long)s.n_head, (long long)s.n_head_kv);
   const GgmlType t = opt.type;
   if (llama_file_type(t) < 0 || !quantize_supported(t))
-    return errorf("synth: weight type %s is not supported (use f32, f16, bf16, q8_0, q4_0, q4_1, q4_k or q6_k)",
+    return errorf("synth: weight type %s is not supported (use f32, f16, bf16, q8_0, q4_0, q4_1, q2_k, q3_k, q4_k, "
+                  "q6_k, iq4_nl or iq4_xs)",
                   ggml_type_info(t).name);
   const int64_t hd = s.head_dim();
   const auto stored_type = [&](GgmlType type, int64_t cols) {
@@ -189,8 +198,9 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
   // (llama.cpp picks Q6_K when n_embd is a multiple of 256, Q8_0 otherwise).
   // K-quant files get Q6_K there, as llama.cpp's Q4_K_S/M (Q8_0 when n_embd
   // is not a multiple of 256 and k_quant_fallback is set).
-  const bool four_bit = t == GgmlType::Q4_0 || t == GgmlType::Q4_1;
-  const bool k_quant = t == GgmlType::Q4_K || t == GgmlType::Q6_K;
+  const bool four_bit = t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::IQ4_NL;
+  const bool k_quant = t == GgmlType::Q2_K || t == GgmlType::Q3_K || t == GgmlType::Q4_K || t == GgmlType::Q6_K ||
+                       t == GgmlType::IQ4_XS;
   const GgmlType out_type = k_quant ? GgmlType::Q6_K : four_bit ? GgmlType::Q8_0 : t;
   PAGODA_TRY(add("token_embd.weight", s.n_embd, s.n_vocab, s.tied ? out_type : t, -1));
   for (int64_t l = 0; l < n_layer; ++l) {

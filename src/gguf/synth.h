@@ -32,7 +32,7 @@ const SynthShape* find_synth_preset(const std::string& name);
 
 struct SynthOptions {
   SynthShape shape;                  // a preset, or any custom (small) shape for tests
-  GgmlType type = GgmlType::Q8_0;    // F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K (norms/biases stay F32)
+  GgmlType type = GgmlType::Q8_0;    // F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q2_K, Q3_K, Q4_K, Q6_K, IQ4_NL, IQ4_XS (norms/biases F32)
   int64_t n_layers_override = -1;    // >0: use this many layers instead of shape.n_layer
   // Rows a K-quant type cannot hold (row length not a multiple of 256) are
   // stored in synth_weight_type's fallback instead of failing.
@@ -50,8 +50,9 @@ bool synth_more_bits_layer(int64_t layer, int64_t n_layers);
 
 // The type a weight of row length cols is stored in when the file's type is
 // `type` and k_quant_fallback is set: K-quant rows must hold whole 256-value
-// super-blocks, so (like llama.cpp's quantize) other rows fall back: Q6_K -> Q8_0, and Q4_K -> Q4_1
-// (llama.cpp uses Q5_0, which pagoda cannot quantize). Other types: unchanged.
+// super-blocks, so (like llama.cpp's quantize) other rows fall back: Q6_K -> Q8_0, Q4_K -> Q4_1
+// (llama.cpp uses Q5_0, which pagoda cannot quantize) and Q2_K, Q3_K -> Q4_0 (llama.cpp: IQ4_NL,
+// Q4_0 in older versions), IQ4_XS -> IQ4_NL (as llama.cpp). Other types: unchanged.
 GgmlType synth_weight_type(GgmlType type, int64_t cols);
 
 // llama.cpp's general.file_type (LLAMA_FTYPE_*) for a weight type, or -1.

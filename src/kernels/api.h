@@ -86,11 +86,11 @@ int num_threads();
   /* y[t, r] = sum_c W[r, c] * x[t, c].  x: [n_tokens, w.cols], y: [n_tokens, w.rows]          \
      cpu:: multiplies quantized weights (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0) by an 8-bit quantization    \
      of x bit for bit as ggml's x86 quantize_row_q8_0/q8_1 (per 32 values, q = round(x *       \
-     127/amax), d = f16(amax/127), q8_1's s = f16(d * sum q)), and K-quants (Q4_K/Q5_K/Q6_K)    \
-     by a q8_K quantization (per 256 values, one f32 d, as ggml's quantize_row_q8_K_ref) in    \
-     integer arithmetic; so it matches ref within the activation rounding, not to float        \
-     precision. Env PAGODA_KQUANT_FALLBACK=1 (read at the first call) sends K-quants through   \
-     the dequantize-to-f32 path instead. */                                                     \
+     127/amax), d = f16(amax/127), q8_1's s = f16(d * sum q)), and K-quants (Q2_K..Q6_K,       \
+     IQ4_XS) by a q8_K quantization (per 256 values, one f32 d, as ggml's                      \
+     quantize_row_q8_K_ref) in integer arithmetic; so it matches ref within the activation     \
+     rounding, not to float precision. Env PAGODA_KQUANT_FALLBACK=1 (read at the first call)   \
+     sends K-quants through the dequantize-to-f32 path instead. */                             \
   void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y);                 \
   /* y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight.  x, y: [n_tokens, n] */         \
   void rmsnorm(const float* x, const float* weight, float eps, int64_t n_tokens, int64_t n,     \
@@ -127,7 +127,8 @@ bool set_isa(const char* name);
 // implementation keeps ref and cpu forwards on the same values outside the ops above.
 
 // True if matmul (ref and cpu) accepts weights of this type:
-// F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K.
+// F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL,
+// IQ4_XS.
 bool matmul_supports(GgmlType type);
 // Writes each token's K and V rows into its slot (quantizing for q8_0); tokens
 // whose slot_mapping entry is negative (padding) are skipped.

@@ -127,7 +127,8 @@ std::string tname(size_t i) {
 TEST(GgufRoundTrip, EveryTensorTypeAndLlamaCppLayout) {
   const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0,
                             GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
-                            GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+                            GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q2_K,
+                            GgmlType::Q3_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
   for (uint32_t alignment : {32u, 64u}) {
     GgufWriter w;
     if (alignment != 32) w.set_u32("general.alignment", alignment);
@@ -205,7 +206,7 @@ TEST(GgufWriter, RejectsBadInput) {
   EXPECT_NE(s.message().find("35 bytes given"), std::string::npos) << s.message();
   EXPECT_FALSE(w.add_tensor("x", {}, GgmlType::F32, b.data(), 0).ok());
   EXPECT_FALSE(w.add_tensor("x", {1, 1, 1, 1, 1}, GgmlType::F32, b.data(), 4).ok());
-  EXPECT_FALSE(w.add_tensor("x", {256}, GgmlType::Q2_K, b.data(), 84).ok());
+  EXPECT_FALSE(w.add_tensor("x", {256}, GgmlType::Q8_K, b.data(), 292).ok());
   ASSERT_TRUE(w.add_tensor("x", {8}, GgmlType::F32, b.data(), 32).ok());
   s = w.add_tensor("x", {8}, GgmlType::F32, b.data(), 32);
   EXPECT_NE(s.message().find("added twice"), std::string::npos) << s.message();

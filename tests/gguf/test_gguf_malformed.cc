@@ -168,7 +168,7 @@ std::vector<Case> corpus() {
       {"byte size overflow", tensor0({"a.weight", {1ull << 31, 1ull << 31}, 0, 0}), "byte size overflows"},
       {"unknown type id", tensor0({"a.weight", {8}, 99, 0}), "unknown ggml type id 99"},
       {"removed type id 4", tensor0({"a.weight", {8}, 4, 0}), "unknown ggml type id 4"},
-      {"unsupported type", tensor0({"a.weight", {256}, 10, 0}), "Q2_K (id 10) is not supported"},
+      {"unsupported type", tensor0({"a.weight", {256}, 15, 0}), "Q8_K (id 15) is not supported"},
       {"row not a block multiple", tensor0({"a.weight", {33}, 8, 0}),
        "row length 33 is not a multiple of the Q8_0 block size 32"},
       {"misaligned offset", tensor0({"a.weight", {8}, 0, 4}), "offset 4 is not a multiple of the alignment 32"},

@@ -98,7 +98,40 @@ double q6_k(const uint8_t* b, int e) {  // ql[128] | qh[64] | scales[16] (int8) 
   return static_cast<double>(half_at(b + 208)) * sc * ((lo | hi << 4) - 32);
 }
 
-void check_dequant(GgmlType t, std::vector<size_t> half_offsets, const Formula& f) {
+// Q2_K / Q3_K: element e is bits 2 ((e / 32) % 4).. of qs[32 (e / 128) + e % 32];
+// sub-block e / 16 holds its scale.
+int two_bits(const uint8_t* qs, int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3; }
+double q2_k(const uint8_t* b, int e) {  // scales[16] (scale | min << 4) | qs[64] | d | dmin
+  const int sc = b[e / 16] & 15, m = b[e / 16] >> 4;
+  return static_cast<double>(half_at(b + 80)) * sc * two_bits(b + 16, e) - static_cast<double>(half_at(b + 82)) * m;
+}
+double q3_k(const uint8_t* b, int e) {  // hmask[32] | qs[64] | scales[12] | d
+  const int j = e / 16;
+  const int lo4 = j < 8 ? b[96 + j] % 16 : b[96 + j - 8] / 16;  // low nibble, then high nibble of bytes 0..7
+  const int hi2 = (b[96 + 8 + j % 4] >> (2 * (j / 4))) & 3;     // top 2 bits from bytes 8..11
+  const int third = (b[e % 32] >> (e / 32)) & 1;                // bit e / 32 of hmask[e % 32]
+  const int q = two_bits(b + 32, e) + 4 * third - 4;
+  return static_cast<double>(half_at(b + 108)) * (lo4 + 16 * hi2 - 32) * q;
+}
+
+// IQ4_NL / IQ4_XS: byte j of a 32-value group's 16 holds element j (low nibble)
+// and j + 16 (high nibble), an index into the codebook.
+const int kCodebook[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+int iq4_index(const uint8_t* qs, int e) { return e % 32 < 16 ? qs[e % 16] % 16 : qs[e % 16] / 16; }
+double iq4_nl(const uint8_t* b, int e) {  // d | qs[16]
+  return static_cast<double>(half_at(b)) * kCodebook[iq4_index(b + 2, e)];
+}
+double iq4_xs(const uint8_t* b, int e) {  // d | scales_h (u16) | scales_l[4] | qs[128]
+  const int g = e / 32;
+  const int lo4 = (b[4 + g / 2] >> (4 * (g % 2))) & 15;
+  const int hi2 = ((b[2] | b[3] << 8) >> (2 * g)) & 3;
+  return static_cast<double>(half_at(b)) * (lo4 + 16 * hi2 - 32) * kCodebook[iq4_index(b + 8 + 16 * g, e)];
+}
+
+// exact: the formula's value rounded once to f32 must equal the output bit for
+// bit (Q2_K / Q3_K / IQ4: every product is exact in f32, so ggml's float order
+// leaves at most one rounding, of Q2_K's difference).
+void check_dequant(GgmlType t, std::vector<size_t> half_offsets, const Formula& f, bool exact = false) {
   Rng rng(1234 + static_cast<uint64_t>(t));
   const auto& ti = ggml_type_info(t);
   const int n_blocks = 7;
@@ -109,7 +142,11 @@ void check_dequant(GgmlType t, std::vector<size_t> half_offsets, const Formula& 
     ASSERT_TRUE(dequantize_row(t, blocks.data(), out.data(), n));
     for (int64_t i = 0; i < n; ++i) {
       const double want = f(blocks.data() + (i / ti.block_size) * ti.type_size, static_cast<int>(i % ti.block_size));
-      ASSERT_NEAR(out[i], want, 1e-6 * std::max(1.0, std::fabs(want))) << ti.name << " element " << i;
+      if (exact) {
+        ASSERT_EQ(out[i], static_cast<float>(want)) << ti.name << " element " << i;
+      } else {
+        ASSERT_NEAR(out[i], want, 1e-6 * std::max(1.0, std::fabs(want))) << ti.name << " element " << i;
+      }
     }
   }
 }
@@ -122,6 +159,10 @@ TEST(Dequant, Q8_0) { check_dequant(GgmlType::Q8_0, {0}, q8_0); }
 TEST(Dequant, Q4_K) { check_dequant(GgmlType::Q4_K, {0, 2}, q4_k); }
 TEST(Dequant, Q5_K) { check_dequant(GgmlType::Q5_K, {0, 2}, q5_k); }
 TEST(Dequant, Q6_K) { check_dequant(GgmlType::Q6_K, {208}, q6_k); }
+TEST(Dequant, Q2_K) { check_dequant(GgmlType::Q2_K, {80, 82}, q2_k, true); }
+TEST(Dequant, Q3_K) { check_dequant(GgmlType::Q3_K, {108}, q3_k, true); }
+TEST(Dequant, IQ4_NL) { check_dequant(GgmlType::IQ4_NL, {0}, iq4_nl, true); }
+TEST(Dequant, IQ4_XS) { check_dequant(GgmlType::IQ4_XS, {0}, iq4_xs, true); }
 
 TEST(Dequant, FloatTypes) {
   const float vals[] = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 1e-7f, 3.14159f, -1e30f};
@@ -151,7 +192,8 @@ TEST(Dequant, FloatTypes) {
 TEST(Dequant, RejectsUnsupportedAndBadLength) {
   float out[64];
   uint8_t blk[84] = {};
-  EXPECT_FALSE(dequantize_row(GgmlType::Q2_K, blk, out, 256));
+  EXPECT_FALSE(dequantize_row(GgmlType::Q8_K, blk, out, 256));
+  EXPECT_FALSE(dequantize_row(GgmlType::Q2_K, blk, out, 255));
   EXPECT_FALSE(dequantize_row(GgmlType::Q8_0, blk, out, 33));
   EXPECT_TRUE(dequantize_row(GgmlType::Q8_0, blk, out, 0));
 }
@@ -225,6 +267,79 @@ TEST(Dequant, KnownBlocks) {
     EXPECT_EQ(y[0], 2.0f * 3 - 0.5f);
     EXPECT_EQ(y[32], 4.0f * 7);
   }
+  {  // Q2_K: value = d * (scale & 15) * q - dmin * (scale >> 4), sub-blocks of 16
+    BlockQ2_K b{};
+    b.d = fp32_to_fp16(1.0f);
+    b.dmin = fp32_to_fp16(0.5f);
+    b.scales[0] = 0x23;  // sub-block 0: scale 3, min 2
+    b.scales[1] = 0x01;
+    b.scales[2] = 0x05;
+    b.scales[4] = 0x12;
+    b.scales[8] = 0x37;
+    b.qs[0] = 0xE4;   // elements 0, 32, 64, 96 = 0, 1, 2, 3
+    b.qs[16] = 0x03;  // element 16 = 3
+    b.qs[32] = 0x02;  // element 128 = 2
+    float y[256];
+    ASSERT_TRUE(dequantize_row(GgmlType::Q2_K, &b, y, 256));
+    EXPECT_EQ(y[0], 3.0f * 0 - 0.5f * 2);
+    EXPECT_EQ(y[1], -1.0f);
+    EXPECT_EQ(y[16], 1.0f * 3);
+    EXPECT_EQ(y[32], 5.0f * 1);
+    EXPECT_EQ(y[64], 2.0f * 2 - 0.5f);
+    EXPECT_EQ(y[96], 0.0f);  // sub-block 6: scale 0, min 0
+    EXPECT_EQ(y[128], 7.0f * 2 - 0.5f * 3);
+  }
+  {  // Q3_K: value = d * (sc - 32) * (q - 4), q = 2 low bits | hmask bit << 2
+    BlockQ3_K b{};
+    b.d = fp32_to_fp16(0.5f);
+    b.scales[0] = 0x01;   // sub-block 0: low nibble 1 ...
+    b.scales[8] = 0x02;   // ... high bits 2: sc = 33
+    b.scales[1] = 0x40;   // sub-block 9: low nibble 4 (high nibble of byte 1) ...
+    b.scales[9] = 0x10;   // ... high bits 1 (byte 8 + 9 % 4, bits 4-5): sc = 20
+    b.scales[7] = 0xF0;   // sub-block 15: low nibble 15 ...
+    b.scales[11] = 0xC0;  // ... high bits 3 (byte 11, bits 6-7): sc = 63
+    b.qs[0] = 0x03;
+    b.hmask[0] = 0x01;   // element 0: 3 | 4 -> q - 4 = 3
+    b.qs[48] = 0x01;
+    b.hmask[16] = 0x10;  // element 144: qs[32 + 16] bits 0-1, hmask[16] bit 4 -> 1
+    b.qs[63] = 0x80;     // element 255: qs[63] bits 6-7 = 2, hmask[31] bit 7 clear -> -2
+    float y[256];
+    ASSERT_TRUE(dequantize_row(GgmlType::Q3_K, &b, y, 256));
+    EXPECT_EQ(y[0], 0.5f * 1 * 3);
+    EXPECT_EQ(y[1], 0.5f * 1 * -4);
+    EXPECT_EQ(y[32], 0.5f * -32 * -4);  // sub-block 2: sc = 0
+    EXPECT_EQ(y[144], 0.5f * -12 * 1);
+    EXPECT_EQ(y[255], 0.5f * 31 * -2);
+  }
+  {  // IQ4_NL: d * codebook[index]
+    BlockIQ4_NL b{};
+    b.d = fp32_to_fp16(0.5f);
+    b.qs[0] = 0xF8;  // element 0 -> index 8 (1), element 16 -> index 15 (113)
+    b.qs[15] = 0x07;  // element 15 -> index 7 (-10), element 31 -> index 0 (-127)
+    float y[32];
+    ASSERT_TRUE(dequantize_row(GgmlType::IQ4_NL, &b, y, 32));
+    EXPECT_EQ(y[0], 0.5f);
+    EXPECT_EQ(y[16], 56.5f);
+    EXPECT_EQ(y[15], -5.0f);
+    EXPECT_EQ(y[31], -63.5f);
+    EXPECT_EQ(y[1], -63.5f);
+  }
+  {  // IQ4_XS: group 0 scale 33 (low nibble 1, high bits 2), group 5 scale 20 (4 | 1 << 4), others 0
+    BlockIQ4_XS b{};
+    b.d = fp32_to_fp16(0.25f);
+    b.scales_l[0] = 0x01;
+    b.scales_l[2] = 0x40;  // group 5: high nibble of scales_l[2]
+    b.scales_h = static_cast<uint16_t>((2 << 0) | (1 << 10));
+    b.qs[0] = 0x9F;           // element 0 -> 113, element 16 -> 13
+    b.qs[16 * 5 + 3] = 0x30;  // group 5: element 163 -> -127, element 179 -> -65
+    float y[256];
+    ASSERT_TRUE(dequantize_row(GgmlType::IQ4_XS, &b, y, 256));
+    EXPECT_EQ(y[0], 0.25f * 1 * 113);
+    EXPECT_EQ(y[16], 0.25f * 1 * 13);
+    EXPECT_EQ(y[163], 0.25f * -12 * -127);
+    EXPECT_EQ(y[179], 0.25f * -12 * -65);
+    EXPECT_EQ(y[32], 0.25f * -32 * -127);  // group 1: scale 0 -> -32, index 0
+  }
 }
 
 TEST(Quantize, Q4_0HandCheckedBlock) {
@@ -273,7 +388,8 @@ TEST(Quantize, Q4_1HandCheckedBlock) {
 TEST(Quantize, AllZeroBlocksStayZero) {
   std::vector<float> x(512, 0.0f), y(512, 1.0f);
   std::vector<uint8_t> q(2048);
-  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::Q6_K}) {
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
+                     GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS}) {
     ASSERT_TRUE(quantize_row(t, x.data(), q.data(), 512));
     ASSERT_TRUE(dequantize_row(t, q.data(), y.data(), 512));
     for (float v : y) ASSERT_EQ(v, 0.0f) << ggml_type_info(t).name;
@@ -293,6 +409,10 @@ TEST(Quantize, RoundTripErrorBounds) {
       {GgmlType::Q8_0, 0.5 / 127 + 0.001, 0.008}, {GgmlType::Q4_0, 1.0 / 8 + 0.002, 0.12},
       {GgmlType::Q4_1, 2.0 / 30 + 0.004, 0.12},   {GgmlType::Q4_K, 0.2, 0.15},
       {GgmlType::Q6_K, 0.05, 0.035},
+      // 2 and 3 bits of normal data: ~0.34 and ~0.17 std rms error is what 4 / 8 levels allow
+      // (Lloyd-Max: 0.34, 0.19); a wrong bit layout or scale would be off by ~1 std.
+      {GgmlType::Q2_K, 0.4, 0.4},                 {GgmlType::Q3_K, 0.3, 0.2},
+      {GgmlType::IQ4_NL, 0.15, 0.1},              {GgmlType::IQ4_XS, 0.15, 0.1},
   };
   Rng rng(99);
   const int64_t n = 256 * 8;
@@ -329,6 +449,10 @@ TEST(Quantize, RejectsUnsupported) {
   EXPECT_FALSE(quantize_row(GgmlType::Q5_0, x, q, 32));
   EXPECT_FALSE(quantize_row(GgmlType::Q8_0, x, q, 31));
   EXPECT_TRUE(quantize_supported(GgmlType::Q6_K));
+  EXPECT_TRUE(quantize_supported(GgmlType::Q2_K));
+  EXPECT_TRUE(quantize_supported(GgmlType::Q3_K));
+  EXPECT_TRUE(quantize_supported(GgmlType::IQ4_NL));
+  EXPECT_TRUE(quantize_supported(GgmlType::IQ4_XS));
   EXPECT_FALSE(quantize_supported(GgmlType::Q5_K));
 }
 

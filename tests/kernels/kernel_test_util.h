@@ -61,6 +61,13 @@ inline RandomWeight make_weight(GgmlType type, int64_t rows, int64_t cols, uint6
           put_f16(blk + 2, scale() * 0.1f);
           break;
         case GgmlType::Q6_K: put_f16(blk + 208, scale() * 0.05f); break;
+        case GgmlType::Q2_K:
+          put_f16(blk + 80, scale() * 0.5f);
+          put_f16(blk + 82, scale() * 0.5f);
+          break;
+        case GgmlType::Q3_K: put_f16(blk + 108, scale() * 0.1f); break;
+        case GgmlType::IQ4_NL: put_f16(blk, scale() * 0.1f); break;
+        case GgmlType::IQ4_XS: put_f16(blk, scale() * 0.005f); break;
         default: ADD_FAILURE() << "no generator for type"; break;
       }
     }

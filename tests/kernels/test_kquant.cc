@@ -1,4 +1,4 @@
-// The K-quant integer matmul paths (Q4_K, Q5_K, Q6_K x q8_K activations) of
+// The K-quant integer matmul paths (Q2_K..Q6_K, IQ4_XS x q8_K activations) of
 // cpu::matmul: the q8_K quantizer bit for bit against ggml's
 // quantize_row_q8_K_ref (hand-computed bytes and a scalar emulation), the
 // integer dot products against an exact emulation, cpu vs ref over odd shapes
@@ -29,7 +29,16 @@ using testing::make_weight;
 using testing::random_vec;
 using testing::WithinTol;
 
-const GgmlType kKTypes[] = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+const GgmlType kKTypes[] = {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
+                            GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS};
+
+// Byte offsets of a super-block's f16 d and dmin (-1: the type has no dmin).
+int d_offset(GgmlType t) {
+  return t == GgmlType::Q6_K ? 208 : t == GgmlType::Q3_K ? 108 : t == GgmlType::Q2_K ? 80 : 0;
+}
+int dmin_offset(GgmlType t) {
+  return t == GgmlType::Q6_K || t == GgmlType::Q3_K || t == GgmlType::IQ4_XS ? -1 : t == GgmlType::Q2_K ? 82 : 2;
+}
 
 // ---- ggml's quantize_row_q8_K_ref, written out in scalar code ------------------
 struct Q8K {
@@ -166,8 +175,9 @@ TEST(KQuant, QuantizerMatchesGgmlRef) {
 }
 
 // ---- Weights as integers ------------------------------------------------------------
-// For each value c of row r: sq[c] = scale * quant (Q6_K: scale * (quant - 32)) and
-// mn[c] = the sub-block's min (Q4_K/Q5_K; 0 for Q6_K), read through ref's
+// For each value c of row r: sq[c] = scale * quant (Q6_K: scale * (quant - 32), Q3_K:
+// (scale - 32) * (quant - 4), IQ4_XS: (scale - 32) * codebook[quant]) and mn[c] = the
+// sub-block's min (Q2_K/Q4_K/Q5_K; 0 for Q3_K/Q6_K/IQ4_XS), read through ref's
 // dequantizer with the block's d/dmin patched to 1/0 and 0/1. dw, dmin: [nb].
 struct IntRow {
   std::vector<int32_t> sq, mn;
@@ -184,23 +194,23 @@ IntRow int_row(const WeightView& w, int64_t r) {
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = static_cast<const uint8_t*>(w.data) + r * w.row_bytes + b * info.type_size;
     std::vector<uint8_t> copy(blk, blk + info.type_size);
-    const size_t doff = w.type == GgmlType::Q6_K ? 208 : 0;
+    const int doff = d_offset(w.type), moff = dmin_offset(w.type);
     uint16_t h;
     std::memcpy(&h, blk + doff, 2);
     out.dw.push_back(fp16_to_fp32(h));
     testing::put_f16(copy.data() + doff, 1.0f);
-    if (w.type != GgmlType::Q6_K) {
-      std::memcpy(&h, blk + 2, 2);
+    if (moff >= 0) {
+      std::memcpy(&h, blk + moff, 2);
       out.dmin.push_back(fp16_to_fp32(h));
-      testing::put_f16(copy.data() + 2, 0.0f);
+      testing::put_f16(copy.data() + moff, 0.0f);
     } else {
       out.dmin.push_back(0.0);
     }
     dequantize_row(w.type, copy.data(), v, 256);
     for (int i = 0; i < 256; ++i) out.sq[b * 256 + i] = static_cast<int32_t>(v[i]);
-    if (w.type != GgmlType::Q6_K) {
-      testing::put_f16(copy.data(), 0.0f);
-      testing::put_f16(copy.data() + 2, 1.0f);
+    if (moff >= 0) {
+      testing::put_f16(copy.data() + doff, 0.0f);
+      testing::put_f16(copy.data() + moff, 1.0f);
       dequantize_row(w.type, copy.data(), v, 256);
       for (int i = 0; i < 256; ++i) out.mn[b * 256 + i] = static_cast<int32_t>(-v[i]);
     }

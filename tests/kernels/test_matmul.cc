@@ -25,7 +25,8 @@ using testing::WithinTol;
 
 const GgmlType kAllTypes[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0,
                               GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
-                              GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+                              GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,
+                              GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
 
 bool quantizes_activations(GgmlType t) {
   return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q5_1 ||
@@ -252,8 +253,8 @@ TEST_P(MatmulTest, BatchInvariantBitwise) {
 // a large GEMM that spans many row chunks and token tiles.
 TEST_P(MatmulTest, ThreadCountDoesNotChangeGemm) {
   IsaScope scope(GetParam());
-  for (GgmlType type : {GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::F16, GgmlType::Q4_K, GgmlType::Q5_K,
-                        GgmlType::Q6_K}) {
+  for (GgmlType type : {GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::F16, GgmlType::Q2_K, GgmlType::Q3_K,
+                        GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS}) {
     ASSERT_TRUE(testing::ThreadCountInvariant(type, 193, ggml_type_info(type).block_size == 256 ? 1536 : 576, 45));
   }
 }

@@ -35,7 +35,7 @@ std::atomic<int>& isa_state() {
   return s;
 }
 
-// PAGODA_KQUANT_FALLBACK=1 at start-up sends Q4_K/Q5_K/Q6_K weights through the
+// PAGODA_KQUANT_FALLBACK=1 at start-up sends K-quant (and IQ4_XS) weights through the
 // old path (dequantize rows to f32, f32 activations) instead of the q8_K integer
 // kernels: for speed comparisons and for bisecting numerics.
 bool kquant_fallback() {

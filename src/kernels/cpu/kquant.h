@@ -1,5 +1,6 @@
 // Internal to kernels/cpu: integer matmul paths for the K-quant weight types
-// (Q4_K, Q5_K, Q6_K: super-blocks of 256 values) against 8-bit activations.
+// (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS: super-blocks of 256 values) against
+// 8-bit activations.
 //
 // Activations are quantized once per call to ggml's q8_K format, one record
 // per 256 values of a token row (kActKBytes, 64-byte aligned):
@@ -28,7 +29,8 @@ constexpr size_t kActKD = 288;
 
 // True for the weight types the K-quant integer path handles.
 inline bool is_kquant_type(GgmlType t) {
-  return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
+  return t == GgmlType::Q2_K || t == GgmlType::Q3_K || t == GgmlType::Q4_K || t == GgmlType::Q5_K ||
+         t == GgmlType::Q6_K || t == GgmlType::IQ4_XS;
 }
 
 // Quantizes x [n_tokens, cols] (cols % 256 == 0) to q8_K records, bit for bit

@@ -1,15 +1,16 @@
-// K-quant (Q4_K, Q5_K, Q6_K) x q8_K matmul, AVX2 tiles, plus the parts both
+// K-quant (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) x q8_K matmul, AVX2 tiles, plus the parts both
 // ISAs share: the q8_K activation quantizer and the row-chunk / token-tile
 // driver (baseline AVX2 code).
 //
 // Per super-block of 256 values the op sequence behind one output is
 //   isum  = sum over sub-blocks of scale * dot(q_w, q_x)           (int32, exact)
 //   acc   = fma(float(isum), d_w * d_x, acc)                       (8 lanes)
-//   Q4_K/Q5_K: acc = acc - float(sum_k min_k * bsum_k) * (dmin_w * d_x)
-//   Q6_K: the -32 offset of the quants is folded into isum via bsums
+//   Q2_K/Q4_K/Q5_K: acc = acc - float(sum_k min_k * bsum_k) * (dmin_w * d_x)
+//   Q3_K/Q6_K: the -4 / -32 offset of the quants is folded into isum via bsums
+//   IQ4_XS: signed codebook values, multiplied by the sign trick (no offset)
 // and one horizontal sum at the end. The integer parts are exact, so only
 // this float sequence matters, and it is the same for every tile shape.
-// The structure follows ggml's ggml_vec_dot_q{4,5,6}_K_q8_K (x86 quants.c).
+// The structure follows ggml's ggml_vec_dot_q{2,3,4,5,6}_K_q8_K (x86 quants.c).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -147,20 +148,127 @@ struct Q6K {
   }
 };
 
+// Q6_K (kShift 5) and Q3_K (kShift 2): the quants are stored as q + 2^kShift.
+template <int kShift>
 inline __m256 k6_dot(__m256 acc, const K6Block& w, const uint8_t* xr) {
   __m256i isum = _mm256_setzero_si256();
   for (int k = 0; k < 8; ++k) {
     const __m256i p = _mm256_maddubs_epi16(w.q[k], load256(xr + 32 * k));  // |pair| <= 2*63*127
     isum = _mm256_add_epi32(isum, _mm256_madd_epi16(w.sc[k], p));
   }
-  // sum (q - 32) * x * sc = sum q * x * sc - 32 * sum_j sc_j * bsum_j
+  // sum (q - 2^s) * x * sc = sum q * x * sc - 2^s * sum_j sc_j * bsum_j
   const __m256i off = _mm256_madd_epi16(w.sc16, load256(xr + kActKBsums));
-  isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 5));
+  isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, kShift));
   // d_w * d_x per lane: the same f32 product in every lane as a scalar multiply.
   float dxs;
   std::memcpy(&dxs, xr + kActKD, 4);
   const __m256 dx = _mm256_set1_ps(dxs);
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(w.d, dx), acc);
+}
+
+// ---- Q2_K / Q3_K ---------------------------------------------------------------
+// 16 sub-blocks of 16 values as Q6_K, so the same K6Block layout (q[k] =
+// values 32k..32k+31 as u8, sc[k] = scales of sub-blocks 2k, 2k+1 as int16
+// lanes 0..7 / 8..15). Q2_K's sc16 holds the 16 mins (so madd with bsums gives
+// the mins term as for Q4_K); Q3_K's sc16 the 16 signed scales (the -4 offset).
+
+// Values 32k..32k+31: bits 2(k % 4).. of qs[32 (k / 4) + l] (u8 0..3).
+inline __m256i k2_bits(const uint8_t* qs, int k) {
+  return _mm256_and_si256(_mm256_srli_epi16(load256(qs + 32 * (k / 4)), 2 * (k % 4)), _mm256_set1_epi8(3));
+}
+
+// sc[k] from 16 int8 scales.
+inline void k6_spread(__m128i sc8, K6Block* w) {
+  for (int k = 0; k < 8; ++k)
+    w->sc[k] = _mm256_cvtepi8_epi16(
+        _mm_shuffle_epi8(sc8, _mm_load_si128(reinterpret_cast<const __m128i*>(kK6Select.v[k]))));
+}
+
+struct K2Block {
+  K6Block b;     // q, sc (4-bit scales); b.sc16 = the 16 4-bit mins, b.d = d
+  __m256 dmin;   // f16 dmin in every lane
+};
+
+struct Q2K {
+  static constexpr size_t kBytes = 84;
+  static inline void decode(const uint8_t* blk, K2Block* w) {
+    for (int k = 0; k < 8; ++k) w->b.q[k] = k2_bits(blk + 16, k);
+    const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)), nib = _mm_set1_epi8(0x0F);
+    k6_spread(_mm_and_si128(s, nib), &w->b);
+    w->b.sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), nib));
+    w->b.d = _mm256_set1_ps(load_f16(blk + 80));
+    w->dmin = _mm256_set1_ps(load_f16(blk + 82));
+  }
+};
+
+inline __m256 k2_dot(__m256 acc, const K2Block& w, const uint8_t* xr) {
+  __m256i isum = _mm256_setzero_si256();
+  for (int k = 0; k < 8; ++k) {
+    const __m256i p = _mm256_maddubs_epi16(w.b.q[k], load256(xr + 32 * k));  // |pair| <= 2*3*127
+    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(w.b.sc[k], p));
+  }
+  const __m256i msum = _mm256_madd_epi16(w.b.sc16, load256(xr + kActKBsums));
+  float dxs;
+  std::memcpy(&dxs, xr + kActKD, 4);
+  const __m256 dx = _mm256_set1_ps(dxs);
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(w.b.d, dx), acc);
+  return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(w.dmin, dx), acc);
+}
+
+// Q3_K: q = low two bits | (hmask bit) << 2, u8 0..7 = value + 4.
+struct Q3K {
+  static constexpr size_t kBytes = 110;
+  static inline void decode(const uint8_t* blk, K6Block* w) {
+    const __m256i hb = load256(blk), one = _mm256_set1_epi8(1);
+    for (int k = 0; k < 8; ++k)  // bit k of hmask[l] is the third bit of value 32k + l
+      w->q[k] = _mm256_or_si256(k2_bits(blk + 32, k),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, k), one), 2));
+    const __m128i sc8 = unpack_q3_scales(blk + 96);
+    k6_spread(sc8, w);
+    w->sc16 = _mm256_cvtepi8_epi16(sc8);
+    w->d = _mm256_set1_ps(load_f16(blk + 108));
+  }
+};
+
+// ---- IQ4_XS ------------------------------------------------------------------
+// q[k] = the codebook values (int8 -127..113) of values 32k..32k+31 (group k),
+// sc[k] = its scale ls - 32 in every int16 lane.
+struct KIBlock {
+  __m256i q[8];
+  __m256i sc[8];
+  __m256 d;
+};
+
+struct IQ4XS {
+  static constexpr size_t kBytes = 136;
+  static inline void decode(const uint8_t* blk, KIBlock* w) {
+    const __m256i table = iq4_table256(), nib = _mm256_set1_epi8(0x0F);
+    for (int j = 0; j < 4; ++j) {  // groups 2j, 2j+1: 16 bytes each, low nibbles first
+      const __m256i bits = load256(blk + 8 + 32 * j);
+      const __m256i lo = _mm256_and_si256(bits, nib), hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), nib);
+      // group 2j = lo[0..15] hi[0..15], group 2j + 1 = lo[16..31] hi[16..31]
+      w->q[2 * j] = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x20));
+      w->q[2 * j + 1] = _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x31));
+    }
+    const __m256i sc16 = _mm256_cvtepi8_epi16(unpack_iq4xs_scales(blk));
+    for (int k = 0; k < 8; ++k)
+      w->sc[k] = _mm256_shuffle_epi8(_mm256_permute2x128_si256(sc16, sc16, 0x00),
+                                     _mm256_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * k)));
+    w->d = _mm256_set1_ps(load_f16(blk));
+  }
+};
+
+inline __m256 ki_dot(__m256 acc, const KIBlock& w, const uint8_t* xr) {
+  __m256i isum = _mm256_setzero_si256();
+  for (int k = 0; k < 8; ++k) {
+    // |w| * (x with w's sign): |pair| <= 2 * 127 * 127 < 2^15, no saturation
+    const __m256i x = load256(xr + 32 * k);
+    const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w.q[k]), _mm256_sign_epi8(x, w.q[k]));
+    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(w.sc[k], p));
+  }
+  float dxs;
+  std::memcpy(&dxs, xr + kActKD, 4);
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(w.d, _mm256_set1_ps(dxs)), acc);
 }
 
 using Vec = __m256;

@@ -1,14 +1,17 @@
-// K-quant (Q4_K, Q5_K, Q6_K) x q8_K matmul for AVX-512 (BW + VNNI), whole
+// K-quant (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) x q8_K matmul for AVX-512 (BW + VNNI), whole
 // row chunks of kKChunkRows = 16 rows at a time (KTileSet::chunk).
 //
 // Canonical float sequence (every path below, every n_tokens, tile, thread
 // count and row position): for output y[t, r] and each super-block b in order,
 //   S1 = sum over sub-blocks k of scale_k * dot(q_w, q_x)_k     (int32, exact)
 //   S2 = sum over sub-blocks k of min_k * bsum_k(q_x)           (int32, exact)
-//   Q4_K/Q5_K: acc = fma(float(S1), d_w * d_x, acc);
-//              acc = fnmadd(float(S2), dmin_w * d_x, acc)
-//   Q6_K:      S2 = sum_k scale_k * bsum_k, S1 -= 32 * S2 (the -32 offset of
-//              the quants); acc = fma(float(S1), d_w * d_x, acc)
+//   Q2_K/Q4_K/Q5_K: acc = fma(float(S1), d_w * d_x, acc);
+//                   acc = fnmadd(float(S2), dmin_w * d_x, acc)
+//   Q3_K/Q6_K: S2 = sum_k scale_k * bsum_k, S1 -= 4 * S2 (Q3_K) or 32 * S2
+//              (Q6_K), the offset of the stored quants;
+//              acc = fma(float(S1), d_w * d_x, acc)
+//   IQ4_XS: as Q3_K/Q6_K with the codebook values stored + 128 (u8) and
+//              S1 -= 128 * S2, S2 = sum over groups k of scale_k * bsum_k
 // with acc = +0 before super-block 0 and y = acc (no horizontal float sum).
 // Because S1 and S2 are exact integers, how they are computed does not matter:
 // * few tokens (n_tokens < kGemmMinTokens, decode): each row's block is decoded
@@ -27,7 +30,10 @@
 // int32 bounds: Q4_K |S1| <= 8 * 63 * (32 * 15 * 127) < 2^25, Q5_K
 // (quants < 32) < 2^26, S2 <= 8 * 63 * 32 * 127 < 2^21; Q6_K |sum_k sc_k *
 // dot_k| <= 16 * 128 * (16 * 63 * 127) < 2^28 and 32 |S2| <= 32 * 16 * 128 *
-// 16 * 127 < 2^28. The 16-value halves in the reduce tree and the maddubs pair
+// 16 * 127 < 2^28; Q2_K |S1| <= 16 * 15 * 16 * 3 * 127 < 2^24, S2 <= 16 * 15 *
+// 16 * 127 < 2^19; Q3_K |S1| <= 16 * 32 * 16 * 7 * 127 < 2^23, 4 |S2| <= 4 *
+// 16 * 32 * 16 * 127 < 2^22; IQ4_XS |S1| <= 8 * 32 * 32 * 241 * 127 < 2^28 and
+// 128 |S2| <= 128 * 8 * 32 * 32 * 127 < 2^28. The 16-value halves in the reduce tree and the maddubs pair
 // sums (<= 2 * 63 * 127) stay far inside their types too.
 #include <immintrin.h>
 #include <omp.h>
@@ -103,15 +109,16 @@ inline void k4_scales(const uint8_t* blk, K4Block* w) {
   w->mins = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
 }
 
-// Common to the three formats: kBytes (block size), kSub (sub-blocks per
-// super-block), kDOff (offset of f16 d), kMins (Q4_K/Q5_K: f16 dmin at 2 and
-// a mins term), values(blk, q) (the 256 quants in natural order as u8),
-// decode(blk, Block*), ints(Block, x record) (16 int32 lanes: Q4_K/Q5_K
-// lanes 0..7 sum to S1 and 8..15 to S2; Q6_K all 16 lanes sum to S1).
+// Common to the five formats: kBytes (block size), kSub (sub-blocks per
+// super-block), kDOff (offset of f16 d), kMins (Q2_K/Q4_K/Q5_K: f16 dmin at
+// kMOff and a mins term), kOffShift (Q3_K/Q6_K: quants stored as q + 2^shift),
+// values(blk, q) (the 256 quants in natural order as u8), decode(blk, Block*),
+// ints(Block, x record) (16 int32 lanes: with mins lanes 0..7 sum to S1 and
+// 8..15 to S2; without, all 16 lanes sum to S1).
 struct Q4K {
   using Block = K4Block;
-  static constexpr size_t kBytes = 144, kDOff = 0;
-  static constexpr int kSub = 8;
+  static constexpr size_t kBytes = 144, kDOff = 0, kMOff = 2;
+  static constexpr int kSub = 8, kOffShift = 0;
   static constexpr bool kMins = true;
   static inline void values(const uint8_t* blk, __m512i* q) {
     const __m256i nib = _mm256_set1_epi8(0x0F);
@@ -124,12 +131,13 @@ struct Q4K {
     k4_scales(blk, w);
     values(blk, w->q);
   }
+  static inline __m512i ints(const K4Block& w, const uint8_t* xr);
 };
 
 struct Q5K {
   using Block = K4Block;
-  static constexpr size_t kBytes = 176, kDOff = 0;
-  static constexpr int kSub = 8;
+  static constexpr size_t kBytes = 176, kDOff = 0, kMOff = 2;
+  static constexpr int kSub = 8, kOffShift = 0;
   static constexpr bool kMins = true;
   static inline void values(const uint8_t* blk, __m512i* q) {
     const __m256i nib = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
@@ -146,6 +154,7 @@ struct Q5K {
     k4_scales(blk, w);
     values(blk, w->q);
   }
+  static inline __m512i ints(const K4Block& w, const uint8_t* xr);
 };
 
 inline __m512i k4_ints(const K4Block& w, const uint8_t* xr) {
@@ -167,8 +176,8 @@ struct K6Block {
 
 struct Q6K {
   using Block = K6Block;
-  static constexpr size_t kBytes = 210, kDOff = 208;
-  static constexpr int kSub = 16;
+  static constexpr size_t kBytes = 210, kDOff = 208, kMOff = 0;
+  static constexpr int kSub = 16, kOffShift = 5;
   static constexpr bool kMins = false;
   static inline void values(const uint8_t* blk, __m512i* q) {
     const __m512i nib = _mm512_set1_epi8(0x0F), two = _mm512_set1_epi8(0x03);
@@ -188,19 +197,125 @@ struct Q6K {
     w->sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
     for (int k = 0; k < 4; ++k) w->sc[k] = spread16(w->sc16, kK6Spread.v[k]);
   }
+  static inline __m512i ints(const K6Block& w, const uint8_t* xr);
 };
 
+// Q6_K (kShift 5), Q3_K (kShift 2): quants stored as q + 2^kShift.
+template <int kShift>
 inline __m512i k6_ints(const K6Block& w, const uint8_t* xr) {
   __m512i isum = _mm512_setzero_si512();
   for (int k = 0; k < 4; ++k)
     isum = _mm512_dpwssd_epi32(isum, w.sc[k], _mm512_maddubs_epi16(w.q[k], load512(xr + 64 * k)));
-  // sum (q - 32) * x * sc = sum q * x * sc - 32 * sum_j sc_j * bsum_j
+  // sum (q - 2^s) * x * sc = sum q * x * sc - 2^s * sum_j sc_j * bsum_j
   const __m256i off = _mm256_madd_epi16(w.sc16, load256(xr + kActKBsums));
-  return _mm512_sub_epi32(isum, _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
+  return _mm512_sub_epi32(isum, _mm512_zextsi256_si512(_mm256_slli_epi32(off, kShift)));
 }
 
-inline __m512i block_ints(const K4Block& w, const uint8_t* xr) { return k4_ints(w, xr); }
-inline __m512i block_ints(const K6Block& w, const uint8_t* xr) { return k6_ints(w, xr); }
+inline __m512i Q4K::ints(const K4Block& w, const uint8_t* xr) { return k4_ints(w, xr); }
+inline __m512i Q5K::ints(const K4Block& w, const uint8_t* xr) { return k4_ints(w, xr); }
+inline __m512i Q6K::ints(const K6Block& w, const uint8_t* xr) { return k6_ints<kOffShift>(w, xr); }
+
+// ---- Q2_K / Q3_K: 16 sub-blocks of 16 values, as Q6_K --------------------------
+// Values 64j..64j+63 (u8 0..3): value 32k + l is bits 2(k % 4).. of qs[32 (k / 4) + l].
+inline __m512i k2_values(const uint8_t* qs, int j) {
+  const __m256i bits = load256(qs + 32 * (j / 2)), three = _mm256_set1_epi8(3);
+  return join(_mm256_and_si256(_mm256_srli_epi16(bits, 4 * (j % 2)), three),
+              _mm256_and_si256(_mm256_srli_epi16(bits, 4 * (j % 2) + 2), three));
+}
+
+// Q2_K: the K6Block layout (q, sc = the 4-bit scales) with sc16 = the 16 4-bit mins.
+struct Q2K {
+  using Block = K6Block;
+  static constexpr size_t kBytes = 84, kDOff = 80, kMOff = 82;
+  static constexpr int kSub = 16, kOffShift = 0;
+  static constexpr bool kMins = true;
+  static inline void values(const uint8_t* blk, __m512i* q) {
+    for (int j = 0; j < 4; ++j) q[j] = k2_values(blk + 16, j);
+  }
+  static inline void decode(const uint8_t* blk, K6Block* w) {
+    values(blk, w->q);
+    const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)), nib = _mm_set1_epi8(0x0F);
+    const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(s, nib));
+    for (int k = 0; k < 4; ++k) w->sc[k] = spread16(sc16, kK6Spread.v[k]);
+    w->sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), nib));
+  }
+  static inline __m512i ints(const K6Block& w, const uint8_t* xr) {
+    __m512i isum = _mm512_setzero_si512();
+    for (int k = 0; k < 4; ++k)
+      isum = _mm512_dpwssd_epi32(isum, w.sc[k], _mm512_maddubs_epi16(w.q[k], load512(xr + 64 * k)));
+    const __m256i msum = _mm256_madd_epi16(w.sc16, load256(xr + kActKBsums));
+    const __m256i s1 = _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1));
+    return join(s1, msum);
+  }
+};
+
+// IQ4_XS: 8 groups of 32; q[j] = the codebook values + 128 (u8 1..241) of
+// values 64j..64j+63 (groups 2j, 2j+1); sc[j] = int32 lanes 0..7 scale 2j - 32,
+// lanes 8..15 scale 2j+1 - 32; sc16 = int16 lanes 2k, 2k+1 hold scale k - 32.
+// vpdpbusd (u8 x s8, 4 products into int32, no saturation) takes the u8
+// values directly; the +128 comes back out through the bsums.
+struct KIBlock {
+  __m512i q[4];
+  __m512i sc[4];
+  __m256i sc16;
+};
+
+struct IQ4XS {
+  using Block = KIBlock;
+  static constexpr size_t kBytes = 136, kDOff = 0, kMOff = 0;
+  static constexpr int kSub = 8, kOffShift = 7;
+  static constexpr bool kMins = false;
+  static inline void values(const uint8_t* blk, __m512i* q) {
+    // the codebook + 128 as u8 (pshufb table in every 128-bit lane)
+    const __m256i table = _mm256_xor_si256(iq4_table256(), _mm256_set1_epi8(static_cast<char>(0x80)));
+    const __m256i nib = _mm256_set1_epi8(0x0F);
+    for (int j = 0; j < 4; ++j) {  // bytes 16g..16g+15: group g, low nibbles first
+      const __m256i bits = load256(blk + 8 + 32 * j);
+      const __m256i lo = _mm256_and_si256(bits, nib), hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), nib);
+      q[j] = join(_mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x20)),
+                  _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x31)));
+    }
+  }
+  static inline void decode(const uint8_t* blk, KIBlock* w) {
+    values(blk, w->q);
+    const __m256i s32 = _mm256_cvtepi8_epi32(unpack_iq4xs_scales(blk));  // scale k - 32 in int32 lane k
+    for (int j = 0; j < 4; ++j)
+      w->sc[j] = _mm512_permutexvar_epi32(
+          _mm512_setr_epi32(2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j + 1, 2 * j + 1,
+                            2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1),
+          _mm512_castsi256_si512(s32));
+    // (scale, scale) int16 pairs: madd with the bsums gives scale_k * (bsum_2k + bsum_2k+1)
+    w->sc16 = _mm256_or_si256(_mm256_and_si256(s32, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(s32, 16));
+  }
+  static inline __m512i ints(const KIBlock& w, const uint8_t* xr) {
+    __m512i isum = _mm512_setzero_si512();
+    for (int j = 0; j < 4; ++j)
+      isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(w.sc[j], _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.q[j],
+                                                                                    load512(xr + 64 * j))));
+    // sum (u - 128) * x * sc = sum u * x * sc - 128 * sum_k sc_k * bsum_k
+    const __m256i off = _mm256_madd_epi16(w.sc16, load256(xr + kActKBsums));
+    return _mm512_sub_epi32(isum, _mm512_zextsi256_si512(_mm256_slli_epi32(off, kOffShift)));
+  }
+};
+
+// Q3_K: q = low two bits | (bit v / 32 of hmask[v % 32]) << 2, u8 0..7 = value + 4.
+struct Q3K {
+  using Block = K6Block;
+  static constexpr size_t kBytes = 110, kDOff = 108, kMOff = 0;
+  static constexpr int kSub = 16, kOffShift = 2;
+  static constexpr bool kMins = false;
+  static inline void values(const uint8_t* blk, __m512i* q) {
+    const __m256i hb = load256(blk), one = _mm256_set1_epi8(1);
+    const auto hi = [&](int k) { return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, k), one), 2); };
+    for (int j = 0; j < 4; ++j) q[j] = _mm512_or_si512(k2_values(blk + 32, j), join(hi(2 * j), hi(2 * j + 1)));
+  }
+  static inline void decode(const uint8_t* blk, K6Block* w) {
+    values(blk, w->q);
+    w->sc16 = _mm256_cvtepi8_epi16(unpack_q3_scales(blk + 96));
+    for (int k = 0; k < 4; ++k) w->sc[k] = spread16(w->sc16, kK6Spread.v[k]);
+  }
+  static inline __m512i ints(const K6Block& w, const uint8_t* xr) { return k6_ints<kOffShift>(w, xr); }
+};
 
 // The float step of one super-block for 16 rows (lanes) of one token.
 template <class Fmt>
@@ -211,7 +326,7 @@ inline __m512 float_step(__m512 acc, __m512i s1, __m512i s2, __m512 d16, __m512 
     return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(s2), _mm512_mul_ps(m16, vdx), acc);
   } else {
     (void)m16;
-    s1 = _mm512_sub_epi32(s1, _mm512_slli_epi32(s2, 5));
+    s1 = _mm512_sub_epi32(s1, _mm512_slli_epi32(s2, Fmt::kOffShift));
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(d16, vdx), acc);
   }
 }
@@ -262,9 +377,9 @@ void small_chunk(const uint8_t* w0, size_t row_bytes, int64_t nr, const uint8_t*
       typename Fmt::Block w;
       Fmt::decode(blk, &w);
       dh[r] = load_u16(blk + Fmt::kDOff);
-      if constexpr (Fmt::kMins) mh[r] = load_u16(blk + 2);
+      if constexpr (Fmt::kMins) mh[r] = load_u16(blk + Fmt::kMOff);
       for (int t = 0; t < T; ++t)
-        _mm512_store_si512(v[t][r], block_ints(w, act + static_cast<size_t>(t) * xrow + xo));
+        _mm512_store_si512(v[t][r], Fmt::ints(w, act + static_cast<size_t>(t) * xrow + xo));
     }
     const __m512 d16 = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dh)));
     const __m512 m16 = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(mh)));
@@ -274,7 +389,7 @@ void small_chunk(const uint8_t* w0, size_t row_bytes, int64_t nr, const uint8_t*
       const float dx = load_f32(act + static_cast<size_t>(t) * xrow + xo + kActKD);
       if constexpr (Fmt::kMins) {
         acc[t] = float_step<Fmt>(acc[t], a, c, d16, m16, dx);
-      } else {  // all 16 lanes belong to S1 (the -32 offset is already folded in)
+      } else {  // all 16 lanes belong to S1 (the -4 / -32 offset is already folded in)
         acc[t] = float_step<Fmt>(acc[t], _mm512_add_epi32(a, c), _mm512_setzero_si512(), d16, m16, dx);
       }
     }
@@ -289,9 +404,9 @@ void small_chunk(const uint8_t* w0, size_t row_bytes, int64_t nr, const uint8_t*
 //                4 bytes (u8 quants) at g*64 + 4r
 //   kSub x 64    sc: scale of sub-block k for row r at k*64 + 4r: int32, or
 //                for Q4_K (kHalves) the int16 pair (scale, scale)
-//   8 x 64       mp: Q4_K/Q5_K (min_m, min_m), Q6_K (sc_2m, sc_2m+1) as int16
-//                pairs, m = 0..7 (vpdpwssd with the bsum pair m)
-//   64, 64       d, dmin of the 16 rows as f32 (Q6_K: dmin unused)
+//   8 x 64       mp: Q4_K/Q5_K (min_m, min_m), IQ4_XS (sc_m, sc_m), Q2_K (min_2m, min_2m+1), Q3_K/Q6_K
+//                (sc_2m, sc_2m+1) as int16 pairs, m = 0..7 (vpdpwssd with the bsum pair m)
+//   64, 64       d, dmin of the 16 rows as f32 (Q3_K/Q6_K: dmin unused)
 constexpr size_t kPackQ = 4096;
 // Q4_K only: a 16-value half of a sub-block has |dot| <= 16 * 15 * 127 < 2^15,
 // so the two halves' dots fit int16 and one vpdpwssd with (scale, scale)
@@ -391,7 +506,21 @@ void pack_rows(const uint8_t* w0, size_t row_bytes, int64_t nr, int64_t nb, uint
     const auto gather = [&](size_t off) { return _mm512_i32gather_epi32(vidx, b0 + off, 1); };
     // sc_k = byte k % 4 of words[k / 4]; mp_m = (min_m or scale pair) as int16 pairs
     __m512i words[4];
-    if constexpr (Fmt::kMins) {
+    if constexpr (std::is_same_v<Fmt, IQ4XS>) {  // f16 d | scales_h << 16, then scales_l
+      const __m512i dh = gather(0), sl = gather(4);
+      _mm512_store_ps(p + kPackD<Fmt>, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dh)));
+      _mm512_store_ps(p + kPackD<Fmt> + 64, _mm512_setzero_ps());
+      const __m512i sh = _mm512_srli_epi32(dh, 16), four = _mm512_set1_epi32(0xF), three = _mm512_set1_epi32(3);
+      for (int k = 0; k < 8; ++k) {  // int32 scale k - 32 (gemm_tile multiplies it), (sc, sc) int16 pairs in mp
+        const __m512i sc = _mm512_sub_epi32(
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(sl, 4 * k), four),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(sh, 2 * k), three), 4)),
+            _mm512_set1_epi32(32));
+        _mm512_store_si512(p + kPackSc<Fmt> + 64 * k, sc);
+        _mm512_store_si512(p + kPackMp<Fmt> + 64 * k,
+                           _mm512_or_si512(_mm512_and_si512(sc, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(sc, 16)));
+      }
+    } else if constexpr (Fmt::kSub == 8) {  // Q4_K, Q5_K
       const __m512i dd = gather(0);  // f16 d | f16 dmin << 16
       _mm512_store_ps(p + kPackD<Fmt>, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
       _mm512_store_ps(p + kPackD<Fmt> + 64, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
@@ -413,18 +542,43 @@ void pack_rows(const uint8_t* w0, size_t row_bytes, int64_t nr, int64_t nb, uint
         const __m512i mn = _mm512_and_si512(_mm512_srli_epi32(words[2 + k / 4], 8 * (k % 4)), byte);
         _mm512_store_si512(p + kPackMp<Fmt> + 64 * k, _mm512_or_si512(mn, _mm512_slli_epi32(mn, 16)));
       }
-    } else {
-      // f16 d at 208 (read as the high half of the dword at 206: stays inside the block)
-      const __m512i dd = _mm512_srli_epi32(gather(206), 16);
-      _mm512_store_ps(p + kPackD<Fmt>, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
-      _mm512_store_ps(p + kPackD<Fmt> + 64, _mm512_setzero_ps());
-      for (int j = 0; j < 4; ++j) words[j] = gather(192 + 4 * j);
+    } else {  // 16 sub-blocks: words = the 16 scales as int8, pw = the bytes paired into mp
+      __m512i pw[4];
+      if constexpr (Fmt::kMins) {  // Q2_K: scale | min << 4 in bytes 0..15, f16 d, dmin at 80
+        const __m512i dd = gather(80);
+        _mm512_store_ps(p + kPackD<Fmt>, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
+        _mm512_store_ps(p + kPackD<Fmt> + 64, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
+        const __m512i m4 = _mm512_set1_epi32(0x0F0F0F0F);
+        for (int j = 0; j < 4; ++j) {
+          const __m512i raw = gather(4 * j);
+          words[j] = _mm512_and_si512(raw, m4);
+          pw[j] = _mm512_and_si512(_mm512_srli_epi32(raw, 4), m4);
+        }
+      } else {
+        // f16 d at kDOff (read as the high half of the dword 2 bytes before: stays inside the block)
+        const __m512i dd = _mm512_srli_epi32(gather(Fmt::kDOff - 2), 16);
+        _mm512_store_ps(p + kPackD<Fmt>, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
+        _mm512_store_ps(p + kPackD<Fmt> + 64, _mm512_setzero_ps());
+        if constexpr (std::is_same_v<Fmt, Q3K>) {  // unpack_q3_scales on 16 rows at once
+          const __m512i a = gather(96), bb = gather(100), c = gather(104);
+          const __m512i m4 = _mm512_set1_epi32(0x0F0F0F0F), m2 = _mm512_set1_epi32(0x03030303);
+          const auto hi2 = [&](int sh) { return _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(c, sh), m2), 4); };
+          words[0] = _mm512_or_si512(_mm512_and_si512(a, m4), hi2(0));
+          words[1] = _mm512_or_si512(_mm512_and_si512(bb, m4), hi2(2));
+          words[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(a, 4), m4), hi2(4));
+          words[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(bb, 4), m4), hi2(6));
+          for (int j = 0; j < 4; ++j) words[j] = _mm512_sub_epi8(words[j], _mm512_set1_epi8(32));
+        } else {
+          for (int j = 0; j < 4; ++j) words[j] = gather(192 + 4 * j);
+        }
+        for (int j = 0; j < 4; ++j) pw[j] = words[j];
+      }
       for (int k = 0; k < 16; ++k)  // int8 scale k, sign-extended
         _mm512_store_si512(p + kPackSc<Fmt> + 64 * k,
                            _mm512_srai_epi32(_mm512_slli_epi32(words[k / 4], 24 - 8 * (k % 4)), 24));
       const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
-      for (int m = 0; m < 8; ++m) {  // (sc_2m, sc_2m+1) as int16: bytes 2m%4, 2m%4+1 of words[m / 2]
-        const __m512i w = _mm512_srli_epi32(words[m / 2], 16 * (m % 2));  // the pair in the low 16 bits
+      for (int m = 0; m < 8; ++m) {  // (pw_2m, pw_2m+1) as int16: bytes 2m%4, 2m%4+1 of pw[m / 2]
+        const __m512i w = _mm512_srli_epi32(pw[m / 2], 16 * (m % 2));  // the pair in the low 16 bits
         const __m512i s0 = _mm512_and_si512(_mm512_srai_epi32(_mm512_slli_epi32(w, 24), 24), lo16);
         const __m512i s1 = _mm512_slli_epi32(_mm512_srai_epi32(_mm512_slli_epi32(w, 16), 24), 16);
         _mm512_store_si512(p + kPackMp<Fmt> + 64 * m, _mm512_or_si512(s0, s1));
@@ -545,8 +699,12 @@ KTileSet chunk_set() {
 }  // namespace
 
 const KTileSet& ktiles_avx512(GgmlType t) {
-  static const KTileSet q4 = chunk_set<Q4K>(), q5 = chunk_set<Q5K>(), q6 = chunk_set<Q6K>();
+  static const KTileSet q2 = chunk_set<Q2K>(), q3 = chunk_set<Q3K>(), q4 = chunk_set<Q4K>(),
+                        q5 = chunk_set<Q5K>(), q6 = chunk_set<Q6K>(), iq4xs = chunk_set<IQ4XS>();
   switch (t) {
+    case GgmlType::IQ4_XS: return iq4xs;
+    case GgmlType::Q2_K: return q2;
+    case GgmlType::Q3_K: return q3;
     case GgmlType::Q4_K: return q4;
     case GgmlType::Q5_K: return q5;
     case GgmlType::Q6_K: return q6;
