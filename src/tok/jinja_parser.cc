@@ -1,0 +1,1000 @@
+// Lexer and parser for the Jinja subset chat templates use, with the Hugging Face
+// environment's whitespace rules: trim_blocks, lstrip_blocks, no trailing newline.
+#include <cmath>
+#include <cstdlib>
+
+#include "tok/jinja_ast.h"
+#include "tok/unicode.h"
+
+namespace pagoda::tok::jinja {
+
+namespace {
+
+enum class Tok { kText, kVarBegin, kVarEnd, kBlockBegin, kBlockEnd, kName, kString, kInt, kFloat, kOp, kEof };
+
+struct Token {
+  Tok type;
+  std::string text;  // text, name, unescaped string, operator
+  int64_t i = 0;
+  double f = 0;
+  int line = 0;
+};
+
+bool is_space_at(std::string_view s, size_t i, size_t* len) {
+  const size_t l = utf8_valid_len(s, i);
+  if (l == 0) return false;
+  *len = l;
+  return py_isspace_cp(utf8_decode(s, i, l));
+}
+
+// Python str.rstrip() / lstrip().
+size_t rstrip_end(std::string_view s) {
+  size_t end = s.size();
+  while (end > 0) {
+    size_t start = end - 1;
+    while (start > 0 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80 && end - start < 4) --start;
+    size_t len;
+    if (!is_space_at(s, start, &len) || start + len != end) break;
+    end = start;
+  }
+  return end;
+}
+size_t lstrip_begin(std::string_view s) {
+  size_t i = 0, len;
+  while (i < s.size() && is_space_at(s, i, &len)) i += len;
+  return i;
+}
+
+// Python str.splitlines() + "\n".join(): every line break becomes "\n" and one
+// trailing line break goes (Jinja's keep_trailing_newline=False).
+std::string normalize_newlines(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c == '\r') {
+      out.push_back('\n');
+      i += (i + 1 < s.size() && s[i + 1] == '\n') ? 2 : 1;
+    } else if (c == '\n' || c == '\v' || c == '\f' || (c >= 0x1C && c <= 0x1E)) {
+      out.push_back('\n');
+      ++i;
+    } else if (s.compare(i, 2, "\xC2\x85") == 0) {
+      out.push_back('\n');
+      i += 2;
+    } else if (s.compare(i, 3, "\xE2\x80\xA8") == 0 || s.compare(i, 3, "\xE2\x80\xA9") == 0) {
+      out.push_back('\n');
+      i += 3;
+    } else {
+      out.push_back(static_cast<char>(c));
+      ++i;
+    }
+  }
+  if (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+class Lexer {
+ public:
+  explicit Lexer(std::string src) : s_(std::move(src)) {}
+
+  Expected<std::vector<Token>> run() {
+    size_t pos = 0;
+    bool line_starting = true;
+    bool lstrip_next = false;  // the previous tag ended with "-"
+    while (pos < s_.size()) {
+      // Next tag start.
+      size_t t = pos;
+      for (;;) {
+        t = s_.find('{', t);
+        if (t == std::string::npos || t + 1 >= s_.size()) {
+          t = std::string::npos;
+          break;
+        }
+        const char c = s_[t + 1];
+        if (c == '{' || c == '%' || c == '#') break;
+        ++t;
+      }
+      std::string text = s_.substr(pos, t == std::string::npos ? std::string::npos : t - pos);
+      if (lstrip_next) text.erase(0, lstrip_begin(text));
+      lstrip_next = false;
+      if (t == std::string::npos) {
+        add_text(std::move(text));
+        break;
+      }
+      const char kind = s_[t + 1];
+      char sign = 0;
+      if (t + 2 < s_.size() && (s_[t + 2] == '-' || s_[t + 2] == '+')) sign = s_[t + 2];
+      if (sign == '-') {
+        text.resize(rstrip_end(text));
+      } else if (sign != '+' && kind != '{') {
+        // lstrip_blocks: drop the spaces between the line start and a block/comment tag.
+        const size_t nl = text.rfind('\n');
+        const size_t l_pos = nl == std::string::npos ? 0 : nl + 1;
+        if ((l_pos > 0 || line_starting) && l_pos < text.size() && lstrip_begin(std::string_view(text).substr(l_pos)) == text.size() - l_pos) {
+          text.resize(l_pos);
+        }
+      }
+      line_ += count_nl(s_, pos, t);
+      add_text(std::move(text));
+      pos = t + 2 + (sign != 0 ? 1 : 0);
+      if (kind == '#') {
+        const size_t e = s_.find("#}", pos);
+        if (e == std::string::npos) return err("unclosed comment");
+        line_ += count_nl(s_, pos, e);
+        const bool minus = e > pos && s_[e - 1] == '-';
+        pos = e + 2;
+        line_starting = false;
+        if (minus) {
+          lstrip_next = true;
+        } else if (pos < s_.size() && s_[pos] == '\n') {
+          ++pos;
+          ++line_;
+          line_starting = true;
+        }
+        continue;
+      }
+      // raw blocks: {% raw %}...{% endraw %} copied verbatim.
+      if (kind == '%') {
+        size_t q = pos;
+        while (q < s_.size() && (s_[q] == ' ' || s_[q] == '\t' || s_[q] == '\n')) ++q;
+        if (s_.compare(q, 3, "raw") == 0 && q + 3 < s_.size() && !std::isalnum(static_cast<unsigned char>(s_[q + 3])) && s_[q + 3] != '_') {
+          PAGODA_TRY(lex_raw(q + 3, &pos, &line_starting, &lstrip_next));
+          continue;
+        }
+      }
+      toks_.push_back({kind == '{' ? Tok::kVarBegin : Tok::kBlockBegin, "", 0, 0, line_});
+      const std::string end = kind == '{' ? "}}" : "%}";
+      PAGODA_TRY(lex_tag(end, &pos));
+      // pos is at the end delimiter, possibly preceded by '-' or '+' (consumed as part of it).
+      toks_.push_back({kind == '{' ? Tok::kVarEnd : Tok::kBlockEnd, "", 0, 0, line_});
+      const char esign = end_sign_;
+      pos += 2;
+      line_starting = false;
+      if (esign == '-') {
+        lstrip_next = true;
+      } else if (kind == '%' && esign != '+' && pos < s_.size() && s_[pos] == '\n') {
+        ++pos;  // trim_blocks
+        ++line_;
+        line_starting = true;
+      }
+    }
+    toks_.push_back({Tok::kEof, "", 0, 0, line_});
+    return std::move(toks_);
+  }
+
+ private:
+  static int count_nl(const std::string& s, size_t b, size_t e) {
+    int n = 0;
+    for (size_t i = b; i < e && i < s.size(); ++i) n += s[i] == '\n';
+    return n;
+  }
+  void add_text(std::string text) {
+    if (!text.empty()) toks_.push_back({Tok::kText, std::move(text), 0, 0, line_});
+  }
+  Error err(const std::string& what) const { return errorf("template syntax error (line %d): %s", line_ + 1, what.c_str()); }
+
+  Status lex_raw(size_t q, size_t* pos, bool* line_starting, bool* lstrip_next) {
+    // {% raw %}: find the end of this tag, then "{% endraw %}" (with optional -).
+    const size_t e = s_.find("%}", q);
+    if (e == std::string::npos) return err("unclosed raw tag");
+    size_t body = e + 2;
+    if (s_[e - 1] == '-') body += lstrip_begin(std::string_view(s_).substr(body));
+    else if (body < s_.size() && s_[body] == '\n') ++body;
+    size_t search = body;
+    for (;;) {
+      const size_t b = s_.find("{%", search);
+      if (b == std::string::npos) return err("raw block without endraw");
+      size_t k = b + 2;
+      const bool minus = k < s_.size() && s_[k] == '-';
+      if (k < s_.size() && (s_[k] == '-' || s_[k] == '+')) ++k;
+      while (k < s_.size() && (s_[k] == ' ' || s_[k] == '\t' || s_[k] == '\n')) ++k;
+      if (s_.compare(k, 6, "endraw") != 0) {
+        search = b + 2;
+        continue;
+      }
+      const size_t ee = s_.find("%}", k);
+      if (ee == std::string::npos) return err("unclosed endraw tag");
+      std::string text = s_.substr(body, b - body);
+      if (minus) text.resize(rstrip_end(text));
+      line_ += count_nl(s_, *pos, ee);
+      add_text(std::move(text));
+      *pos = ee + 2;
+      *line_starting = false;
+      if (s_[ee - 1] == '-') {
+        *lstrip_next = true;
+      } else if (*pos < s_.size() && s_[*pos] == '\n') {
+        ++*pos;
+        *line_starting = true;
+      }
+      return Status::Ok();
+    }
+  }
+
+  Status lex_tag(const std::string& end, size_t* pos_io) {
+    size_t p = *pos_io;
+    int depth = 0;  // brackets: "}}" inside a dict literal is not the end
+    for (;;) {
+      while (p < s_.size() && (s_[p] == ' ' || s_[p] == '\t' || s_[p] == '\n' || s_[p] == '\r')) {
+        if (s_[p] == '\n') ++line_;
+        ++p;
+      }
+      if (p >= s_.size()) return err("unclosed tag (expected '" + end + "')");
+      if (depth == 0) {
+        if ((s_[p] == '-' || s_[p] == '+') && s_.compare(p + 1, 2, end) == 0) {
+          end_sign_ = s_[p];
+          *pos_io = p + 1;
+          return Status::Ok();
+        }
+        if (s_.compare(p, 2, end) == 0) {
+          end_sign_ = 0;
+          *pos_io = p;
+          return Status::Ok();
+        }
+      }
+      const char c = s_[p];
+      if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+        size_t e = p;
+        while (e < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[e])) || s_[e] == '_')) ++e;
+        toks_.push_back({Tok::kName, s_.substr(p, e - p), 0, 0, line_});
+        p = e;
+      } else if (std::isdigit(static_cast<unsigned char>(c))) {
+        size_t e = p;
+        bool is_float = false;
+        std::string digits;
+        while (e < s_.size()) {
+          const char d = s_[e];
+          if (std::isdigit(static_cast<unsigned char>(d))) {
+            digits.push_back(d);
+          } else if (d == '_' ) {
+          } else if (d == '.' && !is_float && e + 1 < s_.size() && std::isdigit(static_cast<unsigned char>(s_[e + 1]))) {
+            is_float = true;
+            digits.push_back(d);
+          } else if ((d == 'e' || d == 'E') && e + 1 < s_.size() &&
+                     (std::isdigit(static_cast<unsigned char>(s_[e + 1])) || s_[e + 1] == '-' || s_[e + 1] == '+')) {
+            is_float = true;
+            digits.push_back(d);
+            digits.push_back(s_[++e]);
+          } else {
+            break;
+          }
+          ++e;
+        }
+        Token t{is_float ? Tok::kFloat : Tok::kInt, digits, 0, 0, line_};
+        if (is_float) {
+          t.f = std::strtod(digits.c_str(), nullptr);
+        } else {
+          errno = 0;
+          t.i = std::strtoll(digits.c_str(), nullptr, 10);
+          if (errno == ERANGE) return err("integer literal too large: " + digits);
+        }
+        toks_.push_back(std::move(t));
+        p = e;
+      } else if (c == '\'' || c == '"') {
+        std::string out;
+        size_t e = p + 1;
+        bool closed = false;
+        while (e < s_.size()) {
+          const char d = s_[e];
+          if (d == c) {
+            closed = true;
+            break;
+          }
+          if (d == '\\' && e + 1 < s_.size()) {
+            PAGODA_TRY(unescape(&e, &out));
+            continue;
+          }
+          if (d == '\n') ++line_;
+          out.push_back(d);
+          ++e;
+        }
+        if (!closed) return err("unterminated string literal");
+        toks_.push_back({Tok::kString, std::move(out), 0, 0, line_});
+        p = e + 1;
+      } else {
+        static const char* const kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<", ">",
+                                           "=", "(", ")", "[", "]", "{", "}", ",", ".", ":", "|", ";"};
+        bool found = false;
+        for (const char* op : kOps) {
+          const size_t n = std::char_traits<char>::length(op);
+          if (s_.compare(p, n, op) == 0) {
+            if (op[0] == '(' || op[0] == '[' || op[0] == '{') ++depth;
+            if ((op[0] == ')' || op[0] == ']' || op[0] == '}') && depth > 0) --depth;
+            toks_.push_back({Tok::kOp, op, 0, 0, line_});
+            p += n;
+            found = true;
+            break;
+          }
+        }
+        if (!found) return err(std::string("unexpected character '") + c + "'");
+      }
+    }
+  }
+
+  // Python unicode-escape at s_[*e] == '\\'.
+  Status unescape(size_t* e, std::string* out) {
+    const char x = s_[*e + 1];
+    *e += 2;
+    auto hex = [&](int n) -> Expected<uint32_t> {
+      if (*e + static_cast<size_t>(n) > s_.size()) return err("truncated \\x/\\u escape");
+      uint32_t v = 0;
+      for (int k = 0; k < n; ++k) {
+        const char h = s_[*e + static_cast<size_t>(k)];
+        int d = std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10 : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+        if (d < 0) return err("bad hex digit in escape");
+        v = v * 16 + static_cast<uint32_t>(d);
+      }
+      *e += static_cast<size_t>(n);
+      return v;
+    };
+    switch (x) {
+      case 'n': out->push_back('\n'); break;
+      case 't': out->push_back('\t'); break;
+      case 'r': out->push_back('\r'); break;
+      case '\\': out->push_back('\\'); break;
+      case '\'': out->push_back('\''); break;
+      case '"': out->push_back('"'); break;
+      case 'a': out->push_back('\a'); break;
+      case 'b': out->push_back('\b'); break;
+      case 'f': out->push_back('\f'); break;
+      case 'v': out->push_back('\v'); break;
+      case '\n': break;
+      case 'x': { PAGODA_ASSIGN_OR_RETURN(uint32_t v, hex(2)); append_utf8(*out, v); break; }
+      case 'u': { PAGODA_ASSIGN_OR_RETURN(uint32_t v, hex(4)); if (v >= 0xD800 && v < 0xE000) return err("surrogate escape"); append_utf8(*out, v); break; }
+      case 'U': { PAGODA_ASSIGN_OR_RETURN(uint32_t v, hex(8)); if (v > 0x10FFFF || (v >= 0xD800 && v < 0xE000)) return err("bad \\U escape"); append_utf8(*out, v); break; }
+      default:
+        if (x >= '0' && x <= '7') {
+          uint32_t v = static_cast<uint32_t>(x - '0');
+          for (int k = 0; k < 2 && *e < s_.size() && s_[*e] >= '0' && s_[*e] <= '7'; ++k) v = v * 8 + static_cast<uint32_t>(s_[(*e)++] - '0');
+          append_utf8(*out, v);
+        } else {
+          out->push_back('\\');
+          out->push_back(x);
+        }
+    }
+    return Status::Ok();
+  }
+
+  std::string s_;
+  std::vector<Token> toks_;
+  int line_ = 0;
+  char end_sign_ = 0;
+};
+
+NodePtr make(NodeKind k, int line) {
+  auto n = std::make_unique<Node>();
+  n->kind = k;
+  n->line = line;
+  return n;
+}
+
+class Parser {
+ public:
+  Parser(std::vector<Token> toks, int max_depth) : t_(std::move(toks)), max_depth_(max_depth) {}
+
+  Expected<NodePtr> parse() {
+    std::string end;
+    PAGODA_ASSIGN_OR_RETURN(NodePtr body, parse_body({}, &end));
+    if (!end.empty()) return err("unexpected '" + end + "'");
+    return body;
+  }
+
+ private:
+  const Token& peek(size_t k = 0) const { return t_[std::min(p_ + k, t_.size() - 1)]; }
+  const Token& next() { const Token& t = t_[p_]; if (p_ + 1 < t_.size()) ++p_; return t; }
+  bool is_op(const char* op, size_t k = 0) const { return peek(k).type == Tok::kOp && peek(k).text == op; }
+  bool is_name(const char* n, size_t k = 0) const { return peek(k).type == Tok::kName && peek(k).text == n; }
+  Error err(const std::string& what) const {
+    return errorf("template syntax error (line %d): %s", peek().line + 1, what.c_str());
+  }
+  Status expect_op(const char* op) {
+    if (!is_op(op)) return err(std::string("expected '") + op + "', got '" + peek().text + "'");
+    next();
+    return Status::Ok();
+  }
+  Status expect(Tok type, const char* what) {
+    if (peek().type != type) return err(std::string("expected ") + what + (peek().text.empty() ? "" : ", got '" + peek().text + "'"));
+    next();
+    return Status::Ok();
+  }
+  struct DepthGuard {
+    Parser* p;
+    explicit DepthGuard(Parser* pp) : p(pp) { ++p->depth_; }
+    ~DepthGuard() { --p->depth_; }
+  };
+  Status check_depth() {
+    if (depth_ > max_depth_) return err("template nested too deeply (limit " + std::to_string(max_depth_) + ")");
+    return Status::Ok();
+  }
+
+  // Statements until one of end_tags ({% endfor %}, {% else %}...); *end gets the tag name.
+  Expected<NodePtr> parse_body(std::vector<std::string> end_tags, std::string* end) {
+    DepthGuard g(this);
+    PAGODA_TRY(check_depth());
+    NodePtr body = make(NodeKind::kBody, peek().line);
+    for (;;) {
+      const Token& tk = peek();
+      if (tk.type == Tok::kEof) {
+        if (!end_tags.empty()) return err("unexpected end of template, expected '" + end_tags[0] + "'");
+        end->clear();
+        return body;
+      }
+      if (tk.type == Tok::kText) {
+        NodePtr n = make(NodeKind::kText, tk.line);
+        n->name = tk.text;
+        next();
+        body->kids.push_back(std::move(n));
+        continue;
+      }
+      if (tk.type == Tok::kVarBegin) {
+        next();
+        NodePtr n = make(NodeKind::kOutput, tk.line);
+        PAGODA_ASSIGN_OR_RETURN(NodePtr e, parse_expr());
+        n->kids.push_back(std::move(e));
+        PAGODA_TRY(expect(Tok::kVarEnd, "'}}'"));
+        body->kids.push_back(std::move(n));
+        continue;
+      }
+      if (tk.type != Tok::kBlockBegin) return err("unexpected token '" + tk.text + "'");
+      const Token& kw = peek(1);
+      if (kw.type != Tok::kName) return err("expected a statement name after '{%'");
+      for (const std::string& e : end_tags) {
+        if (kw.text == e) {
+          next();
+          next();
+          *end = e;
+          return body;
+        }
+      }
+      next();
+      PAGODA_ASSIGN_OR_RETURN(NodePtr st, parse_statement());
+      if (st) body->kids.push_back(std::move(st));
+    }
+  }
+
+  Expected<NodePtr> parse_statement() {
+    const Token kw = next();
+    const std::string& k = kw.text;
+    if (k == "if") return parse_if(kw.line);
+    if (k == "for") return parse_for(kw.line);
+    if (k == "set") return parse_set(kw.line);
+    if (k == "macro") return parse_macro(kw.line);
+    if (k == "break" || k == "continue") {
+      PAGODA_TRY(expect(Tok::kBlockEnd, "'%}'"));
+      return make(k == "break" ? NodeKind::kBreak : NodeKind::kContinue, kw.line);
+    }
+    if (k == "generation") {  // HF's AssistantTracker extension: renders its body
+      PAGODA_TRY(expect(Tok::kBlockEnd, "'%}'"));
+      std::string end;
+      PAGODA_ASSIGN_OR_RETURN(NodePtr b, parse_body({"endgeneration"}, &end));
+      PAGODA_TRY(expect(Tok::kBlockEnd, "'%}'"));
+      return b;
+    }
+    if (k == "filter") {
+      NodePtr n = make(NodeKind::kFilterBlock, kw.line);
+      PAGODA_ASSIGN_OR_RETURN(NodePtr chain, parse_filters(nullptr));
+      PAGODA_TRY(expect(Tok::kBlockEnd, "'%}'"));
+      std::string end;
+      PAGODA_ASSIGN_OR_RETURN(NodePtr body, parse_body({"endfilter"}, &end));
+      PAGODA_TRY(expect(Tok::kBlockEnd, "'%}'"));
+      n->kids.push_back(std::move(body));
+      n->kids.push_back(std::move(chain));
+      return n;
+    }
+    if (k == "include" || k == "import" || k == "from" || k == "extends") {
+      return err("unsupported statement '" + k + "' (templates have no file access)");
+    }
+    return err("unsupported statement '" + k + "'");
+  }
+
+  Expected<NodePtr> parse_if(int line) {
+    NodePtr n = make(NodeKind::kIf, line);
+    for (;;) {
+      PAGODA_ASSIGN_OR_RETURN(NodePtr cond, parse_expr());
+      PAGODA_TRY(expect(Tok::kBlockEnd, "'%}'"));
+      std::string end;
+      PAGODA_ASSIGN_OR_RETURN(NodePtr body, parse_body({"elif", "else", "endif"}, &end));
+      n->kids.push_back(std::move(cond));
+      n->kids.push_back(std::move(body));
+      if (end == "elif") continue;
+      if (end == "else") {
+        PAGODA_TRY(expect(Tok::kBlockEnd, "'%}'"));
+        PAGODA_ASSIGN_OR_RETURN(NodePtr els, parse_body({"endif"}, &end));
+        n->kids.push_back(std::move(els));
+      }
+      PAGODA_TRY(expect(Tok::kBlockEnd, "'%}'"));
+      return n;
+    }
+  }
+
+  Status parse_targets(std::vector<std::string>* names, bool allow_attr) {
+    bool paren = false;
+    if (is_op("(")) {
+      next();
+      paren = true;
+    }
+    for (;;) {
+      if (peek().type != Tok::kName) return err("expected a variable name");
+      std::string name = next().text;
+      if (allow_attr && is_op(".")) {
+        next();
+        if (peek().type != Tok::kName) return err("expected an attribute name");
+        name += "." + next().text;
+      }
+      names->push_back(std::move(name));
+      if (!is_op(",")) break;
+      next();
+    }
+    if (paren) PAGODA_TRY(expect_op(")"));
+    return Status::Ok();
+  }
+
+  Expected<NodePtr> parse_for(int line) {
+    NodePtr n = make(NodeKind::kFor, line);
+    PAGODA_TRY(parse_targets(&n->names, false));
+    if (!is_name("in")) return err("expected 'in' in for loop");
+    next();
+    PAGODA_ASSIGN_OR_RETURN(NodePtr iter, parse_tuple_or_expr(/*no_cond=*/true));
+    NodePtr cond;
+    if (is_name("if")) {
+      next();
+      PAGODA_ASSIGN_OR_RETURN(cond, parse_expr());
+    }
+    if (is_name("recursive")) return err("unsupported construct 'recursive' loops");
+    PAGODA_TRY(expect(Tok::kBlockEnd, "'%}'"));
+    std::string end;
+    PAGODA_ASSIGN_OR_RETURN(NodePtr body, parse_body({"else", "endfor"}, &end));
+    NodePtr els;
+    if (end == "else") {
+      PAGODA_TRY(expect(Tok::kBlockEnd, "'%}'"));
+      PAGODA_ASSIGN_OR_RETURN(els, parse_body({"endfor"}, &end));
+    }
+    PAGODA_TRY(expect(Tok::kBlockEnd, "'%}'"));
+    n->kids.push_back(std::move(iter));
+    n->kids.push_back(std::move(body));
+    n->kids.push_back(std::move(els));
+    n->kids.push_back(std::move(cond));
+    return n;
+  }
+
+  Expected<NodePtr> parse_set(int line) {
+    std::vector<std::string> targets;
+    PAGODA_TRY(parse_targets(&targets, true));
+    if (is_op("=")) {
+      next();
+      NodePtr n = make(NodeKind::kSet, line);
+      n->names = std::move(targets);
+      PAGODA_ASSIGN_OR_RETURN(NodePtr v, parse_tuple_or_expr(false));
+      n->kids.push_back(std::move(v));
+      PAGODA_TRY(expect(Tok::kBlockEnd, "'%}'"));
+      return n;
+    }
+    if (targets.size() != 1) return err("block set takes one target");
+    if (is_op("|")) return err("unsupported construct: filtered block set");
+    PAGODA_TRY(expect(Tok::kBlockEnd, "'%}'"));
+    NodePtr n = make(NodeKind::kSetBlock, line);
+    n->names = std::move(targets);
+    std::string end;
+    PAGODA_ASSIGN_OR_RETURN(NodePtr body, parse_body({"endset"}, &end));
+    PAGODA_TRY(expect(Tok::kBlockEnd, "'%}'"));
+    n->kids.push_back(std::move(body));
+    return n;
+  }
+
+  Expected<NodePtr> parse_macro(int line) {
+    NodePtr n = make(NodeKind::kMacro, line);
+    if (peek().type != Tok::kName) return err("expected a macro name");
+    n->name = next().text;
+    PAGODA_TRY(expect_op("("));
+    std::vector<NodePtr> defaults;
+    while (!is_op(")")) {
+      if (peek().type != Tok::kName) return err("expected a macro parameter name");
+      n->names.push_back(next().text);
+      if (is_op("=")) {
+        next();
+        PAGODA_ASSIGN_OR_RETURN(NodePtr d, parse_expr());
+        defaults.push_back(std::move(d));
+      } else if (!defaults.empty()) {
+        return err("non-default macro parameter after a default one");
+      }
+      if (!is_op(",")) break;
+      next();
+    }
+    PAGODA_TRY(expect_op(")"));
+    PAGODA_TRY(expect(Tok::kBlockEnd, "'%}'"));
+    std::string end;
+    PAGODA_ASSIGN_OR_RETURN(NodePtr body, parse_body({"endmacro"}, &end));
+    if (peek().type == Tok::kName) next();  // {% endmacro name %}
+    PAGODA_TRY(expect(Tok::kBlockEnd, "'%}'"));
+    n->kids.push_back(std::move(body));
+    for (auto& d : defaults) n->kids.push_back(std::move(d));
+    return n;
+  }
+
+  // a, b, c (a tuple) or a single expression.
+  Expected<NodePtr> parse_tuple_or_expr(bool no_cond) {
+    const int line = peek().line;
+    PAGODA_ASSIGN_OR_RETURN(NodePtr first, no_cond ? parse_or() : parse_expr());
+    if (!is_op(",")) return first;
+    NodePtr t = make(NodeKind::kTupleLit, line);
+    t->kids.push_back(std::move(first));
+    while (is_op(",")) {
+      next();
+      if (peek().type == Tok::kBlockEnd || peek().type == Tok::kVarEnd || is_name("if")) break;
+      PAGODA_ASSIGN_OR_RETURN(NodePtr e, no_cond ? parse_or() : parse_expr());
+      t->kids.push_back(std::move(e));
+    }
+    return t;
+  }
+
+  Expected<NodePtr> parse_expr() {
+    DepthGuard g(this);
+    PAGODA_TRY(check_depth());
+    const int line = peek().line;
+    PAGODA_ASSIGN_OR_RETURN(NodePtr a, parse_or());
+    while (is_name("if")) {
+      next();
+      NodePtr n = make(NodeKind::kCond, line);
+      PAGODA_ASSIGN_OR_RETURN(NodePtr cond, parse_or());
+      NodePtr els;
+      if (is_name("else")) {
+        next();
+        PAGODA_ASSIGN_OR_RETURN(els, parse_expr());
+      }
+      n->kids.push_back(std::move(cond));
+      n->kids.push_back(std::move(a));
+      n->kids.push_back(std::move(els));
+      a = std::move(n);
+    }
+    return a;
+  }
+
+  NodePtr binary(const std::string& op, NodePtr l, NodePtr r) {
+    NodePtr n = make(NodeKind::kBinary, l->line);
+    n->op = op;
+    n->kids.push_back(std::move(l));
+    n->kids.push_back(std::move(r));
+    return n;
+  }
+
+  Expected<NodePtr> parse_or() {
+    PAGODA_ASSIGN_OR_RETURN(NodePtr l, parse_and());
+    while (is_name("or")) {
+      next();
+      PAGODA_ASSIGN_OR_RETURN(NodePtr r, parse_and());
+      l = binary("or", std::move(l), std::move(r));
+    }
+    return l;
+  }
+  Expected<NodePtr> parse_and() {
+    PAGODA_ASSIGN_OR_RETURN(NodePtr l, parse_not());
+    while (is_name("and")) {
+      next();
+      PAGODA_ASSIGN_OR_RETURN(NodePtr r, parse_not());
+      l = binary("and", std::move(l), std::move(r));
+    }
+    return l;
+  }
+  Expected<NodePtr> parse_not() {
+    if (is_name("not")) {
+      DepthGuard g(this);
+      PAGODA_TRY(check_depth());
+      const int line = next().line;
+      PAGODA_ASSIGN_OR_RETURN(NodePtr e, parse_not());
+      NodePtr n = make(NodeKind::kUnary, line);
+      n->op = "not";
+      n->kids.push_back(std::move(e));
+      return n;
+    }
+    return parse_compare();
+  }
+  Expected<NodePtr> parse_compare() {
+    PAGODA_ASSIGN_OR_RETURN(NodePtr l, parse_math1());
+    for (;;) {
+      std::string op;
+      if (peek().type == Tok::kOp && (peek().text == "==" || peek().text == "!=" || peek().text == "<" ||
+                                      peek().text == ">" || peek().text == "<=" || peek().text == ">=")) {
+        op = next().text;
+      } else if (is_name("in")) {
+        next();
+        op = "in";
+      } else if (is_name("not") && is_name("in", 1)) {
+        next();
+        next();
+        op = "not in";
+      } else {
+        return l;
+      }
+      PAGODA_ASSIGN_OR_RETURN(NodePtr r, parse_math1());
+      // Python chains a < b < c as (a < b) and (b < c); templates do not chain.
+      l = binary(op, std::move(l), std::move(r));
+    }
+  }
+  Expected<NodePtr> parse_math1() {
+    PAGODA_ASSIGN_OR_RETURN(NodePtr l, parse_concat());
+    while (is_op("+") || is_op("-")) {
+      const std::string op = next().text;
+      PAGODA_ASSIGN_OR_RETURN(NodePtr r, parse_concat());
+      l = binary(op, std::move(l), std::move(r));
+    }
+    return l;
+  }
+  Expected<NodePtr> parse_concat() {
+    PAGODA_ASSIGN_OR_RETURN(NodePtr l, parse_math2());
+    while (is_op("~")) {
+      next();
+      PAGODA_ASSIGN_OR_RETURN(NodePtr r, parse_math2());
+      l = binary("~", std::move(l), std::move(r));
+    }
+    return l;
+  }
+  Expected<NodePtr> parse_math2() {
+    PAGODA_ASSIGN_OR_RETURN(NodePtr l, parse_pow());
+    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
+      const std::string op = next().text;
+      PAGODA_ASSIGN_OR_RETURN(NodePtr r, parse_pow());
+      l = binary(op, std::move(l), std::move(r));
+    }
+    return l;
+  }
+  Expected<NodePtr> parse_pow() {
+    PAGODA_ASSIGN_OR_RETURN(NodePtr l, parse_unary(true));
+    while (is_op("**")) {
+      next();
+      PAGODA_ASSIGN_OR_RETURN(NodePtr r, parse_unary(true));
+      l = binary("**", std::move(l), std::move(r));
+    }
+    return l;
+  }
+  Expected<NodePtr> parse_unary(bool with_filter) {
+    DepthGuard g(this);
+    PAGODA_TRY(check_depth());
+    NodePtr node;
+    if (is_op("-") || is_op("+")) {
+      const Token& t = next();
+      NodePtr n = make(NodeKind::kUnary, t.line);
+      n->op = t.text;
+      PAGODA_ASSIGN_OR_RETURN(NodePtr e, parse_unary(false));
+      n->kids.push_back(std::move(e));
+      node = std::move(n);
+    } else {
+      PAGODA_ASSIGN_OR_RETURN(node, parse_primary());
+    }
+    PAGODA_ASSIGN_OR_RETURN(node, parse_postfix(std::move(node)));
+    if (with_filter) {
+      for (;;) {
+        if (is_op("|")) {
+          PAGODA_ASSIGN_OR_RETURN(node, parse_filters(std::move(node)));
+        } else if (is_name("is")) {
+          PAGODA_ASSIGN_OR_RETURN(node, parse_test(std::move(node)));
+        } else {
+          break;
+        }
+        PAGODA_ASSIGN_OR_RETURN(node, parse_postfix(std::move(node)));
+      }
+    }
+    return node;
+  }
+
+  Expected<NodePtr> parse_primary() {
+    const Token t = next();
+    switch (t.type) {
+      case Tok::kName: {
+        if (t.text == "true" || t.text == "True") return literal(Value::boolean(true), t.line);
+        if (t.text == "false" || t.text == "False") return literal(Value::boolean(false), t.line);
+        if (t.text == "none" || t.text == "None") return literal(Value::none(), t.line);
+        NodePtr n = make(NodeKind::kName, t.line);
+        n->name = t.text;
+        return n;
+      }
+      case Tok::kString: {
+        std::string s = t.text;
+        while (peek().type == Tok::kString) s += next().text;  // adjacent literals join
+        return literal(literal_str(std::move(s)), t.line);
+      }
+      case Tok::kInt: return literal(Value::integer(t.i), t.line);
+      case Tok::kFloat: return literal(Value::real(t.f), t.line);
+      case Tok::kOp:
+        if (t.text == "(") {
+          if (is_op(")")) {
+            next();
+            return make(NodeKind::kTupleLit, t.line);
+          }
+          PAGODA_ASSIGN_OR_RETURN(NodePtr e, parse_expr());
+          if (is_op(",")) {
+            NodePtr tup = make(NodeKind::kTupleLit, t.line);
+            tup->kids.push_back(std::move(e));
+            while (is_op(",")) {
+              next();
+              if (is_op(")")) break;
+              PAGODA_ASSIGN_OR_RETURN(NodePtr x, parse_expr());
+              tup->kids.push_back(std::move(x));
+            }
+            e = std::move(tup);
+          }
+          PAGODA_TRY(expect_op(")"));
+          return e;
+        }
+        if (t.text == "[") {
+          NodePtr n = make(NodeKind::kListLit, t.line);
+          while (!is_op("]")) {
+            PAGODA_ASSIGN_OR_RETURN(NodePtr x, parse_expr());
+            n->kids.push_back(std::move(x));
+            if (!is_op(",")) break;
+            next();
+          }
+          PAGODA_TRY(expect_op("]"));
+          return n;
+        }
+        if (t.text == "{") {
+          NodePtr n = make(NodeKind::kDictLit, t.line);
+          while (!is_op("}")) {
+            PAGODA_ASSIGN_OR_RETURN(NodePtr k, parse_expr());
+            PAGODA_TRY(expect_op(":"));
+            PAGODA_ASSIGN_OR_RETURN(NodePtr v, parse_expr());
+            n->kids.push_back(std::move(k));
+            n->kids.push_back(std::move(v));
+            if (!is_op(",")) break;
+            next();
+          }
+          PAGODA_TRY(expect_op("}"));
+          return n;
+        }
+        break;
+      default: break;
+    }
+    return errorf("template syntax error (line %d): unexpected '%s'", t.line + 1,
+                  t.type == Tok::kBlockEnd ? "%}" : t.type == Tok::kVarEnd ? "}}" : t.type == Tok::kEof ? "end of template" : t.text.c_str());
+  }
+
+  NodePtr literal(Value v, int line) {
+    NodePtr n = make(NodeKind::kLiteral, line);
+    n->lit = std::move(v);
+    return n;
+  }
+
+  // (args, name=value...) after '(' has been consumed.
+  Status parse_call_args(Node* n) {
+    while (!is_op(")")) {
+      if (is_op("*") || is_op("**")) return err("unsupported construct: *args/**kwargs in a call");
+      if (peek().type == Tok::kName && is_op("=", 1)) {
+        n->names.push_back(next().text);
+        next();
+        PAGODA_ASSIGN_OR_RETURN(NodePtr v, parse_expr());
+        n->kids.push_back(std::move(v));
+      } else {
+        if (!n->names.empty()) return err("positional argument after keyword argument");
+        PAGODA_ASSIGN_OR_RETURN(NodePtr v, parse_expr());
+        n->kids.push_back(std::move(v));
+      }
+      if (!is_op(",")) break;
+      next();
+    }
+    return expect_op(")");
+  }
+
+  Expected<NodePtr> parse_postfix(NodePtr node) {
+    for (;;) {
+      if (is_op(".")) {
+        next();
+        const Token& t = next();
+        if (t.type == Tok::kInt) {
+          NodePtr n = make(NodeKind::kIndex, t.line);
+          n->kids.push_back(std::move(node));
+          n->kids.push_back(literal(Value::integer(t.i), t.line));
+          node = std::move(n);
+          continue;
+        }
+        if (t.type != Tok::kName) return err("expected an attribute name after '.'");
+        NodePtr n = make(NodeKind::kAttr, t.line);
+        n->name = t.text;
+        n->kids.push_back(std::move(node));
+        node = std::move(n);
+      } else if (is_op("[")) {
+        const int line = next().line;
+        NodePtr parts[3];
+        bool slice = false;
+        for (int k = 0; k < 3; ++k) {
+          if (!is_op(":") && !is_op("]")) {
+            PAGODA_ASSIGN_OR_RETURN(parts[k], parse_expr());
+          }
+          if (is_op(":") && k < 2) {
+            next();
+            slice = true;
+            continue;
+          }
+          break;
+        }
+        PAGODA_TRY(expect_op("]"));
+        if (!slice) {
+          if (!parts[0]) return err("empty subscript");
+          NodePtr n = make(NodeKind::kIndex, line);
+          n->kids.push_back(std::move(node));
+          n->kids.push_back(std::move(parts[0]));
+          node = std::move(n);
+        } else {
+          NodePtr n = make(NodeKind::kSlice, line);
+          n->kids.push_back(std::move(node));
+          for (auto& p : parts) n->kids.push_back(std::move(p));
+          node = std::move(n);
+        }
+      } else if (is_op("(")) {
+        const int line = next().line;
+        NodePtr n = make(NodeKind::kCall, line);
+        n->kids.push_back(std::move(node));
+        PAGODA_TRY(parse_call_args(n.get()));
+        node = std::move(n);
+      } else {
+        return node;
+      }
+    }
+  }
+
+  // | name(args) | name ... ; operand may be null (filter blocks).
+  Expected<NodePtr> parse_filters(NodePtr operand) {
+    bool first = operand == nullptr;
+    while (first || is_op("|")) {
+      if (!first) next();
+      first = false;
+      if (peek().type != Tok::kName) return err("expected a filter name after '|'");
+      const Token& t = next();
+      NodePtr n = make(NodeKind::kFilter, t.line);
+      n->name = t.text;
+      // Unknown filters fail when evaluated (jinja2 defers them the same way in
+      // conditional code), so a template using one only on a path not taken renders.
+      n->builtin = find_filter(t.text);
+      n->kids.push_back(std::move(operand));
+      if (is_op("(")) {
+        next();
+        PAGODA_TRY(parse_call_args(n.get()));
+      }
+      operand = std::move(n);
+    }
+    return operand;
+  }
+
+  Expected<NodePtr> parse_test(NodePtr operand) {
+    const int line = next().line;  // 'is'
+    NodePtr n = make(NodeKind::kTest, line);
+    if (is_name("not")) {
+      next();
+      n->negated = true;
+    }
+    if (peek().type != Tok::kName) return err("expected a test name after 'is'");
+    n->name = next().text;
+    // jinja2 spells some tests as operators' names, and "none"/"true"/"false" as keywords.
+    n->builtin = find_test(n->name);
+    n->kids.push_back(std::move(operand));
+    if (is_op("(")) {
+      next();
+      PAGODA_TRY(parse_call_args(n.get()));
+    } else {
+      const Token& a = peek();
+      const bool arg_start = a.type == Tok::kString || a.type == Tok::kInt || a.type == Tok::kFloat ||
+                             (a.type == Tok::kName && a.text != "else" && a.text != "or" && a.text != "and" &&
+                              a.text != "if" && a.text != "is" && a.text != "in" && a.text != "not") ||
+                             (a.type == Tok::kOp && (a.text == "[" || a.text == "{"));
+      if (arg_start) {
+        PAGODA_ASSIGN_OR_RETURN(NodePtr arg, parse_primary());
+        PAGODA_ASSIGN_OR_RETURN(arg, parse_postfix(std::move(arg)));
+        n->kids.push_back(std::move(arg));
+      }
+    }
+    return n;
+  }
+
+  std::vector<Token> t_;
+  size_t p_ = 0;
+  int depth_ = 0;
+  int max_depth_;
+};
+
+}  // namespace
+
+Expected<NodePtr> parse_template(std::string_view source, int max_depth) {
+  Lexer lx(normalize_newlines(source));
+  PAGODA_ASSIGN_OR_RETURN(std::vector<Token> toks, lx.run());
+  Parser p(std::move(toks), max_depth);
+  return p.parse();
+}
+
+}  // namespace pagoda::tok::jinja
