@@ -85,8 +85,16 @@ Expected<RenderedPrompt> ChatTemplate::render_json(const nlohmann::ordered_json&
   jinja::Context ctx;
   // Everything a client sends is tainted (plain text) except the roles, which the
   // template compares against its own literals.
-  ctx.set("messages", jinja::from_json(messages, /*tainted=*/true, {"role", "type"}));
-  ctx.set("tools", opts.tools.is_null() ? jinja::Value::none() : jinja::from_json(opts.tools, true));
+  auto msgs = jinja::from_json(messages, /*tainted=*/true, {"role", "type"});
+  if (!msgs.ok()) return make_error("chat template: messages: " + msgs.message());
+  ctx.set("messages", std::move(msgs).value());
+  if (opts.tools.is_null()) {
+    ctx.set("tools", jinja::Value::none());
+  } else {
+    auto tools = jinja::from_json(opts.tools, true);
+    if (!tools.ok()) return make_error("chat template: tools: " + tools.message());
+    ctx.set("tools", std::move(tools).value());
+  }
   ctx.set("documents", jinja::Value::none());
   ctx.set("add_generation_prompt", jinja::Value::boolean(opts.add_generation_prompt));
   ctx.set("bos_token", jinja::literal_str(bos_));

@@ -37,8 +37,8 @@ struct Limits {
   int max_call_depth = 64;                 // macro recursion
   int64_t max_steps = 5'000'000;           // evaluated nodes and loop iterations
   double max_seconds = 0.5;                // wall clock per render
-  size_t max_output_bytes = 16u << 20;     // the rendered text
-  size_t max_memory_bytes = 32u << 20;     // live strings, lists and dicts
+  size_t max_output_bytes = 8u << 20;      // the rendered text (a 128K-token prompt is ~0.5 MiB)
+  size_t max_memory_bytes = 16u << 20;     // live strings, lists and dicts
 };
 
 struct Rendered {
@@ -72,6 +72,8 @@ class Template {
 // JSON -> Value, keeping object key order (use ordered_json: jinja2 sees dicts in
 // the order the client wrote them). tainted: strings are marked as message content,
 // except the values of keys listed in untainted_keys (e.g. "role").
-Value from_json(const nlohmann::ordered_json& j, bool tainted, const std::vector<std::string>& untainted_keys = {});
+// Errors: nesting deeper than 128 levels.
+Expected<Value> from_json(const nlohmann::ordered_json& j, bool tainted,
+                          const std::vector<std::string>& untainted_keys = {});
 
 }  // namespace pagoda::tok::jinja

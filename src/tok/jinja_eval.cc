@@ -22,7 +22,10 @@ void Context::set(const std::string& name, Value v) {
   (void)vars_.dict().set(literal_str(name), std::move(v));
 }
 
-Value from_json(const nlohmann::ordered_json& j, bool tainted, const std::vector<std::string>& untainted_keys) {
+namespace {
+Expected<Value> from_json_at(const nlohmann::ordered_json& j, bool tainted, const std::vector<std::string>& untainted_keys,
+                             int depth) {
+  if (depth > 128) return make_error("JSON input nested deeper than 128 levels");
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null: return Value::none();
     case nlohmann::ordered_json::value_t::boolean: return Value::boolean(j.get<bool>());
@@ -35,7 +38,10 @@ Value from_json(const nlohmann::ordered_json& j, bool tainted, const std::vector
     case nlohmann::ordered_json::value_t::string: return literal_str(j.get<std::string>(), tainted);
     case nlohmann::ordered_json::value_t::array: {
       auto l = std::make_shared<List>();
-      for (const auto& e : j) l->items.push_back(from_json(e, tainted, untainted_keys));
+      for (const auto& e : j) {
+        PAGODA_ASSIGN_OR_RETURN(Value v, from_json_at(e, tainted, untainted_keys, depth + 1));
+        l->items.push_back(std::move(v));
+      }
       Value v;
       v.type = Value::Type::kList;
       v.obj = std::move(l);
@@ -46,15 +52,21 @@ Value from_json(const nlohmann::ordered_json& j, bool tainted, const std::vector
       for (auto it = j.begin(); it != j.end(); ++it) {
         bool t = tainted;
         for (const auto& k : untainted_keys) t = t && k != it.key();
-        (void)d->set(literal_str(it.key()), from_json(it.value(), t, untainted_keys));
+        PAGODA_ASSIGN_OR_RETURN(Value v, from_json_at(it.value(), t, untainted_keys, depth + 1));
+        PAGODA_TRY(d->set(literal_str(it.key()), std::move(v)));
       }
       Value v;
       v.type = Value::Type::kDict;
       v.obj = std::move(d);
       return v;
     }
-    default: return Value::none();
+    default: return make_error("unsupported JSON value (binary)");
   }
+}
+}  // namespace
+
+Expected<Value> from_json(const nlohmann::ordered_json& j, bool tainted, const std::vector<std::string>& untainted_keys) {
+  return from_json_at(j, tainted, untainted_keys, 0);
 }
 
 Expected<Template> Template::parse(std::string_view source, const Limits& limits) {
@@ -86,12 +98,17 @@ Interp::Interp(const Limits& limits, Heap* heap, std::time_t now)
 }
 
 Status Interp::step() {
-  ++steps_;
+  steps_ += 1 + static_cast<int64_t>(heap_->take_work() / 256);
   if (steps_ > limits_.max_steps) {
     return errorf("template exceeded its step limit (%lld evaluation steps)", static_cast<long long>(limits_.max_steps));
   }
-  if ((steps_ & 1023) == 0 && std::chrono::steady_clock::now() > deadline_) {
-    return errorf("template exceeded its time limit (%.2f s)", limits_.max_seconds);
+  // A step can cost up to ~1 ms (a builtin over a large string or list), so the
+  // clock is read often enough to stop close to the deadline.
+  if (steps_ >= next_clock_check_) {
+    next_clock_check_ = steps_ + 64;
+    if (std::chrono::steady_clock::now() > deadline_) {
+      return errorf("template exceeded its time limit (%.2f s)", limits_.max_seconds);
+    }
   }
   return Status::Ok();
 }
@@ -105,10 +122,13 @@ Status Interp::run(const Node& root, const Value& globals, StrBuilder& out) {
   root_ = &top;
   Status st = exec_body(root, top, out);
   root_ = nullptr;
-  if (st.ok() && out.overflow()) {
-    return errorf("template output exceeds its limit of %zu bytes", limits_.max_output_bytes);
-  }
+  if (st.ok() && out.overflow()) return output_error();
   return st;
+}
+
+Error Interp::output_error() const {
+  return errorf("template output exceeds its limit of %zu bytes (or its memory limit inside a macro or set block)",
+                limits_.max_output_bytes);
 }
 
 Status Interp::exec_body(const Node& body, Scope& sc, StrBuilder& out) {
@@ -122,10 +142,14 @@ Status Interp::exec_body(const Node& body, Scope& sc, StrBuilder& out) {
 Status Interp::exec(const Node& n, Scope& sc, StrBuilder& out) {
   PAGODA_TRY(step());
   switch (n.kind) {
-    case NodeKind::kText: out.append(n.name); break;
+    case NodeKind::kText:
+      out.append(n.name);
+      if (out.overflow()) return output_error();
+      break;
     case NodeKind::kOutput: {
       PAGODA_ASSIGN_OR_RETURN(Value v, eval(*n.kids[0], sc));
       PAGODA_TRY(print_value(v, out));
+      if (out.overflow()) return output_error();
       break;
     }
     case NodeKind::kBody: return exec_body(n, sc, out);

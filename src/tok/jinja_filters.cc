@@ -2,16 +2,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <unordered_set>
 
 #include "tok/jinja_interp.h"
 #include "tok/unicode.h"
 
 namespace pagoda::tok::jinja {
-
-// jinja_ops.cc
-Expected<Value> py_strip_value(const Value& v, const std::string* chars, bool left, bool right);
-Expected<Value> py_replace(const Value& v, const Value& from, const Value& to, int64_t count);
-Expected<Value> case_map(const Value& v, char how);
 
 namespace {
 
@@ -300,13 +296,18 @@ Expected<Value> f_list(Interp&, const Value& v, CallArgs&) {
   return make_list(std::move(items));
 }
 
-Expected<Value> f_unique(Interp&, const Value& v, CallArgs&) {
+Expected<Value> f_unique(Interp& in, const Value& v, CallArgs&) {
   PAGODA_ASSIGN_OR_RETURN(std::vector<Value> items, iterate(v));
   std::vector<Value> out;
+  std::unordered_set<std::string> seen;  // hashable items: linear time
   for (const Value& x : items) {
-    bool seen = false;
-    for (const Value& y : out) seen = seen || equals(x, y);
-    if (!seen) out.push_back(x);
+    PAGODA_TRY(in.step());
+    std::string key;
+    if (!hash_key(x, &key)) return make_error("unique: unhashable item (list or dict)");
+    if (x.is_str()) {  // case_sensitive=False
+      for (size_t i = 2; i < key.size(); ++i) key[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(key[i])));
+    }
+    if (seen.insert(std::move(key)).second) out.push_back(x);
   }
   return make_generator(std::move(out));
 }
@@ -405,7 +406,7 @@ Expected<Value> f_round(Interp&, const Value& v, CallArgs& a) {
   const std::string method = m != nullptr && m->is_str() ? m->str().s : "common";
   const double scale = std::pow(10.0, prec);
   double x = v.as_double() * scale;
-  if (method == "common") x = std::round(x);
+  if (method == "common") x = std::nearbyint(x);  // Python's round: half to even
   else if (method == "floor") x = std::floor(x);
   else if (method == "ceil") x = std::ceil(x);
   else return make_error("round: method must be common, floor or ceil");
@@ -448,7 +449,10 @@ Expected<Value> f_format(Interp&, const Value& v, CallArgs& a) {
 Expected<Value> f_attr(Interp&, const Value& v, CallArgs& a) {
   const Value* n = arg(a, 0, "name");
   if (n == nullptr || !n->is_str()) return make_error("attr needs a name");
-  return get_attr(v, n->str().s);
+  // Python getattr only: a dict's keys are not attributes.
+  PAGODA_ASSIGN_OR_RETURN(Value r, get_attr(v, n->str().s));
+  if (v.is_dict() && !v.dict().is_namespace && r.type != Value::Type::kFunc) return Value();
+  return r;
 }
 
 Expected<Value> f_wordcount(Interp&, const Value& v, CallArgs&) {

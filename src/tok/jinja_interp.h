@@ -46,11 +46,13 @@ class Interp {
   Expected<Value> eval_call(const Node& n, Scope& sc);
   Status eval_args(const Node& n, size_t first, Scope& sc, CallArgs* args);
   Value define_macro(const Node& n, Scope& sc);
+  Error output_error() const;
 
   Limits limits_;
   Heap* heap_;
   std::time_t now_;
   int64_t steps_ = 0;
+  int64_t next_clock_check_ = 64;
   int depth_ = 0;
   Flow flow_ = Flow::kNormal;
   std::chrono::steady_clock::time_point deadline_;
@@ -69,6 +71,20 @@ Expected<Value> slice(const Value& obj, const Value& start, const Value& stop, c
 void add_globals(Scope& sc);
 // Python binary operators on values: + - * / // % ** ~ and comparisons.
 Expected<Value> binary_op(const std::string& op, const Value& a, const Value& b);
+// Python str semantics (jinja_strings.cc): UTF-8 code points, taint carried along.
+size_t sfind(std::string_view h, std::string_view n, size_t pos);  // linear time
+size_t srfind(std::string_view h, std::string_view n);
+size_t cp_len_at(std::string_view s, size_t i);    // bytes of the code point at i (1 if invalid)
+uint32_t cp_at(std::string_view s, size_t i);
+size_t prev_start(std::string_view s, size_t end);  // start of the code point ending at end
+Expected<Value> substr_value(const Str& s, size_t b, size_t e);
+Expected<Value> py_strip_value(const Value& v, const std::string* chars, bool left, bool right);
+Expected<Value> py_replace(const Value& v, const Value& from, const Value& to, int64_t count);
+Expected<Value> case_map(const Value& v, char how);  // 'u'pper 'l'ower 't'itle 'c'apitalize (ASCII)
+bool is_str_method(const std::string& name);
+Expected<Value> str_method(const Value& self, const std::string& name, CallArgs& a);
+// markupsafe.escape (jinja_filters.cc).
+Expected<Value> html_escape(const Value& v);
 // Iterates v as a for loop does (dict -> keys, string -> characters, undefined -> nothing).
 Expected<std::vector<Value>> iterate(const Value& v);
 

@@ -15,8 +15,6 @@ constexpr int64_t kMaxRange = 100000;  // jinja2's sandbox MAX_RANGE
 
 }  // namespace
 
-Expected<Value> html_escape(const Value& v);  // jinja_filters.cc
-
 namespace {
 
 Error unsupported_op(const std::string& op, const Value& a, const Value& b) {
@@ -31,6 +29,10 @@ Status room(size_t bytes) {
   }
   return Status::Ok();
 }
+
+}  // namespace
+
+namespace {
 
 Expected<Value> repeat(const Value& seq, int64_t n) {
   if (n < 0) n = 0;
@@ -65,8 +67,9 @@ Expected<bool> contains(const Value& container, const Value& item) {
   switch (container.type) {
     case Value::Type::kStr:
       if (!item.is_str()) return make_error("'in <string>' requires a string as left operand");
-      return container.str().s.find(item.str().s) != std::string::npos;
+      return sfind(container.str().s, item.str().s, 0) != std::string::npos;
     case Value::Type::kList:
+      add_work(container.list().items.size());
       for (const Value& v : container.list().items) {
         if (equals(v, item)) return true;
       }
@@ -252,350 +255,9 @@ Expected<Value> percent_format(const Value& fmt, const Value& args) {
   return make_str(std::move(out));
 }
 
-// Python str methods.
-bool in_chars(uint32_t cp, const std::string* chars) {
-  if (chars == nullptr) return py_isspace_cp(cp);
-  for (size_t i = 0; i < chars->size();) {
-    size_t l = utf8_valid_len(*chars, i);
-    if (l == 0) l = 1;
-    if (utf8_decode(*chars, i, l) == cp) return true;
-    i += l;
-  }
-  return false;
-}
-
-size_t cp_len_at(std::string_view s, size_t i) {
-  const size_t l = utf8_valid_len(s, i);
-  return l == 0 ? 1 : l;
-}
-
-size_t prev_start(std::string_view s, size_t end) {
-  size_t start = end - 1;
-  while (start > 0 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80 && end - start < 4) --start;
-  if (cp_len_at(s, start) != end - start) start = end - 1;
-  return start;
-}
-
-uint32_t cp_at(std::string_view s, size_t i) {
-  const size_t l = utf8_valid_len(s, i);
-  return l == 0 ? static_cast<unsigned char>(s[i]) : utf8_decode(s, i, l);
-}
-
 }  // namespace
 
-Expected<Value> py_strip_value(const Value& v, const std::string* chars, bool left, bool right) {
-  const Str& s = v.str();
-  size_t b = 0, e = s.s.size();
-  if (left) {
-    while (b < e && in_chars(cp_at(s.s, b), chars)) b += cp_len_at(s.s, b);
-  }
-  if (right) {
-    while (e > b) {
-      const size_t st = prev_start(s.s, e);
-      if (!in_chars(cp_at(s.s, st), chars)) break;
-      e = st;
-    }
-  }
-  StrBuilder out;
-  out.append(s, b, e - b);
-  return make_str(std::move(out));
-}
-
-
 namespace {
-
-Expected<Value> substr_value(const Str& s, size_t b, size_t e) {
-  StrBuilder out;
-  out.append(s, b, e - b);
-  return make_str(std::move(out));
-}
-
-// Python str.split(sep=None, maxsplit=-1).
-Expected<Value> py_split(const Value& v, const Value* sep, int64_t maxsplit) {
-  const Str& s = v.str();
-  std::vector<Value> parts;
-  if (sep == nullptr || sep->is_none()) {
-    size_t i = 0;
-    const size_t n = s.s.size();
-    for (;;) {
-      while (i < n && py_isspace_cp(cp_at(s.s, i))) i += cp_len_at(s.s, i);
-      if (i >= n) break;
-      if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) >= maxsplit) {
-        size_t e = n;
-        while (e > i) {
-          const size_t st = prev_start(s.s, e);
-          if (!py_isspace_cp(cp_at(s.s, st))) break;
-          e = st;
-        }
-        PAGODA_ASSIGN_OR_RETURN(Value p, substr_value(s, i, e));
-        parts.push_back(std::move(p));
-        break;
-      }
-      size_t j = i;
-      while (j < n && !py_isspace_cp(cp_at(s.s, j))) j += cp_len_at(s.s, j);
-      PAGODA_ASSIGN_OR_RETURN(Value p, substr_value(s, i, j));
-      parts.push_back(std::move(p));
-      i = j;
-    }
-    return make_list(std::move(parts));
-  }
-  if (!sep->is_str()) return make_error("split: separator must be a string");
-  const std::string& d = sep->str().s;
-  if (d.empty()) return make_error("split: empty separator");
-  size_t i = 0;
-  for (;;) {
-    const size_t j = (maxsplit >= 0 && static_cast<int64_t>(parts.size()) >= maxsplit) ? std::string::npos : s.s.find(d, i);
-    if (j == std::string::npos) {
-      PAGODA_ASSIGN_OR_RETURN(Value p, substr_value(s, i, s.s.size()));
-      parts.push_back(std::move(p));
-      break;
-    }
-    PAGODA_ASSIGN_OR_RETURN(Value p, substr_value(s, i, j));
-    parts.push_back(std::move(p));
-    i = j + d.size();
-  }
-  return make_list(std::move(parts));
-}
-
-}  // namespace
-
-// Python str.replace(old, new, count=-1) keeping the taint of both sides.
-Expected<Value> py_replace(const Value& v, const Value& from, const Value& to, int64_t count) {
-  if (!from.is_str() || !to.is_str()) return make_error("replace: arguments must be strings");
-  const Str& s = v.str();
-  const std::string& f = from.str().s;
-  StrBuilder out;
-  size_t i = 0;
-  int64_t done = 0;
-  if (f.empty()) {
-    // Python inserts `to` between every character (and at both ends).
-    while (i <= s.s.size() && (count < 0 || done < count)) {
-      out.append(to.str());
-      ++done;
-      if (i == s.s.size()) { i = s.s.size() + 1; break; }
-      const size_t l = cp_len_at(s.s, i);
-      out.append(s, i, l);
-      i += l;
-    }
-    if (i <= s.s.size()) out.append(s, i);
-    return make_str(std::move(out));
-  }
-  for (;;) {
-    const size_t j = (count >= 0 && done >= count) ? std::string::npos : s.s.find(f, i);
-    if (j == std::string::npos) {
-      out.append(s, i);
-      break;
-    }
-    out.append(s, i, j - i);
-    out.append(to.str());
-    i = j + f.size();
-    ++done;
-  }
-  return make_str(std::move(out));
-}
-
-// ASCII case mapping keeps byte offsets, so the taint spans stay valid.
-Expected<Value> case_map(const Value& v, char how) {
-  const Str& s = v.str();
-  StrBuilder out;
-  out.append(s);
-  std::string& t = out.text();
-  bool word_start = true;
-  for (size_t i = 0; i < t.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(t[i]);
-    const bool alpha = std::isalpha(c) != 0;
-    switch (how) {
-      case 'u': t[i] = static_cast<char>(std::toupper(c)); break;
-      case 'l': t[i] = static_cast<char>(std::tolower(c)); break;
-      case 'c': t[i] = static_cast<char>(i == 0 ? std::toupper(c) : std::tolower(c)); break;
-      case 't':
-        t[i] = static_cast<char>(word_start ? std::toupper(c) : std::tolower(c));
-        word_start = !alpha && c < 0x80;
-        break;
-    }
-  }
-  return make_str(std::move(out));
-}
-
-namespace {
-
-Expected<Value> str_method(const Value& self, const std::string& name, CallArgs& a) {
-  const Str& s = self.str();
-  auto arg_str = [&](size_t i, const char* kw) -> const std::string* {
-    const Value* v = a.get(i, kw);
-    return v != nullptr && v->is_str() ? &v->str().s : nullptr;
-  };
-  if (name == "strip" || name == "lstrip" || name == "rstrip") {
-    const Value* c = a.get(0, "chars");
-    const std::string* chars = c != nullptr && c->is_str() ? &c->str().s : nullptr;
-    return py_strip_value(self, chars, name != "rstrip", name != "lstrip");
-  }
-  if (name == "split") {
-    const Value* mx = a.get(1, "maxsplit");
-    return py_split(self, a.get(0, "sep"), mx != nullptr ? mx->as_int() : -1);
-  }
-  if (name == "startswith" || name == "endswith") {
-    const Value* p = a.get(0, "prefix");
-    if (p == nullptr) return errorf("%s() takes one argument", name.c_str());
-    std::vector<Value> cands;
-    if (p->is_list()) cands = p->list().items; else cands.push_back(*p);
-    for (const Value& c : cands) {
-      if (!c.is_str()) return errorf("%s: argument must be a string or a tuple of strings", name.c_str());
-      const std::string& x = c.str().s;
-      if (x.size() > s.s.size()) continue;
-      if (name == "startswith" ? s.s.compare(0, x.size(), x) == 0 : s.s.compare(s.s.size() - x.size(), x.size(), x) == 0) {
-        return Value::boolean(true);
-      }
-    }
-    return Value::boolean(false);
-  }
-  if (name == "replace") {
-    const Value* f = a.get(0, "old");
-    const Value* t = a.get(1, "new");
-    const Value* c = a.get(2, "count");
-    if (f == nullptr || t == nullptr) return make_error("replace() takes two arguments");
-    return py_replace(self, *f, *t, c != nullptr ? c->as_int() : -1);
-  }
-  if (name == "upper") return case_map(self, 'u');
-  if (name == "lower") return case_map(self, 'l');
-  if (name == "title") return case_map(self, 't');
-  if (name == "capitalize") return case_map(self, 'c');
-  if (name == "find" || name == "rfind" || name == "index" || name == "count") {
-    const std::string* x = arg_str(0, "sub");
-    if (x == nullptr) return errorf("%s() needs a string argument", name.c_str());
-    if (name == "count") {
-      if (x->empty()) return Value::integer(static_cast<int64_t>(utf8_length(s.s)) + 1);
-      int64_t n = 0;
-      for (size_t i = s.s.find(*x); i != std::string::npos; i = s.s.find(*x, i + x->size())) ++n;
-      return Value::integer(n);
-    }
-    const size_t p = name == "rfind" ? s.s.rfind(*x) : s.s.find(*x);
-    if (p == std::string::npos) {
-      if (name == "index") return make_error("substring not found");
-      return Value::integer(-1);
-    }
-    return Value::integer(static_cast<int64_t>(utf8_length(std::string_view(s.s).substr(0, p))));
-  }
-  if (name == "join") {
-    const Value* it = a.get(0, "iterable");
-    if (it == nullptr) return make_error("join() takes one argument");
-    PAGODA_ASSIGN_OR_RETURN(std::vector<Value> items, iterate(*it));
-    StrBuilder out;
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (i > 0) out.append(s);
-      if (!items[i].is_str()) return make_error("join: sequence item is not a string");
-      out.append(items[i].str());
-    }
-    return make_str(std::move(out));
-  }
-  if (name == "removeprefix" || name == "removesuffix") {
-    const std::string* x = arg_str(0, "prefix");
-    if (x == nullptr) return errorf("%s() needs a string argument", name.c_str());
-    if (name == "removeprefix" && s.s.compare(0, x->size(), *x) == 0) return substr_value(s, x->size(), s.s.size());
-    if (name == "removesuffix" && !x->empty() && x->size() <= s.s.size() &&
-        s.s.compare(s.s.size() - x->size(), x->size(), *x) == 0) {
-      return substr_value(s, 0, s.s.size() - x->size());
-    }
-    return self;
-  }
-  if (name == "splitlines") {
-    std::vector<Value> parts;
-    size_t b = 0;
-    for (size_t i = 0; i < s.s.size();) {
-      const uint32_t c = cp_at(s.s, i);
-      const size_t l = cp_len_at(s.s, i);
-      const bool br = c == '\n' || c == '\r' || c == '\v' || c == '\f' || (c >= 0x1C && c <= 0x1E) || c == 0x85 ||
-                      c == 0x2028 || c == 0x2029;
-      if (!br) {
-        i += l;
-        continue;
-      }
-      PAGODA_ASSIGN_OR_RETURN(Value p, substr_value(s, b, i));
-      parts.push_back(std::move(p));
-      i += l;
-      if (c == '\r' && i < s.s.size() && s.s[i] == '\n') ++i;
-      b = i;
-    }
-    if (b < s.s.size()) {
-      PAGODA_ASSIGN_OR_RETURN(Value p, substr_value(s, b, s.s.size()));
-      parts.push_back(std::move(p));
-    }
-    return make_list(std::move(parts));
-  }
-  if (name == "isdigit" || name == "isalpha" || name == "isspace" || name == "isalnum" || name == "islower" || name == "isupper") {
-    if (s.s.empty()) return Value::boolean(false);
-    bool ok = true, cased = false;
-    for (unsigned char c : s.s) {
-      if (name == "isdigit") ok = ok && std::isdigit(c);
-      else if (name == "isalpha") ok = ok && std::isalpha(c);
-      else if (name == "isalnum") ok = ok && std::isalnum(c);
-      else if (name == "isspace") ok = ok && py_isspace_cp(c);
-      else if (name == "islower") { ok = ok && !std::isupper(c); cased = cased || std::islower(c); }
-      else { ok = ok && !std::islower(c); cased = cased || std::isupper(c); }
-    }
-    if (name == "islower" || name == "isupper") ok = ok && cased;
-    return Value::boolean(ok);
-  }
-  if (name == "format") {
-    // "{}", "{0}", "{name}" and "{{"/"}}"; format specs and conversions are refused.
-    StrBuilder out;
-    size_t auto_idx = 0;
-    for (size_t i = 0; i < s.s.size(); ++i) {
-      const char c = s.s[i];
-      if (c == '}' ) {
-        if (i + 1 < s.s.size() && s.s[i + 1] == '}') ++i;
-        else return make_error("format: single '}' in format string");
-        out.append("}");
-        continue;
-      }
-      if (c != '{') {
-        out.append(s, i, 1);
-        continue;
-      }
-      if (i + 1 < s.s.size() && s.s[i + 1] == '{') {
-        out.append("{");
-        ++i;
-        continue;
-      }
-      const size_t e = s.s.find('}', i);
-      if (e == std::string::npos) return make_error("format: unclosed '{'");
-      const std::string field = s.s.substr(i + 1, e - i - 1);
-      if (field.find_first_of(":!.[") != std::string::npos) {
-        return errorf("unsupported construct: str.format field '{%s}'", field.c_str());
-      }
-      const Value* v = nullptr;
-      if (field.empty()) {
-        v = auto_idx < a.pos.size() ? &a.pos[auto_idx] : nullptr;
-        ++auto_idx;
-      } else if (std::isdigit(static_cast<unsigned char>(field[0]))) {
-        const size_t k = static_cast<size_t>(std::atoi(field.c_str()));
-        v = k < a.pos.size() ? &a.pos[k] : nullptr;
-      } else {
-        for (const auto& [kn, kv] : a.kw) {
-          if (kn == field) v = &kv;
-        }
-      }
-      if (v == nullptr) return errorf("format: no argument for field '{%s}'", field.c_str());
-      PAGODA_TRY(print_value(*v, out));
-      i = e;
-    }
-    return make_str(std::move(out));
-  }
-  return errorf("unsupported string method '%s'", name.c_str());
-}
-
-bool is_str_method(const std::string& n) {
-  static const char* const kNames[] = {"strip", "lstrip", "rstrip", "split", "startswith", "endswith", "replace",
-                                       "upper", "lower", "title", "capitalize", "find", "rfind", "index", "count",
-                                       "join", "removeprefix", "removesuffix", "splitlines", "isdigit", "isalpha",
-                                       "isspace", "isalnum", "islower", "isupper", "format", "rsplit", "zfill",
-                                       "center", "ljust", "rjust", "encode", "partition", "rpartition", "casefold",
-                                       "swapcase", "expandtabs", "translate"};
-  for (const char* k : kNames) {
-    if (n == k) return true;
-  }
-  return false;
-}
 
 Expected<Value> dict_method(const Value& self, const std::string& name, CallArgs& a) {
   const Dict& d = self.dict();
@@ -753,6 +415,7 @@ Expected<Value> slice(const Value& obj, const Value& start, const Value& stop, c
   e = adjust(e, has_e, st < 0 ? -1 : n);
   std::vector<int64_t> idx;
   for (int64_t i = b; st > 0 ? i < e : i > e; i += st) idx.push_back(i);
+  add_work(idx.size());
   if (obj.is_list()) {
     std::vector<Value> out;
     out.reserve(idx.size());
@@ -765,18 +428,24 @@ Expected<Value> slice(const Value& obj, const Value& start, const Value& stop, c
     const size_t eo = e > b ? utf8_offset(s.s, e) : bo;
     return substr_value(s, bo, eo);
   }
+  // Byte offset of every code point once ([n + 1]), then pick: linear time.
+  std::vector<size_t> offs;
+  offs.reserve(static_cast<size_t>(n) + 1);
+  for (size_t i = 0; i < s.s.size(); i += cp_len_at(s.s, i)) offs.push_back(i);
+  offs.push_back(s.s.size());
   StrBuilder out;
   for (int64_t i : idx) {
-    const size_t o = utf8_offset(s.s, i);
-    out.append(s, o, cp_len_at(s.s, o));
+    const size_t k = static_cast<size_t>(i);
+    out.append(s, offs[k], offs[k + 1] - offs[k]);
   }
   return make_str(std::move(out));
 }
 
 Expected<std::vector<Value>> iterate(const Value& v) {
   switch (v.type) {
-    case Value::Type::kList: return v.list().items;
+    case Value::Type::kList: add_work(v.list().items.size()); return v.list().items;
     case Value::Type::kDict: {
+      add_work(v.dict().items.size());
       if (v.dict().is_namespace) return make_error("a namespace is not iterable");
       std::vector<Value> keys;
       for (const auto& kv : v.dict().items) keys.push_back(kv.first);

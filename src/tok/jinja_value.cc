@@ -58,6 +58,7 @@ StrBuilder::StrBuilder() : cap_(g_heap != nullptr ? g_heap->limit() - g_heap->us
 
 void StrBuilder::append(std::string_view s, bool tainted) {
   if (!fits(s.size())) return;
+  add_work(s.size());
   const size_t at = s_.size();
   s_.append(s);
   if (tainted) add_span(at, s_.size());
@@ -67,6 +68,7 @@ void StrBuilder::append(const Str& src, size_t pos, size_t n) {
   if (pos > src.s.size()) pos = src.s.size();
   const size_t end = n == std::string::npos || n > src.s.size() - pos ? src.s.size() : pos + n;
   if (!fits(end - pos)) return;
+  add_work(end - pos);
   const size_t at = s_.size();
   s_.append(src.s, pos, end - pos);
   for (const Span& sp : src.taint) {
@@ -110,6 +112,7 @@ Expected<Value> make_list(std::vector<Value> items, bool tuple) {
   bool ok;
   charge_or_fail(*o, items.size() * sizeof(Value) + sizeof(List), &ok);
   if (!ok) return heap_error();
+  add_work(items.size());
   o->items = std::move(items);
   o->tuple = tuple;
   Value v;
@@ -221,6 +224,7 @@ bool truthy(const Value& v) {
 
 bool equals(const Value& a, const Value& b, int depth) {
   if (depth > kMaxDepth) return false;
+  add_work(1);
   if (a.is_number() && b.is_number()) {
     if (a.type == Value::Type::kFloat || b.type == Value::Type::kFloat) return a.as_double() == b.as_double();
     return a.as_int() == b.as_int();
@@ -557,6 +561,7 @@ bool py_isspace_cp(uint32_t cp) {
 }
 
 size_t utf8_length(std::string_view s) {
+  add_work(s.size());
   size_t n = 0;
   for (size_t i = 0; i < s.size();) {
     const size_t len = utf8_valid_len(s, i);
@@ -568,6 +573,7 @@ size_t utf8_length(std::string_view s) {
 
 size_t utf8_offset(std::string_view s, int64_t cp) {
   size_t i = 0;
+  add_work(cp > 0 ? static_cast<size_t>(cp) : 0);
   for (int64_t k = 0; k < cp && i < s.size(); ++k) {
     const size_t len = utf8_valid_len(s, i);
     i += len == 0 ? 1 : len;

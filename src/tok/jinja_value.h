@@ -47,17 +47,29 @@ class Heap {
     return true;
   }
   void release(size_t n) { used_ -= n < used_ ? n : used_; }
+  // Work done inside builtins (bytes scanned or copied, items visited): the
+  // interpreter turns it into steps, so one call over a large value counts.
+  void add_work(size_t n) { work_ += n; }
+  size_t take_work() {
+    const size_t w = work_;
+    work_ = 0;
+    return w;
+  }
   size_t used() const { return used_; }
   size_t limit() const { return limit_; }
 
  private:
   size_t limit_;
   size_t used_ = 0;
+  size_t work_ = 0;
 };
 
 // The heap that objects created on this thread are charged to (null outside a
 // render: template literals and caller inputs are not charged).
 Heap* current_heap();
+inline void add_work(size_t n) {
+  if (Heap* h = current_heap()) h->add_work(n);
+}
 class HeapScope {
  public:
   explicit HeapScope(Heap* h);
