@@ -54,6 +54,7 @@ struct Node {
   std::vector<std::string> names;
   // kFilter: index into the builtin filter table; kTest: index into the tests.
   int builtin = -1;
+  int depth = 1;  // height of the subtree (bounded by the parser)
 };
 
 // Parses a template source; errors name the line and the construct.

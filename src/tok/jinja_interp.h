@@ -53,7 +53,8 @@ class Interp {
   std::time_t now_;
   int64_t steps_ = 0;
   int64_t next_clock_check_ = 64;
-  int depth_ = 0;
+  int depth_ = 0;       // macro calls
+  int eval_depth_ = 0;  // nested exec/eval calls (C++ stack)
   Flow flow_ = Flow::kNormal;
   std::chrono::steady_clock::time_point deadline_;
   Scope* root_ = nullptr;

@@ -315,7 +315,9 @@ bool is_list_method(const std::string& n) {
 
 Value bound(const Value& self, const std::string& name,
             Expected<Value> (*m)(const Value&, const std::string&, CallArgs&)) {
-  return make_func(name, [self, name, m](Interp&, CallArgs& a) { return m(self, name, a); });
+  Value f = make_func(name, [self, name, m](Interp&, CallArgs& a) { return m(self, name, a); });
+  f.func().self = self;
+  return f;
 }
 
 }  // namespace
@@ -499,6 +501,7 @@ void add_globals(Scope& sc) {
     return [ns](Interp&, CallArgs& a) -> Expected<Value> {
       PAGODA_ASSIGN_OR_RETURN(Value d, make_dict());
       d.dict().is_namespace = ns;
+      d.dict().holds_mutable = ns;
       for (const Value& p : a.pos) {
         if (!p.is_dict()) return make_error("namespace()/dict() takes a dict or keyword arguments");
         for (const auto& [k, v] : p.dict().items) PAGODA_TRY(d.dict().set(k, v));

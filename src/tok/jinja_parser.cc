@@ -1,5 +1,6 @@
 // Parser of the Jinja subset chat templates use: statements (if/for/set/macro/
 // filter/generation/break/continue) and jinja2's expression grammar and precedence.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -51,6 +52,19 @@ class Parser {
     explicit DepthGuard(Parser* pp) : p(pp) { ++p->depth_; }
     ~DepthGuard() { --p->depth_; }
   };
+  // Appends a child, keeping the tree shallow: loops in the grammar (a + b + c...,
+  // x|f|g..., a.b.c...) build chains without recursion, and evaluating or freeing
+  // a chain recurses once per level.
+  Status adopt(Node* parent, NodePtr kid) {
+    if (kid) {
+      parent->depth = std::max(parent->depth, kid->depth + 1);
+      if (parent->depth > 4 * max_depth_) {
+        return err("expression nested too deeply (limit " + std::to_string(4 * max_depth_) + " levels)");
+      }
+    }
+    parent->kids.push_back(std::move(kid));
+    return Status::Ok();
+  }
   Status check_depth() {
     if (depth_ > max_depth_) return err("template nested too deeply (limit " + std::to_string(max_depth_) + ")");
     return Status::Ok();
@@ -72,16 +86,16 @@ class Parser {
         NodePtr n = make(NodeKind::kText, tk.line);
         n->name = tk.text;
         next();
-        body->kids.push_back(std::move(n));
+        PAGODA_TRY(adopt(body.get(), std::move(n)));
         continue;
       }
       if (tk.type == Tok::kVarBegin) {
         next();
         NodePtr n = make(NodeKind::kOutput, tk.line);
         PAGODA_ASSIGN_OR_RETURN(NodePtr e, parse_expr());
-        n->kids.push_back(std::move(e));
+        PAGODA_TRY(adopt(n.get(), std::move(e)));
         PAGODA_TRY(expect(Tok::kVarEnd, "'}}'"));
-        body->kids.push_back(std::move(n));
+        PAGODA_TRY(adopt(body.get(), std::move(n)));
         continue;
       }
       if (tk.type != Tok::kBlockBegin) return err("unexpected token '" + tk.text + "'");
@@ -97,7 +111,7 @@ class Parser {
       }
       next();
       PAGODA_ASSIGN_OR_RETURN(NodePtr st, parse_statement());
-      if (st) body->kids.push_back(std::move(st));
+      if (st) PAGODA_TRY(adopt(body.get(), std::move(st)));
     }
   }
 
@@ -126,8 +140,8 @@ class Parser {
       std::string end;
       PAGODA_ASSIGN_OR_RETURN(NodePtr body, parse_body({"endfilter"}, &end));
       PAGODA_TRY(expect(Tok::kBlockEnd, "'%}'"));
-      n->kids.push_back(std::move(body));
-      n->kids.push_back(std::move(chain));
+      PAGODA_TRY(adopt(n.get(), std::move(body)));
+      PAGODA_TRY(adopt(n.get(), std::move(chain)));
       return n;
     }
     if (k == "include" || k == "import" || k == "from" || k == "extends") {
@@ -143,13 +157,13 @@ class Parser {
       PAGODA_TRY(expect(Tok::kBlockEnd, "'%}'"));
       std::string end;
       PAGODA_ASSIGN_OR_RETURN(NodePtr body, parse_body({"elif", "else", "endif"}, &end));
-      n->kids.push_back(std::move(cond));
-      n->kids.push_back(std::move(body));
+      PAGODA_TRY(adopt(n.get(), std::move(cond)));
+      PAGODA_TRY(adopt(n.get(), std::move(body)));
       if (end == "elif") continue;
       if (end == "else") {
         PAGODA_TRY(expect(Tok::kBlockEnd, "'%}'"));
         PAGODA_ASSIGN_OR_RETURN(NodePtr els, parse_body({"endif"}, &end));
-        n->kids.push_back(std::move(els));
+        PAGODA_TRY(adopt(n.get(), std::move(els)));
       }
       PAGODA_TRY(expect(Tok::kBlockEnd, "'%}'"));
       return n;
@@ -199,10 +213,10 @@ class Parser {
       PAGODA_ASSIGN_OR_RETURN(els, parse_body({"endfor"}, &end));
     }
     PAGODA_TRY(expect(Tok::kBlockEnd, "'%}'"));
-    n->kids.push_back(std::move(iter));
-    n->kids.push_back(std::move(body));
-    n->kids.push_back(std::move(els));
-    n->kids.push_back(std::move(cond));
+    PAGODA_TRY(adopt(n.get(), std::move(iter)));
+    PAGODA_TRY(adopt(n.get(), std::move(body)));
+    PAGODA_TRY(adopt(n.get(), std::move(els)));
+    PAGODA_TRY(adopt(n.get(), std::move(cond)));
     return n;
   }
 
@@ -214,7 +228,7 @@ class Parser {
       NodePtr n = make(NodeKind::kSet, line);
       n->names = std::move(targets);
       PAGODA_ASSIGN_OR_RETURN(NodePtr v, parse_tuple_or_expr(false));
-      n->kids.push_back(std::move(v));
+      PAGODA_TRY(adopt(n.get(), std::move(v)));
       PAGODA_TRY(expect(Tok::kBlockEnd, "'%}'"));
       return n;
     }
@@ -226,7 +240,7 @@ class Parser {
     std::string end;
     PAGODA_ASSIGN_OR_RETURN(NodePtr body, parse_body({"endset"}, &end));
     PAGODA_TRY(expect(Tok::kBlockEnd, "'%}'"));
-    n->kids.push_back(std::move(body));
+    PAGODA_TRY(adopt(n.get(), std::move(body)));
     return n;
   }
 
@@ -255,8 +269,8 @@ class Parser {
     PAGODA_ASSIGN_OR_RETURN(NodePtr body, parse_body({"endmacro"}, &end));
     if (peek().type == Tok::kName) next();  // {% endmacro name %}
     PAGODA_TRY(expect(Tok::kBlockEnd, "'%}'"));
-    n->kids.push_back(std::move(body));
-    for (auto& d : defaults) n->kids.push_back(std::move(d));
+    PAGODA_TRY(adopt(n.get(), std::move(body)));
+    for (auto& d : defaults) PAGODA_TRY(adopt(n.get(), std::move(d)));
     return n;
   }
 
@@ -266,12 +280,12 @@ class Parser {
     PAGODA_ASSIGN_OR_RETURN(NodePtr first, no_cond ? parse_or() : parse_expr());
     if (!is_op(",")) return first;
     NodePtr t = make(NodeKind::kTupleLit, line);
-    t->kids.push_back(std::move(first));
+    PAGODA_TRY(adopt(t.get(), std::move(first)));
     while (is_op(",")) {
       next();
       if (peek().type == Tok::kBlockEnd || peek().type == Tok::kVarEnd || is_name("if")) break;
       PAGODA_ASSIGN_OR_RETURN(NodePtr e, no_cond ? parse_or() : parse_expr());
-      t->kids.push_back(std::move(e));
+      PAGODA_TRY(adopt(t.get(), std::move(e)));
     }
     return t;
   }
@@ -290,19 +304,19 @@ class Parser {
         next();
         PAGODA_ASSIGN_OR_RETURN(els, parse_expr());
       }
-      n->kids.push_back(std::move(cond));
-      n->kids.push_back(std::move(a));
-      n->kids.push_back(std::move(els));
+      PAGODA_TRY(adopt(n.get(), std::move(cond)));
+      PAGODA_TRY(adopt(n.get(), std::move(a)));
+      PAGODA_TRY(adopt(n.get(), std::move(els)));
       a = std::move(n);
     }
     return a;
   }
 
-  NodePtr binary(const std::string& op, NodePtr l, NodePtr r) {
+  Expected<NodePtr> binary(const std::string& op, NodePtr l, NodePtr r) {
     NodePtr n = make(NodeKind::kBinary, l->line);
     n->op = op;
-    n->kids.push_back(std::move(l));
-    n->kids.push_back(std::move(r));
+    PAGODA_TRY(adopt(n.get(), std::move(l)));
+    PAGODA_TRY(adopt(n.get(), std::move(r)));
     return n;
   }
 
@@ -311,7 +325,7 @@ class Parser {
     while (is_name("or")) {
       next();
       PAGODA_ASSIGN_OR_RETURN(NodePtr r, parse_and());
-      l = binary("or", std::move(l), std::move(r));
+      PAGODA_ASSIGN_OR_RETURN(l, binary("or", std::move(l), std::move(r)));
     }
     return l;
   }
@@ -320,7 +334,7 @@ class Parser {
     while (is_name("and")) {
       next();
       PAGODA_ASSIGN_OR_RETURN(NodePtr r, parse_not());
-      l = binary("and", std::move(l), std::move(r));
+      PAGODA_ASSIGN_OR_RETURN(l, binary("and", std::move(l), std::move(r)));
     }
     return l;
   }
@@ -332,7 +346,7 @@ class Parser {
       PAGODA_ASSIGN_OR_RETURN(NodePtr e, parse_not());
       NodePtr n = make(NodeKind::kUnary, line);
       n->op = "not";
-      n->kids.push_back(std::move(e));
+      PAGODA_TRY(adopt(n.get(), std::move(e)));
       return n;
     }
     return parse_compare();
@@ -356,7 +370,7 @@ class Parser {
       }
       PAGODA_ASSIGN_OR_RETURN(NodePtr r, parse_math1());
       // Python chains a < b < c as (a < b) and (b < c); templates do not chain.
-      l = binary(op, std::move(l), std::move(r));
+      PAGODA_ASSIGN_OR_RETURN(l, binary(op, std::move(l), std::move(r)));
     }
   }
   Expected<NodePtr> parse_math1() {
@@ -364,7 +378,7 @@ class Parser {
     while (is_op("+") || is_op("-")) {
       const std::string op = next().text;
       PAGODA_ASSIGN_OR_RETURN(NodePtr r, parse_concat());
-      l = binary(op, std::move(l), std::move(r));
+      PAGODA_ASSIGN_OR_RETURN(l, binary(op, std::move(l), std::move(r)));
     }
     return l;
   }
@@ -373,7 +387,7 @@ class Parser {
     while (is_op("~")) {
       next();
       PAGODA_ASSIGN_OR_RETURN(NodePtr r, parse_math2());
-      l = binary("~", std::move(l), std::move(r));
+      PAGODA_ASSIGN_OR_RETURN(l, binary("~", std::move(l), std::move(r)));
     }
     return l;
   }
@@ -382,7 +396,7 @@ class Parser {
     while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
       const std::string op = next().text;
       PAGODA_ASSIGN_OR_RETURN(NodePtr r, parse_pow());
-      l = binary(op, std::move(l), std::move(r));
+      PAGODA_ASSIGN_OR_RETURN(l, binary(op, std::move(l), std::move(r)));
     }
     return l;
   }
@@ -391,7 +405,7 @@ class Parser {
     while (is_op("**")) {
       next();
       PAGODA_ASSIGN_OR_RETURN(NodePtr r, parse_unary(true));
-      l = binary("**", std::move(l), std::move(r));
+      PAGODA_ASSIGN_OR_RETURN(l, binary("**", std::move(l), std::move(r)));
     }
     return l;
   }
@@ -404,7 +418,7 @@ class Parser {
       NodePtr n = make(NodeKind::kUnary, t.line);
       n->op = t.text;
       PAGODA_ASSIGN_OR_RETURN(NodePtr e, parse_unary(false));
-      n->kids.push_back(std::move(e));
+      PAGODA_TRY(adopt(n.get(), std::move(e)));
       node = std::move(n);
     } else {
       PAGODA_ASSIGN_OR_RETURN(node, parse_primary());
@@ -452,12 +466,12 @@ class Parser {
           PAGODA_ASSIGN_OR_RETURN(NodePtr e, parse_expr());
           if (is_op(",")) {
             NodePtr tup = make(NodeKind::kTupleLit, t.line);
-            tup->kids.push_back(std::move(e));
+            PAGODA_TRY(adopt(tup.get(), std::move(e)));
             while (is_op(",")) {
               next();
               if (is_op(")")) break;
               PAGODA_ASSIGN_OR_RETURN(NodePtr x, parse_expr());
-              tup->kids.push_back(std::move(x));
+              PAGODA_TRY(adopt(tup.get(), std::move(x)));
             }
             e = std::move(tup);
           }
@@ -468,7 +482,7 @@ class Parser {
           NodePtr n = make(NodeKind::kListLit, t.line);
           while (!is_op("]")) {
             PAGODA_ASSIGN_OR_RETURN(NodePtr x, parse_expr());
-            n->kids.push_back(std::move(x));
+            PAGODA_TRY(adopt(n.get(), std::move(x)));
             if (!is_op(",")) break;
             next();
           }
@@ -481,8 +495,8 @@ class Parser {
             PAGODA_ASSIGN_OR_RETURN(NodePtr k, parse_expr());
             PAGODA_TRY(expect_op(":"));
             PAGODA_ASSIGN_OR_RETURN(NodePtr v, parse_expr());
-            n->kids.push_back(std::move(k));
-            n->kids.push_back(std::move(v));
+            PAGODA_TRY(adopt(n.get(), std::move(k)));
+            PAGODA_TRY(adopt(n.get(), std::move(v)));
             if (!is_op(",")) break;
             next();
           }
@@ -510,11 +524,11 @@ class Parser {
         n->names.push_back(next().text);
         next();
         PAGODA_ASSIGN_OR_RETURN(NodePtr v, parse_expr());
-        n->kids.push_back(std::move(v));
+        PAGODA_TRY(adopt(n, std::move(v)));
       } else {
         if (!n->names.empty()) return err("positional argument after keyword argument");
         PAGODA_ASSIGN_OR_RETURN(NodePtr v, parse_expr());
-        n->kids.push_back(std::move(v));
+        PAGODA_TRY(adopt(n, std::move(v)));
       }
       if (!is_op(",")) break;
       next();
@@ -529,15 +543,15 @@ class Parser {
         const Token& t = next();
         if (t.type == Tok::kInt) {
           NodePtr n = make(NodeKind::kIndex, t.line);
-          n->kids.push_back(std::move(node));
-          n->kids.push_back(literal(Value::integer(t.i), t.line));
+          PAGODA_TRY(adopt(n.get(), std::move(node)));
+          PAGODA_TRY(adopt(n.get(), literal(Value::integer(t.i), t.line)));
           node = std::move(n);
           continue;
         }
         if (t.type != Tok::kName) return err("expected an attribute name after '.'");
         NodePtr n = make(NodeKind::kAttr, t.line);
         n->name = t.text;
-        n->kids.push_back(std::move(node));
+        PAGODA_TRY(adopt(n.get(), std::move(node)));
         node = std::move(n);
       } else if (is_op("[")) {
         const int line = next().line;
@@ -558,19 +572,19 @@ class Parser {
         if (!slice) {
           if (!parts[0]) return err("empty subscript");
           NodePtr n = make(NodeKind::kIndex, line);
-          n->kids.push_back(std::move(node));
-          n->kids.push_back(std::move(parts[0]));
+          PAGODA_TRY(adopt(n.get(), std::move(node)));
+          PAGODA_TRY(adopt(n.get(), std::move(parts[0])));
           node = std::move(n);
         } else {
           NodePtr n = make(NodeKind::kSlice, line);
-          n->kids.push_back(std::move(node));
-          for (auto& p : parts) n->kids.push_back(std::move(p));
+          PAGODA_TRY(adopt(n.get(), std::move(node)));
+          for (auto& p : parts) PAGODA_TRY(adopt(n.get(), std::move(p)));
           node = std::move(n);
         }
       } else if (is_op("(")) {
         const int line = next().line;
         NodePtr n = make(NodeKind::kCall, line);
-        n->kids.push_back(std::move(node));
+        PAGODA_TRY(adopt(n.get(), std::move(node)));
         PAGODA_TRY(parse_call_args(n.get()));
         node = std::move(n);
       } else {
@@ -592,7 +606,7 @@ class Parser {
       // Unknown filters fail when evaluated (jinja2 defers them the same way in
       // conditional code), so a template using one only on a path not taken renders.
       n->builtin = find_filter(t.text);
-      n->kids.push_back(std::move(operand));
+      PAGODA_TRY(adopt(n.get(), std::move(operand)));
       if (is_op("(")) {
         next();
         PAGODA_TRY(parse_call_args(n.get()));
@@ -613,7 +627,7 @@ class Parser {
     n->name = next().text;
     // jinja2 spells some tests as operators' names, and "none"/"true"/"false" as keywords.
     n->builtin = find_test(n->name);
-    n->kids.push_back(std::move(operand));
+    PAGODA_TRY(adopt(n.get(), std::move(operand)));
     if (is_op("(")) {
       next();
       PAGODA_TRY(parse_call_args(n.get()));
@@ -626,7 +640,7 @@ class Parser {
       if (arg_start) {
         PAGODA_ASSIGN_OR_RETURN(NodePtr arg, parse_primary());
         PAGODA_ASSIGN_OR_RETURN(arg, parse_postfix(std::move(arg)));
-        n->kids.push_back(std::move(arg));
+        PAGODA_TRY(adopt(n.get(), std::move(arg)));
       }
     }
     return n;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <unordered_set>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -41,9 +42,49 @@ Heap* current_heap() { return g_heap; }
 HeapScope::HeapScope(Heap* h) : prev_(g_heap) { g_heap = h; }
 HeapScope::~HeapScope() { g_heap = prev_; }
 
+// Destroying a deeply nested value must not recurse once per level (a template
+// can nest lists 100000 deep through a namespace): containers hand their children
+// to a per-thread worklist that the outermost destructor drains.
+thread_local std::vector<Value>* g_graveyard = nullptr;
+
+void bury(std::vector<Value>& items) {
+  if (g_graveyard != nullptr) {
+    for (Value& v : items) {
+      if (v.obj) g_graveyard->push_back(std::move(v));
+    }
+    items.clear();
+    return;
+  }
+  std::vector<Value> pending;
+  g_graveyard = &pending;
+  for (Value& v : items) {
+    if (v.obj) pending.push_back(std::move(v));
+  }
+  items.clear();
+  while (!pending.empty()) {
+    Value v = std::move(pending.back());
+    pending.pop_back();
+    // v's object, if this was its last reference, dies here and appends its children.
+  }
+  g_graveyard = nullptr;
+}
+
 Str::~Str() { release(*this); }
-List::~List() { release(*this); }
-Dict::~Dict() { release(*this); }
+List::~List() {
+  bury(items);
+  release(*this);
+}
+Dict::~Dict() {
+  std::vector<Value> children;
+  children.reserve(items.size() * 2);
+  for (auto& [k, v] : items) {
+    children.push_back(std::move(k));
+    children.push_back(std::move(v));
+  }
+  items.clear();
+  bury(children);
+  release(*this);
+}
 
 void StrBuilder::add_span(size_t b, size_t e) {
   if (b >= e) return;
@@ -113,6 +154,7 @@ Expected<Value> make_list(std::vector<Value> items, bool tuple) {
   charge_or_fail(*o, items.size() * sizeof(Value) + sizeof(List), &ok);
   if (!ok) return heap_error();
   add_work(items.size());
+  for (const Value& x : items) o->holds_mutable = o->holds_mutable || (x.obj && x.obj->holds_mutable);
   o->items = std::move(items);
   o->tuple = tuple;
   Value v;
@@ -142,6 +184,7 @@ Expected<Value> make_dict() {
 
 Value make_func(std::string name, std::function<Expected<Value>(Interp&, CallArgs&)> fn) {
   auto o = std::make_shared<Func>();
+  o->holds_mutable = true;  // a bound method may keep a namespace alive
   o->name = std::move(name);
   o->fn = std::move(fn);
   Value v;
@@ -192,6 +235,7 @@ Status Dict::set(Value key, Value v) {
   if (!hash_key(key, &k)) return errorf("unhashable dict key of type %s", type_name(key));
   auto it = index_.find(k);
   if (it != index_.end()) {
+    holds_mutable = holds_mutable || (v.obj && v.obj->holds_mutable);
     items[it->second].second = std::move(v);
     return Status::Ok();
   }
@@ -202,8 +246,33 @@ Status Dict::set(Value key, Value v) {
     if (heap == nullptr) heap = h;
     charged += n;
   }
+  holds_mutable = holds_mutable || (v.obj && v.obj->holds_mutable);
   index_.emplace(std::move(k), items.size());
   items.emplace_back(std::move(key), std::move(v));
+  return Status::Ok();
+}
+
+Status check_no_cycle(const Value& v, const Object* target) {
+  std::vector<const Object*> stack;
+  std::unordered_set<const Object*> seen;
+  if (v.obj) stack.push_back(v.obj.get());
+  while (!stack.empty()) {
+    const Object* o = stack.back();
+    stack.pop_back();
+    if (o == target) return make_error("assignment would make a reference cycle (a namespace inside itself)");
+    if (!o->holds_mutable || !seen.insert(o).second) continue;  // nothing mutable below
+    add_work(1);
+    auto push = [&](const Value& x) {
+      if (x.obj) stack.push_back(x.obj.get());
+    };
+    if (auto* l = dynamic_cast<const List*>(o)) {
+      for (const Value& x : l->items) push(x);
+    } else if (auto* d = dynamic_cast<const Dict*>(o)) {
+      for (const auto& [k, x] : d->items) push(x);
+    } else if (auto* f = dynamic_cast<const Func*>(o)) {
+      push(f->self);
+    }
+  }
   return Status::Ok();
 }
 

@@ -85,6 +85,10 @@ struct Object {
   virtual ~Object() = default;
   Heap* heap = nullptr;  // charged heap, released in the destructor
   size_t charged = 0;
+  // A container that is, or (transitively) holds, a namespace or a bound method:
+  // the only paths to a reference cycle. Containers other than namespaces are
+  // immutable, so the flag set at construction stays true.
+  bool holds_mutable = false;
 };
 
 // A string with its tainted byte ranges (sorted, disjoint, non-adjacent).
@@ -189,6 +193,7 @@ struct CallArgs {
 };
 struct Func : Object {
   std::string name;
+  Value self;  // a bound method's receiver (what the closure keeps alive)
   std::function<Expected<Value>(Interp&, CallArgs&)> fn;
 };
 
@@ -206,6 +211,10 @@ Expected<Value> make_dict();
 Value make_func(std::string name, std::function<Expected<Value>(Interp&, CallArgs&)> fn);
 // Uncharged string for literals and inputs.
 Value literal_str(std::string s, bool tainted = false);
+
+// Errors when storing v inside target would make a reference cycle (namespaces are
+// the only mutable objects; a cycle would leak, as there is no garbage collector).
+Status check_no_cycle(const Value& v, const Object* target);
 
 // Python truthiness; undefined is false.
 bool truthy(const Value& v);
