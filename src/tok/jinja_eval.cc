@@ -239,27 +239,33 @@ Status Interp::assign(Scope& sc, const std::vector<std::string>& targets, const 
 Status Interp::exec_for(const Node& n, Scope& sc, StrBuilder& out) {
   PAGODA_ASSIGN_OR_RETURN(Value seq, eval(*n.kids[0], sc));
   PAGODA_ASSIGN_OR_RETURN(std::vector<Value> items, iterate(seq));
-  Scope loop_scope;
-  loop_scope.parent = &sc;
   const Node* cond = n.kids[3].get();
   if (cond != nullptr) {
     // `for x in xs if cond`: filtered before loop.index and loop.length are computed.
     std::vector<Value> kept;
     for (const Value& it : items) {
       PAGODA_TRY(step());
-      PAGODA_TRY(assign(loop_scope, n.names, it, n.line));
-      PAGODA_ASSIGN_OR_RETURN(Value c, eval(*cond, loop_scope));
+      Scope cond_scope;
+      cond_scope.parent = &sc;
+      PAGODA_TRY(assign(cond_scope, n.names, it, n.line));
+      PAGODA_ASSIGN_OR_RETURN(Value c, eval(*cond, cond_scope));
       if (truthy(c)) kept.push_back(it);
     }
     items = std::move(kept);
   }
   const int64_t len = static_cast<int64_t>(items.size());
-  PAGODA_ASSIGN_OR_RETURN(Value loop, make_dict());
-  Dict& ld = loop.dict();
   for (int64_t i = 0; i < len; ++i) {
     PAGODA_TRY(step());
     const Value& item = items[static_cast<size_t>(i)];
+    // jinja2 gives every iteration fresh locals: a `set` in the body is not seen
+    // by the next iteration (nor after the loop).
+    Scope loop_scope;
+    loop_scope.parent = &sc;
     PAGODA_TRY(assign(loop_scope, n.names, item, n.line));
+    // A fresh `loop` per iteration: a template may keep one (set ns.l = loop), and
+    // an object that changes after it was stored could form a reference cycle.
+    PAGODA_ASSIGN_OR_RETURN(Value loop, make_dict());
+    Dict& ld = loop.dict();
     PAGODA_TRY(ld.set(literal_str("index"), Value::integer(i + 1)));
     PAGODA_TRY(ld.set(literal_str("index0"), Value::integer(i)));
     PAGODA_TRY(ld.set(literal_str("revindex"), Value::integer(len - i)));
@@ -276,7 +282,7 @@ Status Interp::exec_for(const Node& n, Scope& sc, StrBuilder& out) {
       if (a.pos.empty()) return make_error("loop.cycle() needs at least one argument");
       return a.pos[static_cast<size_t>(idx) % a.pos.size()];
     })));
-    loop_scope.vars["loop"] = loop;
+    loop_scope.vars["loop"] = std::move(loop);
     PAGODA_TRY(exec_body(*n.kids[1], loop_scope, out));
     if (flow_ == Flow::kBreak) {
       flow_ = Flow::kNormal;

@@ -213,6 +213,8 @@ Expected<Value> f_int(Interp&, const Value& v, CallArgs& a) {
         while (*end == ' ' || *end == '\t' || *end == '\n') ++end;
         if (*end == '\0') return Value::integer(x);
       }
+      // int(float(s)): Python's float() takes no hex (strtod does).
+      if (s.find_first_of("xX") != std::string::npos) return def;
       const double f = std::strtod(s.c_str(), &end);
       if (end != s.c_str() && *end == '\0' && std::isfinite(f) && std::fabs(f) < 9e18) return Value::integer(static_cast<int64_t>(f));
       return def;
@@ -277,7 +279,7 @@ Expected<Value> f_indent(Interp&, const Value& v, CallArgs& a) {
 
 Expected<Value> f_upper(Interp&, const Value& v, CallArgs&) { PAGODA_ASSIGN_OR_RETURN(Value s, as_str(v)); return case_map(s, 'u'); }
 Expected<Value> f_lower(Interp&, const Value& v, CallArgs&) { PAGODA_ASSIGN_OR_RETURN(Value s, as_str(v)); return case_map(s, 'l'); }
-Expected<Value> f_title(Interp&, const Value& v, CallArgs&) { PAGODA_ASSIGN_OR_RETURN(Value s, as_str(v)); return case_map(s, 't'); }
+Expected<Value> f_title(Interp&, const Value& v, CallArgs&) { PAGODA_ASSIGN_OR_RETURN(Value s, as_str(v)); return case_map(s, 'T'); }
 Expected<Value> f_capitalize(Interp&, const Value& v, CallArgs&) { PAGODA_ASSIGN_OR_RETURN(Value s, as_str(v)); return case_map(s, 'c'); }
 
 Expected<Value> f_replace(Interp&, const Value& v, CallArgs& a) {

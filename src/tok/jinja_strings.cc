@@ -193,10 +193,17 @@ Expected<Value> case_map(const Value& v, char how) {
       case 'u': t[i] = static_cast<char>(std::toupper(c)); break;
       case 'l': t[i] = static_cast<char>(std::tolower(c)); break;
       case 'c': t[i] = static_cast<char>(i == 0 ? std::toupper(c) : std::tolower(c)); break;
-      case 't':
+      case 't':  // str.title(): a cased character after an uncased one starts a word
         t[i] = static_cast<char>(word_start ? std::toupper(c) : std::tolower(c));
         word_start = !alpha && c < 0x80;
         break;
+      case 'T': {  // jinja2's title filter: words start after runs of -, space, (, {, [, <
+        const bool sep = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || c == ' ' ||
+                         (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x1F);
+        t[i] = static_cast<char>(word_start ? std::toupper(c) : std::tolower(c));
+        word_start = sep;
+        break;
+      }
     }
   }
   return make_str(std::move(out));
