@@ -111,6 +111,7 @@ int run_template(int argc, char** argv) {
     source = t.chat_template();
   }
   if (!tmpl_path.empty() && !read_file(tmpl_path, &source)) return fail("cannot read " + tmpl_path);
+  if (source.empty()) return fail(model + " has no tokenizer.chat_template; pass one with --template FILE");
 
   auto tmpl = tok::ChatTemplate::parse(source, bos, eos);
   if (!tmpl.ok()) return fail(tmpl.message());
