@@ -130,6 +130,7 @@ SNIPPETS = [
     ("iterate_none", "{% for x in none %}x{% endfor %}", {}),
     ("call_undefined", "{{ nothing() }}", {}),
     ("attribute_of_list", "{{ [1, 2].count(1) }}{{ [1, 2].index(2) }}", {}),
+    ("underscore_key", "{{ d._meta }}|{{ d['_meta'] }}|{{ 'x'._priv is defined }}", {"d": {"_meta": "m"}}),
     ("unicode_strip", "[{{ '\\u00a0x\\u3000' | trim }}][{{ '\\u200bx' | trim }}]", {}),
 ]
 

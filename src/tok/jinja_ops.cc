@@ -323,7 +323,10 @@ Value bound(const Value& self, const std::string& name,
 }  // namespace
 
 Expected<Value> get_attr(const Value& obj, const std::string& name) {
-  if (!name.empty() && name[0] == '_') {
+  // Python objects' own "_" attributes are dunders (__class__, __globals__...) or
+  // privates of functions: refused. A dict key spelled "_x" is still data.
+  if (!name.empty() && name[0] == '_' &&
+      (name.compare(0, 2, "__") == 0 || obj.type == Value::Type::kFunc)) {
     return errorf("access to attribute '%s' is not allowed (unsafe attribute)", name.c_str());
   }
   switch (obj.type) {
