@@ -1,74 +1,90 @@
-// Chat templates: the GGUF's tokenizer.chat_template (Jinja) is classified into a
-// known family and rendered by hand-written code that produces exactly what the
-// Jinja template produces for plain {role, content} messages (no tools, no
-// images). A template of no known family is an error, never a guess.
+// Chat templates: the GGUF's tokenizer.chat_template (Jinja) rendered by the
+// in-project interpreter (tok/jinja.h) exactly as Hugging Face's
+// apply_chat_template renders it with jinja2. The context is HF's: messages,
+// tools (None when absent), documents (None), add_generation_prompt, bos_token,
+// eos_token, plus raise_exception and strftime_now.
 //
-// Families:
-//   kChatML  "<|im_start|>role\ncontent<|im_end|>\n" (SmolLM2, Qwen, Hermes). A
-//            complete default system block written in the template (SmolLM2: "You
-//            are a helpful AI assistant named SmolLM, ...") is injected when the
-//            first message is not a system message.
-//   kLlama2  "<s>[INST] <<SYS>>\nsys\n<</SYS>>\n\nuser [/INST] answer </s>"; roles
-//            must alternate user/assistant after an optional first system message.
-//   kLlama3  "<|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>", BOS first,
-//            content trimmed (the Llama-3.0 template; 3.1+ date/tools headers are
-//            rejected as unknown).
-//   kGemma   "<start_of_turn>user\n...<end_of_turn>\n", assistant -> "model", content
-//            trimmed; a system message is an error (Gemma 1/2) or is prepended to
-//            the first user turn (Gemma 3 templates with first_user_prefix).
+// Message content is untrusted text: rendering records the byte spans of the
+// prompt that came from message fields (content, content parts, tool calls, tool
+// definitions), and encode_prompt() tokenizes with control tokens recognised only
+// outside them, so "<|im_end|>" typed by a user stays plain text.
+//
 // The rendered text includes BOS text when the template writes bos_token: encode
-// it with parse_special = true and add_special = false in that case.
+// it with add_special = false in that case.
 //
 // Thread-safety: immutable after parse(); render() may run concurrently.
 #pragma once
+#include <ctime>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "base/status.h"
+#include "tok/tokenizer.h"
 
 namespace pagoda::tok {
 
-class Tokenizer;
+namespace jinja {
+class Template;
+}
 
 struct ChatMessage {
-  std::string role;     // "system", "user", "assistant" or "tool"
+  std::string role;     // "system", "user", "assistant", "tool"... (the template decides)
   std::string content;
+  // Optional OpenAI-style fields (ordered_json: key order reaches the prompt); null/empty ones are not passed to the template.
+  nlohmann::ordered_json content_parts = nullptr;  // array of {"type": "text", "text": ...}: replaces content
+  nlohmann::ordered_json tool_calls = nullptr;     // array of {"type": "function", "function": {"name", "arguments"}}
+  std::string tool_call_id = {};
+  std::string name = {};
 };
 
-enum class ChatTemplateKind { kChatML, kLlama2, kLlama3, kGemma };
+struct ChatRenderOptions {
+  bool add_generation_prompt = true;
+  nlohmann::ordered_json tools;  // null: no tools (the template sees None)
+  std::time_t now = 0;   // strftime_now's clock (UTC seconds); 0: the current time
+};
+
+struct RenderedPrompt {
+  std::string text;
+  std::vector<ByteSpan> content_spans;  // sorted byte spans of text taken from messages/tools
+};
 
 class ChatTemplate {
  public:
   // source: the Jinja text; bos/eos: the text of the BOS/EOS tokens ("<s>", "</s>").
+  // Errors: empty source (with the advice to pass --chat-template), syntax errors
+  // and unsupported constructs (named).
   static Expected<ChatTemplate> parse(std::string_view source, std::string bos_token,
                                       std::string eos_token);
   // The tokenizer's tokenizer.chat_template with its BOS/EOS token texts.
   static Expected<ChatTemplate> from_tokenizer(const Tokenizer& tok);
 
-  ChatTemplateKind kind() const { return kind_; }
-  const char* name() const;
-  // Errors: no messages, unknown role, a role the family cannot express, roles
-  // not alternating where the template raises an exception.
+  // The prompt text. Errors: no messages, anything the template raises
+  // (raise_exception), template limits (see jinja::Limits).
   Expected<std::string> render(std::span<const ChatMessage> messages,
                                bool add_generation_prompt) const;
-  // The ChatML system block injected when no system message is given ("" if none).
-  const std::string& default_system_block() const { return default_system_; }
+  Expected<RenderedPrompt> render_prompt(std::span<const ChatMessage> messages,
+                                         const ChatRenderOptions& opts) const;
+  // messages: a JSON array of message objects as the OpenAI API / HF take them.
+  Expected<RenderedPrompt> render_json(const nlohmann::ordered_json& messages, const ChatRenderOptions& opts) const;
+
+  const std::string& bos_token() const { return bos_; }
+  const std::string& eos_token() const { return eos_; }
 
  private:
   ChatTemplate() = default;
-  Expected<std::string> render_chatml(std::span<const ChatMessage> m, bool gen) const;
-  Expected<std::string> render_llama2(std::span<const ChatMessage> m) const;
-  Expected<std::string> render_llama3(std::span<const ChatMessage> m, bool gen) const;
-  Expected<std::string> render_gemma(std::span<const ChatMessage> m, bool gen) const;
-
-  ChatTemplateKind kind_ = ChatTemplateKind::kChatML;
+  std::shared_ptr<const jinja::Template> tmpl_;
   std::string bos_;
   std::string eos_;
-  std::string default_system_;   // ChatML
-  bool gemma_system_prefix_ = false;
-  bool writes_bos_ = false;      // the template writes bos_token
 };
+
+// Token ids of a rendered prompt: control tokens only outside content spans; BOS
+// added (when the vocabulary adds one) unless the text already starts with it.
+std::vector<TokenId> encode_prompt(const Tokenizer& tok, const RenderedPrompt& prompt);
 
 // Python's str.strip() (Jinja's trim filter): removes leading and trailing
 // Unicode whitespace.

@@ -213,6 +213,22 @@ std::string Tokenizer::decode(std::span<const TokenId> ids, const DecodeOptions&
 
 std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special,
                                        bool parse_special) const {
+  return encode_impl(text, add_special, parse_special, {});
+}
+
+std::vector<TokenId> Tokenizer::encode_with_plain_spans(std::string_view text, std::span<const ByteSpan> plain,
+                                                        bool add_special) const {
+  return encode_impl(text, add_special, /*parse_special=*/true, plain);
+}
+
+std::vector<TokenId> Tokenizer::encode_impl(std::string_view text, bool add_special, bool parse_special,
+                                            std::span<const ByteSpan> plain) const {
+  // True when [b, e) overlaps a plain span (binary search: spans are sorted).
+  auto in_plain = [&](size_t b, size_t e) {
+    auto it = std::upper_bound(plain.begin(), plain.end(), b,
+                               [](size_t x, const ByteSpan& s) { return x < s.end; });
+    return it != plain.end() && it->begin < e;
+  };
   // Fragments: raw text ranges and special tokens, in order.
   struct Frag {
     TokenId id;  // kNoToken: raw text [off, off + len)
@@ -223,7 +239,8 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special,
   if (!text.empty()) frags.push_back({kNoToken, 0, text.size()});
   for (TokenId sid : special_) {
     const TokenType t = vocab_.types[static_cast<size_t>(sid)];
-    if (!parse_special && (t == TokenType::kControl || t == TokenType::kUnknown)) continue;
+    const bool control = t == TokenType::kControl || t == TokenType::kUnknown;
+    if (!parse_special && control) continue;
     const std::string& st = vocab_.tokens[static_cast<size_t>(sid)];
     next.clear();
     bool changed = false;
@@ -234,10 +251,15 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special,
       }
       const std::string_view window = text.substr(0, f.off + f.len);
       size_t pos = f.off;
-      for (size_t m; (m = window.find(st, pos)) != std::string_view::npos;) {
+      for (size_t m, from = pos; (m = window.find(st, from)) != std::string_view::npos;) {
+        if (control && !plain.empty() && in_plain(m, m + st.size())) {
+          from = m + 1;  // spelled inside message content: stays text
+          continue;
+        }
         if (m > pos) next.push_back({kNoToken, pos, m - pos});
         next.push_back({sid, 0, 0});
         pos = m + st.size();
+        from = pos;
         changed = true;
       }
       if (pos < f.off + f.len) next.push_back({kNoToken, pos, f.off + f.len - pos});

@@ -29,6 +29,13 @@ class GgufFile;
 
 namespace pagoda::tok {
 
+// [begin, end) byte range of a text.
+struct ByteSpan {
+  size_t begin = 0;
+  size_t end = 0;
+  bool operator==(const ByteSpan&) const = default;
+};
+
 struct DecodeOptions {
   // Include the text of control/unknown tokens (e.g. "<|im_start|>", "<s>").
   bool render_special = false;
@@ -47,6 +54,14 @@ class Tokenizer {
   // add_special: prepend BOS / append EOS as the vocabulary's add_bos/add_eos say.
   // parse_special: recognise control tokens written in the text.
   std::vector<TokenId> encode(std::string_view text, bool add_special, bool parse_special) const;
+  // encode(text, add_special, /*parse_special=*/true), except that control and
+  // unknown tokens are not recognised where their text overlaps one of the byte
+  // spans in plain (sorted, disjoint): a rendered chat prompt's message content is
+  // plain text, only the template's own markers become special tokens. Fragments
+  // are not split at span boundaries, so text without control-token spellings
+  // tokenizes exactly as with encode().
+  std::vector<TokenId> encode_with_plain_spans(std::string_view text, std::span<const ByteSpan> plain,
+                                               bool add_special) const;
 
   // The bytes one token stands for (may be part of a UTF-8 character). Control and
   // unknown tokens give "" unless render_special. Out-of-range ids give "".
@@ -90,6 +105,8 @@ class Tokenizer {
   Status init();
   // Vocabulary lookup for ordinary text: never returns control/unknown/byte tokens.
   TokenId text_token(std::string_view text) const;
+  std::vector<TokenId> encode_impl(std::string_view text, bool add_special, bool parse_special,
+                                   std::span<const ByteSpan> plain) const;
   void encode_spm(std::string_view fragment, bool prefix_space, std::vector<TokenId>* out) const;
   void encode_bpe(std::string_view fragment, std::vector<TokenId>* out) const;
   void encode_bpe_word(std::string_view word, std::vector<TokenId>* out) const;

@@ -35,12 +35,13 @@ TEST(TokChatTemplate, MatchesJinjaRenderingsOfEachFamily) {
                               (c["add_generation_prompt"].get<bool>() ? "/gen" : "");
     auto tmpl = ChatTemplate::parse(c["template"].get<std::string>(), c["bos"], c["eos"]);
     ASSERT_TRUE(tmpl.ok()) << label << ": " << tmpl.message();
-    EXPECT_EQ(tmpl->name(), c["kind"].get<std::string>()) << label;
     std::vector<ChatMessage> msgs;
     for (const auto& m : c["messages"]) msgs.push_back({m["role"], m["content"]});
     auto out = tmpl->render(msgs, c["add_generation_prompt"].get<bool>());
     if (c["expected"].is_null()) {
-      EXPECT_FALSE(out.ok()) << label << " rendered: " << out.value();
+      ASSERT_FALSE(out.ok()) << label << " rendered: " << out.value();
+      // The template's own raise_exception message reaches the caller.
+      EXPECT_NE(out.message().find(c["error"].get<std::string>()), std::string::npos) << label << ": " << out.message();
       ++refused;
     } else {
       ASSERT_TRUE(out.ok()) << label << ": " << out.message();
@@ -58,10 +59,8 @@ TEST(TokChatTemplate, SmolLM2FromGgufInjectsItsDefaultSystemMessage) {
   if (t == nullptr) GTEST_SKIP() << "SmolLM2 not available: " << why;
   auto tmpl = ChatTemplate::from_tokenizer(*t);
   ASSERT_TRUE(tmpl.ok()) << tmpl.message();
-  EXPECT_EQ(tmpl->kind(), ChatTemplateKind::kChatML);
-  EXPECT_EQ(tmpl->default_system_block(),
-            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
-            "Face<|im_end|>\n");
+  EXPECT_EQ(tmpl->bos_token(), "<|im_start|>");
+  EXPECT_EQ(tmpl->eos_token(), "<|im_end|>");
   const std::vector<ChatMessage> msgs = {{"user", "What is the capital of France?"}};
   auto out = tmpl->render(msgs, true);
   ASSERT_TRUE(out.ok()) << out.message();
@@ -80,18 +79,34 @@ TEST(TokChatTemplate, SmolLM2FromGgufInjectsItsDefaultSystemMessage) {
   EXPECT_EQ(with_system->rfind("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n", 0), 0u);
 }
 
-TEST(TokChatTemplate, UnknownTemplateIsAClearError) {
-  auto t = ChatTemplate::parse("{% for m in messages %}### {{ m['role'] }}: {{ m['content'] }}{% endfor %}",
+// Any template renders (no family guessing); what the interpreter cannot do is an
+// error that names the construct.
+TEST(TokChatTemplate, TemplatesOfNoKnownFamilyRenderAndBadOnesNameTheProblem) {
+  auto t = ChatTemplate::parse("{% for m in messages %}### {{ m['role'] }}: {{ m['content'] }}\n{% endfor %}",
                                "<s>", "</s>");
-  ASSERT_FALSE(t.ok());
-  EXPECT_NE(t.message().find("unknown template"), std::string::npos) << t.message();
+  ASSERT_TRUE(t.ok()) << t.message();
+  const std::vector<ChatMessage> msgs = {{"user", "hi"}, {"assistant", "yo"}};
+  auto out = t->render(msgs, true);
+  ASSERT_TRUE(out.ok()) << out.message();
+  EXPECT_EQ(*out, "### user: hi\n### assistant: yo\n");
+
   auto empty = ChatTemplate::parse("", "<s>", "</s>");
   ASSERT_FALSE(empty.ok());
-  auto llama31 = ChatTemplate::parse(
-      "{{- bos_token }}<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: "
-      "December 2023\n",
-      "<|begin_of_text|>", "<|eot_id|>");
-  ASSERT_FALSE(llama31.ok());
+  EXPECT_NE(empty.message().find("--chat-template"), std::string::npos) << empty.message();
+
+  auto syntax = ChatTemplate::parse("{% for m in messages %}{{ m.content }}", "<s>", "</s>");
+  ASSERT_FALSE(syntax.ok());
+  EXPECT_NE(syntax.message().find("endfor"), std::string::npos) << syntax.message();
+
+  auto include = ChatTemplate::parse("{% include 'other.jinja' %}", "<s>", "</s>");
+  ASSERT_FALSE(include.ok());
+  EXPECT_NE(include.message().find("include"), std::string::npos) << include.message();
+
+  auto filter = ChatTemplate::parse("{{ messages | pprint }}", "<s>", "</s>");
+  ASSERT_TRUE(filter.ok());  // unknown filters fail when used, as in jinja2
+  auto bad = filter->render(msgs, true);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("unsupported filter 'pprint'"), std::string::npos) << bad.message();
 }
 
 TEST(TokChatTemplate, StoriesHasNoTemplate) {
@@ -103,18 +118,21 @@ TEST(TokChatTemplate, StoriesHasNoTemplate) {
   EXPECT_NE(tmpl.message().find("no tokenizer.chat_template"), std::string::npos);
 }
 
-TEST(TokChatTemplate, RejectsUnknownRolesAndEmptyConversations) {
-  auto t = ChatTemplate::parse("{{'<|im_start|>' + message['role'] + '\\n'}}", "", "");
+TEST(TokChatTemplate, RolesAreTheTemplatesBusinessAndEmptyConversationsAreErrors) {
+  auto t = ChatTemplate::parse(
+      "{% for message in messages %}{% if message['role'] not in ['user', 'assistant', 'tool'] %}"
+      "{{ raise_exception('unknown role ' + message['role']) }}{% endif %}"
+      "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n'}}{% endfor %}",
+      "", "");
   ASSERT_TRUE(t.ok()) << t.message();
-  EXPECT_EQ(t->default_system_block(), "");
   const std::vector<ChatMessage> bad = {{"user", "hi"}, {"wizard", "poof"}};
   auto out = t->render(bad, true);
   ASSERT_FALSE(out.ok());
-  EXPECT_NE(out.message().find("wizard"), std::string::npos) << out.message();
+  EXPECT_NE(out.message().find("unknown role wizard"), std::string::npos) << out.message();
   EXPECT_FALSE(t->render({}, true).ok());
   const std::vector<ChatMessage> tool = {{"user", "hi"}, {"tool", "42"}};
   auto ok = t->render(tool, false);
-  ASSERT_TRUE(ok.ok());
+  ASSERT_TRUE(ok.ok()) << ok.message();
   EXPECT_EQ(*ok, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>tool\n42<|im_end|>\n");
 }
 

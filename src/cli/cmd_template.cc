@@ -1,0 +1,147 @@
+// pagoda template --model M | --template FILE --messages FILE.json [--tools FILE.json]
+//                 [--no-generation-prompt] [--bos TEXT] [--eos TEXT] [--now EPOCH] [--spans]
+// Prints the chat prompt a template renders for a conversation (exactly the text
+// run/serve tokenize), or with --spans a JSON object {"text", "content_spans"}.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "cli/command.h"
+#include "gguf/gguf.h"
+#include "tok/chat_template.h"
+#include "tok/tokenizer.h"
+
+namespace pagoda::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: pagoda template (--model M.gguf | --template FILE) --messages FILE.json\n"
+    "                       [--tools FILE.json] [--no-generation-prompt]\n"
+    "                       [--bos TEXT] [--eos TEXT] [--now EPOCH] [--spans]\n"
+    "Renders the chat template (the model's tokenizer.chat_template, or FILE) for the\n"
+    "messages (a JSON array of {role, content, ...}) and prints the prompt.\n"
+    "  --bos/--eos   token texts for a --template (default: the model's, else none)\n"
+    "  --now EPOCH   the time strftime_now formats (UTC seconds; default: now)\n"
+    "  --spans       print JSON with the byte spans that came from the messages\n";
+
+int fail(const std::string& msg) {
+  std::fprintf(stderr, "pagoda template: %s\n", msg.c_str());
+  return 1;
+}
+
+bool read_file(const std::string& path, std::string* out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+Expected<nlohmann::ordered_json> read_json(const std::string& path) {
+  std::string text;
+  if (!read_file(path, &text)) return errorf("cannot read %s", path.c_str());
+  auto j = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return errorf("%s is not valid JSON", path.c_str());
+  return j;
+}
+
+int run_template(int argc, char** argv) {
+  std::string model, tmpl_path, messages_path, tools_path, bos, eos;
+  bool have_bos = false, have_eos = false, gen = true, spans = false;
+  long long now = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](std::string* out) {
+      if (i + 1 >= argc) return false;
+      *out = argv[++i];
+      return true;
+    };
+    std::string v;
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "--model" || a == "-m") {
+      if (!value(&model)) return fail("--model needs a path");
+    } else if (a == "--template") {
+      if (!value(&tmpl_path)) return fail("--template needs a path");
+    } else if (a == "--messages") {
+      if (!value(&messages_path)) return fail("--messages needs a path");
+    } else if (a == "--tools") {
+      if (!value(&tools_path)) return fail("--tools needs a path");
+    } else if (a == "--bos") {
+      if (!value(&bos)) return fail("--bos needs a text");
+      have_bos = true;
+    } else if (a == "--eos") {
+      if (!value(&eos)) return fail("--eos needs a text");
+      have_eos = true;
+    } else if (a == "--now") {
+      if (!value(&v)) return fail("--now needs seconds since the epoch");
+      char* end = nullptr;
+      now = std::strtoll(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end != '\0' || now <= 0) return fail("--now: bad value '" + v + "'");
+    } else if (a == "--no-generation-prompt") {
+      gen = false;
+    } else if (a == "--spans") {
+      spans = true;
+    } else {
+      std::fputs(kUsage, stderr);
+      return fail("unknown argument '" + a + "'");
+    }
+  }
+  if (messages_path.empty()) {
+    std::fputs(kUsage, stderr);
+    return fail("--messages is required");
+  }
+  if (model.empty() && tmpl_path.empty()) model = default_model_path();
+
+  std::string source;
+  if (!model.empty()) {
+    auto file = gguf::GgufFile::open(model);
+    if (!file.ok()) return fail(file.message());
+    auto tk = tok::Tokenizer::from_gguf(**file);
+    if (!tk.ok()) return fail(tk.message());
+    const tok::Tokenizer& t = **tk;
+    if (!have_bos && t.bos_id() != tok::kNoToken) bos = t.token_text(t.bos_id());
+    if (!have_eos && t.eos_id() != tok::kNoToken) eos = t.token_text(t.eos_id());
+    source = t.chat_template();
+  }
+  if (!tmpl_path.empty() && !read_file(tmpl_path, &source)) return fail("cannot read " + tmpl_path);
+  if (source.empty()) return fail(model + " has no tokenizer.chat_template; pass one with --template FILE");
+
+  auto tmpl = tok::ChatTemplate::parse(source, bos, eos);
+  if (!tmpl.ok()) return fail(tmpl.message());
+  auto messages = read_json(messages_path);
+  if (!messages.ok()) return fail(messages.message());
+  tok::ChatRenderOptions opts;
+  opts.add_generation_prompt = gen;
+  opts.now = static_cast<std::time_t>(now);
+  if (!tools_path.empty()) {
+    auto tools = read_json(tools_path);
+    if (!tools.ok()) return fail(tools.message());
+    opts.tools = std::move(tools).value();
+  }
+  auto out = tmpl->render_json(*messages, opts);
+  if (!out.ok()) return fail(out.message());
+  if (spans) {
+    nlohmann::json j;
+    j["text"] = out->text;
+    j["content_spans"] = nlohmann::json::array();
+    for (const auto& s : out->content_spans) j["content_spans"].push_back({s.begin, s.end});
+    std::fputs(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str(), stdout);
+    std::fputc('\n', stdout);
+  } else {
+    std::fwrite(out->text.data(), 1, out->text.size(), stdout);
+  }
+  return 0;
+}
+
+const Register kRegisterTemplate("template", "render a chat template for a conversation (JSON messages)",
+                                 run_template);
+
+}  // namespace
+}  // namespace pagoda::cli
