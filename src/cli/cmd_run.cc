@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <span>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,7 +37,9 @@ const char* kRunUsage =
     "  -p, --prompt TEXT     prompt text\n"
     "      --prompt-ids IDS  prompt as comma-separated token ids (instead of -p; no BOS or template added)\n"
     "  -n, --n-predict N     tokens to generate, >= 1 (default -1: until end of generation or full context)\n"
-    "      --chat            wrap the prompt in the model's chat template (user turn + generation prompt)\n"
+    "      --chat            wrap the prompt in the model's chat template (user turn + generation prompt);\n"
+    "                        control-token text in the prompt stays plain text there\n"
+    "      --chat-template FILE  Jinja chat template replacing the model's (implies --chat)\n"
     "      --temp T          temperature (default 0.8; 0 = greedy)\n"
     "      --top-k K         (default 40; 0 = off)\n"
     "      --top-p P         (default 0.95; 1 = off)\n"
@@ -68,6 +72,7 @@ struct RunOptions {
   std::vector<int32_t> force_tokens;  // --force-tokens: generated tokens 0..k-1 are these
   int64_t n_predict = -1;
   bool chat = false;
+  std::string chat_template;  // --chat-template: the file's Jinja source
   sample::SamplingParams sampling = sample::llama_cpp_defaults();
   bool have_seed = false;
   int threads = 0;
@@ -127,6 +132,15 @@ std::string parse_args(int argc, char** argv, RunOptions* o, bool* help) {
       *help = true;
       return "";
     } else if (is("--chat")) {
+      o->chat = true;
+    } else if (is("--chat-template")) {
+      const char* v = value();
+      if (!v) return "option --chat-template needs a value";
+      std::ifstream f(v, std::ios::binary);
+      std::stringstream ss;
+      ss << f.rdbuf();
+      if (!f) return std::string("--chat-template: cannot read ") + v;
+      o->chat_template = ss.str();
       o->chat = true;
     } else if (is("--json")) {
       o->json = true;
@@ -239,14 +253,15 @@ Expected<std::vector<int32_t>> prompt_tokens(const tok::Tokenizer& tk, const Run
   if (!o.prompt_ids.empty()) return o.prompt_ids;
   *text_out = o.prompt;
   if (!o.chat) return tk.encode(o.prompt, /*add_special=*/true, /*parse_special=*/true);
-  PAGODA_ASSIGN_OR_RETURN(tok::ChatTemplate tmpl, tok::ChatTemplate::from_tokenizer(tk));
+  PAGODA_ASSIGN_OR_RETURN(tok::ChatTemplate tmpl, o.chat_template.empty()
+                                                       ? tok::ChatTemplate::from_tokenizer(tk)
+                                                       : tok::ChatTemplate::from_source(tk, o.chat_template));
   const tok::ChatMessage msgs[] = {{"user", o.prompt}};
-  PAGODA_ASSIGN_OR_RETURN(std::string text, tmpl.render(msgs, /*add_generation_prompt=*/true));
-  // A template that writes the BOS text itself must not get a second BOS.
-  const std::string& bos = tk.bos_id() >= 0 ? tk.token_to_piece(tk.bos_id(), true) : std::string();
-  const bool writes_bos = !bos.empty() && text.compare(0, bos.size(), bos) == 0;
-  *text_out = text;
-  return tk.encode(text, /*add_special=*/!writes_bos, /*parse_special=*/true);
+  PAGODA_ASSIGN_OR_RETURN(tok::RenderedPrompt rendered, tmpl.render_prompt(msgs, tok::ChatRenderOptions{}));
+  *text_out = rendered.text;
+  // BOS unless the template wrote it; the template's markers are control tokens, the
+  // user's text is plain text.
+  return tok::encode_prompt(tk, rendered);
 }
 
 int run_run(int argc, char** argv) {

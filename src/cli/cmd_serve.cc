@@ -2,6 +2,8 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <fstream>
+#include <sstream>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -33,6 +35,7 @@ const char* kHelp =
     "  --parse-special-in-prompts    control-token text in prompts becomes control tokens (default:\n"
     "                                plain text, so a user cannot forge a turn)\n"
     "  --served-model-name NAME      model id in the API (default: the file's stem)\n"
+    "  --chat-template FILE          Jinja chat template replacing the model's tokenizer.chat_template\n"
     "  --worker-threads N            threads that parse and tokenize requests (default 2)\n"
     "  --max-body-bytes SIZE         request body limit (default 8MiB)\n"
     "  --max-stop-bytes N            longest stop string (default 1024)\n"
@@ -100,6 +103,13 @@ int serve_main(int argc, char** argv) {
   scfg.prefix_cache_salt_per_key = args.flag("--prefix-cache-salt-per-key");
   scfg.parse_special_in_prompts = args.flag("--parse-special-in-prompts");
   if (err.empty() && args.value("--served-model-name", &v)) scfg.served_model_name = v;
+  if (err.empty() && args.value("--chat-template", &v)) {
+    std::ifstream f(v, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    if (!f) err = "--chat-template: cannot read " + v;
+    else scfg.chat_template = ss.str();
+  }
   if (err.empty() && scfg.prefix_cache_salt_per_key && scfg.api_keys.empty())
     err = "--prefix-cache-salt-per-key needs --api-key";
   if (err.empty()) err = args.leftover();

@@ -287,7 +287,21 @@ Expected<std::unique_ptr<Server>> Server::create(const ServerConfig& config, std
   impl->cfg = config;
   impl->model_name = config.served_model_name.empty() ? eng->model_info().name : config.served_model_name;
   // The server's own copy: I/O and worker threads never reach into the engine's.
-  PAGODA_ASSIGN_OR_RETURN(impl->text, TextCodec::create(eng->tokenizer()));
+  PAGODA_ASSIGN_OR_RETURN(impl->text, TextCodec::create(eng->tokenizer(), config.chat_template));
+  // Say at start, in one line, whether chat will work: a template that cannot render
+  // a basic conversation would otherwise fail only on the first chat request.
+  if (!impl->text->has_chat_template()) {
+    PAGODA_LOG_WARN("chat template: none usable (%s); /v1/chat/completions answers 400",
+                    impl->text->template_error().c_str());
+  } else {
+    const std::vector<tok::ChatMessage> probe = {{"system", "You are helpful."}, {"user", "Hello"}};
+    auto ids = impl->text->encode_chat(probe, false);
+    if (ids.ok()) {
+      PAGODA_LOG_INFO("chat template: renders a system + user conversation (%zu tokens)", ids->size());
+    } else {
+      PAGODA_LOG_WARN("chat template: cannot render a system + user conversation: %s", ids.message().c_str());
+    }
+  }
   impl->http = std::make_unique<HttpServer>(config.http, [impl](HttpRequest req, std::shared_ptr<Responder> res) {
     try {
       impl->handle(std::move(req), res);

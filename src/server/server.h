@@ -23,6 +23,7 @@ struct ServerConfig {
   // it, in chat content) becomes control tokens. Off: it is plain text (vLLM's default).
   bool parse_special_in_prompts = false;
   std::string served_model_name;  // empty: the model file's stem
+  std::string chat_template;      // Jinja source replacing the model's own ("": the model's)
   int max_waiting = 1024;         // more waiting requests than this -> 503
   int worker_threads = 2;         // parsing / tokenizing threads
   int worker_queue = 64;          // jobs waiting for a worker beyond this -> 503

@@ -4,10 +4,11 @@
 
 namespace pagoda::server {
 
-Expected<std::unique_ptr<TextCodec>> TextCodec::create(const tok::Tokenizer& source) {
+Expected<std::unique_ptr<TextCodec>> TextCodec::create(const tok::Tokenizer& source, const std::string& chat_template) {
   std::unique_ptr<TextCodec> c(new TextCodec());
   PAGODA_ASSIGN_OR_RETURN(c->tok_, tok::Tokenizer::create(source.vocab()));
-  auto tmpl = tok::ChatTemplate::from_tokenizer(*c->tok_);
+  auto tmpl = chat_template.empty() ? tok::ChatTemplate::from_tokenizer(*c->tok_)
+                                    : tok::ChatTemplate::from_source(*c->tok_, chat_template);
   if (tmpl.ok()) {
     c->template_.emplace(std::move(tmpl).value());
   } else {
@@ -25,12 +26,10 @@ std::vector<int32_t> TextCodec::encode_prompt(const std::string& text, bool add_
 Expected<std::vector<int32_t>> TextCodec::encode_chat(const std::vector<tok::ChatMessage>& messages,
                                                       bool parse_special_in_content) const {
   if (!template_) return make_error("this model has no usable chat template: " + template_error_);
-  PAGODA_ASSIGN_OR_RETURN(std::string text, template_->render(messages, /*add_generation_prompt=*/true));
-  // The template writes BOS itself where the family wants it, hence add_special off.
-  // parse_special is on for the whole text: its markers must become control tokens.
-  // Content spans are not known here yet (see the header), so the flag cannot narrow it.
-  (void)parse_special_in_content;
-  return tok_->encode(text, /*add_special=*/false, /*parse_special=*/true);
+  PAGODA_ASSIGN_OR_RETURN(tok::RenderedPrompt p, template_->render_prompt(messages, tok::ChatRenderOptions{}));
+  // The template's markers are control tokens; content spans are plain text unless asked.
+  if (parse_special_in_content) p.content_spans.clear();
+  return tok::encode_prompt(*tok_, p);
 }
 
 std::string TextCodec::decode(const std::vector<int32_t>& ids) const { return tok_->decode(ids); }

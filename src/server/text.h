@@ -20,7 +20,9 @@ class TextCodec {
   // A private copy of `source`'s vocabulary; the chat template is parsed once here
   // (a model without a usable template still serves completions; chat then answers
   // 400 with the template's error).
-  static Expected<std::unique_ptr<TextCodec>> create(const tok::Tokenizer& source);
+  // chat_template: Jinja source that replaces the model's own ("" keeps it).
+  static Expected<std::unique_ptr<TextCodec>> create(const tok::Tokenizer& source,
+                                                     const std::string& chat_template = "");
   ~TextCodec();
 
   const tok::Tokenizer& tokenizer() const { return *tok_; }
@@ -30,13 +32,14 @@ class TextCodec {
   std::vector<int32_t> encode_prompt(const std::string& text, bool add_special, bool parse_special) const;
   // Messages -> ids through the chat template with the generation prompt. The
   // template's own markers are special tokens. parse_special_in_content: whether
-  // control-token text inside message content is too. NOTE: until the rendered chat
-  // remembers its content spans (tok/, h-jinja), content is always parsed with
-  // special tokens on, whatever this says; see tests/server/test_malformed.py
-  // (ControlTokens.test_chat_content_is_plain_text, skipped until then).
+  // control-token text inside message content is too (off: the rendered prompt's
+  // content spans are tokenized as plain text, so a user cannot forge a turn).
   Expected<std::vector<int32_t>> encode_chat(const std::vector<tok::ChatMessage>& messages,
                                              bool parse_special_in_content) const;
   std::string decode(const std::vector<int32_t>& ids) const;
+  // Whether chat works, and why not ("" when it does).
+  bool has_chat_template() const { return template_.has_value(); }
+  const std::string& template_error() const { return template_error_; }
 
  private:
   TextCodec() = default;

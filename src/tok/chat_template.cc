@@ -41,8 +41,12 @@ Expected<ChatTemplate> ChatTemplate::parse(std::string_view src, std::string bos
 }
 
 Expected<ChatTemplate> ChatTemplate::from_tokenizer(const Tokenizer& tok) {
+  return from_source(tok, tok.chat_template());
+}
+
+Expected<ChatTemplate> ChatTemplate::from_source(const Tokenizer& tok, std::string_view source) {
   auto text = [&](TokenId id) { return id == kNoToken ? std::string() : tok.token_text(id); };
-  return parse(tok.chat_template(), text(tok.bos_id()), text(tok.eos_id()));
+  return parse(source, text(tok.bos_id()), text(tok.eos_id()));
 }
 
 Expected<std::string> ChatTemplate::render(std::span<const ChatMessage> messages,

@@ -62,6 +62,9 @@ class ChatTemplate {
                                       std::string eos_token);
   // The tokenizer's tokenizer.chat_template with its BOS/EOS token texts.
   static Expected<ChatTemplate> from_tokenizer(const Tokenizer& tok);
+  // `source` (e.g. the file of --chat-template) instead of the model's own, with the
+  // tokenizer's BOS/EOS token texts.
+  static Expected<ChatTemplate> from_source(const Tokenizer& tok, std::string_view source);
 
   // The prompt text. Errors: no messages, anything the template raises
   // (raise_exception), template limits (see jinja::Limits).

@@ -252,8 +252,6 @@ class ControlTokens(unittest.TestCase):
             self.assertIn(2, ids_special)
             self.assertLess(len(ids_special), len(ids))
 
-    @unittest.skip("needs tok/'s span-aware chat encoding (h-jinja); the lead wires TextCodec::encode_chat "
-                   "to it at merge, then this runs and must pass")
     def test_chat_content_is_plain_text(self):
         if not os.path.exists(SMOL):
             self.skipTest("default model not fetched")

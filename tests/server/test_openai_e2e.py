@@ -149,6 +149,38 @@ class StoriesCompletions(unittest.TestCase):
             self.client.completions.create(model="nope", prompt="hi", max_tokens=2)
 
 
+class StoriesChatTemplate(unittest.TestCase):
+    """stories260K has no tokenizer.chat_template: chat is a 400 that names --chat-template,
+    and works once one is given."""
+    TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                "{% if add_generation_prompt %}assistant:{% endif %}")
+
+    def test_without_template_400_names_the_flag(self):
+        with PagodaServer(BINARY, STORIES, ["--num-kv-blocks", "64"]) as srv:
+            client = openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=120)
+            with self.assertRaises(openai.BadRequestError) as cm:
+                client.chat.completions.create(model="stories260K", messages=[{"role": "user", "content": "hi"}],
+                                               max_tokens=2)
+            self.assertIn("--chat-template", str(cm.exception))
+
+    def test_chat_template_file(self):
+        import tempfile
+        with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False) as f:
+            f.write(self.TEMPLATE)
+        try:
+            with PagodaServer(BINARY, STORIES, ["--num-kv-blocks", "64", "--chat-template", f.name]) as srv:
+                msgs = [{"role": "user", "content": "Lily went to the park."}]
+                ids = post_json(srv.url + "/tokenize", {"messages": msgs})["tokens"]
+                text = post_json(srv.url + "/detokenize", {"tokens": ids})["prompt"]
+                self.assertEqual(text, "user: Lily went to the park.\nassistant:")
+                client = openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=120)
+                r = client.chat.completions.create(model="stories260K", messages=msgs, max_tokens=4, temperature=0)
+                self.assertEqual(r.usage.prompt_tokens, len(ids))
+                self.assertEqual(r.usage.completion_tokens, 4)
+        finally:
+            os.unlink(f.name)
+
+
 @unittest.skipUnless(os.path.exists(SMOL), "default model not fetched (scripts/setup)")
 class SmolChat(unittest.TestCase):
     @classmethod
