@@ -145,6 +145,19 @@ const std::vector<SynthShape>& synth_presets() {
     v[7].longrope_original_context = 4096;
     v[8].n_head_dim = 256;
     v[8].sliding_window = 512;
+    // Tiny shapes of the newer architectures, every feature on at toy size:
+    // tests/model/test_arch_llamacpp.cc checks them against llama.cpp's logits
+    // (docs/parity/compare_arch.py --fixtures writes those).
+    v.push_back(preset("tiny-qwen3", "qwen3", "smollm", 64, 2, 4, 2, 96, 320, 256, 1000000.0, 1e-6, true, false));
+    v.back().n_head_dim = 32;
+    v.push_back(preset("tiny-llama3", "llama", "smollm", 64, 2, 4, 2, 96, 320, 4096, 500000.0, 1e-5, true, false));
+    v.back().llama3_rope = {.factor = 8, .low_freq_factor = 1, .high_freq_factor = 4, .original_context = 64};
+    v.push_back(preset("tiny-phi3", "phi3", "smollm", 64, 2, 4, 4, 96, 320, 4096, 10000.0, 1e-5, false, false));
+    v.back().sliding_window = 2047;
+    v.back().longrope_original_context = 256;
+    v.push_back(preset("tiny-gemma3", "gemma3", "smollm", 64, 6, 4, 1, 96, 320, 256, 1000000.0, 1e-6, true, false));
+    v.back().n_head_dim = 32;
+    v.back().sliding_window = 8;
     return v;
   }();
   return p;

@@ -47,7 +47,8 @@ struct SynthShape {
 std::vector<float> llama3_rope_factors(const SynthLlama3Rope& r, double rope_base, int64_t head_dim);
 
 // smollm2-135m, smollm2-360m, llama-3.2-1b (with its rope scaling), llama-3.1-8b,
-// qwen2.5-0.5b, qwen3-0.6b, phi-3-mini (4k), phi-3-mini-128k (LongRoPE), gemma3-270m.
+// qwen2.5-0.5b, qwen3-0.6b, phi-3-mini (4k), phi-3-mini-128k (LongRoPE), gemma3-270m,
+// and tiny-qwen3, tiny-llama3, tiny-phi3, tiny-gemma3 (toy sizes for parity fixtures).
 const std::vector<SynthShape>& synth_presets();
 const SynthShape* find_synth_preset(const std::string& name);
 
