@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "base/rng.h"
 #include "base/ggml_quant.h"
@@ -218,7 +219,14 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
   const std::string a = s.arch;
   w->set_string("general.architecture", a);
   w->set_string("general.type", "model");
-  w->set_string("general.name", s.name + " (pagoda synth, random weights)");
+  // llama.cpp gives tokens of a model whose name contains "phi-3"/"phi3" Phi-3's
+  // attributes by looking up </s>, <unk>, <s>, which the synthetic vocabulary
+  // lacks (it would refuse the file): the name spells it "phi_3" instead.
+  std::string name = s.name;
+  for (const char* phi : {"phi-3", "phi3"}) {
+    for (size_t at; (at = name.find(phi)) != std::string::npos;) name.replace(at, std::strlen(phi), "phi_3");
+  }
+  w->set_string("general.name", name + " (pagoda synth, random weights)");
   const bool q4_k_m = opt.q4_k_m && t == GgmlType::Q4_K;
   w->set_u32("general.file_type", q4_k_m ? 15u : static_cast<uint32_t>(llama_file_type(t)));  // 15: Q4_K_M
   w->set_u32("general.quantization_version", 2);
