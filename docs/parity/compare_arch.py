@@ -18,7 +18,7 @@ synth (qwen3, llama with llama-3.x rope scaling, phi3 with LongRoPE, gemma3):
   two logit vectors and top-1 agreement (pagoda teacher-forced on the prompt,
   llama.cpp decoding it one token at a time: both produce the logits after each
   of positions 0..62). --fixtures DIR also writes the small synth models' reference
-  logits (presets tiny-qwen3, tiny-llama3, tiny-phi3, tiny-gemma3, Q8_0) for
+  logits (presets tiny-qwen3, tiny-llama3, tiny-phi3, tiny-gemma3, F32) for
   tests/model/test_arch_llamacpp.cc, which checks them without llama.cpp.
 
 Getting llama.cpp: see compare_llamacpp.py (never commit its code or binaries).
@@ -41,7 +41,7 @@ NEAR_TIE = 0.02
 N_GEN = 32
 
 # Fixed before any result was seen. The two long prompts are repository documents
-# (their first 7,000 characters at the commit the results name).
+# (their first 4,000 characters at the commit the results name).
 SHORT_PROMPTS = [
     "The capital of France is",
     "Once upon a time, in a small village by the sea, there lived",
@@ -57,7 +57,7 @@ def gemma_prompts():
     out = [("short %d" % i, p) for i, p in enumerate(SHORT_PROMPTS)]
     for d in LONG_DOCS:
         with open(os.path.join(REPO, d), encoding="utf-8") as f:
-            out.append(("long " + d, f.read()[:7000]))
+            out.append(("long " + d, f.read()[:4000]))
     return out
 
 
@@ -160,7 +160,7 @@ def fixtures_section(args, tmp):
     os.makedirs(args.fixtures, exist_ok=True)
     for arch in FIXTURE_ARCHS:
         path = os.path.join(tmp, "tiny-%s.gguf" % arch)
-        subprocess.run([args.pagoda, "synth", "--preset", "tiny-" + arch, "--type", "q8_0", "-o", path], check=True,
+        subprocess.run([args.pagoda, "synth", "--preset", "tiny-" + arch, "--type", "f32", "-o", path], check=True,
                        capture_output=True)
         n_vocab = LlamaCpp(path, args.threads, n_ctx=256).n_vocab
         prompts = prompts_for(n_vocab)

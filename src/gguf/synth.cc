@@ -48,9 +48,9 @@ void fill_normal_row(uint64_t seed, uint64_t tensor_id, uint64_t row, float stdd
   }
 }
 
-// [rows, cols] in `type`; value < 0 means random N(0, 0.02), else a constant.
+// [rows, cols] in `type`; value < 0 means random N(0, stddev), else a constant.
 TensorProducer weight_producer(uint64_t seed, uint64_t tensor_id, int64_t cols, int64_t rows, GgmlType type,
-                               float constant) {
+                               float constant, float stddev) {
   return [=](const ByteSink& sink) -> Status {
     const size_t row_bytes = ggml_row_bytes(type, static_cast<size_t>(cols));
     const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t{1} << 20) / std::max<int64_t>(cols, 1)));
@@ -60,7 +60,7 @@ TensorProducer weight_producer(uint64_t seed, uint64_t tensor_id, int64_t cols, 
       const int64_t n = std::min(chunk, rows - r0);
       for (int64_t r = 0; r < n; ++r) {
         float* row = f.data() + r * cols;
-        if (constant < 0) fill_normal_row(seed, tensor_id, static_cast<uint64_t>(r0 + r), 0.02f, row, cols);
+        if (constant < 0) fill_normal_row(seed, tensor_id, static_cast<uint64_t>(r0 + r), stddev, row, cols);
         else std::fill(row, row + cols, constant);
         quantize_row(type, row, q.data() + static_cast<size_t>(r) * row_bytes, cols);
       }
@@ -153,9 +153,11 @@ const std::vector<SynthShape>& synth_presets() {
     v.back().n_head_dim = 32;
     v.push_back(preset("tiny-llama3", "llama", "smollm", 64, 2, 4, 2, 96, 320, 4096, 500000.0, 1e-5, true, false));
     v.back().llama3_rope = {.factor = 8, .low_freq_factor = 1, .high_freq_factor = 4, .original_context = 64};
+    v.back().weight_std = 0.25;  // q.k of order 10: attention, and so rope, depends on positions
     v.push_back(preset("tiny-phi3", "phi3", "smollm", 64, 2, 4, 4, 96, 320, 4096, 10000.0, 1e-5, false, false));
     v.back().sliding_window = 2047;
     v.back().longrope_original_context = 256;
+    v.back().weight_std = 0.25;
     v.push_back(preset("tiny-gemma3", "gemma3", "smollm", 64, 6, 4, 1, 96, 320, 256, 1000000.0, 1e-6, true, false));
     v.back().n_head_dim = 32;
     v.back().sliding_window = 8;
@@ -273,7 +275,8 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
     std::vector<uint64_t> dims = {static_cast<uint64_t>(cols)};
     if (rows > 0) dims.push_back(static_cast<uint64_t>(rows));
     return w->add_tensor(name, dims, type,
-                         weight_producer(opt.seed, id++, cols, rows > 0 ? rows : 1, type, constant));
+                         weight_producer(opt.seed, id++, cols, rows > 0 ? rows : 1, type, constant,
+                                         static_cast<float>(s.weight_std)));
   };
   const int64_t q_dim = s.n_head * hd, kv_dim = s.n_head_kv * hd;
   // Like llama.cpp's quantize, 4-bit files keep the output projection at higher

@@ -30,6 +30,10 @@ struct SynthShape {
   int64_t n_head_dim = 0;      // attention.key_length; 0: n_embd / n_head
   double rope_base = 10000.0;
   double rms_eps = 1e-5;
+  // Standard deviation of the random weights. Presets of real models keep 0.02;
+  // the tiny ones without Q/K norms use more, so that attention scores are
+  // large enough for positions (rope, its scaling) to change the logits.
+  double weight_std = 0.02;
   bool tied = true;            // no output.weight: the output projection reuses token_embd
   bool qkv_bias = false;       // attn_q/k/v.bias (qwen2)
   // Architecture-specific parts, written by arch (qwen3/gemma3: attn_q/k_norm;

@@ -3,8 +3,9 @@
 // tensors and LongRoPE, tiny-gemma3 with a sliding window of 8), without
 // llama.cpp: tests/data/arch_parity/<arch>.bin holds llama.cpp's logits after
 // each of 63 positions of 4 random prompts (docs/parity/compare_arch.py
-// --fixtures wrote them from `pagoda synth --preset tiny-<arch> --type q8_0`,
-// which this test regenerates bit for bit). Per position: cosine >= 0.999;
+// --fixtures wrote them from `pagoda synth --preset tiny-<arch> --type f32`,
+// which this test regenerates bit for bit). Per position: cosine >= 0.9999
+// (issue 14 asks 0.999; with F32 weights the engines agree to 1e-5);
 // over the 4 x 63 positions: top-1 agreement >= 97% (issue 14's criteria).
 #include <gtest/gtest.h>
 
@@ -72,12 +73,14 @@ void check_arch(const std::string& arch, model::KernelBackend backend, double mi
   std::string err;
   ASSERT_TRUE(read_fixture(std::string(PAGODA_TEST_DATA) + "/arch_parity/" + arch + ".bin", &fx, &err)) << err;
 
-  // The file `pagoda synth --preset tiny-<arch> --type q8_0` writes (cmd_synth's options).
+  // The file `pagoda synth --preset tiny-<arch> --type f32` writes (cmd_synth's options).
+  // F32 weights: no activation quantization on either side (ggml's f32 matmul, pagoda's
+  // f32 path), so what is left to differ is the architecture's arithmetic.
   const gguf::SynthShape* shape = gguf::find_synth_preset("tiny-" + arch);
   ASSERT_NE(shape, nullptr);
   gguf::SynthOptions o;
   o.shape = *shape;
-  o.type = GgmlType::Q8_0;
+  o.type = GgmlType::F32;
   o.k_quant_fallback = true;
   gguf::GgufWriter w;
   ASSERT_TRUE(gguf::synth_model(o, &w).ok());
@@ -114,7 +117,7 @@ void check_arch(const std::string& arch, model::KernelBackend backend, double mi
       }
       const double cos = dot / std::sqrt(na * nb);
       min_cos = std::min(min_cos, cos);
-      EXPECT_GE(cos, 0.999) << arch << " prompt " << p << " position " << i;
+      EXPECT_GE(cos, 0.9999) << arch << " prompt " << p << " position " << i;
       const auto top = [&](const float* x) { return std::max_element(x, x + fx.n_vocab) - x; };
       agree += top(l->data()) == top(ref);
       ++total;
@@ -137,14 +140,9 @@ TEST(ArchLlamaCpp, Phi3LongRope) {
   check_arch("phi3", model::KernelBackend::Cpu);
   check_arch("phi3", model::KernelBackend::Ref);
 }
-// gemma3 is not among issue 14's synth criteria (its criterion is the real 270M,
-// docs/parity/architectures.md): on this 6-layer random model llama.cpp agrees on
-// 240/252 argmaxes (cosine >= 0.9992). Without the window (sliding_window 1000)
-// it is 242/252, and with ggml's f16-table GELU emulated 242/252 too: the misses
-// are near-ties of a deep random model, not the window or the activation.
 TEST(ArchLlamaCpp, Gemma3SlidingWindow) {
-  check_arch("gemma3", model::KernelBackend::Cpu, 0.94);
-  check_arch("gemma3", model::KernelBackend::Ref, 0.94);
+  check_arch("gemma3", model::KernelBackend::Cpu);
+  check_arch("gemma3", model::KernelBackend::Ref);
 }
 
 }  // namespace
