@@ -6,6 +6,10 @@
 // achieved weight-read bandwidth of decode against the machine's peak.
 // --ctx-sweep: ms per decode step at several contexts, with the KV cache and
 // with full recomputation (the "KV cache vs recompute" table).
+// Everything runs through engine::Engine (the path of run and serve): one
+// request at a time, prefix caching off (a repetition must not hit the cache of
+// the previous one), a token budget that takes every prompt in one pass, and
+// the timer around Engine::step().
 #include <algorithm>
 #include <cerrno>
 #include <cinttypes>
@@ -19,16 +23,13 @@
 #include <vector>
 
 #include "base/hash.h"
+#include "base/kv_dtype.h"
 #include "base/rng.h"
 #include "base/timer.h"
 #include "cli/bench_serving.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
-#include "kernels/api.h"
-#include "model/model.h"
-#include "runtime/model_runner.h"
-#include "runtime/sequence.h"
-#include "sample/sampler.h"
+#include "engine/engine.h"
 
 namespace pagoda::cli {
 namespace {
@@ -58,7 +59,7 @@ const char* kBenchUsage =
 struct BenchOptions {
   std::string model;
   int64_t pp = 512, tg = 128, reps = 5, threads = 0, block_size = 16, seed = 1234;
-  kernels::KvDtype kv_dtype = kernels::KvDtype::F16;
+  KvDtype kv_dtype = KvDtype::F16;
   bool json = false, ctx_sweep = false;
 };
 
@@ -152,29 +153,58 @@ int fail(const std::string& msg) {
   return 1;
 }
 
-// Prefill of `tokens` into a fresh sequence; returns seconds.
-Expected<double> time_prefill(runtime::SequenceSession& seq, const std::vector<int32_t>& tokens) {
-  seq.reset();
-  Timer t;
-  PAGODA_TRY(seq.feed(tokens));
-  return t.seconds();
+// One greedy request of `max_tokens` tokens; returns the seconds of its
+// engine steps, the first (the prefill, which samples the first token) and the
+// decode steps after it, and the generated tokens in *out.
+struct RequestTimes {
+  double prefill_s = 0;
+  double decode_s = 0;
+  int64_t decode_steps = 0;
+};
+Expected<RequestTimes> run_request(engine::Engine& eng, const std::vector<int32_t>& prompt, int64_t max_tokens,
+                                   std::vector<int32_t>* out) {
+  engine::RequestParams p;
+  p.prompt = prompt;
+  p.max_tokens = static_cast<int>(max_tokens);
+  p.temperature = 0.0f;
+  p.ignore_eos = true;  // the token count is the test's, whatever the model says
+  out->clear();
+  PAGODA_ASSIGN_OR_RETURN(engine::RequestId id, eng.add_request(p));
+  RequestTimes t;
+  while (eng.has_unfinished()) {
+    Timer step;
+    const std::vector<engine::TokenEvent> events = eng.step();
+    const double s = step.seconds();
+    for (const engine::TokenEvent& ev : events) {
+      if (ev.id != id) continue;
+      if (ev.finish == engine::FinishReason::kError) return errorf("%s", ev.error.c_str());
+      out->insert(out->end(), ev.tokens.begin(), ev.tokens.end());
+    }
+    if (out->size() <= 1) {
+      t.prefill_s += s;
+    } else {
+      t.decode_s += s;
+      ++t.decode_steps;
+    }
+  }
+  return t;
 }
 
-// Greedy decode of n tokens after `prompt`; returns the decode seconds (prompt excluded).
-Expected<double> time_decode(runtime::SequenceSession& seq, const std::vector<int32_t>& prompt, int64_t n,
+// Prefill of `tokens` in one forward pass; returns seconds.
+Expected<double> time_prefill(engine::Engine& eng, const std::vector<int32_t>& tokens) {
+  std::vector<int32_t> out;
+  PAGODA_ASSIGN_OR_RETURN(RequestTimes t, run_request(eng, tokens, 1, &out));
+  return t.prefill_s;
+}
+
+// Greedy decode of n tokens after `prompt`: n decode steps (the prompt's step
+// excluded), each feeding the previous token; *out gets the n tokens fed, the
+// first chosen by the prompt's step. Returns the decode seconds.
+Expected<double> time_decode(engine::Engine& eng, const std::vector<int32_t>& prompt, int64_t n,
                              std::vector<int32_t>* out) {
-  seq.reset();
-  out->clear();
-  PAGODA_ASSIGN_OR_RETURN(std::span<const float> logits, seq.feed(prompt));
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const int32_t t = sample::argmax(logits);
-    out->push_back(t);
-    Timer step;
-    PAGODA_ASSIGN_OR_RETURN(logits, seq.feed(std::span<const int32_t>(&t, 1)));
-    s += step.seconds();
-  }
-  return s;
+  PAGODA_ASSIGN_OR_RETURN(RequestTimes t, run_request(eng, prompt, n + 1, out));
+  out->resize(static_cast<size_t>(n));  // the token of the last step is not fed
+  return t.decode_s;
 }
 
 // True when the arguments ask for a serving workload (bench_serving.cc).
@@ -204,49 +234,56 @@ int run_bench(int argc, char** argv) {
   if (o.model.empty()) o.model = default_model_path();
   const int threads = o.threads > 0 ? static_cast<int>(o.threads)
                                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  kernels::set_num_threads(threads);
-
-  auto model = model::Model::load(o.model);
-  if (!model.ok()) return fail(o.model + ": " + model.message());
-  const model::ModelConfig& cfg = (*model)->config();
-  int64_t need_ctx = std::max<int64_t>(o.pp, kTgPromptTokens + o.tg);
+  // Positions the tests compute (pp, the tg prompt + tg fed tokens, a sweep
+  // context + its decode steps); the model must have them. The engine's context
+  // has one more: the token sampled last is never fed.
   std::vector<int64_t> sweep;
-  if (o.ctx_sweep) {
-    for (int64_t c : kSweepContexts) {
-      if (c + kSweepDecodeSteps + 1 <= cfg.n_ctx_train) sweep.push_back(c);
-    }
-    if (!sweep.empty()) need_ctx = std::max(need_ctx, sweep.back() + kSweepDecodeSteps + 1);
+  if (o.ctx_sweep) sweep.assign(std::begin(kSweepContexts), std::end(kSweepContexts));
+  auto positions = [&] {
+    int64_t n = std::max<int64_t>(o.pp, kTgPromptTokens + o.tg);
+    if (!sweep.empty()) n = std::max(n, sweep.back() + kSweepDecodeSteps + 1);
+    return n;
+  };
+
+  engine::EngineConfig ec;
+  ec.model_path = o.model;
+  ec.threads = threads;
+  ec.context_length = static_cast<int>(positions() + 1);
+  ec.kv_dtype = o.kv_dtype;
+  ec.block_size = static_cast<int>(o.block_size);
+  ec.kv_pool_one_context = true;
+  ec.watermark = 0;                  // one sequence may fill the whole pool
+  ec.enable_prefix_caching = false;  // a repetition must compute its prompt again
+  ec.max_num_seqs = 1;
+  ec.max_num_batched_tokens = ec.context_length;  // every prefill is one pass
+  auto created = engine::Engine::create(ec);
+  if (!created.ok()) return fail(o.model + ": " + created.message());
+  engine::Engine& eng = **created;
+  const engine::ModelInfo& info = eng.model_info();
+  // Only the sweep contexts the model has room for.
+  std::erase_if(sweep, [&](int64_t c) { return c + kSweepDecodeSteps + 1 > info.n_ctx_train; });
+  if (positions() > info.n_ctx_train) {
+    return fail("the test needs " + std::to_string(positions()) + " tokens of context, the model has " +
+                std::to_string(info.n_ctx_train));
   }
-  if (need_ctx > cfg.n_ctx_train) {
-    return fail("the test needs " + std::to_string(need_ctx) + " tokens of context, the model has " +
-                std::to_string(cfg.n_ctx_train));
-  }
-  runtime::RunnerOptions ro;
-  ro.block_size = static_cast<int32_t>(o.block_size);
-  ro.num_blocks = runtime::blocks_for_context(need_ctx, ro.block_size);
-  ro.kv_dtype = o.kv_dtype;
-  ro.max_tokens_per_step = static_cast<int32_t>(need_ctx);  // every prefill is one pass
-  auto runner = runtime::ModelRunner::create(**model, ro);
-  if (!runner.ok()) return fail(runner.message());
-  runtime::SequenceSession seq(**runner);
 
   // Separate streams so the tg prompt (and its hash) does not depend on --pp.
   Rng rng(static_cast<uint64_t>(o.seed));
   Rng tg_rng(static_cast<uint64_t>(o.seed) ^ 0x7467ull);
-  const std::vector<int32_t> pp_tokens = random_tokens(rng, o.pp, cfg.n_vocab);
-  const std::vector<int32_t> tg_prompt = random_tokens(tg_rng, kTgPromptTokens, cfg.n_vocab);
+  const std::vector<int32_t> pp_tokens = random_tokens(rng, o.pp, info.vocab_size);
+  const std::vector<int32_t> tg_prompt = random_tokens(tg_rng, kTgPromptTokens, info.vocab_size);
   std::vector<double> pp_tps, tg_tps;
   std::vector<int32_t> generated;
   uint64_t tg_hash = 0;
   bool tg_consistent = true;
   for (int64_t r = -1; r < o.reps; ++r) {  // r == -1: warm-up
     if (o.pp > 0) {
-      auto s = time_prefill(seq, pp_tokens);
+      auto s = time_prefill(eng, pp_tokens);
       if (!s.ok()) return fail(s.message());
       if (r >= 0) pp_tps.push_back(static_cast<double>(o.pp) / *s);
     }
     if (o.tg > 0) {
-      auto s = time_decode(seq, tg_prompt, o.tg, &generated);
+      auto s = time_decode(eng, tg_prompt, o.tg, &generated);
       if (!s.ok()) return fail(s.message());
       const uint64_t h = xxh3_64(generated.data(), generated.size() * sizeof(int32_t));
       if (r == -1) tg_hash = h;
@@ -255,7 +292,7 @@ int run_bench(int argc, char** argv) {
     }
   }
   const Stats pp = summarize(pp_tps), tg = summarize(tg_tps);
-  const double bytes_per_token = static_cast<double>((*model)->weight_bytes_per_token());
+  const double bytes_per_token = static_cast<double>(info.weight_bytes_per_token);
   const double tg_gbs = tg.median * bytes_per_token / 1e9;
 
   struct SweepRow {
@@ -264,17 +301,17 @@ int run_bench(int argc, char** argv) {
   };
   std::vector<SweepRow> rows;
   if (!sweep.empty()) {
-    runtime::SequenceSession recompute(**runner, /*recompute=*/true);
     const int64_t reps = std::min<int64_t>(o.reps, 2);
     for (int64_t c : sweep) {
-      const std::vector<int32_t> ctx_tokens = random_tokens(rng, c + 1, cfg.n_vocab);
+      const std::vector<int32_t> ctx_tokens = random_tokens(rng, c + 1, info.vocab_size);
       const std::vector<int32_t> prefix(ctx_tokens.begin(), ctx_tokens.end() - 1);
-      auto dec = time_decode(seq, prefix, kSweepDecodeSteps, &generated);
+      auto dec = time_decode(eng, prefix, kSweepDecodeSteps, &generated);
       if (!dec.ok()) return fail(dec.message());
-      // Without a cache a decode step at context c recomputes all c + 1 tokens.
+      // Without a cache a decode step at context c recomputes all c + 1 tokens:
+      // the work (and the time) of a prefill of c + 1 tokens.
       std::vector<double> re;
       for (int64_t i = 0; i < reps; ++i) {
-        auto s = time_prefill(recompute, ctx_tokens);
+        auto s = time_prefill(eng, ctx_tokens);
         if (!s.ok()) return fail(s.message());
         re.push_back(*s * 1e3);
       }
@@ -287,10 +324,10 @@ int run_bench(int argc, char** argv) {
   if (o.json) {
     nlohmann::json j;
     j["model"] = o.model;
-    j["arch"] = cfg.arch;
+    j["arch"] = info.architecture;
     j["threads"] = threads;
-    j["isa"] = kernels::cpu::isa_name();
-    j["kv_dtype"] = kernels::kv_dtype_name(o.kv_dtype);
+    j["isa"] = info.isa;
+    j["kv_dtype"] = kv_dtype_name(o.kv_dtype);
     j["reps"] = o.reps;
     j["pp_tokens"] = o.pp;
     j["tg_tokens"] = o.tg;
@@ -300,7 +337,7 @@ int run_bench(int argc, char** argv) {
     j["tg_tokens_per_s"] = tg.median;
     j["tg_tokens_per_s_min"] = tg.min;
     j["tg_tokens_per_s_max"] = tg.max;
-    j["weight_bytes_per_token"] = (*model)->weight_bytes_per_token();
+    j["weight_bytes_per_token"] = info.weight_bytes_per_token;
     j["tg_gb_per_s"] = tg_gbs;
     j["peak_read_gb_per_s"] = kPeakReadGBs;
     j["tg_fraction_of_peak"] = tg_gbs / kPeakReadGBs;
@@ -318,10 +355,10 @@ int run_bench(int argc, char** argv) {
     return tg_consistent ? 0 : 1;
   }
 
-  std::printf("model: %s (%s, %d layers, embd %d, vocab %d)\n", o.model.c_str(), cfg.arch.c_str(),
-              cfg.n_layers, cfg.n_embd, cfg.n_vocab);
+  std::printf("model: %s (%s, %d layers, embd %d, vocab %d)\n", o.model.c_str(), info.architecture.c_str(),
+              info.n_layers, info.n_embd, info.vocab_size);
   std::printf("threads: %d, isa: %s, kv: %s, block size %" PRId64 ", %" PRId64 " reps + 1 warm-up\n\n", threads,
-              kernels::cpu::isa_name(), kernels::kv_dtype_name(o.kv_dtype), o.block_size, o.reps);
+              info.isa, kv_dtype_name(o.kv_dtype), o.block_size, o.reps);
   std::printf("| test     | tokens/s (median) |      min |      max |\n");
   std::printf("|----------|-------------------|----------|----------|\n");
   if (o.pp > 0) {

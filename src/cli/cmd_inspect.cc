@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "base/kv_dtype.h"
 #include "cli/command.h"
 #include "gguf/gguf.h"
-#include "kernels/api.h"
 
 namespace pagoda::cli {
 namespace {
@@ -113,16 +113,15 @@ int run_inspect(int argc, char** argv) {
   const int64_t layer_factor = kv_per_layer ? 1 : n_layer;
   struct KvCost { const char* name; int64_t per_token; };  // -1: not representable
   std::vector<KvCost> kv;
-  for (kernels::KvDtype d : {kernels::KvDtype::F32, kernels::KvDtype::F16, kernels::KvDtype::BF16,
-                             kernels::KvDtype::Q8_0}) {
+  for (KvDtype d : kAllKvDtypes) {
     int64_t per_token = -1;
     if (have_kv) {
       const int64_t k_n = n_head_kv * head_dim_k, v_n = n_head_kv * head_dim_v;
-      const bool ok = d != kernels::KvDtype::Q8_0 || (k_n % 32 == 0 && v_n % 32 == 0);
+      const bool ok = d != KvDtype::Q8_0 || (k_n % 32 == 0 && v_n % 32 == 0);
       if (ok)
-        per_token = layer_factor * static_cast<int64_t>(kernels::kv_row_bytes(d, k_n) + kernels::kv_row_bytes(d, v_n));
+        per_token = layer_factor * static_cast<int64_t>(kv_row_bytes(d, k_n) + kv_row_bytes(d, v_n));
     }
-    kv.push_back({kernels::kv_dtype_name(d), per_token});
+    kv.push_back({kv_dtype_name(d), per_token});
   }
 
   if (json) {

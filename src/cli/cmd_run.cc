@@ -1,5 +1,7 @@
 // pagoda run: generate text for one prompt, one sequence, streaming to stdout.
 // Statistics go to stderr (or everything into one JSON object with --json).
+// It drives engine::Engine, the path serve and the workload benchmarks use: one
+// request in an engine whose KV pool holds exactly one context.
 #include <algorithm>
 #include <cerrno>
 #include <cinttypes>
@@ -14,18 +16,13 @@
 #include <thread>
 #include <vector>
 
+#include "base/kv_dtype.h"
 #include "base/timer.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
-#include "gguf/gguf.h"
-#include "kernels/api.h"
-#include "model/model.h"
-#include "runtime/model_runner.h"
-#include "runtime/sequence.h"
-#include "sample/sampler.h"
-#include "sample/stop.h"
+#include "engine/engine.h"
+#include "sample/params.h"
 #include "tok/chat_template.h"
-#include "tok/detokenizer.h"
 #include "tok/tokenizer.h"
 
 namespace pagoda::cli {
@@ -37,7 +34,7 @@ const char* kRunUsage =
     "  -m, --model PATH      GGUF model (default: $PAGODA_MODEL or models/SmolLM2-135M-Instruct.Q4_1.gguf)\n"
     "  -p, --prompt TEXT     prompt text\n"
     "      --prompt-ids IDS  prompt as comma-separated token ids (instead of -p; no BOS or template added)\n"
-    "  -n, --n-predict N     tokens to generate (default -1: until end of generation or full context)\n"
+    "  -n, --n-predict N     tokens to generate, >= 1 (default -1: until end of generation or full context)\n"
     "      --chat            wrap the prompt in the model's chat template (user turn + generation prompt)\n"
     "      --temp T          temperature (default 0.8; 0 = greedy)\n"
     "      --top-k K         (default 40; 0 = off)\n"
@@ -75,7 +72,7 @@ struct RunOptions {
   bool have_seed = false;
   int threads = 0;
   int64_t ctx = 0;
-  kernels::KvDtype kv_dtype = kernels::KvDtype::F16;
+  KvDtype kv_dtype = KvDtype::F16;
   int32_t block_size = 16;
   bool no_kv_cache = false;
   bool ref_kernels = false;
@@ -158,7 +155,7 @@ std::string parse_args(int argc, char** argv, RunOptions* o, bool* help) {
       } else if (is("--force-tokens")) {
         ok = parse_ids(v, &o->force_tokens);
       } else if (is("-n", "--n-predict")) {
-        ok = parse_i64(v, &o->n_predict);
+        ok = parse_i64(v, &o->n_predict) && o->n_predict != 0;  // 0 would generate nothing
       } else if (is("--temp")) {
         ok = parse_f32(v, &o->sampling.temperature);
       } else if (is("--top-k")) {
@@ -266,51 +263,61 @@ int run_run(int argc, char** argv) {
   }
   if (o.model.empty()) o.model = default_model_path();
   if (!o.have_seed) o.sampling.seed = std::random_device{}();
-  kernels::set_num_threads(o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
 
-  auto file = gguf::GgufFile::open(o.model);
-  if (!file.ok()) return fail(o.model + ": " + file.message());
-  std::shared_ptr<const gguf::GgufFile> gf(std::move(*file));
-  auto tk = tok::Tokenizer::from_gguf(*gf);
-  if (!tk.ok()) return fail("tokenizer: " + tk.message());
-  auto model = model::Model::from_gguf(gf);
-  if (!model.ok()) return fail(o.model + ": " + model.message());
-  const model::ModelConfig& cfg = (*model)->config();
+  engine::EngineConfig ec;
+  ec.model_path = o.model;
+  ec.threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  ec.context_length = static_cast<int>(o.ctx);  // 0: the model's
+  ec.kv_dtype = o.kv_dtype;
+  ec.block_size = o.block_size;
+  ec.kv_pool_one_context = true;
+  ec.watermark = 0;                   // one sequence may fill the whole pool
+  ec.enable_prefix_caching = false;   // one request: nothing to share
+  ec.max_num_seqs = 1;
+  ec.max_num_batched_tokens = static_cast<int>(o.ctx > 0 ? std::min<int64_t>(o.ctx, 2048) : 2048);
+  ec.ref_kernels = o.ref_kernels;
+  ec.recompute = o.no_kv_cache;
+  auto created = engine::Engine::create(ec);
+  if (!created.ok()) return fail(o.model + ": " + created.message());
+  engine::Engine& eng = **created;
+  const engine::ModelInfo& info = eng.model_info();
+  const int64_t ctx = info.context_length;
 
   std::string prompt_text;
-  auto prompt = prompt_tokens(**tk, o, &prompt_text);
+  auto prompt = prompt_tokens(eng.tokenizer(), o, &prompt_text);
   if (!prompt.ok()) return fail(prompt.message());
   const int64_t n_prompt = static_cast<int64_t>(prompt->size());
-  const int64_t ctx = o.ctx > 0 ? o.ctx : cfg.n_ctx_train;
   if (n_prompt == 0) return fail("the prompt encodes to no tokens");
-  for (const int32_t id : *prompt) {
-    if (id >= cfg.n_vocab) return fail("prompt token id " + std::to_string(id) + " is outside the vocabulary");
-  }
-  for (const int32_t id : o.force_tokens) {
-    if (id >= cfg.n_vocab) return fail("--force-tokens id " + std::to_string(id) + " is outside the vocabulary");
-  }
   if (n_prompt > ctx) {
     return fail("prompt is " + std::to_string(n_prompt) + " tokens, longer than the context of " +
                 std::to_string(ctx) + " tokens (-c)");
   }
+  if (n_prompt == ctx) {
+    return fail("prompt is " + std::to_string(n_prompt) + " tokens, the whole context of " + std::to_string(ctx) +
+                " tokens (-c): no room to generate");
+  }
 
-  runtime::RunnerOptions ro;
-  ro.block_size = o.block_size;
-  ro.num_blocks = runtime::blocks_for_context(ctx, o.block_size);
-  ro.kv_dtype = o.kv_dtype;
-  ro.max_tokens_per_step = static_cast<int32_t>(std::min<int64_t>(ctx, 2048));
-  ro.backend = o.ref_kernels ? model::KernelBackend::Ref : model::KernelBackend::Cpu;
-  auto runner = runtime::ModelRunner::create(**model, ro);
-  if (!runner.ok()) return fail(runner.message());
-  runtime::SequenceSession seq(**runner, o.no_kv_cache);
+  // The context bounds generation too: prompt + generated <= context.
+  const int64_t room = ctx - n_prompt;
+  engine::RequestParams rp;
+  rp.prompt = *prompt;
+  rp.max_tokens = static_cast<int>(o.n_predict < 0 ? room : std::min(o.n_predict, room));
+  rp.temperature = o.sampling.temperature;
+  rp.top_k = o.sampling.top_k;
+  rp.top_p = o.sampling.top_p;
+  rp.min_p = o.sampling.min_p;
+  rp.repetition_penalty = o.sampling.repetition_penalty;
+  rp.presence_penalty = o.sampling.presence_penalty;
+  rp.frequency_penalty = o.sampling.frequency_penalty;
+  rp.seed = o.sampling.seed;
+  rp.has_seed = true;
+  rp.stop = o.sampling.stop;
+  rp.ignore_eos = o.sampling.ignore_eos;
+  rp.forced_tokens = o.force_tokens;
+  rp.return_logits = !o.logits_out.empty() || !o.logits_out_all.empty();
+  auto id = eng.add_request(rp);
+  if (!id.ok()) return fail(id.message());
 
-  // The context bounds generation too.
-  const int64_t room = ctx - n_prompt + 1;  // the last sampled token needs no KV slot
-  o.sampling.max_tokens = static_cast<int32_t>(o.n_predict < 0 ? room : std::min(o.n_predict, room));
-  if (o.sampling.max_tokens == 0) o.sampling.max_tokens = -1;  // -n 0
-  sample::Sampler sampler(o.sampling, *prompt);
-  tok::IncrementalDetokenizer detok(**tk);
-  sample::StopStringFilter stops(o.sampling.stop);
   std::string text;
   auto emit = [&](const std::string& s) {
     if (s.empty()) return;
@@ -320,55 +327,57 @@ int run_run(int argc, char** argv) {
       std::fflush(stdout);
     }
   };
-
   std::unique_ptr<FILE, int (*)(FILE*)> all_logits(nullptr, &std::fclose);
   if (!o.logits_out_all.empty()) {
     all_logits.reset(std::fopen(o.logits_out_all.c_str(), "wb"));
     if (!all_logits) return fail("cannot open " + o.logits_out_all + " for writing: " + std::strerror(errno));
   }
-  std::vector<int32_t> argmax_tokens;  // with --force-tokens: the greedy pick at each step
 
-  Timer t_prefill;
-  auto logits = seq.feed(*prompt);
-  const double prefill_s = t_prefill.seconds();
-  double decode_s = 0;
-  int64_t decode_steps = 0;
-  sample::FinishReason finish = sample::FinishReason::None;
+  // Steps up to the first token are the prefill; each later step decodes one token.
   std::vector<int32_t> generated;
-  while (o.n_predict != 0) {
-    if (!logits.ok()) return fail(logits.message());
-    if (generated.empty() && !o.logits_out.empty()) {
-      const Status st = write_f32_file(o.logits_out, *logits);
-      if (!st.ok()) return fail(st.message());
-    }
-    if (all_logits && std::fwrite(logits->data(), sizeof(float), logits->size(), all_logits.get()) != logits->size()) {
-      return fail("short write to " + o.logits_out_all);
-    }
-    int32_t t = 0;
-    if (generated.size() < o.force_tokens.size()) {
-      t = o.force_tokens[generated.size()];
-      argmax_tokens.push_back(sample::argmax(*logits));
-      sampler.accept(t);
-    } else {
-      t = sampler.sample(*logits).token;
-    }
-    generated.push_back(t);
-    finish = sample::check_token(o.sampling, t, static_cast<int32_t>(generated.size()), (*tk)->eog_ids());
-    if (finish != sample::FinishReason::Eos && finish != sample::FinishReason::StopToken) {
-      emit(stops.push(detok.push(t)));
-      if (stops.stopped()) finish = sample::FinishReason::StopString;
-    }
-    if (finish != sample::FinishReason::None) break;
+  std::vector<int32_t> argmax_tokens;  // with --force-tokens: the greedy pick at each forced step
+  engine::FinishReason finish = engine::FinishReason::kNone;
+  int32_t kv_blocks = 0;  // blocks the sequence held at its last step
+  double prefill_s = 0, decode_s = 0;
+  int64_t decode_steps = 0;
+  while (eng.has_unfinished()) {
     Timer t_step;
-    logits = seq.feed(std::span<const int32_t>(&t, 1));
-    decode_s += t_step.seconds();
-    ++decode_steps;
+    const std::vector<engine::TokenEvent> events = eng.step();
+    const double dt = t_step.seconds();
+    bool got_token = false;
+    for (const engine::TokenEvent& ev : events) {
+      if (ev.id != *id) continue;
+      if (ev.finish == engine::FinishReason::kError) return fail(ev.error);
+      if (!ev.tokens.empty()) {
+        got_token = true;
+        kv_blocks = ev.num_kv_blocks;
+        if (!ev.logits.empty()) {
+          if (generated.empty() && !o.logits_out.empty()) {
+            const Status st = write_f32_file(o.logits_out, ev.logits);
+            if (!st.ok()) return fail(st.message());
+          }
+          if (all_logits && std::fwrite(ev.logits.data(), sizeof(float), ev.logits.size(), all_logits.get()) !=
+                                ev.logits.size()) {
+            return fail("short write to " + o.logits_out_all);
+          }
+        }
+        generated.insert(generated.end(), ev.tokens.begin(), ev.tokens.end());
+        if (ev.argmax >= 0) argmax_tokens.push_back(ev.argmax);
+      }
+      emit(ev.text);
+      if (ev.finish != engine::FinishReason::kNone) finish = ev.finish;
+    }
+    if (generated.empty() || (got_token && generated.size() == 1)) {
+      prefill_s += dt;
+    } else {
+      decode_s += dt;
+      decode_steps += got_token ? 1 : 0;
+    }
   }
-  if (finish != sample::FinishReason::StopString) emit(stops.push(detok.flush()) + stops.flush());
 
   const double prefill_tps = prefill_s > 0 ? static_cast<double>(n_prompt) / prefill_s : 0;
   const double decode_tps = decode_s > 0 ? static_cast<double>(decode_steps) / decode_s : 0;
-  const uint64_t kv_bytes = seq.kv_bytes_held();
+  const uint64_t kv_bytes = static_cast<uint64_t>(kv_blocks) * static_cast<uint64_t>(info.kv_bytes_per_block);
   if (o.json) {
     nlohmann::json j;
     j["model"] = o.model;
@@ -379,7 +388,7 @@ int run_run(int argc, char** argv) {
     j["n_prompt_tokens"] = n_prompt;
     j["n_generated_tokens"] = generated.size();
     j["text"] = text;
-    j["finish_reason"] = sample::finish_reason_name(finish);
+    j["finish_reason"] = engine::finish_reason_name(finish);
     j["seed"] = o.sampling.seed;
     j["timings"] = {{"prefill_ms", prefill_s * 1e3},
                     {"decode_ms", decode_s * 1e3},
@@ -387,23 +396,23 @@ int run_run(int argc, char** argv) {
                     {"prefill_tokens_per_s", prefill_tps},
                     {"decode_tokens_per_s", decode_tps}};
     j["kv_bytes"] = kv_bytes;
-    j["kv_dtype"] = kernels::kv_dtype_name(o.kv_dtype);
+    j["kv_dtype"] = kv_dtype_name(o.kv_dtype);
     j["kv_cache"] = !o.no_kv_cache;
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
+  // Tokens whose K/V the sequence holds: the last sampled token is never computed.
+  const int64_t kv_tokens = n_prompt + static_cast<int64_t>(generated.size()) - (generated.empty() ? 0 : 1);
   std::printf("\n");
   std::fflush(stdout);
   std::fprintf(stderr, "\nprompt tokens: %" PRId64 ", generated tokens: %zu (%s), seed %" PRIu64 "\n", n_prompt,
-               generated.size(), finish == sample::FinishReason::Length ? "length" : "stop", o.sampling.seed);
+               generated.size(), engine::finish_reason_name(finish), o.sampling.seed);
   std::fprintf(stderr, "prefill: %" PRId64 " tokens in %.2f ms, %.1f tok/s\n", n_prompt, prefill_s * 1e3, prefill_tps);
   std::fprintf(stderr, "decode:  %" PRId64 " tokens in %.2f ms, %.1f tok/s%s\n", decode_steps, decode_s * 1e3, decode_tps,
                o.no_kv_cache ? " (no KV cache: recomputed every step)" : "");
-  std::fprintf(stderr, "kv cache: %s held (%d tokens in %zu blocks of %d, %s), %s reserved for %" PRId64 " tokens\n",
-               human_bytes(static_cast<double>(kv_bytes)).c_str(), seq.n_tokens(),
-               static_cast<size_t>((seq.n_tokens() + o.block_size - 1) / o.block_size), o.block_size,
-               kernels::kv_dtype_name(o.kv_dtype), human_bytes(static_cast<double>((*runner)->kv().bytes_total())).c_str(),
-               ctx);
+  std::fprintf(stderr, "kv cache: %s held (%" PRId64 " tokens in %d blocks of %d, %s), %s reserved for %" PRId64 " tokens\n",
+               human_bytes(static_cast<double>(kv_bytes)).c_str(), kv_tokens, kv_blocks, info.block_size,
+               kv_dtype_name(o.kv_dtype), human_bytes(static_cast<double>(info.kv_cache_bytes)).c_str(), ctx);
   return 0;
 }
 

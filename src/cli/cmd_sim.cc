@@ -13,9 +13,8 @@
 #include "cli/engine_flags.h"
 #include "cli/sim_calibrate.h"
 #include "gguf/gguf.h"
-#include "kv/sizing.h"
 #include "sim/hardware.h"
-#include "sim/model_desc.h"
+#include "sim/model_desc.h"  // and kv/sizing.h, the kv:: sizing arithmetic below
 #include "sim/simulator.h"
 #include "sim/workload.h"
 #include "tok/tokenizer.h"

@@ -10,9 +10,8 @@
 
 #include "cli/command.h"
 #include "cli/engine_flags.h"
-#include "kv/sizing.h"
 #include "sim/hardware.h"
-#include "sim/model_desc.h"
+#include "sim/model_desc.h"  // and kv/sizing.h, the kv:: sizing arithmetic below
 #include "sim/planner.h"
 
 namespace pagoda::cli {

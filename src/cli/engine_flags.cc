@@ -14,17 +14,6 @@ std::string env_name(const std::string& flag) {
   return n;
 }
 
-// engine::KvCacheDtype mirrors kernels::KvDtype (engine.h keeps kernels/ out of its API).
-engine::KvCacheDtype to_engine_dtype(kernels::KvDtype d) {
-  switch (d) {
-    case kernels::KvDtype::F32: return engine::KvCacheDtype::F32;
-    case kernels::KvDtype::F16: return engine::KvCacheDtype::F16;
-    case kernels::KvDtype::BF16: return engine::KvCacheDtype::BF16;
-    case kernels::KvDtype::Q8_0: return engine::KvCacheDtype::Q8_0;
-  }
-  return engine::KvCacheDtype::F16;
-}
-
 bool to_int(const std::string& s, long long lo, long long hi, long long* out) {
   if (s.empty()) return false;
   char* end = nullptr;
@@ -105,20 +94,17 @@ bool parse_bytes(const std::string& s, int64_t* out) {
   return true;
 }
 
-bool parse_kv_dtype_name(const std::string& s, kernels::KvDtype* out) {
-  for (kernels::KvDtype d : {kernels::KvDtype::F32, kernels::KvDtype::F16, kernels::KvDtype::BF16,
-                             kernels::KvDtype::Q8_0}) {
-    if (s == kernels::kv_dtype_name(d) || (s == "auto" && d == kernels::KvDtype::F16)) {
-      *out = d;
-      return true;
-    }
+bool parse_kv_dtype_name(const std::string& s, KvDtype* out) {
+  if (s == "auto") {
+    *out = KvDtype::F16;
+    return true;
   }
-  return false;
+  return kv_dtype_from_name(s, out);
 }
 
-std::string kv_dtype_from_ctk_ctv(const std::string* k, const std::string* v, kernels::KvDtype* out) {
+std::string kv_dtype_from_ctk_ctv(const std::string* k, const std::string* v, KvDtype* out) {
   const std::string kn = k ? *k : "f16", vn = v ? *v : "f16";
-  kernels::KvDtype kd{}, vd{};
+  KvDtype kd{}, vd{};
   if (!parse_kv_dtype_name(kn, &kd)) return "bad value '" + kn + "' for -ctk (f32, f16, bf16 or q8_0)";
   if (!parse_kv_dtype_name(vn, &vd)) return "bad value '" + vn + "' for -ctv (f32, f16, bf16 or q8_0)";
   if (kd != vd)
@@ -156,7 +142,7 @@ std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
     cfg->context_length = static_cast<int>(n);
   }
   // --kv-dtype or vLLM's --kv-cache-dtype (wins), else llama.cpp's -ctk / -ctv.
-  kernels::KvDtype kv{};
+  KvDtype kv{};
   bool have_kv = false;
   std::string k_name, v_name;
   const bool have_k = args.value("--cache-type-k", &k_name, "-ctk");
@@ -170,7 +156,7 @@ std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
     if (!parse_kv_dtype_name(v, &kv)) return "--kv-dtype must be f32, f16, bf16, q8_0 or auto, got '" + v + "'";
     have_kv = true;
   }
-  if (have_kv) cfg->kv_dtype = to_engine_dtype(kv);
+  if (have_kv) cfg->kv_dtype = kv;
   if (args.value("--block-size", &v)) {
     if (!to_int(v, 1, 256, &n)) return "--block-size must be an integer in 1..256, got '" + v + "'";
     cfg->block_size = static_cast<int>(n);

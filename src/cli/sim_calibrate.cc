@@ -216,7 +216,7 @@ int sim_calibrate_main(int argc, char** argv) {
   const int max_batch = *std::max_element(plan.decode_batches.begin(), plan.decode_batches.end());
   const int max_prefill = *std::max_element(plan.prefill_lens.begin(), plan.prefill_lens.end());
   const int max_ctx = *std::max_element(plan.decode_ctx.begin(), plan.decode_ctx.end());
-  ecfg.kv_dtype = engine::KvCacheDtype::F16;
+  ecfg.kv_dtype = KvDtype::F16;
   ecfg.enable_prefix_caching = false;
   ecfg.max_num_seqs = std::max(64, max_batch);
   ecfg.max_num_batched_tokens = std::max({2048, max_prefill, max_batch * max_ctx});

@@ -10,8 +10,8 @@
 #include "gguf/gguf.h"
 #include "kernels/api.h"
 #include "kv/kv_manager.h"
+#include "kv/sizing.h"
 #include "model/model.h"
-#include "runtime/kv_storage.h"
 #include "runtime/model_runner.h"
 #include "sample/sampler.h"
 #include "sample/stop.h"
@@ -21,27 +21,7 @@
 
 namespace pagoda::engine {
 
-const char* finish_reason_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::kNone: return "";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kAbort: return "abort";
-    case FinishReason::kError: return "error";
-  }
-  return "";
-}
-
 namespace {
-kernels::KvDtype to_kernel_dtype(KvCacheDtype d) {
-  switch (d) {
-    case KvCacheDtype::F32: return kernels::KvDtype::F32;
-    case KvCacheDtype::F16: return kernels::KvDtype::F16;
-    case KvCacheDtype::BF16: return kernels::KvDtype::BF16;
-    case KvCacheDtype::Q8_0: return kernels::KvDtype::Q8_0;
-  }
-  return kernels::KvDtype::F16;
-}
 
 constexpr int64_t kDefaultKvCacheMemory = 256ll << 20;
 
@@ -63,10 +43,19 @@ struct Choice {
   sample::Sampler sampler;
   tok::IncrementalDetokenizer detok;
   sample::StopStringFilter stop;
-  sample::FinishReason stop_reason = sample::FinishReason::None;
-  Choice(RequestId p, int i, int32_t np, const sample::SamplingParams& sp, std::span<const int32_t> prompt,
+  FinishReason stop_reason = FinishReason::kNone;
+  std::vector<int32_t> forced;  // teacher forcing: output i < forced.size() is forced[i]
+  bool return_logits = false;
+  Choice(RequestId p, int i, int32_t np, const sample::SamplingParams& sp, const RequestParams& rp,
          const tok::Tokenizer& tk)
-      : parent(p), index(i), num_prompt(np), sampler(sp, prompt), detok(tk), stop(sp.stop) {}
+      : parent(p),
+        index(i),
+        num_prompt(np),
+        sampler(sp, rp.prompt),
+        detok(tk),
+        stop(sp.stop),
+        forced(rp.forced_tokens),
+        return_logits(rp.return_logits) {}
 };
 
 class EngineImpl final : public Engine {
@@ -82,7 +71,7 @@ class EngineImpl final : public Engine {
 
  private:
   void fail_plan(const sched::StepPlan& plan, const std::string& msg, std::vector<TokenEvent>* events);
-  void sample_choice(sched::RequestId sid, sched::RequestId request_id, std::span<const float> logits,
+  void sample_choice(sched::RequestId sid, const sched::ScheduledSeq& seq, std::span<const float> logits,
                      std::vector<TokenEvent>* events, std::unordered_map<sched::RequestId, size_t>* event_of,
                      std::vector<sched::SeqOutput>* outputs);
 
@@ -93,6 +82,7 @@ class EngineImpl final : public Engine {
   std::unique_ptr<runtime::ModelRunner> runner_;
   std::unique_ptr<kv::KvManager> kv_;
   std::unique_ptr<sched::Scheduler> sched_;
+  sched::StepPlan recompute_plan_;  // cfg_.recompute: the step rewritten to start at position 0
   ModelInfo info_;
   Rng seed_rng_{0x5eed};
   uint64_t next_id_ = 1;
@@ -100,6 +90,7 @@ class EngineImpl final : public Engine {
   std::unordered_map<RequestId, std::vector<sched::RequestId>> requests_;  // request -> its choices
   int64_t prompt_tokens_total_ = 0;
   int64_t generation_tokens_total_ = 0;
+  int64_t computed_tokens_total_ = 0;
 };
 
 Status EngineImpl::init(const EngineConfig& c) {
@@ -115,27 +106,34 @@ Status EngineImpl::init(const EngineConfig& c) {
   PAGODA_ASSIGN_OR_RETURN(tok_, tok::Tokenizer::from_gguf(*file_));
   const model::ModelConfig& mc = model_->config();
 
-  runtime::KvStorageSpec spec;
-  spec.n_layers = mc.n_layers;
-  spec.n_kv_heads = mc.n_kv_heads;
-  spec.head_dim = mc.head_dim;
-  spec.block_size = c.block_size;
-  spec.dtype = to_kernel_dtype(c.kv_dtype);
-  if (spec.dtype == kernels::KvDtype::Q8_0 && spec.kv_dim() % 32 != 0)
+  // pagoda's storage keeps each token's K (and V) row of all KV heads as one
+  // row of n_kv_heads x head_dim values (q8_0 quantizes across heads), so for
+  // kv/sizing the cache is one "head" of that width per layer.
+  const int64_t kv_dim = static_cast<int64_t>(mc.n_kv_heads) * mc.head_dim;
+  if (c.kv_dtype == KvDtype::Q8_0 && kv_dim % 32 != 0)
     return errorf("--kv-dtype q8_0 needs n_kv_heads x head_dim to be a multiple of 32 (this model: %lld)",
-                  static_cast<long long>(spec.kv_dim()));
+                  static_cast<long long>(kv_dim));
+  kv::KvShape shape;
+  shape.kind = kv::AttentionKind::kMQA;
+  shape.num_layers = mc.n_layers;
+  shape.num_kv_heads = 1;
+  shape.head_dim = static_cast<int32_t>(kv_dim);
+  const kv::KvDtype dtype_desc = kv::kv_dtype_of(c.kv_dtype);
+  const uint64_t bytes_per_block = kv::kv_bytes_per_block(shape, dtype_desc, c.block_size);
+
+  int64_t ctx = c.context_length > 0 ? c.context_length : (mc.n_ctx_train > 0 ? mc.n_ctx_train : 2048);
   int64_t num_blocks = c.num_kv_blocks;
-  if (num_blocks <= 0) {
-    int64_t budget = c.kv_cache_memory > 0 ? c.kv_cache_memory : kDefaultKvCacheMemory;
-    num_blocks = budget / static_cast<int64_t>(spec.bytes_per_block());
+  if (c.kv_pool_one_context) {
+    num_blocks = kv::blocks_for_tokens(ctx, c.block_size) + 1;  // + the null block
+  } else if (num_blocks <= 0) {
+    const int64_t budget = c.kv_cache_memory > 0 ? c.kv_cache_memory : kDefaultKvCacheMemory;
+    num_blocks = kv::num_blocks_for_budget(static_cast<uint64_t>(budget), bytes_per_block);
   }
   if (num_blocks < 2)
     return errorf("the KV cache budget holds %lld blocks of %llu bytes; at least 2 are needed",
-                  static_cast<long long>(num_blocks), static_cast<unsigned long long>(spec.bytes_per_block()));
-  spec.num_blocks = static_cast<int32_t>(std::min<int64_t>(num_blocks, INT32_MAX / 2));
-
-  int64_t ctx = c.context_length > 0 ? c.context_length : (mc.n_ctx_train > 0 ? mc.n_ctx_train : 2048);
-  const int64_t pool_tokens = static_cast<int64_t>(spec.num_blocks - 1) * spec.block_size;
+                  static_cast<long long>(num_blocks), static_cast<unsigned long long>(bytes_per_block));
+  num_blocks = std::min<int64_t>(num_blocks, INT32_MAX / 2);
+  const int64_t pool_tokens = (num_blocks - 1) * c.block_size;
   if (ctx > pool_tokens) {
     PAGODA_LOG_WARN("context %lld capped to the KV pool's %lld tokens", static_cast<long long>(ctx),
                     static_cast<long long>(pool_tokens));
@@ -143,18 +141,24 @@ Status EngineImpl::init(const EngineConfig& c) {
   }
 
   runtime::RunnerOptions ro;
-  ro.num_blocks = spec.num_blocks;
-  ro.block_size = spec.block_size;
-  ro.kv_dtype = spec.dtype;
+  ro.num_blocks = static_cast<int32_t>(num_blocks);
+  ro.block_size = c.block_size;
+  ro.kv_dtype = c.kv_dtype;
   ro.max_tokens_per_step = c.max_num_batched_tokens;
+  ro.backend = c.ref_kernels ? model::KernelBackend::Ref : model::KernelBackend::Cpu;
   PAGODA_ASSIGN_OR_RETURN(runner_, runtime::ModelRunner::create(*model_, ro));
+  if (runner_->kv().bytes_total() != static_cast<uint64_t>(num_blocks) * bytes_per_block)
+    return errorf("internal: KV storage of %llu bytes, kv/sizing says %lld blocks x %llu",
+                  static_cast<unsigned long long>(runner_->kv().bytes_total()), static_cast<long long>(num_blocks),
+                  static_cast<unsigned long long>(bytes_per_block));
 
   kv::KvConfig kc;
-  kc.num_blocks = spec.num_blocks;
-  kc.block_size = spec.block_size;
+  kc.num_blocks = static_cast<int32_t>(num_blocks);
+  kc.block_size = c.block_size;
   kc.watermark = c.watermark;
   kc.model_fingerprint = model_->fingerprint();
-  kc.enable_prefix_caching = c.enable_prefix_caching;
+  // Recomputing rewrites a sequence's blocks every step: none may be shared.
+  kc.enable_prefix_caching = c.enable_prefix_caching && !c.recompute;
   kv_ = std::make_unique<kv::KvManager>(kc);
 
   sched::SchedulerConfig sc;
@@ -169,25 +173,30 @@ Status EngineImpl::init(const EngineConfig& c) {
   info_.architecture = file_->get_string_or("general.architecture", "llama");
   info_.context_length = static_cast<int>(ctx);
   info_.vocab_size = mc.n_vocab;
-  info_.kv_bytes_per_token = static_cast<int64_t>(spec.bytes_per_token());
-  info_.num_kv_blocks = spec.num_blocks;
-  info_.block_size = spec.block_size;
+  info_.n_ctx_train = mc.n_ctx_train;
+  info_.n_layers = mc.n_layers;
+  info_.n_embd = mc.n_embd;
+  info_.weight_bytes_per_token = model_->weight_bytes_per_token();
+  info_.isa = kernels::cpu::isa_name();
+  info_.kv_dtype = c.kv_dtype;
+  info_.kv_bytes_per_token = static_cast<int64_t>(kv::kv_bytes_per_token(shape, dtype_desc));
+  info_.kv_bytes_per_block = static_cast<int64_t>(bytes_per_block);
+  info_.num_kv_blocks = static_cast<int>(num_blocks);
+  info_.block_size = c.block_size;
   info_.kv_cache_tokens = pool_tokens;
-  info_.kv_cache_bytes = static_cast<int64_t>(spec.bytes_total());
+  info_.kv_cache_bytes = static_cast<int64_t>(runner_->kv().bytes_total());
   return Status::Ok();
 }
 
 Expected<RequestId> EngineImpl::add_request(const RequestParams& p) {
-  if (p.prompt.empty()) return errorf("the prompt is empty");
-  for (int32_t t : p.prompt)
+  // The scheduler validates the prompt (empty, token ids, max_tokens, context
+  // length, what the pool can ever admit); the engine only what it adds itself.
+  for (int32_t t : p.forced_tokens)
     if (t < 0 || t >= info_.vocab_size)
-      return errorf("token id %d is not in the vocabulary (size %d)", t, info_.vocab_size);
-  if (p.max_tokens < 1) return errorf("max_tokens must be >= 1, got %d", p.max_tokens);
+      return errorf("forced token id %d is outside the vocabulary (size %d)", t, info_.vocab_size);
   if (p.n < 1 || p.n > 64) return errorf("n must be in 1..64, got %d", p.n);
-  const int64_t need = static_cast<int64_t>(p.prompt.size()) + p.max_tokens;
-  if (need > info_.context_length)
-    return errorf("prompt (%zu tokens) + max_tokens (%d) = %lld exceeds the context length %d", p.prompt.size(),
-                  p.max_tokens, static_cast<long long>(need), info_.context_length);
+  if (cfg_.recompute && p.n != 1) return errorf("n = %d needs the KV cache (the engine recomputes: n must be 1)", p.n);
+  if (!p.forced_tokens.empty() && p.logprobs >= 0) return errorf("forced tokens come without logprobs");
 
   sample::SamplingParams sp;
   sp.temperature = p.temperature;
@@ -220,7 +229,7 @@ Expected<RequestId> EngineImpl::add_request(const RequestParams& p) {
     sample::SamplingParams spi = sp;
     spi.seed = base_seed + static_cast<uint64_t>(i);
     choices_.emplace(std::piecewise_construct, std::forward_as_tuple(subs[static_cast<size_t>(i)]),
-                     std::forward_as_tuple(id, i, static_cast<int32_t>(p.prompt.size()), spi, p.prompt, *tok_));
+                     std::forward_as_tuple(id, i, static_cast<int32_t>(p.prompt.size()), spi, p, *tok_));
   }
   requests_[id] = std::move(subs);
   prompt_tokens_total_ += static_cast<int64_t>(p.prompt.size()) * p.n;
@@ -255,57 +264,74 @@ void EngineImpl::fail_plan(const sched::StepPlan& plan, const std::string& msg, 
   }
 }
 
-// Samples choice `sid` from `logits` (the row of scheduled request
-// `request_id`: sid itself, or its parent when sid is forked in this step).
-void EngineImpl::sample_choice(sched::RequestId sid, sched::RequestId request_id, std::span<const float> logits,
+// Samples choice `sid` from `logits`, the row of scheduled sequence `seq`
+// (sid itself, or its parent when sid is forked in this step).
+void EngineImpl::sample_choice(sched::RequestId sid, const sched::ScheduledSeq& seq, std::span<const float> logits,
                                std::vector<TokenEvent>* events,
                                std::unordered_map<sched::RequestId, size_t>* event_of,
                                std::vector<sched::SeqOutput>* outputs) {
   auto cit = choices_.find(sid);
   if (cit == choices_.end()) return;
   Choice& ch = cit->second;
-  sample::SampleResult r = ch.sampler.sample(logits);
-  ch.num_output++;
-  generation_tokens_total_++;
-  ch.stop_reason = sample::check_token(ch.sampler.params(), r.token, ch.num_output, tok_->eog_ids());
-
   TokenEvent ev;
   ev.id = ch.parent;
   ev.index = ch.index;
-  ev.tokens.push_back(r.token);
-  if (ch.stop_reason == sample::FinishReason::None) {
-    ev.text = ch.stop.push(ch.detok.push(r.token));
-    if (ch.stop.stopped()) ch.stop_reason = sample::FinishReason::StopString;
+  int32_t token = 0;
+  if (static_cast<size_t>(ch.num_output) < ch.forced.size()) {
+    token = ch.forced[static_cast<size_t>(ch.num_output)];
+    ev.argmax = sample::argmax(logits);
+    ch.sampler.accept(token);
+  } else {
+    sample::SampleResult r = ch.sampler.sample(logits);
+    token = r.token;
+    if (ch.sampler.params().logprobs) ev.logprobs.push_back(std::move(r));
   }
-  if (ch.sampler.params().logprobs) {
-    TokenLogprob lp;
-    lp.token = r.token;
-    lp.logprob = r.logprob;
-    for (const auto& t : r.top) lp.top.emplace_back(t.token, t.logprob);
-    ev.logprobs.push_back(std::move(lp));
+  ch.num_output++;
+  generation_tokens_total_++;
+  ch.stop_reason = sample::check_token(ch.sampler.params(), token, ch.num_output, tok_->eog_ids());
+  ev.tokens.push_back(token);
+  if (ch.stop_reason == FinishReason::kNone) {
+    ev.text = ch.stop.push(ch.detok.push(token));
+    if (ch.stop.stopped()) ch.stop_reason = FinishReason::kStop;
   }
+  if (ch.return_logits) ev.logits.assign(logits.begin(), logits.end());
   if (!ch.reported_cached) {
-    const sched::Request* req = sched_->find(request_id);  // a child is not forked yet: its parent's
+    const sched::Request* req = sched_->find(seq.request_id);  // a child is not forked yet: its parent's
     ev.num_cached_tokens = req && req->num_cached_tokens > 0 ? req->num_cached_tokens : 0;
     ch.reported_cached = true;
   }
   ev.num_prompt_tokens = ch.num_prompt;
   ev.num_output_tokens = ch.num_output;
+  ev.num_kv_blocks = static_cast<int32_t>(seq.block_ids.size());
   (*event_of)[sid] = events->size();
   events->push_back(std::move(ev));
-  outputs->push_back({sid, r.token, ch.stop_reason != sample::FinishReason::None});
+  outputs->push_back({sid, token, ch.stop_reason != FinishReason::kNone});
 }
 
 std::vector<TokenEvent> EngineImpl::step() {
   std::vector<TokenEvent> events;
   sched::StepPlan plan = sched_->schedule();
   if (plan.seqs.empty()) return events;
-  auto logits = runner_->execute(plan);
+  if (cfg_.recompute) {
+    // Every sequence again from position 0 (its K/V rewritten into the same,
+    // unshared blocks). The scheduler's plan stays as it was for update().
+    recompute_plan_ = plan;
+    for (sched::ScheduledSeq& q : recompute_plan_.seqs) {
+      const sched::Request* r = sched_->find(q.request_id);
+      const size_t end = static_cast<size_t>(q.start_pos) + q.token_ids.size();
+      if (!r || r->tokens.size() < end) continue;  // cannot happen: the scheduler's own request
+      q.token_ids.assign(r->tokens.begin(), r->tokens.begin() + static_cast<std::ptrdiff_t>(end));
+      q.start_pos = 0;
+    }
+  }
+  const sched::StepPlan& run_plan = cfg_.recompute ? recompute_plan_ : plan;
+  auto logits = runner_->execute(run_plan);
   if (!logits.ok()) {
     PAGODA_LOG_ERROR("forward pass failed: %s", logits.message().c_str());
     fail_plan(plan, "forward pass failed: " + logits.message(), &events);
     return events;
   }
+  computed_tokens_total_ += run_plan.num_tokens();
   const runtime::StepLogits& L = *logits;
   std::vector<sched::SeqOutput> outputs;
   outputs.reserve(static_cast<size_t>(L.size()));
@@ -315,7 +341,7 @@ std::vector<TokenEvent> EngineImpl::step() {
     // The request itself, then the children it forks into at the end of its prompt.
     for (size_t k = 0; k <= seq.fork_ids.size(); ++k) {
       const sched::RequestId sid = k == 0 ? seq.request_id : seq.fork_ids[k - 1];
-      sample_choice(sid, seq.request_id, L.row(i), &events, &event_of, &outputs);
+      sample_choice(sid, seq, L.row(i), &events, &event_of, &outputs);
     }
   }
   std::vector<sched::FinishedRequest> finished = sched_->update(plan, outputs);
@@ -369,6 +395,7 @@ EngineStats EngineImpl::stats() const {
   s.num_preemptions = sched_->stats().num_preemptions;
   s.prompt_tokens_total = prompt_tokens_total_;
   s.generation_tokens_total = generation_tokens_total_;
+  s.computed_tokens_total = computed_tokens_total_;
   return s;
 }
 

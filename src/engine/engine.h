@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "base/generation.h"
+#include "base/kv_dtype.h"
 #include "base/status.h"
 
 namespace pagoda::tok { class Tokenizer; }
@@ -16,17 +18,30 @@ namespace pagoda::engine {
 
 using RequestId = uint64_t;
 
-enum class KvCacheDtype { F32, F16, BF16, Q8_0 };
+// The vocabulary shared with sched/, sample/ and server/ (base/generation.h).
+using pagoda::FinishReason;
+using pagoda::finish_reason_name;
+using pagoda::TokenLogprob;
+using pagoda::KvDtype;
 
 struct EngineConfig {
   std::string model_path;
   int threads = 2;
   int context_length = 0;            // 0: the model's own (capped by the pool)
-  KvCacheDtype kv_dtype = KvCacheDtype::F16;
+  KvDtype kv_dtype = KvDtype::F16;
   int block_size = 16;
   int64_t kv_cache_memory = 0;       // bytes for the KV pool (0: use num_kv_blocks or a default)
   int num_kv_blocks = 0;             // explicit pool size in blocks (wins over kv_cache_memory)
+  // Single-sequence use (run, bench): the pool holds exactly one sequence of the
+  // context length (+ the null block); wins over num_kv_blocks and kv_cache_memory.
+  bool kv_pool_one_context = false;
   bool enable_prefix_caching = true;
+  bool ref_kernels = false;          // scalar reference kernels instead of the SIMD ones (debugging)
+  // No KV cache (the KV-cache-vs-recompute baseline): every step computes each
+  // scheduled sequence again from position 0 into its own blocks, so a decode
+  // step costs a prefill of the whole sequence. Greedy output is the cached
+  // path's. Turns prefix caching off; requests must have n == 1.
+  bool recompute = false;
   int max_num_seqs = 64;
   int max_num_batched_tokens = 2048;
   double watermark = 0.01;           // admission keeps this fraction of blocks free
@@ -54,15 +69,11 @@ struct RequestParams {
   int n = 1;
   int logprobs = -1;                 // -1: off; k >= 0: chosen token logprob + top-k alternatives
   std::string cache_salt;            // tenant isolation for the prefix cache
-};
-
-enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
-const char* finish_reason_name(FinishReason r);
-
-struct TokenLogprob {
-  int32_t token = 0;
-  float logprob = 0;
-  std::vector<std::pair<int32_t, float>> top;  // alternatives, best first
+  // Teacher forcing: output token i < forced_tokens.size() is forced_tokens[i]
+  // whatever the sampler would pick (the sampler still records it, so penalties
+  // count it); the event carries the greedy pick in `argmax`. Not with logprobs.
+  std::vector<int32_t> forced_tokens;
+  bool return_logits = false;        // copy each step's logits row into TokenEvent::logits
 };
 
 // One event per (request, choice) that made progress in a step.
@@ -72,6 +83,9 @@ struct TokenEvent {
   std::vector<int32_t> tokens;       // new tokens this step
   std::string text;                  // new text (UTF-8 complete, stop strings cut)
   std::vector<TokenLogprob> logprobs;
+  std::vector<float> logits;         // [n_vocab] the row the token came from (return_logits only)
+  int32_t argmax = -1;               // a forced token: the greedy pick of that row (else -1)
+  int32_t num_kv_blocks = 0;         // KV blocks the sequence held in this step
   FinishReason finish = FinishReason::kNone;
   std::string error;                 // set when finish == kError
   int32_t num_prompt_tokens = 0;
@@ -92,6 +106,7 @@ struct EngineStats {
   int64_t num_preemptions = 0;
   int64_t prompt_tokens_total = 0;
   int64_t generation_tokens_total = 0;
+  int64_t computed_tokens_total = 0;   // tokens through the forward pass (recompute: again every step)
 };
 
 struct ModelInfo {
@@ -99,7 +114,14 @@ struct ModelInfo {
   std::string architecture;
   int context_length = 0;            // what the engine accepts: prompt + max_tokens <= this
   int vocab_size = 0;
+  int n_ctx_train = 0;               // the model's own context length
+  int n_layers = 0;
+  int n_embd = 0;
+  uint64_t weight_bytes_per_token = 0;  // weight bytes read per decoded token
+  const char* isa = "";              // the CPU kernels' instruction set
+  KvDtype kv_dtype = KvDtype::F16;
   int64_t kv_bytes_per_token = 0;
+  int64_t kv_bytes_per_block = 0;
   int64_t kv_cache_tokens = 0;       // pool capacity in tokens
   int64_t kv_cache_bytes = 0;
   int num_kv_blocks = 0;

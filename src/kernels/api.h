@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "base/ggml_types.h"
+#include "base/kv_dtype.h"
 
 namespace pagoda::kernels {
 
@@ -30,27 +31,10 @@ struct WeightView {
 };
 
 // ---- KV cache (one layer) ----------------------------------------------------
-enum class KvDtype : uint8_t { F32 = 0, F16 = 1, BF16 = 2, Q8_0 = 3 };
-inline const char* kv_dtype_name(KvDtype t) {
-  switch (t) {
-    case KvDtype::F32: return "f32";
-    case KvDtype::F16: return "f16";
-    case KvDtype::BF16: return "bf16";
-    case KvDtype::Q8_0: return "q8_0";
-  }
-  return "?";
-}
-// Bytes of one token's K (or V) row of n elements: q8_0 is 34 bytes per 32 values
-// (n must then be a multiple of 32).
-inline size_t kv_row_bytes(KvDtype t, int64_t n) {
-  switch (t) {
-    case KvDtype::F32: return static_cast<size_t>(n) * 4;
-    case KvDtype::F16:
-    case KvDtype::BF16: return static_cast<size_t>(n) * 2;
-    case KvDtype::Q8_0: return static_cast<size_t>(n) / 32 * 34;
-  }
-  return 0;
-}
+// The one KV dtype enum lives in base/kv_dtype.h (engine, sizing and flags share it).
+using KvDtype = pagoda::KvDtype;
+using pagoda::kv_dtype_name;
+using pagoda::kv_row_bytes;
 
 // K and V pools of one layer, indexed by slot = block_id * block_size + offset.
 // Each slot holds one row of n_kv_heads * head_dim values in `dtype`; for q8_0

@@ -75,6 +75,10 @@ KvDtype kv_dtype_int8() { return {"int8", 1, 1}; }
 KvDtype kv_dtype_q8_0() { return {"q8_0", 32, 34}; }
 KvDtype kv_dtype_q4() { return {"q4", 32, 18}; }
 
+KvDtype kv_dtype_of(pagoda::KvDtype d) {
+  return {pagoda::kv_dtype_name(d), pagoda::kv_dtype_block_elems(d), pagoda::kv_dtype_block_bytes(d)};
+}
+
 Expected<KvDtype> parse_kv_dtype(const std::string& s) {
   const std::string l = lower(s);
   if (l == "f32" || l == "fp32") return kv_dtype_f32();

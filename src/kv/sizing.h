@@ -1,8 +1,9 @@
 // KV cache sizing: how many bytes one token, one sequence and one block of the
 // cache take, and how many blocks / requests a byte budget holds. Pure
 // arithmetic on a plain description of the attention (no GGUF, no tensors, no
-// model config), so the engine, `pagoda size` and sim/ all size the cache with
-// the same functions.
+// model config), so the engine (its pool: kv_bytes_per_block and
+// num_blocks_for_budget), `pagoda size` and sim/ all size the cache with the
+// same functions.
 //
 // Layout assumed per layer and per token:
 //   MHA / GQA / MQA: a K row and a V row per KV head -> 2 x kv_heads x row(head_dim)
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <string>
 
+#include "base/kv_dtype.h"
 #include "base/status.h"
 #include "kv/types.h"
 
@@ -55,6 +57,9 @@ struct KvShape {
 Status validate_kv_shape(const KvShape& shape);
 
 // Storage dtype of the cache: `block_bytes` bytes per `block_elems` elements.
+// A planning descriptor: it also names dtypes pagoda does not store (fp8, int8,
+// q4); the engine's cache dtypes are the one enum pagoda::KvDtype (base/kv_dtype.h),
+// turned into a descriptor by kv_dtype_of.
 struct KvDtype {
   const char* name = "f16";
   int32_t block_elems = 1;
@@ -67,6 +72,8 @@ KvDtype kv_dtype_fp8();   // e4m3 / e5m2, 1 byte
 KvDtype kv_dtype_int8();  // 1 byte (per-tensor or per-head scale kept outside the cache)
 KvDtype kv_dtype_q8_0();  // 34 bytes per 32 (fp16 scale + 32 x int8)
 KvDtype kv_dtype_q4();    // 18 bytes per 32 (q4_0: fp16 scale + 32 x 4 bit)
+// The descriptor of one of the engine's cache dtypes (same name, same row bytes).
+KvDtype kv_dtype_of(pagoda::KvDtype d);
 // "f32|fp32", "f16|fp16", "bf16", "fp8", "int8", "q8_0", "q4|q4_0" (case-insensitive).
 Expected<KvDtype> parse_kv_dtype(const std::string& s);
 
@@ -94,7 +101,7 @@ uint64_t kv_bytes_per_block(const KvShape& shape, const KvDtype& dtype, int32_t 
 // the whole latent. Precondition: tp >= 1.
 KvShape shard_for_tp(const KvShape& shape, int32_t tp);
 
-// ---- Paged pool arithmetic (the engine sizes its pool with these) ----------
+// ---- Paged pool arithmetic (engine/ sizes its pool with these) -------------
 
 // Blocks a byte budget holds: floor(budget_bytes / bytes_per_block).
 // Precondition: bytes_per_block > 0.

@@ -15,7 +15,7 @@ Expected<std::unique_ptr<KvStorage>> KvStorage::create(const KvStorageSpec& s) {
     return errorf("kv storage: layers %d, kv heads %d, head dim %d, blocks %d, block size %d must all be positive",
                   s.n_layers, s.n_kv_heads, s.head_dim, s.num_blocks, s.block_size);
   }
-  if (s.dtype == kernels::KvDtype::Q8_0 && s.kv_dim() % 32 != 0) {
+  if (s.dtype == KvDtype::Q8_0 && s.kv_dim() % 32 != 0) {
     return errorf("kv storage: q8_0 needs a K/V row (n_kv_heads * head_dim = %lld) that is a multiple of 32",
                   static_cast<long long>(s.kv_dim()));
   }

@@ -23,13 +23,17 @@ struct KvStorageSpec {
   int32_t head_dim = 0;
   int32_t num_blocks = 0;   // including block 0, the kv manager's reserved null block
   int32_t block_size = 16;  // tokens per block
-  kernels::KvDtype dtype = kernels::KvDtype::F32;
+  KvDtype dtype = KvDtype::F32;
 
   int64_t kv_dim() const { return static_cast<int64_t>(n_kv_heads) * head_dim; }
-  size_t row_bytes() const { return kernels::kv_row_bytes(dtype, kv_dim()); }           // one token, one layer, K or V
-  uint64_t bytes_per_token() const { return 2ull * static_cast<uint64_t>(n_layers) * row_bytes(); }  // K+V, all layers
-  uint64_t bytes_per_block() const { return bytes_per_token() * static_cast<uint64_t>(block_size); }
-  uint64_t bytes_total() const { return bytes_per_block() * static_cast<uint64_t>(num_blocks); }
+  size_t row_bytes() const { return kernels::kv_row_bytes(dtype, kv_dim()); }  // one token, one layer, K or V
+  // The mapping's size: [n_layers, 2, num_blocks * block_size, row_bytes]. How
+  // many blocks a budget buys is kv/sizing's arithmetic (the engine's pool), not
+  // this layout's; tests/runtime checks the two agree.
+  uint64_t bytes_total() const {
+    return 2ull * static_cast<uint64_t>(n_layers) * static_cast<uint64_t>(num_blocks) *
+           static_cast<uint64_t>(block_size) * row_bytes();
+  }
 };
 
 class KvStorage {

@@ -145,7 +145,7 @@ SampleResult Sampler::sample(std::span<const float> logits) {
       cand_.resize(n);
       std::iota(cand_.begin(), cand_.end(), 0);
       std::partial_sort(cand_.begin(), cand_.begin() + static_cast<ptrdiff_t>(k), cand_.end(), ByValueDesc{l});
-      for (size_t i = 0; i < k; ++i) r.top.push_back({cand_[i], logprob(cand_[i])});
+      for (size_t i = 0; i < k; ++i) r.top.emplace_back(cand_[i], logprob(cand_[i]));
     }
   }
   accept(r.token);

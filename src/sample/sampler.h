@@ -12,21 +12,15 @@
 #include <span>
 #include <vector>
 
+#include "base/generation.h"
 #include "base/rng.h"
 #include "sample/params.h"
 
 namespace pagoda::sample {
 
-struct TokenLogprob {
-  int32_t token = 0;
-  float logprob = 0.f;
-};
-
-struct SampleResult {
-  int32_t token = -1;
-  float logprob = 0.f;              // of `token`, when params.logprobs
-  std::vector<TokenLogprob> top;    // [top_logprobs] best first (ties: lowest id), when params.logprobs
-};
+// The chosen token, its logprob and the top alternatives (when params.logprobs;
+// else only `token` is set). The one TokenLogprob of base/generation.h.
+using SampleResult = TokenLogprob;
 
 class Sampler {
  public:

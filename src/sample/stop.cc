@@ -4,27 +4,16 @@
 
 namespace pagoda::sample {
 
-const char* finish_reason_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::None: return "";
-    case FinishReason::Eos:
-    case FinishReason::StopToken:
-    case FinishReason::StopString: return "stop";
-    case FinishReason::Length: return "length";
-  }
-  return "";
-}
-
 FinishReason check_token(const SamplingParams& p, int32_t token, int32_t n_generated,
                          std::span<const int32_t> eog_ids) {
   if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end()) {
-    return FinishReason::StopToken;
+    return FinishReason::kStop;
   }
   if (!p.ignore_eos && std::find(eog_ids.begin(), eog_ids.end(), token) != eog_ids.end()) {
-    return FinishReason::Eos;
+    return FinishReason::kStop;
   }
-  if (p.max_tokens > 0 && n_generated >= p.max_tokens) return FinishReason::Length;
-  return FinishReason::None;
+  if (p.max_tokens > 0 && n_generated >= p.max_tokens) return FinishReason::kLength;
+  return FinishReason::kNone;
 }
 
 StopScan scan_stop_strings(std::string_view text, size_t emitted, std::span<const std::string> stops) {

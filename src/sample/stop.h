@@ -10,21 +10,17 @@
 #include <string_view>
 #include <vector>
 
+#include "base/generation.h"
 #include "sample/params.h"
 
 namespace pagoda::sample {
 
-enum class FinishReason : uint8_t {
-  None = 0,
-  Eos,        // an end-of-generation token
-  StopToken,  // one of params.stop_token_ids
-  StopString, // one of params.stop
-  Length,     // max_tokens reached
-};
-// OpenAI finish_reason: "stop" (Eos, StopToken, StopString), "length", or "" for None.
-const char* finish_reason_name(FinishReason r);
+using FinishReason = pagoda::FinishReason;  // base/generation.h
 
-// After `token` became the n_generated-th generated token (n_generated counts it).
+// After `token` became the n_generated-th generated token (n_generated counts it):
+// kStop for a stop token id (even with ignore_eos) or an end-of-generation token
+// (unless ignore_eos), kLength at max_tokens, else kNone. Stop strings are the
+// StopStringFilter's business.
 FinishReason check_token(const SamplingParams& params, int32_t token, int32_t n_generated,
                          std::span<const int32_t> eog_ids);
 

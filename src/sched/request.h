@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "base/generation.h"
 #include "sched/step_plan.h"
 
 namespace pagoda::sched {
@@ -22,13 +23,9 @@ enum class RequestState : uint8_t {
 };
 const char* request_state_name(RequestState s);
 
-enum class FinishReason : uint8_t {
-  kNone,
-  kStop,    // the engine said so (EOS, stop string, ...)
-  kLength,  // max_tokens generated, or max_model_len reached
-  kAbort,
-};
-const char* finish_reason_name(FinishReason r);
+// The one FinishReason (base/generation.h); the scheduler sets kStop (the engine
+// said so), kLength (max_tokens or max_model_len) and kAbort.
+using FinishReason = pagoda::FinishReason;
 
 struct NewRequest {
   RequestId id = 0;

@@ -26,16 +26,6 @@ const char* schedule_policy_name(SchedulePolicy p) {
   return "?";
 }
 
-const char* finish_reason_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::kNone: return "none";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kAbort: return "abort";
-  }
-  return "?";
-}
-
 namespace {
 unsigned long long ull(RequestId id) { return static_cast<unsigned long long>(id); }
 using KeySet = std::unordered_set<Hash128, Hash128Hasher>;

@@ -48,14 +48,14 @@ TEST(EngineFlags, VllmAndLlamaCppNames) {
   ASSERT_EQ(parse({"--max-model-len", "512", "-np", "3", "--kv-cache-dtype", "q8_0"}, &c), "");
   EXPECT_EQ(c.context_length, 512);
   EXPECT_EQ(c.max_num_seqs, 3);
-  EXPECT_EQ(c.kv_dtype, engine::KvCacheDtype::Q8_0);
+  EXPECT_EQ(c.kv_dtype, engine::KvDtype::Q8_0);
   engine::EngineConfig d;
   ASSERT_EQ(parse({"--parallel", "5", "-ctk", "bf16", "-ctv", "bf16"}, &d), "");
   EXPECT_EQ(d.max_num_seqs, 5);
-  EXPECT_EQ(d.kv_dtype, engine::KvCacheDtype::BF16);
+  EXPECT_EQ(d.kv_dtype, engine::KvDtype::BF16);
   engine::EngineConfig e;
   ASSERT_EQ(parse({"--kv-cache-dtype", "auto"}, &e), "");
-  EXPECT_EQ(e.kv_dtype, engine::KvCacheDtype::F16);
+  EXPECT_EQ(e.kv_dtype, engine::KvDtype::F16);
   engine::EngineConfig f;
   EXPECT_NE(parse({"-ctv", "q8_0"}, &f).find("got K 'f16', V 'q8_0'"), std::string::npos);
   EXPECT_NE(parse({"--kv-cache-dtype", "fp8"}, &f), "");

@@ -30,7 +30,7 @@ using engine::Engine;
 using engine::EngineConfig;
 using engine::EngineStats;
 using engine::FinishReason;
-using engine::KvCacheDtype;
+using pagoda::KvDtype;
 using engine::RequestId;
 using engine::RequestParams;
 using engine::TokenEvent;

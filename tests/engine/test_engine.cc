@@ -270,7 +270,7 @@ TEST(EngineLayout, BlockSizeIndependence) {
   }
 }
 
-std::vector<int32_t> run_dtype(const std::string& path, KvCacheDtype dt, const std::vector<int32_t>& prompt, int n) {
+std::vector<int32_t> run_dtype(const std::string& path, KvDtype dt, const std::vector<int32_t>& prompt, int n) {
   EngineConfig c = make_config(path, 1024);
   c.kv_dtype = dt;
   auto e = make_engine(c);
@@ -281,10 +281,10 @@ std::vector<int32_t> run_dtype(const std::string& path, KvCacheDtype dt, const s
 TEST(EngineLayout, KvDtypesStories) {
   const Reference ref = load_references().at(0);
   const std::vector<int32_t> want(ref.generated_tokens.begin(), ref.generated_tokens.begin() + 64);
-  const auto f32 = run_dtype(stories_path(), KvCacheDtype::F32, ref.prompt_tokens, 64);
-  const auto f16 = run_dtype(stories_path(), KvCacheDtype::F16, ref.prompt_tokens, 64);
-  const auto bf16 = run_dtype(stories_path(), KvCacheDtype::BF16, ref.prompt_tokens, 64);
-  const auto q8 = run_dtype(stories_path(), KvCacheDtype::Q8_0, ref.prompt_tokens, 64);  // kv_dim 4 x 8 = 32
+  const auto f32 = run_dtype(stories_path(), KvDtype::F32, ref.prompt_tokens, 64);
+  const auto f16 = run_dtype(stories_path(), KvDtype::F16, ref.prompt_tokens, 64);
+  const auto bf16 = run_dtype(stories_path(), KvDtype::BF16, ref.prompt_tokens, 64);
+  const auto q8 = run_dtype(stories_path(), KvDtype::Q8_0, ref.prompt_tokens, 64);  // kv_dim 4 x 8 = 32
   EXPECT_EQ(f32, want) << "first difference at " << common_prefix(f32, want);
   EXPECT_EQ(f16, want) << "first difference at " << common_prefix(f16, want);
   ASSERT_EQ(bf16.size(), 64u);
@@ -327,7 +327,7 @@ TEST(EngineLayout, KvQ8MatchesF16OnSmolLM2) {
   if (quick_mode()) GTEST_SKIP() << "slow under sanitizers / PAGODA_TEST_QUICK";
   EngineConfig c16 = make_config(smollm_path(), 1024);
   EngineConfig c8 = c16;
-  c8.kv_dtype = KvCacheDtype::Q8_0;
+  c8.kv_dtype = KvDtype::Q8_0;
   auto e16 = make_engine(c16);
   auto e8 = make_engine(c8);
   ASSERT_TRUE(e16 && e8);
@@ -374,7 +374,7 @@ TEST(EngineLayout, ModelInfoAndPoolCappedContext) {
   EngineConfig m = make_config(stories_path());
   m.num_kv_blocks = 0;
   m.kv_cache_memory = 1 << 20;
-  m.kv_dtype = KvCacheDtype::Q8_0;
+  m.kv_dtype = KvDtype::Q8_0;
   auto e2 = make_engine(m);
   ASSERT_TRUE(e2);
   EXPECT_EQ(e2->model_info().kv_bytes_per_token, 5 * 2 * 34);

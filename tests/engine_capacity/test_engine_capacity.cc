@@ -46,7 +46,7 @@ sim::PlanReport plan(const Case& c) {
 std::unique_ptr<engine::Engine> make_engine(const Case& c, int num_requests) {
   engine::EngineConfig cfg;
   cfg.model_path = c.model;
-  cfg.kv_dtype = engine::KvCacheDtype::F16;
+  cfg.kv_dtype = KvDtype::F16;
   cfg.kv_cache_memory = static_cast<int64_t>(c.budget);
   cfg.context_length = c.context;
   cfg.threads = 1;  // no OpenMP barriers: a loaded CI machine makes them crawl

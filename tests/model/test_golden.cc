@@ -1,10 +1,16 @@
 // Byte-exact greedy golden on stories260K against llama.cpp's reference output,
-// through the same ModelRunner + Sampler path the engine uses.
+// through engine::Engine (golden_util.h); the ragged-batch test drives the
+// ModelRunner directly.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "kernels/api.h"
 #include "model/golden_util.h"
+#include "model/model.h"
+#include "runtime/model_runner.h"
+#include "sample/sampler.h"
+#include "sched/step_plan.h"
 
 using namespace pagoda;
 using namespace pagoda::golden;
@@ -63,29 +69,29 @@ TEST_F(Golden, ConfigOfStories260K) {
 TEST_F(Golden, F32KvCacheReproducesReference) {
   ASSERT_EQ(refs_->size(), 3u);
   for (const Reference& r : *refs_) {
-    expect_tokens(generate_greedy(*model_, r.prompt_tokens, static_cast<int>(r.generated_tokens.size())),
+    expect_tokens(generate_greedy(r.prompt_tokens, static_cast<int>(r.generated_tokens.size())),
                   r.generated_tokens, "prompt '" + r.prompt + "'");
   }
 }
 
 // Without a KV cache every step recomputes the whole sequence (quadratic), so
 // one test per reference line lets ctest run them in parallel.
-static void expect_recompute_matches(const model::Model& m, const Reference& r) {
+static void expect_recompute_matches(const Reference& r) {
   GenOptions o;
   o.recompute = true;
-  expect_tokens(generate_greedy(m, r.prompt_tokens, static_cast<int>(r.generated_tokens.size()), o),
+  expect_tokens(generate_greedy(r.prompt_tokens, static_cast<int>(r.generated_tokens.size()), o),
                 r.generated_tokens, "recompute, prompt '" + r.prompt + "'");
 }
-TEST_F(Golden, RecomputeWithoutCacheReproducesReference0) { expect_recompute_matches(*model_, refs_->at(0)); }
-TEST_F(Golden, RecomputeWithoutCacheReproducesReference1) { expect_recompute_matches(*model_, refs_->at(1)); }
-TEST_F(Golden, RecomputeWithoutCacheReproducesReference2) { expect_recompute_matches(*model_, refs_->at(2)); }
+TEST_F(Golden, RecomputeWithoutCacheReproducesReference0) { expect_recompute_matches(refs_->at(0)); }
+TEST_F(Golden, RecomputeWithoutCacheReproducesReference1) { expect_recompute_matches(refs_->at(1)); }
+TEST_F(Golden, RecomputeWithoutCacheReproducesReference2) { expect_recompute_matches(refs_->at(2)); }
 
 TEST_F(Golden, BlockSizesGiveTheSameTokens) {
   for (int32_t bs : {1, 7, 16, 256}) {
     GenOptions o;
     o.block_size = bs;
     for (const Reference& r : *refs_) {
-      expect_tokens(generate_greedy(*model_, r.prompt_tokens, static_cast<int>(r.generated_tokens.size()), o),
+      expect_tokens(generate_greedy(r.prompt_tokens, static_cast<int>(r.generated_tokens.size()), o),
                     r.generated_tokens, "block size " + std::to_string(bs));
     }
   }
@@ -95,29 +101,23 @@ TEST_F(Golden, ChunkedPrefillGivesTheSameTokens) {
   GenOptions o;
   o.max_tokens_per_step = 2;  // the 5-token prompt goes in as 2 + 2 + 1
   const Reference& r = refs_->at(0);
-  expect_tokens(generate_greedy(*model_, r.prompt_tokens, 50, o),
+  expect_tokens(generate_greedy(r.prompt_tokens, 50, o),
                 std::vector<int32_t>(r.generated_tokens.begin(), r.generated_tokens.begin() + 50), "chunked");
 }
 
 TEST_F(Golden, RefKernelsMatchCpuKernels) {
   GenOptions o;
-  o.backend = model::KernelBackend::Ref;
+  o.ref_kernels = true;
   const Reference& r = refs_->at(1);
-  expect_tokens(generate_greedy(*model_, r.prompt_tokens, 24, o),
+  expect_tokens(generate_greedy(r.prompt_tokens, 24, o),
                 std::vector<int32_t>(r.generated_tokens.begin(), r.generated_tokens.begin() + 24), "ref kernels");
 
   // Logits after the prompt: ref vs cpu agree closely.
   std::vector<float> logits[2];
   for (int b = 0; b < 2; ++b) {
-    runtime::RunnerOptions ro;
-    ro.num_blocks = 4;
-    ro.backend = b == 0 ? model::KernelBackend::Cpu : model::KernelBackend::Ref;
-    auto runner = runtime::ModelRunner::create(*model_, ro);
-    ASSERT_TRUE(runner.ok());
-    runtime::SequenceSession s(**runner);
-    auto l = s.feed(r.prompt_tokens);
-    ASSERT_TRUE(l.ok()) << l.message();
-    logits[b].assign(l->begin(), l->end());
+    GenOptions ob;
+    ob.ref_kernels = b == 1;
+    ASSERT_EQ(generate_greedy(r.prompt_tokens, 1, ob, &logits[b]).size(), 1u);
   }
   ASSERT_EQ(logits[0].size(), 512u);
   for (size_t i = 0; i < logits[0].size(); ++i) {
@@ -127,11 +127,11 @@ TEST_F(Golden, RefKernelsMatchCpuKernels) {
 
 TEST_F(Golden, LowPrecisionKvStaysCloseToReference) {
   // Not bit-exact by design; the first tokens must still agree.
-  for (kernels::KvDtype d : {kernels::KvDtype::F16, kernels::KvDtype::BF16, kernels::KvDtype::Q8_0}) {
+  for (KvDtype d : {KvDtype::F16, KvDtype::BF16, KvDtype::Q8_0}) {
     GenOptions o;
     o.kv_dtype = d;
     const Reference& r = refs_->at(0);
-    const auto got = generate_greedy(*model_, r.prompt_tokens, 200, o);
+    const auto got = generate_greedy(r.prompt_tokens, 200, o);
     const int d0 = first_diff(got, r.generated_tokens);
     EXPECT_TRUE(d0 == -1 || d0 >= 8) << kernels::kv_dtype_name(d) << " diverges at token " << d0;
   }

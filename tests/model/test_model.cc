@@ -111,7 +111,7 @@ TEST(ModelLoad, MissingOutputMeansTiedEmbeddings) {
   EXPECT_EQ((*model)->weights().output.data, (*model)->weights().token_embd.data);
   EXPECT_EQ((*model)->weights().output.rows, 512);
   // It runs (different tokens, of course).
-  EXPECT_EQ(generate_greedy(**model, {1, 403, 407}, 5).size(), 5u);
+  EXPECT_EQ(runner_greedy(**model, {1, 403, 407}, 5).size(), 5u);
 }
 
 TEST(ModelArch, RegistryMapsNamesToArchitectureFiles) {
@@ -144,7 +144,7 @@ TEST(ModelArch, MistralRunsTheLlamaForwardUnderItsOwnKeys) {
   auto llama = model::Model::load(stories_path());
   ASSERT_TRUE(llama.ok()) << llama.message();
   const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
-  EXPECT_EQ(generate_greedy(**mistral, prompt, 8), generate_greedy(**llama, prompt, 8));
+  EXPECT_EQ(runner_greedy(**mistral, prompt, 8), runner_greedy(**llama, prompt, 8));
   // Only the arch name moved, so the fingerprint (which hashes it) must differ.
   EXPECT_NE((*mistral)->fingerprint(), (*llama)->fingerprint());
 }
@@ -319,16 +319,28 @@ void check_parity(const std::string& arch, GgmlType type, bool tied, model::Kern
   ro.backend = backend;
   auto runner = runtime::ModelRunner::create(**m, ro);
   ASSERT_TRUE(runner.ok());
-  runtime::SequenceSession seq(**runner);
+  // One sequence driven through ModelRunner::execute: blocks 1, 2, ... (block 0
+  // is the null block), grown to cover the tokens computed so far.
+  sched::StepPlan plan;
+  plan.seqs.resize(1);
+  sched::ScheduledSeq& q = plan.seqs[0];
+  q.request_id = 1;
+  q.wants_logits = true;
   for (size_t t = 5; t < tokens.size(); ++t) {
-    const std::span<const int32_t> feed =
-        t == 5 ? std::span<const int32_t>(tokens.data(), 6) : std::span<const int32_t>(&tokens[t], 1);
-    auto l = seq.feed(feed);
+    const size_t begin = t == 5 ? 0 : t;
+    q.start_pos = static_cast<int32_t>(begin);
+    q.token_ids.assign(tokens.begin() + static_cast<std::ptrdiff_t>(begin),
+                       tokens.begin() + static_cast<std::ptrdiff_t>(t + 1));
+    while (static_cast<int32_t>(q.block_ids.size()) * ro.block_size < static_cast<int32_t>(t + 1))
+      q.block_ids.push_back(static_cast<int32_t>(q.block_ids.size()) + 1);
+    auto l = (*runner)->execute(plan);
     ASSERT_TRUE(l.ok()) << l.message();
+    ASSERT_EQ(l->size(), 1);
+    const std::span<const float> row = l->row(0);
     double max_abs = 0;
     for (double v : want[t]) max_abs = std::max(max_abs, std::fabs(v));
     for (size_t i = 0; i < want[t].size(); ++i) {
-      ASSERT_NEAR((*l)[i], want[t][i], tol * max_abs) << arch << " position " << t << " logit " << i;
+      ASSERT_NEAR(row[i], want[t][i], tol * max_abs) << arch << " position " << t << " logit " << i;
     }
   }
 }

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "runtime/kv_storage.h"
-#include "runtime/sequence.h"
+#include "kv/sizing.h"
 
 using namespace pagoda;
 using runtime::KvStorage;
@@ -12,7 +12,7 @@ using runtime::KvStorageSpec;
 
 namespace {
 
-KvStorageSpec spec(kernels::KvDtype dtype, int32_t kv_heads = 2, int32_t head_dim = 32) {
+KvStorageSpec spec(KvDtype dtype, int32_t kv_heads = 2, int32_t head_dim = 32) {
   KvStorageSpec s;
   s.n_layers = 3;
   s.n_kv_heads = kv_heads;
@@ -27,19 +27,24 @@ KvStorageSpec spec(kernels::KvDtype dtype, int32_t kv_heads = 2, int32_t head_di
 
 TEST(KvStorage, BytesPerDtype) {
   struct Case {
-    kernels::KvDtype dtype;
+    KvDtype dtype;
     size_t row_bytes;
   };
   // kv_dim = 2 heads x 32 = 64 values per token per layer
-  for (const Case& c : {Case{kernels::KvDtype::F32, 256}, Case{kernels::KvDtype::F16, 128},
-                        Case{kernels::KvDtype::BF16, 128}, Case{kernels::KvDtype::Q8_0, 68}}) {
+  for (const Case& c : {Case{KvDtype::F32, 256}, Case{KvDtype::F16, 128},
+                        Case{KvDtype::BF16, 128}, Case{KvDtype::Q8_0, 68}}) {
     auto kv = KvStorage::create(spec(c.dtype));
     ASSERT_TRUE(kv.ok()) << kv.message();
     const KvStorageSpec& s = (*kv)->spec();
     EXPECT_EQ(s.row_bytes(), c.row_bytes) << kernels::kv_dtype_name(c.dtype);
-    EXPECT_EQ(s.bytes_per_token(), 2 * 3 * c.row_bytes);
-    EXPECT_EQ(s.bytes_per_block(), 2 * 3 * c.row_bytes * 4);
     EXPECT_EQ((*kv)->bytes_total(), 2 * 3 * c.row_bytes * 4 * 5);
+    // kv/sizing (the engine's pool arithmetic) agrees with this layout.
+    kv::KvShape shape;
+    shape.num_layers = 3;
+    shape.num_kv_heads = 2;
+    shape.head_dim = 32;
+    EXPECT_EQ(kv::kv_bytes_per_block(shape, kv::kv_dtype_of(c.dtype), 4) * 5, (*kv)->bytes_total());
+    EXPECT_EQ(kv::kv_row_bytes(kv::kv_dtype_of(c.dtype), 64), c.row_bytes);
     ASSERT_EQ((*kv)->layers().size(), 3u);
     for (const kernels::KvLayerView& l : (*kv)->layers()) {
       EXPECT_EQ(l.row_bytes, c.row_bytes);
@@ -50,17 +55,17 @@ TEST(KvStorage, BytesPerDtype) {
     }
   }
   // SmolLM2-135M at 8192 tokens: f16 180 MiB, q8_0 95.625 MiB (30 layers, 3 x 64).
-  KvStorageSpec smol{30, 3, 64, 8192, 1, kernels::KvDtype::F16};
+  KvStorageSpec smol{30, 3, 64, 8192, 1, KvDtype::F16};
   EXPECT_EQ(smol.bytes_total(), 180ull << 20);
-  smol.dtype = kernels::KvDtype::Q8_0;
+  smol.dtype = KvDtype::Q8_0;
   EXPECT_EQ(smol.bytes_total(), 100270080ull);
 }
 
 TEST(KvStorage, RejectsBadSpecs) {
-  auto q8 = KvStorage::create(spec(kernels::KvDtype::Q8_0, 3, 8));  // kv_dim 24
+  auto q8 = KvStorage::create(spec(KvDtype::Q8_0, 3, 8));  // kv_dim 24
   ASSERT_FALSE(q8.ok());
   EXPECT_NE(q8.message().find("multiple of 32"), std::string::npos) << q8.message();
-  KvStorageSpec s = spec(kernels::KvDtype::F32);
+  KvStorageSpec s = spec(KvDtype::F32);
   s.num_blocks = 0;
   EXPECT_FALSE(KvStorage::create(s).ok());
   s.num_blocks = 1 << 30;
@@ -69,7 +74,7 @@ TEST(KvStorage, RejectsBadSpecs) {
 }
 
 TEST(KvStorage, CopyBlockCopiesKAndVOfEveryLayerOnly) {
-  auto kv = KvStorage::create(spec(kernels::KvDtype::F16));
+  auto kv = KvStorage::create(spec(KvDtype::F16));
   ASSERT_TRUE(kv.ok());
   const size_t block_bytes = 4 * (*kv)->spec().row_bytes();
   const size_t pool_bytes = block_bytes * 5;
@@ -99,19 +104,4 @@ TEST(KvStorage, CopyBlockCopiesKAndVOfEveryLayerOnly) {
       }
     }
   }
-}
-
-TEST(SequenceKv, HandsOutBlocksFromOne) {
-  runtime::SequenceKv s(/*num_blocks=*/4, /*block_size=*/16);
-  EXPECT_EQ(s.capacity_tokens(), 48);
-  ASSERT_TRUE(s.ensure(1).ok());
-  EXPECT_EQ(s.block_ids(), (std::vector<int32_t>{1}));
-  ASSERT_TRUE(s.ensure(33).ok());
-  EXPECT_EQ(s.block_ids(), (std::vector<int32_t>{1, 2, 3}));
-  Status e = s.ensure(49);
-  ASSERT_FALSE(e.ok());
-  EXPECT_NE(e.message().find("needs 4 KV blocks"), std::string::npos) << e.message();
-  EXPECT_EQ(s.block_ids().size(), 3u);
-  s.clear();
-  EXPECT_TRUE(s.block_ids().empty());
 }

@@ -154,9 +154,9 @@ TEST(Sampler, LogprobsAreLogSoftmaxOfProcessedLogits) {
   EXPECT_EQ(r.token, 2);
   EXPECT_NEAR(r.logprob, 3.0 - z, 1e-5);
   ASSERT_EQ(r.top.size(), 2u);
-  EXPECT_EQ(r.top[0].token, 2);
-  EXPECT_EQ(r.top[1].token, 1);  // tie with 3: lowest id
-  EXPECT_NEAR(r.top[1].logprob, 2.0 - z, 1e-5);
+  EXPECT_EQ(r.top[0].first, 2);
+  EXPECT_EQ(r.top[1].first, 1);  // tie with 3: lowest id
+  EXPECT_NEAR(r.top[1].second, 2.0 - z, 1e-5);
 
   SamplingParams q;
   q.temperature = 0.5f;
