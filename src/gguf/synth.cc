@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "base/rng.h"
 #include "base/ggml_quant.h"
@@ -47,9 +48,9 @@ void fill_normal_row(uint64_t seed, uint64_t tensor_id, uint64_t row, float stdd
   }
 }
 
-// [rows, cols] in `type`; value < 0 means random N(0, 0.02), else a constant.
+// [rows, cols] in `type`; value < 0 means random N(0, stddev), else a constant.
 TensorProducer weight_producer(uint64_t seed, uint64_t tensor_id, int64_t cols, int64_t rows, GgmlType type,
-                               float constant) {
+                               float constant, float stddev) {
   return [=](const ByteSink& sink) -> Status {
     const size_t row_bytes = ggml_row_bytes(type, static_cast<size_t>(cols));
     const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t{1} << 20) / std::max<int64_t>(cols, 1)));
@@ -59,7 +60,7 @@ TensorProducer weight_producer(uint64_t seed, uint64_t tensor_id, int64_t cols, 
       const int64_t n = std::min(chunk, rows - r0);
       for (int64_t r = 0; r < n; ++r) {
         float* row = f.data() + r * cols;
-        if (constant < 0) fill_normal_row(seed, tensor_id, static_cast<uint64_t>(r0 + r), 0.02f, row, cols);
+        if (constant < 0) fill_normal_row(seed, tensor_id, static_cast<uint64_t>(r0 + r), stddev, row, cols);
         else std::fill(row, row + cols, constant);
         quantize_row(type, row, q.data() + static_cast<size_t>(r) * row_bytes, cols);
       }
@@ -67,6 +68,22 @@ TensorProducer weight_producer(uint64_t seed, uint64_t tensor_id, int64_t cols, 
     }
     return Status::Ok();
   };
+}
+
+// A 1-D F32 tensor of the given values.
+TensorProducer values_producer(std::vector<float> v) {
+  return [v = std::move(v)](const ByteSink& sink) -> Status { return sink(v.data(), v.size() * sizeof(float)); };
+}
+
+// Synthetic LongRoPE factors ([n], increasing from 1): short up to 1.5, long up to 41,
+// the ranges of Phi-3-mini-128k's.
+std::vector<float> longrope_factors(int64_t n, bool long_factors) {
+  std::vector<float> f(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = n > 1 ? static_cast<double>(i) / static_cast<double>(n - 1) : 0.0;
+    f[static_cast<size_t>(i)] = static_cast<float>(long_factors ? 1.0 + 40.0 * x * x : 1.0 + 0.5 * x);
+  }
+  return f;
 }
 
 }  // namespace
@@ -85,16 +102,71 @@ GgmlType synth_weight_type(GgmlType type, int64_t cols) {
   return type == GgmlType::Q4_K ? GgmlType::Q4_1 : GgmlType::Q8_0;
 }
 
+std::vector<float> llama3_rope_factors(const SynthLlama3Rope& r, double rope_base, int64_t head_dim) {
+  // convert_hf_to_gguf.py (LlamaModel.generate_extra_tensors), in the same order.
+  const double kPi = 3.14159265358979323846;
+  const double low_wavelen = static_cast<double>(r.original_context) / r.low_freq_factor;
+  const double high_wavelen = static_cast<double>(r.original_context) / r.high_freq_factor;
+  std::vector<float> f;
+  for (int64_t i = 0; i < head_dim; i += 2) {
+    const float freq = static_cast<float>(1.0 / std::pow(rope_base, static_cast<double>(static_cast<float>(i) / static_cast<float>(head_dim))));
+    const double wavelen = 2 * kPi / freq;
+    if (wavelen < high_wavelen) {
+      f.push_back(1.0f);
+    } else if (wavelen > low_wavelen) {
+      f.push_back(static_cast<float>(r.factor));
+    } else {
+      const double smooth = (static_cast<double>(r.original_context) / wavelen - r.low_freq_factor) /
+                            (r.high_freq_factor - r.low_freq_factor);
+      f.push_back(static_cast<float>(1.0 / ((1 - smooth) / r.factor + smooth)));
+    }
+  }
+  return f;
+}
+
 const std::vector<SynthShape>& synth_presets() {
-  static const std::vector<SynthShape> p = {
-      preset("smollm2-135m", "llama", "smollm", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0, 1e-5, true, false),
-      preset("smollm2-360m", "llama", "smollm", 960, 32, 15, 5, 2560, 49152, 8192, 100000.0, 1e-5, true, false),
-      preset("llama-3.2-1b", "llama", "llama-bpe", 2048, 16, 32, 8, 8192, 128256, 131072, 500000.0, 1e-5, true,
-             false),
-      preset("llama-3.1-8b", "llama", "llama-bpe", 4096, 32, 32, 8, 14336, 128256, 131072, 500000.0, 1e-5, false,
-             false),
-      preset("qwen2.5-0.5b", "qwen2", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0, 1e-6, true, true),
-  };
+  static const std::vector<SynthShape> p = [] {
+    std::vector<SynthShape> v = {
+        preset("smollm2-135m", "llama", "smollm", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0, 1e-5, true, false),
+        preset("smollm2-360m", "llama", "smollm", 960, 32, 15, 5, 2560, 49152, 8192, 100000.0, 1e-5, true, false),
+        preset("llama-3.2-1b", "llama", "llama-bpe", 2048, 16, 32, 8, 8192, 128256, 131072, 500000.0, 1e-5, true,
+               false),
+        preset("llama-3.1-8b", "llama", "llama-bpe", 4096, 32, 32, 8, 14336, 128256, 131072, 500000.0, 1e-5, false,
+               false),
+        preset("qwen2.5-0.5b", "qwen2", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0, 1e-6, true, true),
+        preset("qwen3-0.6b", "qwen3", "qwen2", 1024, 28, 16, 8, 3072, 151936, 40960, 1000000.0, 1e-6, true, false),
+        preset("phi-3-mini", "phi3", "smollm", 3072, 32, 32, 32, 8192, 32064, 4096, 10000.0, 1e-5, false, false),
+        preset("phi-3-mini-128k", "phi3", "smollm", 3072, 32, 32, 32, 8192, 32064, 131072, 10000.0, 1e-5, false,
+               false),
+        preset("gemma3-270m", "gemma3", "smollm", 640, 18, 4, 1, 2048, 262144, 32768, 1000000.0, 1e-6, true, false),
+    };
+    // Llama 3.2's rope_scaling: factor 32, low/high_freq_factor 1/4, original 8192.
+    v[2].llama3_rope = {.factor = 32, .low_freq_factor = 1, .high_freq_factor = 4, .original_context = 8192};
+    // Llama 3.1's: factor 8.
+    v[3].llama3_rope = {.factor = 8, .low_freq_factor = 1, .high_freq_factor = 4, .original_context = 8192};
+    v[5].n_head_dim = 128;
+    v[6].sliding_window = 2047;
+    v[7].sliding_window = 262144;
+    v[7].longrope_original_context = 4096;
+    v[8].n_head_dim = 256;
+    v[8].sliding_window = 512;
+    // Tiny shapes of the newer architectures, every feature on at toy size:
+    // tests/model/test_arch_llamacpp.cc checks them against llama.cpp's logits
+    // (docs/parity/compare_arch.py --fixtures writes those).
+    v.push_back(preset("tiny-qwen3", "qwen3", "smollm", 64, 2, 4, 2, 96, 320, 256, 1000000.0, 1e-6, true, false));
+    v.back().n_head_dim = 32;
+    v.push_back(preset("tiny-llama3", "llama", "smollm", 64, 2, 4, 2, 96, 320, 4096, 500000.0, 1e-5, true, false));
+    v.back().llama3_rope = {.factor = 8, .low_freq_factor = 1, .high_freq_factor = 4, .original_context = 64};
+    v.back().weight_std = 0.25;  // q.k of order 10: attention, and so rope, depends on positions
+    v.push_back(preset("tiny-phi3", "phi3", "smollm", 64, 2, 4, 4, 96, 320, 4096, 10000.0, 1e-5, false, false));
+    v.back().sliding_window = 2047;
+    v.back().longrope_original_context = 256;
+    v.back().weight_std = 0.25;
+    v.push_back(preset("tiny-gemma3", "gemma3", "smollm", 64, 6, 4, 1, 96, 320, 256, 1000000.0, 1e-6, true, false));
+    v.back().n_head_dim = 32;
+    v.back().sliding_window = 8;
+    return v;
+  }();
   return p;
 }
 
@@ -127,11 +199,12 @@ int llama_file_type(GgmlType type) {
 Status synth_model(const SynthOptions& opt, GgufWriter* w) {
   const SynthShape& s = opt.shape;
   const int64_t n_layer = opt.n_layers_override > 0 ? opt.n_layers_override : s.n_layer;
-  if (s.arch != "llama" && s.arch != "qwen2") return errorf("synth: unsupported arch '%s'", s.arch.c_str());
+  if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "phi3" && s.arch != "gemma3")
+    return errorf("synth: unsupported arch '%s' (llama, qwen2, qwen3, phi3, gemma3)", s.arch.c_str());
   if (s.n_embd <= 0 || n_layer <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.n_ff <= 0 || s.n_vocab <= 0 ||
       s.n_ctx <= 0)
     return errorf("synth: shape '%s' has a non-positive dimension", s.name.c_str());
-  if (s.n_embd % s.n_head != 0 || s.n_head % s.n_head_kv != 0)
+  if ((s.n_head_dim <= 0 && s.n_embd % s.n_head != 0) || s.n_head % s.n_head_kv != 0 || s.head_dim() % 2 != 0)
     return errorf("synth: n_embd %lld / n_head %lld / n_head_kv %lld do not divide evenly", (long long)s.n_embd,
                   (long long)s.n_head, (long long)s.n_head_kv);
   const GgmlType t = opt.type;
@@ -157,7 +230,14 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
   const std::string a = s.arch;
   w->set_string("general.architecture", a);
   w->set_string("general.type", "model");
-  w->set_string("general.name", s.name + " (pagoda synth, random weights)");
+  // llama.cpp gives tokens of a model whose name contains "phi-3"/"phi3" Phi-3's
+  // attributes by looking up </s>, <unk>, <s>, which the synthetic vocabulary
+  // lacks (it would refuse the file): the name spells it "phi_3" instead.
+  std::string name = s.name;
+  for (const char* phi : {"phi-3", "phi3"}) {
+    for (size_t at; (at = name.find(phi)) != std::string::npos;) name.replace(at, std::strlen(phi), "phi_3");
+  }
+  w->set_string("general.name", name + " (pagoda synth, random weights)");
   const bool q4_k_m = opt.q4_k_m && t == GgmlType::Q4_K;
   w->set_u32("general.file_type", q4_k_m ? 15u : static_cast<uint32_t>(llama_file_type(t)));  // 15: Q4_K_M
   w->set_u32("general.quantization_version", 2);
@@ -171,6 +251,20 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
   w->set_u32(a + ".attention.head_count", static_cast<uint32_t>(s.n_head));
   w->set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
   w->set_f32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(s.rms_eps));
+  if (s.n_head_dim > 0) {
+    w->set_u32(a + ".attention.key_length", static_cast<uint32_t>(hd));
+    w->set_u32(a + ".attention.value_length", static_cast<uint32_t>(hd));
+  }
+  if (s.sliding_window > 0) w->set_u32(a + ".attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
+  const bool longrope = s.arch == "phi3" && s.longrope_original_context > 0;
+  if (longrope) {
+    // convert_hf_to_gguf.py (Phi3MiniModel): attn_factor = sqrt(1 + ln(scale) / ln(original)).
+    const double scale = static_cast<double>(s.n_ctx) / static_cast<double>(s.longrope_original_context);
+    const double attn_factor =
+        scale > 1.0 ? std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(s.longrope_original_context))) : 1.0;
+    w->set_u32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(s.longrope_original_context));
+    w->set_f32(a + ".rope.scaling.attn_factor", static_cast<float>(attn_factor));
+  }
   w->set_string("tokenizer.ggml.model", "gpt2");
   w->set_string("tokenizer.ggml.pre", s.pre);
   w->set_string_array("tokenizer.ggml.tokens", vocab.tokens);
@@ -190,7 +284,8 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
     std::vector<uint64_t> dims = {static_cast<uint64_t>(cols)};
     if (rows > 0) dims.push_back(static_cast<uint64_t>(rows));
     return w->add_tensor(name, dims, type,
-                         weight_producer(opt.seed, id++, cols, rows > 0 ? rows : 1, type, constant));
+                         weight_producer(opt.seed, id++, cols, rows > 0 ? rows : 1, type, constant,
+                                         static_cast<float>(s.weight_std)));
   };
   const int64_t q_dim = s.n_head * hd, kv_dim = s.n_head_kv * hd;
   // Like llama.cpp's quantize, 4-bit files keep the output projection at higher
@@ -203,23 +298,49 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
                        t == GgmlType::IQ4_XS;
   const GgmlType out_type = k_quant ? GgmlType::Q6_K : four_bit ? GgmlType::Q8_0 : t;
   PAGODA_TRY(add("token_embd.weight", s.n_embd, s.n_vocab, s.tied ? out_type : t, -1));
+  if (s.arch == "llama" && s.llama3_rope.factor > 0) {
+    PAGODA_TRY(w->add_tensor("rope_freqs.weight", {static_cast<uint64_t>(hd / 2)}, GgmlType::F32,
+                             values_producer(llama3_rope_factors(s.llama3_rope, s.rope_base, hd))));
+  }
+  if (longrope) {
+    for (const bool lf : {true, false}) {
+      PAGODA_TRY(w->add_tensor(lf ? "rope_factors_long.weight" : "rope_factors_short.weight",
+                               {static_cast<uint64_t>(hd / 2)}, GgmlType::F32, values_producer(longrope_factors(hd / 2, lf))));
+    }
+  }
+  const bool qk_norm = s.arch == "qwen3" || s.arch == "gemma3", post_norms = s.arch == "gemma3";
+  const bool fused = s.arch == "phi3";
   for (int64_t l = 0; l < n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     PAGODA_TRY(add(p + "attn_norm.weight", s.n_embd, 0, GgmlType::F32, 1.0f));
-    PAGODA_TRY(add(p + "attn_q.weight", s.n_embd, q_dim, t, -1));
-    PAGODA_TRY(add(p + "attn_k.weight", s.n_embd, kv_dim, t, -1));
     const GgmlType t_more = q4_k_m && synth_more_bits_layer(l, n_layer) ? GgmlType::Q6_K : t;
-    PAGODA_TRY(add(p + "attn_v.weight", s.n_embd, kv_dim, t_more, -1));
+    if (fused) {
+      PAGODA_TRY(add(p + "attn_qkv.weight", s.n_embd, q_dim + 2 * kv_dim, t, -1));
+    } else {
+      PAGODA_TRY(add(p + "attn_q.weight", s.n_embd, q_dim, t, -1));
+      PAGODA_TRY(add(p + "attn_k.weight", s.n_embd, kv_dim, t, -1));
+      PAGODA_TRY(add(p + "attn_v.weight", s.n_embd, kv_dim, t_more, -1));
+    }
+    if (qk_norm) {
+      PAGODA_TRY(add(p + "attn_q_norm.weight", hd, 0, GgmlType::F32, 1.0f));
+      PAGODA_TRY(add(p + "attn_k_norm.weight", hd, 0, GgmlType::F32, 1.0f));
+    }
     if (s.qkv_bias) {
       PAGODA_TRY(add(p + "attn_q.bias", q_dim, 0, GgmlType::F32, -1));
       PAGODA_TRY(add(p + "attn_k.bias", kv_dim, 0, GgmlType::F32, -1));
       PAGODA_TRY(add(p + "attn_v.bias", kv_dim, 0, GgmlType::F32, -1));
     }
     PAGODA_TRY(add(p + "attn_output.weight", q_dim, s.n_embd, t, -1));
+    if (post_norms) PAGODA_TRY(add(p + "post_attention_norm.weight", s.n_embd, 0, GgmlType::F32, 1.0f));
     PAGODA_TRY(add(p + "ffn_norm.weight", s.n_embd, 0, GgmlType::F32, 1.0f));
-    PAGODA_TRY(add(p + "ffn_gate.weight", s.n_embd, s.n_ff, t, -1));
-    PAGODA_TRY(add(p + "ffn_up.weight", s.n_embd, s.n_ff, t, -1));
+    if (fused) {
+      PAGODA_TRY(add(p + "ffn_up.weight", s.n_embd, 2 * s.n_ff, t, -1));  // gate | up
+    } else {
+      PAGODA_TRY(add(p + "ffn_gate.weight", s.n_embd, s.n_ff, t, -1));
+      PAGODA_TRY(add(p + "ffn_up.weight", s.n_embd, s.n_ff, t, -1));
+    }
     PAGODA_TRY(add(p + "ffn_down.weight", s.n_ff, s.n_embd, t_more, -1));
+    if (post_norms) PAGODA_TRY(add(p + "post_ffw_norm.weight", s.n_embd, 0, GgmlType::F32, 1.0f));
   }
   PAGODA_TRY(add("output_norm.weight", s.n_embd, 0, GgmlType::F32, 1.0f));
   if (!s.tied) PAGODA_TRY(add("output.weight", s.n_embd, s.n_vocab, out_type, -1));

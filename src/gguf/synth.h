@@ -1,5 +1,5 @@
 // Random-weight models of real shapes, written as llama.cpp-compatible GGUF:
-// full metadata for arch llama (or qwen2), tensor names as llama.cpp expects,
+// full metadata for arch llama, qwen2, qwen3, phi3 or gemma3, tensor names as llama.cpp expects,
 // weights N(0, 0.02) from base/rng.h (norm weights 1.0), and a synthetic gpt2-style
 // byte-level BPE vocabulary of exactly the model's vocab size. Tensor bytes are
 // generated while the file is written (streaming), so any size fits in memory.
@@ -14,19 +14,45 @@
 
 namespace pagoda::gguf {
 
-struct SynthShape {
-  std::string name;            // preset name, also general.name
-  std::string arch = "llama";  // "llama" or "qwen2"
-  std::string pre = "smollm";  // tokenizer.ggml.pre: "smollm", "llama-bpe" or "qwen2" (also picks the specials)
-  int64_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_ff = 0, n_vocab = 0, n_ctx = 0;
-  double rope_base = 10000.0;
-  double rms_eps = 1e-5;
-  bool tied = true;            // no output.weight: the output projection reuses token_embd
-  bool qkv_bias = false;       // attn_q/k/v.bias (qwen2)
-  int64_t head_dim() const { return n_head ? n_embd / n_head : 0; }
+// Llama 3.x rope scaling (HF rope_scaling, rope_type "llama3"): written as the
+// rope_freqs.weight tensor llama.cpp's converter computes from these.
+struct SynthLlama3Rope {
+  double factor = 0;  // 0: none
+  double low_freq_factor = 1, high_freq_factor = 4;
+  int64_t original_context = 8192;
 };
 
-// smollm2-135m, smollm2-360m, llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b.
+struct SynthShape {
+  std::string name;            // preset name, also general.name
+  std::string arch = "llama";  // "llama", "qwen2", "qwen3", "phi3" or "gemma3"
+  std::string pre = "smollm";  // tokenizer.ggml.pre: "smollm", "llama-bpe" or "qwen2" (also picks the specials)
+  int64_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_ff = 0, n_vocab = 0, n_ctx = 0;
+  int64_t n_head_dim = 0;      // attention.key_length; 0: n_embd / n_head
+  double rope_base = 10000.0;
+  double rms_eps = 1e-5;
+  // Standard deviation of the random weights. Presets of real models keep 0.02;
+  // the tiny ones without Q/K norms use more, so that attention scores are
+  // large enough for positions (rope, its scaling) to change the logits.
+  double weight_std = 0.02;
+  bool tied = true;            // no output.weight: the output projection reuses token_embd
+  bool qkv_bias = false;       // attn_q/k/v.bias (qwen2)
+  // Architecture-specific parts, written by arch (qwen3/gemma3: attn_q/k_norm;
+  // gemma3: post_attention_norm, post_ffw_norm; phi3: fused attn_qkv and ffn_up).
+  int64_t sliding_window = 0;  // gemma3 / phi3: attention.sliding_window
+  SynthLlama3Rope llama3_rope;  // llama: rope_freqs.weight
+  // phi3 LongRoPE: rope_factors_short/long.weight and rope.scaling.attn_factor,
+  // with rope.scaling.original_context_length = longrope_original_context (0: none).
+  int64_t longrope_original_context = 0;
+  int64_t head_dim() const { return n_head_dim > 0 ? n_head_dim : n_head ? n_embd / n_head : 0; }
+};
+
+// The rope_freqs values llama.cpp's converter writes for llama3 rope scaling
+// (one divisor per rotary pair). [head_dim / 2]
+std::vector<float> llama3_rope_factors(const SynthLlama3Rope& r, double rope_base, int64_t head_dim);
+
+// smollm2-135m, smollm2-360m, llama-3.2-1b (with its rope scaling), llama-3.1-8b,
+// qwen2.5-0.5b, qwen3-0.6b, phi-3-mini (4k), phi-3-mini-128k (LongRoPE), gemma3-270m,
+// and tiny-qwen3, tiny-llama3, tiny-phi3, tiny-gemma3 (toy sizes for parity fixtures).
 const std::vector<SynthShape>& synth_presets();
 const SynthShape* find_synth_preset(const std::string& name);
 

@@ -75,6 +75,17 @@ inline int64_t kv_len(const BatchView& b, int32_t seq, int32_t block_size) {
   return pages == 0 ? 0 : static_cast<int64_t>(pages - 1) * block_size + b.kv_last_page_len[seq];
 }
 
+// ---- Rotary scaling (llama 3.x, phi3 LongRoPE, linear) -------------------------
+// The angle of rotary pair i at position p is theta = p * base^(-2i/rope_dim)
+// / freq_factors[i] * freq_scale, and the rotation is scaled by attn_factor
+// (cos and sin both), as ggml_rope_ext without YaRN extrapolation. The
+// defaults are plain RoPE, bit for bit.
+struct RopeScaling {
+  const float* freq_factors = nullptr;  // [rope_dim / 2] or null (all 1)
+  float freq_scale = 1.0f;              // 1 / rope.scaling.factor (linear scaling)
+  float attn_factor = 1.0f;             // rope.scaling.attn_factor (phi3 LongRoPE)
+};
+
 // ---- Threads -----------------------------------------------------------------
 // Every cpu:: kernel runs its own OpenMP team of num_threads(); scratch memory is
 // thread_local, so calls from different threads are safe.
@@ -96,14 +107,20 @@ int num_threads();
   void rmsnorm(const float* x, const float* weight, float eps, int64_t n_tokens, int64_t n,     \
                float* y);                                                                       \
   /* In place. x: [n_tokens, n_heads, head_dim]; rotates the first rope_dim dims of each head. \
-     neox=false: pairs (2i, 2i+1) (llama); neox=true: pairs (i, i + rope_dim/2) (qwen2, neox). */ \
+     neox=false: pairs (2i, 2i+1) (llama); neox=true: pairs (i, i + rope_dim/2) (qwen2, neox). \
+     scaling: see RopeScaling (the default is plain RoPE). */                                    \
   void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads,              \
-            int32_t head_dim, int32_t rope_dim, float theta_base, bool neox);                   \
+            int32_t head_dim, int32_t rope_dim, float theta_base, bool neox,                    \
+            const RopeScaling& scaling = RopeScaling{});                                        \
   /* Causal paged attention with grouped-query heads (n_heads % n_kv_heads == 0);              \
-     cpu:: requires kv.block_size <= 256.                                                       \
+     cpu:: requires kv.block_size <= 256. window > 0: sliding window, a token at position p     \
+     sees keys p - window < j <= p (llama.cpp's LLAMA_SWA_TYPE_STANDARD); 0: every j <= p.      \
      q: [n_tokens, n_heads, head_dim], out: [n_tokens, n_heads, head_dim] */                    \
   void paged_attention(const float* q, const KvLayerView& kv, const BatchView& batch,           \
-                       int32_t n_heads, float scale, float* out);
+                       int32_t n_heads, float scale, float* out, int32_t window = 0);           \
+  /* gate = gelu(gate) * up with the tanh approximation of GELU (GeGLU; Gemma):                \
+     gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).  gate, up: [n] */              \
+  void gelu_mul(float* gate, const float* up, int64_t n);
 
 namespace ref {
 PAGODA_KERNEL_OPS
@@ -146,5 +163,6 @@ void gather_rows(const float* x, int64_t n, const int32_t* rows, int64_t n_rows,
 void add_inplace(float* x, const float* y, int64_t n);                        // x += y.  x, y: [n]
 void add_rows(float* x, const float* bias, int64_t n_rows, int64_t n);        // x[r, :] += bias.  x: [n_rows, n]
 void silu_mul(float* gate, const float* up, int64_t n);                       // gate = silu(gate) * up.  [n]
+void mul_scalar(float* x, float s, int64_t n);                                 // x *= s.  x: [n]
 
 }  // namespace pagoda::kernels

@@ -16,6 +16,8 @@ constexpr Backend kCpu{
     .add = &add_inplace,
     .add_rows = &add_rows,
     .silu_mul = &silu_mul,
+    .gelu_mul = &cpu::gelu_mul,
+    .mul_scalar = &mul_scalar,
 };
 
 // The shared ops (api.h) are the same functions as cpu's: ref checks the
@@ -32,6 +34,8 @@ constexpr Backend kRef{
     .add = &add_inplace,
     .add_rows = &add_rows,
     .silu_mul = &silu_mul,
+    .gelu_mul = &ref::gelu_mul,
+    .mul_scalar = &mul_scalar,
 };
 
 }  // namespace

@@ -12,7 +12,7 @@ namespace pagoda::kernels {
 
 enum class BackendKind : uint8_t {
   Cpu,  // SIMD + threads (cpu/), the default
-  Ref,  // scalar oracles (ref/) for matmul, rmsnorm, rope and attention: debugging, parity tests
+  Ref,  // scalar oracles (ref/) for matmul, rmsnorm, rope, attention and gelu_mul: debugging, parity tests
 };
 
 // Shapes and contracts are those of the functions of the same name in api.h.
@@ -21,16 +21,18 @@ struct Backend {
   void (*matmul)(const WeightView& w, const float* x, int64_t n_tokens, float* y);
   void (*rmsnorm)(const float* x, const float* weight, float eps, int64_t n_tokens, int64_t n, float* y);
   void (*rope)(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
-               int32_t rope_dim, float theta_base, bool neox);
+               int32_t rope_dim, float theta_base, bool neox, const RopeScaling& scaling);
   void (*kv_write)(const KvLayerView& kv, const float* k, const float* v, const int64_t* slot_mapping,
                    int64_t n_tokens);
   void (*paged_attention)(const float* q, const KvLayerView& kv, const BatchView& batch, int32_t n_heads,
-                          float scale, float* out);
+                          float scale, float* out, int32_t window);
   void (*get_rows)(const WeightView& table, const int32_t* ids, int64_t n_ids, float* out);
   void (*gather_rows)(const float* x, int64_t n, const int32_t* rows, int64_t n_rows, float* out);
   void (*add)(float* x, const float* y, int64_t n);
   void (*add_rows)(float* x, const float* bias, int64_t n_rows, int64_t n);
   void (*silu_mul)(float* gate, const float* up, int64_t n);
+  void (*gelu_mul)(float* gate, const float* up, int64_t n);
+  void (*mul_scalar)(float* x, float s, int64_t n);
 };
 
 // The table of a backend; static storage, valid for the program's lifetime.

@@ -73,4 +73,8 @@ void add_rows(float* x, const float* bias, int64_t n_rows, int64_t n) {
   for (int64_t r = 0; r < n_rows; ++r) add_inplace(x + r * n, bias, n);
 }
 
+void mul_scalar(float* x, float s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
 }  // namespace pagoda::kernels

@@ -8,6 +8,8 @@ namespace pagoda::model {
 
 void embed_tokens(const ForwardPass& p) {
   p.k.get_rows(p.w.token_embd, p.batch.token_ids, p.batch.n_tokens, p.ws.x.data());
+  // gemma3: x * sqrt(n_embd) in f32, as llama.cpp's ggml_scale.
+  if (p.c.embd_scale != 1.f) p.k.mul_scalar(p.ws.x.data(), p.c.embd_scale, static_cast<int64_t>(p.batch.n_tokens) * p.c.n_embd);
 }
 
 void attention_block(const ForwardPass& p, int32_t l) {
@@ -33,12 +35,19 @@ void attention_block(const ForwardPass& p, int32_t l) {
     p.k.add_rows(k, w.bk, T, c.kv_dim());
     p.k.add_rows(v, w.bv, T, c.kv_dim());
   }
-  p.k.rope(q, p.batch.positions, T, c.n_heads, c.head_dim, c.rope_dim, c.rope_base, c.rope_neox);
-  p.k.rope(k, p.batch.positions, T, c.n_kv_heads, c.head_dim, c.rope_dim, c.rope_base, c.rope_neox);
+  if (w.q_norm) {  // per-head RMSNorm (rows of head_dim), in place, before rope
+    p.k.rmsnorm(q, w.q_norm, c.rms_eps, T * c.n_heads, c.head_dim, q);
+    p.k.rmsnorm(k, w.k_norm, c.rms_eps, T * c.n_kv_heads, c.head_dim, k);
+  }
+  const LayerAttn& la = c.layers[static_cast<size_t>(l)];
+  const kernels::RopeScaling rs{.freq_factors = p.w.rope_freqs, .freq_scale = la.rope_freq_scale,
+                                .attn_factor = c.rope_attn_factor};
+  p.k.rope(q, p.batch.positions, T, c.n_heads, c.head_dim, c.rope_dim, la.rope_base, c.rope_neox, rs);
+  p.k.rope(k, p.batch.positions, T, c.n_kv_heads, c.head_dim, c.rope_dim, la.rope_base, c.rope_neox, rs);
   p.k.kv_write(kv, k, v, p.batch.slot_mapping, T);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  p.k.paged_attention(q, kv, p.batch, c.n_heads, scale, att);
+  p.k.paged_attention(q, kv, p.batch, c.n_heads, c.attn_scale, att, la.window);
   p.k.matmul(w.wo, att, T, proj);
+  if (w.post_attn_norm) p.k.rmsnorm(proj, w.post_attn_norm, c.rms_eps, T, c.n_embd, proj);
   p.k.add(x, proj, T * c.n_embd);
 }
 
@@ -56,8 +65,13 @@ void swiglu_ffn_block(const ForwardPass& p, int32_t l) {
   p.k.rmsnorm(x, w.ffn_norm, c.rms_eps, T, c.n_embd, xn);
   p.k.matmul(w.w_gate, xn, T, gate);
   p.k.matmul(w.w_up, xn, T, up);
-  p.k.silu_mul(gate, up, T * c.n_ff);
+  if (c.ffn_act == FfnAct::GeluTanh) {
+    p.k.gelu_mul(gate, up, T * c.n_ff);
+  } else {
+    p.k.silu_mul(gate, up, T * c.n_ff);
+  }
   p.k.matmul(w.w_down, gate, T, proj);
+  if (w.post_ffn_norm) p.k.rmsnorm(proj, w.post_ffn_norm, c.rms_eps, T, c.n_embd, proj);
   p.k.add(x, proj, T * c.n_embd);
 }
 

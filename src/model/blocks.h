@@ -9,23 +9,27 @@
 
 namespace pagoda::model {
 
-// ws.x[t, :] = token_embd row of batch.token_ids[t].
+// ws.x[t, :] = token_embd row of batch.token_ids[t] (times c.embd_scale).
 void embed_tokens(const ForwardPass& p);
 
-// ws.x += Wo * attention(rope(Wq xn + bq), rope(Wk xn + bk), Wv xn + bv) with
-// xn = rmsnorm(ws.x, attn_norm); biases where the layer has them. Writes the
+// ws.x += post(Wo * attention(rope(qn(Wq xn + bq)), rope(kn(Wk xn + bk)), Wv xn + bv))
+// with xn = rmsnorm(ws.x, attn_norm); biases, per-head q/k norms (qn, kn) and the
+// post-attention norm (post) where the layer has them; rope base/scale, sliding
+// window from c.layers[l], rope frequency factors from w.rope_freqs. Writes the
 // batch's K/V into layer `l` of the KV cache before attending.
 void attention_block(const ForwardPass& p, int32_t l);
 
-// ws.x += W_down (silu(W_gate xn) * W_up xn) with xn = rmsnorm(ws.x, ffn_norm).
+// ws.x += post(W_down (act(W_gate xn) * W_up xn)) with xn = rmsnorm(ws.x, ffn_norm),
+// act = silu or tanh-GELU (c.ffn_act), post = the post-FFN norm where the layer has one.
 void swiglu_ffn_block(const ForwardPass& p, int32_t l);
 
 // p.logits[i, :] = output * rmsnorm(ws.x[batch.logit_rows[i], :], output_norm):
 // the final norm and output matmul run only for the wanted rows.
 void output_logits(const ForwardPass& p);
 
-// The pre-norm decoder (llama, mistral, qwen2): embed, n_layers x (attention,
-// SwiGLU feed-forward), output head.
+// The pre-norm decoder (llama, mistral, qwen2, qwen3, phi3, gemma3): embed,
+// n_layers x (attention, gated feed-forward), output head; the variations are
+// config flags and optional weights.
 void decoder_forward(const ForwardPass& p);
 
 }  // namespace pagoda::model

@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <cmath>
 #include <limits>
 
 #include "model/arch.h"
@@ -61,7 +62,27 @@ Expected<ModelConfig> config_from_gguf(const gguf::GgufFile& f) {
   PAGODA_ASSIGN_OR_RETURN(c.n_ctx_train, read_dim(f, p + "context_length", 2048));
   PAGODA_ASSIGN_OR_RETURN(c.rms_eps, read_float(f, p + "attention.layer_norm_rms_epsilon", 1e-5));
   PAGODA_ASSIGN_OR_RETURN(c.rope_base, read_float(f, p + "rope.freq_base", 10000.0));
+  // Linear rope scaling (llama.cpp: rope.scaling.factor, else the older rope.scale_linear).
+  float rope_factor = 0.f;
+  PAGODA_ASSIGN_OR_RETURN(rope_factor, read_float(f, p + "rope.scaling.factor", 0.0));
+  if (rope_factor == 0.f) {
+    PAGODA_ASSIGN_OR_RETURN(rope_factor, read_float(f, p + "rope.scale_linear", 0.0));
+  }
+  if (rope_factor < 0.f) return errorf("%srope.scaling.factor %g must be positive", p.c_str(), static_cast<double>(rope_factor));
+  if (f.find(p + "rope.scaling.type")) {
+    // As llama.cpp, the factor applies whatever the type; llama3 and longrope scaling
+    // also come as frequency-factor tensors (the architecture binds them). YaRN's
+    // extrapolation ramp is not implemented: refuse rather than compute something else.
+    PAGODA_ASSIGN_OR_RETURN(const std::string t, f.get_string(p + "rope.scaling.type"));
+    if (t != "none" && t != "linear" && t != "longrope") {
+      return errorf("%srope.scaling.type '%s' is not supported (none, linear, longrope)", p.c_str(), t.c_str());
+    }
+  }
+  PAGODA_ASSIGN_OR_RETURN(c.rope_attn_factor, read_float(f, p + "rope.scaling.attn_factor", 1.0));
+  c.layers.assign(static_cast<size_t>(c.n_layers),
+                  LayerAttn{.window = 0, .rope_base = c.rope_base, .rope_freq_scale = rope_factor > 0.f ? 1.f / rope_factor : 1.f});
   if (def->read_hparams) PAGODA_TRY(def->read_hparams(f, p, c));
+  if (c.attn_scale == 0.f) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 
   if (c.n_heads % c.n_kv_heads != 0) {
     return errorf("attention.head_count %d is not a multiple of attention.head_count_kv %d", c.n_heads,
@@ -73,6 +94,18 @@ Expected<ModelConfig> config_from_gguf(const gguf::GgufFile& f) {
   if (!(c.rms_eps > 0.f) || !(c.rope_base > 0.f)) {
     return errorf("layer_norm_rms_epsilon (%g) and rope.freq_base (%g) must be positive",
                   static_cast<double>(c.rms_eps), static_cast<double>(c.rope_base));
+  }
+  for (size_t l = 0; l < c.layers.size(); ++l) {
+    const LayerAttn& a = c.layers[l];
+    if (a.window < 0 || !(a.rope_base > 0.f) || !(a.rope_freq_scale > 0.f)) {
+      return errorf("layer %zu: sliding window %d, rope base %g and rope scale %g must be positive", l, a.window,
+                    static_cast<double>(a.rope_base), static_cast<double>(a.rope_freq_scale));
+    }
+  }
+  if (!(c.attn_scale > 0.f) || !(c.embd_scale > 0.f) || !(c.rope_attn_factor > 0.f)) {
+    return errorf("attention scale (%g), embedding scale (%g) and rope.scaling.attn_factor (%g) must be positive",
+                  static_cast<double>(c.attn_scale), static_cast<double>(c.embd_scale),
+                  static_cast<double>(c.rope_attn_factor));
   }
   const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight");
   if (!emb) return errorf("tensor token_embd.weight: missing");

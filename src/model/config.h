@@ -5,11 +5,23 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "gguf/gguf.h"
 
 namespace pagoda::model {
+
+// Feed-forward activation of the gated FFN: down(act(gate) * up).
+enum class FfnAct : uint8_t { Silu, GeluTanh };  // SwiGLU (llama, qwen, phi3); GeGLU (gemma3)
+
+// Per-layer attention settings (the same for every layer unless the architecture
+// interleaves local and global layers, as gemma3 does).
+struct LayerAttn {
+  int32_t window = 0;         // sliding window in tokens (p - window < j <= p); 0: full causal
+  float rope_base = 10000.f;  // rope.freq_base of this layer
+  float rope_freq_scale = 1.f;  // 1 / rope scaling factor of this layer (linear scaling)
+};
 
 struct ModelConfig {
   std::string arch;          // general.architecture, a name in the registry (registry.cc)
@@ -28,6 +40,15 @@ struct ModelConfig {
   bool rope_neox = false;    // rotary pairs (i, i + rope_dim/2) (qwen2); else (2i, 2i+1) (llama)
   bool attn_bias = false;    // q/k/v projections carry biases (qwen2)
   bool tied_output = false;  // no output.weight: token_embd doubles as the output matrix
+  bool qk_norm = false;      // per-head RMSNorm of Q and K before rope (qwen3, gemma3)
+  bool post_norms = false;   // RMSNorm of each sublayer's output before the residual add (gemma3)
+  FfnAct ffn_act = FfnAct::Silu;
+  float embd_scale = 1.f;    // token embeddings are multiplied by it (gemma3: sqrt(n_embd))
+  float attn_scale = 0.f;    // softmax scale of q.k; set to 1/sqrt(head_dim) when 0
+  float rope_attn_factor = 1.f;  // <arch>.rope.scaling.attn_factor (phi3 LongRoPE)
+  // [n_layers], filled by config_from_gguf (window 0, rope_base, 1/rope.scaling.factor)
+  // before the architecture's read_hparams, which may change them.
+  std::vector<LayerAttn> layers;
 
   int32_t q_dim() const { return n_heads * head_dim; }      // width of Q and of attention output
   int32_t kv_dim() const { return n_kv_heads * head_dim; }  // width of one token's K (or V) row

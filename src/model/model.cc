@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "base/hash.h"
 #include "model/arch.h"
@@ -38,11 +39,28 @@ namespace {
 uint64_t compute_fingerprint(const gguf::GgufFile& f, const ModelConfig& c) {
   Hasher128 h(0x7061676f6461ull);  // "pagoda"
   h.update(c.arch.data(), c.arch.size());
-  const int64_t ints[] = {c.n_layers, c.n_embd, c.n_ff,      c.n_heads,  c.n_kv_heads,
-                          c.head_dim, c.rope_dim, c.n_vocab, c.rope_neox, c.attn_bias};
+  const int64_t ints[] = {c.n_layers, c.n_embd,    c.n_ff,      c.n_heads,    c.n_kv_heads,
+                          c.head_dim, c.rope_dim,  c.n_vocab,   c.rope_neox,  c.attn_bias};
   h.update(ints, sizeof(ints));
   const float floats[] = {c.rms_eps, c.rope_base};
   h.update(floats, sizeof(floats));
+  // The newer fields, hashed only when they differ from plain llama's, so that the
+  // fingerprints of the existing models (and their stored prefixes) stay the same.
+  const bool plain_layers = std::all_of(c.layers.begin(), c.layers.end(), [&](const LayerAttn& a) {
+    return a.window == 0 && a.rope_base == c.rope_base && a.rope_freq_scale == 1.f;
+  });
+  if (c.qk_norm || c.post_norms || c.ffn_act != FfnAct::Silu || c.embd_scale != 1.f ||
+      c.attn_scale != 1.0f / std::sqrt(static_cast<float>(c.head_dim)) || c.rope_attn_factor != 1.f || !plain_layers) {
+    const int64_t flags[] = {c.qk_norm, c.post_norms, static_cast<int64_t>(c.ffn_act)};
+    h.update(flags, sizeof(flags));
+    const float scales[] = {c.embd_scale, c.attn_scale, c.rope_attn_factor};
+    h.update(scales, sizeof(scales));
+    for (const LayerAttn& a : c.layers) {
+      h.update(&a.window, sizeof(a.window));
+      h.update(&a.rope_base, sizeof(a.rope_base));
+      h.update(&a.rope_freq_scale, sizeof(a.rope_freq_scale));
+    }
+  }
   for (const gguf::TensorInfo& t : f.tensors()) {
     h.update(t.name.data(), t.name.size());
     h.update(t.dims.data(), t.dims.size() * sizeof(uint64_t));

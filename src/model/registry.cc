@@ -5,8 +5,8 @@
 
 namespace pagoda::model {
 
-// Defined in llama.cc, qwen2.cc.
-extern const ArchDef kLlamaArch, kQwen2Arch;
+// Defined in llama.cc, qwen2.cc, qwen3.cc, phi3.cc, gemma3.cc.
+extern const ArchDef kLlamaArch, kQwen2Arch, kQwen3Arch, kPhi3Arch, kGemma3Arch;
 
 namespace {
 
@@ -20,6 +20,9 @@ constexpr Entry kArchs[] = {
     {"llama", &kLlamaArch},
     {"mistral", &kLlamaArch},  // same tensors, keys and forward as llama under its own key prefix
     {"qwen2", &kQwen2Arch},
+    {"qwen3", &kQwen3Arch},
+    {"phi3", &kPhi3Arch},
+    {"gemma3", &kGemma3Arch},
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include <cmath>
 #include <string>
 
 #include "base/ggml_quant.h"
@@ -106,6 +107,33 @@ Expected<ModelWeights> bind_decoder_weights(const gguf::GgufFile& f, const Model
   return w;
 }
 
+Status bind_qk_norms(const gguf::GgufFile& f, const ModelConfig& c, ModelWeights& w) {
+  for (int32_t i = 0; i < c.n_layers; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    LayerWeights& l = w.layers[static_cast<size_t>(i)];
+    PAGODA_ASSIGN_OR_RETURN(l.q_norm, bind_vector(f, b + "attn_q_norm.weight", c.head_dim));
+    PAGODA_ASSIGN_OR_RETURN(l.k_norm, bind_vector(f, b + "attn_k_norm.weight", c.head_dim));
+  }
+  return Status::Ok();
+}
+
+Expected<const float*> bind_rope_factors(const gguf::GgufFile& f, const std::string& name, const ModelConfig& c) {
+  PAGODA_ASSIGN_OR_RETURN(const float* v, bind_vector(f, name, c.rope_dim / 2));
+  for (int32_t i = 0; i < c.rope_dim / 2; ++i) {
+    if (!(v[i] > 0.f) || !std::isfinite(v[i])) {
+      return errorf("tensor %s: factor %d is %g (must be positive and finite)", name.c_str(), i, static_cast<double>(v[i]));
+    }
+  }
+  return v;
+}
+
+kernels::WeightView row_slice(const kernels::WeightView& w, int64_t row0, int64_t rows) {
+  kernels::WeightView s = w;
+  s.data = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(row0) * w.row_bytes;
+  s.rows = rows;
+  return s;
+}
+
 uint64_t weight_bytes_per_token(const ModelWeights& w, const ModelConfig& c) {
   const uint64_t vec = static_cast<uint64_t>(c.n_embd) * 4;
   uint64_t total = w.token_embd.row_bytes + vec + matrix_bytes(w.output);
@@ -113,6 +141,8 @@ uint64_t weight_bytes_per_token(const ModelWeights& w, const ModelConfig& c) {
     total += 2 * vec + matrix_bytes(l.wq) + matrix_bytes(l.wk) + matrix_bytes(l.wv) + matrix_bytes(l.wo) +
              matrix_bytes(l.w_gate) + matrix_bytes(l.w_up) + matrix_bytes(l.w_down);
     if (l.bq) total += 4 * static_cast<uint64_t>(c.q_dim() + 2 * c.kv_dim());
+    if (l.q_norm) total += 2 * 4 * static_cast<uint64_t>(c.head_dim);
+    if (l.post_attn_norm) total += 2 * vec;
   }
   return total;
 }

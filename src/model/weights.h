@@ -27,6 +27,10 @@ struct LayerWeights {
   kernels::WeightView w_gate;        // [n_ff, n_embd]
   kernels::WeightView w_up;          // [n_ff, n_embd]
   kernels::WeightView w_down;        // [n_embd, n_ff]
+  const float* q_norm = nullptr;     // [head_dim] per-head RMSNorm of Q (qwen3, gemma3; set with k_norm)
+  const float* k_norm = nullptr;     // [head_dim]
+  const float* post_attn_norm = nullptr;  // [n_embd] norm of the attention output (gemma3; set with post_ffn_norm)
+  const float* post_ffn_norm = nullptr;   // [n_embd] norm of the FFN output
 };
 
 struct ModelWeights {
@@ -34,6 +38,7 @@ struct ModelWeights {
   const float* output_norm = nullptr;  // [n_embd]
   kernels::WeightView output;        // [n_vocab, n_embd]; == token_embd when tied
   std::vector<LayerWeights> layers;  // [n_layers]
+  const float* rope_freqs = nullptr; // [rope_dim / 2] rope frequency divisors (llama 3.x, phi3 LongRoPE) or null
 };
 
 // Helpers for the architectures' bind_weights (model/arch.h). Errors name the
@@ -52,6 +57,15 @@ Expected<ModelWeights> bind_decoder_weights(const gguf::GgufFile& file, const Mo
 
 // Bytes of weights read to compute one token (all matrices, norms and the output
 // matrix; one embedding row). The numerator of decode GB/s.
+// Binds the per-head Q/K norms of every layer (blk.N.attn_q_norm / attn_k_norm, [head_dim]).
+Status bind_qk_norms(const gguf::GgufFile& file, const ModelConfig& config, ModelWeights& w);
+
+// A rope frequency-factor vector ([rope_dim / 2] F32); every factor must be positive.
+Expected<const float*> bind_rope_factors(const gguf::GgufFile& file, const std::string& name, const ModelConfig& config);
+// Rows [row0, row0 + rows) of a bound matrix (fused QKV / gate-up tensors: each
+// row is one output feature, so a slice is a pointer offset).
+kernels::WeightView row_slice(const kernels::WeightView& w, int64_t row0, int64_t rows);
+
 uint64_t weight_bytes_per_token(const ModelWeights& w, const ModelConfig& c);
 
 }  // namespace pagoda::model

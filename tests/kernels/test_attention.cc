@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <numeric>
 #include <vector>
 
@@ -98,14 +99,14 @@ struct Scenario {
     return s;
   }
 
-  std::vector<float> run_cpu() const {
+  std::vector<float> run_cpu(int32_t window = 0) const {
     std::vector<float> out(q.size(), -7.0f);
-    cpu::paged_attention(q.data(), kv, batch, n_heads, 1.0f / std::sqrt(static_cast<float>(hd)), out.data());
+    cpu::paged_attention(q.data(), kv, batch, n_heads, 1.0f / std::sqrt(static_cast<float>(hd)), out.data(), window);
     return out;
   }
-  std::vector<float> run_ref() const {
+  std::vector<float> run_ref(int32_t window = 0) const {
     std::vector<float> out(q.size(), -7.0f);
-    ref::paged_attention(q.data(), kv, batch, n_heads, 1.0f / std::sqrt(static_cast<float>(hd)), out.data());
+    ref::paged_attention(q.data(), kv, batch, n_heads, 1.0f / std::sqrt(static_cast<float>(hd)), out.data(), window);
     return out;
   }
 };
@@ -227,6 +228,80 @@ TEST(PagedAttention, Q8KvCloseToF32Kv) {
   ASSERT_TRUE(WithinTol(b.data(), a.data(), tol.data(), a.size()));
   // ...and q8_0 is not silently storing f32: the outputs do differ.
   EXPECT_FALSE(BitwiseEqual(a.data(), b.data(), a.size()));
+}
+
+// Sliding window (gemma3's local layers): a token at position p sees keys
+// p - W < j <= p. cpu matches ref, including windows that start mid-page, span
+// several pages, or cover the whole sequence (then equal to no window, bitwise).
+TEST(PagedAttentionWindow, CpuMatchesRefAndFullWindowIsNoWindow) {
+  uint64_t seed = 700;
+  std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
+  shapes.push_back({4, 1, 256});  // gemma3's head size
+  for (const Shape& sh : shapes) {
+    for (KvDtype dt : {KvDtype::F32, KvDtype::F16, KvDtype::Q8_0}) {
+      for (int32_t bs : {16, 5}) {
+        auto s = Scenario::make(sh.n_heads, sh.n_kv, sh.hd, bs, dt, {37, 20, 50, 1}, {1, 20, 9, 1}, seed++);
+        for (int32_t w : {1, 7, 16, 33}) {
+          const auto want = s.run_ref(w), got = s.run_cpu(w);
+          double vmax = 0;
+          for (float v : s.v_all) vmax = std::max(vmax, std::fabs(static_cast<double>(v)));
+          std::vector<double> tol(want.size(), (50 + 16) * 0x1.0p-22 * vmax * 4);
+          ASSERT_TRUE(WithinTol(got.data(), want.data(), tol.data(), got.size()))
+              << "hd=" << sh.hd << " " << kv_dtype_name(dt) << " bs=" << bs << " window=" << w;
+        }
+        const auto full = s.run_cpu(0), wide = s.run_cpu(50);
+        ASSERT_TRUE(BitwiseEqual(full.data(), wide.data(), full.size())) << "hd=" << sh.hd << " bs=" << bs;
+        const auto rfull = s.run_ref(0), rwide = s.run_ref(50);
+        ASSERT_TRUE(BitwiseEqual(rfull.data(), rwide.data(), rfull.size()));
+      }
+    }
+  }
+}
+
+// Window 1: each token attends to itself only, so the output is its own V row.
+// Window 3 at position p: exactly the softmax over keys p-2, p-1, p (checked
+// against a sequence holding only those three keys, positions shifted: scores do
+// not depend on positions).
+TEST(PagedAttentionWindow, MasksExactlyTheKeysOutsideTheWindow) {
+  auto s = Scenario::make(4, 2, 16, 4, KvDtype::F32, {11}, {11}, 900);
+  const auto w1 = s.run_ref(1);
+  for (int32_t t = 0; t < 11; ++t)
+    for (int32_t h = 0; h < 4; ++h)
+      for (int32_t d = 0; d < 16; ++d)
+        ASSERT_FLOAT_EQ(w1[(t * 4 + h) * 16 + d], s.v_all[(t * 2 + h / 2) * 16 + d]) << t << " " << h;
+  const auto w3 = s.run_ref(3);
+  Scenario three(4, 2, 16, 4, KvDtype::F32, {3}, {1});
+  three.k_all.assign(s.k_all.begin() + 8 * 32, s.k_all.end());
+  three.v_all.assign(s.v_all.begin() + 8 * 32, s.v_all.end());
+  three.q.assign(s.q.begin() + 10 * 64, s.q.end());
+  three.build(false, 1);
+  const auto want = three.run_ref();
+  for (int32_t i = 0; i < 64; ++i) ASSERT_FLOAT_EQ(w3[10 * 64 + i], want[i]) << i;
+  EXPECT_FALSE(BitwiseEqual(w3.data() + 640, s.run_ref(0).data() + 640, 64));
+}
+
+// Batch invariance holds with a window: a token alone equals the same token in a
+// ragged batch (other sequences, other positions), bitwise, with 1 or 2 threads.
+TEST(PagedAttentionWindow, TokenAloneEqualsTokenInBatchBitwise) {
+  const int threads = num_threads();
+  for (KvDtype dt : {KvDtype::F32, KvDtype::F16}) {
+    auto batch = Scenario::make(4, 1, 64, 16, dt, {40, 61, 17}, {5, 7, 17}, 950);
+    set_num_threads(2);
+    const auto all2 = batch.run_cpu(21);
+    set_num_threads(1);
+    const auto all1 = batch.run_cpu(21);
+    ASSERT_TRUE(BitwiseEqual(all1.data(), all2.data(), all1.size()));
+    const int32_t tok = batch.q_indptr[1] + 3;  // position 57: window keys 37..57, from mid-page 2
+    Scenario alone(4, 1, 64, 16, dt, {58}, {1});
+    const int64_t row = 64;
+    alone.k_all.assign(batch.k_all.begin() + 40 * row, batch.k_all.begin() + (40 + 58) * row);
+    alone.v_all.assign(batch.v_all.begin() + 40 * row, batch.v_all.begin() + (40 + 58) * row);
+    alone.q.assign(batch.q.begin() + tok * 4 * 64, batch.q.begin() + (tok + 1) * 4 * 64);
+    alone.build(true, 78);
+    const auto one = alone.run_cpu(21);
+    ASSERT_TRUE(BitwiseEqual(one.data(), all1.data() + tok * 4 * 64, 4 * 64)) << kv_dtype_name(dt);
+  }
+  set_num_threads(threads);
 }
 
 }  // namespace

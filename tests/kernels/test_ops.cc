@@ -210,10 +210,65 @@ TEST(Backend, TablesCallTheirOwnKernels) {
   EXPECT_EQ(r.rmsnorm, &ref::rmsnorm);
   EXPECT_EQ(r.rope, &ref::rope);
   EXPECT_EQ(r.paged_attention, &ref::paged_attention);
+  EXPECT_EQ(c.gelu_mul, &cpu::gelu_mul);
+  EXPECT_EQ(r.gelu_mul, &ref::gelu_mul);
+  EXPECT_EQ(c.mul_scalar, r.mul_scalar);
   // Every slot is filled in both tables (a null would crash a forward).
   for (const Backend* b : {&c, &r}) {
     EXPECT_TRUE(b->kv_write && b->get_rows && b->gather_rows && b->add && b->add_rows && b->silu_mul) << b->name;
   }
+}
+
+// Rope scaling (llama 3.x factors, linear freq_scale, LongRoPE attn_factor):
+// cpu equals ref bitwise, and ref rotates by p * base^(-2i/d) / f_i * s, scaled.
+TEST(Rope, ScalingCpuBitwiseEqualsRefAndKnownValue) {
+  const std::vector<float> factors = {1.0f, 2.5f, 8.0f, 32.0f};
+  const RopeScaling sc{.freq_factors = factors.data(), .freq_scale = 0.25f, .attn_factor = 1.2f};
+  for (bool neox : {false, true}) {
+    std::vector<int32_t> pos{0, 3, 1000, 70000};
+    auto a = random_vec(4 * 2 * 8, 21);
+    auto b = a;
+    ref::rope(a.data(), pos.data(), 4, 2, 8, 8, 500000.0f, neox, sc);
+    cpu::rope(b.data(), pos.data(), 4, 2, 8, 8, 500000.0f, neox, sc);
+    ASSERT_TRUE(BitwiseEqual(b.data(), a.data(), a.size())) << neox;
+  }
+  // Pair i = 2 of one head (neox: dims 2 and 6), position 1000.
+  std::vector<float> x(8, 0.0f);
+  x[2] = 1.0f;
+  const int32_t p = 1000;
+  ref::rope(x.data(), &p, 1, 1, 8, 8, 10000.0f, true, sc);
+  const double theta = 1000 * std::pow(10000.0, -4.0 / 8) / 8.0 * 0.25;
+  EXPECT_FLOAT_EQ(x[2], static_cast<float>(std::cos(theta) * 1.2));
+  EXPECT_FLOAT_EQ(x[6], static_cast<float>(std::sin(theta) * 1.2));
+  EXPECT_EQ(x[0], 0.0f);
+}
+
+// gelu_mul (tanh GELU, GeGLU): ref is the formula in double; cpu (sigmoid form,
+// exp8) within 1e-6 relative + 1e-7 absolute.
+TEST(Elementwise, GeluMulCpuMatchesRefAndFormula) {
+  for (int64_t n : kSizes) {
+    auto g = random_vec(static_cast<size_t>(n), 31, 6.0);
+    const auto u = random_vec(static_cast<size_t>(n), 32);
+    auto gc = g;
+    auto gr = g;
+    ref::gelu_mul(gr.data(), u.data(), n);
+    cpu::gelu_mul(gc.data(), u.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = g[i];
+      const double want = 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))) * u[i];
+      ASSERT_NEAR(gr[i], want, 1e-7 + 1e-7 * std::fabs(want)) << i;
+      ASSERT_NEAR(gc[i], want, 1e-7 + 1e-6 * std::fabs(want)) << n << " " << i;
+    }
+  }
+  float big[3] = {-20.0f, 0.0f, 20.0f};
+  const float ones[3] = {1.0f, 1.0f, 1.0f};
+  cpu::gelu_mul(big, ones, 3);
+  EXPECT_NEAR(big[0], 0.0f, 1e-30f);  // -20 / (1 + e^88.4): exp8 saturates
+  EXPECT_EQ(big[1], 0.0f);
+  EXPECT_EQ(big[2], 20.0f);
+  float s[5] = {1, 2, 3, 4, 5};
+  mul_scalar(s, 0.5f, 5);
+  EXPECT_EQ(s[4], 2.5f);
 }
 
 }  // namespace

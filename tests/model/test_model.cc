@@ -120,12 +120,16 @@ TEST(ModelArch, RegistryMapsNamesToArchitectureFiles) {
   EXPECT_EQ(model::find_arch("mistral"), llama);  // a registry line over llama.cc
   ASSERT_NE(model::find_arch("qwen2"), nullptr);
   EXPECT_NE(model::find_arch("qwen2"), llama);
-  EXPECT_EQ(model::find_arch("gemma3"), nullptr);
+  for (const char* name : {"qwen3", "phi3", "gemma3"}) {
+    ASSERT_NE(model::find_arch(name), nullptr) << name;
+    EXPECT_NE(model::find_arch(name), llama) << name;
+  }
+  EXPECT_EQ(model::find_arch("gemma2"), nullptr);
   EXPECT_EQ(model::find_arch("Llama"), nullptr);
-  EXPECT_EQ(model::arch_names(), "llama, mistral, qwen2");
+  EXPECT_EQ(model::arch_names(), "llama, mistral, qwen2, qwen3, phi3, gemma3");
   Edits e;
-  e.arch = "gemma3";
-  EXPECT_EQ(load_error(e), "general.architecture 'gemma3' is not supported (llama, mistral, qwen2)");
+  e.arch = "gemma2";
+  EXPECT_EQ(load_error(e), "general.architecture 'gemma2' is not supported (llama, mistral, qwen2, qwen3, phi3, gemma3)");
 }
 
 TEST(ModelArch, MistralRunsTheLlamaForwardUnderItsOwnKeys) {

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "base/check.h"
@@ -210,7 +211,7 @@ void page_generic(const float* qg, const float* const* krow, const float* const*
 }  // namespace
 
 void paged_attention(const float* q, const KvLayerView& kv, const BatchView& batch, int32_t n_heads,
-                     float scale, float* out) {
+                     float scale, float* out, int32_t window) {
   const int32_t hd = kv.head_dim, nkv = kv.n_kv_heads, bs = kv.block_size;
   PAGODA_CHECK(nkv > 0 && n_heads % nkv == 0 && bs > 0 && bs <= kMaxBlockSize);
   const int32_t group = n_heads / nkv;
@@ -237,11 +238,17 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
     const int32_t tile = static_cast<int32_t>(it / nkv), kvh = static_cast<int32_t>(it % nkv);
     const int32_t s = tiles[3 * tile], t0 = tiles[3 * tile + 1], nt = tiles[3 * tile + 2] - t0;
     const int64_t seq_len = kv_len(batch, s, bs);
-    int64_t n_keys[kQueryTile];
-    int64_t max_keys = 0;
+    // Token i sees keys [first[i], n_keys[i]): causal, and with a sliding window
+    // only the last `window` positions. Pages wholly before every token's window
+    // are skipped; each token's op sequence depends only on its own position.
+    int64_t n_keys[kQueryTile], first[kQueryTile];
+    int64_t max_keys = 0, min_first = INT64_MAX;
     for (int32_t i = 0; i < nt; ++i) {
-      n_keys[i] = std::min<int64_t>(seq_len, static_cast<int64_t>(batch.positions[t0 + i]) + 1);
+      const int64_t pos = batch.positions[t0 + i];
+      n_keys[i] = std::min<int64_t>(seq_len, pos + 1);
+      first[i] = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
       max_keys = std::max(max_keys, n_keys[i]);
+      min_first = std::min(min_first, first[i]);
     }
     const int32_t* pages = batch.kv_indices + batch.kv_indptr[s];
     float* buf = reinterpret_cast<float*>(detail::scratch(3, per_item_floats * sizeof(float)));
@@ -257,8 +264,9 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
     }
     const int64_t head_off = static_cast<int64_t>(kvh) * hd;
     const size_t slice_off = kv_row_bytes(kv.dtype, head_off), slice_bytes = kv_row_bytes(kv.dtype, hd);
-    for (int64_t p0 = 0; p0 < max_keys; p0 += bs) {
+    for (int64_t p0 = min_first / bs * bs; p0 < max_keys; p0 += bs) {
       const int32_t nk = static_cast<int32_t>(std::min<int64_t>(bs, max_keys - p0));
+      const int32_t j_lo = static_cast<int32_t>(std::max<int64_t>(0, min_first - p0));  // first key any token sees
       const int64_t slot0 = static_cast<int64_t>(pages[p0 / bs]) * bs;
       if (p0 + bs < max_keys) {  // next page's K/V head slices: pages are scattered, so prefetch them
         const int64_t next = static_cast<int64_t>(pages[p0 / bs + 1]) * bs;
@@ -273,7 +281,7 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
       }
       const float* krow[kMaxBlockSize];
       const float* vrow[kMaxBlockSize];
-      for (int32_t j = 0; j < nk; ++j) {
+      for (int32_t j = j_lo; j < nk; ++j) {
         const uint8_t* kr = kv.k + (slot0 + j) * kv.row_bytes;
         const uint8_t* vr = kv.v + (slot0 + j) * kv.row_bytes;
         if (kv.dtype == KvDtype::F32) {
@@ -287,19 +295,23 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
         }
       }
       for (int32_t i = 0; i < nt; ++i) {
-        const int32_t nki = static_cast<int32_t>(std::min<int64_t>(nk, n_keys[i] - p0));
-        if (nki <= 0) continue;  // causal: this page starts after the token
+        const int32_t lo = static_cast<int32_t>(std::max<int64_t>(0, first[i] - p0));
+        const int32_t nki = static_cast<int32_t>(std::min<int64_t>(nk, n_keys[i] - p0)) - lo;
+        if (nki <= 0) continue;  // causal: this page starts after the token (or ends before its window)
+        const float* const* kr = krow + lo;
+        const float* const* vr = vrow + lo;
         const float* qg = q + (static_cast<int64_t>(t0 + i) * n_heads + kvh * group) * hd;  // [group, hd]
         float* acc = state + i * per_token_floats;
         float* mrun = acc + group * hd;
         float* lrun = mrun + group;
         switch (hd) {
-          case 8: page_v<1>(qg, krow, vrow, nki, group, bs, scale, sc, acc, mrun, lrun); break;
-          case 16: page_v<2>(qg, krow, vrow, nki, group, bs, scale, sc, acc, mrun, lrun); break;
-          case 32: page_v<4>(qg, krow, vrow, nki, group, bs, scale, sc, acc, mrun, lrun); break;
-          case 64: page_v<8>(qg, krow, vrow, nki, group, bs, scale, sc, acc, mrun, lrun); break;
-          case 128: page_v<16>(qg, krow, vrow, nki, group, bs, scale, sc, acc, mrun, lrun); break;
-          default: page_generic(qg, krow, vrow, nki, group, bs, hd, scale, sc, acc, mrun, lrun); break;
+          case 8: page_v<1>(qg, kr, vr, nki, group, bs, scale, sc, acc, mrun, lrun); break;
+          case 16: page_v<2>(qg, kr, vr, nki, group, bs, scale, sc, acc, mrun, lrun); break;
+          case 32: page_v<4>(qg, kr, vr, nki, group, bs, scale, sc, acc, mrun, lrun); break;
+          case 64: page_v<8>(qg, kr, vr, nki, group, bs, scale, sc, acc, mrun, lrun); break;
+          case 128: page_v<16>(qg, kr, vr, nki, group, bs, scale, sc, acc, mrun, lrun); break;
+          case 256: page_v<32>(qg, kr, vr, nki, group, bs, scale, sc, acc, mrun, lrun); break;  // gemma3
+          default: page_generic(qg, kr, vr, nki, group, bs, hd, scale, sc, acc, mrun, lrun); break;
         }
       }
     }
@@ -308,7 +320,7 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
       const float* lrun = acc + group * (hd + 1);
       for (int32_t g = 0; g < group; ++g) {
         float* o = out + (static_cast<int64_t>(t0 + i) * n_heads + kvh * group + g) * hd;
-        const float inv = n_keys[i] > 0 ? 1.0f / lrun[g] : 0.0f;
+        const float inv = n_keys[i] > first[i] ? 1.0f / lrun[g] : 0.0f;
         for (int32_t d = 0; d < hd; ++d) o[d] = acc[g * hd + d] * inv;
       }
     }

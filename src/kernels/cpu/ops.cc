@@ -36,7 +36,7 @@ void rmsnorm(const float* x, const float* weight, float eps, int64_t n_tokens, i
 }
 
 void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
-          int32_t rope_dim, float theta_base, bool neox) {
+          int32_t rope_dim, float theta_base, bool neox, const RopeScaling& scaling) {
   // Same arithmetic as ref::rope (double trig and rotation), with the angles of
   // a token computed once for all heads; results are bitwise equal to ref.
   const int32_t half = rope_dim / 2;
@@ -50,9 +50,11 @@ void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads,
   for (int32_t i = 0; i < half; ++i) inv[i] = std::pow(static_cast<double>(theta_base), -2.0 * i / rope_dim);
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int32_t i = 0; i < half; ++i) {
-      const double theta = positions[t] * inv[i];
-      cs[i] = std::cos(theta);
-      sn[i] = std::sin(theta);
+      double theta = positions[t] * inv[i];  // the op order of ref::rope
+      if (scaling.freq_factors) theta /= scaling.freq_factors[i];
+      theta *= scaling.freq_scale;
+      cs[i] = std::cos(theta) * scaling.attn_factor;
+      sn[i] = std::sin(theta) * scaling.attn_factor;
     }
     for (int32_t h = 0; h < n_heads; ++h) {
       float* v = x + (t * n_heads + h) * head_dim;
@@ -63,6 +65,25 @@ void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads,
         v[b] = static_cast<float>(x0 * sn[i] + x1 * cs[i]);
       }
     }
+  }
+}
+
+void gelu_mul(float* gate, const float* up, int64_t n) {
+  // 0.5 x (1 + tanh(u)) == x / (1 + e^(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3):
+  // the sigmoid form shares silu_mul's exp8 and needs no tanh.
+  const __m256 one = _mm256_set1_ps(1.0f), k2 = _mm256_set1_ps(-2.0f * 0.7978845608028654f),
+               c = _mm256_set1_ps(0.044715f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(gate + i);
+    const __m256 inner = _mm256_mul_ps(x, _mm256_add_ps(one, _mm256_mul_ps(c, _mm256_mul_ps(x, x))));
+    const __m256 g = _mm256_div_ps(x, _mm256_add_ps(one, detail::exp8(_mm256_mul_ps(k2, inner))));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(g, _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) {
+    const float x = gate[i];
+    const float inner = x * (1.0f + 0.044715f * (x * x));
+    gate[i] = x / (1.0f + detail::exp1(-2.0f * 0.7978845608028654f * inner)) * up[i];
   }
 }
 

@@ -34,15 +34,16 @@ void rmsnorm(const float* x, const float* weight, float eps, int64_t n_tokens, i
 }
 
 void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
-          int32_t rope_dim, float theta_base, bool neox) {
+          int32_t rope_dim, float theta_base, bool neox, const RopeScaling& scaling) {
   const int32_t half = rope_dim / 2;
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int32_t h = 0; h < n_heads; ++h) {
       float* v = x + (t * n_heads + h) * head_dim;
       for (int32_t i = 0; i < half; ++i) {
-        const double theta =
-            positions[t] * std::pow(static_cast<double>(theta_base), -2.0 * i / rope_dim);
-        const double c = std::cos(theta), s = std::sin(theta);
+        double theta = positions[t] * std::pow(static_cast<double>(theta_base), -2.0 * i / rope_dim);
+        if (scaling.freq_factors) theta /= scaling.freq_factors[i];
+        theta *= scaling.freq_scale;
+        const double c = std::cos(theta) * scaling.attn_factor, s = std::sin(theta) * scaling.attn_factor;
         const int32_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
         const double x0 = v[a], x1 = v[b];
         v[a] = static_cast<float>(x0 * c - x1 * s);
@@ -53,7 +54,7 @@ void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads,
 }
 
 void paged_attention(const float* q, const KvLayerView& kv, const BatchView& batch, int32_t n_heads,
-                     float scale, float* out) {
+                     float scale, float* out, int32_t window) {
   const int32_t hd = kv.head_dim, group = n_heads / kv.n_kv_heads;
   const int64_t n = static_cast<int64_t>(kv.n_kv_heads) * hd;
   std::vector<float> krow(static_cast<size_t>(n)), vrow(static_cast<size_t>(n));
@@ -62,11 +63,13 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
     const int32_t* pages = batch.kv_indices + batch.kv_indptr[s];
     for (int32_t t = batch.q_indptr[s]; t < batch.q_indptr[s + 1]; ++t) {
       const int64_t n_keys = std::min<int64_t>(len, static_cast<int64_t>(batch.positions[t]) + 1);
+      // Sliding window: keys j with positions[t] - j >= window are masked out.
+      const int64_t first = window > 0 ? std::max<int64_t>(0, static_cast<int64_t>(batch.positions[t]) - window + 1) : 0;
       for (int32_t h = 0; h < n_heads; ++h) {
         const float* qh = q + (static_cast<int64_t>(t) * n_heads + h) * hd;
         const int32_t kvh = h / group;
-        std::vector<double> scores(static_cast<size_t>(n_keys));
-        for (int64_t j = 0; j < n_keys; ++j) {
+        std::vector<double> scores(static_cast<size_t>(n_keys), -INFINITY);  // masked keys: weight 0
+        for (int64_t j = first; j < n_keys; ++j) {
           const int64_t slot = static_cast<int64_t>(pages[j / kv.block_size]) * kv.block_size + j % kv.block_size;
           kv_read_row(kv.dtype, kv.k + slot * kv.row_bytes, n, krow.data());
           double dot = 0;
@@ -77,15 +80,23 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
         for (double sc : scores) mx = std::max(mx, sc);
         for (double& sc : scores) sum += sc = std::exp(sc - mx);
         std::vector<double> acc(static_cast<size_t>(hd), 0.0);
-        for (int64_t j = 0; j < n_keys; ++j) {
+        for (int64_t j = first; j < n_keys; ++j) {
           const int64_t slot = static_cast<int64_t>(pages[j / kv.block_size]) * kv.block_size + j % kv.block_size;
           kv_read_row(kv.dtype, kv.v + slot * kv.row_bytes, n, vrow.data());
           for (int32_t i = 0; i < hd; ++i) acc[i] += scores[j] * vrow[kvh * hd + i];
         }
         float* o = out + (static_cast<int64_t>(t) * n_heads + h) * hd;
-        for (int32_t i = 0; i < hd; ++i) o[i] = n_keys > 0 ? static_cast<float>(acc[i] / sum) : 0.0f;
+        for (int32_t i = 0; i < hd; ++i) o[i] = n_keys > first ? static_cast<float>(acc[i] / sum) : 0.0f;
       }
     }
+  }
+}
+
+void gelu_mul(float* gate, const float* up, int64_t n) {
+  const double k = std::sqrt(2.0 / 3.14159265358979323846);
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = gate[i];
+    gate[i] = static_cast<float>(0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x))) * up[i]);
   }
 }
 

@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Parity of pagoda's newer architectures against llama.cpp (issue 14).
+
+Two parts, both on the same GGUF files in both engines, prompt token ids fed
+identically (llama.cpp's tokenization, given to pagoda as --prompt-ids):
+
+gemma3 (the real Gemma 3 270M Q4_K_M, `scripts/setup` fetches it): teacher-forced
+  top-1, the method of compare_llamacpp.py. For each of 8 fixed prompts (6 short,
+  2 longer than 1,500 tokens, so the 512-token sliding window of the local layers
+  is exercised), llama.cpp generates 32 greedy tokens g_0..g_31; pagoda is
+  prefilled with the prompt and fed g_0..g_{i-1} (`pagoda run --force-tokens`),
+  and position i agrees when pagoda's argmax is g_i. Reported per prompt, with
+  the near-ties (llama.cpp's top-2 gap below 2% of its max |logit|).
+
+synth (qwen3, llama with llama-3.x rope scaling, phi3 with LongRoPE, gemma3):
+  `pagoda synth --preset` files (Q8_0, --layers N to keep the run short), and
+  4 prompts x 64 positions of random token ids: per position, the cosine of the
+  two logit vectors and top-1 agreement (pagoda teacher-forced on the prompt,
+  llama.cpp decoding it one token at a time: both produce the logits after each
+  of positions 0..62). --fixtures DIR also writes the small synth models' reference
+  logits (presets tiny-qwen3, tiny-llama3, tiny-phi3, tiny-gemma3, F32) for
+  tests/model/test_arch_llamacpp.cc, which checks them without llama.cpp.
+
+Getting llama.cpp: see compare_llamacpp.py (never commit its code or binaries).
+  PYTHONPATH=/tmp/lcp-py python3 docs/parity/compare_arch.py --pagoda build/release/src/cli/pagoda \\
+      --gemma models/gemma-3-270m-q4_k_m.gguf [--synth] [--fixtures tests/data/arch_parity]
+"""
+import argparse
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare_llamacpp import REPO, LlamaCpp, git_rev, pagoda_forced, top2_gap  # noqa: E402
+
+NEAR_TIE = 0.02
+N_GEN = 32
+
+# Fixed before any result was seen. The two long prompts are repository documents
+# (their first 4,000 characters at the commit the results name).
+SHORT_PROMPTS = [
+    "The capital of France is",
+    "Once upon a time, in a small village by the sea, there lived",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "<start_of_turn>user\nWhat are the three primary colors?<end_of_turn>\n<start_of_turn>model\n",
+    "<start_of_turn>user\nWrite a haiku about autumn leaves.<end_of_turn>\n<start_of_turn>model\n",
+    "Photosynthesis is the process by which plants",
+]
+LONG_DOCS = ["docs/sizing-example.md", "docs/load-test.md"]
+
+
+def gemma_prompts():
+    out = [("short %d" % i, p) for i, p in enumerate(SHORT_PROMPTS)]
+    for d in LONG_DOCS:
+        with open(os.path.join(REPO, d), encoding="utf-8") as f:
+            out.append(("long " + d, f.read()[:4000]))
+    return out
+
+
+def gemma_section(args):
+    llm = LlamaCpp(args.gemma, args.threads, n_ctx=4096)
+    rows = []
+    for name, text in gemma_prompts():
+        ids = llm.tokenize(text)
+        g, ref_logits, gaps = llm.greedy(ids, N_GEN)
+        test = pagoda_forced(args.pagoda, args.gemma, ids, g, args.threads, extra=["-c", "4096"])
+        agree = near_tie_miss = 0
+        for i in range(N_GEN):
+            if int(np.argmax(test[i])) == g[i]:
+                agree += 1
+            elif gaps[i] < NEAR_TIE * float(np.max(np.abs(ref_logits[i]))):
+                near_tie_miss += 1
+        cos = [cosine(test[i], ref_logits[i]) for i in range(N_GEN)]
+        rows.append((name, len(ids), agree, near_tie_miss, min(cos)))
+        print("gemma3 %-28s %5d tokens: top-1 %2d/%d (near-tie misses %d), min cosine %.6f" %
+              (name, len(ids), agree, N_GEN, near_tie_miss, min(cos)), flush=True)
+    return rows
+
+
+def cosine(a, b):
+    a = a.astype(np.float64)
+    b = b.astype(np.float64)
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def prompts_for(n_vocab, n_prompts=4, n_pos=64, seed=14):
+    rng = np.random.default_rng(seed)
+    return [[int(t) for t in rng.integers(0, n_vocab, size=n_pos)] for _ in range(n_prompts)]
+
+
+def llama_per_position(llm, ids):
+    """llama.cpp's logits after each of positions 0..len(ids)-2: [len(ids)-1, n_vocab]."""
+    L = llm.L
+    L.llama_memory_clear(L.llama_get_memory(llm.ctx), True)
+    out = []
+    for t in ids[:-1]:
+        out.append(llm._decode([t]))
+    return np.stack(out)
+
+
+def per_position(args, model, prompts, ctx=256):
+    """Returns (min cosine, mean cosine, top-1 agreements, positions, llama.cpp logits
+    per prompt, disagreements that are not near-ties)."""
+    llm = LlamaCpp(model, args.threads, n_ctx=ctx)
+    cos, top1, n, hard = [], 0, 0, 0
+    refs = []
+    for ids in prompts:
+        ref = llama_per_position(llm, ids)
+        test = pagoda_forced(args.pagoda, model, ids[:1], ids[1:], args.threads, extra=["-c", str(ctx)])
+        refs.append(ref)
+        for i in range(len(ids) - 1):
+            cos.append(cosine(test[i], ref[i]))
+            same = int(np.argmax(test[i]) == np.argmax(ref[i]))
+            top1 += same
+            if not same and top2_gap(ref[i]) >= NEAR_TIE * float(np.max(np.abs(ref[i]))):
+                hard += 1
+            n += 1
+    return min(cos), float(np.mean(cos)), top1, n, refs, hard
+
+
+SYNTH = [  # preset, layers
+    ("qwen3-0.6b", 4),
+    ("llama-3.2-1b", 4),
+    ("phi-3-mini-128k", 4),
+    ("gemma3-270m", 6),
+]
+
+
+def synth_section(args, tmp):
+    rows = []
+    for preset, layers in SYNTH:
+        layers = args.synth_layers or layers
+        path = os.path.join(tmp, preset + ".gguf")
+        subprocess.run([args.pagoda, "synth", "--preset", preset, "--type", args.synth_type, "--layers",
+                        str(layers), "-o", path], check=True, capture_output=True)
+        n_vocab = LlamaCpp(path, args.threads, n_ctx=256).n_vocab
+        mn, mean, top1, n, _, hard = per_position(args, path, prompts_for(n_vocab))
+        rows.append((preset, layers, mn, mean, top1, n))
+        print("synth %-16s %s %d layers: cosine min %.6f mean %.6f, top-1 %d/%d (misses not near-ties: %d)" %
+              (preset, args.synth_type, layers, mn, mean, top1, n, hard), flush=True)
+        os.remove(path)
+    return rows
+
+
+# The tiny synth presets that tests/model/test_arch_llamacpp.cc checks against
+# the fixtures written here.
+FIXTURE_ARCHS = ["qwen3", "llama3", "phi3", "gemma3"]
+
+
+def write_fixture(path, prompts, refs):
+    """Little-endian: 'PGAP', u32 n_prompts, u32 n_pos, u32 n_vocab, i32 tokens
+    [n_prompts, n_pos], f16 logits [n_prompts, n_pos - 1, n_vocab]."""
+    n_pos, n_vocab = len(prompts[0]), refs[0].shape[1]
+    with open(path, "wb") as f:
+        f.write(b"PGAP" + struct.pack("<III", len(prompts), n_pos, n_vocab))
+        f.write(np.asarray(prompts, dtype="<i4").tobytes())
+        for r in refs:
+            f.write(r.astype("<f2").tobytes())
+
+
+def fixtures_section(args, tmp):
+    os.makedirs(args.fixtures, exist_ok=True)
+    for arch in FIXTURE_ARCHS:
+        path = os.path.join(tmp, "tiny-%s.gguf" % arch)
+        subprocess.run([args.pagoda, "synth", "--preset", "tiny-" + arch, "--type", "f32", "-o", path], check=True,
+                       capture_output=True)
+        n_vocab = LlamaCpp(path, args.threads, n_ctx=256).n_vocab
+        prompts = prompts_for(n_vocab)
+        mn, mean, top1, n, refs, _ = per_position(args, path, prompts)
+        write_fixture(os.path.join(args.fixtures, arch + ".bin"), prompts, refs)
+        print("tiny-%-8s cosine min %.6f mean %.6f, top-1 %d/%d (fixture written)" % (arch, mn, mean, top1, n),
+              flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pagoda", required=True)
+    ap.add_argument("--gemma", default=None)
+    ap.add_argument("--synth", action="store_true")
+    ap.add_argument("--synth-type", default="q8_0")
+    ap.add_argument("--synth-layers", type=int, default=0, help="override the layer counts of SYNTH")
+    ap.add_argument("--fixtures", default=None)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    print("pagoda %s" % git_rev(), flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.gemma:
+            gemma_section(args)
+        if args.synth:
+            synth_section(args, tmp)
+        if args.fixtures:
+            fixtures_section(args, tmp)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+// phi3: the llama decoder with NeoX rotary pairing, a fused QKV projection
+// (attn_qkv.weight, rows Q | K | V) and a fused gate/up projection
+// (ffn_up.weight of 2 * n_ff rows: gate | up, as ggml_swiglu splits it). Split
+// tensors (attn_q/k/v) are accepted too. LongRoPE: rope_factors_short/long.weight
+// ([rope_dim / 2]) divide the rotary frequencies and rope.scaling.attn_factor
+// scales the rotation (config.cc). llama.cpp picks the long factors when the
+// context it was given exceeds rope.scaling.original_context_length; a model
+// here does not know the context a sequence may reach, so it uses the short
+// factors (the same as llama.cpp up to that length). The sliding window some
+// phi3 files declare is ignored, as llama.cpp does.
+#include <string>
+
+#include "base/ggml_quant.h"
+#include "model/arch.h"
+#include "model/blocks.h"
+
+namespace pagoda::model {
+
+namespace {
+
+Status read_hparams(const gguf::GgufFile&, const std::string&, ModelConfig& c) {
+  c.rope_neox = true;
+  return Status::Ok();
+}
+
+Expected<ModelWeights> bind_weights(const gguf::GgufFile& f, const ModelConfig& c) {
+  ModelWeights w;
+  PAGODA_ASSIGN_OR_RETURN(w.token_embd, bind_matrix(f, "token_embd.weight", c.n_vocab, c.n_embd));
+  if (!dequantize_supported(w.token_embd.type)) {
+    return errorf("tensor token_embd.weight: type %s cannot be dequantized", ggml_type_info(w.token_embd.type).name);
+  }
+  PAGODA_ASSIGN_OR_RETURN(w.output_norm, bind_vector(f, "output_norm.weight", c.n_embd));
+  if (c.tied_output) {
+    w.output = w.token_embd;
+  } else {
+    PAGODA_ASSIGN_OR_RETURN(w.output, bind_matrix(f, "output.weight", c.n_vocab, c.n_embd));
+  }
+  if (f.find_tensor("rope_factors_short.weight")) {
+    PAGODA_ASSIGN_OR_RETURN(w.rope_freqs, bind_rope_factors(f, "rope_factors_short.weight", c));
+  }
+  w.layers.resize(static_cast<size_t>(c.n_layers));
+  for (int32_t i = 0; i < c.n_layers; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    LayerWeights& l = w.layers[static_cast<size_t>(i)];
+    PAGODA_ASSIGN_OR_RETURN(l.attn_norm, bind_vector(f, b + "attn_norm.weight", c.n_embd));
+    if (f.find_tensor(b + "attn_qkv.weight")) {
+      PAGODA_ASSIGN_OR_RETURN(kernels::WeightView qkv,
+                              bind_matrix(f, b + "attn_qkv.weight", c.q_dim() + 2 * c.kv_dim(), c.n_embd));
+      l.wq = row_slice(qkv, 0, c.q_dim());
+      l.wk = row_slice(qkv, c.q_dim(), c.kv_dim());
+      l.wv = row_slice(qkv, c.q_dim() + c.kv_dim(), c.kv_dim());
+    } else {
+      PAGODA_ASSIGN_OR_RETURN(l.wq, bind_matrix(f, b + "attn_q.weight", c.q_dim(), c.n_embd));
+      PAGODA_ASSIGN_OR_RETURN(l.wk, bind_matrix(f, b + "attn_k.weight", c.kv_dim(), c.n_embd));
+      PAGODA_ASSIGN_OR_RETURN(l.wv, bind_matrix(f, b + "attn_v.weight", c.kv_dim(), c.n_embd));
+    }
+    PAGODA_ASSIGN_OR_RETURN(l.wo, bind_matrix(f, b + "attn_output.weight", c.n_embd, c.q_dim()));
+    PAGODA_ASSIGN_OR_RETURN(l.ffn_norm, bind_vector(f, b + "ffn_norm.weight", c.n_embd));
+    PAGODA_ASSIGN_OR_RETURN(kernels::WeightView gate_up, bind_matrix(f, b + "ffn_up.weight", 2 * static_cast<int64_t>(c.n_ff), c.n_embd));
+    l.w_gate = row_slice(gate_up, 0, c.n_ff);
+    l.w_up = row_slice(gate_up, c.n_ff, c.n_ff);
+    PAGODA_ASSIGN_OR_RETURN(l.w_down, bind_matrix(f, b + "ffn_down.weight", c.n_embd, c.n_ff));
+  }
+  return w;
+}
+
+}  // namespace
+
+extern const ArchDef kPhi3Arch;
+const ArchDef kPhi3Arch{
+    .read_hparams = &read_hparams,
+    .bind_weights = &bind_weights,
+    .forward = &decoder_forward,
+};
+
+}  // namespace pagoda::model

@@ -1,0 +1,148 @@
+// pagoda against llama.cpp on the tiny synth presets of the newer architectures
+// (tiny-qwen3, tiny-llama3 with llama-3.x rope_freqs, tiny-phi3 with fused
+// tensors and LongRoPE, tiny-gemma3 with a sliding window of 8), without
+// llama.cpp: tests/data/arch_parity/<arch>.bin holds llama.cpp's logits after
+// each of 63 positions of 4 random prompts (docs/parity/compare_arch.py
+// --fixtures wrote them from `pagoda synth --preset tiny-<arch> --type f32`,
+// which this test regenerates bit for bit). Per position: cosine >= 0.9999
+// (issue 14 asks 0.999; with F32 weights the engines agree to 1e-5);
+// over the 4 x 63 positions: top-1 agreement >= 97% (issue 14's criteria).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/fp16.h"
+#include "gguf/synth.h"
+#include "gguf/writer.h"
+#include "model/model.h"
+#include "model/arch_test_util.h"
+#include "runtime/model_runner.h"
+
+using namespace pagoda;
+
+namespace {
+
+struct Fixture {
+  uint32_t n_prompts = 0, n_pos = 0, n_vocab = 0;
+  std::vector<int32_t> tokens;  // [n_prompts, n_pos]
+  std::vector<float> logits;    // [n_prompts, n_pos - 1, n_vocab]
+};
+
+// Little-endian: 'PGAP', u32 n_prompts, n_pos, n_vocab, i32 tokens, f16 logits.
+bool read_fixture(const std::string& path, Fixture* fx, std::string* err) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *err = "cannot open " + path;
+    return false;
+  }
+  char magic[4];
+  uint32_t hdr[3];
+  in.read(magic, 4);
+  in.read(reinterpret_cast<char*>(hdr), sizeof(hdr));
+  if (!in || std::memcmp(magic, "PGAP", 4) != 0 || hdr[0] == 0 || hdr[1] < 2 || hdr[2] == 0) {
+    *err = "bad header in " + path;
+    return false;
+  }
+  fx->n_prompts = hdr[0];
+  fx->n_pos = hdr[1];
+  fx->n_vocab = hdr[2];
+  fx->tokens.resize(static_cast<size_t>(fx->n_prompts) * fx->n_pos);
+  in.read(reinterpret_cast<char*>(fx->tokens.data()), static_cast<std::streamsize>(fx->tokens.size() * 4));
+  std::vector<uint16_t> h(static_cast<size_t>(fx->n_prompts) * (fx->n_pos - 1) * fx->n_vocab);
+  in.read(reinterpret_cast<char*>(h.data()), static_cast<std::streamsize>(h.size() * 2));
+  if (!in || in.peek() != std::char_traits<char>::eof()) {
+    *err = "truncated or oversized " + path;
+    return false;
+  }
+  fx->logits.resize(h.size());
+  for (size_t i = 0; i < h.size(); ++i) fx->logits[i] = fp16_to_fp32(h[i]);
+  return true;
+}
+
+// min_top1: the fraction of positions whose argmax must agree (0.97 in issue 14
+// for qwen3, llama-3.x and phi3).
+void check_arch(const std::string& arch, model::KernelBackend backend, double min_top1 = 0.97) {
+  Fixture fx;
+  std::string err;
+  ASSERT_TRUE(read_fixture(std::string(PAGODA_TEST_DATA) + "/arch_parity/" + arch + ".bin", &fx, &err)) << err;
+
+  // The file `pagoda synth --preset tiny-<arch> --type f32` writes (cmd_synth's options).
+  // F32 weights: no activation quantization on either side (ggml's f32 matmul, pagoda's
+  // f32 path), so what is left to differ is the architecture's arithmetic.
+  const gguf::SynthShape* shape = gguf::find_synth_preset("tiny-" + arch);
+  ASSERT_NE(shape, nullptr);
+  gguf::SynthOptions o;
+  o.shape = *shape;
+  o.type = GgmlType::F32;
+  o.k_quant_fallback = true;
+  gguf::GgufWriter w;
+  ASSERT_TRUE(gguf::synth_model(o, &w).ok());
+  auto bytes = w.write_to_memory();
+  ASSERT_TRUE(bytes.ok());
+  auto keep = std::make_shared<std::vector<uint8_t>>(std::move(*bytes));
+  auto f = gguf::GgufFile::from_memory(keep->data(), keep->size());
+  ASSERT_TRUE(f.ok()) << f.message();
+  auto m = model::Model::from_gguf(std::shared_ptr<const gguf::GgufFile>(std::move(*f)));
+  ASSERT_TRUE(m.ok()) << m.message();
+  ASSERT_EQ(static_cast<uint32_t>((*m)->config().n_vocab), fx.n_vocab);
+
+  runtime::RunnerOptions ro;
+  ro.block_size = 16;
+  ro.num_blocks = runtime::blocks_for_context(fx.n_pos, ro.block_size);
+  ro.kv_dtype = kernels::KvDtype::F16;  // llama.cpp's default K/V type, as `pagoda run`'s
+  ro.backend = backend;
+  auto runner = runtime::ModelRunner::create(**m, ro);
+  ASSERT_TRUE(runner.ok()) << runner.message();
+  int agree = 0, total = 0;
+  double min_cos = 1.0;
+  for (uint32_t p = 0; p < fx.n_prompts; ++p) {
+    archtest::OneSeq seq(**runner, ro.block_size);
+    for (uint32_t i = 0; i + 1 < fx.n_pos; ++i) {
+      const int32_t tok = fx.tokens[p * fx.n_pos + i];
+      const std::vector<float> l = seq.feed(std::span<const int32_t>(&tok, 1));
+      ASSERT_EQ(l.size(), fx.n_vocab);
+      const float* ref = fx.logits.data() + (static_cast<size_t>(p) * (fx.n_pos - 1) + i) * fx.n_vocab;
+      double dot = 0, na = 0, nb = 0;
+      for (uint32_t v = 0; v < fx.n_vocab; ++v) {
+        dot += static_cast<double>(l[v]) * ref[v];
+        na += static_cast<double>(l[v]) * l[v];
+        nb += static_cast<double>(ref[v]) * ref[v];
+      }
+      const double cos = dot / std::sqrt(na * nb);
+      min_cos = std::min(min_cos, cos);
+      EXPECT_GE(cos, 0.9999) << arch << " prompt " << p << " position " << i;
+      const auto top = [&](const float* x) { return std::max_element(x, x + fx.n_vocab) - x; };
+      agree += top(l.data()) == top(ref);
+      ++total;
+    }
+  }
+  EXPECT_GE(agree, static_cast<int>(std::ceil(min_top1 * total))) << arch << ": top-1 " << agree << "/" << total;
+  std::printf("%s (%s): top-1 %d/%d, min cosine %.6f\n", arch.c_str(),
+              backend == model::KernelBackend::Ref ? "ref" : "cpu", agree, total, min_cos);
+}
+
+TEST(ArchLlamaCpp, Qwen3) {
+  check_arch("qwen3", model::KernelBackend::Cpu);
+  check_arch("qwen3", model::KernelBackend::Ref);
+}
+TEST(ArchLlamaCpp, Llama3RopeScaling) {
+  check_arch("llama3", model::KernelBackend::Cpu);
+  check_arch("llama3", model::KernelBackend::Ref);
+}
+TEST(ArchLlamaCpp, Phi3LongRope) {
+  check_arch("phi3", model::KernelBackend::Cpu);
+  check_arch("phi3", model::KernelBackend::Ref);
+}
+TEST(ArchLlamaCpp, Gemma3SlidingWindow) {
+  check_arch("gemma3", model::KernelBackend::Cpu);
+  check_arch("gemma3", model::KernelBackend::Ref);
+}
+
+}  // namespace
