@@ -39,7 +39,7 @@ PrefixMatch KvManager::match_prefix(std::span<const TokenId> tokens, std::string
   for (size_t i = 0; i < max_blocks; ++i) {
     const auto block_tokens = tokens.subspan(i * bs, bs);
     const Hash128 key = cache_.key(parent, block_tokens, cache_salt);
-    const BlockId b = cache_.find(key, parent_entry, block_tokens);
+    const BlockId b = cache_.find(key, parent_entry, block_tokens, cache_salt);
     if (b == kNullBlock) {
       m.next_key_ = key;
       m.has_next_key_ = true;
@@ -210,8 +210,9 @@ void KvManager::mark_computed(SeqId seq, std::span<const TokenId> tokens, int32_
   for (size_t i = s.entries.size(); i < full; ++i) {
     const EntryId parent_entry = i == 0 ? kRootEntry : s.entries[i - 1];
     const auto block_tokens = tokens.subspan(i * static_cast<size_t>(bs), static_cast<size_t>(bs));
-    const EntryId e = config_.enable_prefix_caching ? cache_.insert(s.blocks[i], s.keys[i], parent_entry, block_tokens)
-                                                    : kNoEntry;
+    const EntryId e = config_.enable_prefix_caching
+                          ? cache_.insert(s.blocks[i], s.keys[i], parent_entry, block_tokens, s.salt)
+                          : kNoEntry;
     s.entries.push_back(e);
   }
 }

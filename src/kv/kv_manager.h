@@ -51,7 +51,7 @@ struct KvStats {
   int64_t prefix_hit_tokens = 0;     // of those, served from the cache
   int64_t num_evictions = 0;         // cached blocks whose key was dropped for reuse
   int64_t num_cow_copies = 0;        // copy-on-write block copies requested
-  int64_t collisions_refused = 0;    // key matches refused by the token / parent check
+  int64_t collisions_refused = 0;    // key matches refused by the token / salt / parent check
 };
 
 class KvManager;

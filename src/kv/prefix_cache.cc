@@ -47,38 +47,42 @@ static bool same_tokens(std::span<const TokenId> a, std::span<const TokenId> b) 
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
 }
 
-BlockId PrefixCache::find(const Hash128& key, EntryId parent, std::span<const TokenId> tokens) const {
+BlockId PrefixCache::find(const Hash128& key, EntryId parent, std::span<const TokenId> tokens,
+                          std::string_view cache_salt) const {
   if (parent == kNoEntry) return kNullBlock;
   auto it = map_.find(key);
   if (it == map_.end()) return kNullBlock;
   const Slot& s = slots_[static_cast<size_t>(it->second)];
   const bool tokens_equal = same_tokens(s.tokens, tokens);
-  if (s.parent != parent || !tokens_equal) {
-    // Same tokens under an evicted parent is not a collision, just unconfirmable.
-    if (!tokens_equal || live(s.parent)) ++collisions_refused_;
+  const bool salt_equal = salt_view(s) == cache_salt;
+  if (s.parent != parent || !tokens_equal || !salt_equal) {
+    // Same tokens and salt under an evicted parent is not a collision, just unconfirmable.
+    if (!tokens_equal || !salt_equal || live(s.parent)) ++collisions_refused_;
     return kNullBlock;
   }
   return it->second;
 }
 
-EntryId PrefixCache::insert(BlockId b, const Hash128& key, EntryId parent, std::span<const TokenId> tokens) {
+EntryId PrefixCache::insert(BlockId b, const Hash128& key, EntryId parent, std::span<const TokenId> tokens,
+                            std::string_view cache_salt) {
   if (parent == kNoEntry) return kNoEntry;
   Slot& s = slots_[static_cast<size_t>(b)];
   if (s.entry != kNoEntry) {
     // Already committed (a block shared by fork is committed by each owner).
     PAGODA_CHECK(s.key == key);
-    return (s.parent == parent && same_tokens(s.tokens, tokens)) ? s.entry : kNoEntry;
+    return (s.parent == parent && same_tokens(s.tokens, tokens) && salt_view(s) == cache_salt) ? s.entry : kNoEntry;
   }
   auto it = map_.find(key);
   if (it != map_.end()) {
     const Slot& other = slots_[static_cast<size_t>(it->second)];
     const bool tokens_equal = same_tokens(other.tokens, tokens);
-    if (other.parent == parent && tokens_equal) return other.entry;
-    if (!tokens_equal || live(other.parent)) {
+    const bool salt_equal = salt_view(other) == cache_salt;
+    if (other.parent == parent && tokens_equal && salt_equal) return other.entry;
+    if (!tokens_equal || !salt_equal || live(other.parent)) {
       ++collisions_refused_;
       return kNoEntry;
     }
-    // Same tokens under an evicted parent: unreachable, take its key over.
+    // Same tokens and salt under an evicted parent: unreachable, take its key over.
     erase(it->second);
   }
   map_.emplace(key, b);
@@ -87,7 +91,23 @@ EntryId PrefixCache::insert(BlockId b, const Hash128& key, EntryId parent, std::
   s.parent = parent;
   s.key = key;
   s.tokens.assign(tokens.begin(), tokens.end());
+  s.salt = intern_salt(cache_salt);
   return s.entry;
+}
+
+const std::string* PrefixCache::intern_salt(std::string_view salt) {
+  if (salt.empty()) return nullptr;
+  auto it = salts_.find(salt);
+  if (it == salts_.end()) it = salts_.emplace(std::string(salt), 0).first;
+  ++it->second;
+  return &it->first;
+}
+
+void PrefixCache::release_salt(const std::string* salt) {
+  if (salt == nullptr) return;
+  auto it = salts_.find(*salt);
+  PAGODA_CHECK(it != salts_.end() && &it->first == salt && it->second > 0);
+  if (--it->second == 0) salts_.erase(it);
 }
 
 void PrefixCache::erase(BlockId b) {
@@ -100,14 +120,21 @@ void PrefixCache::erase(BlockId b) {
   s.entry = kNoEntry;
   s.parent = kNoEntry;
   s.tokens.clear();
+  release_salt(s.salt);
+  s.salt = nullptr;
 }
 
 std::string PrefixCache::check() const {
   int32_t cached = 0;
+  std::unordered_map<const std::string*, int64_t> salt_refs;  // interned salt -> cached blocks holding it
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& s = slots_[i];
-    if (s.entry == kNoEntry) continue;
+    if (s.entry == kNoEntry) {
+      if (s.salt != nullptr) return errorf("uncached block %zu holds a salt", i).message;
+      continue;
+    }
     ++cached;
+    if (s.salt != nullptr) ++salt_refs[s.salt];
     auto it = map_.find(s.key);
     if (it == map_.end() || it->second != static_cast<BlockId>(i)) {
       return errorf("cached block %zu is not the map's block for its key", i).message;
@@ -115,6 +142,18 @@ std::string PrefixCache::check() const {
   }
   if (cached != static_cast<int32_t>(map_.size()) || live_.size() != map_.size()) {
     return errorf("%d cached blocks but %zu keys in the map", cached, map_.size()).message;
+  }
+  if (salt_refs.size() != salts_.size()) {
+    return errorf("%zu salts held by cached blocks but %zu interned", salt_refs.size(), salts_.size()).message;
+  }
+  for (const auto& [salt, refs] : salts_) {
+    auto it = salt_refs.find(&salt);
+    if (salt.empty() || it == salt_refs.end() || it->second != refs) {
+      return errorf("interned salt of %zu bytes counts %lld references, %lld cached blocks hold it", salt.size(),
+                    static_cast<long long>(refs),
+                    static_cast<long long>(it == salt_refs.end() ? 0 : it->second))
+          .message;
+    }
   }
   return "";
 }

@@ -4,8 +4,11 @@
 //                model fingerprint, cache_salt, the block's token ids)
 // so equal keys mean "same tokens after the same prefix, same model, same tenant".
 // A hash is never trusted alone: every cached block keeps a copy of its token
-// ids and the id of the cache entry of its parent block, and find() confirms
-// both. Entry ids are never reused, so a chain of confirmed entries pins the
+// ids, its cache salt and the id of the cache entry of its parent block, and
+// find() confirms all three (the salt is what isolates tenants, so a forced
+// collision between two salts must not leak a block across them). Salts are
+// interned with a reference count: most entries share a few short salts, so
+// each entry holds one pointer, and the empty salt none at all. Entry ids are never reused, so a chain of confirmed entries pins the
 // exact token prefix, even if a forced collision made two prefixes share a key.
 //
 // Only the first block committed under a key is cached; a later block with the
@@ -52,16 +55,19 @@ class PrefixCache {
 
   Hash128 key(const Hash128& parent, std::span<const TokenId> tokens, std::string_view cache_salt) const;
 
-  // The cached block under `key` whose parent entry is `parent` and whose tokens
-  // equal `tokens`, or kNullBlock. A key match with other tokens or another
-  // parent counts in collisions_refused().
-  BlockId find(const Hash128& key, EntryId parent, std::span<const TokenId> tokens) const;
+  // The cached block under `key` whose parent entry is `parent`, whose tokens
+  // equal `tokens` and whose salt equals `cache_salt`, or kNullBlock. A key
+  // match with other tokens, another salt or another (live) parent counts in
+  // collisions_refused().
+  BlockId find(const Hash128& key, EntryId parent, std::span<const TokenId> tokens,
+               std::string_view cache_salt) const;
 
   // Commits full block b. Returns the entry that now stands for this prefix: a
   // new one, the existing one when identical content is already cached, or
   // kNoEntry when parent is kNoEntry or the key is taken by other content.
   // Precondition: b is not already cached under another key.
-  EntryId insert(BlockId b, const Hash128& key, EntryId parent, std::span<const TokenId> tokens);
+  EntryId insert(BlockId b, const Hash128& key, EntryId parent, std::span<const TokenId> tokens,
+                 std::string_view cache_salt);
   // Removes b's key (eviction). No-op when b is not cached.
   void erase(BlockId b);
 
@@ -69,10 +75,13 @@ class PrefixCache {
   EntryId entry_of(BlockId b) const { return slots_[static_cast<size_t>(b)].entry; }
   const Hash128& key_of(BlockId b) const { return slots_[static_cast<size_t>(b)].key; }
   std::span<const TokenId> tokens_of(BlockId b) const { return slots_[static_cast<size_t>(b)].tokens; }
+  std::string_view salt_of(BlockId b) const { return salt_view(slots_[static_cast<size_t>(b)]); }
+  // Distinct non-empty salts held by cached blocks (the interned table's size).
+  int32_t num_salts() const { return static_cast<int32_t>(salts_.size()); }
   int32_t size() const { return static_cast<int32_t>(map_.size()); }
   int64_t collisions_refused() const { return collisions_refused_; }
 
-  // Map and per-block records agree; "" when fine.
+  // Map, per-block records and salt reference counts agree; "" when fine.
   std::string check() const;
 
  private:
@@ -81,7 +90,14 @@ class PrefixCache {
     EntryId parent = kNoEntry;
     Hash128 key;
     std::vector<TokenId> tokens;
+    // The interned salt (a key of salts_, whose nodes never move), or nullptr
+    // for the empty salt.
+    const std::string* salt = nullptr;
   };
+  static std::string_view salt_view(const Slot& s) { return s.salt ? std::string_view(*s.salt) : std::string_view(); }
+  // Takes / drops one reference to an interned salt; nullptr for "".
+  const std::string* intern_salt(std::string_view salt);
+  void release_salt(const std::string* salt);
   uint64_t model_fingerprint_;
   HashFn hash_fn_;
   std::vector<Slot> slots_;
@@ -89,6 +105,13 @@ class PrefixCache {
 
   std::unordered_map<Hash128, BlockId, Hash128Hasher> map_;
   std::unordered_map<EntryId, BlockId> live_;  // entries of cached blocks
+  // Looks salts up by string_view without building a std::string.
+  struct SaltHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  // Non-empty salt -> number of cached blocks holding it.
+  std::unordered_map<std::string, int64_t, SaltHash, std::equal_to<>> salts_;
   EntryId next_entry_ = 1;
   mutable int64_t collisions_refused_ = 0;
 };

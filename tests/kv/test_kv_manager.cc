@@ -404,26 +404,26 @@ TEST(PrefixCache, ParentEntryIsConfirmedNotJustItsKey) {
   const Tokens a = {1, 1}, b = {2, 2}, c = {3, 3};
   const Hash128 k0 = cache.key(Hash128{}, a, "");
   const Hash128 k1 = cache.key(k0, c, "");
-  const EntryId ea = cache.insert(1, k0, kRootEntry, a);
-  const EntryId ec = cache.insert(2, k1, ea, c);
+  const EntryId ea = cache.insert(1, k0, kRootEntry, a, "");
+  const EntryId ec = cache.insert(2, k1, ea, c, "");
   ASSERT_NE(ea, kNoEntry);
   ASSERT_NE(ec, kNoEntry);
-  EXPECT_EQ(cache.find(k1, ea, c), 2);
+  EXPECT_EQ(cache.find(k1, ea, c, ""), 2);
   // While a's entry is live, b may not take the colliding key.
-  EXPECT_EQ(cache.find(k0, kRootEntry, b), kNullBlock);
-  EXPECT_EQ(cache.insert(5, k0, kRootEntry, b), kNoEntry);
+  EXPECT_EQ(cache.find(k0, kRootEntry, b, ""), kNullBlock);
+  EXPECT_EQ(cache.insert(5, k0, kRootEntry, b, ""), kNoEntry);
   EXPECT_EQ(cache.collisions_refused(), 2);
   cache.erase(1);  // the parent is evicted; its child stays cached
-  const EntryId eb = cache.insert(3, cache.key(Hash128{}, b, ""), kRootEntry, b);  // same key k0, prefix b
+  const EntryId eb = cache.insert(3, cache.key(Hash128{}, b, ""), kRootEntry, b, "");  // same key k0, prefix b
   ASSERT_NE(eb, kNoEntry);
-  EXPECT_EQ(cache.find(k0, kRootEntry, b), 3);
+  EXPECT_EQ(cache.find(k0, kRootEntry, b, ""), 3);
   // b + c has the same keys as a + c, and c's tokens match: refused because
   // block 2 extends entry ea, not eb.
-  EXPECT_EQ(cache.find(k1, eb, c), kNullBlock);
+  EXPECT_EQ(cache.find(k1, eb, c, ""), kNullBlock);
   // Block 4, really computed after b, may take the key over from unreachable block 2.
-  EXPECT_NE(cache.insert(4, k1, eb, c), kNoEntry);
+  EXPECT_NE(cache.insert(4, k1, eb, c, ""), kNoEntry);
   EXPECT_FALSE(cache.contains(2));
-  EXPECT_EQ(cache.find(k1, eb, c), 4);
+  EXPECT_EQ(cache.find(k1, eb, c, ""), 4);
   EXPECT_EQ(cache.check(), "");
 }
 
@@ -432,16 +432,93 @@ TEST(PrefixCache, RecommitUnderALiveParentTakesOverAStaleChild) {
   const Tokens a = {1, 1}, c = {3, 3};
   const Hash128 k0 = cache.key(Hash128{}, a, "");
   const Hash128 k1 = cache.key(k0, c, "");
-  const EntryId ea = cache.insert(1, k0, kRootEntry, a);
-  ASSERT_NE(cache.insert(2, k1, ea, c), kNoEntry);
+  const EntryId ea = cache.insert(1, k0, kRootEntry, a, "");
+  ASSERT_NE(cache.insert(2, k1, ea, c, ""), kNoEntry);
   cache.erase(1);
-  const EntryId ea2 = cache.insert(3, k0, kRootEntry, a);  // same prefix recomputed in block 3
-  EXPECT_EQ(cache.find(k1, ea2, c), kNullBlock);           // block 2 cannot be confirmed
-  const EntryId ec2 = cache.insert(4, k1, ea2, c);
+  const EntryId ea2 = cache.insert(3, k0, kRootEntry, a, "");  // same prefix recomputed in block 3
+  EXPECT_EQ(cache.find(k1, ea2, c, ""), kNullBlock);           // block 2 cannot be confirmed
+  const EntryId ec2 = cache.insert(4, k1, ea2, c, "");
   ASSERT_NE(ec2, kNoEntry);
   EXPECT_FALSE(cache.contains(2));
-  EXPECT_EQ(cache.find(k1, ea2, c), 4);
+  EXPECT_EQ(cache.find(k1, ea2, c, ""), 4);
   EXPECT_EQ(cache.collisions_refused(), 0);
+  EXPECT_EQ(cache.check(), "");
+}
+
+TEST(KvManager, ForcedKeyCollisionBetweenSaltsIsRefusedBySaltCheck) {
+  KvManager kv(make_config(10, 4));
+  // Keys ignore the salt: the same prompt of two tenants has the same keys.
+  kv.mutable_cache_for_testing().set_hash_fn_for_testing(
+      [](const Hash128& parent, std::span<const TokenId> t, uint64_t fp, std::string_view) {
+        return PrefixCache::default_hash(parent, t, fp, "");
+      });
+  const Tokens t = iota_tokens(0, 9);  // two full blocks + 1
+  ASSERT_EQ(prefill(kv, 1, t, "tenant-a"), 0);
+  EXPECT_EQ(table(kv, 1), (Ids{1, 2, 3}));
+  kv.free(1);
+  EXPECT_EQ(kv.stats().num_cached, 2);
+  EXPECT_EQ(kv.cache().salt_of(1), "tenant-a");
+  EXPECT_EQ(kv.cache().num_salts(), 1);
+  EXPECT_EQ(kv.stats().collisions_refused, 0);
+  // Tenant b: block 1's key matches, its tokens and parent match, its salt does not.
+  EXPECT_EQ(cached_tokens(kv, t, "tenant-b"), 0);
+  EXPECT_EQ(kv.stats().collisions_refused, 1);
+  EXPECT_EQ(cached_tokens(kv, t), 0);  // the empty salt is a salt too
+  EXPECT_EQ(kv.stats().collisions_refused, 2);
+  ASSERT_EQ(*kv.allocate(2, t, 9, "tenant-b"), 0);  // refusal 3
+  // Fresh blocks from the free queue (3, 2, 1 were freed in reverse): the
+  // cached blocks 1 and 2 are not revived for b.
+  EXPECT_EQ(table(kv, 2), (Ids{4, 5, 6}));
+  kv.mark_computed(2, t, 9);  // b's first block may not take a's key: refusal 4, chain broken after it
+  EXPECT_EQ(kv.stats().collisions_refused, 4);
+  EXPECT_EQ(kv.stats().num_cached, 2);
+  EXPECT_FALSE(kv.cache().contains(4));
+  EXPECT_FALSE(kv.cache().contains(5));
+  // Tenant a still hits its own blocks.
+  ASSERT_EQ(*kv.allocate(3, t, 1, "tenant-a"), 8);
+  EXPECT_EQ(table(kv, 3), (Ids{1, 2, 7}));
+  EXPECT_INVARIANTS(kv);
+}
+
+TEST(PrefixCache, SaltIsStoredInternedAndVerified) {
+  PrefixCache cache(8, 0);
+  cache.set_hash_fn_for_testing([](const Hash128& parent, std::span<const TokenId> t, uint64_t fp,
+                                   std::string_view) { return PrefixCache::default_hash(parent, t, fp, ""); });
+  const Tokens a = {1, 1}, c = {3, 3};
+  const Hash128 ka = cache.key(Hash128{}, a, "x");
+  const Hash128 kc = cache.key(Hash128{}, c, "x");
+  ASSERT_TRUE(ka == cache.key(Hash128{}, a, "y"));  // forced: salts do not change keys
+  const EntryId ea = cache.insert(1, ka, kRootEntry, a, "x");
+  ASSERT_NE(ea, kNoEntry);
+  ASSERT_NE(cache.insert(2, kc, kRootEntry, c, "x"), kNoEntry);
+  EXPECT_EQ(cache.num_salts(), 1);  // one interned copy for both blocks
+  EXPECT_EQ(cache.salt_of(1).data(), cache.salt_of(2).data());
+  EXPECT_EQ(cache.find(ka, kRootEntry, a, "x"), 1);
+  EXPECT_EQ(cache.find(ka, kRootEntry, a, "y"), kNullBlock);
+  EXPECT_EQ(cache.find(ka, kRootEntry, a, ""), kNullBlock);
+  EXPECT_EQ(cache.find(ka, kRootEntry, a, "xx"), kNullBlock);
+  EXPECT_EQ(cache.collisions_refused(), 3);
+  // Same key, tokens and parent under another salt: refused, block 3 stays uncached.
+  EXPECT_EQ(cache.insert(3, ka, kRootEntry, a, "y"), kNoEntry);
+  EXPECT_EQ(cache.collisions_refused(), 4);
+  EXPECT_FALSE(cache.contains(3));
+  EXPECT_EQ(cache.num_salts(), 1);
+  // Identical content under the same salt maps to the existing entry.
+  EXPECT_EQ(cache.insert(4, ka, kRootEntry, a, "x"), ea);
+  EXPECT_FALSE(cache.contains(4));
+  EXPECT_EQ(cache.check(), "");
+  // The interned salt lives while a block holds it.
+  cache.erase(1);
+  EXPECT_EQ(cache.num_salts(), 1);
+  EXPECT_EQ(cache.salt_of(2), "x");
+  cache.erase(2);
+  EXPECT_EQ(cache.num_salts(), 0);
+  EXPECT_EQ(cache.check(), "");
+  // Once a's block is gone, tenant y may cache the same prompt under the key.
+  EXPECT_NE(cache.insert(3, ka, kRootEntry, a, "y"), kNoEntry);
+  EXPECT_EQ(cache.find(ka, kRootEntry, a, "y"), 3);
+  EXPECT_EQ(cache.find(ka, kRootEntry, a, "x"), kNullBlock);
+  EXPECT_EQ(cache.salt_of(3), "y");
   EXPECT_EQ(cache.check(), "");
 }
 

@@ -26,10 +26,19 @@ struct RefSeq {
 
 class RandomKvTest {
  public:
-  RandomKvTest(int32_t num_blocks, int32_t block_size, double watermark, uint64_t seed)
+  // salt_blind_keys: block keys ignore the salt, so equal prompts of two
+  // tenants collide and only the cache's salt check keeps them apart.
+  RandomKvTest(int32_t num_blocks, int32_t block_size, double watermark, uint64_t seed, bool salt_blind_keys = false)
       : kv_(testing::make_config(num_blocks, block_size, watermark, /*model_fingerprint=*/77)), bs_(block_size),
         rng_(seed),
-        shadow_(static_cast<size_t>(num_blocks) * static_cast<size_t>(block_size), -1) {
+        shadow_(static_cast<size_t>(num_blocks) * static_cast<size_t>(block_size), -1),
+        shadow_salt_(static_cast<size_t>(num_blocks)) {
+    if (salt_blind_keys) {
+      kv_.mutable_cache_for_testing().set_hash_fn_for_testing(
+          [](const Hash128& parent, std::span<const TokenId> t, uint64_t fp, std::string_view) {
+            return PrefixCache::default_hash(parent, t, fp, "");
+          });
+    }
     // Three base strings over {0..3}; prompts take a random prefix of one.
     for (auto& b : bases_) {
       for (int i = 0; i < 96; ++i) b.push_back(static_cast<TokenId>(rng_.uniform_int(0, 3)));
@@ -150,6 +159,12 @@ class RandomKvTest {
       ASSERT_EQ(slot(s.table[static_cast<size_t>(p / bs_)], p), s.tokens[static_cast<size_t>(p)])
           << "prefix hit with wrong content at position " << p;
     }
+    // ... and written by a sequence of the same tenant.
+    for (int32_t j = 0; j < cached / bs_; ++j) {
+      const BlockId b = s.table[static_cast<size_t>(j)];
+      ASSERT_EQ(shadow_salt_[static_cast<size_t>(b)], s.salt) << "prefix hit across salts at block " << b;
+      ASSERT_EQ(kv_.cache().salt_of(b), s.salt) << "block " << b;
+    }
     seqs_.emplace(id, std::move(s));
   }
 
@@ -168,6 +183,7 @@ class RandomKvTest {
       ASSERT_EQ(kv_.pool().ref_count(b), 1) << "write into a shared block " << b;
       ASSERT_FALSE(kv_.cache().contains(b)) << "write into a cached block " << b;
       slot(b, p) = s.tokens[static_cast<size_t>(p)];
+      shadow_salt_[static_cast<size_t>(b)] = s.salt;
     }
     s.computed = upto;
     kv_.mark_computed(id, s.tokens, upto);
@@ -217,6 +233,7 @@ class RandomKvTest {
         for (int32_t o = 0; o < bs_; ++o) {
           shadow_[static_cast<size_t>(table[j] * bs_ + o)] = shadow_[static_cast<size_t>(s.table[j] * bs_ + o)];
         }
+        shadow_salt_[static_cast<size_t>(table[j])] = shadow_salt_[static_cast<size_t>(s.table[j])];
         ++num_cow;
       }
     }
@@ -268,6 +285,7 @@ class RandomKvTest {
   int32_t bs_;
   Rng rng_;
   std::vector<TokenId> shadow_;  // [num_blocks, block_size]
+  std::vector<std::string> shadow_salt_;  // [num_blocks] salt of the sequence that last wrote each block
   std::vector<TokenId> bases_[3];
   std::map<SeqId, RefSeq> seqs_;
   SeqId next_id_ = 1;
@@ -306,6 +324,18 @@ TEST(KvRandom, HundredThousandOpsAgainstReference) {
                 static_cast<long long>(t.num_appends_refused), static_cast<long long>(t.num_revalidated),
                 static_cast<long long>(t.num_revalidated_shorter));
   }
+}
+
+TEST(KvRandom, SaltBlindKeysNeverHitAcrossTenants) {
+  // Every prompt's keys collide with the same prompt of the other tenant: the
+  // salt stored with each entry is all that separates them.
+  RandomKvTest t(48, 4, 0.0, 99, /*salt_blind_keys=*/true);
+  t.run(20000);
+  if (HasFatalFailure()) return;
+  const KvStats st = t.kv().stats();
+  EXPECT_GT(st.prefix_hit_tokens, 0);
+  EXPECT_GT(t.num_hit_allocs, 100);
+  EXPECT_GT(st.collisions_refused, 100);  // cross-tenant key matches happened and were refused
 }
 
 }  // namespace
