@@ -190,7 +190,9 @@ std::string parse_args(int argc, char** argv, RunOptions* o, bool* help) {
         o->sampling.seed = static_cast<uint64_t>(iv);
         o->have_seed = true;
       } else if (is("--stop")) {
-        o->sampling.stop.emplace_back(v);
+        std::vector<std::string> stops = o->sampling.stop.list();
+        stops.emplace_back(v);
+        o->sampling.stop = std::move(stops);
       } else if (is("-t", "--threads")) {
         ok = parse_i64(v, &iv) && iv >= 1 && iv <= 1024;
         o->threads = static_cast<int>(iv);

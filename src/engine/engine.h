@@ -11,6 +11,7 @@
 #include "base/generation.h"
 #include "base/kv_dtype.h"
 #include "base/status.h"
+#include "sample/params.h"
 
 namespace pagoda::tok { class Tokenizer; }
 
@@ -60,7 +61,9 @@ struct RequestParams {
   float frequency_penalty = 0.0f;
   uint64_t seed = 0;
   bool has_seed = false;
-  std::vector<std::string> stop;     // stop strings (text-level)
+  // Stop strings (text-level): shared, immutable; copies of these params (one
+  // per prompt in the server) and every choice point at the same list.
+  sample::StopStrings stop;
   bool ignore_eos = false;
   // Parallel samples: the prompt is prefilled once, then forked into n choices
   // sharing its KV blocks (copy-on-write). Choice i samples with seed + i (the

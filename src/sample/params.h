@@ -3,10 +3,42 @@
 // sets llama.cpp's CLI defaults on top.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 namespace pagoda::sample {
+
+// An immutable list of stop strings shared by reference: copying it copies a
+// pointer, so the prompts of one HTTP request and the n choices of each (up to
+// 64 x 16 x 16 stop strings of 1 KiB) all point at one list. Set it from a
+// vector or a braced list; never changed in place.
+class StopStrings {
+ public:
+  StopStrings() = default;
+  StopStrings(std::vector<std::string> list)  // NOLINT(google-explicit-constructor): p.stop = list
+      : list_(list.empty() ? nullptr : std::make_shared<const std::vector<std::string>>(std::move(list))) {}
+  StopStrings(std::initializer_list<std::string> list)  // NOLINT(google-explicit-constructor): p.stop = {"a"}
+      : StopStrings(std::vector<std::string>(list)) {}
+
+  const std::vector<std::string>& list() const { return list_ ? *list_ : empty_list(); }
+  std::span<const std::string> view() const { return list(); }
+  bool empty() const { return list_ == nullptr; }
+  size_t size() const { return list_ ? list_->size() : 0; }
+  // The shared list itself (nullptr when empty): equal for every copy.
+  const std::vector<std::string>* get() const { return list_.get(); }
+  // Holders of the shared list (0 when empty).
+  long use_count() const { return list_.use_count(); }
+
+ private:
+  static const std::vector<std::string>& empty_list() {
+    static const std::vector<std::string> kEmpty;
+    return kEmpty;
+  }
+  std::shared_ptr<const std::vector<std::string>> list_;  // nullptr: no stop strings
+};
 
 struct SamplingParams {
   float temperature = 1.0f;         // 0 (or below): greedy argmax, ties -> lowest id
@@ -18,7 +50,7 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // over generated tokens, times the count
   uint64_t seed = 0;                // per-request RNG seed
   int32_t max_tokens = 256;         // generated tokens; <= 0: unlimited (context bound)
-  std::vector<std::string> stop;    // stop strings (text level; not included in the output)
+  StopStrings stop;                 // stop strings (text level; not included in the output)
   std::vector<int32_t> stop_token_ids;  // extra stop tokens (honoured even with ignore_eos)
   bool ignore_eos = false;
   bool logprobs = false;            // report the chosen token's logprob

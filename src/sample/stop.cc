@@ -48,7 +48,7 @@ StopScan scan_stop_strings(std::string_view text, size_t emitted, std::span<cons
 std::string StopStringFilter::push(std::string_view piece) {
   if (stopped_) return {};
   text_.append(piece);
-  const StopScan s = scan_stop_strings(text_, emitted_, stops_);
+  const StopScan s = scan_stop_strings(text_, emitted_, stops_.view());
   std::string out = text_.substr(emitted_, s.emit_end - emitted_);
   emitted_ = s.emit_end;
   if (s.stopped) {

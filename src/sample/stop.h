@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/generation.h"
@@ -35,10 +36,11 @@ struct StopScan {
 // if none, holds back the longest tail that is a proper prefix of some stop.
 StopScan scan_stop_strings(std::string_view text, size_t emitted, std::span<const std::string> stops);
 
-// Stateful wrapper for one request: push decoded text pieces, get what to show.
+// Stateful wrapper for one choice: push decoded text pieces, get what to show.
+// It shares the request's stop list (no copy per choice).
 class StopStringFilter {
  public:
-  explicit StopStringFilter(std::span<const std::string> stops) : stops_(stops.begin(), stops.end()) {}
+  explicit StopStringFilter(StopStrings stops) : stops_(std::move(stops)) {}
   // Appends a decoded piece; returns the text that may be emitted now (possibly
   // empty). After stopped() is true, further pushes return "".
   std::string push(std::string_view piece);
@@ -47,9 +49,10 @@ class StopStringFilter {
   bool stopped() const { return stopped_; }
   // Everything emitted so far (the request's final text).
   std::string_view emitted_text() const { return std::string_view(text_).substr(0, emitted_); }
+  const StopStrings& stops() const { return stops_; }
 
  private:
-  std::vector<std::string> stops_;
+  StopStrings stops_;
   std::string text_;
   size_t emitted_ = 0;
   bool stopped_ = false;

@@ -272,6 +272,7 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, const std::stri
   PAGODA_API_TRY(get_bool(j, "stream", &r.stream));
 
   if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
+    std::vector<std::string> stops;
     auto add_stop = [&](const json& s) -> std::optional<ApiError> {
       if (!s.is_string()) return bad("'stop' must be a string or a list of strings", "stop");
       const std::string& str = s.get_ref<const std::string&>();
@@ -279,7 +280,7 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, const std::stri
         return bad("a stop string is " + std::to_string(str.size()) + " bytes; the limit is " +
                        std::to_string(limits.max_stop_bytes) + " (--max-stop-bytes)",
                    "stop");
-      if (!str.empty()) p.stop.push_back(str);
+      if (!str.empty()) stops.push_back(str);
       return std::nullopt;
     };
     if (it->is_array()) {
@@ -289,6 +290,8 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, const std::stri
     } else {
       PAGODA_API_TRY(add_stop(*it));
     }
+    // Built once per HTTP request; every prompt and choice shares it.
+    p.stop = std::move(stops);
   }
   const int64_t num_prompts =
       ep == Endpoint::kChat ? 1 : static_cast<int64_t>(r.prompt_texts.size() + r.prompt_tokens.size());

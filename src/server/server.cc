@@ -177,7 +177,7 @@ void Server::Impl::handle_generate(Endpoint ep, const HttpRequest& req, const st
   Submission sub;
   sub.prompts.reserve(prompts.size());
   for (auto& p : prompts) {
-    engine::RequestParams params = r.params;  // stop strings: at most 16 x max_stop_bytes per prompt
+    engine::RequestParams params = r.params;  // the stop list is shared, not copied
     params.prompt = std::move(p);
     sub.prompts.push_back(std::move(params));
   }

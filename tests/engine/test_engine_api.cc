@@ -128,6 +128,45 @@ TEST(EngineStop, StopStringCutsTextBeforeIt) {
   EXPECT_EQ(e->stats().blocks_used, 0);
 }
 
+// One request's n choices share its stop list (no copy per choice), and each
+// cuts its text at the stop string exactly as a lone request does.
+TEST(EngineStop, ChoicesShareOneStopList) {
+  const Reference ref = load_references().at(0);
+  auto e = make_engine(make_config(stories_path(), 2048));
+  ASSERT_TRUE(e);
+  const size_t cut = ref.text.find("play outside");
+  ASSERT_NE(cut, std::string::npos);
+  std::vector<std::string> stops(16, std::string(1024, '~'));  // 16 x 1 KiB that never occur
+  stops.push_back("play outside");
+  RequestParams p = greedy(ref.prompt_tokens, 200, false);
+  p.stop = stops;
+  const sample::StopStrings keep = p.stop;
+  ASSERT_EQ(keep.use_count(), 2);  // keep, p
+  const ChoiceResult alone = run_alone(e.get(), p);
+  ASSERT_EQ(alone.finish, FinishReason::kStop);
+  EXPECT_EQ(alone.text, ref.text.substr(0, cut));
+  EXPECT_EQ(keep.use_count(), 2);  // a finished request holds nothing
+
+  const int n = 8;
+  p.n = n;
+  Driver d(e.get());
+  const RequestId id = d.add(p);
+  // Each of the n choices holds the request's list itself, twice (its sampler's
+  // params and its stop filter); a copy anywhere would hold a list of its own.
+  EXPECT_EQ(keep.use_count(), 2 + 2 * n);
+  d.run();
+  d.expect_all_finished();
+  for (int i = 0; i < n; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(d.result(id, i).finish, FinishReason::kStop);
+    EXPECT_EQ(d.result(id, i).text, alone.text);
+    EXPECT_EQ(d.result(id, i).tokens, alone.tokens);
+  }
+  EXPECT_EQ(keep.use_count(), 2);
+  EXPECT_EQ(p.stop.get(), keep.get());
+  EXPECT_EQ(e->stats().blocks_used, 0);
+}
+
 // End of generation on the real SmolLM2-135M ("What is 2+2?" is answered in a
 // dozen tokens, then <|im_end|>): finish kStop with the EOG token as the last
 // token and not in the text; with ignore_eos the same tokens and then more.

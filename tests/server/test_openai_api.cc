@@ -29,7 +29,11 @@ TEST(OpenAiApi, ParsesCompletionFields) {
   EXPECT_EQ(r.params.top_k, 5);
   EXPECT_TRUE(r.params.has_seed);
   EXPECT_EQ(static_cast<int64_t>(r.params.seed), -3);
-  EXPECT_EQ(r.params.stop, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(r.params.stop.list(), (std::vector<std::string>{"a", "b"}));
+  // The server copies the params once per prompt: each copy shares the one list.
+  const pagoda::engine::RequestParams per_prompt = r.params;
+  EXPECT_EQ(per_prompt.stop.get(), r.params.stop.get());
+  EXPECT_EQ(r.params.stop.use_count(), 2);
   EXPECT_EQ(r.params.n, 2);
   EXPECT_EQ(r.params.logprobs, 2);
   EXPECT_TRUE(r.echo && r.stream && r.include_usage);
@@ -92,7 +96,7 @@ TEST(OpenAiApi, CostLimitsNameTheLimit) {
   // A stop string of exactly the limit passes; one byte more names the limit.
   auto r = parse_request(Endpoint::kCompletions, R"({"prompt":"a","stop":"12345678"})", lim);
   ASSERT_TRUE(std::holds_alternative<ParsedRequest>(r));
-  EXPECT_EQ(std::get<ParsedRequest>(r).params.stop, (std::vector<std::string>{"12345678"}));
+  EXPECT_EQ(std::get<ParsedRequest>(r).params.stop.list(), (std::vector<std::string>{"12345678"}));
   ApiError e = bad(R"({"prompt":"a","stop":["ok","123456789"]})");
   EXPECT_EQ(e.param, "stop");
   EXPECT_NE(e.message.find("limit is 8"), std::string::npos) << e.message;
