@@ -104,6 +104,13 @@ TEST(Jinja, RealTemplatesMatchJinja2) {
 // Every hostile template fails with an error within 1 s and 64 MiB of extra
 // address space (each runs in a child process under RLIMIT_AS).
 TEST(Jinja, HostileTemplatesFailFastWithBoundedMemory) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // The bounds are the release build's: a sanitizer reserves terabytes of shadow
+  // address space (so RLIMIT_AS cannot cap it) and its larger frames overflow the
+  // stack before the evaluator's depth limit of 1000 (sized for release frames).
+  // The release pass of scripts/test runs this test.
+  GTEST_SKIP() << "memory and stack bounds are calibrated for the release build";
+#endif
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(kFixtures + "/hostile")) files.push_back(e.path());
   std::sort(files.begin(), files.end());
