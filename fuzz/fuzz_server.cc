@@ -51,7 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check(!too_deep, "a too-deep body was accepted");
     const ParsedRequest& p = std::get<ParsedRequest>(r);
     check(p.params.stop.size() <= lim.max_stop_strings, "stop count");
-    for (const auto& s : p.params.stop) check(!s.empty() && s.size() <= lim.max_stop_bytes, "stop length");
+    for (const auto& s : p.params.stop.list()) check(!s.empty() && s.size() <= lim.max_stop_bytes, "stop length");
     check(p.params.cache_salt.size() <= lim.max_cache_salt_bytes, "cache_salt length");
     const size_t prompts = ep == Endpoint::kChat ? 1 : p.prompt_texts.size() + p.prompt_tokens.size();
     check(prompts >= 1 && prompts <= lim.max_prompts, "prompt count");
