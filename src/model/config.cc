@@ -72,7 +72,7 @@ Expected<ModelConfig> config_from_gguf(const gguf::GgufFile& f) {
   if (f.find(p + "rope.scaling.type")) {
     // As llama.cpp, the factor applies whatever the type; llama3 and longrope scaling
     // also come as frequency-factor tensors (the architecture binds them). YaRN's
-    // extrapolation ramp is not implemented: refuse rather than compute something else.
+    // extrapolation ramp is not supported yet: refuse rather than compute something else.
     PAGODA_ASSIGN_OR_RETURN(const std::string t, f.get_string(p + "rope.scaling.type"));
     if (t != "none" && t != "linear" && t != "longrope") {
       return errorf("%srope.scaling.type '%s' is not supported (none, linear, longrope)", p.c_str(), t.c_str());
