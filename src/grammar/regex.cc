@@ -4,6 +4,8 @@
 #include <map>
 #include <string>
 
+#include "tok/unicode.h"
+
 namespace pagoda::grammar {
 namespace {
 
@@ -75,24 +77,6 @@ class Parser {
     return add(std::move(alt));
   }
 
-  static void encode_utf8(uint32_t cp, std::string& out) {
-    if (cp < 0x80) {
-      out.push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-  }
-
   bool eof() const { return pos_ >= re_.size(); }
   uint8_t peek() const { return static_cast<uint8_t>(re_[pos_]); }
 
@@ -160,7 +144,7 @@ class Parser {
         }
         pos_ += n;
         lit.clear();
-        encode_utf8(cp, lit);
+        tok::append_utf8(lit, cp);
         return Status::Ok();
       }
       case 'b': case 'B': return err("word boundaries (\\b, \\B) are not supported");

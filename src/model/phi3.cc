@@ -24,17 +24,7 @@ Status read_hparams(const gguf::GgufFile&, const std::string&, ModelConfig& c) {
 }
 
 Expected<ModelWeights> bind_weights(const gguf::GgufFile& f, const ModelConfig& c) {
-  ModelWeights w;
-  PAGODA_ASSIGN_OR_RETURN(w.token_embd, bind_matrix(f, "token_embd.weight", c.n_vocab, c.n_embd));
-  if (!dequantize_supported(w.token_embd.type)) {
-    return errorf("tensor token_embd.weight: type %s cannot be dequantized", ggml_type_info(w.token_embd.type).name);
-  }
-  PAGODA_ASSIGN_OR_RETURN(w.output_norm, bind_vector(f, "output_norm.weight", c.n_embd));
-  if (c.tied_output) {
-    w.output = w.token_embd;
-  } else {
-    PAGODA_ASSIGN_OR_RETURN(w.output, bind_matrix(f, "output.weight", c.n_vocab, c.n_embd));
-  }
+  PAGODA_ASSIGN_OR_RETURN(ModelWeights w, bind_io_weights(f, c));
   if (f.find_tensor("rope_factors_short.weight")) {
     PAGODA_ASSIGN_OR_RETURN(w.rope_freqs, bind_rope_factors(f, "rope_factors_short.weight", c));
   }

@@ -78,7 +78,7 @@ uint64_t matrix_bytes(const kernels::WeightView& w) { return w.row_bytes * stati
 
 }  // namespace
 
-Expected<ModelWeights> bind_decoder_weights(const gguf::GgufFile& f, const ModelConfig& c) {
+Expected<ModelWeights> bind_io_weights(const gguf::GgufFile& f, const ModelConfig& c) {
   ModelWeights w;
   PAGODA_ASSIGN_OR_RETURN(w.token_embd, bind_matrix(f, "token_embd.weight", c.n_vocab, c.n_embd));
   if (!dequantize_supported(w.token_embd.type)) {
@@ -90,6 +90,11 @@ Expected<ModelWeights> bind_decoder_weights(const gguf::GgufFile& f, const Model
   } else {
     PAGODA_ASSIGN_OR_RETURN(w.output, bind_matrix(f, "output.weight", c.n_vocab, c.n_embd));
   }
+  return w;
+}
+
+Expected<ModelWeights> bind_decoder_weights(const gguf::GgufFile& f, const ModelConfig& c) {
+  PAGODA_ASSIGN_OR_RETURN(ModelWeights w, bind_io_weights(f, c));
   w.layers.resize(static_cast<size_t>(c.n_layers));
   for (int32_t i = 0; i < c.n_layers; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";

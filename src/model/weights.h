@@ -54,6 +54,9 @@ Expected<const float*> bind_vector(const gguf::GgufFile& file, const std::string
 // output (or tied to token_embd), and per layer attn_norm, attn_q/k/v/output,
 // ffn_norm, ffn_gate/up/down. Biases are left null.
 Expected<ModelWeights> bind_decoder_weights(const gguf::GgufFile& file, const ModelConfig& config);
+// Only the embedding, final norm and output matrix (token_embd when tied); the
+// layers are left empty for an architecture that binds its own (phi3's fused tensors).
+Expected<ModelWeights> bind_io_weights(const gguf::GgufFile& file, const ModelConfig& config);
 
 // Bytes of weights read to compute one token (all matrices, norms and the output
 // matrix; one embedding row). The numerator of decode GB/s.

@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "common/run_pagoda.h"
 #include <vector>
 
 #include "base/ggml_types.h"
@@ -20,24 +22,8 @@
 namespace pagoda {
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-};
-
-// Runs `pagoda ARGS`, capturing stdout (stderr too with merge_stderr).
-Result run_pagoda(const std::string& args, bool merge_stderr = false) {
-  const std::string cmd = std::string("'") + PAGODA_BIN + "' " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using Result = testutil::CliResult;
+using testutil::run_pagoda;
 
 std::vector<float> read_floats(const std::string& path) {
   std::vector<float> v;

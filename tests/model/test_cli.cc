@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+
+#include "common/run_pagoda.h"
 #include <vector>
 
 #include "model/golden_util.h"
@@ -13,24 +15,8 @@ using namespace pagoda::golden;
 
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-};
-
-// Runs `pagoda ARGS`, capturing stdout (stderr goes to stdout with merge_stderr).
-Result run_pagoda(const std::string& args, bool merge_stderr = false) {
-  const std::string cmd = std::string("'") + PAGODA_BIN + "' " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using Result = pagoda::testutil::CliResult;
+using pagoda::testutil::run_pagoda;
 
 // "1,2,3": the form --prompt-ids and --force-tokens take.
 std::string join_ids(const std::vector<int32_t>& ids) {

@@ -1,0 +1,30 @@
+// Runs the built `pagoda` binary (PAGODA_BIN, defined by the test's CMake) and
+// captures its output: shared by the CLI tests.
+#pragma once
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+namespace pagoda::testutil {
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out;
+};
+
+// `pagoda ARGS`, capturing stdout (stderr too with merge_stderr, else discarded).
+inline CliResult run_pagoda(const std::string& args, bool merge_stderr = false) {
+  const std::string cmd = std::string("'") + PAGODA_BIN + "' " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+  CliResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+}  // namespace pagoda::testutil
