@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -53,9 +55,15 @@ gguf::SynthOptions options(GgmlType type) {
   return o;
 }
 
+// A file name of this test process: ctest runs these tests as parallel processes,
+// which must not rewrite each other's files.
+std::string temp_path(const std::string& stem) {
+  return ::testing::TempDir() + "/pagoda_kquant_" + std::to_string(getpid()) + "_" + stem;
+}
+
 // The synthetic model of `type`, written once per type.
 std::string model_path(GgmlType type) {
-  const std::string path = ::testing::TempDir() + "/pagoda_kquant_" + ggml_type_info(type).name + ".gguf";
+  const std::string path = temp_path(std::string(ggml_type_info(type).name) + ".gguf");
   gguf::GgufWriter w;
   const Status s = gguf::synth_model(options(type), &w);
   EXPECT_TRUE(s.ok()) << s.message();
@@ -88,7 +96,7 @@ TEST(KQuantModel, InspectListsTheTensors) {
 
 // Last-position logits of the prompt, cpu kernels and ref kernels.
 std::vector<float> prompt_logits(GgmlType type, bool ref) {
-  const std::string out = ::testing::TempDir() + "/pagoda_kquant_logits.f32";
+  const std::string out = temp_path("logits.f32");
   std::remove(out.c_str());
   const Result r = run_pagoda("run -m '" + model_path(type) + "' --prompt-ids " + kPrompt +
                                   " -n 1 --temp 0 --kv-dtype f32 -c 64 -t 1 --json --logits-out '" + out + "'" +
