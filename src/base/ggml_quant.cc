@@ -215,6 +215,14 @@ float signed_absmax(const float* x, int n) {
   return max;
 }
 
+// Q6_K / Q3_K: scales[16] of the 16-value sub-blocks of a super-block x, each
+// mapping its value of largest magnitude to the level `lowest` (< 0); returns the
+// scale of largest magnitude, with its sign.
+float symmetric_scales16(const float* x, float lowest, float* scales) {
+  for (int j = 0; j < 16; ++j) scales[j] = signed_absmax(x + 16 * j, 16) / lowest;
+  return signed_absmax(scales, 16);
+}
+
 // The largest sub-block scale and min of a K-quant super-block (see range_scales).
 struct RangeMaxima {
   float scale = 0, min = 0;
@@ -341,8 +349,7 @@ void quant_q4_k(const float* x, BlockQ4_K* y, int64_t nb) {
 void quant_q6_k(const float* x, BlockQ6_K* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK_K) {
     float scales[16];
-    for (int j = 0; j < 16; ++j) scales[j] = signed_absmax(x + 16 * j, 16) / -32.0f;
-    const float max_scale = signed_absmax(scales, 16);
+    const float max_scale = symmetric_scales16(x, -32.0f, scales);
     std::memset(y[i].ql, 0, sizeof y[i].ql);
     std::memset(y[i].qh, 0, sizeof y[i].qh);
     if (max_scale == 0) {
@@ -421,8 +428,7 @@ void quant_q2_k(const float* x, BlockQ2_K* y, int64_t nb) {
 void quant_q3_k(const float* x, BlockQ3_K* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK_K) {
     float scales[16];
-    for (int j = 0; j < 16; ++j) scales[j] = signed_absmax(x + 16 * j, 16) / -4.0f;
-    const float max_scale = signed_absmax(scales, 16);
+    const float max_scale = symmetric_scales16(x, -4.0f, scales);
     std::memset(y[i].scales, 0, sizeof y[i].scales);
     std::memset(y[i].hmask, 0, sizeof y[i].hmask);
     uint8_t L[kQK_K];

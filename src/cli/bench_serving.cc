@@ -493,10 +493,7 @@ std::string double_opt(Args& args, const char* name, double lo, double hi, doubl
 
 int bench_serving_main(int argc, char** argv) {
   Args args(argc, argv);
-  if (args.help()) {
-    std::fprintf(stdout, "%s%s", kServingHelp, kEngineFlagsHelp);
-    return 0;
-  }
+  if (args.help()) return print_usage(kServingHelp, kEngineFlagsHelp);
   engine::EngineConfig ecfg;
   std::string err = parse_engine_flags(args, &ecfg);
   std::string workload, dataset, server_url, model_name, api_key;

@@ -83,11 +83,14 @@ int threads_or_all(int64_t requested) {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+int print_usage(const char* usage, const char* more) {
+  std::fputs(usage, stdout);
+  std::fputs(more, stdout);
+  return 0;
+}
+
 std::optional<int> help_or_usage_error(const char* cmd, bool help, const std::string& err, const char* usage) {
-  if (help) {
-    std::fputs(usage, stdout);
-    return 0;
-  }
+  if (help) return print_usage(usage);
   if (err.empty()) return std::nullopt;
   std::fprintf(stderr, "pagoda %s: %s\n\n%s", cmd, err.c_str(), usage);
   return 2;

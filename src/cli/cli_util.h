@@ -46,6 +46,9 @@ std::string human_bytes(double b);
 // The -t / --threads default: `requested` when > 0, else every hardware thread (at least 1).
 int threads_or_all(int64_t requested);
 
+// -h: `usage` then `more` (e.g. kEngineFlagsHelp) on stdout; returns 0, the exit code.
+int print_usage(const char* usage, const char* more = "");
+
 // What every subcommand does after parsing its arguments: with -h, the usage on
 // stdout and exit 0; on a parse error, "pagoda CMD: ERROR" and the usage on
 // stderr and exit 2. nullopt: go on.

@@ -47,10 +47,7 @@ const char* kHelp =
 
 int serve_main(int argc, char** argv) {
   Args args(argc, argv);
-  if (args.help()) {
-    std::fprintf(stdout, "%s%s", kHelp, kEngineFlagsHelp);
-    return 0;
-  }
+  if (args.help()) return print_usage(kHelp, kEngineFlagsHelp);
   engine::EngineConfig ecfg;
   server::ServerConfig scfg;
   std::string err = parse_engine_flags(args, &ecfg);

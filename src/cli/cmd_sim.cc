@@ -119,10 +119,7 @@ int run_sim(int argc, char** argv) {
     if (std::string(argv[k]) == "--calibrate") return sim_calibrate_main(argc, argv);
   }
   Args args(argc, argv);
-  if (args.help()) {
-    std::fputs(kHelp, stdout);
-    return 0;
-  }
+  if (args.help()) return print_usage(kHelp);
   std::string model_spec = default_model_path(), gpu = "cpu-local", v, plot_path, workload = "random";
   args.value("--model", &model_spec, "-m");
   args.value("--gpu", &gpu);

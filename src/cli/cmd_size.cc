@@ -51,10 +51,7 @@ int fail(const std::string& msg) {
 
 int run_size(int argc, char** argv) {
   Args args(argc, argv);
-  if (args.help()) {
-    std::fputs(kHelp, stdout);
-    return 0;
-  }
+  if (args.help()) return print_usage(kHelp);
   if (args.flag("--list")) {
     std::printf("model presets:\n");
     for (const auto& n : sim::list_model_presets()) std::printf("  %s\n", n.c_str());

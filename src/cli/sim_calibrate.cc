@@ -153,10 +153,7 @@ class Measurer {
 
 int sim_calibrate_main(int argc, char** argv) {
   Args args(argc, argv);
-  if (args.help()) {
-    std::fputs(kHelp, stdout);
-    return 0;
-  }
+  if (args.help()) return print_usage(kHelp);
   args.flag("--calibrate");
   engine::EngineConfig ecfg;
   ecfg.model_path = default_model_path();
