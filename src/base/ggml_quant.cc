@@ -350,13 +350,8 @@ void quant_q6_k(const float* x, BlockQ6_K* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK_K) {
     float scales[16];
     const float max_scale = symmetric_scales16(x, -32.0f, scales);
-    std::memset(y[i].ql, 0, sizeof y[i].ql);
-    std::memset(y[i].qh, 0, sizeof y[i].qh);
-    if (max_scale == 0) {
-      std::memset(y[i].scales, 0, sizeof y[i].scales);
-      y[i].d = fp32_to_fp16(0.0f);
-      continue;
-    }
+    y[i] = BlockQ6_K{};            // every byte 0: d = +0.0 in fp16
+    if (max_scale == 0) continue;  // an all-zero block
     const float iscale = -128.0f / max_scale;
     y[i].d = fp32_to_fp16(1.0f / iscale);
     const float d = fp16_to_fp32(y[i].d);
@@ -429,13 +424,10 @@ void quant_q3_k(const float* x, BlockQ3_K* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK_K) {
     float scales[16];
     const float max_scale = symmetric_scales16(x, -4.0f, scales);
-    std::memset(y[i].scales, 0, sizeof y[i].scales);
-    std::memset(y[i].hmask, 0, sizeof y[i].hmask);
+    y[i] = BlockQ3_K{};  // every byte 0; d stays +0.0 for an all-zero block (then every value is 0)
     uint8_t L[kQK_K];
     std::memset(L, 4, sizeof L);  // q - 4 = 0
-    if (max_scale == 0) {
-      y[i].d = fp32_to_fp16(0.0f);  // d = 0: every value is 0 whatever sc and q say
-    } else {
+    if (max_scale != 0) {
       const float iscale = -32.0f / max_scale;
       y[i].d = fp32_to_fp16(1.0f / iscale);
       const float d = fp16_to_fp32(y[i].d);
