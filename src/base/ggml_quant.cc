@@ -553,25 +553,27 @@ int64_t row_blocks(GgmlType t, int64_t n) {
   return n < 0 || n % bs != 0 ? -1 : n / bs;
 }
 
-}  // namespace
-
-bool dequantize_supported(GgmlType type) { return codec(type).dequant != nullptr; }
-bool quantize_supported(GgmlType type) { return codec(type).quant != nullptr; }
-
-bool dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
-  const DequantFn f = codec(type).dequant;
+// f over the whole blocks of a row of n elements; false (nothing written) when
+// f is null or n is not whole blocks.
+template <class Fn, class Src, class Dst>
+bool apply_to_row(Fn f, GgmlType type, Src src, Dst dst, int64_t n) {
   const int64_t nb = f ? row_blocks(type, n) : -1;
   if (nb < 0) return false;
   f(src, dst, nb);
   return true;
 }
 
+}  // namespace
+
+bool dequantize_supported(GgmlType type) { return codec(type).dequant != nullptr; }
+bool quantize_supported(GgmlType type) { return codec(type).quant != nullptr; }
+
+bool dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
+  return apply_to_row(codec(type).dequant, type, src, dst, n);
+}
+
 bool quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
-  const QuantFn f = codec(type).quant;
-  const int64_t nb = f ? row_blocks(type, n) : -1;
-  if (nb < 0) return false;
-  f(src, dst, nb);
-  return true;
+  return apply_to_row(codec(type).quant, type, src, dst, n);
 }
 
 }  // namespace pagoda
