@@ -3,9 +3,9 @@
 #include "cli/bench_serving.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cinttypes>
-#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -481,9 +481,8 @@ std::string double_opt(Args& args, const char* name, double lo, double hi, doubl
   if (v == "inf") {
     *out = std::numeric_limits<double>::infinity();
   } else {
-    char* end = nullptr;
-    const double d = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end || !(d >= lo && d <= hi)) return std::string(name) + " must be a number, got '" + v + "'";
+    double d = 0;
+    if (!parse_f64(v, &d) || !(d >= lo && d <= hi)) return std::string(name) + " must be a number, got '" + v + "'";
     *out = d;
   }
   return "";

@@ -1,7 +1,6 @@
 #include "cli/sim_calibrate.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
