@@ -244,10 +244,8 @@ int run_inspect(int argc, char** argv) {
                   "  layers (which keep at most %d tokens)\n",
                   wk.window, with_commas(wk.global_per_token).c_str(), wk.global_layers,
                   with_commas(wk.local_per_token).c_str(), wk.local_layers, wk.window);
-      std::printf("  per %s-token sequence (f16): %s bytes exact (global x %s + window layers x %d tokens);
-"
-                  "  the hybrid KV cache manager (%d groups of %d layers, blocks of 16) holds %s bytes
-",
+      std::printf("  per %s-token sequence (f16): %s bytes exact (global x %s + window layers x %d tokens);\n"
+                  "  the hybrid KV cache manager (%d groups of %d layers, blocks of 16) holds %s bytes\n",
                   with_commas(static_cast<uint64_t>(kSeq)).c_str(), with_commas(wk.exact_32k).c_str(),
                   with_commas(static_cast<uint64_t>(kSeq)).c_str(), wk.window, wk.groups, wk.group_size,
                   with_commas(wk.held_32k).c_str());

@@ -188,7 +188,8 @@ class KvManager {
   // --- running ---
   // Room for num_new_tokens more tokens after num_computed_tokens: first the
   // window groups release their blocks before the window of the step's first
-  // token (num_computed_tokens), then new blocks in every group, and copy-on-write for shared blocks about to be written (pairs appended to
+  // token (num_computed_tokens), then new blocks in every group, and
+  // copy-on-write for shared blocks about to be written (pairs appended to
   // *copies when the source holds computed tokens). Ignores the watermark.
   // Returns false, changing nothing, when the pool cannot supply the blocks.
   bool append_slots(SeqId seq, int32_t num_new_tokens, std::vector<BlockCopy>* copies);
