@@ -1,7 +1,7 @@
 // KV cache groups (issue 15) through the real Engine, with and without the
 // hybrid KV cache manager (--disable-hybrid-kv-cache-manager).
 //
-//   bench_kv_groups long MODEL [TOKENS=32000] [--flag]
+//   bench_kv_groups long MODEL|synth [TOKENS=32000] [--flag]
 //     One sequence of TOKENS tokens (prompt TOKENS - 8, 8 greedy outputs) in a
 //     pool sized for it. Prints the KV blocks it holds at its last step, their
 //     bytes, and the exact figure: global layers x TOKENS + window layers x
@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -54,16 +55,19 @@ int int_opt(int argc, char** argv, const char* f, int def) {
   return def;
 }
 
-std::string synth_model() {
-  const std::string path = "/tmp/pagoda_bench_kv_groups_gemma3.gguf";
+// head_dim and heads only scale the compute and the bytes per block; the
+// block counts depend on the layers, the window and the block size alone.
+std::string synth_model(int32_t head_dim, int32_t heads) {
+  const std::string path = "/tmp/pagoda_bench_kv_groups_gemma3_" + std::to_string(head_dim) + "x" +
+                           std::to_string(heads) + ".gguf";
   gguf::SynthOptions o;
   o.shape = *gguf::find_synth_preset("tiny-gemma3");
   o.shape.name = "gemma3-270m-layout";
   o.shape.n_layer = 18;
   o.shape.n_embd = 64;
-  o.shape.n_head = 2;
+  o.shape.n_head = heads;
   o.shape.n_head_kv = 1;
-  o.shape.n_head_dim = 32;
+  o.shape.n_head_dim = head_dim;
   o.shape.n_ctx = 32768;
   o.shape.sliding_window = 512;
   o.type = GgmlType::F32;
@@ -76,32 +80,47 @@ std::string synth_model() {
   return path;
 }
 
-int run_long(const std::string& model, int64_t tokens, bool flag) {
+engine::EngineConfig bench_config(const std::string& model, bool flag) {
   engine::EngineConfig c;
   c.model_path = model;
   c.threads = 2;
   c.kv_dtype = KvDtype::F16;
-  c.context_length = static_cast<int>(tokens);
-  c.kv_pool_one_context = true;
   c.disable_hybrid_kv_cache_manager = flag;
   c.watermark = 0;
+  return c;
+}
+
+std::unique_ptr<engine::Engine> make_engine(const engine::EngineConfig& c) {
   auto e = engine::Engine::create(c);
   if (!e.ok()) {
     std::fprintf(stderr, "%s\n", e.message().c_str());
-    return 1;
+    std::exit(1);
   }
-  engine::Engine& eng = **e;
-  const engine::ModelInfo& info = eng.model_info();
+  return std::move(e).value();
+}
+
+// A greedy request of `prompt` random tokens (seeded) and `output` outputs.
+void add(engine::Engine& eng, uint64_t seed, int64_t prompt, int output) {
   engine::RequestParams p;
-  p.prompt = random_tokens(1, tokens - 8, info.vocab_size);
-  p.max_tokens = 8;
+  p.prompt = random_tokens(seed, prompt, eng.model_info().vocab_size);
+  p.max_tokens = output;
   p.temperature = 0;
   p.ignore_eos = true;
   auto id = eng.add_request(p);
   if (!id.ok()) {
     std::fprintf(stderr, "%s\n", id.message().c_str());
-    return 1;
+    std::exit(1);
   }
+}
+
+int run_long(const std::string& model, int64_t tokens, bool flag) {
+  engine::EngineConfig c = bench_config(model, flag);
+  c.context_length = static_cast<int>(tokens);
+  c.kv_pool_one_context = true;
+  auto e = make_engine(c);
+  engine::Engine& eng = *e;
+  const engine::ModelInfo& info = eng.model_info();
+  add(eng, 1, tokens - 8, 8);
   const double t0 = now_s();
   int32_t held = 0;
   std::vector<int64_t> groups;
@@ -138,35 +157,15 @@ int run_long(const std::string& model, int64_t tokens, bool flag) {
 
 int run_concurrent(const std::string& model, int64_t pool_bytes, int requests, int prompt, int output, bool flag,
                    int chunk) {
-  engine::EngineConfig c;
-  c.model_path = model;
-  c.threads = 2;
-  c.kv_dtype = KvDtype::F16;
+  engine::EngineConfig c = bench_config(model, flag);
   c.kv_cache_memory = pool_bytes;
   c.context_length = prompt + output;
   c.max_num_batched_tokens = chunk;
   c.max_num_seqs = 256;
-  c.disable_hybrid_kv_cache_manager = flag;
-  c.watermark = 0;
-  auto e = engine::Engine::create(c);
-  if (!e.ok()) {
-    std::fprintf(stderr, "%s\n", e.message().c_str());
-    return 1;
-  }
-  engine::Engine& eng = **e;
+  auto e = make_engine(c);
+  engine::Engine& eng = *e;
   const engine::ModelInfo& info = eng.model_info();
-  for (int r = 0; r < requests; ++r) {
-    engine::RequestParams p;
-    p.prompt = random_tokens(100 + static_cast<uint64_t>(r), prompt, info.vocab_size);
-    p.max_tokens = output;
-    p.temperature = 0;
-    p.ignore_eos = true;
-    auto id = eng.add_request(p);
-    if (!id.ok()) {
-      std::fprintf(stderr, "%s\n", id.message().c_str());
-      return 1;
-    }
-  }
+  for (int r = 0; r < requests; ++r) add(eng, 100 + static_cast<uint64_t>(r), prompt, output);
   const double t0 = now_s();
   int max_running = 0, max_running_clean = 0;
   int64_t steps = 0;
@@ -201,7 +200,8 @@ int main(int argc, char** argv) {
   }
   const std::string mode = argv[1];
   std::string model = argv[2];
-  if (model == "synth") model = synth_model();
+  // long: one head of 8 (32k tokens of attention stay cheap); concurrent: 2 heads of 32.
+  if (model == "synth") model = mode == "long" ? synth_model(8, 1) : synth_model(32, 2);
   const bool flag = has_flag(argc, argv, "--flag");
   if (mode == "long") return run_long(model, argc > 3 && argv[3][0] != '-' ? std::atoll(argv[3]) : 32000, flag);
   if (mode == "concurrent" && argc >= 7) {

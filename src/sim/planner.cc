@@ -255,7 +255,7 @@ std::string format_report(const PlanInput& in, const PlanReport& r) {
          std::to_string(r.kv_groups.group_size) + " layers (" + std::to_string(windowed) +
          " sliding-window: they hold only their window)\n";
     s += pad("  blocks per request") + with_commas_signed(r.blocks_per_request) +
-         "  (full groups ceil(L / block), window groups min(that, ceil(W / block) + 1))\n";
+         "  (full groups ceil(L / block), window groups min(that, ceil((W - 1) / block) + 1))\n";
   } else {
     s += pad("  blocks per request") + with_commas_signed(r.blocks_per_request) + "  (ceil(" +
          with_commas(static_cast<uint64_t>(in.context)) + " / " + std::to_string(in.block_size) + "))\n";
