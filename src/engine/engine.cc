@@ -332,9 +332,11 @@ void EngineImpl::sample_choice(sched::RequestId sid, const sched::ScheduledSeq& 
   }
   ev.num_prompt_tokens = ch.num_prompt;
   ev.num_output_tokens = ch.num_output;
-  ev.num_kv_blocks = static_cast<int32_t>(seq.block_ids.size());
+  // Every group's real blocks (window groups hold the null block 0 before their window).
+  ev.num_kv_blocks = 0;
+  for (sched::BlockId b : seq.block_ids) ev.num_kv_blocks += b != 0 ? 1 : 0;
   for (const auto& t : seq.group_block_ids) {
-    for (sched::BlockId b : t) ev.num_kv_blocks += b != 0 ? 1 : 0;  // window groups: null before the window
+    for (sched::BlockId b : t) ev.num_kv_blocks += b != 0 ? 1 : 0;
   }
   (*event_of)[sid] = events->size();
   events->push_back(std::move(ev));
