@@ -12,6 +12,7 @@
 #include "cli/cli_util.h"
 #include "cli/command.h"
 #include "gguf/gguf.h"
+#include "sim/model_desc.h"
 
 namespace pagoda::cli {
 namespace {
@@ -116,6 +117,33 @@ int run_inspect(int argc, char** argv) {
     kv.push_back({kv_dtype_name(d), per_token});
   }
 
+  // Sliding-window layers (gemma3, ...): the KV the hybrid manager holds, with
+  // the one arithmetic of kv/sizing (f16, blocks of 16, a 32,768-token sequence).
+  struct WindowKv {
+    int32_t window = 0, global_layers = 0, local_layers = 0;
+    uint64_t global_per_token = 0, local_per_token = 0;  // f16, all layers of the kind
+    uint64_t exact_32k = 0;      // global x 32768 + local x min(32768, window) tokens
+    uint64_t held_32k = 0;       // the allocator's blocks x bytes per block
+    int32_t groups = 0, group_size = 0;
+  } wk;
+  constexpr int64_t kSeq = 32768;
+  if (auto md = sim::resolve_model(path); md.ok() && md->sliding_window > 0) {
+    const kv::KvShape shape = md->kv_shape();
+    const kv::KvDtype f16 = kv::kv_dtype_f16();
+    const uint64_t per_layer = kv::kv_bytes_per_token_per_layer(shape, f16);
+    const kv::KvGroupLayout layout = kv::kv_group_layout(kv::kv_layer_windows(shape), /*hybrid=*/true);
+    wk.window = shape.sliding_window;
+    wk.local_layers = shape.num_local_layers();
+    wk.global_layers = shape.num_global_layers();
+    wk.global_per_token = per_layer * static_cast<uint64_t>(wk.global_layers);
+    wk.local_per_token = per_layer * static_cast<uint64_t>(wk.local_layers);
+    wk.exact_32k = kv::kv_bytes_for_sequence(shape, f16, kSeq);
+    wk.held_32k = static_cast<uint64_t>(kv::kv_blocks_for_sequence(layout, kSeq, 16)) *
+                  kv::kv_group_bytes_per_block(shape, f16, 16, layout);
+    wk.groups = layout.num_groups();
+    wk.group_size = layout.group_size;
+  }
+
   if (json) {
     nlohmann::json j;
     j["path"] = path;
@@ -146,6 +174,17 @@ int run_inspect(int argc, char** argv) {
     }
     j["kv_bytes_per_token"] = per_tok;
     j["kv_bytes_full_context"] = full;
+    if (wk.window > 0) {
+      j["kv_sliding_window"] = {{"window", wk.window},
+                                {"global_layers", wk.global_layers},
+                                {"window_layers", wk.local_layers},
+                                {"f16_bytes_per_token_global_layers", wk.global_per_token},
+                                {"f16_bytes_per_token_window_layers", wk.local_per_token},
+                                {"f16_bytes_32k_sequence_exact", wk.exact_32k},
+                                {"f16_bytes_32k_sequence_held", wk.held_32k},
+                                {"kv_groups", wk.groups},
+                                {"kv_group_layers", wk.group_size}};
+    }
     if (show_meta) {
       nlohmann::json m = nlohmann::json::object();
       for (const auto& [k, v] : f.metadata()) m[k] = gguf::format_value(v, 8);
@@ -191,6 +230,17 @@ int run_inspect(int argc, char** argv) {
         std::printf("   %12s per %s-token sequence", human_bytes(static_cast<double>(k.per_token) * n_ctx).c_str(),
                     with_commas(static_cast<uint64_t>(n_ctx)).c_str());
       std::printf("\n");
+    }
+    if (wk.window > 0) {
+      std::printf("  sliding window %d: per token (f16) %s bytes in the %d global layers, %s bytes in the %d window\n"
+                  "  layers (which keep at most %d tokens)\n",
+                  wk.window, with_commas(wk.global_per_token).c_str(), wk.global_layers,
+                  with_commas(wk.local_per_token).c_str(), wk.local_layers, wk.window);
+      std::printf("  per %s-token sequence (f16): %s bytes exact (global x %s + window layers x %d tokens);\n"
+                  "  the hybrid KV cache manager (%d groups of %d layers, blocks of 16) holds %s bytes\n",
+                  with_commas(static_cast<uint64_t>(kSeq)).c_str(), with_commas(wk.exact_32k).c_str(),
+                  with_commas(static_cast<uint64_t>(kSeq)).c_str(), wk.window, wk.groups, wk.group_size,
+                  with_commas(wk.held_32k).c_str());
     }
   } else {
     std::printf("KV cache:      unknown (attention shape missing from metadata)\n");

@@ -56,6 +56,7 @@ const char* kRunUsage =
     "      --block-size N    KV block size in tokens (default 16)\n"
     "      --no-kv-cache     recompute the whole sequence every step (baseline)\n"
     "      --ref-kernels     scalar reference kernels (debugging)\n"
+    "      --disable-hybrid-kv-cache-manager   every layer keeps a full-context KV table\n"
     "      --json            print one JSON object instead of streaming\n"
     "      --logits-out FILE write the logits of the first sampled step (n_vocab little-endian f32) to FILE\n"
     "      --force-tokens IDS  teacher forcing: the first generated tokens are these comma-separated ids\n"
@@ -82,6 +83,7 @@ struct RunOptions {
   int32_t block_size = 16;
   bool no_kv_cache = false;
   bool ref_kernels = false;
+  bool no_hybrid_kv = false;  // --disable-hybrid-kv-cache-manager
   bool json = false;
 };
 
@@ -139,6 +141,8 @@ std::string parse_args(int argc, char** argv, RunOptions* o, bool* help) {
       o->no_kv_cache = true;
     } else if (is("--ref-kernels")) {
       o->ref_kernels = true;
+    } else if (is("--disable-hybrid-kv-cache-manager")) {
+      o->no_hybrid_kv = true;
     } else if (is("--ignore-eos")) {
       o->sampling.ignore_eos = true;
     } else {
@@ -258,6 +262,7 @@ int run_run(int argc, char** argv) {
   ec.max_num_seqs = 1;
   ec.max_num_batched_tokens = static_cast<int>(o.ctx > 0 ? std::min<int64_t>(o.ctx, 2048) : 2048);
   ec.ref_kernels = o.ref_kernels;
+  ec.disable_hybrid_kv_cache_manager = o.no_hybrid_kv;
   ec.recompute = o.no_kv_cache;
   auto created = engine::Engine::create(ec);
   if (!created.ok()) return fail(o.model + ": " + created.message());

@@ -112,8 +112,15 @@ int serve_main(int argc, char** argv) {
                   info.architecture.c_str(), info.context_length, static_cast<long long>(info.kv_bytes_per_token));
   PAGODA_LOG_INFO("KV cache: %d blocks x %d tokens = %lld tokens, %.1f MiB", info.num_kv_blocks, info.block_size,
                   static_cast<long long>(info.kv_cache_tokens), info.kv_cache_bytes / 1048576.0);
-  PAGODA_LOG_INFO("Maximum concurrency for %lld tokens per request: %.2fx", static_cast<long long>(per_request),
-                  per_request > 0 ? static_cast<double>(info.kv_cache_tokens) / per_request : 0.0);
+  // One arithmetic with the allocator: blocks (all KV groups) a context-length
+  // sequence holds (kv/sizing's kv_blocks_for_sequence; sliding-window groups
+  // only their window).
+  PAGODA_LOG_INFO("Maximum concurrency for %lld tokens per request: %.2fx (%lld blocks each, %zu KV group(s) of %d layers)",
+                  static_cast<long long>(per_request),
+                  info.kv_blocks_per_context > 0
+                      ? static_cast<double>(info.num_kv_blocks - 1) / static_cast<double>(info.kv_blocks_per_context)
+                      : 0.0,
+                  static_cast<long long>(info.kv_blocks_per_context), info.kv_group_windows.size(), info.kv_group_size);
   auto srv = server::Server::create(scfg, std::move(eng).value());
   if (!srv.ok()) {
     std::fprintf(stderr, "pagoda serve: %s\n", srv.message().c_str());

@@ -61,6 +61,7 @@ data/hardware.json). Prints the serving metrics `pagoda bench` prints.
   --max-num-seqs N           scheduler cap on running requests (default 256)
   --max-num-batched-tokens N token budget per step (default 8192)
   --no-prefix-caching        disable automatic prefix caching
+  --disable-hybrid-kv-cache-manager   one full-context KV group (window layers hold every token)
   --schedule-policy fcfs|lpm admission order: arrival, or longest cached prefix first (default fcfs)
   --json                     metrics as JSON
   --plot out.svg             KV usage and running requests over time
@@ -137,6 +138,7 @@ int run_sim(int argc, char** argv) {
 
   sim::SimConfig cfg;
   sim::PlanInput& in = cfg.plan;
+  in.hybrid_kv = !args.flag("--disable-hybrid-kv-cache-manager");
   in.model = *model;
   in.hw = *hw;
   in.kv_dtype = is_gguf ? kv::kv_dtype_f16() : kv::kv_dtype_bf16();
@@ -206,7 +208,8 @@ int run_sim(int argc, char** argv) {
   if (num_kv_blocks > 0) {
     // Exactly the engine's pool: N blocks, whatever the byte budget would give.
     const kv::KvShape rank = kv::shard_for_tp(in.model.kv_shape(), in.tp);
-    in.kv_cache_memory = static_cast<uint64_t>(num_kv_blocks) * kv::kv_bytes_per_block(rank, in.kv_dtype, in.block_size);
+    const kv::KvGroupLayout groups = kv::kv_group_layout(kv::kv_layer_windows(rank), in.hybrid_kv);
+    in.kv_cache_memory = static_cast<uint64_t>(num_kv_blocks) * kv::kv_group_bytes_per_block(rank, in.kv_dtype, in.block_size, groups);
     cfg.max_num_blocks = num_kv_blocks;
   }
 

@@ -40,6 +40,7 @@ and how much context fit after the weights.
   --watermark F           admission watermark: floor(F x (blocks - 1)) blocks kept free (default 0.01)
   --table                 print the context x concurrency fit table (on by default with a device)
   --json                  one JSON object instead of text
+  --disable-hybrid-kv-cache-manager   size one full-context KV group (as the engine with that flag)
   --plot out.svg          SVG: KV memory per GPU vs concurrent requests for several contexts
   --list                  list model presets and devices
 )";
@@ -73,6 +74,7 @@ int run_size(int argc, char** argv) {
 
   sim::PlanInput in;
   in.model = *model;
+  in.hybrid_kv = !args.flag("--disable-hybrid-kv-cache-manager");
   in.context = std::min<int64_t>(8192, in.model.max_context);
   in.kv_dtype = is_gguf ? kv::kv_dtype_f16() : kv::kv_dtype_bf16();
   in.weights_from_file = is_gguf;

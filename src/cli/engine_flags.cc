@@ -124,6 +124,8 @@ const char* kEngineFlagsHelp =
     "  --kv-cache-memory BYTES       KV pool size, e.g. 512MiB (default 256MiB)\n"
     "  --num-kv-blocks N             KV pool size in blocks (wins over --kv-cache-memory)\n"
     "  --enable-prefix-caching / --no-enable-prefix-caching   (default on)\n"
+    "  --disable-hybrid-kv-cache-manager   every layer keeps a full-context KV table (sliding windows\n"
+    "                          only masked); default: window layers hold only their window\n"
     "  --max-num-seqs N              running requests per step (default 64); or -np/--parallel\n"
     "  --max-num-batched-tokens N    token budget per step (default 2048)\n"
     "  --schedule-policy fcfs|lpm    admission order: arrival, or longest cached prefix first (default fcfs)\n";
@@ -172,6 +174,7 @@ std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
   }
   if (args.flag("--no-enable-prefix-caching")) cfg->enable_prefix_caching = false;
   if (args.flag("--enable-prefix-caching")) cfg->enable_prefix_caching = true;
+  if (args.flag("--disable-hybrid-kv-cache-manager")) cfg->disable_hybrid_kv_cache_manager = true;
   if (args.value("--max-num-seqs", &v, "-np") || args.value("--parallel", &v)) {
     if (!to_int(v, 1, 4096, &n)) return "--max-num-seqs must be an integer in 1..4096, got '" + v + "'";
     cfg->max_num_seqs = static_cast<int>(n);

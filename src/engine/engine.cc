@@ -119,12 +119,21 @@ Status EngineImpl::init(const EngineConfig& c) {
   shape.num_kv_heads = 1;
   shape.head_dim = static_cast<int32_t>(kv_dim);
   const kv::KvDtype dtype_desc = kv::kv_dtype_of(c.kv_dtype);
-  const uint64_t bytes_per_block = kv::kv_bytes_per_block(shape, dtype_desc, c.block_size);
+  // KV cache groups by attention kind (one group with the flag): a block holds
+  // group_size layer slots, so it costs the same in every group.
+  std::vector<int32_t> layer_windows;
+  for (const model::LayerAttn& a : mc.layers) layer_windows.push_back(a.window);
+  // Recompute rewrites every position each step: it needs every block, so one full group.
+  const kv::KvGroupLayout layout =
+      kv::kv_group_layout(layer_windows, !c.disable_hybrid_kv_cache_manager && !c.recompute);
+  const uint64_t bytes_per_block = kv::kv_group_bytes_per_block(shape, dtype_desc, c.block_size, layout);
+  const int32_t max_chunk = std::max(1, c.max_num_batched_tokens);
+  auto seq_blocks = [&](int64_t n) { return kv::kv_blocks_for_sequence(layout, n, c.block_size, max_chunk); };
 
   int64_t ctx = c.context_length > 0 ? c.context_length : (mc.n_ctx_train > 0 ? mc.n_ctx_train : 2048);
   int64_t num_blocks = c.num_kv_blocks;
   if (c.kv_pool_one_context) {
-    num_blocks = kv::blocks_for_tokens(ctx, c.block_size) + 1;  // + the null block
+    num_blocks = seq_blocks(ctx) + 1;  // + the null block
   } else if (num_blocks <= 0) {
     const int64_t budget = c.kv_cache_memory > 0 ? c.kv_cache_memory : kDefaultKvCacheMemory;
     num_blocks = kv::num_blocks_for_budget(static_cast<uint64_t>(budget), bytes_per_block);
@@ -133,7 +142,18 @@ Status EngineImpl::init(const EngineConfig& c) {
     return errorf("the KV cache budget holds %lld blocks of %llu bytes; at least 2 are needed",
                   static_cast<long long>(num_blocks), static_cast<unsigned long long>(bytes_per_block));
   num_blocks = std::min<int64_t>(num_blocks, INT32_MAX / 2);
-  const int64_t pool_tokens = (num_blocks - 1) * c.block_size;
+  // The longest sequence the pool holds (one full group: (num_blocks - 1) x
+  // block_size); seq_blocks grows with n, so bisect.
+  int64_t pool_tokens = 0;
+  for (int64_t lo = 0, hi = int64_t{INT32_MAX} / 2; lo <= hi;) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (seq_blocks(mid) <= num_blocks - 1) {
+      pool_tokens = mid;
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
   if (ctx > pool_tokens) {
     PAGODA_LOG_WARN("context %lld capped to the KV pool's %lld tokens", static_cast<long long>(ctx),
                     static_cast<long long>(pool_tokens));
@@ -146,6 +166,12 @@ Status EngineImpl::init(const EngineConfig& c) {
   ro.kv_dtype = c.kv_dtype;
   ro.max_tokens_per_step = c.max_num_batched_tokens;
   ro.backend = c.ref_kernels ? model::KernelBackend::Ref : model::KernelBackend::Cpu;
+  if (layout.num_groups() > 1 || layout.group_size != mc.n_layers) {
+    ro.num_kv_groups = layout.num_groups();
+    ro.n_layer_slots = layout.group_size;
+    ro.layer_group = layout.layer_group;
+    ro.layer_slot = layout.layer_slot;
+  }
   PAGODA_ASSIGN_OR_RETURN(runner_, runtime::ModelRunner::create(*model_, ro));
   if (runner_->kv().bytes_total() != static_cast<uint64_t>(num_blocks) * bytes_per_block)
     return errorf("internal: KV storage of %llu bytes, kv/sizing says %lld blocks x %llu",
@@ -159,6 +185,7 @@ Status EngineImpl::init(const EngineConfig& c) {
   kc.model_fingerprint = model_->fingerprint();
   // Recomputing rewrites a sequence's blocks every step: none may be shared.
   kc.enable_prefix_caching = c.enable_prefix_caching && !c.recompute;
+  for (int32_t w : layout.windows) kc.groups.push_back(kv::KvGroupSpec{w});
   kv_ = std::make_unique<kv::KvManager>(kc);
 
   sched::SchedulerConfig sc;
@@ -183,6 +210,9 @@ Status EngineImpl::init(const EngineConfig& c) {
   info_.kv_bytes_per_block = static_cast<int64_t>(bytes_per_block);
   info_.num_kv_blocks = static_cast<int>(num_blocks);
   info_.block_size = c.block_size;
+  info_.kv_group_size = layout.group_size;
+  info_.kv_group_windows.assign(layout.windows.begin(), layout.windows.end());
+  info_.kv_blocks_per_context = kv::kv_blocks_for_sequence(layout, ctx, c.block_size);  // decoding: window + one block
   info_.kv_cache_tokens = pool_tokens;
   info_.kv_cache_bytes = static_cast<int64_t>(runner_->kv().bytes_total());
   return Status::Ok();
@@ -302,7 +332,12 @@ void EngineImpl::sample_choice(sched::RequestId sid, const sched::ScheduledSeq& 
   }
   ev.num_prompt_tokens = ch.num_prompt;
   ev.num_output_tokens = ch.num_output;
-  ev.num_kv_blocks = static_cast<int32_t>(seq.block_ids.size());
+  // Every group's real blocks (window groups hold the null block 0 before their window).
+  ev.num_kv_blocks = 0;
+  for (sched::BlockId b : seq.block_ids) ev.num_kv_blocks += b != 0 ? 1 : 0;
+  for (const auto& t : seq.group_block_ids) {
+    for (sched::BlockId b : t) ev.num_kv_blocks += b != 0 ? 1 : 0;
+  }
   (*event_of)[sid] = events->size();
   events->push_back(std::move(ev));
   outputs->push_back({sid, token, ch.stop_reason != FinishReason::kNone});
@@ -388,6 +423,7 @@ EngineStats EngineImpl::stats() const {
   s.blocks_total = k.num_blocks_total;
   s.blocks_free = k.num_free;
   s.blocks_used = k.num_used;
+  s.group_blocks_used.assign(k.group_blocks_used.begin(), k.group_blocks_used.end());
   s.blocks_cached = k.num_cached_evictable;
   s.kv_usage = k.num_blocks_total > 0 ? static_cast<double>(k.num_used) / k.num_blocks_total : 0.0;
   s.prefix_queries_tokens = k.prefix_query_tokens;

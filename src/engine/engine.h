@@ -47,6 +47,10 @@ struct EngineConfig {
   int max_num_batched_tokens = 2048;
   double watermark = 0.01;           // admission keeps this fraction of blocks free
   bool schedule_lpm = false;         // admit longest cached prefix first (else arrival order)
+  // vLLM's flag: one KV cache group, every layer keeps a full-context table
+  // (sliding windows stay masks). Else layers form groups by attention kind
+  // and window layers hold only their window (kv/sizing's kv_group_layout).
+  bool disable_hybrid_kv_cache_manager = false;
 };
 
 struct RequestParams {
@@ -88,7 +92,7 @@ struct TokenEvent {
   std::vector<TokenLogprob> logprobs;
   std::vector<float> logits;         // [n_vocab] the row the token came from (return_logits only)
   int32_t argmax = -1;               // a forced token: the greedy pick of that row (else -1)
-  int32_t num_kv_blocks = 0;         // KV blocks the sequence held in this step
+  int32_t num_kv_blocks = 0;         // KV blocks the sequence held in this step (all groups)
   FinishReason finish = FinishReason::kNone;
   std::string error;                 // set when finish == kError
   int32_t num_prompt_tokens = 0;
@@ -110,6 +114,7 @@ struct EngineStats {
   int64_t prompt_tokens_total = 0;
   int64_t generation_tokens_total = 0;
   int64_t computed_tokens_total = 0;   // tokens through the forward pass (recompute: again every step)
+  std::vector<int64_t> group_blocks_used;  // [kv groups] blocks held by each KV cache group
 };
 
 struct ModelInfo {
@@ -129,6 +134,12 @@ struct ModelInfo {
   int64_t kv_cache_bytes = 0;
   int num_kv_blocks = 0;
   int block_size = 0;
+  // KV cache groups: layer slots per block and each group's window (0 = full).
+  int kv_group_size = 0;
+  std::vector<int> kv_group_windows;
+  // Blocks (all groups) one sequence of context_length tokens holds while it
+  // decodes (kv/sizing's kv_blocks_for_sequence); concurrency = blocks / this.
+  int64_t kv_blocks_per_context = 0;
 };
 
 class Engine {

@@ -47,6 +47,9 @@ struct KvLayerView {
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
   size_t row_bytes = 0;
+  // The KV cache group whose block table addresses this layer (kv::KvManager
+  // groups; 0 with one group): the layer reads group_view(batch, group).
+  int32_t group = 0;
 };
 
 // ---- One step's ragged batch (built once per step by plan/) ------------------
@@ -68,7 +71,29 @@ struct BatchView {
   const int32_t* kv_last_page_len = nullptr; // [n_seqs]
   int32_t n_logits = 0;
   const int32_t* logit_rows = nullptr;       // [n_logits] token rows whose logits are wanted
+  // KV cache groups 1.. (none with one group; the fields above are group 0's).
+  // Every group's tables have the same logical length, so kv_indptr and
+  // kv_last_page_len are shared; a window group's kv_indices hold the null
+  // block 0 before its window, which paged_attention never reads (it starts at
+  // the page of the first key in the window).
+  int32_t n_groups = 1;
+  const struct KvGroupBatch* groups = nullptr;  // [n_groups - 1]: groups 1..
 };
+
+// One KV group's addressing of a step (group g >= 1 of a BatchView).
+struct KvGroupBatch {
+  const int64_t* slot_mapping = nullptr;  // [n_tokens]
+  const int32_t* kv_indices = nullptr;    // [kv_indptr[n_seqs]]
+};
+
+// The BatchView a layer of group g reads: group 0 is the view itself.
+inline BatchView group_view(const BatchView& b, int32_t g) {
+  if (g == 0) return b;
+  BatchView v = b;
+  v.slot_mapping = b.groups[g - 1].slot_mapping;
+  v.kv_indices = b.groups[g - 1].kv_indices;
+  return v;
+}
 
 inline int64_t kv_len(const BatchView& b, int32_t seq, int32_t block_size) {
   const int32_t pages = b.kv_indptr[seq + 1] - b.kv_indptr[seq];

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "base/check.h"
+#include "kv/sizing.h"
 
 namespace pagoda::kv {
 
@@ -15,6 +16,30 @@ KvManager::KvManager(const KvConfig& config)
                    config.block_size);
   PAGODA_CHECK_MSG(config.watermark >= 0.0 && config.watermark < 1.0, "watermark %f not in [0, 1)", config.watermark);
   watermark_blocks_ = static_cast<int32_t>(std::floor(config.watermark * pool_.num_usable_blocks() + 1e-9));
+  groups_ = config.groups.empty() ? std::vector<KvGroupSpec>{KvGroupSpec{}} : config.groups;
+  for (const KvGroupSpec& g : groups_) PAGODA_CHECK_MSG(g.sliding_window >= 0, "sliding window %d < 0", g.sliding_window);
+}
+
+int32_t KvManager::first_needed_block(int32_t group, int64_t start) const {
+  const int32_t w = groups_[static_cast<size_t>(group)].sliding_window;
+  if (w == 0) return 0;
+  return static_cast<int32_t>(std::max<int64_t>(0, start - w + 1) / config_.block_size);
+}
+
+Hash128 KvManager::group_key(const Hash128& k, int32_t group) {
+  if (group == 0) return k;
+  // The same chain hash of the tokens, made distinct per group: one cache holds
+  // the blocks of every group.
+  const uint64_t words[3] = {k.lo, k.hi, static_cast<uint64_t>(group)};
+  return xxh3_128(words, sizeof(words));
+}
+
+int64_t KvManager::max_blocks_for_sequence(int64_t num_tokens, int32_t max_chunk) const {
+  int64_t n = 0;
+  for (const KvGroupSpec& g : groups_) {
+    n += kv_group_blocks_for_sequence(num_tokens, config_.block_size, g.sliding_window, max_chunk);
+  }
+  return n;
 }
 
 const KvManager::Seq& KvManager::seq_ref(SeqId seq) const {
@@ -31,11 +56,14 @@ PrefixMatch KvManager::match_prefix(std::span<const TokenId> tokens, std::string
   m.block_size_ = config_.block_size;
   m.owner_ = this;
   m.generation_ = generation_;
+  m.tables_.assign(groups_.size(), {});
+  m.table_entries_.assign(groups_.size(), {});
   if (!config_.enable_prefix_caching || tokens.empty()) return m;
   const size_t bs = static_cast<size_t>(config_.block_size);
   const size_t max_blocks = (tokens.size() - 1) / bs;  // never the last token
   Hash128 parent{};
   EntryId parent_entry = kRootEntry;
+  std::vector<BlockId> walked;  // group 0's blocks of the confirmed chain
   for (size_t i = 0; i < max_blocks; ++i) {
     const auto block_tokens = tokens.subspan(i * bs, bs);
     const Hash128 key = cache_.key(parent, block_tokens, cache_salt);
@@ -45,27 +73,101 @@ PrefixMatch KvManager::match_prefix(std::span<const TokenId> tokens, std::string
       m.has_next_key_ = true;
       break;
     }
-    m.blocks_.push_back(b);
+    walked.push_back(b);
     m.keys_.push_back(key);
     parent_entry = cache_.entry_of(b);
     m.entries_.push_back(parent_entry);
     parent = key;
   }
+  // Group 0's chain is confirmed through k blocks; the other groups look up
+  // their own block under each chain key, with group 0's entry as parent.
+  const auto k = static_cast<int32_t>(m.keys_.size());
+  const auto ng = groups_.size();
+  m.tables_.assign(ng, std::vector<BlockId>(static_cast<size_t>(k), kNullBlock));
+  m.table_entries_.assign(ng, std::vector<EntryId>(static_cast<size_t>(k), kNoEntry));
+  m.tables_[0] = std::move(walked);
+  m.table_entries_[0] = m.entries_;
+  // The longest hit point j <= k every group serves. A block missing at i rules
+  // out every j that needs it (j > i, and first_needed(j) <= i since it only
+  // grows with j), so the search continues at j = i. Each (group, block) is
+  // looked up at most once.
+  std::vector<std::vector<int8_t>> looked(ng, std::vector<int8_t>(static_cast<size_t>(k), 0));
+  int32_t j = k;
+  while (j > 0) {
+    int32_t missing = -1;
+    for (size_t g = 1; g < ng && missing < 0; ++g) {
+      const int32_t lo = first_needed_block(static_cast<int32_t>(g), static_cast<int64_t>(j) * config_.block_size);
+      for (int32_t i = j - 1; i >= lo; --i) {
+        const auto ui = static_cast<size_t>(i);
+        if (!looked[g][ui]) {
+          looked[g][ui] = 1;
+          const EntryId parent_e = i == 0 ? kRootEntry : m.entries_[ui - 1];
+          const BlockId b = cache_.find(group_key(m.keys_[ui], static_cast<int32_t>(g)), parent_e,
+                                        tokens.subspan(ui * bs, bs), cache_salt);
+          m.tables_[g][ui] = b;
+          m.table_entries_[g][ui] = b == kNullBlock ? kNoEntry : cache_.entry_of(b);
+        }
+        if (m.tables_[g][ui] == kNullBlock) {
+          missing = i;
+          break;
+        }
+      }
+    }
+    if (missing < 0) break;
+    j = missing;
+  }
+  if (j < k) {
+    m.next_key_ = m.keys_[static_cast<size_t>(j)];
+    m.has_next_key_ = true;
+  }
+  truncate_match(&m, j);
   return m;
+}
+
+void KvManager::truncate_match(PrefixMatch* m, int32_t j) const {
+  m->num_blocks_ = j;
+  m->keys_.resize(static_cast<size_t>(j));
+  m->entries_.resize(static_cast<size_t>(j));
+  for (size_t g = 0; g < m->tables_.size(); ++g) {
+    m->tables_[g].resize(static_cast<size_t>(j));
+    m->table_entries_[g].resize(static_cast<size_t>(j));
+    const int32_t lo = std::min(j, first_needed_block(static_cast<int32_t>(g), static_cast<int64_t>(j) * config_.block_size));
+    for (int32_t i = 0; i < lo; ++i) {
+      m->tables_[g][static_cast<size_t>(i)] = kNullBlock;
+      m->table_entries_[g][static_cast<size_t>(i)] = kNoEntry;
+    }
+  }
+}
+
+bool KvManager::hit_valid(const PrefixMatch& m, int32_t j) const {
+  for (size_t g = 0; g < m.tables_.size(); ++g) {
+    const int32_t lo = first_needed_block(static_cast<int32_t>(g), static_cast<int64_t>(j) * config_.block_size);
+    for (int32_t i = lo; i < j; ++i) {
+      const BlockId b = m.tables_[g][static_cast<size_t>(i)];
+      if (b == kNullBlock || cache_.entry_of(b) != m.table_entries_[g][static_cast<size_t>(i)]) return false;
+    }
+  }
+  return true;
 }
 
 void KvManager::revalidate(PrefixMatch* match) const {
   PAGODA_CHECK_MSG(match->owner_ == this, "revalidate of a prefix match made by another KvManager");
   if (match->generation_ == generation_) return;
-  for (size_t i = 0; i < match->blocks_.size(); ++i) {
-    if (cache_.entry_of(match->blocks_[i]) == match->entries_[i]) continue;
-    // Block i is gone: the hit ends before it, and its key is the next one to compute.
-    match->next_key_ = match->keys_[i];
+  // A block gone at i ends the hit at i or before; a window group may then
+  // need blocks the match never looked up, which ends it earlier still.
+  int32_t j = match->num_blocks_;
+  for (size_t g = 0; g < match->tables_.size(); ++g) {
+    for (int32_t i = 0; i < j; ++i) {
+      const BlockId b = match->tables_[g][static_cast<size_t>(i)];
+      if (b != kNullBlock && cache_.entry_of(b) != match->table_entries_[g][static_cast<size_t>(i)]) j = i;
+    }
+  }
+  while (j > 0 && !hit_valid(*match, j)) --j;
+  if (j < match->num_blocks_) {
+    // The hit ends before block j: its key is the next one to compute.
+    match->next_key_ = match->keys_[static_cast<size_t>(j)];
     match->has_next_key_ = true;
-    match->blocks_.resize(i);
-    match->keys_.resize(i);
-    match->entries_.resize(i);
-    break;
+    truncate_match(match, j);
   }
   match->generation_ = generation_;
 }
@@ -81,8 +183,10 @@ int32_t KvManager::blocks_needed(const PrefixMatch& m, int32_t num_new_tokens) c
   const int32_t hits = m.num_blocks();
   const int32_t fresh = num_blocks_for(static_cast<int64_t>(m.num_cached_tokens()) + num_new_tokens) - hits;
   int32_t revived = 0;
-  for (BlockId b : m.blocks_) revived += pool_.ref_count(b) == 0 ? 1 : 0;
-  return fresh + revived;
+  for (const auto& table : m.tables_) {
+    for (BlockId b : table) revived += b != kNullBlock && pool_.ref_count(b) == 0 ? 1 : 0;
+  }
+  return fresh * num_groups() + revived;
 }
 
 Expected<Admission> KvManager::can_allocate(PrefixMatch match, int32_t num_new_tokens, int32_t reserve_blocks) const {
@@ -119,16 +223,24 @@ Expected<int32_t> KvManager::allocate(SeqId seq, const Admission& admission) {
   PAGODA_TRY(check_current(m, "admission"));
   ++generation_;
   // Touch hits first so that popping fresh blocks cannot evict them.
-  for (BlockId b : m.blocks_) pool_.incref(b);
+  for (const auto& table : m.tables_) {
+    for (BlockId b : table) {
+      if (b != kNullBlock) pool_.incref(b);
+    }
+  }
   const int32_t cached = m.num_cached_tokens();
   Seq s;
   s.salt = m.salt_;
-  s.blocks = m.blocks_;
+  s.tables = m.tables_;
   s.keys = m.keys_;
   s.entries = m.entries_;
   s.num_computed = cached;
+  s.first_live.resize(groups_.size());
   const int32_t total_blocks = num_blocks_for(static_cast<int64_t>(cached) + admission.num_new_tokens_);
-  while (static_cast<int32_t>(s.blocks.size()) < total_blocks) s.blocks.push_back(take_block());
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    s.first_live[g] = std::min(m.num_blocks_, first_needed_block(static_cast<int32_t>(g), cached));
+    while (static_cast<int32_t>(s.tables[g].size()) < total_blocks) s.tables[g].push_back(take_block());
+  }
   seqs_.emplace(seq, std::move(s));
   prefix_query_tokens_ += m.num_query_tokens_;
   prefix_hit_tokens_ += cached;
@@ -142,23 +254,55 @@ Expected<int32_t> KvManager::allocate(SeqId seq, std::span<const TokenId> tokens
   return allocate(seq, a);
 }
 
+// Over all groups: *fresh = new table entries, the result = shared blocks to copy.
 int32_t KvManager::cow_blocks_needed(const Seq& s, int32_t num_new_tokens, int32_t* fresh) const {
   const int32_t target = num_blocks_for(static_cast<int64_t>(s.num_computed) + num_new_tokens);
-  const int32_t have = static_cast<int32_t>(s.blocks.size());
-  *fresh = std::max(0, target - have);
+  const int32_t have = static_cast<int32_t>(s.tables[0].size());
+  *fresh = std::max(0, target - have) * num_groups();
   int32_t cow = 0;
   if (num_new_tokens > 0) {
-    for (int32_t j = s.num_computed / config_.block_size; j < std::min(have, target); ++j) {
-      cow += pool_.ref_count(s.blocks[static_cast<size_t>(j)]) > 1 ? 1 : 0;
+    for (const auto& table : s.tables) {
+      for (int32_t j = s.num_computed / config_.block_size; j < std::min(have, target); ++j) {
+        cow += pool_.ref_count(table[static_cast<size_t>(j)]) > 1 ? 1 : 0;
+      }
     }
   }
   return cow;
 }
 
+int32_t KvManager::releasable_blocks(const Seq& s, int64_t start) const {
+  int32_t freed = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const auto& table = s.tables[g];
+    const int32_t lo = std::min(static_cast<int32_t>(table.size()), first_needed_block(static_cast<int32_t>(g), start));
+    for (int32_t i = s.first_live[g]; i < lo; ++i) {
+      const BlockId b = table[static_cast<size_t>(i)];
+      freed += b != kNullBlock && pool_.ref_count(b) == 1 ? 1 : 0;  // shared ones stay with the other holder
+    }
+  }
+  return freed;
+}
+
+void KvManager::release_out_of_window(Seq* s, int64_t start) {
+  for (size_t g = 1; g <= groups_.size(); ++g) {
+    const size_t gi = g % groups_.size();  // group 0 last: its head anchors the chain, evict it after the others
+    auto& table = s->tables[gi];
+    const int32_t lo = std::min(static_cast<int32_t>(table.size()), first_needed_block(static_cast<int32_t>(gi), start));
+    for (int32_t i = s->first_live[gi]; i < lo; ++i) {
+      BlockId& b = table[static_cast<size_t>(i)];
+      if (b == kNullBlock) continue;
+      pool_.decref(b);  // committed: cached-evictable, a prefix hit may revive it; else free
+      b = kNullBlock;
+    }
+    s->first_live[gi] = std::max(s->first_live[gi], lo);
+  }
+}
+
 bool KvManager::can_append_slots(SeqId seq, int32_t num_new_tokens) const {
+  const Seq& s = seq_ref(seq);
   int32_t fresh = 0;
-  const int32_t cow = cow_blocks_needed(seq_ref(seq), num_new_tokens, &fresh);
-  return fresh + cow <= pool_.num_free();
+  const int32_t cow = cow_blocks_needed(s, num_new_tokens, &fresh);
+  return fresh + cow <= pool_.num_free() + releasable_blocks(s, s.num_computed);
 }
 
 bool KvManager::append_slots(SeqId seq, int32_t num_new_tokens, std::vector<BlockCopy>* copies) {
@@ -168,14 +312,17 @@ bool KvManager::append_slots(SeqId seq, int32_t num_new_tokens, std::vector<Bloc
   Seq& s = it->second;
   int32_t fresh = 0;
   const int32_t cow = cow_blocks_needed(s, num_new_tokens, &fresh);
-  if (fresh + cow > pool_.num_free()) return false;
+  // Blocks before the windows go back first: they pay for the new ones.
+  if (fresh + cow > pool_.num_free() + releasable_blocks(s, s.num_computed)) return false;
   ++generation_;
-  if (cow > 0) {
-    const int32_t bs = config_.block_size;
-    const int32_t target = num_blocks_for(static_cast<int64_t>(s.num_computed) + num_new_tokens);
-    const int32_t end = std::min(static_cast<int32_t>(s.blocks.size()), target);
+  release_out_of_window(&s, s.num_computed);
+  const int32_t bs = config_.block_size;
+  const int32_t target = num_blocks_for(static_cast<int64_t>(s.num_computed) + num_new_tokens);
+  for (auto& table : s.tables) {
+    if (cow == 0) break;
+    const int32_t end = std::min(static_cast<int32_t>(table.size()), target);
     for (int32_t j = s.num_computed / bs; j < end; ++j) {
-      BlockId& slot = s.blocks[static_cast<size_t>(j)];
+      BlockId& slot = table[static_cast<size_t>(j)];
       if (pool_.ref_count(slot) <= 1) continue;
       const BlockId dst = take_block();
       // Only computed tokens need copying; a block past them is just unshared.
@@ -188,7 +335,9 @@ bool KvManager::append_slots(SeqId seq, int32_t num_new_tokens, std::vector<Bloc
       slot = dst;
     }
   }
-  for (int32_t i = 0; i < fresh; ++i) s.blocks.push_back(take_block());
+  for (auto& table : s.tables) {
+    while (static_cast<int32_t>(table.size()) < target) table.push_back(take_block());
+  }
   return true;
 }
 
@@ -198,11 +347,11 @@ void KvManager::mark_computed(SeqId seq, std::span<const TokenId> tokens, int32_
   Seq& s = it->second;
   const int32_t bs = config_.block_size;
   PAGODA_CHECK_MSG(num_computed_tokens >= s.num_computed &&
-                       num_computed_tokens <= static_cast<int32_t>(s.blocks.size()) * bs &&
+                       num_computed_tokens <= static_cast<int32_t>(s.tables[0].size()) * bs &&
                        static_cast<size_t>(num_computed_tokens) <= tokens.size(),
                    "seq %llu: num_computed %d -> %d with %zu slots and %zu tokens",
                    static_cast<unsigned long long>(seq), s.num_computed, num_computed_tokens,
-                   s.blocks.size() * static_cast<size_t>(bs), tokens.size());
+                   s.tables[0].size() * static_cast<size_t>(bs), tokens.size());
   ++generation_;
   s.num_computed = num_computed_tokens;
   const size_t full = static_cast<size_t>(num_computed_tokens / bs);
@@ -210,9 +359,16 @@ void KvManager::mark_computed(SeqId seq, std::span<const TokenId> tokens, int32_
   for (size_t i = s.entries.size(); i < full; ++i) {
     const EntryId parent_entry = i == 0 ? kRootEntry : s.entries[i - 1];
     const auto block_tokens = tokens.subspan(i * static_cast<size_t>(bs), static_cast<size_t>(bs));
-    const EntryId e = config_.enable_prefix_caching
-                          ? cache_.insert(s.blocks[i], s.keys[i], parent_entry, block_tokens, s.salt)
+    const BlockId b0 = s.tables[0][i];
+    const EntryId e = config_.enable_prefix_caching && b0 != kNullBlock
+                          ? cache_.insert(b0, s.keys[i], parent_entry, block_tokens, s.salt)
                           : kNoEntry;
+    // Other groups: their own key, parented on group 0's chain (their earlier
+    // blocks may be long released).
+    for (size_t g = 1; g < s.tables.size() && config_.enable_prefix_caching; ++g) {
+      const BlockId b = s.tables[g][i];
+      if (b != kNullBlock) cache_.insert(b, group_key(s.keys[i], static_cast<int32_t>(g)), parent_entry, block_tokens, s.salt);
+    }
     s.entries.push_back(e);
   }
 }
@@ -241,7 +397,11 @@ Status KvManager::fork(SeqId parent, SeqId child) {
   if (seqs_.count(child)) return errorf("kv: fork target %llu already exists", static_cast<unsigned long long>(child));
   ++generation_;
   Seq copy = it->second;
-  for (BlockId b : copy.blocks) pool_.incref(b);
+  for (const auto& table : copy.tables) {
+    for (BlockId b : table) {
+      if (b != kNullBlock) pool_.incref(b);
+    }
+  }
   seqs_.emplace(child, std::move(copy));
   return Status::Ok();
 }
@@ -250,17 +410,26 @@ bool KvManager::free(SeqId seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return false;
   ++generation_;
-  const auto& blocks = it->second.blocks;
-  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) pool_.decref(*b);
+  // Group 0 last, as in release_out_of_window.
+  const auto& tables = it->second.tables;
+  for (size_t g = 1; g <= tables.size(); ++g) {
+    const auto& blocks = tables[g % tables.size()];
+    for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) {
+      if (*b != kNullBlock) pool_.decref(*b);
+    }
+  }
   seqs_.erase(it);
   return true;
 }
 
-std::span<const BlockId> KvManager::block_table(SeqId seq) const { return seq_ref(seq).blocks; }
+std::span<const BlockId> KvManager::block_table(SeqId seq) const { return seq_ref(seq).tables[0]; }
+std::span<const BlockId> KvManager::block_table(SeqId seq, int32_t group) const {
+  return seq_ref(seq).tables[static_cast<size_t>(group)];
+}
 int32_t KvManager::num_computed_tokens(SeqId seq) const { return seq_ref(seq).num_computed; }
 int32_t KvManager::num_committed_blocks(SeqId seq) const { return static_cast<int32_t>(seq_ref(seq).entries.size()); }
 int32_t KvManager::num_slots(SeqId seq) const {
-  return static_cast<int32_t>(seq_ref(seq).blocks.size()) * config_.block_size;
+  return static_cast<int32_t>(seq_ref(seq).tables[0].size()) * config_.block_size;
 }
 
 KvStats KvManager::stats() const {
@@ -282,6 +451,18 @@ KvStats KvManager::stats() const {
   st.num_evictions = num_evictions_;
   st.num_cow_copies = num_cow_copies_;
   st.collisions_refused = cache_.collisions_refused();
+  st.group_blocks_used.assign(groups_.size(), 0);
+  // A block sits in one group's tables only (shared by fork within that group).
+  std::vector<uint8_t> seen(static_cast<size_t>(pool_.num_blocks()), 0);
+  for (const auto& [id, s] : seqs_) {
+    for (size_t g = 0; g < s.tables.size(); ++g) {
+      for (BlockId b : s.tables[g]) {
+        if (b == kNullBlock || seen[static_cast<size_t>(b)]) continue;
+        seen[static_cast<size_t>(b)] = 1;
+        ++st.group_blocks_used[g];
+      }
+    }
+  }
   return st;
 }
 
@@ -291,14 +472,47 @@ std::string KvManager::check_invariants() const {
   const int32_t n = pool_.num_blocks();
   const int32_t bs = config_.block_size;
   std::vector<int32_t> refs(static_cast<size_t>(n), 0);
+  std::vector<int32_t> group_of(static_cast<size_t>(n), -1);
   for (const auto& [id, s] : seqs_) {
     const auto uid = static_cast<unsigned long long>(id);
-    for (BlockId b : s.blocks) {
-      if (b <= kNullBlock || b >= n) return errorf("seq %llu holds invalid block %d", uid, b).message;
-      ++refs[static_cast<size_t>(b)];
+    if (s.tables.size() != groups_.size() || s.first_live.size() != groups_.size()) {
+      return errorf("seq %llu: %zu tables for %zu groups", uid, s.tables.size(), groups_.size()).message;
     }
-    if (s.num_computed < 0 || s.num_computed > static_cast<int32_t>(s.blocks.size()) * bs) {
-      return errorf("seq %llu: %d computed tokens in %zu blocks", uid, s.num_computed, s.blocks.size()).message;
+    for (size_t g = 0; g < s.tables.size(); ++g) {
+      if (s.tables[g].size() != s.tables[0].size()) {
+        return errorf("seq %llu: group %zu table of %zu blocks, group 0 of %zu", uid, g, s.tables[g].size(),
+                      s.tables[0].size())
+            .message;
+      }
+      // No block is released while inside the window: every entry from the
+      // block of key num_computed - W + 1 on is a real block (full groups: all).
+      const int32_t need_lo = first_needed_block(static_cast<int32_t>(g), s.num_computed);
+      for (size_t i = 0; i < s.tables[g].size(); ++i) {
+        const BlockId b = s.tables[g][i];
+        if (b == kNullBlock) {
+          if (static_cast<int32_t>(i) >= need_lo) {
+            return errorf("seq %llu: group %zu block %zu is released but inside the window (%d computed)", uid, g, i,
+                          s.num_computed)
+                .message;
+          }
+          continue;
+        }
+        if (static_cast<int32_t>(i) < s.first_live[g]) {
+          return errorf("seq %llu: group %zu holds block %d before its first live entry %d", uid, g, b,
+                        s.first_live[g])
+              .message;
+        }
+        if (b < kNullBlock || b >= n) return errorf("seq %llu holds invalid block %d", uid, b).message;
+        ++refs[static_cast<size_t>(b)];
+        int32_t& owner = group_of[static_cast<size_t>(b)];
+        if (owner >= 0 && owner != static_cast<int32_t>(g)) {
+          return errorf("block %d is in the tables of groups %d and %zu", b, owner, g).message;
+        }
+        owner = static_cast<int32_t>(g);
+      }
+    }
+    if (s.num_computed < 0 || s.num_computed > static_cast<int32_t>(s.tables[0].size()) * bs) {
+      return errorf("seq %llu: %d computed tokens in %zu blocks", uid, s.num_computed, s.tables[0].size()).message;
     }
     if (static_cast<int32_t>(s.entries.size()) > s.num_computed / bs) {
       return errorf("seq %llu: %zu committed blocks with %d computed tokens", uid, s.entries.size(), s.num_computed)
@@ -308,10 +522,12 @@ std::string KvManager::check_invariants() const {
       return errorf("seq %llu: %zu block keys for %zu committed blocks", uid, s.keys.size(), s.entries.size())
           .message;
     }
-    for (size_t i = 0; i < s.entries.size(); ++i) {
-      const BlockId b = s.blocks[i];
-      if (cache_.contains(b) && !(cache_.key_of(b) == s.keys[i])) {
-        return errorf("seq %llu: block %d cached under another key", uid, b).message;
+    for (size_t g = 0; g < s.tables.size(); ++g) {
+      for (size_t i = 0; i < s.entries.size(); ++i) {
+        const BlockId b = s.tables[g][i];
+        if (b != kNullBlock && cache_.contains(b) && !(cache_.key_of(b) == group_key(s.keys[i], static_cast<int32_t>(g)))) {
+          return errorf("seq %llu: group %zu block %d cached under another key", uid, g, b).message;
+        }
       }
     }
   }

@@ -16,6 +16,17 @@
 //   free                     blocks go back; cached ones stay findable until reused
 // Every mutating call checks first and mutates only when it can complete: a
 // refusal leaves no partial state. Not thread-safe.
+//
+// KV cache groups (vLLM's hybrid KV cache manager). Layers of one attention
+// kind (full context, or sliding window W) share a group; every group has one
+// block table per sequence over the ONE pool, and every block has the same
+// bytes (the runner gives each group's layers the same number of layer slots).
+// Logical entry i of a table covers tokens [i*bs, (i+1)*bs) in every group. A
+// window group holds only what its layers read: before a step computing from
+// position `start`, every block whose tokens all lie before start - W + 1 (the
+// first key that step's first token sees) goes back to the pool (cached-
+// evictable when committed) and its entry becomes the null block 0. With one
+// full-context group (the default) everything is as without groups.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -32,12 +43,21 @@
 
 namespace pagoda::kv {
 
+// One KV cache group: 0 = full context, else the sliding window in tokens (a
+// token at p sees keys p - window < j <= p).
+struct KvGroupSpec {
+  int32_t sliding_window = 0;
+};
+
 struct KvConfig {
   int32_t num_blocks = 0;          // including the null block 0; usable = num_blocks - 1
   int32_t block_size = 16;         // tokens per block, 1..256
   double watermark = 0.01;         // fraction of usable blocks admission leaves free
   uint64_t model_fingerprint = 0;  // part of every block key: caches of different models never mix
   bool enable_prefix_caching = true;
+  // [n_groups]; empty = one full-context group. Group 0 anchors the prefix
+  // chain (put full-context groups first).
+  std::vector<KvGroupSpec> groups;
 };
 
 struct KvStats {
@@ -52,6 +72,7 @@ struct KvStats {
   int64_t num_evictions = 0;         // cached blocks whose key was dropped for reuse
   int64_t num_cow_copies = 0;        // copy-on-write block copies requested
   int64_t collisions_refused = 0;    // key matches refused by the token / salt / parent check
+  std::vector<int32_t> group_blocks_used;  // [n_groups] blocks referenced by each group's tables
 };
 
 class KvManager;
@@ -63,11 +84,19 @@ class KvManager;
 // Admission that allocate consumes, so admitting a sequence walks the cache
 // once. A match describes the KvManager as it was when made (its generation);
 // KvManager::revalidate brings an older one up to date without hashing.
+//
+// With groups, the hit h is the longest block-aligned prefix (<= group 0's
+// confirmed chain) that every group can serve: a full group needs all its
+// blocks before h, a window group W only those holding a token in
+// [h - W + 1, h) (the keys the first computed token, at h, sees); its other
+// entries are the null block.
 class PrefixMatch {
  public:
-  int32_t num_cached_tokens() const { return static_cast<int32_t>(blocks_.size()) * block_size_; }
-  int32_t num_blocks() const { return static_cast<int32_t>(blocks_.size()); }
-  std::span<const BlockId> blocks() const { return blocks_; }
+  int32_t num_cached_tokens() const { return num_blocks_ * block_size_; }
+  int32_t num_blocks() const { return num_blocks_; }
+  // Group 0's table of the hit ([num_blocks]); group g's: blocks(g).
+  std::span<const BlockId> blocks() const { return tables_.empty() ? std::span<const BlockId>() : tables_[0]; }
+  std::span<const BlockId> blocks(int32_t group) const { return tables_[static_cast<size_t>(group)]; }
   // The key of the first full block past the hit when a hit there was possible
   // (it is not the block of the last token) but the cache lacks it; nullptr
   // otherwise. In-flight dedup compares it with blocks being computed.
@@ -75,9 +104,13 @@ class PrefixMatch {
 
  private:
   friend class KvManager;
-  std::vector<BlockId> blocks_;   // [num_blocks] the cached blocks, in sequence order
-  std::vector<Hash128> keys_;     // [num_blocks] their prefix keys
-  std::vector<EntryId> entries_;  // [num_blocks] the cache entry standing for the prefix through each
+  int32_t num_blocks_ = 0;
+  // [n_groups][num_blocks] the cached blocks in sequence order (kNullBlock where
+  // a window group does not need one) and their cache entries (kNoEntry there).
+  std::vector<std::vector<BlockId>> tables_;
+  std::vector<std::vector<EntryId>> table_entries_;
+  std::vector<Hash128> keys_;     // [num_blocks] the chain keys of the hit's blocks
+  std::vector<EntryId> entries_;  // [num_blocks] group 0's entry standing for the prefix through each
   Hash128 next_key_;
   bool has_next_key_ = false;
   std::string salt_;
@@ -117,6 +150,12 @@ class KvManager {
   int32_t num_free_blocks() const { return pool_.num_free(); }  // incl. cached-evictable
   int32_t watermark_blocks() const { return watermark_blocks_; }
   int32_t num_blocks_for(int64_t num_tokens) const { return blocks_for_tokens(num_tokens, config_.block_size); }
+  int32_t num_groups() const { return static_cast<int32_t>(groups_.size()); }
+  int32_t group_window(int32_t group) const { return groups_[static_cast<size_t>(group)].sliding_window; }
+  // Blocks of all groups a sequence of num_tokens tokens holds at most when it
+  // is computed in chunks of up to max_chunk tokens (kv/sizing's
+  // kv_group_blocks_for_sequence summed over groups). One full group: num_blocks_for.
+  int64_t max_blocks_for_sequence(int64_t num_tokens, int32_t max_chunk) const;
 
   // --- admission ---
   // The one walk of the prefix cache for `tokens` (see PrefixMatch). Changes
@@ -133,6 +172,7 @@ class KvManager {
   // num_new_tokens slots past the hit while leaving watermark_blocks() +
   // reserve_blocks free, and returns the Admission for allocate(). Errors,
   // with the numbers: a stale match (or another KvManager's), too few free blocks.
+  // Blocks count over all groups (reserve_blocks too: one per group per child at a fork).
   // Precondition: num_new_tokens >= 0, reserve_blocks >= 0, cached + num_new_tokens >= 1.
   Expected<Admission> can_allocate(PrefixMatch match, int32_t num_new_tokens, int32_t reserve_blocks = 0) const;
   // Creates sequence `seq` from an admission made since the last change: takes
@@ -146,8 +186,10 @@ class KvManager {
                              std::string_view cache_salt);
 
   // --- running ---
-  // Room for num_new_tokens more tokens after num_computed_tokens: new blocks,
-  // and copy-on-write for shared blocks about to be written (pairs appended to
+  // Room for num_new_tokens more tokens after num_computed_tokens: first the
+  // window groups release their blocks before the window of the step's first
+  // token (num_computed_tokens), then new blocks in every group, and
+  // copy-on-write for shared blocks about to be written (pairs appended to
   // *copies when the source holds computed tokens). Ignores the watermark.
   // Returns false, changing nothing, when the pool cannot supply the blocks.
   bool append_slots(SeqId seq, int32_t num_new_tokens, std::vector<BlockCopy>* copies);
@@ -177,7 +219,8 @@ class KvManager {
   bool has_seq(SeqId seq) const { return seqs_.count(seq) != 0; }
   int32_t num_seqs() const { return static_cast<int32_t>(seqs_.size()); }
   // Precondition for these: has_seq(seq).
-  std::span<const BlockId> block_table(SeqId seq) const;
+  std::span<const BlockId> block_table(SeqId seq) const;  // group 0's
+  std::span<const BlockId> block_table(SeqId seq, int32_t group) const;
   int32_t num_computed_tokens(SeqId seq) const;
   int32_t num_committed_blocks(SeqId seq) const;  // leading full blocks already committed
   int32_t num_slots(SeqId seq) const;             // block_table(seq).size() * block_size
@@ -196,14 +239,32 @@ class KvManager {
 
  private:
   struct Seq {
-    std::vector<BlockId> blocks;
+    // [n_groups][logical blocks]; every table has the same length. Window
+    // groups: kNullBlock before first_live[g] (released or never taken).
+    std::vector<std::vector<BlockId>> tables;
+    std::vector<int32_t> first_live;  // [n_groups] first entry that may be a real block
     int32_t num_computed = 0;
     std::string salt;
     // Keys of its leading full blocks: the first entries.size() are committed,
     // the rest hashed ahead by uncommitted_block_keys. keys.size() >= entries.size().
     std::vector<Hash128> keys;
-    std::vector<EntryId> entries;  // cache entry standing for the prefix through each committed block
+    std::vector<EntryId> entries;  // group 0's cache entry standing for the prefix through each committed block
   };
+  // First logical block a window group needs before computing from `start`:
+  // the block of key start - W + 1; 0 for a full group.
+  int32_t first_needed_block(int32_t group, int64_t start) const;
+  // The key of group g's block for chain key `k` (group 0: k itself).
+  static Hash128 group_key(const Hash128& k, int32_t group);
+  // Whether hit point j (blocks) is served by every group of m (its tables and
+  // their entries still as matched).
+  bool hit_valid(const PrefixMatch& m, int32_t j) const;
+  // Truncates m to its first j blocks, nulling window-group entries before
+  // their needed range.
+  void truncate_match(PrefixMatch* m, int32_t j) const;
+  // Window groups give back the blocks before first_needed_block(start);
+  // releasable_blocks counts those that reach the free queue (ref 1).
+  void release_out_of_window(Seq* s, int64_t start);
+  int32_t releasable_blocks(const Seq& s, int64_t start) const;
   // Blocks allocate() takes from the free queue for this match.
   int32_t blocks_needed(const PrefixMatch& m, int32_t num_new_tokens) const;
   // Ok when m was made by this KvManager at its current generation.
@@ -215,6 +276,7 @@ class KvManager {
   const Seq& seq_ref(SeqId seq) const;
 
   KvConfig config_;
+  std::vector<KvGroupSpec> groups_;  // config_.groups, or one full group
   int32_t watermark_blocks_ = 0;
   BlockPool pool_;
   PrefixCache cache_;

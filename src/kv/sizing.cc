@@ -129,6 +129,65 @@ KvShape shard_for_tp(const KvShape& s, int32_t tp) {
   return r;
 }
 
+KvGroupLayout kv_group_layout(std::span<const int32_t> layer_windows, bool hybrid) {
+  KvGroupLayout g;
+  const auto n = static_cast<int32_t>(layer_windows.size());
+  g.layer_group.assign(static_cast<size_t>(n), 0);
+  g.layer_slot.assign(static_cast<size_t>(n), 0);
+  // Kinds in order: full first, then windows ascending; each with its layers in order.
+  std::vector<int32_t> kinds(layer_windows.begin(), layer_windows.end());
+  std::sort(kinds.begin(), kinds.end());
+  kinds.erase(std::unique(kinds.begin(), kinds.end()), kinds.end());
+  if (!hybrid || kinds.size() <= 1) {
+    g.group_size = n;
+    g.windows.push_back(hybrid && kinds.size() == 1 ? kinds[0] : 0);
+    for (int32_t l = 0; l < n; ++l) g.layer_slot[static_cast<size_t>(l)] = l;
+    return g;
+  }
+  int32_t gsize = n;
+  for (int32_t w : kinds) gsize = std::min(gsize, static_cast<int32_t>(std::count(layer_windows.begin(), layer_windows.end(), w)));
+  g.group_size = gsize;
+  for (int32_t w : kinds) {
+    int32_t idx = 0;
+    const auto base = static_cast<int32_t>(g.windows.size());
+    for (int32_t l = 0; l < n; ++l) {
+      if (layer_windows[static_cast<size_t>(l)] != w) continue;
+      g.layer_group[static_cast<size_t>(l)] = base + idx / gsize;
+      g.layer_slot[static_cast<size_t>(l)] = idx % gsize;
+      ++idx;
+    }
+    for (int32_t k = 0; k < (idx + gsize - 1) / gsize; ++k) g.windows.push_back(w);
+  }
+  return g;
+}
+
+std::vector<int32_t> kv_layer_windows(const KvShape& s) {
+  std::vector<int32_t> w(static_cast<size_t>(std::max(s.num_layers, 0)), 0);
+  for (int32_t l = 0; l < s.num_layers; ++l) w[static_cast<size_t>(l)] = s.is_local_layer(l) ? s.sliding_window : 0;
+  return w;
+}
+
+int64_t kv_group_blocks_for_sequence(int64_t num_tokens, int32_t block_size, int32_t window, int32_t max_chunk) {
+  if (num_tokens <= 0) return 0;
+  const int64_t all = blocks_for_tokens(num_tokens, block_size);
+  if (window <= 0) return all;
+  // The last step's keys: L = window + chunk - 1 consecutive tokens, which
+  // span at most ceil((L - 1) / bs) + 1 blocks.
+  return std::min<int64_t>(all, blocks_for_tokens(int64_t{window} + std::max(max_chunk, 1) - 2, block_size) + 1);
+}
+
+int64_t kv_blocks_for_sequence(const KvGroupLayout& layout, int64_t num_tokens, int32_t block_size, int32_t max_chunk) {
+  int64_t n = 0;
+  for (int32_t w : layout.windows) n += kv_group_blocks_for_sequence(num_tokens, block_size, w, max_chunk);
+  return n;
+}
+
+uint64_t kv_group_bytes_per_block(const KvShape& shape, const KvDtype& dtype, int32_t block_size,
+                                  const KvGroupLayout& layout) {
+  return static_cast<uint64_t>(std::max(layout.group_size, 0)) * static_cast<uint64_t>(std::max(block_size, 0)) *
+         kv_bytes_per_token_per_layer(shape, dtype);
+}
+
 int64_t num_blocks_for_budget(uint64_t budget_bytes, uint64_t bytes_per_block) {
   if (bytes_per_block == 0) return 0;
   return static_cast<int64_t>(budget_bytes / bytes_per_block);

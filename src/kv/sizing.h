@@ -14,7 +14,9 @@
 // blocks, as a quantized row cannot share a block with the next head.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "base/kv_dtype.h"
 #include "base/status.h"
@@ -100,6 +102,42 @@ uint64_t kv_bytes_per_block(const KvShape& shape, const KvDtype& dtype, int32_t 
 // i.e. ceil(kv_heads / tp). MLA's latent is not split by head: every rank keeps
 // the whole latent. Precondition: tp >= 1.
 KvShape shard_for_tp(const KvShape& shape, int32_t tp);
+
+// ---- KV cache groups (the hybrid manager; kv::KvManager allocates this way) --
+// Layers of one attention kind (full context; sliding window W) form groups of
+// G layers each, G = the smallest kind's layer count (vLLM's choice); a kind's
+// last group is padded with unused layer slots. Every block of the one pool
+// holds G layer slots x block_size tokens x K,V, so a block costs the same in
+// every group. Gemma 3 270M (3 global + 15 window-512 layers): G = 3, one full
+// group then 5 window groups.
+struct KvGroupLayout {
+  int32_t group_size = 0;            // G: layer slots per block
+  std::vector<int32_t> windows;      // [n_groups] 0 = full context; full groups first
+  std::vector<int32_t> layer_group;  // [n_layers] the group of each layer
+  std::vector<int32_t> layer_slot;   // [n_layers] its slot in the group, 0..G-1
+  int32_t num_groups() const { return static_cast<int32_t>(windows.size()); }
+  int32_t num_layers() const { return static_cast<int32_t>(layer_group.size()); }
+};
+// layer_windows[l]: 0 (full) or the window of layer l. hybrid = false (or a
+// single kind): one group of every layer, G = n_layers (the window, if all
+// layers share one, is kept only when hybrid). Precondition: windows >= 0.
+KvGroupLayout kv_group_layout(std::span<const int32_t> layer_windows, bool hybrid);
+// The windows of a KvShape's layers (is_local_layer -> sliding_window, else 0).
+std::vector<int32_t> kv_layer_windows(const KvShape& shape);
+
+// Blocks ONE group holds for a sequence of num_tokens tokens computed in steps
+// of at most max_chunk tokens: full: ceil(N/bs); window W: the keys of the last
+// step's tokens, L = W + chunk - 1 consecutive tokens on at most
+// ceil((L - 1)/bs) + 1 blocks:
+//   min(ceil(N/bs), ceil((W + max_chunk - 2)/bs) + 1)
+// (decode: ceil((W - 1)/bs) + 1, i.e. W/bs + 1 when bs divides W: Gemma 3's 512 + one block).
+int64_t kv_group_blocks_for_sequence(int64_t num_tokens, int32_t block_size, int32_t window, int32_t max_chunk = 1);
+// The same summed over a layout's groups: the blocks a sequence holds.
+int64_t kv_blocks_for_sequence(const KvGroupLayout& layout, int64_t num_tokens, int32_t block_size,
+                               int32_t max_chunk = 1);
+// Bytes of one pool block of a layout: G x block_size x kv_bytes_per_token_per_layer.
+uint64_t kv_group_bytes_per_block(const KvShape& shape, const KvDtype& dtype, int32_t block_size,
+                                  const KvGroupLayout& layout);
 
 // ---- Paged pool arithmetic (engine/ sizes its pool with these) -------------
 

@@ -44,8 +44,10 @@ void attention_block(const ForwardPass& p, int32_t l) {
                                 .attn_factor = c.rope_attn_factor};
   p.k.rope(q, p.batch.positions, T, c.n_heads, c.head_dim, c.rope_dim, la.rope_base, c.rope_neox, rs);
   p.k.rope(k, p.batch.positions, T, c.n_kv_heads, c.head_dim, c.rope_dim, la.rope_base, c.rope_neox, rs);
-  p.k.kv_write(kv, k, v, p.batch.slot_mapping, T);
-  p.k.paged_attention(q, kv, p.batch, c.n_heads, c.attn_scale, att, la.window);
+  // The layer's KV group (hybrid manager): its own slots and block tables.
+  const kernels::BatchView gb = kernels::group_view(p.batch, kv.group);
+  p.k.kv_write(kv, k, v, gb.slot_mapping, T);
+  p.k.paged_attention(q, kv, gb, c.n_heads, c.attn_scale, att, la.window);
   p.k.matmul(w.wo, att, T, proj);
   if (w.post_attn_norm) p.k.rmsnorm(proj, w.post_attn_norm, c.rms_eps, T, c.n_embd, proj);
   p.k.add(x, proj, T * c.n_embd);

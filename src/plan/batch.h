@@ -22,6 +22,14 @@ struct StepBatch {
   std::vector<int32_t> kv_last_page_len;  // [S] in 1..bs
   std::vector<int32_t> logit_rows;        // [L] last token row of each seq with wants_logits
   std::vector<int32_t> logit_seqs;        // [L] index into StepPlan::seqs of each logits row
+  // KV groups 1.. (group_block_ids of each sequence): their slot mapping [N]
+  // and pages [P], addressed by the same q/kv indptr.
+  struct GroupArrays {
+    std::vector<int64_t> slot_mapping;  // [N]
+    std::vector<int32_t> kv_indices;    // [P]
+  };
+  std::vector<GroupArrays> groups;             // [n_groups - 1]
+  std::vector<kernels::KvGroupBatch> group_views;  // [n_groups - 1] over `groups`
   int32_t block_size = 0;
 
   int32_t n_tokens() const { return static_cast<int32_t>(token_ids.size()); }
@@ -34,7 +42,10 @@ struct StepBatch {
 // Rebuilds `out` from `plan` (reusing its capacity). Checks before writing any
 // output that every sequence has >= 1 new token, start_pos >= 0, and its block
 // table covers positions 0 .. start_pos + n - 1 with ids in [0, num_blocks).
-// On error `out` is left empty.
-Status build_batch(const sched::StepPlan& plan, int32_t block_size, int32_t num_blocks, StepBatch* out);
+// With num_groups > 1 every sequence carries num_groups - 1 group_block_ids
+// tables, each covering the same positions; a token's slot in a group must be
+// a real block (not the null block 0). On error `out` is left empty.
+Status build_batch(const sched::StepPlan& plan, int32_t block_size, int32_t num_blocks, StepBatch* out,
+                   int32_t num_groups = 1);
 
 }  // namespace pagoda::plan

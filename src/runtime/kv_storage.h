@@ -1,6 +1,11 @@
-// KvStorage: the bytes of the KV cache. For every layer, a K pool and a V pool of
-// num_blocks x block_size slots; slot = block_id * block_size + offset holds one
-// token's row of n_kv_heads * head_dim values in `dtype` (kernels::kv_row_bytes).
+// KvStorage: the bytes of the KV cache. For every layer slot, a K pool and a V
+// pool of num_blocks x block_size slots; slot = block_id * block_size + offset
+// holds one token's row of n_kv_heads * head_dim values in `dtype`
+// (kernels::kv_row_bytes). With KV cache groups (kv::KvGroupLayout) there are
+// G layer slots, and layer l uses slot layer_slot[l] through the block tables
+// of its group layer_group[l]: a block id means G layers of one group, so a
+// block costs G layers, whichever group holds it. Without groups, G = n_layers
+// and layer l is slot l (group 0).
 // Which block belongs to which sequence is kv/'s business (integer ids only);
 // this class only owns memory and copies blocks.
 //
@@ -24,14 +29,20 @@ struct KvStorageSpec {
   int32_t num_blocks = 0;   // including block 0, the kv manager's reserved null block
   int32_t block_size = 16;  // tokens per block
   KvDtype dtype = KvDtype::F32;
+  // KV cache groups: G layer slots, and per layer its group and slot. Empty
+  // (the default): one group, slot l for layer l, G = n_layers.
+  int32_t n_layer_slots = 0;
+  std::vector<int32_t> layer_group;  // [n_layers]
+  std::vector<int32_t> layer_slot;   // [n_layers]
 
+  int32_t slots() const { return n_layer_slots > 0 ? n_layer_slots : n_layers; }
   int64_t kv_dim() const { return static_cast<int64_t>(n_kv_heads) * head_dim; }
   size_t row_bytes() const { return kernels::kv_row_bytes(dtype, kv_dim()); }  // one token, one layer, K or V
-  // The mapping's size: [n_layers, 2, num_blocks * block_size, row_bytes]. How
+  // The mapping's size: [slots(), 2, num_blocks * block_size, row_bytes]. How
   // many blocks a budget buys is kv/sizing's arithmetic (the engine's pool), not
   // this layout's; tests/runtime checks the two agree.
   uint64_t bytes_total() const {
-    return 2ull * static_cast<uint64_t>(n_layers) * static_cast<uint64_t>(num_blocks) *
+    return 2ull * static_cast<uint64_t>(slots()) * static_cast<uint64_t>(num_blocks) *
            static_cast<uint64_t>(block_size) * row_bytes();
   }
 };
@@ -49,14 +60,14 @@ class KvStorage {
   std::span<const kernels::KvLayerView> layers() const { return layers_; }
   uint64_t bytes_total() const { return spec_.bytes_total(); }
 
-  // Copy-on-write: copies K and V of every layer from block src to block dst.
+  // Copy-on-write: copies K and V of every layer slot from block src to block dst.
   // Precondition: src, dst in [0, num_blocks).
   void copy_block(int32_t src, int32_t dst);
 
  private:
   KvStorage() = default;
   KvStorageSpec spec_;
-  uint8_t* base_ = nullptr;   // [n_layers, 2 (K, V), num_blocks * block_size, row_bytes]
+  uint8_t* base_ = nullptr;   // [slots(), 2 (K, V), num_blocks * block_size, row_bytes]
   size_t mapped_bytes_ = 0;
   std::vector<kernels::KvLayerView> layers_;  // [n_layers]
 };

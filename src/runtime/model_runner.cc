@@ -12,6 +12,12 @@ Expected<std::unique_ptr<ModelRunner>> ModelRunner::create(const model::Model& m
   spec.num_blocks = options.num_blocks;
   spec.block_size = options.block_size;
   spec.dtype = options.kv_dtype;
+  spec.n_layer_slots = options.n_layer_slots;
+  spec.layer_group = options.layer_group;
+  spec.layer_slot = options.layer_slot;
+  for (int32_t g : options.layer_group) {
+    if (g >= options.num_kv_groups) return errorf("runner: layer in KV group %d of %d", g, options.num_kv_groups);
+  }
   std::unique_ptr<ModelRunner> r(new ModelRunner(model, options));
   PAGODA_ASSIGN_OR_RETURN(r->kv_, KvStorage::create(spec));
   if (options.max_tokens_per_step > 0) r->ws_.reserve(c, options.max_tokens_per_step);
@@ -26,7 +32,7 @@ Expected<StepLogits> ModelRunner::execute(const sched::StepPlan& plan) {
     }
   }
   // Validate the whole plan before the first copy so an error mutates nothing.
-  PAGODA_TRY(plan::build_batch(plan, spec.block_size, spec.num_blocks, &batch_));
+  PAGODA_TRY(plan::build_batch(plan, spec.block_size, spec.num_blocks, &batch_, options_.num_kv_groups));
   for (const auto& [src, dst] : plan.block_copies) kv_->copy_block(src, dst);
 
   const int32_t n_vocab = model_.config().n_vocab;

@@ -27,6 +27,12 @@ struct RunnerOptions {
   kernels::KvDtype kv_dtype = kernels::KvDtype::F32;
   int32_t max_tokens_per_step = 512;  // workspace reserved up front (grows if a step is larger)
   kernels::BackendKind backend = kernels::BackendKind::Cpu;  // the kernel table every step calls
+  // KV cache groups (kv::KvGroupLayout): G layer slots, each layer's group and
+  // slot. Empty: one group of every layer.
+  int32_t num_kv_groups = 1;
+  int32_t n_layer_slots = 0;
+  std::vector<int32_t> layer_group;  // [n_layers]
+  std::vector<int32_t> layer_slot;   // [n_layers]
 };
 
 // Blocks needed to hold `n_ctx` tokens of one sequence, plus the null block.

@@ -86,16 +86,21 @@ Status Scheduler::add_request(NewRequest r) {
     return reject(errorf("prompt (%zu tokens) + max_tokens (%d) = %lld exceeds the context length %d",
                          r.prompt.size(), r.max_tokens, static_cast<long long>(total), config_.max_model_len));
   }
-  const int32_t need = kv_->num_blocks_for(total);
+  // Every group's blocks at the peak of a chunk (window groups hold the window
+  // plus a step's tokens); one full group: ceil(total / block_size).
+  const int64_t need = kv_->max_blocks_for_sequence(total, config_.max_num_batched_tokens);
   const int32_t usable = kv_->num_usable_blocks() - kv_->watermark_blocks();
   if (need > usable) {
-    return reject(errorf("prompt (%zu tokens) + max_tokens (%d) = %lld tokens need %d KV blocks of %d tokens, but "
+    return reject(errorf("prompt (%zu tokens) + max_tokens (%d) = %lld tokens need %lld KV blocks of %d tokens, but "
                          "the whole cache admits %d",
-                         r.prompt.size(), r.max_tokens, static_cast<long long>(total), need, kv_->block_size(),
+                         r.prompt.size(), r.max_tokens, static_cast<long long>(total), static_cast<long long>(need),
+                         kv_->block_size(),
                          usable));
   }
   // Admission reserves one block per child on top of the prompt's (see schedule()).
-  const int64_t group_need = kv_->num_blocks_for(static_cast<int64_t>(r.prompt.size())) + group - 1;
+  const int64_t group_need =
+      kv_->max_blocks_for_sequence(static_cast<int64_t>(r.prompt.size()), config_.max_num_batched_tokens) +
+      (group - 1) * kv_->num_groups();
   if (group_need > usable) {
     return reject(errorf("a prompt of %zu tokens with n = %lld choices needs %lld KV blocks at its fork, but the "
                          "whole cache admits %d",
@@ -265,7 +270,7 @@ StepPlan Scheduler::schedule() {
       // A group also keeps one block per child free (vLLM v0's rule: a running
       // sequence needs at most one new block per decode step): at the fork each
       // child's first decode copies the shared partial block or opens a new one.
-      auto admission = kv_->can_allocate(std::move(match), n, num_children);
+      auto admission = kv_->can_allocate(std::move(match), n, num_children * kv_->num_groups());
       if (!admission.ok()) break;
       // Nothing changed the KvManager since the lookup: allocate cannot refuse.
       auto got = kv_->allocate(w.id, *admission);
@@ -305,6 +310,10 @@ StepPlan Scheduler::schedule() {
     seq.token_ids.assign(r.tokens.begin() + computed, r.tokens.begin() + computed + s.num_tokens);
     const auto table = kv_->block_table(r.id);
     seq.block_ids.assign(table.begin(), table.end());
+    for (int32_t g = 1; g < kv_->num_groups(); ++g) {
+      const auto t = kv_->block_table(r.id, g);
+      seq.group_block_ids.emplace_back(t.begin(), t.end());
+    }
     seq.wants_logits = computed + s.num_tokens == r.num_tokens();
     if (seq.wants_logits) seq.fork_ids = r.fork_ids;  // non-empty only at the end of the prompt
     plan.seqs.push_back(std::move(seq));

@@ -15,7 +15,11 @@ struct ScheduledSeq {
   RequestId request_id = 0;
   int32_t start_pos = 0;              // == num_computed_tokens before this step
   std::vector<int32_t> token_ids;     // the new tokens computed this step (positions start_pos..)
-  std::vector<BlockId> block_ids;     // the sequence's whole block table after allocation
+  std::vector<BlockId> block_ids;     // the sequence's whole block table after allocation (KV group 0)
+  // KV groups 1.. (kv::KvManager groups; empty with one group): each a whole
+  // table of the same length as block_ids, window groups with the null block 0
+  // before their window.
+  std::vector<std::vector<BlockId>> group_block_ids;
   bool wants_logits = false;          // true when this slice reaches the end of the known tokens
   // n > 1 sampling: non-empty only on the slice that completes the prompt of a
   // request with more than one choice. After this step the request forks into

@@ -65,6 +65,10 @@ void AsyncEngine::publish_stats() {
   metrics_->set_gauge("pagoda:kv_cache_blocks_total", static_cast<double>(s.blocks_total));
   metrics_->set_gauge("pagoda:kv_cache_blocks_free", static_cast<double>(s.blocks_free));
   metrics_->set_gauge("pagoda:kv_cache_blocks_cached", static_cast<double>(s.blocks_cached));
+  for (size_t g = 0; g < s.group_blocks_used.size(); ++g) {  // per KV cache group (metrics.cc)
+    metrics_->set_gauge("pagoda:kv_group_blocks_used{group=\"" + std::to_string(g) + "\"}",
+                        static_cast<double>(s.group_blocks_used[g]));
+  }
   auto delta = [&](const char* name, int64_t now, int64_t before) {
     if (now > before) metrics_->inc_counter(name, static_cast<double>(now - before));
   };

@@ -36,6 +36,9 @@ Metrics::Metrics() {
   gauge("pagoda:kv_cache_blocks_total", "Usable KV blocks: free + cached + in use.");
   gauge("pagoda:kv_cache_blocks_free", "Free KV blocks that hold no reusable prefix.");
   gauge("pagoda:kv_cache_blocks_cached", "Free KV blocks that still hold a reusable prefix (evictable).");
+  // One series per KV cache group, set as set_gauge("<name>{group=\"g\"}", v):
+  // the blocks each group's tables hold (sliding-window groups: their window).
+  help_["pagoda:kv_group_blocks_used"] = {"gauge", "KV blocks held by each KV cache group.", "group"};
   counter("pagoda:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.");
   counter("pagoda:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.");
   counter("pagoda:num_preemptions_total", "Cumulative number of preemptions.");
@@ -94,6 +97,11 @@ std::string Metrics::render() const {
         } else {
           out += name + "{" + h.label_name + "=\"" + label + "\"} " + fmt_double(v) + "\n";
         }
+      }
+    } else if (h.type == "gauge" && !h.label_name.empty()) {
+      // Labelled series are stored under "name{label=...}", right after "name" in map order.
+      for (auto it = gauges_.lower_bound(name + "{"); it != gauges_.end() && it->first.rfind(name + "{", 0) == 0; ++it) {
+        out += it->first + " " + fmt_double(it->second) + "\n";
       }
     } else if (h.type == "gauge") {
       out += name + " " + fmt_double(gauges_.at(name)) + "\n";

@@ -55,7 +55,8 @@ PlanReport plan_one(const PlanInput& in) {
   r.kv_bytes_per_token = kv::kv_bytes_per_token(shape, in.kv_dtype);
   r.kv_bytes_per_token_per_gpu = kv::kv_bytes_per_token(rank, in.kv_dtype);
   r.kv_bytes_per_request = kv::kv_bytes_for_sequence(rank, in.kv_dtype, in.context);
-  r.kv_bytes_per_block = kv::kv_bytes_per_block(rank, in.kv_dtype, in.block_size);
+  r.kv_groups = kv::kv_group_layout(kv::kv_layer_windows(shape), in.hybrid_kv);
+  r.kv_bytes_per_block = kv::kv_group_bytes_per_block(rank, in.kv_dtype, in.block_size, r.kv_groups);
   r.memory_bytes = in.hw.memory_bytes;
 
   if (in.kv_cache_memory > 0) {
@@ -105,7 +106,7 @@ PlanReport plan_one(const PlanInput& in) {
   r.fits = r.kv_budget_bytes >= 0 && r.kv_bytes_needed <= budget && in.context <= in.model.max_context;
 
   r.num_blocks = kv::num_blocks_for_budget(budget, r.kv_bytes_per_block);
-  r.blocks_per_request = kv::blocks_for_tokens(in.context, in.block_size);
+  r.blocks_per_request = kv::kv_blocks_for_sequence(r.kv_groups, in.context, in.block_size);
   r.pool_max_concurrency = kv::max_concurrency(r.num_blocks, r.blocks_per_request, in.watermark);
   return r;
 }
@@ -247,8 +248,18 @@ std::string format_report(const PlanInput& in, const PlanReport& r) {
   s += "paged pool (block " + std::to_string(in.block_size) + " tokens = " + with_commas(r.kv_bytes_per_block) +
        " B per GPU)\n";
   s += pad("  blocks") + with_commas_signed(r.num_blocks) + "  (floor(budget / bytes per block))\n";
-  s += pad("  blocks per request") + with_commas_signed(r.blocks_per_request) + "  (ceil(" +
-       with_commas(static_cast<uint64_t>(in.context)) + " / " + std::to_string(in.block_size) + "))\n";
+  if (r.kv_groups.num_groups() > 1) {
+    int32_t windowed = 0;
+    for (int32_t w : r.kv_groups.windows) windowed += w > 0 ? 1 : 0;
+    s += pad("  KV cache groups") + std::to_string(r.kv_groups.num_groups()) + " of " +
+         std::to_string(r.kv_groups.group_size) + " layers (" + std::to_string(windowed) +
+         " sliding-window: they hold only their window)\n";
+    s += pad("  blocks per request") + with_commas_signed(r.blocks_per_request) +
+         "  (full groups ceil(L / block), window groups min(that, ceil((W - 1) / block) + 1))\n";
+  } else {
+    s += pad("  blocks per request") + with_commas_signed(r.blocks_per_request) + "  (ceil(" +
+         with_commas(static_cast<uint64_t>(in.context)) + " / " + std::to_string(in.block_size) + "))\n";
+  }
   s += pad("  max concurrency") + with_commas_signed(r.pool_max_concurrency) + "  (floor((blocks - 1 null - " +
        with_commas_signed(kv::watermark_blocks(r.num_blocks, in.watermark)) + " watermark) / blocks per request))\n";
   return s;

@@ -47,6 +47,9 @@ struct PlanInput {
   int64_t activation_tokens = 8192; // prefill chunk the activation reserve is sized for
   int64_t logits_rows = 256;        // sequences sampled per step
   uint64_t kv_cache_memory = 0;     // > 0: a given KV budget per device (weights/reserve ignored)
+  // The engine's KV cache groups (kv::kv_group_layout); false: one full-context
+  // group, as with --disable-hybrid-kv-cache-manager.
+  bool hybrid_kv = true;
 };
 
 struct PlanReport {
@@ -54,7 +57,8 @@ struct PlanReport {
   uint64_t kv_bytes_per_token = 0;          // whole model, one copy, full context (all layers)
   uint64_t kv_bytes_per_token_per_gpu = 0;  // one TP rank
   uint64_t kv_bytes_per_request = 0;        // one rank, at `context` (window-aware)
-  uint64_t kv_bytes_per_block = 0;          // one rank
+  uint64_t kv_bytes_per_block = 0;          // one rank: group_size layer slots x block_size tokens
+  kv::KvGroupLayout kv_groups;              // the engine's groups for this model (and hybrid_kv)
   // Memory per device.
   uint64_t memory_bytes = 0;
   uint64_t usable_bytes = 0;
@@ -71,7 +75,7 @@ struct PlanReport {
   bool fits = false;                        // kv_bytes_needed <= kv budget (and context <= max)
   // The paged pool the engine would build with this budget (see kv/sizing.h).
   int64_t num_blocks = 0;
-  int64_t blocks_per_request = 0;
+  int64_t blocks_per_request = 0;           // all groups, at `context` (kv::kv_blocks_for_sequence)
   int64_t pool_max_concurrency = 0;         // kv::max_concurrency(num_blocks, blocks_per_request, watermark)
   int32_t min_tp = 0;                       // smallest power of two <= 64 that fits; 0 = none
 };

@@ -166,6 +166,7 @@ Expected<SimResult> simulate(const SimConfig& cfg, const std::vector<SimRequest>
   kc.block_size = p.block_size;
   kc.watermark = p.watermark;
   kc.enable_prefix_caching = cfg.enable_prefix_caching;
+  for (int32_t w : plan.kv_groups.windows) kc.groups.push_back(kv::KvGroupSpec{w});
   kv::KvManager kvm(kc);
   sched::SchedulerConfig sc;
   sc.max_num_seqs = cfg.max_num_seqs;

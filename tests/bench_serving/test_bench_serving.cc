@@ -59,6 +59,10 @@ TEST(EngineFlags, VllmAndLlamaCppNames) {
   engine::EngineConfig f;
   EXPECT_NE(parse({"-ctv", "q8_0"}, &f).find("got K 'f16', V 'q8_0'"), std::string::npos);
   EXPECT_NE(parse({"--kv-cache-dtype", "fp8"}, &f), "");
+  engine::EngineConfig h;  // vLLM's name for one full-context KV group
+  EXPECT_FALSE(h.disable_hybrid_kv_cache_manager);
+  ASSERT_EQ(parse({"--disable-hybrid-kv-cache-manager"}, &h), "");
+  EXPECT_TRUE(h.disable_hybrid_kv_cache_manager);
 }
 
 TokenSpace small_space() {

@@ -304,5 +304,33 @@ TEST(PagedAttentionWindow, TokenAloneEqualsTokenInBatchBitwise) {
   set_num_threads(threads);
 }
 
+// KV cache groups: a window group's table has the null block before the
+// window of the step's first token. paged_attention (cpu and ref) must start at
+// the page of the first key in the window and never read those entries: here
+// they point at a page of NaN bytes, and the outputs are bitwise those of the
+// full table.
+TEST(PagedAttentionWindow, NeverReadsThePagesBeforeTheWindow) {
+  const int32_t window = 21, bs = 8;
+  for (KvDtype dt : {KvDtype::F32, KvDtype::F16}) {
+    auto s = Scenario::make(4, 1, 64, bs, dt, {40, 61, 17}, {5, 7, 17}, 951);
+    const auto full_cpu = s.run_cpu(window), full_ref = s.run_ref(window);
+    const size_t page_bytes = static_cast<size_t>(bs) * s.kv.row_bytes;
+    const auto poison = static_cast<int32_t>(s.kpool.size() / page_bytes);  // one more page, all 0xFF (NaN)
+    s.kpool.resize(s.kpool.size() + page_bytes, 0xFF);
+    s.vpool.resize(s.vpool.size() + page_bytes, 0xFF);
+    s.kv.k = s.kpool.data();
+    s.kv.v = s.vpool.data();
+    int32_t replaced = 0;
+    for (int32_t q = 0; q < s.batch.n_seqs; ++q) {
+      const int32_t first_key = std::max(0, s.positions[static_cast<size_t>(s.q_indptr[q])] - window + 1);
+      for (int32_t p = 0; p < first_key / bs; ++p, ++replaced) s.indices[static_cast<size_t>(s.kv_indptr[q] + p)] = poison;
+    }
+    EXPECT_EQ(replaced, 1 + 4);  // seq 0: first key 15, page 0 goes; seq 1: first key 34, pages 0..3
+    const auto cpu_out = s.run_cpu(window), ref_out = s.run_ref(window);
+    EXPECT_TRUE(BitwiseEqual(cpu_out.data(), full_cpu.data(), cpu_out.size())) << kv_dtype_name(dt);
+    EXPECT_TRUE(BitwiseEqual(ref_out.data(), full_ref.data(), ref_out.size())) << kv_dtype_name(dt);
+  }
+}
+
 }  // namespace
 }  // namespace pagoda::kernels

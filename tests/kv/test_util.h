@@ -18,7 +18,7 @@ using Tokens = std::vector<TokenId>;
 inline KvConfig make_config(int32_t num_blocks, int32_t block_size, double watermark = 0.0,
                             uint64_t model_fingerprint = 0x5eed) {
   return KvConfig{.num_blocks = num_blocks, .block_size = block_size, .watermark = watermark,
-                  .model_fingerprint = model_fingerprint};
+                  .model_fingerprint = model_fingerprint, .groups = {}};  // one full-context group
 }
 
 // start, start + 1, ..., start + n - 1

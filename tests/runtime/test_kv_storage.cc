@@ -55,10 +55,55 @@ TEST(KvStorage, BytesPerDtype) {
     }
   }
   // SmolLM2-135M at 8192 tokens: f16 180 MiB, q8_0 95.625 MiB (30 layers, 3 x 64).
-  KvStorageSpec smol{30, 3, 64, 8192, 1, KvDtype::F16};
+  KvStorageSpec smol;
+  smol.n_layers = 30;
+  smol.n_kv_heads = 3;
+  smol.head_dim = 64;
+  smol.num_blocks = 8192;
+  smol.block_size = 1;
+  smol.dtype = KvDtype::F16;
   EXPECT_EQ(smol.bytes_total(), 180ull << 20);
   smol.dtype = KvDtype::Q8_0;
   EXPECT_EQ(smol.bytes_total(), 100270080ull);
+}
+
+// KV cache groups: 6 layers in groups of 2 slots (layer -> group, slot). A
+// block holds 2 layer slots; layers of different groups with the same slot
+// share the slot's pool (a block id belongs to one group at a time).
+TEST(KvStorage, GroupedLayersShareLayerSlots) {
+  KvStorageSpec s = spec(KvDtype::F32);
+  s.n_layers = 6;
+  s.n_layer_slots = 2;
+  s.layer_group = {1, 1, 0, 2, 2, 0};
+  s.layer_slot = {0, 1, 0, 0, 1, 1};
+  auto kv = KvStorage::create(s);
+  ASSERT_TRUE(kv.ok()) << kv.message();
+  EXPECT_EQ((*kv)->bytes_total(), 2ull * 2 * static_cast<uint64_t>(s.num_blocks) * s.block_size * s.row_bytes());
+  const auto layers = (*kv)->layers();
+  ASSERT_EQ(layers.size(), 6u);
+  EXPECT_EQ(layers[0].k, layers[2].k);  // slot 0
+  EXPECT_EQ(layers[0].k, layers[3].k);
+  EXPECT_EQ(layers[1].k, layers[5].k);  // slot 1
+  EXPECT_NE(layers[0].k, layers[1].k);
+  EXPECT_EQ(layers[3].group, 2);
+  EXPECT_EQ(layers[5].group, 0);
+  // copy_block copies both slots of the block, K and V.
+  const size_t block_bytes = static_cast<size_t>(s.block_size) * s.row_bytes();
+  for (int i = 0; i < 2; ++i) {
+    layers[i].k[block_bytes * 1] = static_cast<uint8_t>(10 + i);
+    layers[i].v[block_bytes * 1] = static_cast<uint8_t>(20 + i);
+  }
+  (*kv)->copy_block(1, 3);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(layers[i].k[block_bytes * 3], 10 + i);
+    EXPECT_EQ(layers[i].v[block_bytes * 3], 20 + i);
+  }
+  KvStorageSpec bad = s;
+  bad.layer_slot[2] = 2;  // outside the 2 slots
+  EXPECT_FALSE(KvStorage::create(bad).ok());
+  bad = s;
+  bad.layer_group.pop_back();
+  EXPECT_FALSE(KvStorage::create(bad).ok());
 }
 
 TEST(KvStorage, RejectsBadSpecs) {

@@ -92,3 +92,40 @@ TEST(Plan, RejectsBadPlans) {
   EXPECT_FALSE(plan::build_batch(p, 0, 16, &b).ok());
   EXPECT_TRUE(plan::build_batch(p, 4, 16, &b).ok());
 }
+
+// KV cache groups: group 1's table (a window group, the null block 0 before
+// its window) gets its own slot mapping and pages under the shared indptr;
+// group_view hands a layer of group 1 exactly those.
+TEST(Plan, BuildsPerGroupSlotsAndPages) {
+  sched::StepPlan p;
+  p.seqs.push_back(seq(10, 9, {50, 51}, {3, 7, 8}, true));  // positions 9, 10 (page 2)
+  p.seqs.back().group_block_ids = {{0, 0, 11}};            // window group: pages 0, 1 released
+  p.seqs.push_back(seq(11, 0, {60, 61, 62}, {1}, true));
+  p.seqs.back().group_block_ids = {{12}};
+  plan::StepBatch b;
+  ASSERT_TRUE(plan::build_batch(p, 4, 16, &b, /*num_groups=*/2).ok());
+  EXPECT_EQ(b.slot_mapping, (V64{33, 34, 4, 5, 6}));
+  ASSERT_EQ(b.groups.size(), 1u);
+  EXPECT_EQ(b.groups[0].slot_mapping, (V64{45, 46, 48, 49, 50}));
+  EXPECT_EQ(b.groups[0].kv_indices, (V32{0, 0, 11, 12}));
+  const kernels::BatchView v = b.view();
+  EXPECT_EQ(v.n_groups, 2);
+  const kernels::BatchView g1 = kernels::group_view(v, 1);
+  EXPECT_EQ(g1.slot_mapping[0], 45);
+  EXPECT_EQ(g1.kv_indices[2], 11);
+  EXPECT_EQ(g1.kv_indptr, v.kv_indptr);  // same logical pages in every group
+  EXPECT_EQ(kernels::group_view(v, 0).kv_indices, v.kv_indices);
+
+  // Refused, leaving the batch empty: a missing group table, a new token into
+  // the null block of a group.
+  sched::StepPlan missing = p;
+  missing.seqs[1].group_block_ids.clear();
+  EXPECT_FALSE(plan::build_batch(missing, 4, 16, &b, 2).ok());
+  EXPECT_EQ(b.n_tokens(), 0);
+  sched::StepPlan into_null = p;
+  into_null.seqs[0].group_block_ids[0][2] = 0;
+  const Status st = plan::build_batch(into_null, 4, 16, &b, 2);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("null block"), std::string::npos) << st.message();
+  EXPECT_EQ(b.n_tokens(), 0);
+}

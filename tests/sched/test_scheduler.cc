@@ -128,6 +128,45 @@ TEST(Scheduler, ChunkedPrefillSplitsALongPrompt) {
   h.expect_all_done_and_pool_free();
 }
 
+// KV cache groups: a full group and a window-32 group, blocks of 16. Chunked
+// prefill of a 200-token prompt frees the window group's blocks as it goes, so
+// a pool of 20 usable blocks holds it (13 full + at most ceil((32 + 62) / 16) + 1
+// = 7 window blocks); with two full groups the same pool refuses it at add (26).
+TEST(Scheduler, WindowGroupFreesBlocksDuringChunkedPrefill) {
+  kv::KvConfig kc = kv_config(21, 16, 0.0);
+  kc.groups = {kv::KvGroupSpec{0}, kv::KvGroupSpec{32}};
+  Harness h(sched_config(64, 8), kc);
+  const Tokens prompt = iota_tokens(1, 200);
+  ASSERT_TRUE(h.add(1, prompt, 3).ok());
+  for (int i = 0; i < 6; ++i) {  // chunks of 64, 64, 64, 8, then 2 decodes
+    StepPlan p = h.step();
+    ASSERT_EQ(p.seqs.size(), 1u);
+    const ScheduledSeq& q = p.seqs[0];
+    ASSERT_EQ(q.group_block_ids.size(), 1u);
+    const std::vector<BlockId>& w = q.group_block_ids[0];
+    ASSERT_EQ(w.size(), q.block_ids.size());
+    // Null exactly before the block of the step's first key, start - 31.
+    const int32_t lo = std::max(0, q.start_pos - 31) / 16;
+    int32_t live = 0;
+    for (size_t j = 0; j < w.size(); ++j) {
+      EXPECT_EQ(w[j] == kv::kNullBlock, static_cast<int32_t>(j) < lo) << "step " << i << " entry " << j;
+      live += w[j] != kv::kNullBlock ? 1 : 0;
+    }
+    EXPECT_LE(live, 7) << "step " << i;
+  }
+  h.run_to_completion(10);
+  ASSERT_EQ(h.finished().count(1), 1u);
+  EXPECT_EQ(h.finished().at(1).output_tokens.size(), 3u);
+  h.expect_all_done_and_pool_free();
+
+  kv::KvConfig two_full = kv_config(21, 16, 0.0);
+  two_full.groups = {kv::KvGroupSpec{0}, kv::KvGroupSpec{0}};
+  Harness full(sched_config(64, 8), two_full);
+  const Status st = full.add(1, prompt, 3);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("need 26 KV blocks"), std::string::npos) << st.message();
+}
+
 TEST(Scheduler, DecodesGoFirstThenPrefillChunks) {
   Harness h(sched_config(40, 8), kv_config(65, 16));
   ASSERT_TRUE(h.add(1, iota_tokens(1, 10), 20).ok());
