@@ -87,8 +87,11 @@ struct RopeScaling {
 };
 
 // ---- Threads -----------------------------------------------------------------
-// Every cpu:: kernel runs its own OpenMP team of num_threads(); scratch memory is
-// thread_local, so calls from different threads are safe.
+// Every cpu:: kernel splits its rows over num_threads() threads of one persistent
+// pool (cpu/thread_pool.h); scratch memory is thread_local, and a call made while
+// another thread's call holds the pool runs on its caller alone, so calls from
+// different threads are safe. The default is OMP_NUM_THREADS when set, else the
+// CPUs the process may run on.
 void set_num_threads(int n);
 int num_threads();
 

@@ -2,8 +2,9 @@
 // quantizer shared by both matmul paths (baseline AVX2 code, so its output is
 // the same whichever ISA consumes it).
 #include <immintrin.h>
-#include <omp.h>
+#include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -46,8 +47,20 @@ bool kquant_fallback() {
   return v;
 }
 
+// Default thread count: OMP_NUM_THREADS when set (what scripts set when the
+// kernels ran on OpenMP), else the CPUs this process may run on.
+int default_threads() {
+  if (const char* env = std::getenv("OMP_NUM_THREADS"); env != nullptr) {
+    const int n = std::atoi(env);
+    if (n >= 1) return n;
+  }
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return 1;
+}
+
 std::atomic<int>& thread_state() {
-  static std::atomic<int> s{omp_get_max_threads()};
+  static std::atomic<int> s{default_threads()};
   return s;
 }
 

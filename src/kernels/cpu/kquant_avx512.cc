@@ -36,7 +36,6 @@
 // 128 |S2| <= 128 * 8 * 32 * 32 * 127 < 2^28. The 16-value halves in the reduce tree and the maddubs pair
 // sums (<= 2 * 63 * 127) stay far inside their types too.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
@@ -361,10 +360,10 @@ template <class Fmt, int T>
 void small_chunk(const uint8_t* w0, size_t row_bytes, int64_t nr, const uint8_t* act, int64_t nb, float* y,
                  int64_t ldy) {
   const size_t xrow = static_cast<size_t>(nb) * kActKBytes;
-  // The same block of the row one chunk per thread ahead: with the driver's
-  // dynamic schedule that is roughly this thread's next chunk. (Prefetches
+  // The same block of the row one chunk ahead: the pool hands each thread a
+  // contiguous range of chunks, so that is this thread's next chunk. (Prefetches
   // past the matrix are harmless: they never fault.)
-  const size_t prefetch = static_cast<size_t>(kKChunkRows * omp_get_num_threads()) * row_bytes;
+  const size_t prefetch = static_cast<size_t>(kKChunkRows) * row_bytes;
   alignas(64) int32_t v[T][16][16] = {};  // rows >= nr stay 0
   alignas(32) uint16_t dh[16] = {}, mh[16] = {};
   __m512 acc[T];
