@@ -106,6 +106,10 @@ int num_threads();
      rounding, not to float precision. Env PAGODA_KQUANT_FALLBACK=1 (read at the first call)   \
      sends K-quants through the dequantize-to-f32 path instead. */                             \
   void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y);                 \
+  /* Several matmuls of one x: ys[i] = ws[i] x for i < n, each exactly as matmul computes it   \
+     (bitwise). cpu:: runs them as one thread-pool launch at decode sizes (Q/K/V, gate/up). */ \
+  void matmul_multi(const WeightView* const* ws, int n, const float* x, int64_t n_tokens,       \
+                    float* const* ys);                                                          \
   /* y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight.  x, y: [n_tokens, n] */         \
   void rmsnorm(const float* x, const float* weight, float eps, int64_t n_tokens, int64_t n,     \
                float* y);                                                                       \

@@ -1,11 +1,14 @@
 // The cpu/ thread pool: every item runs exactly once whatever the thread count,
-// the caller takes part, nested and concurrent loops run inline (no deadlock,
-// same items), and workers are started once and reused.
+// the caller takes part, a slow participant's items are taken by the others,
+// shares run static ranges, nested and concurrent loops run inline (no
+// deadlock, same items), and workers are started once and reused.
 #include "kernels/cpu/thread_pool.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <climits>
 #include <chrono>
 #include <mutex>
 #include <set>
@@ -37,25 +40,61 @@ TEST(ThreadPool, EveryItemRunsExactlyOnce) {
 TEST(ThreadPool, UsesSeveralThreadsAndTheCaller) {
   std::mutex mu;
   std::set<std::thread::id> ids;
-  // Items long enough that the workers wake up before the caller ends its range.
+  const std::thread::id caller = std::this_thread::get_id();
+  // Every item waits (up to 10 s) until the caller and another thread have both
+  // run an item: passes only if the loop really runs on two threads, one of
+  // them the caller, however late the OS schedules either.
   parallel_for(8, 2, [&](int64_t) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    std::lock_guard<std::mutex> lock(mu);
-    ids.insert(std::this_thread::get_id());
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ids.insert(std::this_thread::get_id());
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (ids.size() >= 2 && ids.count(caller) == 1) break;
+      }
+      if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) break;
+      std::this_thread::yield();
+    }
   });
   EXPECT_EQ(ids.size(), 2u);
-  EXPECT_EQ(ids.count(std::this_thread::get_id()), 1u);
+  EXPECT_EQ(ids.count(caller), 1u);
   EXPECT_GE(pool_workers(), 1);
 }
 
-TEST(ThreadPool, StaticRangesOnAQuietPool) {
-  // With equal, short items each participant streams its own contiguous range:
-  // item 0 (the caller's first) runs on the calling thread.
-  std::thread::id first;
-  parallel_for(64, 2, [&](int64_t i) {
-    if (i == 0) first = std::this_thread::get_id();
-  });
-  EXPECT_EQ(first, std::this_thread::get_id());
+TEST(ThreadPool, SharesRunTheirStaticRangeOfEveryLoop) {
+  // parallel_shares(3, fn): fn's loops run share p's static range [p * n / 3,
+  // (p + 1) * n / 3) inline, so every item of each loop runs once, and the items
+  // one invocation of fn ran form that exact range (whichever thread ran it).
+  for (int64_t n : {1, 2, 7, 48}) {
+    std::mutex mu;
+    std::vector<std::vector<int64_t>> ranges;  // the items of loop A seen by one fn call, in order
+    std::vector<std::atomic<int>> b_counts(static_cast<size_t>(n));
+    parallel_shares(3, [&] {
+      std::vector<int64_t> mine;
+      parallel_for(n, 3, [&](int64_t i) { mine.push_back(i); });  // inline: no race on `mine`
+      parallel_for(n, 3, [&](int64_t i) { b_counts[static_cast<size_t>(i)].fetch_add(1); });
+      std::lock_guard<std::mutex> lock(mu);
+      ranges.push_back(mine);
+    });
+    ASSERT_EQ(ranges.size(), 3u);
+    std::sort(ranges.begin(), ranges.end(), [](const auto& a, const auto& b) {
+      return (a.empty() ? INT64_MAX : a.front()) < (b.empty() ? INT64_MAX : b.front());
+    });
+    std::vector<std::vector<int64_t>> want;
+    for (int64_t p = 0; p < 3; ++p) {
+      std::vector<int64_t> r;
+      for (int64_t i = n * p / 3; i < n * (p + 1) / 3; ++i) r.push_back(i);
+      want.push_back(r);
+    }
+    std::sort(want.begin(), want.end(), [](const auto& a, const auto& b) {
+      return (a.empty() ? INT64_MAX : a.front()) < (b.empty() ? INT64_MAX : b.front());
+    });
+    EXPECT_EQ(ranges, want) << "n " << n;
+    for (auto& c : b_counts) EXPECT_EQ(c.load(), 1) << "n " << n;
+  }
 }
 
 TEST(ThreadPool, ASlowParticipantsItemsAreTakenByTheOthers) {

@@ -105,6 +105,22 @@ void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
   }
 }
 
+void matmul_multi(const WeightView* const* ws, int n, const float* x, int64_t n_tokens, float* const* ys) {
+  // Decode sizes: one launch; each thread computes its static share of every
+  // matrix's row chunks, quantizing x itself (a few hundred ns at these sizes,
+  // less than the fork/join it saves). Larger batches: one launch per matrix,
+  // with x quantized once per matrix as matmul does.
+  constexpr int64_t kMultiMaxTokens = 4;
+  const int nth = detail::threads();
+  if (n_tokens <= kMultiMaxTokens && nth > 1 && n > 1) {
+    detail::parallel_shares(nth, [&] {
+      for (int i = 0; i < n; ++i) matmul(*ws[i], x, n_tokens, ys[i]);
+    });
+    return;
+  }
+  for (int i = 0; i < n; ++i) matmul(*ws[i], x, n_tokens, ys[i]);
+}
+
 namespace detail {
 
 Isa isa() { return isa_state().load(std::memory_order_relaxed) == 1 ? Isa::kAvx512 : Isa::kAvx2; }

@@ -169,13 +169,41 @@ Pool& pool() {
   return p;
 }
 
+// The share (parallel_shares) active on this thread: share t_share of t_shares,
+// or t_shares == 0 for none.
+thread_local int t_share = 0, t_shares = 0;
+
 }  // namespace
 
 void parallel_for_impl(int64_t n_items, int nth, void (*call)(void* ctx, int64_t item), void* ctx) {
   if (n_items <= 0) return;
+  if (t_shares > 0) {  // inside a share: this share's static range, inline
+    const int64_t end = n_items * (t_share + 1) / t_shares;
+    for (int64_t i = n_items * t_share / t_shares; i < end; ++i) call(ctx, i);
+    return;
+  }
   if (nth <= 1 || n_items == 1 || !pool().try_run(n_items, nth, call, ctx)) {
     for (int64_t i = 0; i < n_items; ++i) call(ctx, i);
   }
+}
+
+void parallel_shares_impl(int nth, void (*call)(void* ctx), void* ctx) {
+  struct Shares {
+    int k;
+    void (*call)(void*);
+    void* ctx;
+  } sh{std::max(1, nth), call, ctx};
+  if (t_shares > 0) {  // nested: already inside a share, run as one
+    call(ctx);
+    return;
+  }
+  parallel_for_impl(sh.k, sh.k, [](void* c, int64_t p) {
+    const Shares& s = *static_cast<const Shares*>(c);
+    t_share = static_cast<int>(p);
+    t_shares = s.k;
+    s.call(s.ctx);
+    t_shares = 0;
+  }, &sh);
 }
 
 int pool_workers() { return pool().workers(); }

@@ -40,6 +40,22 @@ void parallel_for(int64_t n_items, int nth, F&& fn) {
       const_cast<void*>(static_cast<const void*>(&fn)));
 }
 
+// Several loops in one launch: runs fn() once per share p of k = nth shares,
+// spread over the pool like parallel_for's items, with share p active while it
+// runs: every parallel_for issued inside fn then runs, inline on that thread,
+// only the static range p of its items ([p * n / k, (p + 1) * n / k)) instead
+// of launching. So fn = "matmul A; matmul B; matmul C" computes every output of
+// A, B and C exactly once, with one fork/join instead of three (the decode
+// step's Q/K/V and gate/up). Each share's loops must not depend on outputs of
+// another share (A's rows are not B's input).
+void parallel_shares_impl(int nth, void (*call)(void* ctx), void* ctx);
+
+template <class F>
+void parallel_shares(int nth, F&& fn) {
+  using Fn = std::remove_reference_t<F>;
+  parallel_shares_impl(nth, [](void* ctx) { (*static_cast<Fn*>(ctx))(); }, const_cast<void*>(static_cast<const void*>(&fn)));
+}
+
 // Worker threads the pool has started so far (for tests: the pool starts
 // nth - 1 workers on first use and never more than the largest nth asked for).
 int pool_workers();
