@@ -75,14 +75,18 @@ class Pool {
     call_ = call;
     ctx_ = ctx;
     participants_ = k;
-    // Every started worker checks in, participant or not: then no worker can
-    // still be reading this loop's fields when the next loop writes them.
-    remaining_.store(static_cast<uint32_t>(workers_.size()), std::memory_order_relaxed);
+    finished_.store(0, std::memory_order_relaxed);
+    const uint32_t e = epoch_.load(std::memory_order_relaxed) + 1;
+    gate_.store(static_cast<uint64_t>(e) << 32, std::memory_order_release);  // open, nobody joined
     // seq_cst pairs with the workers' sleepers_ increment (see worker_wait).
-    epoch_.fetch_add(1, std::memory_order_seq_cst);
+    epoch_.store(e, std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(&epoch_);
-    work(0);
-    wait_done();
+    work(0);  // ends when no item is left unclaimed
+    // Close the loop: a worker that has not joined yet (asleep, or descheduled
+    // by a co-tenant) stays out, so the caller never waits for a thread that
+    // has no item; it waits only for the joined ones still in an item.
+    const uint64_t g = gate_.fetch_or(kClosed, std::memory_order_acq_rel);
+    wait_done(static_cast<uint32_t>(g & kJoinedMask));
     busy_.store(false, std::memory_order_release);
     return true;
   }
@@ -117,23 +121,33 @@ class Pool {
     }
   }
 
-  void wait_done() {
-    const auto done = [this] { return remaining_.load(std::memory_order_acquire) == 0; };
+  // Waits until the `joined` workers of this loop have finished.
+  void wait_done(uint32_t joined) {
+    const auto done = [&] { return finished_.load(std::memory_order_acquire) == joined; };
     if (spin_until(done)) return;
     caller_sleeping_.store(1, std::memory_order_seq_cst);
-    for (uint32_t r; (r = remaining_.load(std::memory_order_seq_cst)) != 0;) futex_wait(&remaining_, r);
+    for (uint32_t f; (f = finished_.load(std::memory_order_seq_cst)) != joined;) futex_wait(&finished_, f);
     caller_sleeping_.store(0, std::memory_order_relaxed);
+  }
+
+  // Joins the loop of epoch e if it is still open; false if it is closed (or
+  // already replaced by a later loop): then this worker touches none of it.
+  bool join(uint32_t e) {
+    uint64_t g = gate_.load(std::memory_order_acquire);
+    while ((g >> 32) == e && (g & kClosed) == 0)
+      if (gate_.compare_exchange_weak(g, g + 1, std::memory_order_acq_rel)) return true;
+    return false;
   }
 
   void worker_main(int idx, uint32_t seen) {
     for (;;) {
       seen = worker_wait(seen);
       if (stop_.load()) return;
+      if (!join(seen)) continue;
       if (idx < participants_) work(idx);
       // seq_cst pairs with wait_done's caller_sleeping_ store.
-      if (remaining_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
-          caller_sleeping_.load(std::memory_order_seq_cst) != 0)
-        futex_wake_all(&remaining_);
+      finished_.fetch_add(1, std::memory_order_seq_cst);
+      if (caller_sleeping_.load(std::memory_order_seq_cst) != 0) futex_wake_all(&finished_);
     }
   }
 
@@ -152,8 +166,12 @@ class Pool {
 
   std::atomic<bool> busy_{false};
   std::atomic<bool> stop_{false};
-  alignas(64) std::atomic<uint32_t> epoch_{0};      // bumped once per loop
-  alignas(64) std::atomic<uint32_t> remaining_{0};  // workers not checked in for this loop yet
+  alignas(64) std::atomic<uint32_t> epoch_{0};  // bumped once per loop
+  // The loop's admission: bits 63..32 its epoch, kClosed once the caller has
+  // run out of items, the low bits the count of workers that joined.
+  static constexpr uint64_t kClosed = uint64_t{1} << 31, kJoinedMask = kClosed - 1;
+  alignas(64) std::atomic<uint64_t> gate_{0};
+  alignas(64) std::atomic<uint32_t> finished_{0};  // joined workers done with this loop
   std::atomic<uint32_t> caller_sleeping_{0};
   alignas(64) std::atomic<int> sleepers_{0};        // workers asleep on epoch_
   // The loop in flight (written before the epoch bump, read after it).

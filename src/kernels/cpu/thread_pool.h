@@ -18,6 +18,11 @@
 // Waits (workers between loops, the caller for the last items) spin with
 // _mm_pause for a short while (kSpinMicros) and then sleep on a futex, so idle
 // workers give their core away and a busy co-tenant does not collapse decode.
+// A worker joins a loop only while some item is unclaimed: once the caller has
+// claimed the last item the loop is closed, and a worker that was asleep or
+// descheduled (by a co-tenant) stays out of it, so the caller never waits for
+// a thread that has no item; on a crowded machine a loop degrades to fewer
+// threads instead of to the scheduler's wake-up latency.
 //
 // Concurrency: one loop runs on the pool at a time. A parallel_for issued while
 // another is in flight (from another thread, or nested inside an item) runs
