@@ -124,7 +124,9 @@ int run(int argc, char** argv) {
     }
     std::printf("| %-6s | %8.1f | %6d |", ggml_type_info(type).name, layer_bytes / 1e6, copies);
     uint32_t hash = 0;
-    for (int nth : threads) {
+    bool same = true;  // every thread count gave the same outputs
+    for (size_t ti = 0; ti < threads.size(); ++ti) {
+      const int nth = threads[ti];
       set_num_threads(nth);
       std::vector<double> gbs;
       for (int r = -1; r < reps; ++r) {  // r == -1: warm-up
@@ -133,16 +135,19 @@ int run(int argc, char** argv) {
         const double s = timer.seconds();
         if (r >= 0) gbs.push_back(static_cast<double>(layer_bytes) * copies / s / 1e9);
       }
-      for (const WeightView& w : views) {  // the outputs, for the hash (same for every thread count)
+      uint32_t h = 0;  // the outputs (first of each matrix), the same for every thread count
+      for (const WeightView& w : views) {
         cpu::matmul(w, x.data(), 1, y.data());
         uint32_t bits;
         std::memcpy(&bits, &y[0], 4);
-        hash = hash * 31 + bits;
+        h = h * 31 + bits;
       }
+      if (ti == 0) hash = h;
+      same = same && h == hash;
       std::sort(gbs.begin(), gbs.end());
       std::printf(" %9.2f |", gbs[gbs.size() / 2]);
     }
-    std::printf(" %08x |\n", hash);
+    std::printf(" %08x%s |\n", hash, same ? "" : " DIFFERS between thread counts");
     std::fflush(stdout);
   }
   return 0;
