@@ -347,7 +347,7 @@ void matmul_kquant(const WeightView& w, const float* x, int64_t n_tokens, float*
   const bool big = w.rows * w.cols * n_tokens >= kMinParallelMacs;
   const size_t prefetch = n_tokens <= 2 ? kPrefetchRows * w.row_bytes : 0;
   const auto* wdata = static_cast<const uint8_t*>(w.data);
-  parallel_for(n_chunks, big ? nth : 1, [&](int64_t ch) {
+  parallel_for(n_chunks, big ? nth : 1, [=](int64_t ch) {
     const int64_t r0 = ch * kChunkRows, nr = std::min(kChunkRows, w.rows - r0);
     if (tiles.chunk != nullptr) {
       tiles.chunk(wdata + r0 * w.row_bytes, w.row_bytes, nr, act, n_tokens, nb, y + r0, w.rows);

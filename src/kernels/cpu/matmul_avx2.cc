@@ -134,18 +134,15 @@ inline __m256 group_dot(__m256 acc, const WGroup& w, const uint8_t* xt) {
   return acc;
 }
 
-// One tile: kR rows x T tokens. group(r, g) yields row r's group g (loaded from
-// packed records, or decoded in registers); out[t * kR + r]. Both sources run
-// this one loop: the same op sequence for every output.
-template <int T, bool kQ8, class GroupOf>
-void qtile(GroupOf group, const uint8_t* const* x, int64_t ng, float* out) {
+template <int T, bool kQ8>
+void qkernel(const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) {
   __m256 acc[kR][T];
   for (int r = 0; r < kR; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   for (int64_t g = 0; g < ng; ++g) {
     const size_t o = static_cast<size_t>(g) * kRec;
     for (int r = 0; r < kR; ++r) {
-      const WGroup wg = group(r, g);
+      const WGroup wg = load_group(w[r] + o);
       for (int t = 0; t < T; ++t) acc[r][t] = group_dot<kQ8>(acc[r][t], wg, x[t] + o);
     }
   }
@@ -153,21 +150,25 @@ void qtile(GroupOf group, const uint8_t* const* x, int64_t ng, float* out) {
     for (int t = 0; t < T; ++t) out[t * kR + r] = hsum8(acc[r][t]);
 }
 
-template <int T, bool kQ8>
-void qkernel(const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) {
-  qtile<T, kQ8>([&](int r, int64_t g) { return load_group(w[r] + static_cast<size_t>(g) * kRec); }, x, ng, out);
-}
-
 // Direct (few tokens): decode each group in registers and use it at once.
 template <GgmlType kType, int T>
 void qkernel_direct(const uint8_t* const* rows, int64_t nb, const uint8_t* const* x, int64_t ng, size_t prefetch,
                     float* out) {
+  constexpr bool kQ8 = kType == GgmlType::Q8_0;
   constexpr size_t kGroupBytes = Layout<kType>::kBB * kG;
-  const auto group = [&](int r, int64_t g) {
-    _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + g * kGroupBytes), _MM_HINT_T0);
-    return decode_row_group<kType>(rows[r], nb, g);
-  };
-  qtile<T, kType == GgmlType::Q8_0>(group, x, ng, out);
+  __m256 acc[kR][T];
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < ng; ++g) {
+    const size_t o = static_cast<size_t>(g) * kRec;
+    for (int r = 0; r < kR; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + g * kGroupBytes), _MM_HINT_T0);
+      const WGroup wg = decode_row_group<kType>(rows[r], nb, g);
+      for (int t = 0; t < T; ++t) acc[r][t] = group_dot<kQ8>(acc[r][t], wg, x[t] + o);
+    }
+  }
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < T; ++t) out[t * kR + r] = hsum8(acc[r][t]);
 }
 
 template <bool kQ8>

@@ -169,30 +169,21 @@ inline __m512 group_dot(__m512 acc, const WGroup& w, const uint8_t* xt) {
 }
 
 // ---- Integer micro-kernels -------------------------------------------------------
-// One tile: kR rows x T tokens. group(r, g) yields row r's group g (loaded from
-// packed records, or decoded in registers); x[t] activation records;
-// out[t * kR + r]. Both sources run this one loop, so every output gets the
-// same op sequence whichever path computes it.
-template <int T, bool kOffset, class GroupOf>
-void qtile(GroupOf group, const uint8_t* const* x, int64_t ng, float* out) {
+// Packed: w[r] are packed records of row r; x[t] activation records; out[t * kR + r].
+template <int T, bool kOffset>
+void qkernel(const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) {
   __m512 acc[kR][T];
   for (int r = 0; r < kR; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
   for (int64_t g = 0; g < ng; ++g) {
     const size_t o = static_cast<size_t>(g) * kRec;
     for (int r = 0; r < kR; ++r) {
-      const WGroup wg = group(r, g);
+      const WGroup wg = load_group(w[r] + o);
       for (int t = 0; t < T; ++t) acc[r][t] = group_dot<kOffset>(acc[r][t], wg, x[t] + o);
     }
   }
   for (int r = 0; r < kR; ++r)
     for (int t = 0; t < T; ++t) out[t * kR + r] = _mm512_reduce_add_ps(acc[r][t]);
-}
-
-// Packed: w[r] are packed records of row r.
-template <int T, bool kOffset>
-void qkernel(const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) {
-  qtile<T, kOffset>([&](int r, int64_t g) { return load_group(w[r] + static_cast<size_t>(g) * kRec); }, x, ng, out);
 }
 
 template <bool kOffset>
@@ -204,18 +195,28 @@ void qkernel_n(int nt, const uint8_t* const* w, const uint8_t* const* x, int64_t
     default: qkernel<4, kOffset>(w, x, ng, out); break;
   }
 }
+
 // Direct (few tokens): decode each group in registers and use it at once.
-// rows: kR row pointers.
+// rows: kR row pointers; out[t * kR + r].
 template <GgmlType kType, int T>
 void qkernel_direct(const uint8_t* const* rows, int64_t nb, const uint8_t* const* x, int64_t ng, size_t prefetch,
                     float* out) {
+  constexpr bool kOffset = kType == GgmlType::Q8_0;
   constexpr size_t kGroupBytes = Layout<kType>::kBB * kG;
-  const auto group = [&](int r, int64_t g) {
-    for (size_t b = 0; b < kGroupBytes; b += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + g * kGroupBytes + b), _MM_HINT_T0);
-    return decode_row_group<kType>(rows[r], nb, g);
-  };
-  qtile<T, kType == GgmlType::Q8_0>(group, x, ng, out);
+  __m512 acc[kR][T];
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < ng; ++g) {
+    const size_t o = static_cast<size_t>(g) * kRec;
+    for (int r = 0; r < kR; ++r) {
+      for (size_t b = 0; b < kGroupBytes; b += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + g * kGroupBytes + b), _MM_HINT_T0);
+      const WGroup wg = decode_row_group<kType>(rows[r], nb, g);
+      for (int t = 0; t < T; ++t) acc[r][t] = group_dot<kOffset>(acc[r][t], wg, x[t] + o);
+    }
+  }
+  for (int r = 0; r < kR; ++r)
+    for (int t = 0; t < T; ++t) out[t * kR + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
 // ---- Float micro-kernel (F32 rows; F16/BF16/K-quants are converted first) --------
