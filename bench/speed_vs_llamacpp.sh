@@ -10,6 +10,6 @@ for M in "$@"; do
   for round in $(seq 1 "$ROUNDS"); do
     round_banner "$(basename "$M") round $round"
     timeout 900 "$L" -m "$M" -p 512 -n 128 -t 2 -r 5 -o md 2>/dev/null | grep -E 'pp512|tg128' | sed 's/^/llama.cpp /'
-    timeout 900 "$P" bench -m "$M" --pp 512 --tg 128 -r 5 -t 2 2>&1 | grep -E 'pp512|tg128' | sed 's/^/pagoda /'
+    timeout 900 "$P" bench -m "$M" --pp 512 --tg 128 -r 5 -t 2 2>&1 | grep -E 'pp512|tg128|^tg:|^cpu:' | sed 's/^/pagoda /'
   done
 done

@@ -112,8 +112,11 @@ struct RopeScaling {
 };
 
 // ---- Threads -----------------------------------------------------------------
-// Every cpu:: kernel runs its own OpenMP team of num_threads(); scratch memory is
-// thread_local, so calls from different threads are safe.
+// Every cpu:: kernel splits its rows over num_threads() threads of one persistent
+// pool (cpu/thread_pool.h); scratch memory is thread_local, and a call made while
+// another thread's call holds the pool runs on its caller alone, so calls from
+// different threads are safe. The default is OMP_NUM_THREADS when set, else the
+// CPUs the process may run on.
 void set_num_threads(int n);
 int num_threads();
 
@@ -128,6 +131,10 @@ int num_threads();
      rounding, not to float precision. Env PAGODA_KQUANT_FALLBACK=1 (read at the first call)   \
      sends K-quants through the dequantize-to-f32 path instead. */                             \
   void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y);                 \
+  /* Several matmuls of one x: ys[i] = ws[i] x for i < n, each exactly as matmul computes it   \
+     (bitwise). cpu:: runs them as one thread-pool launch at decode sizes (Q/K/V, gate/up). */ \
+  void matmul_multi(const WeightView* const* ws, int n, const float* x, int64_t n_tokens,       \
+                    float* const* ys);                                                          \
   /* y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight.  x, y: [n_tokens, n] */         \
   void rmsnorm(const float* x, const float* weight, float eps, int64_t n_tokens, int64_t n,     \
                float* y);                                                                       \

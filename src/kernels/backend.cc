@@ -7,6 +7,7 @@ namespace {
 constexpr Backend kCpu{
     .name = "cpu",
     .matmul = &cpu::matmul,
+    .matmul_multi = &cpu::matmul_multi,
     .rmsnorm = &cpu::rmsnorm,
     .rope = &cpu::rope,
     .kv_write = &kv_write,
@@ -25,6 +26,7 @@ constexpr Backend kCpu{
 constexpr Backend kRef{
     .name = "ref",
     .matmul = &ref::matmul,
+    .matmul_multi = &ref::matmul_multi,
     .rmsnorm = &ref::rmsnorm,
     .rope = &ref::rope,
     .kv_write = &kv_write,

@@ -19,6 +19,7 @@ enum class BackendKind : uint8_t {
 struct Backend {
   const char* name;
   void (*matmul)(const WeightView& w, const float* x, int64_t n_tokens, float* y);
+  void (*matmul_multi)(const WeightView* const* ws, int n, const float* x, int64_t n_tokens, float* const* ys);
   void (*rmsnorm)(const float* x, const float* weight, float eps, int64_t n_tokens, int64_t n, float* y);
   void (*rope)(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
                int32_t rope_dim, float theta_base, bool neox, const RopeScaling& scaling);

@@ -27,9 +27,9 @@ void attention_block(const ForwardPass& p, int32_t l) {
   float* proj = ws.proj.data();  // [T, E]
 
   p.k.rmsnorm(x, w.attn_norm, c.rms_eps, T, c.n_embd, xn);
-  p.k.matmul(w.wq, xn, T, q);
-  p.k.matmul(w.wk, xn, T, k);
-  p.k.matmul(w.wv, xn, T, v);
+  const kernels::WeightView* qkv_w[] = {&w.wq, &w.wk, &w.wv};
+  float* const qkv_y[] = {q, k, v};
+  p.k.matmul_multi(qkv_w, 3, xn, T, qkv_y);  // one launch at decode sizes
   if (w.bq) {
     p.k.add_rows(q, w.bq, T, c.q_dim());
     p.k.add_rows(k, w.bk, T, c.kv_dim());
@@ -65,8 +65,9 @@ void swiglu_ffn_block(const ForwardPass& p, int32_t l) {
   float* proj = ws.proj.data();  // [T, E]
 
   p.k.rmsnorm(x, w.ffn_norm, c.rms_eps, T, c.n_embd, xn);
-  p.k.matmul(w.w_gate, xn, T, gate);
-  p.k.matmul(w.w_up, xn, T, up);
+  const kernels::WeightView* gate_up_w[] = {&w.w_gate, &w.w_up};
+  float* const gate_up_y[] = {gate, up};
+  p.k.matmul_multi(gate_up_w, 2, xn, T, gate_up_y);  // one launch at decode sizes
   if (c.ffn_act == FfnAct::GeluTanh) {
     p.k.gelu_mul(gate, up, T * c.n_ff);
   } else {

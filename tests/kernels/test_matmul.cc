@@ -259,6 +259,43 @@ TEST_P(MatmulTest, ThreadCountDoesNotChangeGemm) {
   }
 }
 
+// matmul_multi (one pool launch, each thread a static share of every matrix)
+// gives bitwise what separate matmul calls give, for mixed types and row counts
+// that do not split evenly, at decode sizes (the fused path) and beyond.
+TEST_P(MatmulTest, MultiEqualsSeparateCalls) {
+  IsaScope scope(GetParam());
+  const int64_t cols = 512;
+  struct Spec {
+    GgmlType type;
+    int64_t rows;
+  };
+  const Spec specs[] = {{GgmlType::Q4_K, 131}, {GgmlType::Q6_K, 37}, {GgmlType::Q4_0, 64}, {GgmlType::F16, 17}};
+  std::vector<testing::RandomWeight> ws;
+  uint64_t seed = 77;
+  for (const Spec& sp : specs) ws.push_back(make_weight(sp.type, sp.rows, cols, seed++));
+  std::vector<const WeightView*> views;
+  for (const auto& w : ws) views.push_back(&w.view);
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    for (int64_t n : {1, 2, 4, 9}) {
+      const auto x = random_vec(static_cast<size_t>(n * cols), seed++);
+      std::vector<std::vector<float>> want(ws.size()), got(ws.size());
+      std::vector<float*> ys;
+      for (size_t i = 0; i < ws.size(); ++i) {
+        want[i].assign(static_cast<size_t>(n * ws[i].view.rows), -1.0f);
+        got[i].assign(want[i].size(), -2.0f);
+        cpu::matmul(ws[i].view, x.data(), n, want[i].data());
+        ys.push_back(got[i].data());
+      }
+      cpu::matmul_multi(views.data(), static_cast<int>(views.size()), x.data(), n, ys.data());
+      for (size_t i = 0; i < ws.size(); ++i)
+        ASSERT_TRUE(BitwiseEqual(got[i].data(), want[i].data(), want[i].size()))
+            << "matrix " << i << " n_tokens=" << n << " threads=" << threads << " isa=" << cpu::isa_name();
+    }
+  }
+  set_num_threads(2);
+}
+
 INSTANTIATE_TEST_SUITE_P(Isa, MatmulTest, ::testing::ValuesIn(testing::isas()), testing::IsaParamName);
 
 }  // namespace

@@ -233,8 +233,7 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
   const size_t kvbuf = static_cast<size_t>(bs) * static_cast<size_t>(hd);
   const size_t per_token_floats = static_cast<size_t>(group) * (hd + 2);
   const size_t per_item_floats = 2 * kvbuf + static_cast<size_t>(group) * bs + kQueryTile * per_token_floats;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (nth > 1 && items > 1)
-  for (int64_t it = 0; it < items; ++it) {
+  detail::parallel_for(items, nth, [&](int64_t it) {
     const int32_t tile = static_cast<int32_t>(it / nkv), kvh = static_cast<int32_t>(it % nkv);
     const int32_t s = tiles[3 * tile], t0 = tiles[3 * tile + 1], nt = tiles[3 * tile + 2] - t0;
     const int64_t seq_len = kv_len(batch, s, bs);
@@ -324,7 +323,7 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
         for (int32_t d = 0; d < hd; ++d) o[d] = acc[g * hd + d] * inv;
       }
     }
-  }
+  });
 }
 
 }  // namespace pagoda::kernels::cpu

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "kernels/api.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace pagoda::kernels::cpu::detail {
 

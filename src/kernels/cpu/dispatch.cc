@@ -2,8 +2,9 @@
 // quantizer shared by both matmul paths (baseline AVX2 code, so its output is
 // the same whichever ISA consumes it).
 #include <immintrin.h>
-#include <omp.h>
+#include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -46,8 +47,20 @@ bool kquant_fallback() {
   return v;
 }
 
+// Default thread count: OMP_NUM_THREADS when set (what scripts set when the
+// kernels ran on OpenMP), else the CPUs this process may run on.
+int default_threads() {
+  if (const char* env = std::getenv("OMP_NUM_THREADS"); env != nullptr) {
+    const int n = std::atoi(env);
+    if (n >= 1) return n;
+  }
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return 1;
+}
+
 std::atomic<int>& thread_state() {
-  static std::atomic<int> s{omp_get_max_threads()};
+  static std::atomic<int> s{default_threads()};
   return s;
 }
 
@@ -90,6 +103,22 @@ void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
   } else {
     detail::matmul_avx2(w, x, n_tokens, y);
   }
+}
+
+void matmul_multi(const WeightView* const* ws, int n, const float* x, int64_t n_tokens, float* const* ys) {
+  // Decode sizes: one launch; each thread computes its static share of every
+  // matrix's row chunks, quantizing x itself (a few hundred ns at these sizes,
+  // less than the fork/join it saves). Larger batches: one launch per matrix,
+  // with x quantized once per matrix as matmul does.
+  constexpr int64_t kMultiMaxTokens = 4;
+  const int nth = detail::threads();
+  if (n_tokens <= kMultiMaxTokens && nth > 1 && n > 1) {
+    detail::parallel_shares(nth, [&] {
+      for (int i = 0; i < n; ++i) matmul(*ws[i], x, n_tokens, ys[i]);
+    });
+    return;
+  }
+  for (int i = 0; i < n; ++i) matmul(*ws[i], x, n_tokens, ys[i]);
 }
 
 namespace detail {

@@ -347,12 +347,11 @@ void matmul_kquant(const WeightView& w, const float* x, int64_t n_tokens, float*
   const bool big = w.rows * w.cols * n_tokens >= kMinParallelMacs;
   const size_t prefetch = n_tokens <= 2 ? kPrefetchRows * w.row_bytes : 0;
   const auto* wdata = static_cast<const uint8_t*>(w.data);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nth) if (nth > 1 && n_chunks > 1 && big)
-  for (int64_t ch = 0; ch < n_chunks; ++ch) {
+  parallel_for(n_chunks, big ? nth : 1, [=](int64_t ch) {
     const int64_t r0 = ch * kChunkRows, nr = std::min(kChunkRows, w.rows - r0);
     if (tiles.chunk != nullptr) {
       tiles.chunk(wdata + r0 * w.row_bytes, w.row_bytes, nr, act, n_tokens, nb, y + r0, w.rows);
-      continue;
+      return;
     }
     float out[kKTileMaxT * kKTileMaxR];
     for (int64_t t0 = 0; t0 < n_tokens; t0 += tiles.max_t) {
@@ -368,7 +367,7 @@ void matmul_kquant(const WeightView& w, const float* x, int64_t n_tokens, float*
           for (int r = 0; r < R && i0 + r < nr; ++r) y[(t0 + t) * w.rows + r0 + i0 + r] = out[t * R + r];
       }
     }
-  }
+  });
 }
 
 }  // namespace pagoda::kernels::cpu::detail

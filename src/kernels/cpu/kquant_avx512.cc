@@ -36,7 +36,6 @@
 // 128 |S2| <= 128 * 8 * 32 * 32 * 127 < 2^28. The 16-value halves in the reduce tree and the maddubs pair
 // sums (<= 2 * 63 * 127) stay far inside their types too.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
@@ -157,14 +156,24 @@ struct Q5K {
   static inline __m512i ints(const K4Block& w, const uint8_t* xr);
 };
 
-inline __m512i k4_ints(const K4Block& w, const uint8_t* xr) {
+// 16 int32 partial sums of sum_j dpwssd(sc[j], maddubs(q[j], x values 64j..64j+63)):
+// the scaled sub-block dots of one super-block (Q2_K..Q6_K; exact).
+inline __m512i scaled_dots(const __m512i* q, const __m512i* sc, const uint8_t* xr) {
   __m512i isum = _mm512_setzero_si512();
   for (int j = 0; j < 4; ++j)
-    isum = _mm512_dpwssd_epi32(isum, w.sc[j], _mm512_maddubs_epi16(w.q[j], load512(xr + 64 * j)));
-  const __m256i msum = _mm256_madd_epi16(w.mins, load256(xr + kActKBsums));
+    isum = _mm512_dpwssd_epi32(isum, sc[j], _mm512_maddubs_epi16(q[j], load512(xr + 64 * j)));
+  return isum;
+}
+
+// Formats with mins (Q2_K, Q4_K, Q5_K): lanes 0..7 sum to S1 (the two halves of
+// isum added), lanes 8..15 to S2 = sum of the int16 mins x the bsums.
+inline __m512i with_mins(__m512i isum, __m256i mins, const uint8_t* xr) {
+  const __m256i msum = _mm256_madd_epi16(mins, load256(xr + kActKBsums));
   const __m256i s1 = _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1));
   return join(s1, msum);
 }
+
+inline __m512i k4_ints(const K4Block& w, const uint8_t* xr) { return with_mins(scaled_dots(w.q, w.sc, xr), w.mins, xr); }
 
 // Q6_K: q[k] = values 64k..64k+63 as u8 0..63; sc[k] = int16 lanes 8i..8i+7
 // hold scale 4k+i; sc16 = the 16 scales as int16.
@@ -203,9 +212,7 @@ struct Q6K {
 // Q6_K (kShift 5), Q3_K (kShift 2): quants stored as q + 2^kShift.
 template <int kShift>
 inline __m512i k6_ints(const K6Block& w, const uint8_t* xr) {
-  __m512i isum = _mm512_setzero_si512();
-  for (int k = 0; k < 4; ++k)
-    isum = _mm512_dpwssd_epi32(isum, w.sc[k], _mm512_maddubs_epi16(w.q[k], load512(xr + 64 * k)));
+  const __m512i isum = scaled_dots(w.q, w.sc, xr);
   // sum (q - 2^s) * x * sc = sum q * x * sc - 2^s * sum_j sc_j * bsum_j
   const __m256i off = _mm256_madd_epi16(w.sc16, load256(xr + kActKBsums));
   return _mm512_sub_epi32(isum, _mm512_zextsi256_si512(_mm256_slli_epi32(off, kShift)));
@@ -240,12 +247,7 @@ struct Q2K {
     w->sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), nib));
   }
   static inline __m512i ints(const K6Block& w, const uint8_t* xr) {
-    __m512i isum = _mm512_setzero_si512();
-    for (int k = 0; k < 4; ++k)
-      isum = _mm512_dpwssd_epi32(isum, w.sc[k], _mm512_maddubs_epi16(w.q[k], load512(xr + 64 * k)));
-    const __m256i msum = _mm256_madd_epi16(w.sc16, load256(xr + kActKBsums));
-    const __m256i s1 = _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1));
-    return join(s1, msum);
+    return with_mins(scaled_dots(w.q, w.sc, xr), w.sc16, xr);
   }
 };
 
@@ -254,11 +256,7 @@ struct Q2K {
 // lanes 8..15 scale 2j+1 - 32; sc16 = int16 lanes 2k, 2k+1 hold scale k - 32.
 // vpdpbusd (u8 x s8, 4 products into int32, no saturation) takes the u8
 // values directly; the +128 comes back out through the bsums.
-struct KIBlock {
-  __m512i q[4];
-  __m512i sc[4];
-  __m256i sc16;
-};
+using KIBlock = K6Block;  // the same three fields, with the meanings above
 
 struct IQ4XS {
   using Block = KIBlock;
@@ -361,10 +359,10 @@ template <class Fmt, int T>
 void small_chunk(const uint8_t* w0, size_t row_bytes, int64_t nr, const uint8_t* act, int64_t nb, float* y,
                  int64_t ldy) {
   const size_t xrow = static_cast<size_t>(nb) * kActKBytes;
-  // The same block of the row one chunk per thread ahead: with the driver's
-  // dynamic schedule that is roughly this thread's next chunk. (Prefetches
+  // The same block of the row one chunk ahead: the pool hands each thread a
+  // contiguous range of chunks, so that is this thread's next chunk. (Prefetches
   // past the matrix are harmless: they never fault.)
-  const size_t prefetch = static_cast<size_t>(kKChunkRows * omp_get_num_threads()) * row_bytes;
+  const size_t prefetch = static_cast<size_t>(kKChunkRows) * row_bytes;
   alignas(64) int32_t v[T][16][16] = {};  // rows >= nr stay 0
   alignas(32) uint16_t dh[16] = {}, mh[16] = {};
   __m512 acc[T];

@@ -23,6 +23,10 @@ void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
   }
 }
 
+void matmul_multi(const WeightView* const* ws, int n, const float* x, int64_t n_tokens, float* const* ys) {
+  for (int i = 0; i < n; ++i) matmul(*ws[i], x, n_tokens, ys[i]);
+}
+
 void rmsnorm(const float* x, const float* weight, float eps, int64_t n_tokens, int64_t n, float* y) {
   for (int64_t t = 0; t < n_tokens; ++t) {
     double ss = 0;

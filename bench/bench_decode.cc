@@ -1,0 +1,159 @@
+// Decode micro-benchmark: GB/s of weights read by single-token matmuls (the
+// decode path) per quant type, at 1 and 2 threads (or the -t list), for the
+// matrices of one Llama-3.2-1B-shaped layer (q 2048x2048, k/v 512x2048, o
+// 2048x2048, gate/up 8192x2048, down 2048x8192). Several layer copies are
+// cycled (>= 256 MiB) so that every call streams from DRAM, as a real decode
+// does. One line per type; a kernel regression shows without a model.
+//   usage: bench_decode [-t 1,2] [-r REPS] [TYPE...]   (types: q4_0 q8_0 q4_k ...)
+// Prints the median over REPS passes (each pass = every matrix of every copy
+// once) of weight bytes / wall time.
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <strings.h>
+#include <string>
+#include <vector>
+
+#include "base/aligned.h"
+#include "base/fp16.h"
+#include "base/ggml_types.h"
+#include "base/rng.h"
+#include "base/timer.h"
+#include "kernels/api.h"
+
+namespace pagoda::kernels {
+namespace {
+
+struct Shape {
+  int64_t rows, cols;
+};
+// One Llama-3.2-1B layer: q, k, v, o, gate, up, down.
+const Shape kLayer[] = {{2048, 2048}, {512, 2048}, {512, 2048}, {2048, 2048},
+                        {8192, 2048}, {8192, 2048}, {2048, 8192}};
+
+const GgmlType kDefaultTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
+                                  GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                                  GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::F16, GgmlType::BF16};
+
+void put_f16(uint8_t* p, float v) {
+  const uint16_t h = fp32_to_fp16(v);
+  std::memcpy(p, &h, 2);
+}
+
+// Random quants with small, finite scales (the kernels' speed does not depend
+// on the values; NaN/Inf scales would only make the hash meaningless).
+void fill_blocks(GgmlType t, uint8_t* p, size_t bytes, Rng& rng) {
+  for (size_t i = 0; i + 8 <= bytes; i += 8) {
+    const uint64_t v = rng.next_u64();
+    std::memcpy(p + i, &v, 8);
+  }
+  const GgmlTypeInfo& info = ggml_type_info(t);
+  for (size_t b = 0; b + info.type_size <= bytes; b += info.type_size) {
+    uint8_t* blk = p + b;
+    switch (t) {
+      case GgmlType::F16:
+      case GgmlType::BF16: break;  // random halves: fine for timing, NaNs possible (hash only)
+      case GgmlType::Q2_K: put_f16(blk + 80, 0.01f); put_f16(blk + 82, 0.01f); break;
+      case GgmlType::Q3_K: put_f16(blk + 108, 0.01f); break;
+      case GgmlType::Q6_K: put_f16(blk + 208, 0.001f); break;
+      case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K:
+        put_f16(blk, 0.001f);
+        put_f16(blk + 2, 0.001f);
+        break;
+      default: put_f16(blk, 0.01f); break;  // Q4_0, Q5_0, Q8_0, IQ4_NL, IQ4_XS: d first
+    }
+  }
+}
+
+GgmlType parse_type(const char* s) {
+  for (uint32_t id = 0; id < 64; ++id) {
+    const GgmlTypeInfo* info = ggml_type_info(id);
+    if (info == nullptr || !info->supported) continue;
+    std::string n = info->name;
+    if (strcasecmp(n.c_str(), s) == 0) return static_cast<GgmlType>(id);
+  }
+  std::fprintf(stderr, "bench_decode: unknown type '%s'\n", s);
+  std::exit(2);
+}
+
+int run(int argc, char** argv) {
+  std::vector<int> threads = {1, 2};
+  int reps = 7;
+  std::vector<GgmlType> types;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "-t") == 0 && i + 1 < argc) {
+      threads.clear();
+      for (char* tok = std::strtok(argv[++i], ","); tok != nullptr; tok = std::strtok(nullptr, ","))
+        threads.push_back(std::max(1, std::atoi(tok)));
+    } else if (std::strcmp(argv[i], "-r") == 0 && i + 1 < argc) {
+      reps = std::max(1, std::atoi(argv[++i]));
+    } else if (std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0) {
+      std::puts("usage: bench_decode [-t 1,2] [-r REPS] [TYPE...]");
+      return 0;
+    } else {
+      types.push_back(parse_type(argv[i]));
+    }
+  }
+  if (types.empty()) types.assign(std::begin(kDefaultTypes), std::end(kDefaultTypes));
+
+  std::printf("decode matvec (1 token), Llama-3.2-1B layer shapes, isa %s, median of %d passes\n", cpu::isa_name(),
+              reps);
+  std::printf("| type   | MB/layer | copies |");
+  for (int t : threads) std::printf(" GB/s %dt |", t);
+  std::printf(" hash     |\n");
+  Rng rng(42);
+  std::vector<float> x(8192), y(8192);
+  for (auto& v : x) v = static_cast<float>(rng.normal());
+  for (GgmlType type : types) {
+    size_t layer_bytes = 0;
+    for (const Shape& s : kLayer) layer_bytes += ggml_row_bytes(type, static_cast<size_t>(s.cols)) * s.rows;
+    const int copies = static_cast<int>(std::max<size_t>(2, ((size_t{256} << 20) + layer_bytes - 1) / layer_bytes));
+    AlignedBuffer<uint8_t> buf(layer_bytes * static_cast<size_t>(copies));
+    fill_blocks(type, buf.data(), layer_bytes, rng);
+    for (int c = 1; c < copies; ++c) std::memcpy(buf.data() + c * layer_bytes, buf.data(), layer_bytes);
+    std::vector<WeightView> views;
+    for (int c = 0; c < copies; ++c) {
+      size_t off = c * layer_bytes;
+      for (const Shape& s : kLayer) {
+        const size_t rb = ggml_row_bytes(type, static_cast<size_t>(s.cols));
+        views.push_back(WeightView{buf.data() + off, type, s.rows, s.cols, rb});
+        off += rb * s.rows;
+      }
+    }
+    std::printf("| %-6s | %8.1f | %6d |", ggml_type_info(type).name, layer_bytes / 1e6, copies);
+    uint32_t hash = 0;
+    bool same = true;  // every thread count gave the same outputs
+    for (size_t ti = 0; ti < threads.size(); ++ti) {
+      const int nth = threads[ti];
+      set_num_threads(nth);
+      std::vector<double> gbs;
+      for (int r = -1; r < reps; ++r) {  // r == -1: warm-up
+        Timer timer;
+        for (const WeightView& w : views) cpu::matmul(w, x.data(), 1, y.data());
+        const double s = timer.seconds();
+        if (r >= 0) gbs.push_back(static_cast<double>(layer_bytes) * copies / s / 1e9);
+      }
+      uint32_t h = 0;  // the outputs (first of each matrix), the same for every thread count
+      for (const WeightView& w : views) {
+        cpu::matmul(w, x.data(), 1, y.data());
+        uint32_t bits;
+        std::memcpy(&bits, &y[0], 4);
+        h = h * 31 + bits;
+      }
+      if (ti == 0) hash = h;
+      same = same && h == hash;
+      std::sort(gbs.begin(), gbs.end());
+      std::printf(" %9.2f |", gbs[gbs.size() / 2]);
+    }
+    std::printf(" %08x%s |\n", hash, same ? "" : " DIFFERS between thread counts");
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace pagoda::kernels
+
+int main(int argc, char** argv) { return pagoda::kernels::run(argc, argv); }

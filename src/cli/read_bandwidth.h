@@ -1,0 +1,19 @@
+// The machine's memory read bandwidth and processor name, measured by `pagoda
+// bench` itself so that decode can be reported as a fraction of what this
+// machine delivers (instead of a figure assumed for one machine).
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace pagoda::cli {
+
+// Best-of-`passes` streaming-read bandwidth in GB/s (1e9 bytes/s) of `threads`
+// threads reading disjoint contiguous slices of one buffer of `bytes` (it
+// should be far larger than the last-level cache; 1 GiB by default). The buffer
+// is written once (so its pages exist) and freed before returning.
+double measure_read_gbs(int threads, size_t bytes = size_t{1} << 30, int passes = 3);
+
+// The processor's "model name" from /proc/cpuinfo ("unknown" if absent).
+std::string cpu_model_name();
+
+}  // namespace pagoda::cli

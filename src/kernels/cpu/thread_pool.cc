@@ -1,0 +1,229 @@
+// The persistent pool of thread_pool.h: workers, the job hand-off and the
+// spin-then-futex waits.
+#include "kernels/cpu/thread_pool.h"
+
+#include <immintrin.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <thread>
+#include <vector>
+
+namespace pagoda::kernels::cpu::detail {
+namespace {
+
+// Participants of one loop at most (the caller included); --threads allows 256.
+constexpr int kMaxParticipants = 256;
+// How long a waiting thread spins before it sleeps. Long enough to bridge the
+// serial gaps between a decode step's matmuls (rmsnorm, rope, residual add: a
+// few microseconds each), short against a scheduler time slice, so a worker
+// spinning next to a busy co-tenant wastes little of the core.
+constexpr int64_t kSpinMicros = 50;
+
+void futex_wait(std::atomic<uint32_t>* a, uint32_t expected) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(a), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
+}
+void futex_wake_all(std::atomic<uint32_t>* a) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(a), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+
+// Spins until pred() holds or kSpinMicros pass; true if pred() held.
+template <class P>
+bool spin_until(P pred) {
+  if (pred()) return true;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    for (int i = 0; i < 32; ++i) {
+      _mm_pause();
+      if (pred()) return true;
+    }
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::microseconds(kSpinMicros)) return false;
+  }
+}
+
+// One participant's static range; `next` is taken with fetch_add by the owner
+// and by thieves. One cache line each: owners never share a line.
+struct alignas(64) Range {
+  std::atomic<int64_t> next{0};
+  int64_t end = 0;
+};
+
+class Pool {
+ public:
+  ~Pool() {
+    stop_.store(true);
+    epoch_.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake_all(&epoch_);
+    for (auto& t : workers_) t.join();
+  }
+
+  // Runs the loop if the pool is free; false (nothing ran) if it is busy.
+  bool try_run(int64_t n_items, int nth, void (*call)(void*, int64_t), void* ctx) {
+    bool expected = false;
+    if (!busy_.compare_exchange_strong(expected, true, std::memory_order_acquire)) return false;
+    const int k = static_cast<int>(std::min<int64_t>({n_items, nth, kMaxParticipants}));
+    grow(k - 1);
+    for (int p = 0; p < k; ++p) {
+      ranges_[p].next.store(n_items * p / k, std::memory_order_relaxed);
+      ranges_[p].end = n_items * (p + 1) / k;
+    }
+    call_ = call;
+    ctx_ = ctx;
+    participants_ = k;
+    finished_.store(0, std::memory_order_relaxed);
+    const uint32_t e = epoch_.load(std::memory_order_relaxed) + 1;
+    gate_.store(static_cast<uint64_t>(e) << 32, std::memory_order_release);  // open, nobody joined
+    // seq_cst pairs with the workers' sleepers_ increment (see worker_wait).
+    epoch_.store(e, std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(&epoch_);
+    work(0);  // ends when no item is left unclaimed
+    // Close the loop: a worker that has not joined yet (asleep, or descheduled
+    // by a co-tenant) stays out, so the caller never waits for a thread that
+    // has no item; it waits only for the joined ones still in an item.
+    const uint64_t g = gate_.fetch_or(kClosed, std::memory_order_acq_rel);
+    wait_done(static_cast<uint32_t>(g & kJoinedMask));
+    busy_.store(false, std::memory_order_release);
+    return true;
+  }
+
+  int workers() {
+    bool expected = false;
+    while (!busy_.compare_exchange_weak(expected, true, std::memory_order_acquire)) expected = false;
+    const int n = static_cast<int>(workers_.size());
+    busy_.store(false, std::memory_order_release);
+    return n;
+  }
+
+ private:
+  // Starts workers up to n (called with busy_ held, so no job is in flight and
+  // the epoch a new worker starts from is the current one).
+  void grow(int n) {
+    while (static_cast<int>(workers_.size()) < n) {
+      const int idx = static_cast<int>(workers_.size()) + 1;
+      const uint32_t seen = epoch_.load(std::memory_order_relaxed);
+      workers_.emplace_back([this, idx, seen] { worker_main(idx, seen); });
+    }
+  }
+
+  // Participant p: its own range first, then the others' leftovers.
+  void work(int p) {
+    const int k = participants_;
+    for (int q = 0; q < k; ++q) {
+      Range& r = ranges_[(p + q) % k];
+      for (int64_t i = r.next.fetch_add(1, std::memory_order_relaxed); i < r.end;
+           i = r.next.fetch_add(1, std::memory_order_relaxed))
+        call_(ctx_, i);
+    }
+  }
+
+  // Waits until the `joined` workers of this loop have finished.
+  void wait_done(uint32_t joined) {
+    const auto done = [&] { return finished_.load(std::memory_order_acquire) == joined; };
+    if (spin_until(done)) return;
+    caller_sleeping_.store(1, std::memory_order_seq_cst);
+    for (uint32_t f; (f = finished_.load(std::memory_order_seq_cst)) != joined;) futex_wait(&finished_, f);
+    caller_sleeping_.store(0, std::memory_order_relaxed);
+  }
+
+  // Joins the loop of epoch e if it is still open; false if it is closed (or
+  // already replaced by a later loop): then this worker touches none of it.
+  bool join(uint32_t e) {
+    uint64_t g = gate_.load(std::memory_order_acquire);
+    while ((g >> 32) == e && (g & kClosed) == 0)
+      if (gate_.compare_exchange_weak(g, g + 1, std::memory_order_acq_rel)) return true;
+    return false;
+  }
+
+  void worker_main(int idx, uint32_t seen) {
+    for (;;) {
+      seen = worker_wait(seen);
+      if (stop_.load()) return;
+      if (!join(seen)) continue;
+      if (idx < participants_) work(idx);
+      // seq_cst pairs with wait_done's caller_sleeping_ store.
+      finished_.fetch_add(1, std::memory_order_seq_cst);
+      if (caller_sleeping_.load(std::memory_order_seq_cst) != 0) futex_wake_all(&finished_);
+    }
+  }
+
+  // Waits for an epoch other than `seen`; returns it.
+  uint32_t worker_wait(uint32_t seen) {
+    const auto moved = [&] { return epoch_.load(std::memory_order_acquire) != seen; };
+    if (!spin_until(moved)) {
+      // Either the dispatcher sees sleepers_ > 0 and wakes us, or our epoch
+      // load below sees its increment (both seq_cst): no lost wake-up.
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      while (epoch_.load(std::memory_order_seq_cst) == seen) futex_wait(&epoch_, seen);
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    return epoch_.load(std::memory_order_acquire);
+  }
+
+  std::atomic<bool> busy_{false};
+  std::atomic<bool> stop_{false};
+  alignas(64) std::atomic<uint32_t> epoch_{0};  // bumped once per loop
+  // The loop's admission: bits 63..32 its epoch, kClosed once the caller has
+  // run out of items, the low bits the count of workers that joined.
+  static constexpr uint64_t kClosed = uint64_t{1} << 31, kJoinedMask = kClosed - 1;
+  alignas(64) std::atomic<uint64_t> gate_{0};
+  alignas(64) std::atomic<uint32_t> finished_{0};  // joined workers done with this loop
+  std::atomic<uint32_t> caller_sleeping_{0};
+  alignas(64) std::atomic<int> sleepers_{0};        // workers asleep on epoch_
+  // The loop in flight (written before the epoch bump, read after it).
+  void (*call_)(void*, int64_t) = nullptr;
+  void* ctx_ = nullptr;
+  int participants_ = 0;
+  Range ranges_[kMaxParticipants];
+  std::vector<std::thread> workers_;
+};
+
+Pool& pool() {
+  static Pool p;
+  return p;
+}
+
+// The share (parallel_shares) active on this thread: share t_share of t_shares,
+// or t_shares == 0 for none.
+thread_local int t_share = 0, t_shares = 0;
+
+}  // namespace
+
+void parallel_for_impl(int64_t n_items, int nth, void (*call)(void* ctx, int64_t item), void* ctx) {
+  if (n_items <= 0) return;
+  if (t_shares > 0) {  // inside a share: this share's static range, inline
+    const int64_t end = n_items * (t_share + 1) / t_shares;
+    for (int64_t i = n_items * t_share / t_shares; i < end; ++i) call(ctx, i);
+    return;
+  }
+  if (nth <= 1 || n_items == 1 || !pool().try_run(n_items, nth, call, ctx)) {
+    for (int64_t i = 0; i < n_items; ++i) call(ctx, i);
+  }
+}
+
+void parallel_shares_impl(int nth, void (*call)(void* ctx), void* ctx) {
+  struct Shares {
+    int k;
+    void (*call)(void*);
+    void* ctx;
+  } sh{std::max(1, nth), call, ctx};
+  if (t_shares > 0) {  // nested: already inside a share, run as one
+    call(ctx);
+    return;
+  }
+  parallel_for_impl(sh.k, sh.k, [](void* c, int64_t p) {
+    const Shares& s = *static_cast<const Shares*>(c);
+    t_share = static_cast<int>(p);
+    t_shares = s.k;
+    s.call(s.ctx);
+    t_shares = 0;
+  }, &sh);
+}
+
+int pool_workers() { return pool().workers(); }
+
+}  // namespace pagoda::kernels::cpu::detail

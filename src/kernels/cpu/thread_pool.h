@@ -1,0 +1,68 @@
+// The one persistent thread pool every cpu/ kernel runs its parallel loops on
+// (instead of an OpenMP team per kernel call: at decode sizes, SmolLM2's ~8
+// parallel regions per layer x 30 layers, the fork/join and OpenMP's long
+// active spin cost more than the second core gave back, and a co-tenant process
+// made the spinning threads fight it for the cores).
+//
+// parallel_for(n_items, nth, fn) calls fn(i) once for every i in [0, n_items)
+// on up to nth threads, the caller being one of them, and returns when all
+// calls have returned. Items are handed out as static contiguous ranges, one
+// per participant (participant p owns [p * n / k, (p + 1) * n / k)), so on a
+// quiet machine each thread streams its own slice of the weight rows; a
+// participant that finishes its range early takes the remaining items of the
+// others' ranges one at a time (from the front of the victim's range), so a
+// thread that the OS preempted does not hold up the whole loop. Which thread
+// runs an item never changes what it computes (each item writes its own
+// outputs with its own fixed op sequence): batch invariance is untouched.
+//
+// Waits (workers between loops, the caller for the last items) spin with
+// _mm_pause for a short while (kSpinMicros) and then sleep on a futex, so idle
+// workers give their core away and a busy co-tenant does not collapse decode.
+// A worker joins a loop only while some item is unclaimed: once the caller has
+// claimed the last item the loop is closed, and a worker that was asleep or
+// descheduled (by a co-tenant) stays out of it, so the caller never waits for
+// a thread that has no item; on a crowded machine a loop degrades to fewer
+// threads instead of to the scheduler's wake-up latency.
+//
+// Concurrency: one loop runs on the pool at a time. A parallel_for issued while
+// another is in flight (from another thread, or nested inside an item) runs
+// inline on the calling thread, serially: same results, no deadlock.
+#pragma once
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+namespace pagoda::kernels::cpu::detail {
+
+// The non-template core: call(ctx, i) for every item.
+void parallel_for_impl(int64_t n_items, int nth, void (*call)(void* ctx, int64_t item), void* ctx);
+
+template <class F>
+void parallel_for(int64_t n_items, int nth, F&& fn) {
+  using Fn = std::remove_reference_t<F>;
+  parallel_for_impl(
+      n_items, nth, [](void* ctx, int64_t i) { (*static_cast<Fn*>(ctx))(i); },
+      const_cast<void*>(static_cast<const void*>(&fn)));
+}
+
+// Several loops in one launch: runs fn() once per share p of k = nth shares,
+// spread over the pool like parallel_for's items, with share p active while it
+// runs: every parallel_for issued inside fn then runs, inline on that thread,
+// only the static range p of its items ([p * n / k, (p + 1) * n / k)) instead
+// of launching. So fn = "matmul A; matmul B; matmul C" computes every output of
+// A, B and C exactly once, with one fork/join instead of three (the decode
+// step's Q/K/V and gate/up). Each share's loops must not depend on outputs of
+// another share (A's rows are not B's input).
+void parallel_shares_impl(int nth, void (*call)(void* ctx), void* ctx);
+
+template <class F>
+void parallel_shares(int nth, F&& fn) {
+  using Fn = std::remove_reference_t<F>;
+  parallel_shares_impl(nth, [](void* ctx) { (*static_cast<Fn*>(ctx))(); }, const_cast<void*>(static_cast<const void*>(&fn)));
+}
+
+// Worker threads the pool has started so far (for tests: the pool starts
+// nth - 1 workers on first use and never more than the largest nth asked for).
+int pool_workers();
+
+}  // namespace pagoda::kernels::cpu::detail

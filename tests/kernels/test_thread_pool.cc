@@ -1,0 +1,157 @@
+// The cpu/ thread pool: every item runs exactly once whatever the thread count,
+// the caller takes part, a slow participant's items are taken by the others,
+// shares run static ranges, nested and concurrent loops run inline (no
+// deadlock, same items), and workers are started once and reused.
+#include "kernels/cpu/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace pagoda::kernels::cpu::detail {
+namespace {
+
+// Counts how often each item ran. counts: [n]
+std::vector<int> run_counts(int64_t n, int nth) {
+  std::vector<std::atomic<int>> c(static_cast<size_t>(n));
+  parallel_for(n, nth, [&](int64_t i) { c[static_cast<size_t>(i)].fetch_add(1); });
+  std::vector<int> out;
+  for (auto& x : c) out.push_back(x.load());
+  return out;
+}
+
+TEST(ThreadPool, EveryItemRunsExactlyOnce) {
+  for (int nth : {1, 2, 3, 4, 7}) {
+    for (int64_t n : {0, 1, 2, 3, 5, 16, 17, 100, 1001}) {
+      const std::vector<int> c = run_counts(n, nth);
+      ASSERT_EQ(c.size(), static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(c[static_cast<size_t>(i)], 1) << "nth " << nth << " n " << n << " item " << i;
+    }
+  }
+}
+
+TEST(ThreadPool, UsesSeveralThreadsAndTheCaller) {
+  std::mutex mu;
+  std::set<std::thread::id> ids;
+  const std::thread::id caller = std::this_thread::get_id();
+  // Every item waits (up to 10 s) until the caller and another thread have both
+  // run an item: passes only if the loop really runs on two threads, one of
+  // them the caller, however late the OS schedules either.
+  parallel_for(8, 2, [&](int64_t) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ids.insert(std::this_thread::get_id());
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (ids.size() >= 2 && ids.count(caller) == 1) break;
+      }
+      if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) break;
+      std::this_thread::yield();
+    }
+  });
+  EXPECT_EQ(ids.size(), 2u);
+  EXPECT_EQ(ids.count(caller), 1u);
+  EXPECT_GE(pool_workers(), 1);
+}
+
+TEST(ThreadPool, SharesRunTheirStaticRangeOfEveryLoop) {
+  // parallel_shares(3, fn): fn's loops run share p's static range [p * n / 3,
+  // (p + 1) * n / 3) inline, so every item of each loop runs once, and the items
+  // one invocation of fn ran form that exact range (whichever thread ran it).
+  for (int64_t n : {1, 2, 7, 48}) {
+    std::mutex mu;
+    std::vector<std::vector<int64_t>> ranges;  // the items of loop A seen by one fn call, in order
+    std::vector<std::atomic<int>> b_counts(static_cast<size_t>(n));
+    parallel_shares(3, [&] {
+      std::vector<int64_t> mine;
+      parallel_for(n, 3, [&](int64_t i) { mine.push_back(i); });  // inline: no race on `mine`
+      parallel_for(n, 3, [&](int64_t i) { b_counts[static_cast<size_t>(i)].fetch_add(1); });
+      std::lock_guard<std::mutex> lock(mu);
+      ranges.push_back(mine);
+    });
+    ASSERT_EQ(ranges.size(), 3u);
+    std::sort(ranges.begin(), ranges.end(), [](const auto& a, const auto& b) {
+      return (a.empty() ? INT64_MAX : a.front()) < (b.empty() ? INT64_MAX : b.front());
+    });
+    std::vector<std::vector<int64_t>> want;
+    for (int64_t p = 0; p < 3; ++p) {
+      std::vector<int64_t> r;
+      for (int64_t i = n * p / 3; i < n * (p + 1) / 3; ++i) r.push_back(i);
+      want.push_back(r);
+    }
+    std::sort(want.begin(), want.end(), [](const auto& a, const auto& b) {
+      return (a.empty() ? INT64_MAX : a.front()) < (b.empty() ? INT64_MAX : b.front());
+    });
+    EXPECT_EQ(ranges, want) << "n " << n;
+    for (auto& c : b_counts) EXPECT_EQ(c.load(), 1) << "n " << n;
+  }
+}
+
+TEST(ThreadPool, ASlowParticipantsItemsAreTakenByTheOthers) {
+  // The caller's range is items [0, 4); item 0 blocks until every other item
+  // ran, which can only happen if the worker takes items 1..3 of the caller's range.
+  std::atomic<int> done{0};
+  parallel_for(8, 2, [&](int64_t i) {
+    if (i == 0) {
+      const auto t0 = std::chrono::steady_clock::now();
+      while (done.load() < 7 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
+        std::this_thread::yield();
+    } else {
+      done.fetch_add(1);
+    }
+  });
+  EXPECT_EQ(done.load(), 7);
+}
+
+TEST(ThreadPool, NestedLoopRunsInline) {
+  std::vector<std::atomic<int>> c(64);
+  parallel_for(8, 2, [&](int64_t i) {
+    parallel_for(8, 2, [&](int64_t j) { c[static_cast<size_t>(8 * i + j)].fetch_add(1); });
+  });
+  for (auto& x : c) EXPECT_EQ(x.load(), 1);
+}
+
+TEST(ThreadPool, ConcurrentCallersEachGetEveryItem) {
+  std::vector<std::vector<int>> results(3);
+  std::vector<std::thread> callers;
+  for (int k = 0; k < 3; ++k)
+    callers.emplace_back([&, k] {
+      for (int rep = 0; rep < 200; ++rep) {
+        results[static_cast<size_t>(k)] = run_counts(37, 2);
+        for (int v : results[static_cast<size_t>(k)]) ASSERT_EQ(v, 1);
+      }
+    });
+  for (auto& t : callers) t.join();
+  for (auto& r : results) EXPECT_EQ(r, std::vector<int>(37, 1));
+}
+
+TEST(ThreadPool, WorkersAreReusedAcrossLoops) {
+  parallel_for(100, 3, [](int64_t) {});
+  const int w = pool_workers();
+  EXPECT_GE(w, 2);
+  for (int rep = 0; rep < 200; ++rep) parallel_for(100, 3, [](int64_t) {});
+  EXPECT_EQ(pool_workers(), w);
+}
+
+TEST(ThreadPool, WakesWorkersThatFellAsleep) {
+  // Idle long past the spin window: the workers sleep on the futex, and the
+  // next loop must still see every item (no lost wake-up).
+  for (int rep = 0; rep < 20; ++rep) {
+    std::this_thread::sleep_for(std::chrono::microseconds(300));
+    const std::vector<int> c = run_counts(50, 2);
+    for (int v : c) ASSERT_EQ(v, 1);
+  }
+}
+
+}  // namespace
+}  // namespace pagoda::kernels::cpu::detail
