@@ -43,6 +43,9 @@ struct SynthShape {
   // phi3 LongRoPE: rope_factors_short/long.weight and rope.scaling.attn_factor,
   // with rope.scaling.original_context_length = longrope_original_context (0: none).
   int64_t longrope_original_context = 0;
+  // YaRN (rope.scaling.type yarn, rope.scaling.factor, original_context_length); 0: none.
+  double yarn_factor = 0;
+  int64_t yarn_original_context = 0;
   int64_t head_dim() const { return n_head_dim > 0 ? n_head_dim : n_head ? n_embd / n_head : 0; }
 };
 
@@ -52,7 +55,7 @@ std::vector<float> llama3_rope_factors(const SynthLlama3Rope& r, double rope_bas
 
 // smollm2-135m, smollm2-360m, llama-3.2-1b (with its rope scaling), llama-3.1-8b,
 // qwen2.5-0.5b, qwen3-0.6b, phi-3-mini (4k), phi-3-mini-128k (LongRoPE), gemma3-270m,
-// and tiny-qwen3, tiny-llama3, tiny-phi3, tiny-gemma3 (toy sizes for parity fixtures).
+// and tiny-qwen3, tiny-qwen3-yarn, tiny-llama3, tiny-phi3, tiny-gemma3 (toy sizes for parity fixtures).
 const std::vector<SynthShape>& synth_presets();
 const SynthShape* find_synth_preset(const std::string& name);
 

@@ -254,7 +254,7 @@ TEST(Synth, RejectsBadOptions) {
   o.shape.arch = "mamba";
   EXPECT_FALSE(synth_model(o, &w).ok());
   EXPECT_EQ(find_synth_preset("gpt-5"), nullptr);
-  EXPECT_EQ(synth_presets().size(), 13u);
+  EXPECT_EQ(synth_presets().size(), 14u);
   EXPECT_EQ(find_synth_preset("llama-3.1-8b")->tied, false);
 }
 
