@@ -26,6 +26,7 @@ Getting llama.cpp: see compare_llamacpp.py (never commit its code or binaries).
       --gemma models/gemma-3-270m-q4_k_m.gguf [--synth] [--fixtures tests/data/arch_parity]
 """
 import argparse
+import json
 import os
 import struct
 import subprocess
@@ -107,6 +108,28 @@ def gemma_section(args):
               (name, len(ids), agree, N_GEN, near, mincos, agree2, N_GEN,
                near2, mincos2, "-" if exact_agree is None else "%d/%d" % (exact_agree, N_GEN)), flush=True)
     return rows
+
+
+def pagoda_greedy(binary, model, prompt_ids, n, threads):
+    """pagoda's own greedy continuation (free-running): its generated token ids."""
+    cmd = [binary, "run", "-m", model, "--prompt-ids", ",".join(str(t) for t in prompt_ids), "-n", str(n),
+           "--temp", "0", "--ignore-eos", "--json", "-t", str(threads), "-c", "4096"]
+    r = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(r.stdout)["generated_tokens"]
+
+
+def free_running_section(args):
+    """Markdown rows: per prompt, llama.cpp's and pagoda's greedy continuations (N_GEN
+    tokens each, both free-running from the same prompt ids) and where they part."""
+    llm = LlamaCpp(args.gemma, args.threads, n_ctx=4096)
+    print("| prompt | same first tokens | llama.cpp | pagoda |\n|---|---|---|---|")
+    for name, text in gemma_prompts():
+        ids = llm.tokenize(text)
+        g, _, _ = llm.greedy(ids, N_GEN)
+        p = pagoda_greedy(args.pagoda, args.gemma, ids, N_GEN, args.threads)
+        same = next((i for i in range(N_GEN) if g[i] != p[i]), N_GEN)
+        show = lambda t: "`" + llm.detokenize(t).replace("\n", "\\n").replace("|", "\\|").replace("`", "'") + "`"
+        print("| %s | %d/%d | %s | %s |" % (name, same, N_GEN, show(g), show(p)), flush=True)
 
 
 def cosine(a, b):
@@ -212,6 +235,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pagoda", required=True)
     ap.add_argument("--gemma", default=None)
+    ap.add_argument("--free-running", action="store_true",
+                    help="with --gemma: only the free-running outputs side by side (markdown)")
     ap.add_argument("--synth", action="store_true")
     ap.add_argument("--synth-type", default="q8_0")
     ap.add_argument("--synth-layers", type=int, default=0, help="override the layer counts of SYNTH")
@@ -221,7 +246,9 @@ def main():
     args = ap.parse_args()
     print("pagoda %s" % git_rev(), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        if args.gemma:
+        if args.gemma and args.free_running:
+            free_running_section(args)
+        elif args.gemma:
             gemma_section(args)
         if args.synth:
             synth_section(args, tmp)

@@ -59,11 +59,7 @@ Expected<ModelWeights> bind_weights(const gguf::GgufFile& f, const ModelConfig& 
 
 }  // namespace
 
-extern const ArchDef kPhi3Arch;
-const ArchDef kPhi3Arch{
-    .read_hparams = &read_hparams,
-    .bind_weights = &bind_weights,
-    .forward = &decoder_forward,
-};
+extern const ArchDef kPhi3Arch;  // registry.cc; forward: decoder_forward
+const ArchDef kPhi3Arch{.read_hparams = &read_hparams, .bind_weights = &bind_weights};
 
 }  // namespace pagoda::model

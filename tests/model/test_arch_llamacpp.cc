@@ -133,34 +133,24 @@ void check_arch(const std::string& arch, model::KernelBackend backend, const std
               backend == model::KernelBackend::Ref ? "ref" : "cpu", agree, total, min_cos);
 }
 
-TEST(ArchLlamaCpp, Qwen3) {
-  check_arch("qwen3", model::KernelBackend::Cpu);
-  check_arch("qwen3", model::KernelBackend::Ref);
+// Both kernel backends against the same fixture.
+void check_both(const std::string& arch, const std::string& preset = "", int32_t context = 0) {
+  for (const auto backend : {model::KernelBackend::Cpu, model::KernelBackend::Ref}) {
+    SCOPED_TRACE(backend == model::KernelBackend::Ref ? "ref" : "cpu");
+    check_arch(arch, backend, preset, context);
+  }
 }
-TEST(ArchLlamaCpp, Llama3RopeScaling) {
-  check_arch("llama3", model::KernelBackend::Cpu);
-  check_arch("llama3", model::KernelBackend::Ref);
-}
+
+TEST(ArchLlamaCpp, Qwen3) { check_both("qwen3"); }
+TEST(ArchLlamaCpp, Llama3RopeScaling) { check_both("llama3"); }
 // At llama.cpp's context of 256, the original context: the short factors.
-TEST(ArchLlamaCpp, Phi3LongRope) {
-  check_arch("phi3", model::KernelBackend::Cpu, "", 256);
-  check_arch("phi3", model::KernelBackend::Ref, "", 256);
-}
+TEST(ArchLlamaCpp, Phi3LongRope) { check_both("phi3", "", 256); }
 // YaRN (rope.scaling.type yarn, factor 4 over an original context of 64): the
 // extrapolation/interpolation ramp and the 1 + 0.1 ln(4) rotation scale.
-TEST(ArchLlamaCpp, Qwen3Yarn) {
-  check_arch("qwen3-yarn", model::KernelBackend::Cpu);
-  check_arch("qwen3-yarn", model::KernelBackend::Ref);
-}
+TEST(ArchLlamaCpp, Qwen3Yarn) { check_both("qwen3-yarn"); }
 // tiny-phi3 run with a context of 512, past its original 256: llama.cpp and pagoda
 // both take rope_factors_long (phi3.bin above is the same file at 256: short factors).
-TEST(ArchLlamaCpp, Phi3LongRopeLongFactors) {
-  check_arch("phi3-long", model::KernelBackend::Cpu, "tiny-phi3", 512);
-  check_arch("phi3-long", model::KernelBackend::Ref, "tiny-phi3", 512);
-}
-TEST(ArchLlamaCpp, Gemma3SlidingWindow) {
-  check_arch("gemma3", model::KernelBackend::Cpu);
-  check_arch("gemma3", model::KernelBackend::Ref);
-}
+TEST(ArchLlamaCpp, Phi3LongRopeLongFactors) { check_both("phi3-long", "tiny-phi3", 512); }
+TEST(ArchLlamaCpp, Gemma3SlidingWindow) { check_both("gemma3"); }
 
 }  // namespace
