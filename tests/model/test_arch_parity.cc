@@ -380,6 +380,9 @@ TEST(ArchParity, YarnConfigFollowsLlamaCpp) {
   EXPECT_EQ(c.layers[0].yarn_low, 0.0f);
   EXPECT_EQ(c.layers[0].yarn_high, 3.0f);
   EXPECT_EQ(c.layers[1].rope_freq_scale, 0.25f);
+  auto bad = model::Model::from_gguf(mem->file, {.context_length = -1});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.message(), "context length -1 must not be negative");
   float dims[2];
   model::yarn_corr_dims(128, 4096, 10000.0f, 32.0f, 1.0f, dims);  // a llama-2 shape: ggml gives 20, 46
   EXPECT_EQ(dims[0], 20.0f);
