@@ -1,6 +1,7 @@
 """Start and stop a real `pagoda serve` on a free loopback port for tests/benchmarks."""
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -69,3 +70,33 @@ class PagodaServer:
             self._drainer.join(timeout=5)  # reads to EOF now that the process is gone
             self.proc.stderr.close()
         return False
+
+
+class OneServerPerClass:
+    """unittest.TestCase mixin: one server (cls.srv) shared by every test of the class,
+    started from the class's SERVER = (binary, model, extra flags)."""
+    SERVER = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = PagodaServer(*cls.SERVER).__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.__exit__(None, None, None)
+
+
+def raw_exchange(port, data, half_close=False, timeout=60):
+    """Sends raw bytes, optionally shuts down the sending side, reads until EOF."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(data)
+    if half_close:
+        s.shutdown(socket.SHUT_WR)
+    out = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        out += chunk
+    s.close()
+    return out
