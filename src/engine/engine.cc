@@ -102,7 +102,7 @@ Status EngineImpl::init(const EngineConfig& c) {
   auto file = gguf::GgufFile::open(c.model_path);
   if (!file.ok()) return file.error();
   file_ = std::shared_ptr<const gguf::GgufFile>(std::move(file).value());
-  PAGODA_ASSIGN_OR_RETURN(model_, model::Model::from_gguf(file_));
+  PAGODA_ASSIGN_OR_RETURN(model_, model::Model::from_gguf(file_, {.context_length = c.context_length}));
   PAGODA_ASSIGN_OR_RETURN(tok_, tok::Tokenizer::from_gguf(*file_));
   const model::ModelConfig& mc = model_->config();
 

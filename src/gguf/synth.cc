@@ -153,9 +153,15 @@ const std::vector<SynthShape>& synth_presets() {
     // Tiny shapes of the newer architectures, every feature on at toy size:
     // tests/model/test_arch_llamacpp.cc checks them against llama.cpp's logits
     // (docs/parity/compare_arch.py --fixtures writes those).
-    v.push_back(preset("tiny-qwen3", "qwen3", "smollm", 64, 2, 4, 2, 96, 320, 256, 1000000.0, 1e-6, true, false));
+    v.push_back(preset("tiny-qwen3", "qwen3", "qwen2", 64, 2, 4, 2, 96, 320, 256, 1000000.0, 1e-6, true, false));
     v.back().n_head_dim = 32;
-    v.push_back(preset("tiny-llama3", "llama", "smollm", 64, 2, 4, 2, 96, 320, 4096, 500000.0, 1e-5, true, false));
+    // tiny-qwen3 with YaRN (factor 4 over an original context of 64): at 64 positions
+    // the ramp spans rotary pairs 0..3 (extrapolated below, interpolated above).
+    v.push_back(v.back());
+    v.back().name = "tiny-qwen3-yarn";
+    v.back().yarn_factor = 4;
+    v.back().yarn_original_context = 64;
+    v.push_back(preset("tiny-llama3", "llama", "llama-bpe", 64, 2, 4, 2, 96, 320, 4096, 500000.0, 1e-5, true, false));
     v.back().llama3_rope = {.factor = 8, .low_freq_factor = 1, .high_freq_factor = 4, .original_context = 64};
     v.back().weight_std = 0.25;  // q.k of order 10: attention, and so rope, depends on positions
     v.push_back(preset("tiny-phi3", "phi3", "smollm", 64, 2, 4, 4, 96, 320, 4096, 10000.0, 1e-5, false, false));
@@ -224,7 +230,7 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
                     ggml_type_info(ct).name, (long long)bs);
   }
 
-  PAGODA_ASSIGN_OR_RETURN(SynthVocab vocab, make_synth_vocab(s.n_vocab, s.pre));
+  PAGODA_ASSIGN_OR_RETURN(SynthVocab vocab, make_synth_vocab(s.n_vocab, s.pre, s.arch));
 
   // ---- metadata
   const std::string a = s.arch;
@@ -264,6 +270,11 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
         scale > 1.0 ? std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(s.longrope_original_context))) : 1.0;
     w->set_u32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(s.longrope_original_context));
     w->set_f32(a + ".rope.scaling.attn_factor", static_cast<float>(attn_factor));
+  }
+  if (s.yarn_factor > 0) {
+    w->set_string(a + ".rope.scaling.type", "yarn");
+    w->set_f32(a + ".rope.scaling.factor", static_cast<float>(s.yarn_factor));
+    w->set_u32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(s.yarn_original_context));
   }
   w->set_string("tokenizer.ggml.model", "gpt2");
   w->set_string("tokenizer.ggml.pre", s.pre);

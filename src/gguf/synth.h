@@ -25,7 +25,7 @@ struct SynthLlama3Rope {
 struct SynthShape {
   std::string name;            // preset name, also general.name
   std::string arch = "llama";  // "llama", "qwen2", "qwen3", "phi3" or "gemma3"
-  std::string pre = "smollm";  // tokenizer.ggml.pre: "smollm", "llama-bpe" or "qwen2" (also picks the specials)
+  std::string pre = "smollm";  // tokenizer.ggml.pre: "smollm", "llama-bpe" or "qwen2" (also picks the specials, but for phi3)
   int64_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_ff = 0, n_vocab = 0, n_ctx = 0;
   int64_t n_head_dim = 0;      // attention.key_length; 0: n_embd / n_head
   double rope_base = 10000.0;
@@ -43,6 +43,9 @@ struct SynthShape {
   // phi3 LongRoPE: rope_factors_short/long.weight and rope.scaling.attn_factor,
   // with rope.scaling.original_context_length = longrope_original_context (0: none).
   int64_t longrope_original_context = 0;
+  // YaRN (rope.scaling.type yarn, rope.scaling.factor, original_context_length); 0: none.
+  double yarn_factor = 0;
+  int64_t yarn_original_context = 0;
   int64_t head_dim() const { return n_head_dim > 0 ? n_head_dim : n_head ? n_embd / n_head : 0; }
 };
 
@@ -52,7 +55,7 @@ std::vector<float> llama3_rope_factors(const SynthLlama3Rope& r, double rope_bas
 
 // smollm2-135m, smollm2-360m, llama-3.2-1b (with its rope scaling), llama-3.1-8b,
 // qwen2.5-0.5b, qwen3-0.6b, phi-3-mini (4k), phi-3-mini-128k (LongRoPE), gemma3-270m,
-// and tiny-qwen3, tiny-llama3, tiny-phi3, tiny-gemma3 (toy sizes for parity fixtures).
+// and tiny-qwen3, tiny-qwen3-yarn, tiny-llama3, tiny-phi3, tiny-gemma3 (toy sizes for parity fixtures).
 const std::vector<SynthShape>& synth_presets();
 const SynthShape* find_synth_preset(const std::string& name);
 
@@ -94,12 +97,16 @@ struct SynthVocab {
   std::string chat_template;
 };
 // The 256 byte tokens (id = specials before them + byte value), deterministic
-// merges of letters / "Ġ"+letters, and the specials of `pre`: smollm puts
-// <|endoftext|> <|im_start|> <|im_end|> at 0..2; llama-bpe puts 256 specials
-// (<|begin_of_text|> ... <|eot_id|> ...) last; qwen2 puts its 22 specials from
-// 151643 (or last, for small vocabularies) and pads to n_vocab with [PADn].
+// merges of letters / "Ġ"+letters, and the specials and chat template of the
+// model family: arch phi3 puts Phi-3's 11 (<|endoftext|> ... <|end|> <|user|>)
+// from 32000 (or last, for small vocabularies) with Phi-3.5's template; else by
+// `pre`: smollm puts <|endoftext|> <|im_start|> <|im_end|> at 0..2 (ChatML);
+// llama-bpe puts 256 specials (<|begin_of_text|> ... <|eot_id|> ...) last, only
+// the first 11 below 512 entries (Llama 3's template); qwen2 puts its 22
+// specials from 151643 (or last) (ChatML). Vocabularies larger than the real
+// one are padded to n_vocab with [PADn].
 // Error if n_vocab is too small to hold bytes + specials.
-Expected<SynthVocab> make_synth_vocab(int64_t n_vocab, const std::string& pre);
+Expected<SynthVocab> make_synth_vocab(int64_t n_vocab, const std::string& pre, const std::string& arch = "");
 // GPT-2's byte-to-unicode map: the UTF-8 string standing for byte b.
 std::string gpt2_byte_to_unicode(uint8_t b);
 

@@ -36,6 +36,11 @@ const std::vector<std::string> kQwenSpecials = {
     "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>",
     "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"};
 
+// Phi-3's added tokens from id 32000 (Phi-3-mini's tokenizer.json).
+const std::vector<std::string> kPhi3Specials = {
+    "<|endoftext|>", "<|assistant|>", "<|placeholder1|>", "<|placeholder2|>", "<|placeholder3|>", "<|placeholder4|>",
+    "<|system|>", "<|end|>", "<|placeholder5|>", "<|placeholder6|>", "<|user|>"};
+
 const char* kChatML =
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
     "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
@@ -43,6 +48,14 @@ const char* kLlama3Template =
     "{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
     "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}{% if "
     "add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
+
+// Phi-3.5-mini-instruct's template (the sdist's microsoft-Phi-3.5-mini-instruct.jinja).
+const char* kPhi3Template =
+    "{% for message in messages %}{% if message['role'] == 'system' and message['content'] %}{{'<|system|>\\n' + "
+    "message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\\n' + message['content'] + "
+    "'<|end|>\\n'}}{% elif message['role'] == 'assistant' %}{{'<|assistant|>\\n' + message['content'] + "
+    "'<|end|>\\n'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ "
+    "eos_token }}{% endif %}";
 
 // Appends n_merges merges (and their tokens) built from letters and "Ġ"+letters:
 // the left operand is any word piece (may start with Ġ), the right one a piece
@@ -93,11 +106,31 @@ std::string gpt2_byte_to_unicode(uint8_t b) {
   return s;
 }
 
-Expected<SynthVocab> make_synth_vocab(int64_t n_vocab, const std::string& pre) {
+Expected<SynthVocab> make_synth_vocab(int64_t n_vocab, const std::string& pre, const std::string& arch) {
   SynthVocab v;
   std::vector<std::string> tail;  // specials after the merges
   int64_t n_pad = 0;
-  if (pre == "smollm") {
+  // Places `specials` from real_first (the real model's id of the first one), padding
+  // the rest of the vocabulary with [PADn], or last when the vocabulary is smaller
+  // than the real one. Returns the id of the first special.
+  auto specials_at = [&](const std::vector<std::string>& specials, int64_t real_first) -> int32_t {
+    const int64_t n_spec = static_cast<int64_t>(specials.size());
+    n_pad = n_vocab > real_first + n_spec ? n_vocab - (real_first + n_spec) : 0;
+    tail = specials;
+    return static_cast<int32_t>(n_vocab - n_pad - n_spec);
+  };
+  if (arch == "phi3") {
+    // Phi-3's specials and chat format whatever the pre-tokenizer (the real files
+    // use an SPM vocabulary; this one stays byte-level BPE so llama.cpp loads it alike).
+    if (n_vocab < 256 + static_cast<int64_t>(kPhi3Specials.size()))
+      return errorf("vocab size %lld is too small for phi3 (needs >= %lld)", (long long)n_vocab,
+                    (long long)(256 + kPhi3Specials.size()));
+    const int32_t first = specials_at(kPhi3Specials, 32000);
+    v.bos = first;  // <|endoftext|>: Phi-3's GGUF eos; <|end|> ends a turn (an EOG by its text)
+    v.eos = first;
+    v.pad = first;
+    v.chat_template = kPhi3Template;
+  } else if (pre == "smollm") {
     if (n_vocab < 3 + 256) return errorf("vocab size %lld is too small for smollm (needs >= 259)", (long long)n_vocab);
     for (const char* s : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
       v.tokens.push_back(s);
@@ -109,22 +142,23 @@ Expected<SynthVocab> make_synth_vocab(int64_t n_vocab, const std::string& pre) {
     v.pad = 2;
     v.chat_template = kChatML;
   } else if (pre == "llama-bpe") {
-    if (n_vocab < 256 + 256)
-      return errorf("vocab size %lld is too small for llama-bpe (needs >= 512)", (long long)n_vocab);
-    tail = llama3_specials();
-    v.bos = static_cast<int32_t>(n_vocab - 256);
-    v.eos = static_cast<int32_t>(n_vocab - 256 + 9);  // <|eot_id|>
-    v.pad = static_cast<int32_t>(n_vocab - 256 + 4);  // <|finetune_right_pad_id|>
+    // Below 512 entries only the 11 named specials fit beside the 256 bytes.
+    const std::vector<std::string> all = llama3_specials();
+    const size_t n_spec = n_vocab >= 256 + 256 ? all.size() : 11;
+    if (n_vocab < 256 + static_cast<int64_t>(n_spec) + 1)
+      return errorf("vocab size %lld is too small for llama-bpe (needs >= 268)", (long long)n_vocab);
+    tail.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n_spec));
+    const int32_t first = static_cast<int32_t>(n_vocab - static_cast<int64_t>(n_spec));
+    v.bos = first;
+    v.eos = first + 9;  // <|eot_id|>
+    v.pad = first + 4;  // <|finetune_right_pad_id|>
     v.add_bos = true;
     v.chat_template = kLlama3Template;
   } else if (pre == "qwen2") {
-    const int64_t n_spec = static_cast<int64_t>(kQwenSpecials.size());
-    if (n_vocab < 256 + n_spec)
+    if (n_vocab < 256 + static_cast<int64_t>(kQwenSpecials.size()))
       return errorf("vocab size %lld is too small for qwen2 (needs >= %lld)", (long long)n_vocab,
-                    (long long)(256 + n_spec));
-    n_pad = n_vocab > 151643 + n_spec ? n_vocab - (151643 + n_spec) : 0;
-    tail = kQwenSpecials;
-    const int32_t first = static_cast<int32_t>(n_vocab - n_pad - n_spec);
+                    (long long)(256 + kQwenSpecials.size()));
+    const int32_t first = specials_at(kQwenSpecials, 151643);
     v.bos = first;      // <|endoftext|>
     v.eos = first + 2;  // <|im_end|>
     v.pad = first;

@@ -11,6 +11,8 @@
 // a reduction. This makes greedy output identical alone, batched, after
 // preemption and on a prefix-cache hit.
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -100,16 +102,37 @@ inline int64_t kv_len(const BatchView& b, int32_t seq, int32_t block_size) {
   return pages == 0 ? 0 : static_cast<int64_t>(pages - 1) * block_size + b.kv_last_page_len[seq];
 }
 
-// ---- Rotary scaling (llama 3.x, phi3 LongRoPE, linear) -------------------------
-// The angle of rotary pair i at position p is theta = p * base^(-2i/rope_dim)
-// / freq_factors[i] * freq_scale, and the rotation is scaled by attn_factor
-// (cos and sin both), as ggml_rope_ext without YaRN extrapolation. The
+// ---- Rotary scaling (llama 3.x, phi3 LongRoPE, linear, YaRN) ---------------------
+// As ggml_rope_ext: the angle of rotary pair i at position p is
+// theta_e = p * base^(-2i/rope_dim) / freq_factors[i] extrapolated, theta_i =
+// theta_e * freq_scale interpolated; theta = theta_i, or with YaRN (ext_factor
+// != 0) theta_i * (1 - mix) + theta_e * mix, mix = ext_factor * ramp(i), ramp 1
+// below yarn_low, 0 above yarn_high, linear between. The rotation (cos and sin)
+// is scaled by attn_factor, with YaRN times 1 + 0.1 ln(1 / freq_scale). The
 // defaults are plain RoPE, bit for bit.
 struct RopeScaling {
   const float* freq_factors = nullptr;  // [rope_dim / 2] or null (all 1)
   float freq_scale = 1.0f;              // 1 / rope.scaling.factor (linear scaling)
   float attn_factor = 1.0f;             // rope.scaling.attn_factor (phi3 LongRoPE)
+  float ext_factor = 0.0f;              // YaRN: 1 (0: off)
+  float yarn_low = 0.0f, yarn_high = 0.0f;  // YaRN's correction dims (rotary pair indices)
 };
+
+// theta: the extrapolated angle of rotary pair i in, the scaled angle out; returns
+// the rotation's scale (ggml's rope_yarn, in double). Shared by cpu:: and ref::
+// rope so that both compute the same values.
+inline double rope_yarn(double& theta, int32_t i, const RopeScaling& s) {
+  const double extrap = theta;
+  theta *= s.freq_scale;
+  double mscale = s.attn_factor;
+  if (s.ext_factor != 0.0f) {
+    const double y = (i - s.yarn_low) / std::max(0.001, static_cast<double>(s.yarn_high - s.yarn_low));
+    const double mix = (1.0 - std::min(1.0, std::max(0.0, y))) * s.ext_factor;
+    theta = theta * (1.0 - mix) + extrap * mix;
+    mscale *= 1.0 + 0.1 * std::log(1.0 / s.freq_scale);
+  }
+  return mscale;
+}
 
 // ---- Threads -----------------------------------------------------------------
 // Every cpu:: kernel splits its rows over num_threads() threads of one persistent

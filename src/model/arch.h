@@ -31,6 +31,10 @@ struct ForwardPass {
   float* logits;                             // [batch.n_logits, n_vocab]
 };
 
+// The shared pre-norm decoder (blocks.cc): every architecture's forward so far,
+// its differences carried by the config's flags and the optional weights.
+void decoder_forward(const ForwardPass& p);
+
 struct ArchDef {
   // Reads the architecture's own keys (`prefix` is "<arch>.") and sets its
   // flags, after config.cc has read the keys every decoder shares; validation
@@ -40,7 +44,7 @@ struct ArchDef {
   Expected<ModelWeights> (*bind_weights)(const gguf::GgufFile& f, const ModelConfig& c);
   // Runs the forward (Model::forward's contract): embeds the batch, writes
   // every layer's K/V, and leaves the wanted rows' logits in p.logits.
-  void (*forward)(const ForwardPass& p);
+  void (*forward)(const ForwardPass& p) = &decoder_forward;
 };
 
 // The ArchDef registered for a `general.architecture` name, or null.

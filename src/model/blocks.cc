@@ -41,7 +41,8 @@ void attention_block(const ForwardPass& p, int32_t l) {
   }
   const LayerAttn& la = c.layers[static_cast<size_t>(l)];
   const kernels::RopeScaling rs{.freq_factors = p.w.rope_freqs, .freq_scale = la.rope_freq_scale,
-                                .attn_factor = c.rope_attn_factor};
+                                .attn_factor = c.rope_attn_factor, .ext_factor = c.rope_ext_factor,
+                                .yarn_low = la.yarn_low, .yarn_high = la.yarn_high};
   p.k.rope(q, p.batch.positions, T, c.n_heads, c.head_dim, c.rope_dim, la.rope_base, c.rope_neox, rs);
   p.k.rope(k, p.batch.positions, T, c.n_kv_heads, c.head_dim, c.rope_dim, la.rope_base, c.rope_neox, rs);
   // The layer's KV group (hybrid manager): its own slots and block tables.

@@ -27,9 +27,9 @@ void swiglu_ffn_block(const ForwardPass& p, int32_t l);
 // the final norm and output matmul run only for the wanted rows.
 void output_logits(const ForwardPass& p);
 
-// The pre-norm decoder (llama, mistral, qwen2, qwen3, phi3, gemma3): embed,
-// n_layers x (attention, gated feed-forward), output head; the variations are
-// config flags and optional weights.
-void decoder_forward(const ForwardPass& p);
+// decoder_forward (declared in arch.h, every ArchDef's default forward) is the
+// pre-norm decoder (llama, mistral, qwen2, qwen3, phi3, gemma3): embed, n_layers x
+// (attention, gated feed-forward), output head; the variations are config flags
+// and optional weights.
 
 }  // namespace pagoda::model

@@ -1,7 +1,9 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numbers>
 
 #include "model/arch.h"
 
@@ -35,8 +37,19 @@ Expected<float> read_float(const gguf::GgufFile& f, const std::string& key, doub
 
 }  // namespace
 
-Expected<ModelConfig> config_from_gguf(const gguf::GgufFile& f) {
+void yarn_corr_dims(int32_t rope_dim, int32_t n_ctx_orig, float base, float beta_fast, float beta_slow, float dims[2]) {
+  // ggml_rope_yarn_corr_dim: the pair index whose wavelength spans n_ctx_orig / n_rot turns.
+  const auto corr_dim = [&](float n_rot) {
+    return static_cast<float>(rope_dim) *
+           std::log(static_cast<float>(n_ctx_orig) / (n_rot * 2 * std::numbers::pi_v<float>)) / (2 * std::log(base));
+  };
+  dims[0] = std::max(0.0f, std::floor(corr_dim(beta_fast)));
+  dims[1] = std::min(static_cast<float>(rope_dim - 1), std::ceil(corr_dim(beta_slow)));
+}
+
+Expected<ModelConfig> config_from_gguf(const gguf::GgufFile& f, const ModelLoadOptions& opt) {
   ModelConfig c;
+  if (opt.context_length < 0) return errorf("context length %d must not be negative", opt.context_length);
   PAGODA_ASSIGN_OR_RETURN(c.arch, f.get_string("general.architecture"));
   const ArchDef* def = find_arch(c.arch);
   if (!def) {
@@ -69,19 +82,38 @@ Expected<ModelConfig> config_from_gguf(const gguf::GgufFile& f) {
     PAGODA_ASSIGN_OR_RETURN(rope_factor, read_float(f, p + "rope.scale_linear", 0.0));
   }
   if (rope_factor < 0.f) return errorf("%srope.scaling.factor %g must be positive", p.c_str(), static_cast<double>(rope_factor));
+  PAGODA_ASSIGN_OR_RETURN(c.n_ctx_orig, read_dim(f, p + "rope.scaling.original_context_length", c.n_ctx_train));
+  c.n_ctx = opt.context_length > 0 ? opt.context_length : c.n_ctx_train;
+  bool yarn = false;
   if (f.find(p + "rope.scaling.type")) {
     // As llama.cpp, the factor applies whatever the type; llama3 and longrope scaling
-    // also come as frequency-factor tensors (the architecture binds them). YaRN's
-    // extrapolation ramp is not supported yet: refuse rather than compute something else.
+    // also come as frequency-factor tensors (the architecture binds them).
     PAGODA_ASSIGN_OR_RETURN(const std::string t, f.get_string(p + "rope.scaling.type"));
-    if (t != "none" && t != "linear" && t != "longrope") {
-      return errorf("%srope.scaling.type '%s' is not supported (none, linear, longrope)", p.c_str(), t.c_str());
+    if (t != "none" && t != "linear" && t != "longrope" && t != "yarn") {
+      return errorf("%srope.scaling.type '%s' is not supported (none, linear, longrope, yarn)", p.c_str(), t.c_str());
     }
+    if (t == "none") rope_factor = 0.f;  // llama.cpp: never scale if the type is none
+    yarn = t == "yarn";
   }
   PAGODA_ASSIGN_OR_RETURN(c.rope_attn_factor, read_float(f, p + "rope.scaling.attn_factor", 1.0));
+  if (yarn) {
+    if (f.find(p + "rope.scaling.yarn_log_multiplier")) {
+      // DeepSeek's mscale_all_dims changes the attention factor (llama.cpp's get_mscale ratio).
+      return errorf("%srope.scaling.yarn_log_multiplier is not supported", p.c_str());
+    }
+    c.rope_ext_factor = 1.0f;
+  }
   c.layers.assign(static_cast<size_t>(c.n_layers),
                   LayerAttn{.window = 0, .rope_base = c.rope_base, .rope_freq_scale = rope_factor > 0.f ? 1.f / rope_factor : 1.f});
   if (def->read_hparams) PAGODA_TRY(def->read_hparams(f, p, c));
+  if (c.rope_ext_factor != 0.f) {
+    for (LayerAttn& a : c.layers) {  // after read_hparams: a layer's own base (gemma3's local layers)
+      float dims[2];
+      yarn_corr_dims(c.rope_dim, c.n_ctx_orig, a.rope_base, 32.0f, 1.0f, dims);
+      a.yarn_low = dims[0];
+      a.yarn_high = dims[1];
+    }
+  }
   if (c.attn_scale == 0.f) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 
   if (c.n_heads % c.n_kv_heads != 0) {

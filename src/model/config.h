@@ -21,6 +21,10 @@ struct LayerAttn {
   int32_t window = 0;         // sliding window in tokens (p - window < j <= p); 0: full causal
   float rope_base = 10000.f;  // rope.freq_base of this layer
   float rope_freq_scale = 1.f;  // 1 / rope scaling factor of this layer (linear scaling)
+  // YaRN's correction dims for this layer's base (ModelConfig::rope_ext_factor != 0):
+  // rotary pairs below yarn_low keep the extrapolated angle, above yarn_high the
+  // interpolated one, a linear ramp between.
+  float yarn_low = 0.f, yarn_high = 0.f;
 };
 
 struct ModelConfig {
@@ -46,6 +50,18 @@ struct ModelConfig {
   float embd_scale = 1.f;    // token embeddings are multiplied by it (gemma3: sqrt(n_embd))
   float attn_scale = 0.f;    // softmax scale of q.k; set to 1/sqrt(head_dim) when 0
   float rope_attn_factor = 1.f;  // <arch>.rope.scaling.attn_factor (phi3 LongRoPE)
+  // rope.scaling.original_context_length (default n_ctx_train): YaRN's correction
+  // dims, and phi3's choice of LongRoPE factors.
+  int32_t n_ctx_orig = 0;
+  // YaRN (rope.scaling.type yarn): ggml_rope_ext's ext_factor, 1 (0: no YaRN); the
+  // layers' correction dims use llama.cpp's beta_fast 32 and beta_slow 1 (it reads no
+  // GGUF key for them).
+  float rope_ext_factor = 0.f;
+  // The context a sequence may reach (ModelLoadOptions, else n_ctx_train).
+  int32_t n_ctx = 0;
+  // phi3 LongRoPE: rope_factors_long instead of _short, because n_ctx > n_ctx_orig
+  // (llama.cpp's choice, by the context it was given; set by phi3's read_hparams).
+  bool rope_long_factors = false;
   // [n_layers], filled by config_from_gguf (window 0, rope_base, 1/rope.scaling.factor)
   // before the architecture's read_hparams, which may change them.
   std::vector<LayerAttn> layers;
@@ -54,8 +70,17 @@ struct ModelConfig {
   int32_t kv_dim() const { return n_kv_heads * head_dim; }  // width of one token's K (or V) row
 };
 
+// What a model is loaded for beyond its file.
+struct ModelLoadOptions {
+  int32_t context_length = 0;  // the longest sequence it will run (0: the model's n_ctx_train)
+};
+
 // Reads and validates the config of a registered architecture. Errors name the
 // missing/invalid key, or list the supported architectures.
-Expected<ModelConfig> config_from_gguf(const gguf::GgufFile& file);
+Expected<ModelConfig> config_from_gguf(const gguf::GgufFile& file, const ModelLoadOptions& opt = {});
+
+// ggml_rope_yarn_corr_dims: the rotary pairs [low, high] over which YaRN ramps from
+// extrapolation to interpolation, for an original context n_ctx_orig (float math as ggml).
+void yarn_corr_dims(int32_t rope_dim, int32_t n_ctx_orig, float base, float beta_fast, float beta_slow, float dims[2]);
 
 }  // namespace pagoda::model

@@ -72,11 +72,7 @@ Expected<ModelWeights> bind_weights(const gguf::GgufFile& f, const ModelConfig& 
 
 }  // namespace
 
-extern const ArchDef kGemma3Arch;
-const ArchDef kGemma3Arch{
-    .read_hparams = &read_hparams,
-    .bind_weights = &bind_weights,
-    .forward = &decoder_forward,  // the flags and optional weights above carry every difference
-};
+extern const ArchDef kGemma3Arch;  // registry.cc; forward: decoder_forward
+const ArchDef kGemma3Arch{.read_hparams = &read_hparams, .bind_weights = &bind_weights};
 
 }  // namespace pagoda::model

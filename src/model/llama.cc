@@ -23,11 +23,7 @@ Expected<ModelWeights> bind_weights(const gguf::GgufFile& f, const ModelConfig& 
 
 }  // namespace
 
-extern const ArchDef kLlamaArch;
-const ArchDef kLlamaArch{
-    .read_hparams = nullptr,
-    .bind_weights = &bind_weights,
-    .forward = &decoder_forward,
-};
+extern const ArchDef kLlamaArch;  // registry.cc; forward: decoder_forward
+const ArchDef kLlamaArch{.read_hparams = nullptr, .bind_weights = &bind_weights};
 
 }  // namespace pagoda::model

@@ -61,6 +61,11 @@ uint64_t compute_fingerprint(const gguf::GgufFile& f, const ModelConfig& c) {
       h.update(&a.rope_freq_scale, sizeof(a.rope_freq_scale));
     }
   }
+  if (c.rope_ext_factor != 0.f) {  // YaRN: hashed only when on, as above
+    const float yarn[] = {c.rope_ext_factor, static_cast<float>(c.n_ctx_orig)};
+    h.update(yarn, sizeof(yarn));
+  }
+  if (c.rope_long_factors) h.update("rope_factors_long", 17);  // phi3 at a context past n_ctx_orig
   for (const gguf::TensorInfo& t : f.tensors()) {
     h.update(t.name.data(), t.name.size());
     h.update(t.dims.data(), t.dims.size() * sizeof(uint64_t));
@@ -76,15 +81,16 @@ uint64_t compute_fingerprint(const gguf::GgufFile& f, const ModelConfig& c) {
 
 }  // namespace
 
-Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
+Expected<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelLoadOptions& opt) {
   PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> f, gguf::GgufFile::open(path));
-  return from_gguf(std::shared_ptr<const gguf::GgufFile>(std::move(f)));
+  return from_gguf(std::shared_ptr<const gguf::GgufFile>(std::move(f)), opt);
 }
 
-Expected<std::unique_ptr<Model>> Model::from_gguf(std::shared_ptr<const gguf::GgufFile> file) {
+Expected<std::unique_ptr<Model>> Model::from_gguf(std::shared_ptr<const gguf::GgufFile> file,
+                                                  const ModelLoadOptions& opt) {
   std::unique_ptr<Model> m(new Model());
   m->file_ = std::move(file);
-  PAGODA_ASSIGN_OR_RETURN(m->config_, config_from_gguf(*m->file_));
+  PAGODA_ASSIGN_OR_RETURN(m->config_, config_from_gguf(*m->file_, opt));
   m->arch_ = find_arch(m->config_.arch);  // non-null: config_from_gguf checked the name
   PAGODA_ASSIGN_OR_RETURN(m->weights_, m->arch_->bind_weights(*m->file_, m->config_));
   m->fingerprint_ = compute_fingerprint(*m->file_, m->config_);

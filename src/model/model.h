@@ -54,9 +54,11 @@ class Workspace {
 class Model {
  public:
   // Opens the GGUF file, reads the config, binds and validates all weights.
-  static Expected<std::unique_ptr<Model>> load(const std::string& path);
+  // opt.context_length: the longest sequence it will run (phi3's LongRoPE factors).
+  static Expected<std::unique_ptr<Model>> load(const std::string& path, const ModelLoadOptions& opt = {});
   // Same, over an already opened file (shared with the tokenizer).
-  static Expected<std::unique_ptr<Model>> from_gguf(std::shared_ptr<const gguf::GgufFile> file);
+  static Expected<std::unique_ptr<Model>> from_gguf(std::shared_ptr<const gguf::GgufFile> file,
+                                                    const ModelLoadOptions& opt = {});
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }

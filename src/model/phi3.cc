@@ -3,11 +3,12 @@
 // (ffn_up.weight of 2 * n_ff rows: gate | up, as ggml_swiglu splits it). Split
 // tensors (attn_q/k/v) are accepted too. LongRoPE: rope_factors_short/long.weight
 // ([rope_dim / 2]) divide the rotary frequencies and rope.scaling.attn_factor
-// scales the rotation (config.cc). llama.cpp picks the long factors when the
-// context it was given exceeds rope.scaling.original_context_length; a model
-// here does not know the context a sequence may reach, so it uses the short
-// factors (the same as llama.cpp up to that length). The sliding window some
-// phi3 files declare is ignored, as llama.cpp does.
+// scales the rotation (config.cc). As llama.cpp, the long factors are used when
+// the context the model is loaded for (ModelLoadOptions, default the model's
+// context_length) exceeds rope.scaling.original_context_length, the short ones
+// otherwise: a choice per loaded model, not per sequence length, so that cached
+// keys never change rotation. The sliding window some phi3 files declare is
+// ignored, as llama.cpp does.
 #include <string>
 
 #include "base/ggml_quant.h"
@@ -18,15 +19,17 @@ namespace pagoda::model {
 
 namespace {
 
-Status read_hparams(const gguf::GgufFile&, const std::string&, ModelConfig& c) {
+Status read_hparams(const gguf::GgufFile& f, const std::string&, ModelConfig& c) {
   c.rope_neox = true;
+  c.rope_long_factors = c.n_ctx > c.n_ctx_orig && f.find_tensor("rope_factors_long.weight") != nullptr;
   return Status::Ok();
 }
 
 Expected<ModelWeights> bind_weights(const gguf::GgufFile& f, const ModelConfig& c) {
   PAGODA_ASSIGN_OR_RETURN(ModelWeights w, bind_io_weights(f, c));
-  if (f.find_tensor("rope_factors_short.weight")) {
-    PAGODA_ASSIGN_OR_RETURN(w.rope_freqs, bind_rope_factors(f, "rope_factors_short.weight", c));
+  const char* factors = c.rope_long_factors ? "rope_factors_long.weight" : "rope_factors_short.weight";
+  if (f.find_tensor(factors)) {
+    PAGODA_ASSIGN_OR_RETURN(w.rope_freqs, bind_rope_factors(f, factors, c));
   }
   w.layers.resize(static_cast<size_t>(c.n_layers));
   for (int32_t i = 0; i < c.n_layers; ++i) {
@@ -56,11 +59,7 @@ Expected<ModelWeights> bind_weights(const gguf::GgufFile& f, const ModelConfig& 
 
 }  // namespace
 
-extern const ArchDef kPhi3Arch;
-const ArchDef kPhi3Arch{
-    .read_hparams = &read_hparams,
-    .bind_weights = &bind_weights,
-    .forward = &decoder_forward,
-};
+extern const ArchDef kPhi3Arch;  // registry.cc; forward: decoder_forward
+const ArchDef kPhi3Arch{.read_hparams = &read_hparams, .bind_weights = &bind_weights};
 
 }  // namespace pagoda::model

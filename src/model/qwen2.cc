@@ -29,11 +29,7 @@ Expected<ModelWeights> bind_weights(const gguf::GgufFile& f, const ModelConfig& 
 
 }  // namespace
 
-extern const ArchDef kQwen2Arch;
-const ArchDef kQwen2Arch{
-    .read_hparams = &read_hparams,
-    .bind_weights = &bind_weights,
-    .forward = &decoder_forward,  // attention_block adds the biases the layers carry
-};
+extern const ArchDef kQwen2Arch;  // registry.cc; forward: decoder_forward
+const ArchDef kQwen2Arch{.read_hparams = &read_hparams, .bind_weights = &bind_weights};
 
 }  // namespace pagoda::model

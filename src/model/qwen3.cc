@@ -23,11 +23,7 @@ Expected<ModelWeights> bind_weights(const gguf::GgufFile& f, const ModelConfig& 
 
 }  // namespace
 
-extern const ArchDef kQwen3Arch;
-const ArchDef kQwen3Arch{
-    .read_hparams = &read_hparams,
-    .bind_weights = &bind_weights,
-    .forward = &decoder_forward,  // attention_block applies the q/k norms the layers carry
-};
+extern const ArchDef kQwen3Arch;  // registry.cc; forward: decoder_forward
+const ArchDef kQwen3Arch{.read_hparams = &read_hparams, .bind_weights = &bind_weights};
 
 }  // namespace pagoda::model

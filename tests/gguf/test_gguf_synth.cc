@@ -173,6 +173,35 @@ TEST(Synth, QwenAndLlamaLayouts) {
   EXPECT_EQ(lv->merges.size(), 128000u - 256);
   EXPECT_FALSE(make_synth_vocab(100, "smollm").ok());
   EXPECT_FALSE(make_synth_vocab(1000, "nope").ok());
+
+  // Small llama-bpe vocabularies (tiny-llama3) keep the 11 named specials, last.
+  auto ls = make_synth_vocab(320, "llama-bpe");
+  ASSERT_TRUE(ls.ok()) << ls.message();
+  EXPECT_EQ(ls->tokens.size(), 320u);
+  EXPECT_EQ(ls->tokens[309], "<|begin_of_text|>");
+  EXPECT_EQ(ls->tokens[318], "<|eot_id|>");
+  EXPECT_EQ(ls->tokens[319], "<|python_tag|>");
+  EXPECT_EQ(ls->bos, 309);
+  EXPECT_EQ(ls->eos, 318);
+  EXPECT_NE(ls->chat_template.find("<|start_header_id|>"), std::string::npos);
+  EXPECT_FALSE(make_synth_vocab(267, "llama-bpe").ok());
+
+  // phi3: Phi-3's added tokens from 32000 (padded to 32064), its template, whatever the pre.
+  auto pv = make_synth_vocab(32064, "smollm", "phi3");
+  ASSERT_TRUE(pv.ok()) << pv.message();
+  EXPECT_EQ(pv->tokens.size(), 32064u);
+  EXPECT_EQ(pv->tokens[0], "Ā");
+  EXPECT_EQ(pv->tokens[32000], "<|endoftext|>");
+  EXPECT_EQ(pv->tokens[32001], "<|assistant|>");
+  EXPECT_EQ(pv->tokens[32007], "<|end|>");
+  EXPECT_EQ(pv->tokens[32010], "<|user|>");
+  EXPECT_EQ(pv->tokens[32063], "[PAD32063]");
+  EXPECT_EQ(pv->eos, 32000);
+  EXPECT_NE(pv->chat_template.find("<|user|>"), std::string::npos);
+  auto pt = make_synth_vocab(320, "smollm", "phi3");  // tiny-phi3: specials last
+  ASSERT_TRUE(pt.ok());
+  EXPECT_EQ(pt->tokens[309], "<|endoftext|>");
+  EXPECT_EQ(pt->tokens[319], "<|user|>");
 }
 
 // llama.cpp's Q4_K_M mix: attn_v and ffn_down are Q6_K in the first and last
@@ -225,7 +254,7 @@ TEST(Synth, RejectsBadOptions) {
   o.shape.arch = "mamba";
   EXPECT_FALSE(synth_model(o, &w).ok());
   EXPECT_EQ(find_synth_preset("gpt-5"), nullptr);
-  EXPECT_EQ(synth_presets().size(), 13u);
+  EXPECT_EQ(synth_presets().size(), 14u);
   EXPECT_EQ(find_synth_preset("llama-3.1-8b")->tied, false);
 }
 

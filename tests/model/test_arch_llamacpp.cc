@@ -1,6 +1,7 @@
 // pagoda against llama.cpp on the tiny synth presets of the newer architectures
-// (tiny-qwen3, tiny-llama3 with llama-3.x rope_freqs, tiny-phi3 with fused
-// tensors and LongRoPE, tiny-gemma3 with a sliding window of 8), without
+// (tiny-qwen3, tiny-qwen3-yarn, tiny-llama3 with llama-3.x rope_freqs, tiny-phi3
+// with fused tensors and LongRoPE short and long factors, tiny-gemma3 with a
+// sliding window of 8), without
 // llama.cpp: tests/data/arch_parity/<arch>.bin holds llama.cpp's logits after
 // each of 63 positions of 4 random prompts (docs/parity/compare_arch.py
 // --fixtures wrote them from `pagoda synth --preset tiny-<arch> --type f32`,
@@ -66,9 +67,13 @@ bool read_fixture(const std::string& path, Fixture* fx, std::string* err) {
   return true;
 }
 
-// min_top1: the fraction of positions whose argmax must agree (0.97 in issue 14
-// for qwen3, llama-3.x and phi3).
-void check_arch(const std::string& arch, model::KernelBackend backend, double min_top1 = 0.97) {
+// arch: the fixture tests/data/arch_parity/<arch>.bin; preset: the synth preset it
+// was made from ("": tiny-<arch>); context: the context length llama.cpp was given
+// and the model is loaded for (0: the model's own; phi3 picks its LongRoPE factors
+// by it). min_top1: the fraction of positions whose argmax must agree (0.97 in
+// issue 14 for qwen3, llama-3.x and phi3).
+void check_arch(const std::string& arch, model::KernelBackend backend, const std::string& preset = "",
+                int32_t context = 0, double min_top1 = 0.97) {
   Fixture fx;
   std::string err;
   ASSERT_TRUE(read_fixture(std::string(PAGODA_TEST_DATA) + "/arch_parity/" + arch + ".bin", &fx, &err)) << err;
@@ -76,7 +81,7 @@ void check_arch(const std::string& arch, model::KernelBackend backend, double mi
   // The file `pagoda synth --preset tiny-<arch> --type f32` writes (cmd_synth's options).
   // F32 weights: no activation quantization on either side (ggml's f32 matmul, pagoda's
   // f32 path), so what is left to differ is the architecture's arithmetic.
-  const gguf::SynthShape* shape = gguf::find_synth_preset("tiny-" + arch);
+  const gguf::SynthShape* shape = gguf::find_synth_preset(preset.empty() ? "tiny-" + arch : preset);
   ASSERT_NE(shape, nullptr);
   gguf::SynthOptions o;
   o.shape = *shape;
@@ -89,7 +94,7 @@ void check_arch(const std::string& arch, model::KernelBackend backend, double mi
   auto keep = std::make_shared<std::vector<uint8_t>>(std::move(*bytes));
   auto f = gguf::GgufFile::from_memory(keep->data(), keep->size());
   ASSERT_TRUE(f.ok()) << f.message();
-  auto m = model::Model::from_gguf(std::shared_ptr<const gguf::GgufFile>(std::move(*f)));
+  auto m = model::Model::from_gguf(std::shared_ptr<const gguf::GgufFile>(std::move(*f)), {.context_length = context});
   ASSERT_TRUE(m.ok()) << m.message();
   ASSERT_EQ(static_cast<uint32_t>((*m)->config().n_vocab), fx.n_vocab);
 
@@ -128,21 +133,24 @@ void check_arch(const std::string& arch, model::KernelBackend backend, double mi
               backend == model::KernelBackend::Ref ? "ref" : "cpu", agree, total, min_cos);
 }
 
-TEST(ArchLlamaCpp, Qwen3) {
-  check_arch("qwen3", model::KernelBackend::Cpu);
-  check_arch("qwen3", model::KernelBackend::Ref);
+// Both kernel backends against the same fixture.
+void check_both(const std::string& arch, const std::string& preset = "", int32_t context = 0) {
+  for (const auto backend : {model::KernelBackend::Cpu, model::KernelBackend::Ref}) {
+    SCOPED_TRACE(backend == model::KernelBackend::Ref ? "ref" : "cpu");
+    check_arch(arch, backend, preset, context);
+  }
 }
-TEST(ArchLlamaCpp, Llama3RopeScaling) {
-  check_arch("llama3", model::KernelBackend::Cpu);
-  check_arch("llama3", model::KernelBackend::Ref);
-}
-TEST(ArchLlamaCpp, Phi3LongRope) {
-  check_arch("phi3", model::KernelBackend::Cpu);
-  check_arch("phi3", model::KernelBackend::Ref);
-}
-TEST(ArchLlamaCpp, Gemma3SlidingWindow) {
-  check_arch("gemma3", model::KernelBackend::Cpu);
-  check_arch("gemma3", model::KernelBackend::Ref);
-}
+
+TEST(ArchLlamaCpp, Qwen3) { check_both("qwen3"); }
+TEST(ArchLlamaCpp, Llama3RopeScaling) { check_both("llama3"); }
+// At llama.cpp's context of 256, the original context: the short factors.
+TEST(ArchLlamaCpp, Phi3LongRope) { check_both("phi3", "", 256); }
+// YaRN (rope.scaling.type yarn, factor 4 over an original context of 64): the
+// extrapolation/interpolation ramp and the 1 + 0.1 ln(4) rotation scale.
+TEST(ArchLlamaCpp, Qwen3Yarn) { check_both("qwen3-yarn"); }
+// tiny-phi3 run with a context of 512, past its original 256: llama.cpp and pagoda
+// both take rope_factors_long (phi3.bin above is the same file at 256: short factors).
+TEST(ArchLlamaCpp, Phi3LongRopeLongFactors) { check_both("phi3-long", "tiny-phi3", 512); }
+TEST(ArchLlamaCpp, Gemma3SlidingWindow) { check_both("gemma3"); }
 
 }  // namespace

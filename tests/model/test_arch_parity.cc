@@ -200,14 +200,15 @@ gguf::SynthShape small_shape(const std::string& arch) {
 
 const std::vector<int32_t> kTokens = {5, 300, 17, 17, 42, 100, 7, 250, 1, 99, 64, 128, 3, 200, 11, 12, 13};
 
-void check(const gguf::SynthShape& sh, const Arch& a, model::KernelBackend backend, double tol) {
+// context: what the model is loaded for (0: its own context_length).
+void check(const gguf::SynthShape& sh, const Arch& a, model::KernelBackend backend, double tol, int32_t context = 0) {
   gguf::SynthOptions o;
   o.shape = sh;
   o.type = GgmlType::F32;  // ref matmul is then exact: differences are the arithmetic of the blocks
   o.seed = 91;
   auto mem = synth_in_memory(o);
   ASSERT_TRUE(mem.ok()) << mem.message();
-  auto m = model::Model::from_gguf(mem->file);
+  auto m = model::Model::from_gguf(mem->file, {.context_length = context});
   ASSERT_TRUE(m.ok()) << m.message();
   const auto want = dense_forward(*mem->file, sh, a, kTokens);
 
@@ -333,8 +334,40 @@ TEST(ArchParity, Phi3FusedLongRopeMatchesDense) {
   ASSERT_TRUE(model.ok()) << model.message();
   EXPECT_FLOAT_EQ((*model)->config().rope_attn_factor, static_cast<float>(a.attn_factor));
   EXPECT_EQ((*model)->config().layers[0].window, 0);
+  EXPECT_TRUE((*model)->config().rope_long_factors);  // loaded for its own 4096 > 256
+  // Loaded for the original context: the short factors.
+  check(s, a, kRef, 1e-5, 256);
+  check(s, a, kCpu, 1e-4, 256);
+  // For more (the model's own 4096, or 257), the long ones, as llama.cpp.
+  a.factors = dequant(*mem->file, "rope_factors_long.weight");
   check(s, a, kRef, 1e-5);
-  check(s, a, kCpu, 1e-4);
+  check(s, a, kCpu, 1e-4, 257);
+}
+
+// YaRN as llama.cpp sets it up: ext_factor 1, correction dims from beta_fast 32 and
+// beta_slow 1 over the original context (per layer base), everything else linear
+// scaling. (Its arithmetic is checked against llama.cpp's logits in test_arch_llamacpp.)
+TEST(ArchParity, YarnConfigFollowsLlamaCpp) {
+  gguf::SynthShape s = *gguf::find_synth_preset("tiny-qwen3-yarn");
+  auto mem = synth_in_memory(gguf::SynthOptions{.shape = s, .type = GgmlType::F32});
+  ASSERT_TRUE(mem.ok()) << mem.message();
+  auto m = model::Model::from_gguf(mem->file);
+  ASSERT_TRUE(m.ok()) << m.message();
+  const model::ModelConfig& c = (*m)->config();
+  EXPECT_EQ(c.rope_ext_factor, 1.0f);
+  EXPECT_EQ(c.n_ctx_orig, 64);
+  // head_dim 32, base 1e6, n_ctx_orig 64: 32 ln(64 / (32 * 2 pi)) / (2 ln 1e6) = -1.33
+  // -> floor, at least 0: 0; 32 ln(64 / (2 pi)) / (2 ln 1e6) = 2.69 -> ceil: 3.
+  EXPECT_EQ(c.layers[0].yarn_low, 0.0f);
+  EXPECT_EQ(c.layers[0].yarn_high, 3.0f);
+  EXPECT_EQ(c.layers[1].rope_freq_scale, 0.25f);
+  auto bad = model::Model::from_gguf(mem->file, {.context_length = -1});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.message(), "context length -1 must not be negative");
+  float dims[2];
+  model::yarn_corr_dims(128, 4096, 10000.0f, 32.0f, 1.0f, dims);  // a llama-2 shape: ggml gives 20, 46
+  EXPECT_EQ(dims[0], 20.0f);
+  EXPECT_EQ(dims[1], 46.0f);
 }
 
 TEST(ArchParity, BadArchitectureMetadataIsAClearError) {
@@ -342,11 +375,15 @@ TEST(ArchParity, BadArchitectureMetadataIsAClearError) {
   s.n_head_dim = 32;
   auto mem = synth_in_memory(gguf::SynthOptions{.shape = s, .type = GgmlType::F32});
   ASSERT_TRUE(mem.ok());
-  // Rewrite with a missing q norm / a bad rope type.
-  for (int edit = 0; edit < 2; ++edit) {
+  // Rewrite with a missing q norm / a bad rope type / YaRN with DeepSeek's log multiplier.
+  for (int edit = 0; edit < 3; ++edit) {
     gguf::GgufWriter w;
     for (const auto& [k, v] : mem->file->metadata()) w.set(k, v);
-    if (edit == 1) w.set_string("gemma3.rope.scaling.type", "yarn");
+    if (edit == 1) w.set_string("gemma3.rope.scaling.type", "dynamic");
+    if (edit == 2) {
+      w.set_string("gemma3.rope.scaling.type", "yarn");
+      w.set_f32("gemma3.rope.scaling.yarn_log_multiplier", 0.1f);
+    }
     for (const gguf::TensorInfo& t : mem->file->tensors()) {
       if (edit == 0 && t.name == "blk.1.attn_q_norm.weight") continue;
       ASSERT_TRUE(w.add_tensor(t.name, t.dims, t.type, t.data, t.n_bytes).ok());
@@ -357,8 +394,10 @@ TEST(ArchParity, BadArchitectureMetadataIsAClearError) {
     ASSERT_TRUE(f.ok()) << f.message();
     auto m = model::Model::from_gguf(std::shared_ptr<const gguf::GgufFile>(std::move(*f)));
     ASSERT_FALSE(m.ok());
-    EXPECT_EQ(m.message(), edit == 0 ? "tensor blk.1.attn_q_norm.weight: missing (expected shape [32])"
-                                     : "gemma3.rope.scaling.type 'yarn' is not supported (none, linear, longrope)");
+    const char* const want[] = {"tensor blk.1.attn_q_norm.weight: missing (expected shape [32])",
+                                "gemma3.rope.scaling.type 'dynamic' is not supported (none, linear, longrope, yarn)",
+                                "gemma3.rope.scaling.yarn_log_multiplier is not supported"};
+    EXPECT_EQ(m.message(), want[edit]);
   }
 }
 

@@ -52,9 +52,9 @@ void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads,
     for (int32_t i = 0; i < half; ++i) {
       double theta = positions[t] * inv[i];  // the op order of ref::rope
       if (scaling.freq_factors) theta /= scaling.freq_factors[i];
-      theta *= scaling.freq_scale;
-      cs[i] = std::cos(theta) * scaling.attn_factor;
-      sn[i] = std::sin(theta) * scaling.attn_factor;
+      const double mscale = rope_yarn(theta, i, scaling);
+      cs[i] = std::cos(theta) * mscale;
+      sn[i] = std::sin(theta) * mscale;
     }
     for (int32_t h = 0; h < n_heads; ++h) {
       float* v = x + (t * n_heads + h) * head_dim;

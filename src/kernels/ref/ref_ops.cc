@@ -46,8 +46,8 @@ void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads,
       for (int32_t i = 0; i < half; ++i) {
         double theta = positions[t] * std::pow(static_cast<double>(theta_base), -2.0 * i / rope_dim);
         if (scaling.freq_factors) theta /= scaling.freq_factors[i];
-        theta *= scaling.freq_scale;
-        const double c = std::cos(theta) * scaling.attn_factor, s = std::sin(theta) * scaling.attn_factor;
+        const double mscale = rope_yarn(theta, i, scaling);
+        const double c = std::cos(theta) * mscale, s = std::sin(theta) * mscale;
         const int32_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
         const double x0 = v[a], x1 = v[b];
         v[a] = static_cast<float>(x0 * c - x1 * s);
