@@ -91,6 +91,12 @@ class Grammar {
   // pointer of the offending part ("#/properties/age/minimum: ...").
   static Expected<std::shared_ptr<const Grammar>> from_json_schema(std::string_view schema_json,
                                                                    const GrammarOptions& opts = {});
+  // The same value between literal prefix and suffix text (a tool call in the
+  // model's syntax: "<tool_call>\n" + {"name":..,"arguments":..} + "\n</tool_call>").
+  static Expected<std::shared_ptr<const Grammar>> from_json_schema_framed(std::string_view schema_json,
+                                                                          std::string_view prefix,
+                                                                          std::string_view suffix,
+                                                                          const GrammarOptions& opts = {});
   // Any JSON object (OpenAI response_format json_object).
   static Expected<std::shared_ptr<const Grammar>> json_object(const GrammarOptions& opts = {});
   // Whole-output regex (anchored at both ends; ^ and $ at the ends are allowed).

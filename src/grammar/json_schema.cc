@@ -45,11 +45,20 @@ class Converter {
  public:
   Converter(const json& root, const GrammarOptions& opts) : root_(root), opts_(opts), gb_(opts), numbers_(gb_) {}
 
-  Expected<std::shared_ptr<const Grammar>> run() {
+  // prefix/suffix: literal text around the value (a tool call's markup,
+  // "<tool_call>\n" ... "\n</tool_call>"); empty: the value alone.
+  Expected<std::shared_ptr<const Grammar>> run(std::string_view prefix = {}, std::string_view suffix = {}) {
     PAGODA_ASSIGN_OR_RETURN(uint32_t value, visit(root_, "#", 0));
     // root ::= ws value ws? A leading newline is harmless but lets the model pad;
     // we allow none before and the bounded ws after none: the value alone.
-    return gb_.finish(value);
+    if (prefix.empty() && suffix.empty()) return gb_.finish(value);
+    const uint32_t framed = gb_.new_rule("framed");
+    std::vector<uint32_t> seq;
+    gb_.append_literal(seq, prefix);
+    seq.push_back(rule_elem(value));
+    gb_.append_literal(seq, suffix);
+    PAGODA_TRY(gb_.add_alt(framed, seq));
+    return gb_.finish(framed);
   }
 
   // Any JSON object (json_object mode).
@@ -738,6 +747,13 @@ class Converter {
 
 Expected<std::shared_ptr<const Grammar>> Grammar::from_json_schema(std::string_view schema_json,
                                                                    const GrammarOptions& opts) {
+  return from_json_schema_framed(schema_json, "", "", opts);
+}
+
+Expected<std::shared_ptr<const Grammar>> Grammar::from_json_schema_framed(std::string_view schema_json,
+                                                                          std::string_view prefix,
+                                                                          std::string_view suffix,
+                                                                          const GrammarOptions& opts) {
   // nlohmann's parser is iterative, but its depth is still bounded here first so
   // a 10k-deep document costs a linear scan, not a parse.
   int depth = 0, max_depth = 0;
@@ -763,7 +779,7 @@ Expected<std::shared_ptr<const Grammar>> Grammar::from_json_schema(std::string_v
   json root = json::parse(schema_json, nullptr, false);
   if (root.is_discarded()) return make_error("#: schema is not valid JSON");
   Converter c(root, opts);
-  return c.run();
+  return c.run(prefix, suffix);
 }
 
 Expected<std::shared_ptr<const Grammar>> Grammar::json_object(const GrammarOptions& opts) {
