@@ -56,6 +56,7 @@ struct Choice {
   // leave it as it is; n > 1 choices each start from a copy of the start state.
   std::optional<grammar::Matcher> matcher;
   std::vector<uint32_t> mask;  // [mask_words] this step's allowed tokens
+  bool mask_ready = false;     // filled by step()'s parallel pass for this step
   Choice(RequestId p, int i, int32_t np, const sample::SamplingParams& sp, const RequestParams& rp,
          const tok::Tokenizer& tk, const std::optional<grammar::Matcher>& start)
       : parent(p),
@@ -84,6 +85,10 @@ class EngineImpl final : public Engine {
 
  private:
   void fail_plan(const sched::StepPlan& plan, const std::string& msg, std::vector<TokenEvent>* events);
+  // The token masks of every constrained choice sampling in this step, computed
+  // in parallel (each choice writes its own buffer; the grammar's context cache
+  // is thread-safe, and a context met by several streams is computed once).
+  void fill_masks(const sched::StepPlan& plan, const runtime::StepLogits& L);
   void sample_choice(sched::RequestId sid, const sched::ScheduledSeq& seq, std::span<const float> logits,
                      std::vector<TokenEvent>* events, std::unordered_map<sched::RequestId, size_t>* event_of,
                      std::vector<sched::SeqOutput>* outputs);
@@ -288,6 +293,28 @@ void EngineImpl::fail_plan(const sched::StepPlan& plan, const std::string& msg, 
   }
 }
 
+void EngineImpl::fill_masks(const sched::StepPlan& plan, const runtime::StepLogits& L) {
+  std::vector<Choice*> todo;
+  for (int32_t i = 0; i < L.size(); ++i) {
+    const sched::ScheduledSeq& seq = plan.seqs[static_cast<size_t>(L.seq_indices[static_cast<size_t>(i)])];
+    for (size_t k = 0; k <= seq.fork_ids.size(); ++k) {
+      auto cit = choices_.find(k == 0 ? seq.request_id : seq.fork_ids[k - 1]);
+      if (cit != choices_.end() && cit->second.matcher) todo.push_back(&cit->second);
+    }
+  }
+  if (todo.size() < 2) return;  // one choice: sample_choice fills it, no thread start-up
+  const auto t0 = std::chrono::steady_clock::now();
+  const int n = static_cast<int>(todo.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int i = 0; i < n; ++i) {
+    Choice* ch = todo[static_cast<size_t>(i)];
+    ch->matcher->fill_mask(ch->mask);
+    ch->mask_ready = true;
+  }
+  grammar_mask_ns_total_ +=
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // Samples choice `sid` from `logits`, the row of scheduled sequence `seq`
 // (sid itself, or its parent when sid is forked in this step).
 void EngineImpl::sample_choice(sched::RequestId sid, const sched::ScheduledSeq& seq, std::span<const float> logits,
@@ -307,7 +334,8 @@ void EngineImpl::sample_choice(sched::RequestId sid, const sched::ScheduledSeq& 
     ch.sampler.accept(token);
   } else if (ch.matcher) {
     const auto t0 = std::chrono::steady_clock::now();
-    ch.matcher->fill_mask(ch.mask);
+    if (!ch.mask_ready) ch.matcher->fill_mask(ch.mask);
+    ch.mask_ready = false;
     if (!sample::mask_allows_any(ch.mask, logits.size())) {
       // The vocabulary cannot spell any continuation (a grammar needing bytes no
       // token has): end the choice rather than emit an invalid token.
@@ -389,6 +417,7 @@ std::vector<TokenEvent> EngineImpl::step() {
   std::vector<sched::SeqOutput> outputs;
   outputs.reserve(static_cast<size_t>(L.size()));
   std::unordered_map<sched::RequestId, size_t> event_of;  // scheduler id -> index in events
+  fill_masks(plan, L);
   for (int32_t i = 0; i < L.size(); ++i) {
     const sched::ScheduledSeq& seq = plan.seqs[static_cast<size_t>(L.seq_indices[static_cast<size_t>(i)])];
     // The request itself, then the children it forks into at the end of its prompt.

@@ -24,6 +24,7 @@
 
 #include "grammar/grammar.h"
 #include "grammar/json_numbers.h"
+#include "grammar/json_text.h"
 #include "grammar/regex.h"
 
 namespace pagoda::grammar {
@@ -755,27 +756,14 @@ Expected<std::shared_ptr<const Grammar>> Grammar::from_json_schema_framed(std::s
                                                                           std::string_view suffix,
                                                                           const GrammarOptions& opts) {
   // nlohmann's parser is iterative, but its depth is still bounded here first so
-  // a 10k-deep document costs a linear scan, not a parse.
-  int depth = 0, max_depth = 0;
-  bool in_str = false, esc = false;
-  for (char c : schema_json) {
-    if (in_str) {
-      if (esc) esc = false;
-      else if (c == '\\') esc = true;
-      else if (c == '"') in_str = false;
-    } else if (c == '"') {
-      in_str = true;
-    } else if (c == '{' || c == '[') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  // Each schema level is at most two JSON levels ({"properties": {...}}) plus
-  // keyword containers: 4x is generous.
-  if (max_depth > 4 * opts.max_schema_depth + 8)
-    return errorf("#: schema nested deeper than max_schema_depth=%d (JSON depth %d)", opts.max_schema_depth,
-                  max_depth);
+  // a 10k-deep document costs a linear scan, not a parse. Each schema level is
+  // at most two JSON levels ({"properties": {...}}) plus keyword containers: 4x
+  // is generous.
+  const int max_json_depth = 4 * opts.max_schema_depth + 8;
+  const int depth = json_nesting_depth(schema_json, max_json_depth);
+  if (depth > max_json_depth)
+    return errorf("#: schema nested deeper than max_schema_depth=%d (JSON depth above %d)", opts.max_schema_depth,
+                  max_json_depth);
   json root = json::parse(schema_json, nullptr, false);
   if (root.is_discarded()) return make_error("#: schema is not valid JSON");
   Converter c(root, opts);

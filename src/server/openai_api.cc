@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "grammar/json_text.h"
 #include "tok/tokenizer.h"
 
 namespace pagoda::server {
@@ -155,20 +156,7 @@ std::string error_body(const ApiError& e) {
 }
 
 bool json_too_deep(const std::string& body, int max_depth) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : body) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') in_string = true;
-    else if (c == '[' || c == '{') { if (++depth > max_depth) return true; }
-    else if (c == ']' || c == '}') --depth;
-  }
-  return false;
+  return grammar::json_nesting_depth(body, max_depth) > max_depth;
 }
 
 namespace {

@@ -1,5 +1,6 @@
 #include "server/structured.h"
 
+#include "grammar/json_text.h"
 #include "server/openai_api.h"
 
 namespace pagoda::server {
@@ -24,29 +25,6 @@ bool valid_function_name(const std::string& n) {
   for (char c : n)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return false;
   return true;
-}
-
-// Length of the JSON object/array at the start of s (strings skipped, brackets
-// balanced), 0 when s does not start with one or it is unterminated.
-size_t json_extent(std::string_view s) {
-  if (s.empty() || (s[0] != '{' && s[0] != '[')) return 0;
-  int depth = 0;
-  bool in_str = false, esc = false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_str) {
-      if (esc) esc = false;
-      else if (c == '\\') esc = true;
-      else if (c == '"') in_str = false;
-    } else if (c == '"') {
-      in_str = true;
-    } else if (c == '{' || c == '[') {
-      ++depth;
-    } else if ((c == '}' || c == ']') && --depth == 0) {
-      return i + 1;
-    }
-  }
-  return 0;
 }
 
 bool known(const std::vector<std::string>& names, const std::string& n) {
@@ -78,7 +56,7 @@ std::optional<ToolCall> call_of(const ojson& j, const std::vector<std::string>& 
 // consumed: its length. Empty when it is not that.
 std::vector<ToolCall> calls_at(std::string_view s, const std::vector<std::string>& names, size_t* consumed) {
   *consumed = 0;
-  const size_t len = json_extent(s);
+  const size_t len = grammar::json_value_extent(s);
   if (len == 0) return {};
   auto j = ojson::parse(s.substr(0, len), nullptr, false);
   if (j.is_discarded()) return {};
