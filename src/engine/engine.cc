@@ -333,8 +333,12 @@ void EngineImpl::sample_choice(sched::RequestId sid, const sched::ScheduledSeq& 
     ev.argmax = sample::argmax(logits);
     ch.sampler.accept(token);
   } else if (ch.matcher) {
-    const auto t0 = std::chrono::steady_clock::now();
-    if (!ch.mask_ready) ch.matcher->fill_mask(ch.mask);
+    if (!ch.mask_ready) {
+      const auto t0 = std::chrono::steady_clock::now();
+      ch.matcher->fill_mask(ch.mask);
+      grammar_mask_ns_total_ +=
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    }
     ch.mask_ready = false;
     if (!sample::mask_allows_any(ch.mask, logits.size())) {
       // The vocabulary cannot spell any continuation (a grammar needing bytes no
@@ -350,8 +354,6 @@ void EngineImpl::sample_choice(sched::RequestId sid, const sched::ScheduledSeq& 
       return;
     }
     sample::SampleResult r = ch.sampler.sample(logits, ch.mask);
-    grammar_mask_ns_total_ +=
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
     grammar_tokens_total_++;
     token = r.token;
     // The mask allowed it, so the matcher takes it (checked: a failure is a bug).

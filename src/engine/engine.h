@@ -120,7 +120,7 @@ struct EngineStats {
   int64_t generation_tokens_total = 0;
   int64_t computed_tokens_total = 0;   // tokens through the forward pass (recompute: again every step)
   int64_t grammar_tokens_total = 0;    // tokens sampled under a grammar
-  int64_t grammar_mask_ns_total = 0;   // time on them: the parallel mask pass + the masked sampler calls
+  int64_t grammar_mask_ns_total = 0;   // wall time filling their masks (the per-step parallel pass)
 };
 
 struct ModelInfo {

@@ -196,6 +196,45 @@ class Structured(unittest.TestCase):
         r = self.chat(messages=hist, tools=tools, temperature=0, max_tokens=8)
         self.assertIn(r.choices[0].finish_reason, ("stop", "length", "tool_calls"))
 
+    def test_tools_auto_parses_each_syntax(self):
+        # guided_choice pins the model's text to one call written in each syntax;
+        # tool_choice auto must find the call in that text, streamed and not.
+        tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
+        texts = {
+            "hermes": '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>',
+            "llama3": '{"name": "add", "parameters": {"a": 1, "b": 2}}',
+            "mistral": '[TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}}]',
+            "json": '{"name": "add", "arguments": {"a": 1, "b": 2}}',
+        }
+        msgs = [{"role": "user", "content": "add 1 and 2"}]
+        for syntax, text in texts.items():
+            r = self.chat(messages=msgs, tools=tools, tool_choice="auto", temperature=0, max_tokens=MAX_TOKENS,
+                          extra_body={"guided_choice": [text]})
+            c = r.choices[0]
+            self.assertEqual(c.finish_reason, "tool_calls", syntax)
+            self.assertEqual([(t.function.name, json.loads(t.function.arguments)) for t in c.message.tool_calls],
+                             [("add", {"a": 1, "b": 2})], syntax)
+            name, args, finish, content = "", "", None, ""
+            for chunk in self.chat(messages=msgs, tools=tools, tool_choice="auto", temperature=0,
+                                   max_tokens=MAX_TOKENS, stream=True, extra_body={"guided_choice": [text]}):
+                for ch in chunk.choices:
+                    content += ch.delta.content or ""
+                    for tc in ch.delta.tool_calls or []:
+                        name += (tc.function.name or "") if tc.function else ""
+                        args += (tc.function.arguments or "") if tc.function else ""
+                    finish = ch.finish_reason or finish
+            self.assertEqual((name, json.loads(args), finish, content), ("add", {"a": 1, "b": 2}, "tool_calls", ""),
+                             syntax)
+        # Text that is not a call streams as content.
+        text = "Sure, 1 + 2 = 3."
+        content = ""
+        for chunk in self.chat(messages=msgs, tools=tools, tool_choice="auto", temperature=0, max_tokens=MAX_TOKENS,
+                               stream=True, extra_body={"guided_choice": [text]}):
+            for ch in chunk.choices:
+                self.assertFalse(ch.delta.tool_calls)
+                content += ch.delta.content or ""
+        self.assertEqual(content, text)
+
     def test_tool_request_errors(self):
         url = self.srv.url + "/v1/chat/completions"
         msgs = [{"role": "user", "content": "hi"}]
