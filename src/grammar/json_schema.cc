@@ -369,23 +369,35 @@ class Converter {
     return s;
   }
 
+  // Calls take(key, low, exclusive, value) for each numeric bound of s:
+  // minimum, exclusiveMinimum, maximum, exclusiveMaximum (a draft-4 boolean
+  // exclusive* flag makes its plain bound exclusive). Shared checks: a number,
+  // |x| <= 9e15 (exact in a double and a long long).
+  template <class Take>
+  Status for_each_bound(const json& s, const std::string& path, Take&& take) {
+    static constexpr struct { const char* key; bool low, exclusive; } kBounds[] = {
+        {"minimum", true, false}, {"exclusiveMinimum", true, true},
+        {"maximum", false, false}, {"exclusiveMaximum", false, true}};
+    for (const auto& bd : kBounds) {
+      if (!s.contains(bd.key) || s[bd.key].is_boolean()) continue;  // the boolean flag form: below
+      const json& v = s[bd.key];
+      if (!v.is_number()) return err(path + "/" + bd.key, "must be a number");
+      const double d = v.get<double>();
+      if (std::fabs(d) > 9e15) return err(path + "/" + bd.key, "bound too large (|x| > 9e15)");
+      bool excl = bd.exclusive;
+      const char* flag = bd.low ? "exclusiveMinimum" : "exclusiveMaximum";
+      if (!excl && s.contains(flag) && s[flag].is_boolean() && s[flag].get<bool>()) excl = true;
+      PAGODA_TRY(take(bd.key, bd.low, excl, d));
+    }
+    return Status::Ok();
+  }
+
   // Reads minimum/maximum/exclusive* as integer bounds. Fractional bounds on
   // integers round inward; on numbers they are an error (not exact).
   Status int_bounds(const json& s, const std::string& path, bool is_integer, bool& has_lo, long long& lo,
                     bool& has_hi, long long& hi) {
     has_lo = has_hi = false;
-    auto get = [&](const char* key, bool low, bool exclusive) -> Status {
-      if (!s.contains(key)) return Status::Ok();
-      const json& v = s[key];
-      if (v.is_boolean()) return Status::Ok();  // draft-4 flag form: handled below
-      if (!v.is_number()) return err(path + "/" + key, "must be a number");
-      const double d = v.get<double>();
-      if (std::fabs(d) > 9e15) return err(path + "/" + key, "bound too large (|x| > 9e15)");
-      bool excl = exclusive;
-      if (!exclusive) {
-        const char* flag = low ? "exclusiveMinimum" : "exclusiveMaximum";
-        if (s.contains(flag) && s[flag].is_boolean() && s[flag].get<bool>()) excl = true;
-      }
+    return for_each_bound(s, path, [&](const char*, bool low, bool excl, double d) -> Status {
       long long b;
       if (low) b = excl ? static_cast<long long>(std::floor(d)) + 1 : static_cast<long long>(std::ceil(d));
       else b = excl ? static_cast<long long>(std::ceil(d)) - 1 : static_cast<long long>(std::floor(d));
@@ -397,12 +409,7 @@ class Converter {
         has_hi = true;
       }
       return Status::Ok();
-    };
-    PAGODA_TRY(get("minimum", true, false));
-    PAGODA_TRY(get("exclusiveMinimum", true, true));
-    PAGODA_TRY(get("maximum", false, false));
-    PAGODA_TRY(get("exclusiveMaximum", false, true));
-    return Status::Ok();
+    });
   }
 
   // ---------------------------------------------------------- schema walk
@@ -537,15 +544,8 @@ class Converter {
   Expected<uint32_t> number_range(const json& s, const std::string& path) {
     bool has_lo = false, has_hi = false, lo_excl = false, hi_excl = false;
     long long lo = 0, hi = 0;
-    auto get = [&](const char* key, bool low, bool exclusive) -> Status {
-      if (!s.contains(key) || s[key].is_boolean()) return Status::Ok();
-      if (!s[key].is_number()) return err(path + "/" + key, "must be a number");
-      const double d = s[key].get<double>();
-      if (std::fabs(d) > 9e15) return err(path + "/" + key, "bound too large (|x| > 9e15)");
+    PAGODA_TRY(for_each_bound(s, path, [&](const char* key, bool low, bool excl, double d) -> Status {
       if (d != std::floor(d)) return err(path + "/" + key, "fractional bounds on \"number\" are not supported");
-      bool excl = exclusive;
-      const char* flag = low ? "exclusiveMinimum" : "exclusiveMaximum";
-      if (!exclusive && s.contains(flag) && s[flag].is_boolean() && s[flag].get<bool>()) excl = true;
       const long long b = static_cast<long long>(d);
       if (low) {
         if (!has_lo || b > lo || (b == lo && excl)) { lo = b; lo_excl = excl; }
@@ -555,11 +555,7 @@ class Converter {
         has_hi = true;
       }
       return Status::Ok();
-    };
-    PAGODA_TRY(get("minimum", true, false));
-    PAGODA_TRY(get("exclusiveMinimum", true, true));
-    PAGODA_TRY(get("maximum", false, false));
-    PAGODA_TRY(get("exclusiveMaximum", false, true));
+    }));
     auto r = numbers_.number_range({has_lo, lo_excl, lo, has_hi, hi_excl, hi});
     if (!r.ok()) return err(path, r.message());
     return r;
