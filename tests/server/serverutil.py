@@ -5,6 +5,7 @@ import subprocess
 import sys
 import threading
 import time
+import unittest
 
 
 class PagodaServer:
@@ -69,3 +70,23 @@ class PagodaServer:
             self._drainer.join(timeout=5)  # reads to EOF now that the process is gone
             self.proc.stderr.close()
         return False
+
+
+class ServerTestCase(unittest.TestCase):
+    """One `pagoda serve` (cls.srv) and an `openai` client on it (cls.client), shared
+    by the tests of a class. Subclasses set SERVER = (binary, model, [args]) and may
+    set CLIENT_TIMEOUT (seconds)."""
+    SERVER = None
+    CLIENT_TIMEOUT = 120
+
+    @classmethod
+    def setUpClass(cls):
+        import openai
+        binary, model, args = cls.SERVER
+        cls.srv = PagodaServer(binary, model, args).__enter__()
+        cls.client = openai.OpenAI(base_url=cls.srv.url + "/v1", api_key="none", max_retries=0,
+                                   timeout=cls.CLIENT_TIMEOUT)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.__exit__(None, None, None)

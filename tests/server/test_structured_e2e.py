@@ -26,7 +26,7 @@ except ImportError as e:  # scripts/setup installs both
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(__file__))
-from serverutil import PagodaServer  # noqa: E402
+from serverutil import ServerTestCase  # noqa: E402
 from structured_schemas import SCHEMAS  # noqa: E402
 
 BINARY, SMOL = sys.argv[1], sys.argv[2]
@@ -49,15 +49,9 @@ def post(url, body, timeout=60):
         return e.code, json.loads(e.read())
 
 
-class Structured(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = PagodaServer(BINARY, SMOL, ["--served-model-name", "smol", "--num-kv-blocks", "2048"]).__enter__()
-        cls.client = openai.OpenAI(base_url=cls.srv.url + "/v1", api_key="none", max_retries=0, timeout=600)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.__exit__(None, None, None)
+class Structured(ServerTestCase):
+    SERVER = (BINARY, SMOL, ["--served-model-name", "smol", "--num-kv-blocks", "2048"])
+    CLIENT_TIMEOUT = 600
 
     def chat(self, **kw):
         return self.client.chat.completions.create(model="smol", **kw)
