@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -152,6 +153,17 @@ class GrammarBuilder {
   GrammarOptions opts_;
   std::shared_ptr<Grammar> g_ = std::make_shared<Grammar>();
   std::vector<std::pair<ByteSet, uint32_t>> set_index_;  // small linear dedupe
+};
+
+// A byte trie of strings, node 0 the root (children as (byte, node) pairs, few
+// per node). Built by add_trie_rules and by the JSON schema's key rules.
+struct ByteTrie {
+  struct Node {
+    std::vector<std::pair<uint8_t, uint32_t>> kids;
+    bool end = false;  // a string ends here
+  };
+  std::vector<Node> nodes = std::vector<Node>(1);
+  void insert(std::string_view s);
 };
 
 // Adds rules deriving exactly the given strings, as a byte trie (one rule per

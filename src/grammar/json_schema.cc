@@ -161,24 +161,9 @@ class Converter {
     (void)str;
     const uint32_t free_close = gb_.new_rule("key_free");
     PAGODA_TRY(gb_.add_alt(free_close, {R(chars_), gb_.byte('"')}));
-    struct Node { std::vector<std::pair<uint8_t, uint32_t>> kids; bool end = false; };
-    std::vector<Node> trie(1);
-    for (const std::string& n : names) {
-      uint32_t at = 0;
-      for (char ch : n) {
-        const uint8_t b = static_cast<uint8_t>(ch);
-        uint32_t next = UINT32_MAX;
-        for (auto& [kb, kn] : trie[at].kids)
-          if (kb == b) next = kn;
-        if (next == UINT32_MAX) {
-          next = static_cast<uint32_t>(trie.size());
-          trie[at].kids.emplace_back(b, next);
-          trie.emplace_back();
-        }
-        at = next;
-      }
-      trie[at].end = true;
-    }
+    ByteTrie bt;
+    for (const std::string& n : names) bt.insert(n);
+    const std::vector<ByteTrie::Node>& trie = bt.nodes;
     std::vector<uint32_t> rule(trie.size());
     for (size_t i = 0; i < trie.size(); ++i) rule[i] = gb_.new_rule("key_ex" + std::to_string(i));
     for (size_t i = 0; i < trie.size(); ++i) {
