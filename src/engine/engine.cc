@@ -111,6 +111,7 @@ class EngineImpl final : public Engine {
   int64_t computed_tokens_total_ = 0;
   int64_t grammar_tokens_total_ = 0;
   int64_t grammar_mask_ns_total_ = 0;
+  int64_t constrained_choices_ = 0;  // live choices with a grammar (0: step() skips the mask pass)
 };
 
 Status EngineImpl::init(const EngineConfig& c) {
@@ -261,6 +262,7 @@ Expected<RequestId> EngineImpl::add_request(const RequestParams& p) {
                      std::forward_as_tuple(id, i, static_cast<int32_t>(p.prompt.size()), spi, p, *tok_, start));
   }
   requests_[id] = std::move(subs);
+  if (p.grammar) constrained_choices_ += p.n;
   prompt_tokens_total_ += static_cast<int64_t>(p.prompt.size()) * p.n;
   return id;
 }
@@ -270,7 +272,10 @@ void EngineImpl::abort(RequestId id) {
   if (it == requests_.end()) return;
   for (auto sid : it->second) {
     sched_->abort(sid);
-    choices_.erase(sid);
+    auto cit = choices_.find(sid);
+    if (cit == choices_.end()) continue;
+    if (cit->second.matcher) --constrained_choices_;
+    choices_.erase(cit);
   }
   requests_.erase(it);
 }
@@ -294,6 +299,7 @@ void EngineImpl::fail_plan(const sched::StepPlan& plan, const std::string& msg, 
 }
 
 void EngineImpl::fill_masks(const sched::StepPlan& plan, const runtime::StepLogits& L) {
+  if (constrained_choices_ < 2) return;  // unconstrained serving pays nothing here
   std::vector<Choice*> todo;
   for (int32_t i = 0; i < L.size(); ++i) {
     const sched::ScheduledSeq& seq = plan.seqs[static_cast<size_t>(L.seq_indices[static_cast<size_t>(i)])];
@@ -454,6 +460,7 @@ std::vector<TokenEvent> EngineImpl::step() {
                 : f.reason == sched::FinishReason::kAbort ? FinishReason::kAbort
                                                            : FinishReason::kStop;
     const RequestId parent = ch.parent;
+    if (ch.matcher) --constrained_choices_;
     choices_.erase(cit);
     auto rit = requests_.find(parent);
     if (rit != requests_.end()) {
