@@ -120,6 +120,9 @@ class Structured(ServerTestCase):
         cases = [
             ("deep nesting", {"guided_json": deep}, "deeper than"),
             ("huge enum", {"guided_json": {"enum": [f"v{i}" for i in range(100000)]}}, "max_enum_size"),
+            ("3000 patterned properties", {"guided_json": {"type": "object", "properties": {
+                f"p{i}": {"type": "string", "pattern": "^[a-z]{1,50}[0-9]{2,40}$"} for i in range(3000)}}},
+             "max_rules"),
             ("exponential DFA", {"guided_regex": "(a|b)*a(a|b){40}"}, "max_regex_states"),
             ("huge repeat", {"guided_regex": "(ab){100000}"}, "max_repeat"),
             ("long regex", {"guided_regex": "a" * 10000}, "max_regex_length"),
