@@ -7,12 +7,12 @@
 #   git worktree add /tmp/old-src BASE && cmake -S /tmp/old-src -B /tmp/old-build -G Ninja && ninja -C /tmp/old-build pagoda
 set -u
 OLD="$1"; NEW="$2"; ROUNDS="$3"; M="${4:-models/SmolLM2-135M-Instruct.Q4_1.gguf}"
-unset OMP_WAIT_POLICY
+. "$(dirname "$0")/common.sh"
 out=$(mktemp -d)
 for round in $(seq 1 "$ROUNDS"); do
   for who in old new; do
     if [ $who = old ]; then P="$OLD"; else P="$NEW"; fi
-    echo "== round $round $who load $(cut -d' ' -f1 /proc/loadavg)" >&2
+    round_banner "round $round $who" >&2
     "$P" bench -m "$M" --pp 512 --tg 128 -r 3 -t 2 --json > "$out/single.$who.$round.json"
     "$P" bench -m "$M" --workload random --num-prompts 32 --input-len 128 --output-len 128 \
       --max-concurrency 32 -t 2 --json > "$out/batch.$who.$round.json"

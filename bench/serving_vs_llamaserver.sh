@@ -6,9 +6,8 @@
 # Extra `pagoda serve` flags: PAGODA_SERVE_ARGS="--max-num-batched-tokens 256 --schedule-policy lpm"
 set -u
 LS="$1/llama-server"; M="$2"; ROUNDS="$3"; WHICH="${4:-both}"
-P="${PAGODA:-$(dirname "$0")/../build/release/src/cli/pagoda}"
+. "$(dirname "$0")/common.sh"
 PORT_L=18181; PORT_P=18182
-unset OMP_WAIT_POLICY
 SHARED="--workload shared-prefix --num-groups 4 --prompts-per-group 16 --prefix-len 1024 --suffix-len 64 --output-len 64 --max-concurrency 16"
 RANDOM_W="--workload random --num-prompts 64 --input-len 320 --range-ratio 0.6 --output-len 128 --max-concurrency 16"
 wait_up() { for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.2; done; return 1; }
@@ -22,7 +21,7 @@ for round in $(seq 1 "$ROUNDS"); do
   for w in shared random; do
     [ "$WHICH" = both ] || [ "$WHICH" = "$w" ] || continue
     if [ $w = shared ]; then W=$SHARED; else W=$RANDOM_W; fi
-    echo "== $w round $round load $(cut -d' ' -f1 /proc/loadavg)"
+    round_banner "$w round $round"
     "$LS" -m "$M" -t 2 -np 16 -c 20480 --port $PORT_L >/tmp/llama-server.log 2>&1 & LPID=$!
     wait_up $PORT_L && run_client llama-server $PORT_L $W
     kill $LPID; wait $LPID 2>/dev/null

@@ -5,11 +5,10 @@
 # llama.cpp is built outside the tree from the llama-cpp-python sdist (see docs/benchmarks.md).
 set -u
 L="$1/llama-bench"; ROUNDS="$2"; shift 2
-P="${PAGODA:-$(dirname "$0")/../build/release/src/cli/pagoda}"
-unset OMP_WAIT_POLICY
+. "$(dirname "$0")/common.sh"
 for M in "$@"; do
   for round in $(seq 1 "$ROUNDS"); do
-    echo "== $(basename "$M") round $round load $(cut -d' ' -f1 /proc/loadavg)"
+    round_banner "$(basename "$M") round $round"
     timeout 900 "$L" -m "$M" -p 512 -n 128 -t 2 -r 5 -o md 2>/dev/null | grep -E 'pp512|tg128' | sed 's/^/llama.cpp /'
     timeout 900 "$P" bench -m "$M" --pp 512 --tg 128 -r 5 -t 2 2>&1 | grep -E 'pp512|tg128' | sed 's/^/pagoda /'
   done

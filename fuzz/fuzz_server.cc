@@ -33,14 +33,9 @@ void check_error(const ApiError& e) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string body(reinterpret_cast<const char*>(data), size);
-  RequestLimits lim;
-  lim.max_stop_bytes = 8;
-  lim.max_stop_strings = 4;
-  lim.max_cache_salt_bytes = 8;
-  lim.max_json_depth = 6;
-  lim.max_prompts = 4;
-  lim.max_choices = 8;
-  lim.max_output_entries = 4096;
+  // Small limits, so that short inputs reach every refusal.
+  const RequestLimits lim{.max_stop_bytes = 8, .max_stop_strings = 4, .max_cache_salt_bytes = 8,
+                          .max_json_depth = 6, .max_prompts = 4, .max_choices = 8, .max_output_entries = 4096};
   const bool too_deep = json_too_deep(body, lim.max_json_depth);
   for (Endpoint ep : {Endpoint::kCompletions, Endpoint::kChat}) {
     auto r = parse_request(ep, body, lim);

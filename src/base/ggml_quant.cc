@@ -19,64 +19,41 @@ namespace {
 // ---- Dequantizers (nb blocks -> nb * block_size floats) ----------------------
 
 
-void dequant_q4_0(const BlockQ4_0* x, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i) {
+// Q4_0 / Q4_1 / Q5_0 / Q5_1: 32 values, element j in the low nibble of qs[j]
+// and element j + 16 in the high one; Q5 adds a fifth bit, qh bit j for element
+// j. value = (q - offset) * d for the _0 types (offset 8 or 16), q * d + m for
+// the _1 types (block member m).
+template <class B, int kOffset>
+void dequant_legacy(const B* x, float* y, int64_t nb) {
+  constexpr bool kHigh = requires(const B& b) { b.qh; };
+  constexpr bool kMin = requires(const B& b) { b.m; };
+  for (int64_t i = 0; i < nb; ++i, y += 32) {
     const float d = fp16_to_fp32(x[i].d);
-    for (int j = 0; j < kQK4_0 / 2; ++j) {
-      const int x0 = (x[i].qs[j] & 0x0F) - 8;
-      const int x1 = (x[i].qs[j] >> 4) - 8;
-      y[i * kQK4_0 + j] = x0 * d;
-      y[i * kQK4_0 + j + kQK4_0 / 2] = x1 * d;
+    float m = 0;
+    if constexpr (kMin) m = fp16_to_fp32(x[i].m);
+    uint32_t qh = 0;
+    if constexpr (kHigh) std::memcpy(&qh, x[i].qh, sizeof qh);
+    for (int j = 0; j < 16; ++j) {
+      const uint8_t xh0 = kHigh ? ((qh >> (j + 0)) << 4) & 0x10 : 0;
+      const uint8_t xh1 = kHigh ? ((qh >> (j + 12))) & 0x10 : 0;
+      const int x0 = ((x[i].qs[j] & 0x0F) | xh0) - kOffset;
+      const int x1 = ((x[i].qs[j] >> 4) | xh1) - kOffset;
+      if constexpr (kMin) {
+        y[j] = x0 * d + m;
+        y[j + 16] = x1 * d + m;
+      } else {
+        y[j] = x0 * d;
+        y[j + 16] = x1 * d;
+      }
     }
   }
 }
+static_assert(kQK4_0 == 32 && kQK4_1 == 32 && kQK5_0 == 32 && kQK5_1 == 32);
 
-void dequant_q4_1(const BlockQ4_1* x, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i) {
-    const float d = fp16_to_fp32(x[i].d);
-    const float m = fp16_to_fp32(x[i].m);
-    for (int j = 0; j < kQK4_1 / 2; ++j) {
-      const int x0 = x[i].qs[j] & 0x0F;
-      const int x1 = x[i].qs[j] >> 4;
-      y[i * kQK4_1 + j] = x0 * d + m;
-      y[i * kQK4_1 + j + kQK4_1 / 2] = x1 * d + m;
-    }
-  }
-}
-
-// qh bit j is the fifth bit of element j (elements 0..31 of the block).
-void dequant_q5_0(const BlockQ5_0* x, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i) {
-    const float d = fp16_to_fp32(x[i].d);
-    uint32_t qh;
-    std::memcpy(&qh, x[i].qh, sizeof qh);
-    for (int j = 0; j < kQK5_0 / 2; ++j) {
-      const uint8_t xh0 = ((qh >> (j + 0)) << 4) & 0x10;
-      const uint8_t xh1 = ((qh >> (j + 12))) & 0x10;
-      const int32_t x0 = ((x[i].qs[j] & 0x0F) | xh0) - 16;
-      const int32_t x1 = ((x[i].qs[j] >> 4) | xh1) - 16;
-      y[i * kQK5_0 + j] = x0 * d;
-      y[i * kQK5_0 + j + kQK5_0 / 2] = x1 * d;
-    }
-  }
-}
-
-void dequant_q5_1(const BlockQ5_1* x, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i) {
-    const float d = fp16_to_fp32(x[i].d);
-    const float m = fp16_to_fp32(x[i].m);
-    uint32_t qh;
-    std::memcpy(&qh, x[i].qh, sizeof qh);
-    for (int j = 0; j < kQK5_1 / 2; ++j) {
-      const uint8_t xh0 = ((qh >> (j + 0)) << 4) & 0x10;
-      const uint8_t xh1 = ((qh >> (j + 12))) & 0x10;
-      const int x0 = (x[i].qs[j] & 0x0F) | xh0;
-      const int x1 = (x[i].qs[j] >> 4) | xh1;
-      y[i * kQK5_1 + j] = x0 * d + m;
-      y[i * kQK5_1 + j + kQK5_1 / 2] = x1 * d + m;
-    }
-  }
-}
+void dequant_q4_0(const BlockQ4_0* x, float* y, int64_t nb) { dequant_legacy<BlockQ4_0, 8>(x, y, nb); }
+void dequant_q4_1(const BlockQ4_1* x, float* y, int64_t nb) { dequant_legacy<BlockQ4_1, 0>(x, y, nb); }
+void dequant_q5_0(const BlockQ5_0* x, float* y, int64_t nb) { dequant_legacy<BlockQ5_0, 16>(x, y, nb); }
+void dequant_q5_1(const BlockQ5_1* x, float* y, int64_t nb) { dequant_legacy<BlockQ5_1, 0>(x, y, nb); }
 
 void dequant_q8_0(const BlockQ8_0* x, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
@@ -166,48 +143,31 @@ inline void scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
   }
 }
 
-void dequant_q4_k(const BlockQ4_K* x, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* q = x[i].qs;
-    const float d = fp16_to_fp32(x[i].d);
-    const float min = fp16_to_fp32(x[i].dmin);
-    int is = 0;
-    uint8_t sc, m;
-    for (int j = 0; j < kQK_K; j += 64) {
-      scale_min_k4(is + 0, x[i].scales, &sc, &m);
-      const float d1 = d * sc, m1 = min * m;
-      scale_min_k4(is + 1, x[i].scales, &sc, &m);
-      const float d2 = d * sc, m2 = min * m;
-      for (int l = 0; l < 32; ++l) *y++ = d1 * (q[l] & 0xF) - m1;
-      for (int l = 0; l < 32; ++l) *y++ = d2 * (q[l] >> 4) - m2;
-      q += 32;
-      is += 2;
-    }
+// One Q4_K or Q5_K super-block (256 values into y): sub-block pair (2p, 2p+1)
+// takes the low / high nibbles of ql[32p ..]; Q5_K adds 16 where bit 2p / 2p+1
+// of qh[l] is set (qh null: Q4_K). value = d*sc*q - dmin*m, ggml's order.
+void dequant_k_super_block(const uint8_t* scales, float d, float min, const uint8_t* ql, const uint8_t* qh,
+                           float* y) {
+  uint8_t sc, m;
+  for (int is = 0; is < 8; is += 2, ql += 32) {
+    const uint8_t u1 = static_cast<uint8_t>(1u << is), u2 = static_cast<uint8_t>(2u << is);
+    scale_min_k4(is + 0, scales, &sc, &m);
+    const float d1 = d * sc, m1 = min * m;
+    scale_min_k4(is + 1, scales, &sc, &m);
+    const float d2 = d * sc, m2 = min * m;
+    for (int l = 0; l < 32; ++l) *y++ = d1 * ((ql[l] & 0xF) + (qh && (qh[l] & u1) ? 16 : 0)) - m1;
+    for (int l = 0; l < 32; ++l) *y++ = d2 * ((ql[l] >> 4) + (qh && (qh[l] & u2) ? 16 : 0)) - m2;
   }
 }
 
+void dequant_q4_k(const BlockQ4_K* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQK_K)
+    dequant_k_super_block(x[i].scales, fp16_to_fp32(x[i].d), fp16_to_fp32(x[i].dmin), x[i].qs, nullptr, y);
+}
+
 void dequant_q5_k(const BlockQ5_K* x, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* ql = x[i].qs;
-    const uint8_t* qh = x[i].qh;
-    const float d = fp16_to_fp32(x[i].d);
-    const float min = fp16_to_fp32(x[i].dmin);
-    int is = 0;
-    uint8_t sc, m;
-    uint8_t u1 = 1, u2 = 2;
-    for (int j = 0; j < kQK_K; j += 64) {
-      scale_min_k4(is + 0, x[i].scales, &sc, &m);
-      const float d1 = d * sc, m1 = min * m;
-      scale_min_k4(is + 1, x[i].scales, &sc, &m);
-      const float d2 = d * sc, m2 = min * m;
-      for (int l = 0; l < 32; ++l) *y++ = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
-      for (int l = 0; l < 32; ++l) *y++ = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
-      ql += 32;
-      is += 2;
-      u1 <<= 2;
-      u2 <<= 2;
-    }
-  }
+  for (int64_t i = 0; i < nb; ++i, y += kQK_K)
+    dequant_k_super_block(x[i].scales, fp16_to_fp32(x[i].d), fp16_to_fp32(x[i].dmin), x[i].qs, x[i].qh, y);
 }
 
 void dequant_q6_k(const BlockQ6_K* x, float* y, int64_t nb) {
@@ -241,27 +201,74 @@ void dequant_q6_k(const BlockQ6_K* x, float* y, int64_t nb) {
 
 int nearest_int(float f) { return static_cast<int>(std::lrintf(f)); }
 
+// The value of largest magnitude among x[0..n), with its sign (the first one on
+// ties; 0 when all are 0): the symmetric quantizers map it to the most negative
+// level, as ggml does.
+float signed_absmax(const float* x, int n) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  return max;
+}
+
+// Q6_K / Q3_K: scales[16] of the 16-value sub-blocks of a super-block x, each
+// mapping its value of largest magnitude to the level `lowest` (< 0); returns the
+// scale of largest magnitude, with its sign.
+float symmetric_scales16(const float* x, float lowest, float* scales) {
+  for (int j = 0; j < 16; ++j) scales[j] = signed_absmax(x + 16 * j, 16) / lowest;
+  return signed_absmax(scales, 16);
+}
+
+// The largest sub-block scale and min of a K-quant super-block (see range_scales).
+struct RangeMaxima {
+  float scale = 0, min = 0;
+};
+
+// Q4_K / Q2_K sub-blocks (n_sub of `len` values x[len * j ..]) as value =
+// scale * q - min with q in 0..levels: scale spans the sub-block's range
+// [lo, hi], lo clamped to <= 0 so that the stored min (-lo) is >= 0.
+// scales[n_sub], mins[n_sub].
+RangeMaxima range_scales(const float* x, int n_sub, int len, float levels, float* scales, float* mins) {
+  RangeMaxima m;
+  for (int j = 0; j < n_sub; ++j) {
+    float lo = 0.0f, hi = -FLT_MAX;
+    for (int l = 0; l < len; ++l) {
+      lo = std::min(lo, x[len * j + l]);
+      hi = std::max(hi, x[len * j + l]);
+    }
+    scales[j] = (hi - lo) / levels;
+    mins[j] = -lo;
+    m.scale = std::max(m.scale, scales[j]);
+    m.min = std::max(m.min, mins[j]);
+  }
+  return m;
+}
+
+// The 16 bytes of a Q4_0 / Q4_1 block from its 32 values x: element j in the
+// low nibble of qs[j], j + 16 in the high one, each (x - min) * id + bias
+// truncated and capped at 15 (ggml's rounding: bias 8.5 for Q4_0's signed
+// levels, 0.5 for Q4_1; min 0 for Q4_0, where x - 0 is x exactly).
+void pack_q4_nibbles(const float* x, float min, float id, float bias, uint8_t* qs) {
+  for (int j = 0; j < 16; ++j) {
+    const float x0 = (x[j] - min) * id;
+    const float x1 = (x[16 + j] - min) * id;
+    const uint8_t xi0 = static_cast<uint8_t>(std::min<int>(15, static_cast<int8_t>(x0 + bias)));
+    const uint8_t xi1 = static_cast<uint8_t>(std::min<int>(15, static_cast<int8_t>(x1 + bias)));
+    qs[j] = static_cast<uint8_t>(xi0 | (xi1 << 4));
+  }
+}
+
 void quant_q4_0(const float* x, BlockQ4_0* y, int64_t nb) {
   constexpr int qk = kQK4_0;
   for (int64_t i = 0; i < nb; ++i) {
-    float amax = 0.0f, max = 0.0f;  // max: the value of largest magnitude, with its sign
-    for (int j = 0; j < qk; ++j) {
-      const float v = x[i * qk + j];
-      if (amax < std::fabs(v)) {
-        amax = std::fabs(v);
-        max = v;
-      }
-    }
-    const float d = max / -8;
+    const float d = signed_absmax(x + i * qk, qk) / -8;
     const float id = d ? 1.0f / d : 0.0f;
     y[i].d = fp32_to_fp16(d);
-    for (int j = 0; j < qk / 2; ++j) {
-      const float x0 = x[i * qk + j] * id;
-      const float x1 = x[i * qk + qk / 2 + j] * id;
-      const uint8_t xi0 = static_cast<uint8_t>(std::min<int>(15, static_cast<int8_t>(x0 + 8.5f)));
-      const uint8_t xi1 = static_cast<uint8_t>(std::min<int>(15, static_cast<int8_t>(x1 + 8.5f)));
-      y[i].qs[j] = static_cast<uint8_t>(xi0 | (xi1 << 4));
-    }
+    pack_q4_nibbles(x + i * qk, 0.0f, id, 8.5f, y[i].qs);
   }
 }
 
@@ -278,13 +285,7 @@ void quant_q4_1(const float* x, BlockQ4_1* y, int64_t nb) {
     const float id = d ? 1.0f / d : 0.0f;
     y[i].d = fp32_to_fp16(d);
     y[i].m = fp32_to_fp16(min);
-    for (int j = 0; j < qk / 2; ++j) {
-      const float x0 = (x[i * qk + j] - min) * id;
-      const float x1 = (x[i * qk + qk / 2 + j] - min) * id;
-      const uint8_t xi0 = static_cast<uint8_t>(std::min<int>(15, static_cast<int8_t>(x0 + 0.5f)));
-      const uint8_t xi1 = static_cast<uint8_t>(std::min<int>(15, static_cast<int8_t>(x1 + 0.5f)));
-      y[i].qs[j] = static_cast<uint8_t>(xi0 | (xi1 << 4));
-    }
+    pack_q4_nibbles(x + i * qk, min, id, 0.5f, y[i].qs);
   }
 }
 
@@ -306,19 +307,8 @@ void quant_q8_0(const float* x, BlockQ8_0* y, int64_t nb) {
 void quant_q4_k(const float* x, BlockQ4_K* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK_K) {
     float scales[8], mins[8];
-    float max_scale = 0, max_min = 0;
-    for (int j = 0; j < 8; ++j) {
-      float lo = 0.0f, hi = -FLT_MAX;  // lo <= 0 so that the stored min is >= 0
-      for (int l = 0; l < 32; ++l) {
-        lo = std::min(lo, x[32 * j + l]);
-        hi = std::max(hi, x[32 * j + l]);
-      }
-      scales[j] = (hi - lo) / 15.0f;
-      mins[j] = -lo;
-      max_scale = std::max(max_scale, scales[j]);
-      max_min = std::max(max_min, mins[j]);
-    }
-    const float d = max_scale / 63.0f, dmin = max_min / 63.0f;
+    const RangeMaxima m = range_scales(x, 8, 32, 15.0f, scales, mins);
+    const float d = m.scale / 63.0f, dmin = m.min / 63.0f;
     y[i].d = fp32_to_fp16(d);
     y[i].dmin = fp32_to_fp16(dmin);
     const float d_stored = fp16_to_fp32(y[i].d), dmin_stored = fp16_to_fp32(y[i].dmin);
@@ -359,29 +349,9 @@ void quant_q4_k(const float* x, BlockQ4_K* y, int64_t nb) {
 void quant_q6_k(const float* x, BlockQ6_K* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK_K) {
     float scales[16];
-    float max_scale = 0, max_abs_scale = 0;
-    for (int j = 0; j < 16; ++j) {
-      float amax = 0, max = 0;
-      for (int l = 0; l < 16; ++l) {
-        const float v = x[16 * j + l];
-        if (std::fabs(v) > amax) {
-          amax = std::fabs(v);
-          max = v;
-        }
-      }
-      scales[j] = max / -32.0f;
-      if (std::fabs(scales[j]) > max_abs_scale) {
-        max_abs_scale = std::fabs(scales[j]);
-        max_scale = scales[j];
-      }
-    }
-    std::memset(y[i].ql, 0, sizeof y[i].ql);
-    std::memset(y[i].qh, 0, sizeof y[i].qh);
-    if (max_abs_scale == 0) {
-      std::memset(y[i].scales, 0, sizeof y[i].scales);
-      y[i].d = fp32_to_fp16(0.0f);
-      continue;
-    }
+    const float max_scale = symmetric_scales16(x, -32.0f, scales);
+    y[i] = BlockQ6_K{};            // every byte 0: d = +0.0 in fp16
+    if (max_scale == 0) continue;  // an all-zero block
     const float iscale = -128.0f / max_scale;
     y[i].d = fp32_to_fp16(1.0f / iscale);
     const float d = fp16_to_fp32(y[i].d);
@@ -428,20 +398,9 @@ void pack_2bit(const uint8_t* L, uint8_t* qs) {
 void quant_q2_k(const float* x, BlockQ2_K* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK_K) {
     float scales[16], mins[16];
-    float max_scale = 0, max_min = 0;
-    for (int j = 0; j < 16; ++j) {
-      float lo = 0.0f, hi = -FLT_MAX;  // lo <= 0 so that the stored min is >= 0
-      for (int l = 0; l < 16; ++l) {
-        lo = std::min(lo, x[16 * j + l]);
-        hi = std::max(hi, x[16 * j + l]);
-      }
-      scales[j] = (hi - lo) / 3.0f;
-      mins[j] = -lo;
-      max_scale = std::max(max_scale, scales[j]);
-      max_min = std::max(max_min, mins[j]);
-    }
-    y[i].d = fp32_to_fp16(max_scale / 15.0f);
-    y[i].dmin = fp32_to_fp16(max_min / 15.0f);
+    const RangeMaxima m = range_scales(x, 16, 16, 3.0f, scales, mins);
+    y[i].d = fp32_to_fp16(m.scale / 15.0f);
+    y[i].dmin = fp32_to_fp16(m.min / 15.0f);
     const float d = fp16_to_fp32(y[i].d), dmin = fp16_to_fp32(y[i].dmin);
     uint8_t L[kQK_K];
     for (int j = 0; j < 16; ++j) {
@@ -464,29 +423,11 @@ void quant_q2_k(const float* x, BlockQ2_K* y, int64_t nb) {
 void quant_q3_k(const float* x, BlockQ3_K* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK_K) {
     float scales[16];
-    float max_scale = 0, max_abs_scale = 0;
-    for (int j = 0; j < 16; ++j) {
-      float amax = 0, max = 0;
-      for (int l = 0; l < 16; ++l) {
-        const float v = x[16 * j + l];
-        if (std::fabs(v) > amax) {
-          amax = std::fabs(v);
-          max = v;
-        }
-      }
-      scales[j] = max / -4.0f;
-      if (std::fabs(scales[j]) > max_abs_scale) {
-        max_abs_scale = std::fabs(scales[j]);
-        max_scale = scales[j];
-      }
-    }
-    std::memset(y[i].scales, 0, sizeof y[i].scales);
-    std::memset(y[i].hmask, 0, sizeof y[i].hmask);
+    const float max_scale = symmetric_scales16(x, -4.0f, scales);
+    y[i] = BlockQ3_K{};  // every byte 0; d stays +0.0 for an all-zero block (then every value is 0)
     uint8_t L[kQK_K];
     std::memset(L, 4, sizeof L);  // q - 4 = 0
-    if (max_abs_scale == 0) {
-      y[i].d = fp32_to_fp16(0.0f);  // d = 0: every value is 0 whatever sc and q say
-    } else {
+    if (max_scale != 0) {
       const float iscale = -32.0f / max_scale;
       y[i].d = fp32_to_fp16(1.0f / iscale);
       const float d = fp16_to_fp32(y[i].d);
@@ -525,15 +466,7 @@ void quant_iq4_group(const float* x, float dl, uint8_t* qs) {
 
 // IQ4_NL: the value of largest magnitude maps to the codebook end -127 (ggml
 // also searches nearby scales; these blocks are valid but not its bytes).
-float iq4_group_scale(const float* x) {
-  float amax = 0, max = 0;
-  for (int j = 0; j < 32; ++j)
-    if (std::fabs(x[j]) > amax) {
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
-  return max / static_cast<float>(kIq4NlValues[0]);
-}
+float iq4_group_scale(const float* x) { return signed_absmax(x, 32) / static_cast<float>(kIq4NlValues[0]); }
 
 void quant_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += 32) {
@@ -546,14 +479,9 @@ void quant_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t nb) {
 // against the super-block's largest, which maps to -32.
 void quant_iq4_xs(const float* x, BlockIQ4_XS* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK_K) {
-    float scales[8], max_scale = 0, max_abs = 0;
-    for (int g = 0; g < 8; ++g) {
-      scales[g] = iq4_group_scale(x + 32 * g);
-      if (std::fabs(scales[g]) > max_abs) {
-        max_abs = std::fabs(scales[g]);
-        max_scale = scales[g];
-      }
-    }
+    float scales[8];
+    for (int g = 0; g < 8; ++g) scales[g] = iq4_group_scale(x + 32 * g);
+    const float max_scale = signed_absmax(scales, 8);
     y[i].d = fp32_to_fp16(max_scale / -32.0f);
     const float d = fp16_to_fp32(y[i].d);
     y[i].scales_h = 0;
@@ -569,24 +497,12 @@ void quant_iq4_xs(const float* x, BlockIQ4_XS* y, int64_t nb) {
 
 // ---- One table row per format ------------------------------------------------
 
-void dequant_f32(const float* x, float* y, int64_t n) {
-  if (n) std::memcpy(y, x, static_cast<size_t>(n) * 4);
+// F32 / F16 / BF16, either way: one element at a time (F32: a copy).
+template <class From, class To, To (*Convert)(From)>
+void convert_elems(const From* x, To* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = Convert(x[i]);
 }
-void dequant_f16(const uint16_t* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(x[i]);
-}
-void dequant_bf16(const uint16_t* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_fp32(x[i]);
-}
-void quant_f32(const float* x, float* y, int64_t n) {
-  if (n) std::memcpy(y, x, static_cast<size_t>(n) * 4);
-}
-void quant_f16(const float* x, uint16_t* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
-}
-void quant_bf16(const float* x, uint16_t* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_bf16(x[i]);
-}
+float same_f32(float v) { return v; }
 
 // Type-erased entry points over the typed block functions above.
 using DequantFn = void (*)(const void* src, float* dst, int64_t nb);
@@ -607,9 +523,14 @@ struct Codec {
 
 Codec codec(GgmlType t) {
   switch (t) {
-    case GgmlType::F32: return {deq<float, dequant_f32>, qnt<float, quant_f32>};
-    case GgmlType::F16: return {deq<uint16_t, dequant_f16>, qnt<uint16_t, quant_f16>};
-    case GgmlType::BF16: return {deq<uint16_t, dequant_bf16>, qnt<uint16_t, quant_bf16>};
+    case GgmlType::F32:
+      return {deq<float, convert_elems<float, float, same_f32>>, qnt<float, convert_elems<float, float, same_f32>>};
+    case GgmlType::F16:
+      return {deq<uint16_t, convert_elems<uint16_t, float, fp16_to_fp32>>,
+              qnt<uint16_t, convert_elems<float, uint16_t, fp32_to_fp16>>};
+    case GgmlType::BF16:
+      return {deq<uint16_t, convert_elems<uint16_t, float, bf16_to_fp32>>,
+              qnt<uint16_t, convert_elems<float, uint16_t, fp32_to_bf16>>};
     case GgmlType::Q4_0: return {deq<BlockQ4_0, dequant_q4_0>, qnt<BlockQ4_0, quant_q4_0>};
     case GgmlType::Q4_1: return {deq<BlockQ4_1, dequant_q4_1>, qnt<BlockQ4_1, quant_q4_1>};
     case GgmlType::Q5_0: return {deq<BlockQ5_0, dequant_q5_0>, nullptr};
@@ -632,25 +553,27 @@ int64_t row_blocks(GgmlType t, int64_t n) {
   return n < 0 || n % bs != 0 ? -1 : n / bs;
 }
 
-}  // namespace
-
-bool dequantize_supported(GgmlType type) { return codec(type).dequant != nullptr; }
-bool quantize_supported(GgmlType type) { return codec(type).quant != nullptr; }
-
-bool dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
-  const DequantFn f = codec(type).dequant;
+// f over the whole blocks of a row of n elements; false (nothing written) when
+// f is null or n is not whole blocks.
+template <class Fn, class Src, class Dst>
+bool apply_to_row(Fn f, GgmlType type, Src src, Dst dst, int64_t n) {
   const int64_t nb = f ? row_blocks(type, n) : -1;
   if (nb < 0) return false;
   f(src, dst, nb);
   return true;
 }
 
+}  // namespace
+
+bool dequantize_supported(GgmlType type) { return codec(type).dequant != nullptr; }
+bool quantize_supported(GgmlType type) { return codec(type).quant != nullptr; }
+
+bool dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
+  return apply_to_row(codec(type).dequant, type, src, dst, n);
+}
+
 bool quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
-  const QuantFn f = codec(type).quant;
-  const int64_t nb = f ? row_blocks(type, n) : -1;
-  if (nb < 0) return false;
-  f(src, dst, nb);
-  return true;
+  return apply_to_row(codec(type).quant, type, src, dst, n);
 }
 
 }  // namespace pagoda

@@ -19,6 +19,7 @@
 #include "base/rng.h"
 #include "base/timer.h"
 #include "cli/bench_http_client.h"
+#include "cli/cli_util.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "engine/engine.h"
@@ -267,22 +268,23 @@ std::string format_report(const Summary& s) {
   line(&o, "Total token throughput (tok/s):", f2(s.total_tokens_per_s));
   line(&o, "Steady decode throughput (tok/s):",
        s.steady_decode_tokens_per_s >= 0 ? f2(s.steady_decode_tokens_per_s) : "n/a");
-  o += banner("Time to First Token", '-');
-  line(&o, "Mean TTFT (ms):", f2(s.ttft_ms_mean));
-  line(&o, "Median TTFT (ms):", f2(s.ttft_ms_p50));
-  line(&o, "P99 TTFT (ms):", f2(s.ttft_ms_p99));
-  o += banner("Time per Output Token (excl. 1st token)", '-');
-  line(&o, "Mean TPOT (ms):", f2(s.tpot_ms_mean));
-  line(&o, "Median TPOT (ms):", f2(s.tpot_ms_p50));
-  line(&o, "P99 TPOT (ms):", f2(s.tpot_ms_p99));
-  o += banner("Inter-token Latency", '-');
-  line(&o, "Mean ITL (ms):", f2(s.itl_ms_mean));
-  line(&o, "Median ITL (ms):", f2(s.itl_ms_p50));
-  line(&o, "P99 ITL (ms):", f2(s.itl_ms_p99));
-  o += banner("End-to-end Latency", '-');
-  line(&o, "Mean E2EL (ms):", f2(s.e2el_ms_mean));
-  line(&o, "Median E2EL (ms):", f2(s.e2el_ms_p50));
-  line(&o, "P99 E2EL (ms):", f2(s.e2el_ms_p99));
+  // vLLM's latency sections: a banner, then mean / median / p99 in ms.
+  const struct {
+    const char* title;
+    const char* metric;
+    double mean, p50, p99;
+  } latencies[] = {
+      {"Time to First Token", "TTFT", s.ttft_ms_mean, s.ttft_ms_p50, s.ttft_ms_p99},
+      {"Time per Output Token (excl. 1st token)", "TPOT", s.tpot_ms_mean, s.tpot_ms_p50, s.tpot_ms_p99},
+      {"Inter-token Latency", "ITL", s.itl_ms_mean, s.itl_ms_p50, s.itl_ms_p99},
+      {"End-to-end Latency", "E2EL", s.e2el_ms_mean, s.e2el_ms_p50, s.e2el_ms_p99},
+  };
+  for (const auto& l : latencies) {
+    o += banner(l.title, '-');
+    line(&o, ("Mean " + std::string(l.metric) + " (ms):").c_str(), f2(l.mean));
+    line(&o, ("Median " + std::string(l.metric) + " (ms):").c_str(), f2(l.p50));
+    line(&o, ("P99 " + std::string(l.metric) + " (ms):").c_str(), f2(l.p99));
+  }
   o += banner("KV cache", '-');
   line(&o, "Peak KV cache usage (%):", s.peak_kv_usage >= 0 ? f2(s.peak_kv_usage * 100) : "n/a");
   line(&o, "Prefix cache hit rate (%):", s.prefix_hit_rate >= 0 ? f2(s.prefix_hit_rate * 100) : "n/a");
@@ -473,28 +475,6 @@ const char* kServingHelp =
     "  --request-timeout S           per-request limit in seconds (default 600)\n"
     "engine (offline mode; -m also gives the tokenizer in server mode):\n";
 
-bool parse_int(const std::string& s, long long lo, long long hi, long long* out) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (errno || *end || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
-// Reads an integer option into *out; returns "" or an error.
-std::string int_opt(Args& args, const char* name, long long lo, long long hi, int* out) {
-  std::string v;
-  long long n = 0;
-  if (!args.value(name, &v)) return "";
-  if (!parse_int(v, lo, hi, &n))
-    return std::string(name) + " must be an integer in " + std::to_string(lo) + ".." + std::to_string(hi) +
-           ", got '" + v + "'";
-  *out = static_cast<int>(n);
-  return "";
-}
-
 std::string double_opt(Args& args, const char* name, double lo, double hi, double* out) {
   std::string v;
   if (!args.value(name, &v)) return "";
@@ -513,10 +493,7 @@ std::string double_opt(Args& args, const char* name, double lo, double hi, doubl
 
 int bench_serving_main(int argc, char** argv) {
   Args args(argc, argv);
-  if (args.help()) {
-    std::fprintf(stdout, "%s%s", kServingHelp, kEngineFlagsHelp);
-    return 0;
-  }
+  if (args.help()) return print_usage(kServingHelp, kEngineFlagsHelp);
   engine::EngineConfig ecfg;
   std::string err = parse_engine_flags(args, &ecfg);
   std::string workload, dataset, server_url, model_name, api_key;
@@ -527,27 +504,27 @@ int bench_serving_main(int argc, char** argv) {
   args.value("--api-key", &api_key);
   int num_prompts = 64, input_len = 128, output_len = 128, groups = 4, per_group = 8, prefix_len = 256,
       suffix_len = 32, concurrency = 0;
-  long long seed = 0;
+  int64_t seed = 0;
   double range_ratio = 0, rate = std::numeric_limits<double>::infinity(), timeout_s = 600;
   const bool num_prompts_given = [&] {
     std::string v;
     Args probe = args;  // peek without consuming
     return probe.value("--num-prompts", &v);
   }();
-  for (std::string e : {int_opt(args, "--num-prompts", 1, 1000000, &num_prompts),
-                        int_opt(args, "--input-len", 1, 1 << 24, &input_len),
-                        int_opt(args, "--output-len", 1, 1 << 24, &output_len),
-                        int_opt(args, "--num-groups", 1, 100000, &groups),
-                        int_opt(args, "--prompts-per-group", 1, 100000, &per_group),
-                        int_opt(args, "--prefix-len", 0, 1 << 24, &prefix_len),
-                        int_opt(args, "--suffix-len", 0, 1 << 24, &suffix_len),
-                        int_opt(args, "--max-concurrency", 1, 100000, &concurrency),
+  for (std::string e : {int_option(args, "--num-prompts", 1, 1000000, &num_prompts),
+                        int_option(args, "--input-len", 1, 1 << 24, &input_len),
+                        int_option(args, "--output-len", 1, 1 << 24, &output_len),
+                        int_option(args, "--num-groups", 1, 100000, &groups),
+                        int_option(args, "--prompts-per-group", 1, 100000, &per_group),
+                        int_option(args, "--prefix-len", 0, 1 << 24, &prefix_len),
+                        int_option(args, "--suffix-len", 0, 1 << 24, &suffix_len),
+                        int_option(args, "--max-concurrency", 1, 100000, &concurrency),
                         double_opt(args, "--range-ratio", 0, 1, &range_ratio),
                         double_opt(args, "--request-rate", 1e-9, 1e12, &rate),
                         double_opt(args, "--request-timeout", 1e-3, 1e7, &timeout_s)}) {
     if (err.empty()) err = e;
   }
-  if (std::string v; args.value("--seed", &v) && !parse_int(v, 0, LLONG_MAX, &seed) && err.empty())
+  if (std::string v; args.value("--seed", &v) && !parse_int(v, 0, INT64_MAX, &seed) && err.empty())
     err = "--seed must be a non-negative integer, got '" + v + "'";
   const bool no_ignore_eos = args.flag("--no-ignore-eos");
   const bool ignore_eos_flag = args.flag("--ignore-eos");

@@ -27,6 +27,7 @@
 #include "base/rng.h"
 #include "base/timer.h"
 #include "cli/bench_serving.h"
+#include "cli/cli_util.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "engine/engine.h"
@@ -63,18 +64,8 @@ struct BenchOptions {
   bool json = false, ctx_sweep = false;
 };
 
-bool parse_i64(const char* s, int64_t* out) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(s, &end, 10);
-  if (errno || end == s || *end) return false;
-  *out = v;
-  return true;
-}
-
 std::string parse_args(int argc, char** argv, BenchOptions* o, bool* help) {
-  std::string k_name, v_name;  // llama-bench's -ctk / -ctv
-  bool have_k = false, have_v = false;
+  KvDtypeFlags kv_flags;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "-h" || a == "--help") {
@@ -106,24 +97,14 @@ std::string parse_args(int argc, char** argv, BenchOptions* o, bool* help) {
       ok = parse_i64(v, &o->block_size) && o->block_size >= 1 && o->block_size <= 4096;
     } else if (a == "--seed") {
       ok = parse_i64(v, &o->seed);
-    } else if (a == "--kv-dtype" || a == "--kv-cache-dtype") {
-      ok = parse_kv_dtype_name(v, &o->kv_dtype);
-    } else if (a == "-ctk" || a == "--cache-type-k") {
-      k_name = v;
-      have_k = true;
-    } else if (a == "-ctv" || a == "--cache-type-v") {
-      v_name = v;
-      have_v = true;
+    } else if (kv_flags.take(a, v, &ok)) {
+      // --kv-dtype, -ctk, -ctv: resolved after the loop
     } else {
       return "unknown option " + a;
     }
     if (!ok) return "bad value '" + std::string(v) + "' for " + a;
   }
-  if (have_k || have_v) {
-    const std::string err =
-        kv_dtype_from_ctk_ctv(have_k ? &k_name : nullptr, have_v ? &v_name : nullptr, &o->kv_dtype);
-    if (!err.empty()) return err;
-  }
+  if (std::string err = kv_flags.resolve(&o->kv_dtype); !err.empty()) return err;
   return "";
 }
 
@@ -223,17 +204,9 @@ int run_bench(int argc, char** argv) {
   BenchOptions o;
   bool help = false;
   const std::string perr = parse_args(argc, argv, &o, &help);
-  if (help) {
-    std::fputs(kBenchUsage, stdout);
-    return 0;
-  }
-  if (!perr.empty()) {
-    std::fprintf(stderr, "pagoda bench: %s\n\n%s", perr.c_str(), kBenchUsage);
-    return 2;
-  }
+  if (const std::optional<int> rc = help_or_usage_error("bench", help, perr, kBenchUsage)) return *rc;
   if (o.model.empty()) o.model = default_model_path();
-  const int threads = o.threads > 0 ? static_cast<int>(o.threads)
-                                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = threads_or_all(o.threads);
   // Positions the tests compute (pp, the tg prompt + tg fed tokens, a sweep
   // context + its decode steps); the model must have them. The engine's context
   // has one more: the token sampled last is never fed.

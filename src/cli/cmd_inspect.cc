@@ -9,6 +9,7 @@
 #include <string>
 
 #include "base/kv_dtype.h"
+#include "cli/cli_util.h"
 #include "cli/command.h"
 #include "gguf/gguf.h"
 
@@ -23,15 +24,6 @@ std::string with_commas(uint64_t v) {
     s += digits[i];
   }
   return s;
-}
-
-std::string human_bytes(double b) {
-  char buf[32];
-  if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
-  else if (b >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024));
-  else if (b >= 1024.0) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%.0f B", b);
-  return buf;
 }
 
 // An int key that may also be a per-layer array (then: the sum over layers,

@@ -20,6 +20,7 @@
 
 #include "base/kv_dtype.h"
 #include "base/timer.h"
+#include "cli/cli_util.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "engine/engine.h"
@@ -89,15 +90,6 @@ struct RunOptions {
   grammar::ConstraintSpec constraint;  // --json-schema / --grammar-regex
 };
 
-bool parse_i64(const char* s, int64_t* out) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(s, &end, 10);
-  if (errno || end == s || *end) return false;
-  *out = v;
-  return true;
-}
-
 // "1,2,3" -> ids (each in [0, INT32_MAX]); false on any malformed entry or an empty list.
 bool parse_ids(const char* s, std::vector<int32_t>* out) {
   out->clear();
@@ -126,8 +118,7 @@ bool parse_f32(const char* s, float* out) {
 
 // Returns "" or an error message; sets *help for -h.
 std::string parse_args(int argc, char** argv, RunOptions* o, bool* help) {
-  std::string k_name, v_name;  // llama.cpp's -ctk / -ctv
-  bool have_k = false, have_v = false;
+  KvDtypeFlags kv_flags;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
@@ -218,14 +209,8 @@ std::string parse_args(int argc, char** argv, RunOptions* o, bool* help) {
         o->threads = static_cast<int>(iv);
       } else if (is("-c", "--ctx-size")) {
         ok = parse_i64(v, &o->ctx) && o->ctx >= 1 && o->ctx <= (1 << 24);
-      } else if (is("--kv-dtype", "--kv-cache-dtype")) {
-        ok = parse_kv_dtype_name(v, &o->kv_dtype);
-      } else if (is("-ctk", "--cache-type-k")) {
-        k_name = v;
-        have_k = true;
-      } else if (is("-ctv", "--cache-type-v")) {
-        v_name = v;
-        have_v = true;
+      } else if (kv_flags.take(a, v, &ok)) {
+        // --kv-dtype, -ctk, -ctv: resolved after the loop
       } else if (is("--block-size")) {
         ok = parse_i64(v, &iv) && iv >= 1 && iv <= 4096;
         o->block_size = static_cast<int32_t>(iv);
@@ -235,23 +220,10 @@ std::string parse_args(int argc, char** argv, RunOptions* o, bool* help) {
       if (!ok) return "bad value '" + std::string(v) + "' for " + a;
     }
   }
-  if (have_k || have_v) {
-    const std::string err =
-        kv_dtype_from_ctk_ctv(have_k ? &k_name : nullptr, have_v ? &v_name : nullptr, &o->kv_dtype);
-    if (!err.empty()) return err;
-  }
+  if (std::string err = kv_flags.resolve(&o->kv_dtype); !err.empty()) return err;
   if (!o->have_prompt) return "missing -p PROMPT";
   if (!o->prompt_ids.empty() && (!o->prompt.empty() || o->chat)) return "--prompt-ids excludes -p and --chat";
   return "";
-}
-
-std::string human_bytes(double b) {
-  char buf[32];
-  if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
-  else if (b >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1024.0 * 1024));
-  else if (b >= 1024.0) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%.0f B", b);
-  return buf;
 }
 
 // Raw little-endian f32 (the host order on every supported machine).
@@ -290,20 +262,13 @@ int run_run(int argc, char** argv) {
   RunOptions o;
   bool help = false;
   const std::string perr = parse_args(argc, argv, &o, &help);
-  if (help) {
-    std::fputs(kRunUsage, stdout);
-    return 0;
-  }
-  if (!perr.empty()) {
-    std::fprintf(stderr, "pagoda run: %s\n\n%s", perr.c_str(), kRunUsage);
-    return 2;
-  }
+  if (const std::optional<int> rc = help_or_usage_error("run", help, perr, kRunUsage)) return *rc;
   if (o.model.empty()) o.model = default_model_path();
   if (!o.have_seed) o.sampling.seed = std::random_device{}();
 
   engine::EngineConfig ec;
   ec.model_path = o.model;
-  ec.threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  ec.threads = threads_or_all(o.threads);
   ec.context_length = static_cast<int>(o.ctx);  // 0: the model's
   ec.kv_dtype = o.kv_dtype;
   ec.block_size = o.block_size;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "base/log.h"
+#include "cli/cli_util.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "server/server.h"
@@ -44,26 +45,9 @@ const char* kHelp =
     "  --send-timeout N              seconds a client may take no bytes before it is dropped (default 30)\n"
     "Every flag can also be set as PAGODA_<FLAG> (e.g. PAGODA_PORT=9000).\n";
 
-// Integer flag in [lo, hi]; "" or an error message.
-std::string int_flag(Args& args, const char* name, int64_t lo, int64_t hi, int64_t* out) {
-  std::string v;
-  if (!args.value(name, &v)) return "";
-  char* end = nullptr;
-  errno = 0;
-  long long p = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end || errno || p < lo || p > hi)
-    return std::string(name) + " must be an integer in " + std::to_string(lo) + ".." + std::to_string(hi) +
-           ", got '" + v + "'";
-  *out = p;
-  return "";
-}
-
 int serve_main(int argc, char** argv) {
   Args args(argc, argv);
-  if (args.help()) {
-    std::fprintf(stdout, "%s%s", kHelp, kEngineFlagsHelp);
-    return 0;
-  }
+  if (args.help()) return print_usage(kHelp, kEngineFlagsHelp);
   engine::EngineConfig ecfg;
   server::ServerConfig scfg;
   std::string err = parse_engine_flags(args, &ecfg);
@@ -72,7 +56,7 @@ int serve_main(int argc, char** argv) {
   auto int_opt = [&](const char* name, int64_t lo, int64_t hi, auto* field) {
     if (!err.empty()) return;
     n = static_cast<int64_t>(*field);
-    err = int_flag(args, name, lo, hi, &n);
+    err = int_option(args, name, lo, hi, &n);
     *field = static_cast<std::remove_reference_t<decltype(*field)>>(n);
   };
   if (err.empty() && args.value("--host", &v)) scfg.http.host = v;

@@ -9,8 +9,10 @@
 #include <type_traits>
 
 #include "cli/bench_serving.h"
+#include "cli/cli_util.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/plan_flags.h"
 #include "cli/sim_calibrate.h"
 #include "gguf/gguf.h"
 #include "sim/hardware.h"
@@ -75,22 +77,6 @@ int fail(const std::string& msg) {
   return 2;
 }
 
-bool to_i64(const std::string& s, int64_t lo, int64_t hi, int64_t* out) {
-  char* end = nullptr;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || *end || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
-bool to_f64(const std::string& s, double* out) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || *end) return false;
-  *out = v;
-  return true;
-}
-
 // `pagoda bench`'s requests for the same flags, as SimRequests: the token space of
 // the GGUF's own tokenizer when there is one (then the ids are the bench's too),
 // else ids 1..vocab-1 without BOS.
@@ -133,10 +119,7 @@ int run_sim(int argc, char** argv) {
     if (std::string(argv[k]) == "--calibrate") return sim_calibrate_main(argc, argv);
   }
   Args args(argc, argv);
-  if (args.help()) {
-    std::fputs(kHelp, stdout);
-    return 0;
-  }
+  if (args.help()) return print_usage(kHelp);
   std::string model_spec = default_model_path(), gpu = "cpu-local", v, plot_path, workload = "random";
   args.value("--model", &model_spec, "-m");
   args.value("--gpu", &gpu);
@@ -170,7 +153,7 @@ int run_sim(int argc, char** argv) {
   int64_t i = 0;
   auto int_flag = [&](const char* name, int64_t lo, int64_t hi, auto* dst) -> bool {
     if (!args.value(name, &v)) return true;
-    if (!to_i64(v, lo, hi, &i)) return false;
+    if (!parse_int(v, lo, hi, &i)) return false;
     *dst = static_cast<std::remove_pointer_t<decltype(dst)>>(i);
     return true;
   };
@@ -179,22 +162,7 @@ int run_sim(int argc, char** argv) {
     if (!b.ok()) return fail("--gpu-mem: " + b.message());
     in.hw.memory_bytes = *b;
   }
-  if (args.value("--kv-cache-memory", &v)) {
-    auto b = sim::parse_bytes(v);
-    if (!b.ok() || *b == 0) return fail("--kv-cache-memory: expected a positive byte count");
-    in.kv_cache_memory = *b;
-  }
-  if (args.value("--kv-dtype", &v)) {
-    auto d = kv::parse_kv_dtype(v);
-    if (!d.ok()) return fail(d.message());
-    in.kv_dtype = *d;
-  }
-  if (args.value("--weights-dtype", &v)) {
-    auto d = sim::parse_weights_dtype(v);
-    if (!d.ok()) return fail(d.message());
-    in.weights = *d;
-    in.weights_from_file = false;
-  }
+  if (std::string err = parse_plan_dtype_flags(args, &in); !err.empty()) return fail(err);
   int32_t num_kv_blocks = 0, max_concurrency = 0;
   BenchShape shape;
   shape.shared_prefix = ws.kind == sim::WorkloadKind::kSharedPrefix;
@@ -223,10 +191,10 @@ int run_sim(int argc, char** argv) {
     if (v != "fcfs" && v != "lpm") return fail("--schedule-policy: expected fcfs or lpm");
     cfg.schedule_lpm = v == "lpm";
   }
-  if (args.value("--request-rate", &v) && !(v == "inf" || to_f64(v, &ws.request_rate))) return fail("--request-rate: expected a number or inf");
-  if (args.value("--range-ratio", &v) && !to_f64(v, &ws.range_ratio)) return fail("--range-ratio: expected a number");
-  if (args.value("--utilization", &v) && !to_f64(v, &in.utilization)) return fail("--utilization: expected a number");
-  if (args.value("--watermark", &v) && !(to_f64(v, &in.watermark) && in.watermark >= 0 && in.watermark < 1)) {
+  if (args.value("--request-rate", &v) && !(v == "inf" || parse_f64(v, &ws.request_rate))) return fail("--request-rate: expected a number or inf");
+  if (args.value("--range-ratio", &v) && !parse_f64(v, &ws.range_ratio)) return fail("--range-ratio: expected a number");
+  if (args.value("--utilization", &v) && !parse_f64(v, &in.utilization)) return fail("--utilization: expected a number");
+  if (args.value("--watermark", &v) && !(parse_f64(v, &in.watermark) && in.watermark >= 0 && in.watermark < 1)) {
     return fail("--watermark: expected a number in [0, 1)");
   }
   if (std::string left = args.leftover(); !left.empty()) return fail(left + " (see pagoda sim --help)");

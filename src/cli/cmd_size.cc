@@ -8,8 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/cli_util.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/plan_flags.h"
 #include "sim/hardware.h"
 #include "sim/model_desc.h"  // and kv/sizing.h, the kv:: sizing arithmetic below
 #include "sim/planner.h"
@@ -42,22 +44,6 @@ and how much context fit after the weights.
   --list                  list model presets and devices
 )";
 
-bool to_i64(const std::string& s, int64_t lo, int64_t hi, int64_t* out) {
-  char* end = nullptr;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || *end || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
-bool to_f64(const std::string& s, double* out) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || *end) return false;
-  *out = v;
-  return true;
-}
-
 int fail(const std::string& msg) {
   std::fprintf(stderr, "pagoda size: %s\n", msg.c_str());
   return 2;
@@ -65,10 +51,7 @@ int fail(const std::string& msg) {
 
 int run_size(int argc, char** argv) {
   Args args(argc, argv);
-  if (args.help()) {
-    std::fputs(kHelp, stdout);
-    return 0;
-  }
+  if (args.help()) return print_usage(kHelp);
   if (args.flag("--list")) {
     std::printf("model presets:\n");
     for (const auto& n : sim::list_model_presets()) std::printf("  %s\n", n.c_str());
@@ -77,7 +60,7 @@ int run_size(int argc, char** argv) {
     std::printf("(data directory: %s)\n", sim::data_dir().c_str());
     return 0;
   }
-  std::string model_spec = default_model_path(), gpu, gpu_mem, kv_mem, v;
+  std::string model_spec = default_model_path(), gpu, gpu_mem, v;
   args.value("--model", &model_spec, "-m");
   const bool json = args.flag("--json");
   const bool want_table = args.flag("--table");
@@ -110,37 +93,22 @@ int run_size(int argc, char** argv) {
   //   watermark       = floor(watermark x (blocks - 1))            kv::watermark_blocks
   //   max concurrency = floor((blocks - 1 null block - watermark)
   //                           / ceil(context / block size))        kv::max_concurrency
-  if (args.value("--kv-cache-memory", &kv_mem)) {
-    auto b = sim::parse_bytes(kv_mem);
-    if (!b.ok() || *b == 0) return fail("--kv-cache-memory: " + (b.ok() ? std::string("must be > 0") : b.message()));
-    in.kv_cache_memory = *b;
-  }
+  if (std::string err = parse_plan_dtype_flags(args, &in); !err.empty()) return fail(err);
   int64_t i = 0;
   if (args.value("--tp", &v)) {
-    if (!to_i64(v, 1, 1024, &i)) return fail("--tp: expected an integer in [1, 1024], got '" + v + "'");
+    if (!parse_int(v, 1, 1024, &i)) return fail("--tp: expected an integer in [1, 1024], got '" + v + "'");
     in.tp = static_cast<int32_t>(i);
   }
-  if (args.value("--kv-dtype", &v)) {
-    auto d = kv::parse_kv_dtype(v);
-    if (!d.ok()) return fail(d.message());
-    in.kv_dtype = *d;
-  }
-  if (args.value("--weights-dtype", &v)) {
-    auto d = sim::parse_weights_dtype(v);
-    if (!d.ok()) return fail(d.message());
-    in.weights = *d;
-    in.weights_from_file = false;
-  }
   if (args.value("--context", &v, "-c")) {
-    if (!to_i64(v, 1, int64_t{1} << 40, &in.context)) return fail("--context: expected a positive integer, got '" + v + "'");
+    if (!parse_int(v, 1, int64_t{1} << 40, &in.context)) return fail("--context: expected a positive integer, got '" + v + "'");
   }
   if (args.value("--concurrency", &v)) {
-    if (!to_i64(v, 1, int64_t{1} << 30, &in.concurrency)) return fail("--concurrency: expected a positive integer, got '" + v + "'");
+    if (!parse_int(v, 1, int64_t{1} << 30, &in.concurrency)) return fail("--concurrency: expected a positive integer, got '" + v + "'");
   }
-  if (args.value("--utilization", &v) && !to_f64(v, &in.utilization)) return fail("--utilization: expected a number");
-  if (args.value("--watermark", &v) && !to_f64(v, &in.watermark)) return fail("--watermark: expected a number");
+  if (args.value("--utilization", &v) && !parse_f64(v, &in.utilization)) return fail("--utilization: expected a number");
+  if (args.value("--watermark", &v) && !parse_f64(v, &in.watermark)) return fail("--watermark: expected a number");
   if (args.value("--block-size", &v)) {
-    if (!to_i64(v, 1, 1 << 20, &i)) return fail("--block-size: expected a positive integer, got '" + v + "'");
+    if (!parse_int(v, 1, 1 << 20, &i)) return fail("--block-size: expected a positive integer, got '" + v + "'");
     in.block_size = static_cast<int32_t>(i);
   }
   if (std::string left = args.leftover(); !left.empty()) return fail(left + " (see pagoda size --help)");

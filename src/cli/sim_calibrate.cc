@@ -10,6 +10,7 @@
 
 #include "base/rng.h"
 #include "base/timer.h"
+#include "cli/cli_util.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "engine/engine.h"
@@ -49,23 +50,13 @@ int fail(const std::string& msg) {
   return 2;
 }
 
-bool to_int(const std::string& s, long long lo, long long hi, long long* out) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (errno || *end || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
-bool to_int_list(const std::string& s, long long lo, long long hi, std::vector<int>* out) {
+bool to_int_list(const std::string& s, int64_t lo, int64_t hi, std::vector<int>* out) {
   out->clear();
   size_t i = 0;
   while (i <= s.size()) {
     const size_t j = std::min(s.find(',', i), s.size());
-    long long v = 0;
-    if (!to_int(s.substr(i, j - i), lo, hi, &v)) return false;
+    int64_t v = 0;
+    if (!parse_int(s.substr(i, j - i), lo, hi, &v)) return false;
     out->push_back(static_cast<int>(v));
     i = j + 1;
   }
@@ -162,22 +153,19 @@ class Measurer {
 
 int sim_calibrate_main(int argc, char** argv) {
   Args args(argc, argv);
-  if (args.help()) {
-    std::fputs(kHelp, stdout);
-    return 0;
-  }
+  if (args.help()) return print_usage(kHelp);
   args.flag("--calibrate");
   engine::EngineConfig ecfg;
   ecfg.model_path = default_model_path();
   std::string v, gpu = "cpu-local", out_path = sim::data_dir() + "/hardware.json";
-  long long n = 0, seed = 0;
+  int64_t n = 0, seed = 0;
   Plan plan;
   args.value("--model", &ecfg.model_path, "-m");
   args.value("--gpu", &gpu);
   args.value("--out", &out_path);
   const bool no_save = args.flag("--no-save");
   if (args.value("--threads", &v, "-t")) {
-    if (!to_int(v, 1, 256, &n)) return fail("--threads must be an integer in 1..256, got '" + v + "'");
+    if (!parse_int(v, 1, 256, &n)) return fail("--threads must be an integer in 1..256, got '" + v + "'");
     ecfg.threads = static_cast<int>(n);
   }
   if (args.value("--prefill-lens", &v) && !to_int_list(v, 1, 8192, &plan.prefill_lens)) {
@@ -190,14 +178,14 @@ int sim_calibrate_main(int argc, char** argv) {
     return fail("--decode-ctx: expected a comma-separated list of token counts in 1..8192");
   }
   if (args.value("--decode-steps", &v)) {
-    if (!to_int(v, 1, 1000, &n)) return fail("--decode-steps: expected an integer in 1..1000");
+    if (!parse_int(v, 1, 1000, &n)) return fail("--decode-steps: expected an integer in 1..1000");
     plan.decode_steps = static_cast<int>(n);
   }
   if (args.value("--repeats", &v)) {
-    if (!to_int(v, 1, 100, &n)) return fail("--repeats: expected an integer in 1..100");
+    if (!parse_int(v, 1, 100, &n)) return fail("--repeats: expected an integer in 1..100");
     plan.repeats = static_cast<int>(n);
   }
-  if (args.value("--seed", &v) && !to_int(v, 0, INT64_MAX, &seed)) return fail("--seed: expected an integer >= 0");
+  if (args.value("--seed", &v) && !parse_int(v, 0, INT64_MAX, &seed)) return fail("--seed: expected an integer >= 0");
   if (std::string left = args.leftover(); !left.empty()) return fail(left + " (see pagoda sim --calibrate --help)");
 
   // The simulator's view of the model and device, exactly as `pagoda sim --model <gguf>` builds it.

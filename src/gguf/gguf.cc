@@ -70,14 +70,14 @@ class Parser {
   Status read_value(ValueType t, Value* out, int depth) {
     out->type = t;
     switch (t) {
-      case ValueType::UINT8: return read_unsigned<uint8_t>(out);
-      case ValueType::UINT16: return read_unsigned<uint16_t>(out);
-      case ValueType::UINT32: return read_unsigned<uint32_t>(out);
-      case ValueType::UINT64: return read_unsigned<uint64_t>(out);
-      case ValueType::INT8: return read_signed<int8_t>(out);
-      case ValueType::INT16: return read_signed<int16_t>(out);
-      case ValueType::INT32: return read_signed<int32_t>(out);
-      case ValueType::INT64: return read_signed<int64_t>(out);
+      case ValueType::UINT8: return read_int<uint8_t>(out);
+      case ValueType::UINT16: return read_int<uint16_t>(out);
+      case ValueType::UINT32: return read_int<uint32_t>(out);
+      case ValueType::UINT64: return read_int<uint64_t>(out);
+      case ValueType::INT8: return read_int<int8_t>(out);
+      case ValueType::INT16: return read_int<int16_t>(out);
+      case ValueType::INT32: return read_int<int32_t>(out);
+      case ValueType::INT64: return read_int<int64_t>(out);
       case ValueType::BOOL: {
         uint8_t b = 0;
         PAGODA_TRY(c_.read(&b, "bool value"));
@@ -100,19 +100,10 @@ class Parser {
 
  private:
   template <typename T>
-  Status read_unsigned(Value* out) {
+  Status read_int(Value* out) {
     T v{};
     PAGODA_TRY(c_.read(&v, value_type_name(out->type)));
-    out->u64 = v;
-    out->i64 = static_cast<int64_t>(out->u64);
-    return Status::Ok();
-  }
-  template <typename T>
-  Status read_signed(Value* out) {
-    T v{};
-    PAGODA_TRY(c_.read(&v, value_type_name(out->type)));
-    out->i64 = v;
-    out->u64 = static_cast<uint64_t>(out->i64);
+    out->set_integer(v);
     return Status::Ok();
   }
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "base/ggml_types.h"
@@ -36,6 +37,20 @@ struct Value {
   double as_float() const;       // ints or floats
   bool is_float() const;         // FLOAT32 or FLOAT64
   bool is_number() const { return is_int() || is_float(); }
+
+  // Stores an integer of any GGUF width: i64 and u64 both hold it (each the
+  // other's bits), so a value read as the other signedness keeps its bits.
+  template <typename T>
+  void set_integer(T v) {
+    static_assert(std::is_integral_v<T>);
+    if constexpr (std::is_signed_v<T>) {
+      i64 = v;
+      u64 = static_cast<uint64_t>(i64);
+    } else {
+      u64 = v;
+      i64 = static_cast<int64_t>(u64);
+    }
+  }
 };
 
 // "uint32", "string", "array", ...; "?" for an unknown id.

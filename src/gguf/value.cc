@@ -61,18 +61,11 @@ double Value::as_float() const {
 }
 
 namespace {
-Value unsigned_value(ValueType t, uint64_t v) {
+template <typename T>
+Value int_value(ValueType t, T v) {
   Value r;
   r.type = t;
-  r.u64 = v;
-  r.i64 = static_cast<int64_t>(v);
-  return r;
-}
-Value signed_value(ValueType t, int64_t v) {
-  Value r;
-  r.type = t;
-  r.i64 = v;
-  r.u64 = static_cast<uint64_t>(v);
+  r.set_integer(v);
   return r;
 }
 Value float_value(ValueType t, double v) {
@@ -83,17 +76,17 @@ Value float_value(ValueType t, double v) {
 }
 }  // namespace
 
-Value make_u8(uint8_t v) { return unsigned_value(ValueType::UINT8, v); }
-Value make_i8(int8_t v) { return signed_value(ValueType::INT8, v); }
-Value make_u16(uint16_t v) { return unsigned_value(ValueType::UINT16, v); }
-Value make_i16(int16_t v) { return signed_value(ValueType::INT16, v); }
-Value make_u32(uint32_t v) { return unsigned_value(ValueType::UINT32, v); }
-Value make_i32(int32_t v) { return signed_value(ValueType::INT32, v); }
-Value make_u64(uint64_t v) { return unsigned_value(ValueType::UINT64, v); }
-Value make_i64(int64_t v) { return signed_value(ValueType::INT64, v); }
+Value make_u8(uint8_t v) { return int_value(ValueType::UINT8, v); }
+Value make_i8(int8_t v) { return int_value(ValueType::INT8, v); }
+Value make_u16(uint16_t v) { return int_value(ValueType::UINT16, v); }
+Value make_i16(int16_t v) { return int_value(ValueType::INT16, v); }
+Value make_u32(uint32_t v) { return int_value(ValueType::UINT32, v); }
+Value make_i32(int32_t v) { return int_value(ValueType::INT32, v); }
+Value make_u64(uint64_t v) { return int_value(ValueType::UINT64, v); }
+Value make_i64(int64_t v) { return int_value(ValueType::INT64, v); }
 Value make_f32(float v) { return float_value(ValueType::FLOAT32, v); }
 Value make_f64(double v) { return float_value(ValueType::FLOAT64, v); }
-Value make_bool(bool v) { return unsigned_value(ValueType::BOOL, v ? 1 : 0); }
+Value make_bool(bool v) { return int_value(ValueType::BOOL, v ? 1 : 0); }
 Value make_string(std::string v) {
   Value r;
   r.type = ValueType::STRING;

@@ -469,11 +469,21 @@ Expected<Value> f_wordcount(Interp&, const Value& v, CallArgs&) {
   return Value::integer(n);
 }
 
-struct FilterDef {
+// A filter or test under its Jinja name; the parser stores the table index.
+template <class Fn>
+struct Named {
   const char* name;
-  FilterFn fn;
+  Fn fn;
 };
-const FilterDef kFilters[] = {
+template <class Fn, size_t N>
+int index_of(const Named<Fn> (&table)[N], std::string_view name) {
+  for (size_t i = 0; i < N; ++i) {
+    if (name == table[i].name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+const Named<FilterFn> kFilters[] = {
     {"trim", f_trim},         {"tojson", f_tojson},       {"length", f_length},       {"count", f_length},
     {"items", f_items},       {"select", f_select},       {"reject", f_reject},       {"selectattr", f_selectattr},
     {"rejectattr", f_rejectattr}, {"map", f_map},         {"join", f_join},           {"default", f_default},
@@ -502,24 +512,19 @@ Expected<bool> t_boolean(Interp&, const Value& v, CallArgs&) { return v.type == 
 Expected<bool> t_true(Interp&, const Value& v, CallArgs&) { return v.type == Value::Type::kBool && v.b; }
 Expected<bool> t_false(Interp&, const Value& v, CallArgs&) { return v.type == Value::Type::kBool && !v.b; }
 Expected<bool> t_callable(Interp&, const Value& v, CallArgs&) { return v.type == Value::Type::kFunc; }
-Expected<bool> t_lower(Interp&, const Value& v, CallArgs&) {
+// Python's str.isupper / str.islower (ASCII letters): a string with at least
+// one letter, all of them of that case.
+bool one_case(const Value& v, bool upper) {
   if (!v.is_str()) return false;
   bool cased = false;
   for (unsigned char c : v.str().s) {
-    if (std::isupper(c)) return false;
-    cased = cased || std::islower(c);
+    if (upper ? std::islower(c) : std::isupper(c)) return false;
+    cased = cased || (upper ? std::isupper(c) : std::islower(c));
   }
   return cased;
 }
-Expected<bool> t_upper(Interp&, const Value& v, CallArgs&) {
-  if (!v.is_str()) return false;
-  bool cased = false;
-  for (unsigned char c : v.str().s) {
-    if (std::islower(c)) return false;
-    cased = cased || std::isupper(c);
-  }
-  return cased;
-}
+Expected<bool> t_lower(Interp&, const Value& v, CallArgs&) { return one_case(v, false); }
+Expected<bool> t_upper(Interp&, const Value& v, CallArgs&) { return one_case(v, true); }
 Expected<Value> need(CallArgs& a, const char* test) {
   if (a.pos.empty()) return errorf("test '%s' needs an argument", test);
   return a.pos[0];
@@ -562,11 +567,7 @@ Expected<bool> t_divisibleby(Interp&, const Value& v, CallArgs& a) {
   return o.i == -1 || v.i % o.i == 0;
 }
 
-struct TestDef {
-  const char* name;
-  TestFn fn;
-};
-const TestDef kTests[] = {
+const Named<TestFn> kTests[] = {
     {"defined", t_defined},   {"undefined", t_undefined}, {"none", t_none},         {"string", t_string},
     {"mapping", t_mapping},   {"iterable", t_iterable},   {"sequence", t_sequence}, {"number", t_number},
     {"integer", t_integer},   {"float", t_float},         {"boolean", t_boolean},   {"true", t_true},
@@ -580,19 +581,9 @@ const TestDef kTests[] = {
 
 }  // namespace
 
-int find_filter(std::string_view name) {
-  for (size_t i = 0; i < std::size(kFilters); ++i) {
-    if (name == kFilters[i].name) return static_cast<int>(i);
-  }
-  return -1;
-}
+int find_filter(std::string_view name) { return index_of(kFilters, name); }
 
-int find_test(std::string_view name) {
-  for (size_t i = 0; i < std::size(kTests); ++i) {
-    if (name == kTests[i].name) return static_cast<int>(i);
-  }
-  return -1;
-}
+int find_test(std::string_view name) { return index_of(kTests, name); }
 
 Expected<Value> apply_filter(Interp& in, int filter, const Value& v, CallArgs& args) {
   if (filter < 0 || static_cast<size_t>(filter) >= std::size(kFilters)) return make_error("unsupported filter");

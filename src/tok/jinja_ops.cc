@@ -109,13 +109,22 @@ Expected<Value> binary_op(const std::string& op, const Value& a, const Value& b)
   if (a.is_undefined() || b.is_undefined()) {
     return errorf("undefined value used with operator '%s'", op.c_str());
   }
-  if (op == "+") {
+  // + - * of two numbers: ints stay ints (an overflow is an error: Python's ints
+  // do not wrap), else doubles. Other operands: each operator below.
+  if (nums && (op == "+" || op == "-" || op == "*")) {
     if (ints) {
-      int64_t r;
-      if (__builtin_add_overflow(a.as_int(), b.as_int(), &r)) return make_error("integer overflow");
+      const int64_t x = a.as_int(), y = b.as_int();
+      int64_t r = 0;
+      const bool overflow = op == "+"   ? __builtin_add_overflow(x, y, &r)
+                            : op == "-" ? __builtin_sub_overflow(x, y, &r)
+                                        : __builtin_mul_overflow(x, y, &r);
+      if (overflow) return make_error("integer overflow");
       return Value::integer(r);
     }
-    if (nums) return Value::real(a.as_double() + b.as_double());
+    const double x = a.as_double(), y = b.as_double();
+    return Value::real(op == "+" ? x + y : op == "-" ? x - y : x * y);
+  }
+  if (op == "+") {
     if (a.is_str() && b.is_str()) {
       PAGODA_TRY(room(a.str().s.size() + b.str().s.size()));
       if (a.str().markup != b.str().markup) {
@@ -140,22 +149,8 @@ Expected<Value> binary_op(const std::string& op, const Value& a, const Value& b)
     }
     return unsupported_op(op, a, b);
   }
-  if (op == "-") {
-    if (ints) {
-      int64_t r;
-      if (__builtin_sub_overflow(a.as_int(), b.as_int(), &r)) return make_error("integer overflow");
-      return Value::integer(r);
-    }
-    if (nums) return Value::real(a.as_double() - b.as_double());
-    return unsupported_op(op, a, b);
-  }
+  if (op == "-") return unsupported_op(op, a, b);
   if (op == "*") {
-    if (ints) {
-      int64_t r;
-      if (__builtin_mul_overflow(a.as_int(), b.as_int(), &r)) return make_error("integer overflow");
-      return Value::integer(r);
-    }
-    if (nums) return Value::real(a.as_double() * b.as_double());
     const bool a_int = a.type == Value::Type::kInt || a.type == Value::Type::kBool;
     const bool b_int = b.type == Value::Type::kInt || b.type == Value::Type::kBool;
     if ((a.is_str() || a.is_list()) && b_int) return repeat(a, b.as_int());

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <initializer_list>
 
 #include "tok/jinja_ast.h"
 #include "tok/jinja_lexer.h"
@@ -320,24 +321,28 @@ class Parser {
     return n;
   }
 
-  Expected<NodePtr> parse_or() {
-    PAGODA_ASSIGN_OR_RETURN(NodePtr l, parse_and());
-    while (is_name("or")) {
+  // One left-associative level of binary operators: operand (op operand)*, op
+  // one of `ops`, operator tokens or (is_names) keywords such as "and".
+  template <class Operand>
+  Expected<NodePtr> left_assoc(Operand operand, std::initializer_list<const char*> ops, bool is_names) {
+    PAGODA_ASSIGN_OR_RETURN(NodePtr l, operand());
+    for (;;) {
+      const char* op = nullptr;
+      for (const char* o : ops) {
+        if (is_names ? is_name(o) : is_op(o)) {
+          op = o;
+          break;
+        }
+      }
+      if (!op) return l;
       next();
-      PAGODA_ASSIGN_OR_RETURN(NodePtr r, parse_and());
-      PAGODA_ASSIGN_OR_RETURN(l, binary("or", std::move(l), std::move(r)));
+      PAGODA_ASSIGN_OR_RETURN(NodePtr r, operand());
+      PAGODA_ASSIGN_OR_RETURN(l, binary(op, std::move(l), std::move(r)));
     }
-    return l;
   }
-  Expected<NodePtr> parse_and() {
-    PAGODA_ASSIGN_OR_RETURN(NodePtr l, parse_not());
-    while (is_name("and")) {
-      next();
-      PAGODA_ASSIGN_OR_RETURN(NodePtr r, parse_not());
-      PAGODA_ASSIGN_OR_RETURN(l, binary("and", std::move(l), std::move(r)));
-    }
-    return l;
-  }
+
+  Expected<NodePtr> parse_or() { return left_assoc([this] { return parse_and(); }, {"or"}, true); }
+  Expected<NodePtr> parse_and() { return left_assoc([this] { return parse_not(); }, {"and"}, true); }
   Expected<NodePtr> parse_not() {
     if (is_name("not")) {
       DepthGuard g(this);
@@ -373,42 +378,12 @@ class Parser {
       PAGODA_ASSIGN_OR_RETURN(l, binary(op, std::move(l), std::move(r)));
     }
   }
-  Expected<NodePtr> parse_math1() {
-    PAGODA_ASSIGN_OR_RETURN(NodePtr l, parse_concat());
-    while (is_op("+") || is_op("-")) {
-      const std::string op = next().text;
-      PAGODA_ASSIGN_OR_RETURN(NodePtr r, parse_concat());
-      PAGODA_ASSIGN_OR_RETURN(l, binary(op, std::move(l), std::move(r)));
-    }
-    return l;
-  }
-  Expected<NodePtr> parse_concat() {
-    PAGODA_ASSIGN_OR_RETURN(NodePtr l, parse_math2());
-    while (is_op("~")) {
-      next();
-      PAGODA_ASSIGN_OR_RETURN(NodePtr r, parse_math2());
-      PAGODA_ASSIGN_OR_RETURN(l, binary("~", std::move(l), std::move(r)));
-    }
-    return l;
-  }
+  Expected<NodePtr> parse_math1() { return left_assoc([this] { return parse_concat(); }, {"+", "-"}, false); }
+  Expected<NodePtr> parse_concat() { return left_assoc([this] { return parse_math2(); }, {"~"}, false); }
   Expected<NodePtr> parse_math2() {
-    PAGODA_ASSIGN_OR_RETURN(NodePtr l, parse_pow());
-    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-      const std::string op = next().text;
-      PAGODA_ASSIGN_OR_RETURN(NodePtr r, parse_pow());
-      PAGODA_ASSIGN_OR_RETURN(l, binary(op, std::move(l), std::move(r)));
-    }
-    return l;
+    return left_assoc([this] { return parse_pow(); }, {"*", "/", "//", "%"}, false);
   }
-  Expected<NodePtr> parse_pow() {
-    PAGODA_ASSIGN_OR_RETURN(NodePtr l, parse_unary(true));
-    while (is_op("**")) {
-      next();
-      PAGODA_ASSIGN_OR_RETURN(NodePtr r, parse_unary(true));
-      PAGODA_ASSIGN_OR_RETURN(l, binary("**", std::move(l), std::move(r)));
-    }
-    return l;
-  }
+  Expected<NodePtr> parse_pow() { return left_assoc([this] { return parse_unary(true); }, {"**"}, false); }
   Expected<NodePtr> parse_unary(bool with_filter) {
     DepthGuard g(this);
     PAGODA_TRY(check_depth());
@@ -480,27 +455,21 @@ class Parser {
         }
         if (t.text == "[") {
           NodePtr n = make(NodeKind::kListLit, t.line);
-          while (!is_op("]")) {
+          PAGODA_TRY(parse_items("]", [&]() -> Status {
             PAGODA_ASSIGN_OR_RETURN(NodePtr x, parse_expr());
-            PAGODA_TRY(adopt(n.get(), std::move(x)));
-            if (!is_op(",")) break;
-            next();
-          }
-          PAGODA_TRY(expect_op("]"));
+            return adopt(n.get(), std::move(x));
+          }));
           return n;
         }
         if (t.text == "{") {
           NodePtr n = make(NodeKind::kDictLit, t.line);
-          while (!is_op("}")) {
+          PAGODA_TRY(parse_items("}", [&]() -> Status {
             PAGODA_ASSIGN_OR_RETURN(NodePtr k, parse_expr());
             PAGODA_TRY(expect_op(":"));
             PAGODA_ASSIGN_OR_RETURN(NodePtr v, parse_expr());
             PAGODA_TRY(adopt(n.get(), std::move(k)));
-            PAGODA_TRY(adopt(n.get(), std::move(v)));
-            if (!is_op(",")) break;
-            next();
-          }
-          PAGODA_TRY(expect_op("}"));
+            return adopt(n.get(), std::move(v));
+          }));
           return n;
         }
         break;
@@ -517,23 +486,30 @@ class Parser {
   }
 
   // (args, name=value...) after '(' has been consumed.
+  // item (',' item)* up to the operator `close`, a trailing comma allowed, then
+  // `close` itself: list and dict literals, call arguments.
+  template <class Item>
+  Status parse_items(const char* close, Item item) {
+    while (!is_op(close)) {
+      PAGODA_TRY(item());
+      if (!is_op(",")) break;
+      next();
+    }
+    return expect_op(close);
+  }
+
   Status parse_call_args(Node* n) {
-    while (!is_op(")")) {
+    return parse_items(")", [&]() -> Status {
       if (is_op("*") || is_op("**")) return err("unsupported construct: *args/**kwargs in a call");
       if (peek().type == Tok::kName && is_op("=", 1)) {
         n->names.push_back(next().text);
         next();
-        PAGODA_ASSIGN_OR_RETURN(NodePtr v, parse_expr());
-        PAGODA_TRY(adopt(n, std::move(v)));
-      } else {
-        if (!n->names.empty()) return err("positional argument after keyword argument");
-        PAGODA_ASSIGN_OR_RETURN(NodePtr v, parse_expr());
-        PAGODA_TRY(adopt(n, std::move(v)));
+      } else if (!n->names.empty()) {
+        return err("positional argument after keyword argument");
       }
-      if (!is_op(",")) break;
-      next();
-    }
-    return expect_op(")");
+      PAGODA_ASSIGN_OR_RETURN(NodePtr v, parse_expr());
+      return adopt(n, std::move(v));
+    });
   }
 
   Expected<NodePtr> parse_postfix(NodePtr node) {

@@ -1,6 +1,7 @@
 #include "tok/tokenizer.h"
 
 #include <algorithm>
+#include <optional>
 #include <queue>
 
 #include "gguf/gguf.h"
@@ -20,6 +21,55 @@ struct Symbol {
   size_t off;
   size_t n;
 };
+
+// Merges adjacent symbols of *sym, the pair of lowest cost first (ties: the
+// leftmost pair, as llama.cpp's llm_bigram_spm / llm_bigram_bpe), until no pair
+// merges. cost(left, right): the pair's cost, nullopt when it does not merge.
+// A queued pair made stale by an earlier merge is skipped.
+template <class Cost>
+void merge_symbols(std::vector<Symbol>* sym_ptr, Cost cost) {
+  std::vector<Symbol>& sym = *sym_ptr;
+  struct Bigram {
+    int left;
+    int right;
+    double cost;
+    size_t size;  // l.n + r.n when queued: a merge since changes it
+  };
+  auto worse = [](const Bigram& a, const Bigram& b) {
+    return a.cost > b.cost || (a.cost == b.cost && a.left > b.left);
+  };
+  std::priority_queue<Bigram, std::vector<Bigram>, decltype(worse)> queue(worse);
+  auto try_add = [&](int left, int right) {
+    if (left < 0 || right < 0) return;
+    const Symbol& l = sym[static_cast<size_t>(left)];
+    const Symbol& r = sym[static_cast<size_t>(right)];
+    if (const std::optional<double> c = cost(l, r)) queue.push({left, right, *c, l.n + r.n});
+  };
+  for (int i = 1; i < static_cast<int>(sym.size()); ++i) try_add(i - 1, i);
+
+  while (!queue.empty()) {
+    const Bigram b = queue.top();
+    queue.pop();
+    Symbol& l = sym[static_cast<size_t>(b.left)];
+    Symbol& r = sym[static_cast<size_t>(b.right)];
+    if (l.n == 0 || r.n == 0 || l.n + r.n != b.size) continue;  // stale
+    l.n += r.n;
+    r.n = 0;
+    l.next = r.next;
+    if (r.next >= 0) sym[static_cast<size_t>(r.next)].prev = b.left;
+    try_add(l.prev, b.left);
+    try_add(b.left, l.next);
+  }
+}
+
+// fn(text) for each symbol left after merge_symbols, in order; text is its
+// range of the working string s.
+template <class Fn>
+void for_each_merged(const std::vector<Symbol>& sym, std::string_view s, Fn fn) {
+  for (int i = 0; i != -1; i = sym[static_cast<size_t>(i)].next) {
+    fn(s.substr(sym[static_cast<size_t>(i)].off, sym[static_cast<size_t>(i)].n));
+  }
+}
 
 // "<0xNN>" -> NN, or -1.
 int parse_byte_token(std::string_view t) {
@@ -312,48 +362,17 @@ void Tokenizer::encode_spm(std::string_view fragment, bool prefix_space,
     off += len;
   }
 
-  struct Bigram {
-    int left;
-    int right;
-    float score;
-    size_t size;
-  };
-  // Highest score first; on ties the leftmost pair (llama.cpp's llm_bigram_spm).
-  auto worse = [](const Bigram& a, const Bigram& b) {
-    return a.score < b.score || (a.score == b.score && a.left > b.left);
-  };
-  std::priority_queue<Bigram, std::vector<Bigram>, decltype(worse)> queue(worse);
-  auto try_add = [&](int left, int right) {
-    if (left < 0 || right < 0) return;
-    const size_t size = sym[static_cast<size_t>(left)].n + sym[static_cast<size_t>(right)].n;
-    const TokenId id = text_token(std::string_view(s).substr(sym[static_cast<size_t>(left)].off, size));
-    if (id == kNoToken) return;
-    const float score = vocab_.scores.empty() ? 0.0f : vocab_.scores[static_cast<size_t>(id)];
-    queue.push({left, right, score, size});
-  };
-  for (int i = 1; i < static_cast<int>(sym.size()); ++i) try_add(i - 1, i);
+  // Highest score first (llama.cpp's llm_bigram_spm): the cost is -score.
+  merge_symbols(&sym, [&](const Symbol& l, const Symbol& r) -> std::optional<double> {
+    const TokenId id = text_token(std::string_view(s).substr(l.off, l.n + r.n));
+    if (id == kNoToken) return std::nullopt;
+    return -static_cast<double>(vocab_.scores.empty() ? 0.0f : vocab_.scores[static_cast<size_t>(id)]);
+  });
 
-  while (!queue.empty()) {
-    const Bigram b = queue.top();
-    queue.pop();
-    Symbol& l = sym[static_cast<size_t>(b.left)];
-    Symbol& r = sym[static_cast<size_t>(b.right)];
-    if (l.n == 0 || r.n == 0 || l.n + r.n != b.size) continue;  // stale
-    l.n += r.n;
-    r.n = 0;
-    l.next = r.next;
-    if (r.next >= 0) sym[static_cast<size_t>(r.next)].prev = b.left;
-    try_add(l.prev, b.left);
-    try_add(b.left, l.next);
-  }
-
-  for (int i = 0; i != -1; i = sym[static_cast<size_t>(i)].next) {
-    const Symbol& x = sym[static_cast<size_t>(i)];
-    const std::string_view text = std::string_view(s).substr(x.off, x.n);
-    const TokenId id = text_token(text);
-    if (id != kNoToken) {
+  for_each_merged(sym, s, [&](std::string_view text) {
+    if (const TokenId id = text_token(text); id != kNoToken) {
       out->push_back(id);
-      continue;
+      return;
     }
     for (char c : text) {  // byte fallback
       const TokenId bt = byte_tokens_[static_cast<uint8_t>(c)];
@@ -363,7 +382,7 @@ void Tokenizer::encode_spm(std::string_view fragment, bool prefix_space,
         out->push_back(vocab_.unk_id);
       }
     }
-  }
+  });
 }
 
 void Tokenizer::encode_bpe(std::string_view fragment, std::vector<TokenId>* out) const {
@@ -393,52 +412,21 @@ void Tokenizer::encode_bpe_word(std::string_view word, std::vector<TokenId>* out
     }
   }
 
-  struct Bigram {
-    int left;
-    int right;
-    int32_t rank;
-    size_t size;
-  };
-  // Lowest rank first; on ties the leftmost pair (llama.cpp's llm_bigram_bpe).
-  auto worse = [](const Bigram& a, const Bigram& b) {
-    return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
-  };
-  std::priority_queue<Bigram, std::vector<Bigram>, decltype(worse)> queue(worse);
+  // Lowest merge rank first (llama.cpp's llm_bigram_bpe).
   std::string key;
-  auto try_add = [&](int left, int right) {
-    if (left < 0 || right < 0) return;
-    const Symbol& l = sym[static_cast<size_t>(left)];
-    const Symbol& r = sym[static_cast<size_t>(right)];
+  merge_symbols(&sym, [&](const Symbol& l, const Symbol& r) -> std::optional<double> {
     key.assign(s, l.off, l.n);
     key.push_back(' ');
     key.append(s, r.off, r.n);
     auto it = bpe_ranks_.find(key);
-    if (it == bpe_ranks_.end()) return;
-    queue.push({left, right, it->second, l.n + r.n});
-  };
-  for (int i = 1; i < static_cast<int>(sym.size()); ++i) try_add(i - 1, i);
+    if (it == bpe_ranks_.end()) return std::nullopt;
+    return static_cast<double>(it->second);
+  });
 
-  while (!queue.empty()) {
-    const Bigram b = queue.top();
-    queue.pop();
-    Symbol& l = sym[static_cast<size_t>(b.left)];
-    Symbol& r = sym[static_cast<size_t>(b.right)];
-    if (l.n == 0 || r.n == 0 || l.n + r.n != b.size) continue;  // stale
-    l.n += r.n;
-    r.n = 0;
-    l.next = r.next;
-    if (r.next >= 0) sym[static_cast<size_t>(r.next)].prev = b.left;
-    try_add(l.prev, b.left);
-    try_add(b.left, l.next);
-  }
-
-  for (int i = 0; i != -1; i = sym[static_cast<size_t>(i)].next) {
-    const Symbol& x = sym[static_cast<size_t>(i)];
-    const std::string_view text = std::string_view(s).substr(x.off, x.n);
-    const TokenId id = text_token(text);
-    if (id != kNoToken) {
+  for_each_merged(sym, s, [&](std::string_view text) {
+    if (const TokenId id = text_token(text); id != kNoToken) {
       out->push_back(id);
-      continue;
+      return;
     }
     // A merge result missing from the vocabulary: one token per byte's character.
     for (size_t j = 0; j < text.size();) {
@@ -448,7 +436,7 @@ void Tokenizer::encode_bpe_word(std::string_view word, std::vector<TokenId>* out
       if (bt != kNoToken) out->push_back(bt);
       j += len;
     }
-  }
+  });
 }
 
 }  // namespace pagoda::tok

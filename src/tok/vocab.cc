@@ -26,6 +26,16 @@ Expected<const Value*> find_array(const gguf::GgufFile& f, const std::string& ke
   return v;
 }
 
+// An optional per-token array (scores, token types): nullptr when absent, an
+// error when it has fewer entries than the n_tokens tokens.
+Expected<const Value*> find_per_token_array(const gguf::GgufFile& f, const std::string& key, size_t n_tokens) {
+  PAGODA_ASSIGN_OR_RETURN(const Value* a, find_array(f, key, false));
+  if (a != nullptr && a->arr.size() < n_tokens) {
+    return errorf("tokenizer: %s has %zu entries for %zu tokens", key.c_str(), a->arr.size(), n_tokens);
+  }
+  return a;
+}
+
 // Reads an optional token id key; an id outside the vocabulary (e.g. 0xFFFFFFFF)
 // keeps the default, as llama.cpp does ("bad special token ... using default id").
 Status read_id(const gguf::GgufFile& f, const char* key, size_t n_vocab, TokenId* id) {
@@ -131,21 +141,13 @@ Expected<Vocab> vocab_from_gguf(const gguf::GgufFile& f) {
   v.tokens.reserve(n);
   for (const Value& t : tokens->arr) v.tokens.push_back(t.str);
 
-  PAGODA_ASSIGN_OR_RETURN(const Value* scores, find_array(f, "tokenizer.ggml.scores", false));
+  PAGODA_ASSIGN_OR_RETURN(const Value* scores, find_per_token_array(f, "tokenizer.ggml.scores", n));
   if (scores != nullptr) {
-    if (scores->arr.size() < n) {
-      return errorf("tokenizer: tokenizer.ggml.scores has %zu entries for %zu tokens",
-                    scores->arr.size(), n);
-    }
     v.scores.reserve(n);
     for (size_t i = 0; i < n; ++i) v.scores.push_back(static_cast<float>(scores->arr[i].as_float()));
   }
-  PAGODA_ASSIGN_OR_RETURN(const Value* types, find_array(f, "tokenizer.ggml.token_type", false));
+  PAGODA_ASSIGN_OR_RETURN(const Value* types, find_per_token_array(f, "tokenizer.ggml.token_type", n));
   if (types != nullptr) {
-    if (types->arr.size() < n) {
-      return errorf("tokenizer: tokenizer.ggml.token_type has %zu entries for %zu tokens",
-                    types->arr.size(), n);
-    }
     v.types.reserve(n);
     for (size_t i = 0; i < n; ++i) {
       const int64_t t = types->arr[i].is_int() ? types->arr[i].as_int() : 0;

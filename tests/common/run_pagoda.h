@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace pagoda::testutil {
 
@@ -25,6 +26,18 @@ inline CliResult run_pagoda(const std::string& args, bool merge_stderr = false) 
   const int st = pclose(p);
   r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
+}
+
+// The raw little-endian f32 file `pagoda run --logits-out[-all]` writes; empty
+// when it cannot be opened.
+inline std::vector<float> read_floats(const std::string& path) {
+  std::vector<float> v;
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return v;
+  float x;
+  while (std::fread(&x, sizeof x, 1, f) == 1) v.push_back(x);
+  std::fclose(f);
+  return v;
 }
 
 }  // namespace pagoda::testutil

@@ -27,15 +27,7 @@ namespace {
 using Result = testutil::CliResult;
 using testutil::run_pagoda;
 
-std::vector<float> read_floats(const std::string& path) {
-  std::vector<float> v;
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return v;
-  float x;
-  while (std::fread(&x, sizeof x, 1, f) == 1) v.push_back(x);
-  std::fclose(f);
-  return v;
-}
+using testutil::read_floats;
 
 constexpr int64_t kLayers = 2, kVocab = 512, kEmbd = 256, kFf = 512;
 

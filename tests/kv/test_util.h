@@ -17,12 +17,8 @@ using Tokens = std::vector<TokenId>;
 
 inline KvConfig make_config(int32_t num_blocks, int32_t block_size, double watermark = 0.0,
                             uint64_t model_fingerprint = 0x5eed) {
-  KvConfig c;
-  c.num_blocks = num_blocks;
-  c.block_size = block_size;
-  c.watermark = watermark;
-  c.model_fingerprint = model_fingerprint;
-  return c;
+  return KvConfig{.num_blocks = num_blocks, .block_size = block_size, .watermark = watermark,
+                  .model_fingerprint = model_fingerprint};
 }
 
 // start, start + 1, ..., start + n - 1

@@ -11,12 +11,7 @@ constexpr uint64_t kGiB = uint64_t{1} << 30;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
 KvShape gqa(int32_t layers, int32_t kv_heads, int32_t head_dim, AttentionKind kind = AttentionKind::kGQA) {
-  KvShape s;
-  s.kind = kind;
-  s.num_layers = layers;
-  s.num_kv_heads = kv_heads;
-  s.head_dim = head_dim;
-  return s;
+  return KvShape{.kind = kind, .num_layers = layers, .num_kv_heads = kv_heads, .head_dim = head_dim};
 }
 
 KvShape llama2_13b() { return gqa(40, 40, 128, AttentionKind::kMHA); }

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/expect_config.h"
 #include "model/model.h"
 #include "model/arch_test_util.h"
 #include "runtime/model_runner.h"
@@ -71,14 +72,9 @@ class Gemma3 : public ::testing::Test {
 
 TEST_F(Gemma3, ConfigFromMetadata) {
   const model::ModelConfig& c = model_->config();
-  EXPECT_EQ(c.arch, "gemma3");
-  EXPECT_EQ(c.n_layers, 18);
-  EXPECT_EQ(c.n_embd, 640);
-  EXPECT_EQ(c.n_heads, 4);
-  EXPECT_EQ(c.n_kv_heads, 1);
-  EXPECT_EQ(c.head_dim, 256);
-  EXPECT_EQ(c.n_vocab, 262144);
-  EXPECT_TRUE(c.tied_output && c.qk_norm && c.post_norms && c.rope_neox);
+  testutil::expect_config(c, {.arch = "gemma3", .n_layers = 18, .n_embd = 640, .n_heads = 4, .n_kv_heads = 1,
+                              .head_dim = 256, .n_vocab = 262144, .rope_neox = true, .tied_output = true,
+                              .qk_norm = true, .post_norms = true});
   EXPECT_EQ(c.ffn_act, model::FfnAct::GeluTanh);
   EXPECT_FLOAT_EQ(c.embd_scale, std::sqrt(640.0f));
   EXPECT_FLOAT_EQ(c.attn_scale, 1.0f / 16.0f);

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "common/dense_ref.h"
+#include "common/mem_gguf.h"
 #include "gguf/dequant.h"
 #include "gguf/synth.h"
 #include "gguf/writer.h"
@@ -25,42 +27,21 @@ using namespace pagoda;
 
 namespace {
 
-struct MemModel {
-  std::shared_ptr<std::vector<uint8_t>> bytes;
-  std::shared_ptr<const gguf::GgufFile> file;
-};
+using testutil::MemModel;
 
 Expected<MemModel> synth_in_memory(const gguf::SynthOptions& o) {
   gguf::GgufWriter w;
   PAGODA_TRY(gguf::synth_model(o, &w));
-  MemModel m;
-  PAGODA_ASSIGN_OR_RETURN(std::vector<uint8_t> b, w.write_to_memory());
-  m.bytes = std::make_shared<std::vector<uint8_t>>(std::move(b));
-  PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> f, gguf::GgufFile::from_memory(m.bytes->data(), m.bytes->size()));
-  m.file = std::shared_ptr<const gguf::GgufFile>(std::move(f));
-  return m;
+  return testutil::to_memory(w);
 }
 
-std::vector<double> dequant(const gguf::GgufFile& f, const std::string& name) {
-  const gguf::TensorInfo* t = f.find_tensor(name);
-  if (!t) return {};
-  std::vector<float> tmp(t->n_elements);
-  EXPECT_TRUE(gguf::dequantize_rows(*t, 0, gguf::tensor_rows(*t), tmp.data()).ok()) << name;
-  return std::vector<double>(tmp.begin(), tmp.end());
-}
+using testutil::dequant;
+using testutil::mv;
 
 // Rows [r0, r0 + n) of a [rows, cols] matrix.
 std::vector<double> rows_of(const std::vector<double>& w, size_t cols, size_t r0, size_t n) {
   return std::vector<double>(w.begin() + static_cast<std::ptrdiff_t>(r0 * cols),
                              w.begin() + static_cast<std::ptrdiff_t>((r0 + n) * cols));
-}
-
-std::vector<double> mv(const std::vector<double>& w, const std::vector<double>& x) {
-  const size_t cols = x.size(), rows = w.size() / cols;
-  std::vector<double> y(rows, 0.0);
-  for (size_t r = 0; r < rows; ++r)
-    for (size_t c = 0; c < cols; ++c) y[r] += w[r * cols + c] * x[c];
-  return y;
 }
 
 // RMSNorm of each consecutive group of w.size() values of x.

@@ -5,10 +5,9 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
-
-#include "common/run_pagoda.h"
 #include <vector>
 
+#include "common/run_pagoda.h"
 #include "model/golden_util.h"
 
 using namespace pagoda::golden;
@@ -16,6 +15,7 @@ using namespace pagoda::golden;
 namespace {
 
 using Result = pagoda::testutil::CliResult;
+using pagoda::testutil::read_floats;
 using pagoda::testutil::run_pagoda;
 
 // "1,2,3": the form --prompt-ids and --force-tokens take.
@@ -34,13 +34,17 @@ std::string quote(const std::string& s) {
   return q + "'";
 }
 
+// `pagoda run` of stories260K on the prompt text; the caller appends the options.
+std::string run_stories(const std::string& prompt) {
+  return "run -m " + quote(stories_path()) + " -p " + quote(prompt);
+}
+
 }  // namespace
 
 TEST(PagodaRun, JsonGreedyMatchesReference) {
   for (const Reference& ref : load_references()) {
     for (const char* extra : {"", " --no-kv-cache --block-size 7"}) {
-      const Result r = run_pagoda("run -m " + quote(stories_path()) + " -p " + quote(ref.prompt) +
-                                  " -n 200 --temp 0 --kv-dtype f32 -t 1 --json" + extra);
+      const Result r = run_pagoda(run_stories(ref.prompt) + " -n 200 --temp 0 --kv-dtype f32 -t 1 --json" + extra);
       ASSERT_EQ(r.exit_code, 0) << r.out;
       const auto j = nlohmann::json::parse(r.out);
       EXPECT_EQ(j.at("prompt_tokens").get<std::vector<int32_t>>(), ref.prompt_tokens) << ref.prompt;
@@ -82,18 +86,6 @@ TEST(PagodaRun, PromptIdsAndLogitsOut) {
   const Result bad = run_pagoda("run -m " + quote(stories_path()) + " --prompt-ids 1,x,3", true);
   EXPECT_NE(bad.exit_code, 0);
 }
-
-namespace {
-std::vector<float> read_floats(const std::string& path) {
-  std::vector<float> v;
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return v;
-  float x;
-  while (std::fread(&x, sizeof x, 1, f) == 1) v.push_back(x);
-  std::fclose(f);
-  return v;
-}
-}  // namespace
 
 // Teacher forcing: forcing the tokens greedy decoding produced reproduces its logits
 // at every step, bit for bit; forcing another first token changes only later steps.
@@ -145,11 +137,10 @@ TEST(PagodaRun, ForceTokensAndLogitsOutAll) {
 
 TEST(PagodaRun, StreamsTextAndReportsStats) {
   const Reference ref = load_references().at(0);
-  const Result r = run_pagoda("run -m " + quote(stories_path()) + " -p " + quote(ref.prompt) +
-                              " -n 200 --temp 0 --kv-dtype f32 -t 1");
+  const Result r = run_pagoda(run_stories(ref.prompt) + " -n 200 --temp 0 --kv-dtype f32 -t 1");
   ASSERT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out, ref.text + "\n");
-  const Result e = run_pagoda("run -m " + quote(stories_path()) + " -p " + quote(ref.prompt) + " -n 3 -t 1", true);
+  const Result e = run_pagoda(run_stories(ref.prompt) + " -n 3 -t 1", true);
   ASSERT_EQ(e.exit_code, 0);
   EXPECT_NE(e.out.find("prompt tokens: 5"), std::string::npos) << e.out;
   EXPECT_NE(e.out.find("tok/s"), std::string::npos) << e.out;
@@ -158,8 +149,7 @@ TEST(PagodaRun, StreamsTextAndReportsStats) {
 
 TEST(PagodaRun, StopStringEndsGenerationBeforeIt) {
   const Reference ref = load_references().at(0);
-  const Result r = run_pagoda("run -m " + quote(stories_path()) + " -p " + quote(ref.prompt) +
-                              " -n 200 --temp 0 -t 1 --kv-dtype f32 --stop Lily --json");
+  const Result r = run_pagoda(run_stories(ref.prompt) + " -n 200 --temp 0 -t 1 --kv-dtype f32 --stop Lily --json");
   ASSERT_EQ(r.exit_code, 0);
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j.at("text").get<std::string>(), ref.text.substr(0, ref.text.find("Lily")));
@@ -167,9 +157,7 @@ TEST(PagodaRun, StopStringEndsGenerationBeforeIt) {
 }
 
 TEST(PagodaRun, PromptLongerThanContextIsAnError) {
-  const Result r = run_pagoda("run -m " + quote(stories_path()) + " -p " + quote("Once upon a time there was") +
-                                  " -c 4 -t 1",
-                              true);
+  const Result r = run_pagoda(run_stories("Once upon a time there was") + " -c 4 -t 1", true);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("longer than the context of 4 tokens"), std::string::npos) << r.out;
   const Result m = run_pagoda("run -m /nonexistent.gguf -p hi", true);
@@ -195,7 +183,7 @@ TEST(PagodaBench, JsonReportsMediansAndStableHash) {
 // (with vLLM's "auto"), and llama.cpp's -ctk / -ctv, which must agree because
 // pagoda keeps K and V in one dtype.
 TEST(PagodaRun, KvDtypeUnderVllmAndLlamaCppNames) {
-  const std::string base = "run -m " + quote(stories_path()) + " -p " + quote("Once upon a time") +
+  const std::string base = run_stories("Once upon a time") +
                            " -n 4 --temp 0 -t 1 --json ";
   const auto kv_of = [&](const std::string& flags) {
     const Result r = run_pagoda(base + flags);

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "common/expect_config.h"
 #include "kernels/api.h"
 #include "model/golden_util.h"
 #include "model/model.h"
@@ -50,19 +51,9 @@ void expect_tokens(const std::vector<int32_t>& got, const std::vector<int32_t>& 
 
 TEST_F(Golden, ConfigOfStories260K) {
   const model::ModelConfig& c = model_->config();
-  EXPECT_EQ(c.arch, "llama");
-  EXPECT_EQ(c.n_layers, 5);
-  EXPECT_EQ(c.n_embd, 64);
-  EXPECT_EQ(c.n_ff, 172);
-  EXPECT_EQ(c.n_heads, 8);
-  EXPECT_EQ(c.n_kv_heads, 4);
-  EXPECT_EQ(c.head_dim, 8);
-  EXPECT_EQ(c.rope_dim, 8);
-  EXPECT_EQ(c.n_vocab, 512);
-  EXPECT_EQ(c.n_ctx_train, 512);
-  EXPECT_FLOAT_EQ(c.rope_base, 10000.f);
-  EXPECT_FALSE(c.rope_neox);
-  EXPECT_FALSE(c.tied_output);
+  testutil::expect_config(c, {.arch = "llama", .n_layers = 5, .n_embd = 64, .n_ff = 172, .n_heads = 8,
+                              .n_kv_heads = 4, .head_dim = 8, .rope_dim = 8, .n_vocab = 512, .n_ctx_train = 512,
+                              .rope_base = 10000.f, .rope_neox = false, .tied_output = false});
   EXPECT_NE(model_->fingerprint(), 0u);
 }
 

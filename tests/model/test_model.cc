@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "common/dense_ref.h"
+#include "common/mem_gguf.h"
 #include "gguf/dequant.h"
 #include "model/arch.h"
 #include "gguf/synth.h"
@@ -19,20 +21,8 @@ using namespace pagoda::golden;
 
 namespace {
 
-// An in-memory GGUF kept alive together with the parsed file.
-struct MemModel {
-  std::shared_ptr<std::vector<uint8_t>> bytes;
-  std::shared_ptr<const gguf::GgufFile> file;
-};
-
-Expected<MemModel> to_memory(const gguf::GgufWriter& w) {
-  MemModel m;
-  PAGODA_ASSIGN_OR_RETURN(std::vector<uint8_t> b, w.write_to_memory());
-  m.bytes = std::make_shared<std::vector<uint8_t>>(std::move(b));
-  PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> f, gguf::GgufFile::from_memory(m.bytes->data(), m.bytes->size()));
-  m.file = std::shared_ptr<const gguf::GgufFile>(std::move(f));
-  return m;
-}
+using testutil::MemModel;
+using testutil::to_memory;
 
 // stories260K rewritten with edits: metadata keys dropped / tensors dropped or reshaped.
 struct Edits {
@@ -179,22 +169,8 @@ TEST(ModelLoad, FingerprintIsStableAndSeesWeights) {
 
 namespace {
 
-std::vector<double> dequant(const gguf::GgufFile& f, const std::string& name) {
-  const gguf::TensorInfo* t = f.find_tensor(name);
-  if (!t) return {};
-  std::vector<float> tmp(t->n_elements);
-  EXPECT_TRUE(gguf::dequantize_rows(*t, 0, gguf::tensor_rows(*t), tmp.data()).ok()) << name;
-  return std::vector<double>(tmp.begin(), tmp.end());
-}
-
-// y[r] = sum_c W[r, c] x[c]; W: [rows, cols]
-std::vector<double> mv(const std::vector<double>& w, const std::vector<double>& x) {
-  const size_t cols = x.size(), rows = w.size() / cols;
-  std::vector<double> y(rows, 0.0);
-  for (size_t r = 0; r < rows; ++r)
-    for (size_t c = 0; c < cols; ++c) y[r] += w[r * cols + c] * x[c];
-  return y;
-}
+using testutil::dequant;
+using testutil::mv;
 
 std::vector<double> rmsnorm(const std::vector<double>& x, const std::vector<double>& w, double eps) {
   double ss = 0;
@@ -349,21 +325,13 @@ void check_parity(const std::string& arch, GgmlType type, bool tied, model::Kern
 
 // ref:: matmul dequantizes weights exactly, so it matches the dense reference
 // tightly; cpu:: may quantize activations (as ggml does), hence a looser bound.
-constexpr auto kRef = model::KernelBackend::Ref;
-constexpr auto kCpu = model::KernelBackend::Cpu;
-TEST(ModelParity, LlamaF32MatchesDenseReference) {
-  check_parity("llama", GgmlType::F32, false, kRef, 1e-4f);
-  check_parity("llama", GgmlType::F32, false, kCpu, 1e-4f);
+void check_parity_ref_and_cpu(const std::string& arch, GgmlType type, bool tied, float cpu_tol) {
+  check_parity(arch, type, tied, model::KernelBackend::Ref, 1e-4f);
+  check_parity(arch, type, tied, model::KernelBackend::Cpu, cpu_tol);
 }
-TEST(ModelParity, LlamaQ8TiedMatchesDenseReference) {
-  check_parity("llama", GgmlType::Q8_0, true, kRef, 1e-4f);
-  check_parity("llama", GgmlType::Q8_0, true, kCpu, 2e-2f);
-}
-TEST(ModelParity, LlamaQ4_1MatchesDenseReference) {
-  check_parity("llama", GgmlType::Q4_1, true, kRef, 1e-4f);
-  check_parity("llama", GgmlType::Q4_1, true, kCpu, 2e-2f);
-}
+TEST(ModelParity, LlamaF32MatchesDenseReference) { check_parity_ref_and_cpu("llama", GgmlType::F32, false, 1e-4f); }
+TEST(ModelParity, LlamaQ8TiedMatchesDenseReference) { check_parity_ref_and_cpu("llama", GgmlType::Q8_0, true, 2e-2f); }
+TEST(ModelParity, LlamaQ4_1MatchesDenseReference) { check_parity_ref_and_cpu("llama", GgmlType::Q4_1, true, 2e-2f); }
 TEST(ModelParity, Qwen2BiasNeoxMatchesDenseReference) {
-  check_parity("qwen2", GgmlType::F32, true, kRef, 1e-4f);
-  check_parity("qwen2", GgmlType::F32, true, kCpu, 1e-4f);
+  check_parity_ref_and_cpu("qwen2", GgmlType::F32, true, 1e-4f);
 }

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "base/rng.h"
+#include "common/expect_config.h"
 #include "common/reference_jsonl.h"
 #include "gguf/synth.h"
 #include "kernels/api.h"
@@ -309,15 +310,8 @@ std::string* PrefixBitwiseSynthSmolLM2::path_ = nullptr;
 TEST_F(PrefixBitwiseSynthSmolLM2, ShapeIsSmolLM2PerLayer) {
   ASSERT_NE(model_, nullptr);
   const model::ModelConfig& c = model_->config();
-  EXPECT_EQ(c.n_layers, kSynthLayers);
-  EXPECT_EQ(c.n_embd, 576);
-  EXPECT_EQ(c.n_heads, 9);
-  EXPECT_EQ(c.n_kv_heads, 3);
-  EXPECT_EQ(c.head_dim, 64);
-  EXPECT_EQ(c.n_ff, 1536);
-  EXPECT_EQ(c.n_vocab, 49152);
-  EXPECT_TRUE(c.tied_output);
-  EXPECT_FLOAT_EQ(c.rope_base, 100000.f);
+  testutil::expect_config(c, {.n_layers = kSynthLayers, .n_embd = 576, .n_ff = 1536, .n_heads = 9, .n_kv_heads = 3,
+                              .head_dim = 64, .n_vocab = 49152, .rope_base = 100000.f, .tied_output = true});
 }
 
 TEST_F(PrefixBitwiseSynthSmolLM2, FullHitSameLogitsAndTokens) {

@@ -278,12 +278,8 @@ class Harness {
 };
 
 inline SchedulerConfig sched_config(int32_t budget, int32_t max_seqs, int32_t max_len = 2048) {
-  SchedulerConfig c;
-  c.max_num_batched_tokens = budget;
-  c.max_num_seqs = max_seqs;
-  c.max_model_len = max_len;
-  c.vocab_size = kVocab;
-  return c;
+  return SchedulerConfig{
+      .max_num_batched_tokens = budget, .max_num_seqs = max_seqs, .max_model_len = max_len, .vocab_size = kVocab};
 }
 
 }  // namespace pagoda::sched::testing

@@ -1,6 +1,7 @@
 """Start and stop a real `pagoda serve` on a free loopback port for tests/benchmarks."""
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -72,21 +73,45 @@ class PagodaServer:
         return False
 
 
-class ServerTestCase(unittest.TestCase):
+class OneServerPerClass:
+    """unittest.TestCase mixin: one server (cls.srv) shared by every test of the class,
+    started from the class's SERVER = (binary, model, extra flags)."""
+    SERVER = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = PagodaServer(*cls.SERVER).__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.__exit__(None, None, None)
+
+
+class ServerTestCase(OneServerPerClass, unittest.TestCase):
     """One `pagoda serve` (cls.srv) and an `openai` client on it (cls.client), shared
     by the tests of a class. Subclasses set SERVER = (binary, model, [args]) and may
     set CLIENT_TIMEOUT (seconds)."""
-    SERVER = None
     CLIENT_TIMEOUT = 120
 
     @classmethod
     def setUpClass(cls):
         import openai
-        binary, model, args = cls.SERVER
-        cls.srv = PagodaServer(binary, model, args).__enter__()
+        super().setUpClass()
         cls.client = openai.OpenAI(base_url=cls.srv.url + "/v1", api_key="none", max_retries=0,
                                    timeout=cls.CLIENT_TIMEOUT)
 
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.__exit__(None, None, None)
+
+def raw_exchange(port, data, half_close=False, timeout=60):
+    """Sends raw bytes, optionally shuts down the sending side, reads until EOF."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(data)
+    if half_close:
+        s.shutdown(socket.SHUT_WR)
+    out = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        out += chunk
+    s.close()
+    return out

@@ -25,7 +25,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from serverutil import PagodaServer  # noqa: E402
+from serverutil import OneServerPerClass, PagodaServer, raw_exchange  # noqa: E402
 
 BINARY, DATA, SMOL = sys.argv[1], sys.argv[2], sys.argv[3]
 STORIES = os.path.join(DATA, "stories260K.gguf")
@@ -80,14 +80,8 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-class CostBounds(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = PagodaServer(BINARY, STORIES, ["--num-kv-blocks", "256", "--max-num-seqs", "64"]).__enter__()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.__exit__(None, None, None)
+class CostBounds(OneServerPerClass, unittest.TestCase):
+    SERVER = (BINARY, STORIES, ["--num-kv-blocks", "256", "--max-num-seqs", "64"])
 
     def big_request(self, stop_bytes):
         return {"prompt": ["Once upon a time"] * 64, "n": 16, "max_tokens": 4,
@@ -179,15 +173,7 @@ class Descriptors(unittest.TestCase):
             self.assertTrue(any("at most 32 connections" in line for line in srv.log), "".join(srv.log))
             idle = [socket.create_connection(("127.0.0.1", srv.port), timeout=5) for _ in range(32)]
             time.sleep(0.5)
-            s = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
-            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-            data = b""
-            while True:
-                chunk = s.recv(4096)
-                if not chunk:
-                    break
-                data += chunk
-            s.close()
+            data = raw_exchange(srv.port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", timeout=5)
             self.assertTrue(data.startswith(b"HTTP/1.1 503"), data[:200])
             self.assertIn(b"too_many_connections", data)
             for x in idle:

@@ -15,7 +15,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from serverutil import PagodaServer  # noqa: E402
+from serverutil import OneServerPerClass, PagodaServer, raw_exchange  # noqa: E402
 
 BINARY, DATA = sys.argv[1], sys.argv[2]
 STORIES = os.path.join(DATA, "stories260K.gguf")
@@ -137,14 +137,8 @@ CASES = [
 ]
 
 
-class Malformed(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = PagodaServer(BINARY, STORIES, ["--num-kv-blocks", "128"]).__enter__()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.__exit__(None, None, None)
+class Malformed(OneServerPerClass, unittest.TestCase):
+    SERVER = (BINARY, STORIES, ["--num-kv-blocks", "128"])
 
     def check_error_shape(self, body, status):
         err = json.loads(body)["error"]
@@ -201,30 +195,8 @@ class Malformed(unittest.TestCase):
         self.assertEqual(m["pagoda:kv_cache_usage_perc"], 0)
 
 
-def raw_exchange(port, data, half_close=False, timeout=60):
-    """Sends raw bytes, optionally shuts down the sending side, reads until EOF."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    s.sendall(data)
-    if half_close:
-        s.shutdown(socket.SHUT_WR)
-    out = b""
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        out += chunk
-    s.close()
-    return out
-
-
-class HttpDetails(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = PagodaServer(BINARY, STORIES, ["--num-kv-blocks", "64"]).__enter__()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.__exit__(None, None, None)
+class HttpDetails(OneServerPerClass, unittest.TestCase):
+    SERVER = (BINARY, STORIES, ["--num-kv-blocks", "64"])
 
     def test_head_has_headers_and_no_body(self):
         for path in ("/health", "/v1/models", "/metrics"):

@@ -222,18 +222,20 @@ TEST(Jinja, NamespaceCyclesAreRefused) {
 }
 
 TEST(Jinja, SyntaxErrorsNameTheLineAndConstruct) {
-  auto a = jinja::Template::parse("ok\n{% if x %}\n{% endfor %}");
-  ASSERT_FALSE(a.ok());
-  EXPECT_NE(a.message().find("line 3"), std::string::npos) << a.message();
-  auto b = jinja::Template::parse("{% for x in y recursive %}{% endfor %}");
-  ASSERT_FALSE(b.ok());
-  EXPECT_NE(b.message().find("recursive"), std::string::npos) << b.message();
-  auto c = jinja::Template::parse("{% extends 'base' %}");
-  ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.message().find("no file access"), std::string::npos) << c.message();
-  auto d = jinja::Template::parse("{{ 'unterminated }}");
-  ASSERT_FALSE(d.ok());
-  EXPECT_NE(d.message().find("unterminated string"), std::string::npos) << d.message();
+  const struct {
+    const char* source;
+    const char* message_has;
+  } cases[] = {
+      {"ok\n{% if x %}\n{% endfor %}", "line 3"},
+      {"{% for x in y recursive %}{% endfor %}", "recursive"},
+      {"{% extends 'base' %}", "no file access"},
+      {"{{ 'unterminated }}", "unterminated string"},
+  };
+  for (const auto& c : cases) {
+    auto t = jinja::Template::parse(c.source);
+    ASSERT_FALSE(t.ok()) << c.source;
+    EXPECT_NE(t.message().find(c.message_has), std::string::npos) << t.message();
+  }
 }
 
 // Content strings keep their taint through the operations templates apply to them.

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "common/mem_gguf.h"
 #include "gguf/gguf.h"
 #include "gguf/writer.h"
 #include "tok/tokenizer.h"
@@ -15,20 +16,10 @@ using namespace pagoda::tok;
 namespace {
 
 // Writes the metadata to memory and reads the vocabulary back through GgufFile.
-struct InMemory {
-  std::vector<uint8_t> bytes;
-  std::unique_ptr<gguf::GgufFile> file;
-};
-
-InMemory write(const gguf::GgufWriter& w) {
-  InMemory m;
-  auto b = w.write_to_memory();
-  EXPECT_TRUE(b.ok()) << b.message();
-  m.bytes = std::move(b).value();
-  auto f = gguf::GgufFile::from_memory(m.bytes.data(), m.bytes.size());
-  EXPECT_TRUE(f.ok()) << f.message();
-  m.file = std::move(f).value();
-  return m;
+testutil::MemModel write(const gguf::GgufWriter& w) {
+  auto m = testutil::to_memory(w);
+  EXPECT_TRUE(m.ok()) << m.message();
+  return m.ok() ? std::move(*m) : testutil::MemModel{};
 }
 
 gguf::GgufWriter spm_writer() {
@@ -83,48 +74,43 @@ TEST(TokVocabGguf, KeysOverrideDefaults) {
   EXPECT_EQ(v->chat_template, "{{ '<|im_start|>' }}");
 }
 
+namespace {
+// vocab_from_gguf refuses the file `w` writes, with `message_has` in its error.
+void expect_vocab_error(const gguf::GgufWriter& w, const std::string& message_has) {
+  auto m = write(w);
+  auto v = vocab_from_gguf(*m.file);
+  ASSERT_FALSE(v.ok()) << message_has;
+  EXPECT_NE(v.message().find(message_has), std::string::npos) << v.message();
+}
+}  // namespace
+
 TEST(TokVocabGguf, ErrorsNameTheProblem) {
   {
     gguf::GgufWriter w;
     w.set_string("tokenizer.ggml.model", "bert");
     w.set_string_array("tokenizer.ggml.tokens", {"a"});
-    auto m = write(w);
-    auto v = vocab_from_gguf(*m.file);
-    ASSERT_FALSE(v.ok());
-    EXPECT_NE(v.message().find("bert"), std::string::npos) << v.message();
+    expect_vocab_error(w, "bert");
   }
   {
     gguf::GgufWriter w;
     w.set_string("tokenizer.ggml.model", "gpt2");
     w.set_string("tokenizer.ggml.pre", "gpt2");
     w.set_string_array("tokenizer.ggml.tokens", {"a", "b"});
-    auto m = write(w);
-    auto v = vocab_from_gguf(*m.file);
-    ASSERT_FALSE(v.ok());
-    EXPECT_NE(v.message().find("tokenizer.ggml.merges"), std::string::npos) << v.message();
+    expect_vocab_error(w, "tokenizer.ggml.merges");
   }
   {
     auto w = spm_writer();
     w.set_f32_array("tokenizer.ggml.scores", {0, 0});
-    auto m = write(w);
-    auto v = vocab_from_gguf(*m.file);
-    ASSERT_FALSE(v.ok());
-    EXPECT_NE(v.message().find("scores"), std::string::npos) << v.message();
+    expect_vocab_error(w, "scores");
   }
   {
     gguf::GgufWriter w;
     w.set_string("general.architecture", "llama");
-    auto m = write(w);
-    auto v = vocab_from_gguf(*m.file);
-    ASSERT_FALSE(v.ok());
-    EXPECT_NE(v.message().find("tokenizer.ggml.model"), std::string::npos) << v.message();
+    expect_vocab_error(w, "tokenizer.ggml.model");
   }
   {
     auto w = spm_writer();
     w.set_string("tokenizer.ggml.tokens", "not an array");
-    auto m = write(w);
-    auto v = vocab_from_gguf(*m.file);
-    ASSERT_FALSE(v.ok());
-    EXPECT_NE(v.message().find("tokenizer.ggml.tokens"), std::string::npos) << v.message();
+    expect_vocab_error(w, "tokenizer.ggml.tokens");
   }
 }
