@@ -23,12 +23,12 @@ ALLOWED = {
     "runtime": {"plan", "model", "kernels", "kv", "sched", "gguf", "base"},
     "sample": {"base"},
     "sched": {"kv", "base"},
-    "engine": {"sched", "kv", "runtime", "sample", "tok", "plan", "model", "kernels", "gguf", "base"},
+    "engine": {"sched", "kv", "runtime", "sample", "grammar", "tok", "plan", "model", "kernels", "gguf", "base"},
     "sim": {"sched", "kv", "gguf", "base"},
-    "server": {"engine", "tok", "base"},
+    "server": {"engine", "grammar", "tok", "base"},
     # The top: one generation path (engine/), the HTTP server, the simulator,
     # and the plain data layers it parses flags and files with.
-    "cli": {"engine", "server", "sim", "tok", "sample", "gguf", "base"},
+    "cli": {"engine", "server", "sim", "grammar", "tok", "sample", "gguf", "base"},
 }
 # plan may include only sched/step_plan.h from sched (DESIGN.md)
 ONLY_HEADERS = {("plan", "sched"): {"sched/step_plan.h"}}

@@ -24,6 +24,7 @@
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "engine/engine.h"
+#include "grammar/cache.h"
 #include "sample/params.h"
 #include "tok/chat_template.h"
 #include "tok/tokenizer.h"
@@ -57,6 +58,9 @@ const char* kRunUsage =
     "      --no-kv-cache     recompute the whole sequence every step (baseline)\n"
     "      --ref-kernels     scalar reference kernels (debugging)\n"
     "      --disable-hybrid-kv-cache-manager   every layer keeps a full-context KV table\n"
+    "      --json-schema FILE  constrain the output to JSON valid under the JSON schema in FILE\n"
+    "                        (generation stops when the value is complete)\n"
+    "      --grammar-regex RE  constrain the whole output to match the regex RE\n"
     "      --json            print one JSON object instead of streaming\n"
     "      --logits-out FILE write the logits of the first sampled step (n_vocab little-endian f32) to FILE\n"
     "      --force-tokens IDS  teacher forcing: the first generated tokens are these comma-separated ids\n"
@@ -85,6 +89,7 @@ struct RunOptions {
   bool ref_kernels = false;
   bool no_hybrid_kv = false;  // --disable-hybrid-kv-cache-manager
   bool json = false;
+  grammar::ConstraintSpec constraint;  // --json-schema / --grammar-regex
 };
 
 // "1,2,3" -> ids (each in [0, INT32_MAX]); false on any malformed entry or an empty list.
@@ -135,6 +140,21 @@ std::string parse_args(int argc, char** argv, RunOptions* o, bool* help) {
       if (!f) return std::string("--chat-template: cannot read ") + v;
       o->chat_template = ss.str();
       o->chat = true;
+    } else if (is("--json-schema") || is("--grammar-regex")) {
+      const char* v = value();
+      if (!v) return "option " + a + " needs a value";
+      if (!o->constraint.empty()) return "give one of --json-schema and --grammar-regex";
+      if (a == "--grammar-regex") {
+        o->constraint.kind = grammar::ConstraintKind::kRegex;
+        o->constraint.text = v;
+      } else {
+        std::ifstream f(v, std::ios::binary);
+        std::stringstream ss;
+        ss << f.rdbuf();
+        if (!f) return std::string("--json-schema: cannot read ") + v;
+        o->constraint.kind = grammar::ConstraintKind::kJsonSchema;
+        o->constraint.text = ss.str();
+      }
     } else if (is("--json")) {
       o->json = true;
     } else if (is("--no-kv-cache")) {
@@ -302,6 +322,13 @@ int run_run(int argc, char** argv) {
   rp.ignore_eos = o.sampling.ignore_eos;
   rp.forced_tokens = o.force_tokens;
   rp.return_logits = !o.logits_out.empty() || !o.logits_out_all.empty();
+  if (!o.constraint.empty()) {
+    auto g = grammar::compile_constraint(o.constraint, grammar::GrammarOptions{});
+    if (!g.ok()) return fail((o.constraint.kind == grammar::ConstraintKind::kRegex ? "--grammar-regex: " : "--json-schema: ") + g.message());
+    auto ti = grammar::TokenIndex::from_tokenizer(eng.tokenizer());
+    if (!ti.ok()) return fail(ti.message());
+    rp.grammar = std::make_shared<const grammar::CompiledGrammar>(std::move(g).value(), std::move(ti).value());
+  }
   auto id = eng.add_request(rp);
   if (!id.ok()) return fail(id.message());
 

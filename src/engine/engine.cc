@@ -1,13 +1,18 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <optional>
 #include <unordered_map>
 
+#include "base/check.h"
 #include "base/log.h"
 #include "base/rng.h"
 #include "base/timer.h"
 #include "gguf/gguf.h"
+#include "grammar/matcher.h"
+#include "grammar/token_index.h"
 #include "kernels/api.h"
 #include "kv/kv_manager.h"
 #include "kv/sizing.h"
@@ -46,8 +51,14 @@ struct Choice {
   FinishReason stop_reason = FinishReason::kNone;
   std::vector<int32_t> forced;  // teacher forcing: output i < forced.size() is forced[i]
   bool return_logits = false;
+  // Structured output: the parse state of this choice's output. It lives with
+  // the choice, not the KV blocks, so preemption (recompute) and prefix hits
+  // leave it as it is; n > 1 choices each start from a copy of the start state.
+  std::optional<grammar::Matcher> matcher;
+  std::vector<uint32_t> mask;  // [mask_words] this step's allowed tokens
+  bool mask_ready = false;     // filled by step()'s parallel pass for this step
   Choice(RequestId p, int i, int32_t np, const sample::SamplingParams& sp, const RequestParams& rp,
-         const tok::Tokenizer& tk)
+         const tok::Tokenizer& tk, const std::optional<grammar::Matcher>& start)
       : parent(p),
         index(i),
         num_prompt(np),
@@ -55,7 +66,10 @@ struct Choice {
         detok(tk),
         stop(sp.stop),
         forced(rp.forced_tokens),
-        return_logits(rp.return_logits) {}
+        return_logits(rp.return_logits),
+        matcher(start) {
+    if (matcher) mask.resize(matcher->mask_words());
+  }
 };
 
 class EngineImpl final : public Engine {
@@ -71,6 +85,10 @@ class EngineImpl final : public Engine {
 
  private:
   void fail_plan(const sched::StepPlan& plan, const std::string& msg, std::vector<TokenEvent>* events);
+  // The token masks of every constrained choice sampling in this step, computed
+  // in parallel (each choice writes its own buffer; the grammar's context cache
+  // is thread-safe, and a context met by several streams is computed once).
+  void fill_masks(const sched::StepPlan& plan, const runtime::StepLogits& L);
   void sample_choice(sched::RequestId sid, const sched::ScheduledSeq& seq, std::span<const float> logits,
                      std::vector<TokenEvent>* events, std::unordered_map<sched::RequestId, size_t>* event_of,
                      std::vector<sched::SeqOutput>* outputs);
@@ -91,6 +109,9 @@ class EngineImpl final : public Engine {
   int64_t prompt_tokens_total_ = 0;
   int64_t generation_tokens_total_ = 0;
   int64_t computed_tokens_total_ = 0;
+  int64_t grammar_tokens_total_ = 0;
+  int64_t grammar_mask_ns_total_ = 0;
+  int64_t constrained_choices_ = 0;  // live choices with a grammar (0: step() skips the mask pass)
 };
 
 Status EngineImpl::init(const EngineConfig& c) {
@@ -227,6 +248,13 @@ Expected<RequestId> EngineImpl::add_request(const RequestParams& p) {
   if (p.n < 1 || p.n > 64) return errorf("n must be in 1..64, got %d", p.n);
   if (cfg_.recompute && p.n != 1) return errorf("n = %d needs the KV cache (the engine recomputes: n must be 1)", p.n);
   if (!p.forced_tokens.empty() && p.logprobs >= 0) return errorf("forced tokens come without logprobs");
+  if (p.grammar) {
+    if (!p.forced_tokens.empty()) return errorf("forced tokens come without a grammar constraint");
+    const grammar::TokenIndex& ti = p.grammar->index();
+    if (ti.vocab_size() != tok_->vocab_size() || ti.vocab_size() > info_.vocab_size)
+      return errorf("the grammar was built for a vocabulary of %d tokens; this model's tokenizer has %d",
+                    ti.vocab_size(), tok_->vocab_size());
+  }
 
   sample::SamplingParams sp;
   sp.temperature = p.temperature;
@@ -255,13 +283,16 @@ Expected<RequestId> EngineImpl::add_request(const RequestParams& p) {
   PAGODA_TRY(sched_->add_request(std::move(nr)));
   next_id_ += 1 + static_cast<uint64_t>(p.n);
   const uint64_t base_seed = p.has_seed ? p.seed : seed_rng_.next_u64();
+  std::optional<grammar::Matcher> start;
+  if (p.grammar) start.emplace(p.grammar);
   for (int i = 0; i < p.n; ++i) {
     sample::SamplingParams spi = sp;
     spi.seed = base_seed + static_cast<uint64_t>(i);
     choices_.emplace(std::piecewise_construct, std::forward_as_tuple(subs[static_cast<size_t>(i)]),
-                     std::forward_as_tuple(id, i, static_cast<int32_t>(p.prompt.size()), spi, p, *tok_));
+                     std::forward_as_tuple(id, i, static_cast<int32_t>(p.prompt.size()), spi, p, *tok_, start));
   }
   requests_[id] = std::move(subs);
+  if (p.grammar) constrained_choices_ += p.n;
   prompt_tokens_total_ += static_cast<int64_t>(p.prompt.size()) * p.n;
   return id;
 }
@@ -271,7 +302,10 @@ void EngineImpl::abort(RequestId id) {
   if (it == requests_.end()) return;
   for (auto sid : it->second) {
     sched_->abort(sid);
-    choices_.erase(sid);
+    auto cit = choices_.find(sid);
+    if (cit == choices_.end()) continue;
+    if (cit->second.matcher) --constrained_choices_;
+    choices_.erase(cit);
   }
   requests_.erase(it);
 }
@@ -294,6 +328,29 @@ void EngineImpl::fail_plan(const sched::StepPlan& plan, const std::string& msg, 
   }
 }
 
+void EngineImpl::fill_masks(const sched::StepPlan& plan, const runtime::StepLogits& L) {
+  if (constrained_choices_ < 2) return;  // unconstrained serving pays nothing here
+  std::vector<Choice*> todo;
+  for (int32_t i = 0; i < L.size(); ++i) {
+    const sched::ScheduledSeq& seq = plan.seqs[static_cast<size_t>(L.seq_indices[static_cast<size_t>(i)])];
+    for (size_t k = 0; k <= seq.fork_ids.size(); ++k) {
+      auto cit = choices_.find(k == 0 ? seq.request_id : seq.fork_ids[k - 1]);
+      if (cit != choices_.end() && cit->second.matcher) todo.push_back(&cit->second);
+    }
+  }
+  if (todo.size() < 2) return;  // one choice: sample_choice fills it, no thread start-up
+  const auto t0 = std::chrono::steady_clock::now();
+  const int n = static_cast<int>(todo.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int i = 0; i < n; ++i) {
+    Choice* ch = todo[static_cast<size_t>(i)];
+    ch->matcher->fill_mask(ch->mask);
+    ch->mask_ready = true;
+  }
+  grammar_mask_ns_total_ +=
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // Samples choice `sid` from `logits`, the row of scheduled sequence `seq`
 // (sid itself, or its parent when sid is forked in this step).
 void EngineImpl::sample_choice(sched::RequestId sid, const sched::ScheduledSeq& seq, std::span<const float> logits,
@@ -311,6 +368,34 @@ void EngineImpl::sample_choice(sched::RequestId sid, const sched::ScheduledSeq& 
     token = ch.forced[static_cast<size_t>(ch.num_output)];
     ev.argmax = sample::argmax(logits);
     ch.sampler.accept(token);
+  } else if (ch.matcher) {
+    if (!ch.mask_ready) {
+      const auto t0 = std::chrono::steady_clock::now();
+      ch.matcher->fill_mask(ch.mask);
+      grammar_mask_ns_total_ +=
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    }
+    ch.mask_ready = false;
+    if (!sample::mask_allows_any(ch.mask, logits.size())) {
+      // The vocabulary cannot spell any continuation (a grammar needing bytes no
+      // token has): end the choice rather than emit an invalid token.
+      ev.finish = FinishReason::kError;
+      ev.error = "the output constraint allows no token of the vocabulary here";
+      ch.stop_reason = FinishReason::kError;
+      ev.num_prompt_tokens = ch.num_prompt;
+      ev.num_output_tokens = ch.num_output;
+      (*event_of)[sid] = events->size();
+      events->push_back(std::move(ev));
+      outputs->push_back({sid, 0, true});
+      return;
+    }
+    sample::SampleResult r = ch.sampler.sample(logits, ch.mask);
+    grammar_tokens_total_++;
+    token = r.token;
+    // The mask allowed it, so the matcher takes it (checked: a failure is a bug).
+    const bool accepted = ch.matcher->accept(token);
+    PAGODA_CHECK_MSG(accepted, "grammar: a masked-in token was refused");
+    if (ch.sampler.params().logprobs) ev.logprobs.push_back(std::move(r));
   } else {
     sample::SampleResult r = ch.sampler.sample(logits);
     token = r.token;
@@ -323,6 +408,10 @@ void EngineImpl::sample_choice(sched::RequestId sid, const sched::ScheduledSeq& 
   if (ch.stop_reason == FinishReason::kNone) {
     ev.text = ch.stop.push(ch.detok.push(token));
     if (ch.stop.stopped()) ch.stop_reason = FinishReason::kStop;
+    // The constrained output is complete and nothing may follow: stop here
+    // (the model need not spend a step on the end-of-generation token).
+    if (ch.stop_reason == FinishReason::kNone && ch.matcher && ch.matcher->is_finished())
+      ch.stop_reason = FinishReason::kStop;
   }
   if (ch.return_logits) ev.logits.assign(logits.begin(), logits.end());
   if (!ch.reported_cached) {
@@ -371,6 +460,7 @@ std::vector<TokenEvent> EngineImpl::step() {
   std::vector<sched::SeqOutput> outputs;
   outputs.reserve(static_cast<size_t>(L.size()));
   std::unordered_map<sched::RequestId, size_t> event_of;  // scheduler id -> index in events
+  fill_masks(plan, L);
   for (int32_t i = 0; i < L.size(); ++i) {
     const sched::ScheduledSeq& seq = plan.seqs[static_cast<size_t>(L.seq_indices[static_cast<size_t>(i)])];
     // The request itself, then the children it forks into at the end of its prompt.
@@ -400,10 +490,12 @@ std::vector<TokenEvent> EngineImpl::step() {
       ev.text += ch.stop.push(ch.detok.flush());
       ev.text += ch.stop.flush();
     }
-    ev.finish = f.reason == sched::FinishReason::kLength ? FinishReason::kLength
+    ev.finish = ch.stop_reason == FinishReason::kError       ? FinishReason::kError
+                : f.reason == sched::FinishReason::kLength ? FinishReason::kLength
                 : f.reason == sched::FinishReason::kAbort ? FinishReason::kAbort
                                                            : FinishReason::kStop;
     const RequestId parent = ch.parent;
+    if (ch.matcher) --constrained_choices_;
     choices_.erase(cit);
     auto rit = requests_.find(parent);
     if (rit != requests_.end()) {
@@ -432,6 +524,8 @@ EngineStats EngineImpl::stats() const {
   s.prompt_tokens_total = prompt_tokens_total_;
   s.generation_tokens_total = generation_tokens_total_;
   s.computed_tokens_total = computed_tokens_total_;
+  s.grammar_tokens_total = grammar_tokens_total_;
+  s.grammar_mask_ns_total = grammar_mask_ns_total_;
   return s;
 }
 

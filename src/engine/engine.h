@@ -14,6 +14,7 @@
 #include "sample/params.h"
 
 namespace pagoda::tok { class Tokenizer; }
+namespace pagoda::grammar { class CompiledGrammar; }
 
 namespace pagoda::engine {
 
@@ -81,6 +82,14 @@ struct RequestParams {
   // count it); the event carries the greedy pick in `argmax`. Not with logprobs.
   std::vector<int32_t> forced_tokens;
   bool return_logits = false;        // copy each step's logits row into TokenEvent::logits
+  // Structured output (grammar/): every generated token keeps the output a
+  // prefix of the grammar's language; end-of-generation only where it is
+  // complete, and the choice finishes with kStop as soon as nothing else may
+  // follow. Shared by every request with the same constraint (its token masks
+  // are cached inside); each choice owns a Matcher. Prompt tokens are not
+  // constrained. Built over this engine's tokenizer (vocabulary checked); not
+  // with forced_tokens. nullptr: unconstrained, at no cost.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 
 // One event per (request, choice) that made progress in a step.
@@ -115,6 +124,8 @@ struct EngineStats {
   int64_t generation_tokens_total = 0;
   int64_t computed_tokens_total = 0;   // tokens through the forward pass (recompute: again every step)
   std::vector<int64_t> group_blocks_used;  // [kv groups] blocks held by each KV cache group
+  int64_t grammar_tokens_total = 0;    // tokens sampled under a grammar
+  int64_t grammar_mask_ns_total = 0;   // wall time filling their masks (the per-step parallel pass)
 };
 
 struct ModelInfo {

@@ -211,34 +211,35 @@ std::string Grammar::to_string() const {
 
 // ---------------------------------------------------------------- choices
 
+void ByteTrie::insert(std::string_view s) {
+  uint32_t at = 0;
+  for (char ch : s) {
+    const uint8_t b = static_cast<uint8_t>(ch);
+    uint32_t next = UINT32_MAX;
+    for (auto& [kb, kn] : nodes[at].kids)
+      if (kb == b) next = kn;
+    if (next == UINT32_MAX) {
+      next = static_cast<uint32_t>(nodes.size());
+      nodes[at].kids.emplace_back(b, next);
+      nodes.emplace_back();
+    }
+    at = next;
+  }
+  nodes[at].end = true;
+}
+
 Expected<uint32_t> add_trie_rules(GrammarBuilder& gb, const std::vector<std::string>& strings,
                                   const std::string& name_prefix) {
   // A byte trie of the strings as right-linear rules keeps the grammar
   // deterministic (one stack) however many strings share prefixes.
-  struct Node {
-    std::vector<std::pair<uint8_t, uint32_t>> kids;
-    bool end = false;
-  };
-  std::vector<Node> trie(1);
+  ByteTrie bt;
+  const std::vector<ByteTrie::Node>& trie = bt.nodes;
   size_t bytes = 0;
   for (const std::string& c : strings) {
     bytes += c.size();
     if (bytes > gb.options().max_elements)
       return errorf("grammar too large: more than max_elements=%zu elements", gb.options().max_elements);
-    uint32_t n = 0;
-    for (char ch : c) {
-      const uint8_t b = static_cast<uint8_t>(ch);
-      uint32_t next = UINT32_MAX;
-      for (auto& [kb, kn] : trie[n].kids)
-        if (kb == b) next = kn;
-      if (next == UINT32_MAX) {
-        next = static_cast<uint32_t>(trie.size());
-        trie[n].kids.emplace_back(b, next);
-        trie.emplace_back();
-      }
-      n = next;
-    }
-    trie[n].end = true;
+    bt.insert(c);
   }
   if (gb.num_rules() + trie.size() > gb.options().max_rules)
     return errorf("grammar too large: more than max_rules=%zu rules", gb.options().max_rules);

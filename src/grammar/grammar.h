@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -91,6 +92,12 @@ class Grammar {
   // pointer of the offending part ("#/properties/age/minimum: ...").
   static Expected<std::shared_ptr<const Grammar>> from_json_schema(std::string_view schema_json,
                                                                    const GrammarOptions& opts = {});
+  // The same value between literal prefix and suffix text (a tool call in the
+  // model's syntax: "<tool_call>\n" + {"name":..,"arguments":..} + "\n</tool_call>").
+  static Expected<std::shared_ptr<const Grammar>> from_json_schema_framed(std::string_view schema_json,
+                                                                          std::string_view prefix,
+                                                                          std::string_view suffix,
+                                                                          const GrammarOptions& opts = {});
   // Any JSON object (OpenAI response_format json_object).
   static Expected<std::shared_ptr<const Grammar>> json_object(const GrammarOptions& opts = {});
   // Whole-output regex (anchored at both ends; ^ and $ at the ends are allowed).
@@ -146,6 +153,17 @@ class GrammarBuilder {
   GrammarOptions opts_;
   std::shared_ptr<Grammar> g_ = std::make_shared<Grammar>();
   std::vector<std::pair<ByteSet, uint32_t>> set_index_;  // small linear dedupe
+};
+
+// A byte trie of strings, node 0 the root (children as (byte, node) pairs, few
+// per node). Built by add_trie_rules and by the JSON schema's key rules.
+struct ByteTrie {
+  struct Node {
+    std::vector<std::pair<uint8_t, uint32_t>> kids;
+    bool end = false;  // a string ends here
+  };
+  std::vector<Node> nodes = std::vector<Node>(1);
+  void insert(std::string_view s);
 };
 
 // Adds rules deriving exactly the given strings, as a byte trie (one rule per

@@ -24,6 +24,7 @@
 
 #include "grammar/grammar.h"
 #include "grammar/json_numbers.h"
+#include "grammar/json_text.h"
 #include "grammar/regex.h"
 
 namespace pagoda::grammar {
@@ -45,11 +46,20 @@ class Converter {
  public:
   Converter(const json& root, const GrammarOptions& opts) : root_(root), opts_(opts), gb_(opts), numbers_(gb_) {}
 
-  Expected<std::shared_ptr<const Grammar>> run() {
+  // prefix/suffix: literal text around the value (a tool call's markup,
+  // "<tool_call>\n" ... "\n</tool_call>"); empty: the value alone.
+  Expected<std::shared_ptr<const Grammar>> run(std::string_view prefix = {}, std::string_view suffix = {}) {
     PAGODA_ASSIGN_OR_RETURN(uint32_t value, visit(root_, "#", 0));
     // root ::= ws value ws? A leading newline is harmless but lets the model pad;
     // we allow none before and the bounded ws after none: the value alone.
-    return gb_.finish(value);
+    if (prefix.empty() && suffix.empty()) return gb_.finish(value);
+    const uint32_t framed = gb_.new_rule("framed");
+    std::vector<uint32_t> seq;
+    gb_.append_literal(seq, prefix);
+    seq.push_back(rule_elem(value));
+    gb_.append_literal(seq, suffix);
+    PAGODA_TRY(gb_.add_alt(framed, seq));
+    return gb_.finish(framed);
   }
 
   // Any JSON object (json_object mode).
@@ -151,24 +161,9 @@ class Converter {
     (void)str;
     const uint32_t free_close = gb_.new_rule("key_free");
     PAGODA_TRY(gb_.add_alt(free_close, {R(chars_), gb_.byte('"')}));
-    struct Node { std::vector<std::pair<uint8_t, uint32_t>> kids; bool end = false; };
-    std::vector<Node> trie(1);
-    for (const std::string& n : names) {
-      uint32_t at = 0;
-      for (char ch : n) {
-        const uint8_t b = static_cast<uint8_t>(ch);
-        uint32_t next = UINT32_MAX;
-        for (auto& [kb, kn] : trie[at].kids)
-          if (kb == b) next = kn;
-        if (next == UINT32_MAX) {
-          next = static_cast<uint32_t>(trie.size());
-          trie[at].kids.emplace_back(b, next);
-          trie.emplace_back();
-        }
-        at = next;
-      }
-      trie[at].end = true;
-    }
+    ByteTrie bt;
+    for (const std::string& n : names) bt.insert(n);
+    const std::vector<ByteTrie::Node>& trie = bt.nodes;
     std::vector<uint32_t> rule(trie.size());
     for (size_t i = 0; i < trie.size(); ++i) rule[i] = gb_.new_rule("key_ex" + std::to_string(i));
     for (size_t i = 0; i < trie.size(); ++i) {
@@ -359,23 +354,35 @@ class Converter {
     return s;
   }
 
+  // Calls take(key, low, exclusive, value) for each numeric bound of s:
+  // minimum, exclusiveMinimum, maximum, exclusiveMaximum (a draft-4 boolean
+  // exclusive* flag makes its plain bound exclusive). Shared checks: a number,
+  // |x| <= 9e15 (exact in a double and a long long).
+  template <class Take>
+  Status for_each_bound(const json& s, const std::string& path, Take&& take) {
+    static constexpr struct { const char* key; bool low, exclusive; } kBounds[] = {
+        {"minimum", true, false}, {"exclusiveMinimum", true, true},
+        {"maximum", false, false}, {"exclusiveMaximum", false, true}};
+    for (const auto& bd : kBounds) {
+      if (!s.contains(bd.key) || s[bd.key].is_boolean()) continue;  // the boolean flag form: below
+      const json& v = s[bd.key];
+      if (!v.is_number()) return err(path + "/" + bd.key, "must be a number");
+      const double d = v.get<double>();
+      if (std::fabs(d) > 9e15) return err(path + "/" + bd.key, "bound too large (|x| > 9e15)");
+      bool excl = bd.exclusive;
+      const char* flag = bd.low ? "exclusiveMinimum" : "exclusiveMaximum";
+      if (!excl && s.contains(flag) && s[flag].is_boolean() && s[flag].get<bool>()) excl = true;
+      PAGODA_TRY(take(bd.key, bd.low, excl, d));
+    }
+    return Status::Ok();
+  }
+
   // Reads minimum/maximum/exclusive* as integer bounds. Fractional bounds on
   // integers round inward; on numbers they are an error (not exact).
   Status int_bounds(const json& s, const std::string& path, bool is_integer, bool& has_lo, long long& lo,
                     bool& has_hi, long long& hi) {
     has_lo = has_hi = false;
-    auto get = [&](const char* key, bool low, bool exclusive) -> Status {
-      if (!s.contains(key)) return Status::Ok();
-      const json& v = s[key];
-      if (v.is_boolean()) return Status::Ok();  // draft-4 flag form: handled below
-      if (!v.is_number()) return err(path + "/" + key, "must be a number");
-      const double d = v.get<double>();
-      if (std::fabs(d) > 9e15) return err(path + "/" + key, "bound too large (|x| > 9e15)");
-      bool excl = exclusive;
-      if (!exclusive) {
-        const char* flag = low ? "exclusiveMinimum" : "exclusiveMaximum";
-        if (s.contains(flag) && s[flag].is_boolean() && s[flag].get<bool>()) excl = true;
-      }
+    return for_each_bound(s, path, [&](const char*, bool low, bool excl, double d) -> Status {
       long long b;
       if (low) b = excl ? static_cast<long long>(std::floor(d)) + 1 : static_cast<long long>(std::ceil(d));
       else b = excl ? static_cast<long long>(std::ceil(d)) - 1 : static_cast<long long>(std::floor(d));
@@ -387,12 +394,7 @@ class Converter {
         has_hi = true;
       }
       return Status::Ok();
-    };
-    PAGODA_TRY(get("minimum", true, false));
-    PAGODA_TRY(get("exclusiveMinimum", true, true));
-    PAGODA_TRY(get("maximum", false, false));
-    PAGODA_TRY(get("exclusiveMaximum", false, true));
-    return Status::Ok();
+    });
   }
 
   // ---------------------------------------------------------- schema walk
@@ -527,15 +529,8 @@ class Converter {
   Expected<uint32_t> number_range(const json& s, const std::string& path) {
     bool has_lo = false, has_hi = false, lo_excl = false, hi_excl = false;
     long long lo = 0, hi = 0;
-    auto get = [&](const char* key, bool low, bool exclusive) -> Status {
-      if (!s.contains(key) || s[key].is_boolean()) return Status::Ok();
-      if (!s[key].is_number()) return err(path + "/" + key, "must be a number");
-      const double d = s[key].get<double>();
-      if (std::fabs(d) > 9e15) return err(path + "/" + key, "bound too large (|x| > 9e15)");
+    PAGODA_TRY(for_each_bound(s, path, [&](const char* key, bool low, bool excl, double d) -> Status {
       if (d != std::floor(d)) return err(path + "/" + key, "fractional bounds on \"number\" are not supported");
-      bool excl = exclusive;
-      const char* flag = low ? "exclusiveMinimum" : "exclusiveMaximum";
-      if (!exclusive && s.contains(flag) && s[flag].is_boolean() && s[flag].get<bool>()) excl = true;
       const long long b = static_cast<long long>(d);
       if (low) {
         if (!has_lo || b > lo || (b == lo && excl)) { lo = b; lo_excl = excl; }
@@ -545,11 +540,7 @@ class Converter {
         has_hi = true;
       }
       return Status::Ok();
-    };
-    PAGODA_TRY(get("minimum", true, false));
-    PAGODA_TRY(get("exclusiveMinimum", true, true));
-    PAGODA_TRY(get("maximum", false, false));
-    PAGODA_TRY(get("exclusiveMaximum", false, true));
+    }));
     auto r = numbers_.number_range({has_lo, lo_excl, lo, has_hi, hi_excl, hi});
     if (!r.ok()) return err(path, r.message());
     return r;
@@ -738,32 +729,26 @@ class Converter {
 
 Expected<std::shared_ptr<const Grammar>> Grammar::from_json_schema(std::string_view schema_json,
                                                                    const GrammarOptions& opts) {
+  return from_json_schema_framed(schema_json, "", "", opts);
+}
+
+Expected<std::shared_ptr<const Grammar>> Grammar::from_json_schema_framed(std::string_view schema_json,
+                                                                          std::string_view prefix,
+                                                                          std::string_view suffix,
+                                                                          const GrammarOptions& opts) {
   // nlohmann's parser is iterative, but its depth is still bounded here first so
-  // a 10k-deep document costs a linear scan, not a parse.
-  int depth = 0, max_depth = 0;
-  bool in_str = false, esc = false;
-  for (char c : schema_json) {
-    if (in_str) {
-      if (esc) esc = false;
-      else if (c == '\\') esc = true;
-      else if (c == '"') in_str = false;
-    } else if (c == '"') {
-      in_str = true;
-    } else if (c == '{' || c == '[') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  // Each schema level is at most two JSON levels ({"properties": {...}}) plus
-  // keyword containers: 4x is generous.
-  if (max_depth > 4 * opts.max_schema_depth + 8)
-    return errorf("#: schema nested deeper than max_schema_depth=%d (JSON depth %d)", opts.max_schema_depth,
-                  max_depth);
+  // a 10k-deep document costs a linear scan, not a parse. Each schema level is
+  // at most two JSON levels ({"properties": {...}}) plus keyword containers: 4x
+  // is generous.
+  const int max_json_depth = 4 * opts.max_schema_depth + 8;
+  const int depth = json_nesting_depth(schema_json, max_json_depth);
+  if (depth > max_json_depth)
+    return errorf("#: schema nested deeper than max_schema_depth=%d (JSON depth above %d)", opts.max_schema_depth,
+                  max_json_depth);
   json root = json::parse(schema_json, nullptr, false);
   if (root.is_discarded()) return make_error("#: schema is not valid JSON");
   Converter c(root, opts);
-  return c.run();
+  return c.run(prefix, suffix);
 }
 
 Expected<std::shared_ptr<const Grammar>> Grammar::json_object(const GrammarOptions& opts) {

@@ -156,6 +156,19 @@ class Parser {
     }
   }
 
+  // One member of a character class: a character (its UTF-8 bytes into out) or a
+  // class escape like \d (its bytes into cls, *is_class set, *multi when it has
+  // non-ASCII members).
+  Status parse_class_member(std::string& out, ByteSet& cls, bool& is_class, bool& multi) {
+    is_class = multi = false;
+    if (peek() != '\\') {
+      out = read_char_bytes();
+      return Status::Ok();
+    }
+    ++pos_;
+    return parse_escape(out, cls, is_class, multi);
+  }
+
   Expected<int> parse_class() {  // after '['
     bool neg = false;
     if (!eof() && peek() == '^') { neg = true; ++pos_; }
@@ -168,27 +181,15 @@ class Parser {
       if (peek() == ']' && !first) { ++pos_; break; }
       first = false;
       std::string lo;
-      if (peek() == '\\') {
-        ++pos_;
-        ByteSet cls;
-        bool is_class = false, m = false;
-        PAGODA_TRY(parse_escape(lo, cls, is_class, m));
-        if (is_class) { ascii.add(cls); multi |= m; continue; }
-      } else {
-        lo = read_char_bytes();
-      }
+      ByteSet cls;
+      bool is_class = false, m = false;
+      PAGODA_TRY(parse_class_member(lo, cls, is_class, m));
+      if (is_class) { ascii.add(cls); multi |= m; continue; }
       if (pos_ + 1 < re_.size() && peek() == '-' && re_[pos_ + 1] != ']') {
         ++pos_;
         std::string hi;
-        if (peek() == '\\') {
-          ++pos_;
-          ByteSet cls;
-          bool is_class = false, m = false;
-          PAGODA_TRY(parse_escape(hi, cls, is_class, m));
-          if (is_class) return err("class escape as a range end");
-        } else {
-          hi = read_char_bytes();
-        }
+        PAGODA_TRY(parse_class_member(hi, cls, is_class, m));
+        if (is_class) return err("class escape as a range end");
         if (lo.size() != 1 || hi.size() != 1 || static_cast<uint8_t>(lo[0]) >= 0x80 ||
             static_cast<uint8_t>(hi[0]) >= 0x80)
           return err("non-ASCII ranges in character classes are not supported");

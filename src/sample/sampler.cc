@@ -15,6 +15,14 @@ int32_t argmax(std::span<const float> logits) {
   return best;
 }
 
+bool mask_allows_any(std::span<const uint32_t> allowed, size_t n) {
+  const size_t full = std::min(allowed.size(), n / 32);
+  for (size_t w = 0; w < full; ++w)
+    if (allowed[w]) return true;
+  if (full < allowed.size() && n % 32) return (allowed[full] & ((uint32_t{1} << (n % 32)) - 1)) != 0;
+  return false;
+}
+
 Sampler::Sampler(SamplingParams params, std::span<const int32_t> prompt_tokens)
     : params_(std::move(params)), rng_(params_.seed), prompt_(prompt_tokens.begin(), prompt_tokens.end()) {}
 
@@ -63,10 +71,21 @@ struct ByValueDesc {
 
 }  // namespace
 
-SampleResult Sampler::sample(std::span<const float> logits) {
+SampleResult Sampler::sample(std::span<const float> logits, std::span<const uint32_t> allowed) {
   const size_t n = logits.size();
   ensure_vocab(n);
   work_.assign(logits.begin(), logits.end());
+  if (!allowed.empty()) {
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    // Word at a time: a fully allowed or fully refused word of 32 tokens costs one test.
+    for (size_t w = 0; w * 32 < n; ++w) {
+      const uint32_t bits = w < allowed.size() ? allowed[w] : 0;
+      if (bits == ~uint32_t{0}) continue;
+      const size_t end = std::min(n, w * 32 + 32);
+      for (size_t i = w * 32; i < end; ++i)
+        if (!((bits >> (i - w * 32)) & 1)) work_[i] = kNegInf;
+    }
+  }
   apply_penalties(work_);
   const float* l = work_.data();
   const bool greedy = !(params_.temperature > 0.0f) || params_.top_k == 1;
@@ -77,6 +96,9 @@ SampleResult Sampler::sample(std::span<const float> logits) {
   } else {
     cand_.resize(n);
     std::iota(cand_.begin(), cand_.end(), 0);
+    // Constrained: only allowed tokens are candidates (the draw's fallback,
+    // cand_.back(), must be one of them too).
+    if (!allowed.empty()) std::erase_if(cand_, [&](int32_t id) { return std::isinf(l[id]) && l[id] < 0; });
     bool sorted = false;
     if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
       const auto k = static_cast<size_t>(params_.top_k);

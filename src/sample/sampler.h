@@ -29,7 +29,12 @@ class Sampler {
 
   // Picks the next token from logits [n_vocab] (not modified) and records it as
   // generated. Precondition: logits non-empty.
-  SampleResult sample(std::span<const float> logits);
+  // allowed: a constraint's token mask (bit t % 32 of word t / 32 set = token t
+  // may be picked; tokens past the mask are not allowed); empty = no constraint.
+  // Disallowed tokens get -inf before penalties, so every stage (greedy, top-k,
+  // top-p, min-p, the draw, logprobs) sees only the allowed ones.
+  // Precondition: the mask allows at least one token of the logits.
+  SampleResult sample(std::span<const float> logits, std::span<const uint32_t> allowed = {});
   // Records a token produced elsewhere (e.g. forced) for the penalties.
   void accept(int32_t token);
 
@@ -53,5 +58,7 @@ class Sampler {
 
 // Argmax with ties broken towards the lowest id. Precondition: non-empty.
 int32_t argmax(std::span<const float> logits);
+// Does the mask allow any of the first n tokens?
+bool mask_allows_any(std::span<const uint32_t> allowed, size_t n);
 
 }  // namespace pagoda::sample

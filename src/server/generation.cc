@@ -6,6 +6,71 @@
 
 namespace pagoda::server {
 
+namespace {
+
+// OpenAI's message.tool_calls entry.
+json tool_call_json(const ToolCall& c, const std::string& id) {
+  return json{{"id", id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
+}
+
+// Streamed arguments go out in fragments of this many bytes (cut at UTF-8
+// character starts), the way OpenAI streams them.
+constexpr size_t kArgumentFragment = 32;
+
+}  // namespace
+
+std::string Generation::call_id(size_t ci, size_t k) const {
+  // The response id is random per request: call ids are unique per response.
+  const std::string& id = s_.meta.id;
+  return "call_" + id.substr(id.find('-') + 1) + "_" + std::to_string(ci) + "_" + std::to_string(k);
+}
+
+bool Generation::stream_tool_event(size_t ci, const engine::TokenEvent& ev) {
+  Choice& c = choices_[ci];
+  if (!c.holding) return false;
+  c.held += ev.text;
+  c.held_logprobs.insert(c.held_logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+  const Endpoint ep = s_.meta.endpoint;
+  auto send = [&](json delta, json finish) {
+    json choice = json{{"index", ci}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", finish}};
+    res_->write(sse(chunk_json(s_.meta, json::array({std::move(choice)}))));
+  };
+  if (ev.finish == engine::FinishReason::kNone && may_be_tool_call(c.held)) return true;
+  c.holding = false;
+  ToolParse tp;
+  if (ev.finish != engine::FinishReason::kNone) tp = parse_tool_calls(c.held, s_.tool_names);
+  if (tp.calls.empty()) {
+    // Plain content after all: send what was held as one content delta.
+    json lp = c.held_logprobs.empty() ? json() : logprobs_json(ep, text_.tokenizer(), c.held_logprobs, 0);
+    res_->write(sse(chunk_json(s_.meta, json::array({stream_choice_json(ep, ci, c.held, !c.first_sent,
+                                                                        std::move(lp), ev.finish)}))));
+  } else {
+    // OpenAI's shape: per call, {index, id, type, function{name, arguments: ""}},
+    // then argument fragments {index, function{arguments}}; then the finish.
+    json first = json{{"role", "assistant"}, {"content", tp.content.empty() ? json() : json(tp.content)}};
+    send(first, nullptr);
+    for (size_t k = 0; k < tp.calls.size(); ++k) {
+      const ToolCall& call = tp.calls[k];
+      send(json{{"tool_calls", json::array({json{{"index", k}, {"id", call_id(ci, k)}, {"type", "function"},
+                                                 {"function", {{"name", call.name}, {"arguments", ""}}}}})}},
+           nullptr);
+      for (size_t off = 0; off < call.arguments.size();) {
+        size_t end = std::min(call.arguments.size(), off + kArgumentFragment);
+        while (end < call.arguments.size() && (static_cast<unsigned char>(call.arguments[end]) & 0xC0) == 0x80) ++end;
+        send(json{{"tool_calls",
+                   json::array({json{{"index", k}, {"function", {{"arguments", call.arguments.substr(off, end - off)}}}}})}},
+             nullptr);
+        off = end;
+      }
+    }
+    send(json::object(), "tool_calls");
+  }
+  c.first_sent = true;
+  c.held.clear();
+  c.held_logprobs.clear();
+  return true;
+}
+
 Generation::Generation(GenerationSetup setup, const TextCodec& text, Metrics& metrics, std::shared_ptr<Responder> res)
     : s_(std::move(setup)), text_(text), metrics_(metrics), res_(std::move(res)) {
   choices_.resize(s_.prompt_lens.size() * static_cast<size_t>(s_.n));
@@ -61,7 +126,7 @@ void Generation::on_event(size_t prompt, const engine::TokenEvent& ev) {
   if (ev.index == 0 && ev.num_cached_tokens > 0 && c.num_tokens == 0) cached_tokens_ += ev.num_cached_tokens;
   const size_t text_off0 = c.text.size();
   if (s_.stream) {
-    stream_event(prompt, ci, ev, text_off0);
+    if (s_.tool_names.empty() || !stream_tool_event(ci, ev)) stream_event(prompt, ci, ev, text_off0);
     // Streamed output is not kept: only the token count matters for usage.
     c.num_tokens += static_cast<int64_t>(ev.tokens.size());
   } else {
@@ -123,6 +188,16 @@ void Generation::finish_all() {
     json lp = ch.logprobs.empty() ? json() : logprobs_json(ep, text_.tokenizer(), ch.logprobs, 0);
     std::string text = ep == Endpoint::kCompletions && s_.echo ? s_.echo_text[prompt] + ch.text : ch.text;
     json choice = final_choice_json(ep, i, text, std::move(lp), ch.finish);
+    if (!s_.tool_names.empty() && ep == Endpoint::kChat) {
+      ToolParse tp = parse_tool_calls(ch.text, s_.tool_names);
+      if (!tp.calls.empty()) {
+        json calls = json::array();
+        for (size_t k = 0; k < tp.calls.size(); ++k) calls.push_back(tool_call_json(tp.calls[k], call_id(i, k)));
+        choice["message"]["content"] = tp.content.empty() ? json() : json(tp.content);
+        choice["message"]["tool_calls"] = std::move(calls);
+        choice["finish_reason"] = "tool_calls";
+      }
+    }
     if (s_.return_token_ids) {
       if (ep == Endpoint::kCompletions) choice["prompt_token_ids"] = s_.prompt_ids[prompt];
       choice["token_ids"] = ch.tokens;

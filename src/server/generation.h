@@ -26,6 +26,10 @@ struct GenerationSetup {
   std::vector<std::string> echo_text;             // per prompt (completions with echo)
   std::vector<int32_t> prompt_lens;               // per prompt
   std::vector<std::vector<int32_t>> prompt_ids;   // per prompt, only with return_token_ids
+  // Chat with tools (tool_choice auto, required or named): the declared function
+  // names. Calls in the output become `tool_calls` (finish_reason "tool_calls");
+  // streaming holds back text that may still become a call.
+  std::vector<std::string> tool_names;
 };
 
 class Generation {
@@ -49,7 +53,15 @@ class Generation {
     int64_t num_tokens = 0;
     engine::FinishReason finish = engine::FinishReason::kNone;
     bool first_sent = false;
+    // Streaming with tools: output held back while it may be a tool call.
+    bool holding = true;
+    std::string held;
+    std::vector<engine::TokenLogprob> held_logprobs;
   };
+  // Streaming with tools: holds or releases the event's text; true when the
+  // event was fully handled here.
+  bool stream_tool_event(size_t ci, const engine::TokenEvent& ev);
+  std::string call_id(size_t ci, size_t k) const;
   void fail(const ApiError& e);          // mu_ held
   void stream_event(size_t prompt, size_t ci, const engine::TokenEvent& ev, size_t text_off0);
   void finish_all();                     // mu_ held, every choice done

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "grammar/json_text.h"
 #include "tok/tokenizer.h"
 
 namespace pagoda::server {
@@ -117,6 +118,23 @@ std::optional<ApiError> parse_messages(const json& j, std::vector<ChatMessage>* 
     } else {
       return bad("message 'content' must be a string or an array of text parts", "messages");
     }
+    if (auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null()) {
+      if (!tc->is_array()) return bad("message 'tool_calls' must be a list", "messages");
+      msg.tool_calls = nlohmann::ordered_json::parse(tc->dump());
+      // Templates read function.arguments as a mapping (HF passes dicts); the API
+      // sends a JSON string: give the template the object it encodes.
+      for (auto& call : msg.tool_calls) {
+        if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+          return bad("each message tool call must be {\"type\": \"function\", \"function\": {...}}", "messages");
+        auto& args = call["function"]["arguments"];
+        if (args.is_string()) {
+          auto obj = nlohmann::ordered_json::parse(args.get<std::string>(), nullptr, false);
+          if (!obj.is_discarded() && obj.is_object()) args = std::move(obj);
+        }
+      }
+    }
+    if (auto id = m.find("tool_call_id"); id != m.end() && id->is_string()) msg.tool_call_id = id->get<std::string>();
+    if (auto nm = m.find("name"); nm != m.end() && nm->is_string()) msg.name = nm->get<std::string>();
     out->push_back(std::move(msg));
   }
   return std::nullopt;
@@ -138,20 +156,7 @@ std::string error_body(const ApiError& e) {
 }
 
 bool json_too_deep(const std::string& body, int max_depth) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : body) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') in_string = true;
-    else if (c == '[' || c == '{') { if (++depth > max_depth) return true; }
-    else if (c == ']' || c == '}') --depth;
-  }
-  return false;
+  return grammar::json_nesting_depth(body, max_depth) > max_depth;
 }
 
 namespace {
@@ -300,6 +305,7 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, const std::stri
                    std::to_string(num_prompts * p.n) + " choices; the limit is " + std::to_string(limits.max_choices),
                "n");
   if (p.max_tokens > 0) PAGODA_API_TRY(check_output_cost(static_cast<size_t>(num_prompts), p, p.max_tokens, limits));
+  PAGODA_API_TRY(parse_output_constraint(j, ep == Endpoint::kChat, body, &r.constraint));
   if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) return bad("'stream_options' must be an object", "stream_options");
     if (!r.stream) return bad("'stream_options' is only allowed when 'stream' is true", "stream_options");

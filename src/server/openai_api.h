@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "server/structured.h"
 #include "tok/chat_template.h"
 
 namespace pagoda::tok { class Tokenizer; }
@@ -66,6 +67,7 @@ struct ParsedRequest {
   bool chat_logprobs = false;                      // chat: logprobs=true
   bool return_token_ids = false;                   // vLLM extension: "token_ids" / "prompt_token_ids" in choices
   engine::RequestParams params;                    // sampling; prompt filled in later
+  OutputConstraint constraint;                     // structured output / tools (compiled by the server)
 };
 
 // Parses and validates a body for the endpoint. Does not tokenize.

@@ -3,11 +3,14 @@
 #include <atomic>
 #include <cstdio>
 #include <ctime>
+#include <mutex>
 #include <optional>
+#include <variant>
 
 #include "base/log.h"
 #include "base/rng.h"
 #include "base/timer.h"
+#include "grammar/cache.h"
 #include "server/async_engine.h"
 #include "server/generation.h"
 #include "server/metrics.h"
@@ -85,6 +88,11 @@ struct Server::Impl {
   std::unique_ptr<HttpServer> http;
   std::unique_ptr<AsyncEngine> engine;
   std::unique_ptr<WorkerPool> workers;
+  // Built on the first constrained request (a vocabulary trie: unconstrained
+  // serving never pays for it).
+  std::once_flag grammars_once;
+  std::unique_ptr<grammar::GrammarCache> grammars;
+  std::string grammars_error;
 
   void handle(HttpRequest req, std::shared_ptr<Responder> res);
   void send_error(Responder& res, const ApiError& e) {
@@ -96,6 +104,8 @@ struct Server::Impl {
   // nullopt: authorized (the matched key in *key, "" without auth); else the error.
   std::optional<ApiError> authorize(const HttpRequest& req, std::string* key) const;
   void handle_generate(Endpoint ep, const HttpRequest& req, const std::string& key, std::shared_ptr<Responder> res);
+  // The compiled grammar of a request's constraint (nullptr when unconstrained).
+  std::variant<std::shared_ptr<const grammar::CompiledGrammar>, ApiError> constraint_grammar(ParsedRequest& r);
   void handle_tokenize(const HttpRequest& req, Responder& res);
   void handle_detokenize(const HttpRequest& req, Responder& res);
 };
@@ -119,6 +129,38 @@ std::optional<ApiError> Server::Impl::authorize(const HttpRequest& req, std::str
 
 // ---- Generation (worker thread) -------------------------------------------------
 
+std::variant<std::shared_ptr<const grammar::CompiledGrammar>, ApiError> Server::Impl::constraint_grammar(
+    ParsedRequest& r) {
+  grammar::ConstraintSpec spec = r.constraint.spec;
+  const ToolSetup& tools = r.constraint.tools;
+  const bool forced_call = tools.choice == ToolChoice::kRequired || tools.choice == ToolChoice::kNamed;
+  if (forced_call) spec = tool_call_spec(tools, text->tool_syntax());
+  if (spec.empty()) return std::shared_ptr<const grammar::CompiledGrammar>();
+  std::call_once(grammars_once, [this] {
+    auto ti = grammar::TokenIndex::from_tokenizer(text->tokenizer());
+    if (!ti.ok()) {
+      grammars_error = ti.message();
+      return;
+    }
+    grammars = std::make_unique<grammar::GrammarCache>(std::move(ti).value(), cfg.grammar_limits,
+                                                       static_cast<size_t>(std::max(1, cfg.grammar_cache_size)));
+  });
+  if (!grammars)
+    return ApiError{400, "structured output is not available for this vocabulary: " + grammars_error,
+                    "invalid_request_error", "response_format", "invalid_value"};
+  auto cg = grammars->get(spec);
+  if (!cg.ok()) {
+    // The message names the schema path ("#/properties/age/minimum: ...") or the limit.
+    const char* field = forced_call                                             ? "tools"
+                        : spec.kind == grammar::ConstraintKind::kRegex          ? "guided_regex"
+                        : spec.kind == grammar::ConstraintKind::kChoice         ? "guided_choice"
+                                                                                : "response_format";
+    return ApiError{400, std::string(forced_call ? "tool call schema: " : "invalid output constraint: ") + cg.message(),
+                    "invalid_request_error", field, "invalid_value"};
+  }
+  return std::move(cg).value();
+}
+
 void Server::Impl::handle_generate(Endpoint ep, const HttpRequest& req, const std::string& key,
                                    std::shared_ptr<Responder> res) {
   auto parsed = parse_request(ep, req.body, cfg.limits);
@@ -133,7 +175,7 @@ void Server::Impl::handle_generate(Endpoint ep, const HttpRequest& req, const st
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> echo_text;
   if (ep == Endpoint::kChat) {
-    auto ids = text->encode_chat(r.messages, cfg.parse_special_in_prompts);
+    auto ids = text->encode_chat(r.messages, cfg.parse_special_in_prompts, r.constraint.tools.tools);
     if (!ids.ok()) return send_error(*res, ApiError{400, ids.message(), "invalid_request_error", "messages", ""});
     prompts.push_back(std::move(ids).value());
   } else if (r.prompt_is_tokens) {
@@ -145,6 +187,11 @@ void Server::Impl::handle_generate(Endpoint ep, const HttpRequest& req, const st
       prompts.push_back(text->encode_prompt(t, /*add_special=*/true, cfg.parse_special_in_prompts));
       if (r.echo) echo_text.push_back(std::move(t));
     }
+  }
+  {
+    auto g = constraint_grammar(r);
+    if (auto* e = std::get_if<ApiError>(&g)) return send_error(*res, *e);
+    r.params.grammar = std::get<0>(std::move(g));
   }
   if (r.params.max_tokens < 0) {
     // Chat without a limit runs to the context end (at least 1, so a too-long prompt
@@ -169,6 +216,7 @@ void Server::Impl::handle_generate(Endpoint ep, const HttpRequest& req, const st
   gs.echo = r.echo;
   gs.return_token_ids = r.return_token_ids;
   gs.n = r.params.n;
+  if (r.constraint.tools.active()) gs.tool_names = r.constraint.tools.names;
   gs.echo_text = std::move(echo_text);
   for (auto& p : prompts) gs.prompt_lens.push_back(static_cast<int32_t>(std::min<size_t>(p.size(), INT32_MAX)));
   if (gs.return_token_ids) gs.prompt_ids = prompts;  // the prompts themselves move into the engine

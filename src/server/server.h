@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "grammar/grammar.h"
 #include "server/http.h"
 #include "server/openai_api.h"
 
@@ -28,6 +29,11 @@ struct ServerConfig {
   int worker_threads = 2;         // parsing / tokenizing threads
   int worker_queue = 64;          // jobs waiting for a worker beyond this -> 503
   RequestLimits limits;
+  // Structured outputs: limits on what one constraint may compile to (hostile
+  // schemas and regexes fail with a 400 naming the limit), and how many distinct
+  // compiled constraints (with their learned token masks) are kept.
+  grammar::GrammarOptions grammar_limits;
+  int grammar_cache_size = 64;
 };
 
 class Server {

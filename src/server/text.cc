@@ -9,6 +9,7 @@ Expected<std::unique_ptr<TextCodec>> TextCodec::create(const tok::Tokenizer& sou
   PAGODA_ASSIGN_OR_RETURN(c->tok_, tok::Tokenizer::create(source.vocab()));
   auto tmpl = chat_template.empty() ? tok::ChatTemplate::from_tokenizer(*c->tok_)
                                     : tok::ChatTemplate::from_source(*c->tok_, chat_template);
+  c->tool_syntax_ = detect_tool_syntax(chat_template.empty() ? c->tok_->chat_template() : chat_template);
   if (tmpl.ok()) {
     c->template_.emplace(std::move(tmpl).value());
   } else {
@@ -24,9 +25,12 @@ std::vector<int32_t> TextCodec::encode_prompt(const std::string& text, bool add_
 }
 
 Expected<std::vector<int32_t>> TextCodec::encode_chat(const std::vector<tok::ChatMessage>& messages,
-                                                      bool parse_special_in_content) const {
+                                                      bool parse_special_in_content,
+                                                      const nlohmann::ordered_json& tools) const {
   if (!template_) return make_error("this model has no usable chat template: " + template_error_);
-  PAGODA_ASSIGN_OR_RETURN(tok::RenderedPrompt p, template_->render_prompt(messages, tok::ChatRenderOptions{}));
+  tok::ChatRenderOptions opts;
+  opts.tools = tools;
+  PAGODA_ASSIGN_OR_RETURN(tok::RenderedPrompt p, template_->render_prompt(messages, opts));
   // The template's markers are control tokens; content spans are plain text unless asked.
   if (parse_special_in_content) p.content_spans.clear();
   return tok::encode_prompt(*tok_, p);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "server/structured.h"
 #include "tok/chat_template.h"
 
 namespace pagoda::tok { class Tokenizer; }
@@ -34,8 +35,12 @@ class TextCodec {
   // template's own markers are special tokens. parse_special_in_content: whether
   // control-token text inside message content is too (off: the rendered prompt's
   // content spans are tokenized as plain text, so a user cannot forge a turn).
+  // tools: the request's `tools` list, passed to the template (null: none).
   Expected<std::vector<int32_t>> encode_chat(const std::vector<tok::ChatMessage>& messages,
-                                             bool parse_special_in_content) const;
+                                             bool parse_special_in_content,
+                                             const nlohmann::ordered_json& tools = nullptr) const;
+  // How this model writes tool calls (from its chat template's text).
+  ToolSyntax tool_syntax() const { return tool_syntax_; }
   std::string decode(const std::vector<int32_t>& ids) const;
   // Whether chat works, and why not ("" when it does).
   bool has_chat_template() const { return template_.has_value(); }
@@ -46,6 +51,7 @@ class TextCodec {
   std::unique_ptr<tok::Tokenizer> tok_;
   std::optional<tok::ChatTemplate> template_;
   std::string template_error_;  // why template_ is empty
+  ToolSyntax tool_syntax_ = ToolSyntax::kJson;
 };
 
 }  // namespace pagoda::server

@@ -168,3 +168,78 @@ TEST(Sampler, LogprobsAreLogSoftmaxOfProcessedLogits) {
   EXPECT_NEAR(u.logprob, (u.token == 1 ? 2.0 : 0.0) - z2, 1e-5);
   EXPECT_TRUE(u.top.empty());
 }
+
+// ---- token masks (structured output, issue 18) ---------------------------------
+
+namespace {
+std::vector<uint32_t> mask_of(std::initializer_list<int> allowed, size_t n) {
+  std::vector<uint32_t> m((n + 31) / 32, 0);
+  for (int t : allowed) m[static_cast<size_t>(t) / 32] |= 1u << (t % 32);
+  return m;
+}
+}  // namespace
+
+TEST(SamplerMask, GreedyPicksTheBestAllowedToken) {
+  Sampler s(greedy());
+  const std::vector<float> l = {0.1f, 3.0f, -2.0f, 2.0f, 1.5f};
+  EXPECT_EQ(s.sample(l, mask_of({0, 2, 4}, 5)).token, 4);
+  EXPECT_EQ(s.sample(l, mask_of({2}, 5)).token, 2);
+  EXPECT_EQ(s.sample(l).token, 1);  // no mask: unconstrained
+}
+
+TEST(SamplerMask, DrawsOnlyAllowedTokensWithRenormalizedOdds) {
+  SamplingParams p;
+  p.seed = 11;
+  Sampler s(p);
+  // 40 tokens (two mask words); allowed 3 (p .2) and 33 (p .1): 2:1 odds.
+  std::vector<double> probs(40, 0.7 / 38);
+  probs[3] = 0.2;
+  probs[33] = 0.1;
+  const auto l = log_probs(probs);
+  const auto m = mask_of({3, 33}, 40);
+  std::vector<int> h(40, 0);
+  for (int i = 0; i < 3000; ++i) ++h[static_cast<size_t>(s.sample(l, m).token)];
+  EXPECT_EQ(h[3] + h[33], 3000);
+  EXPECT_NEAR(h[3] / 3000.0, 2.0 / 3.0, 0.03);
+}
+
+TEST(SamplerMask, TruncationAndPenaltiesSeeOnlyAllowedTokens) {
+  SamplingParams p;
+  p.top_k = 1;  // greedy through top-k 1: the best ALLOWED token, not the best token
+  p.seed = 1;
+  p.repetition_penalty = 2.0f;
+  Sampler s(p, std::vector<int32_t>{4});  // token 4 seen in the prompt: 4.0 -> 2.0
+  EXPECT_EQ(s.sample(std::vector<float>{9.0f, 1.0f, 0.0f, 3.0f, 4.0f}, mask_of({1, 3, 4}, 5)).token, 3);
+  SamplingParams q;
+  q.top_p = 0.5f;
+  q.min_p = 0.2f;
+  q.seed = 5;
+  q.logprobs = true;
+  q.top_logprobs = 2;
+  Sampler t(q);
+  for (int i = 0; i < 200; ++i) {
+    const auto r = t.sample(std::vector<float>{5.0f, 0.0f, 0.0f, 5.0f, 1.0f}, mask_of({1, 2}, 5));
+    EXPECT_TRUE(r.token == 1 || r.token == 2) << r.token;
+    EXPECT_NEAR(r.logprob, std::log(0.5f), 1e-5f);  // renormalized over the two allowed
+  }
+}
+
+TEST(SamplerMask, UnmaskedSamplingIsUnchangedByAnAllOnesMask) {
+  SamplingParams p;
+  p.seed = 99;
+  p.top_k = 30;
+  p.top_p = 0.9f;
+  Sampler a(p), b(p);
+  std::vector<float> l(64);
+  for (size_t i = 0; i < l.size(); ++i) l[i] = std::sin(static_cast<float>(i) * 0.7f) * 3.0f;
+  const std::vector<uint32_t> all(2, ~0u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(a.sample(l).token, b.sample(l, all).token);
+}
+
+TEST(SamplerMask, AllowsAny) {
+  EXPECT_FALSE(mask_allows_any(mask_of({}, 40), 40));
+  EXPECT_TRUE(mask_allows_any(mask_of({39}, 40), 40));
+  EXPECT_FALSE(mask_allows_any(mask_of({39}, 40), 39));  // past the logits
+  EXPECT_TRUE(mask_allows_any(mask_of({0}, 40), 1));
+  EXPECT_FALSE(mask_allows_any({}, 10));
+}

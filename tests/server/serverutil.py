@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+import unittest
 
 
 class PagodaServer:
@@ -84,6 +85,20 @@ class OneServerPerClass:
     @classmethod
     def tearDownClass(cls):
         cls.srv.__exit__(None, None, None)
+
+
+class ServerTestCase(OneServerPerClass, unittest.TestCase):
+    """One `pagoda serve` (cls.srv) and an `openai` client on it (cls.client), shared
+    by the tests of a class. Subclasses set SERVER = (binary, model, [args]) and may
+    set CLIENT_TIMEOUT (seconds)."""
+    CLIENT_TIMEOUT = 120
+
+    @classmethod
+    def setUpClass(cls):
+        import openai
+        super().setUpClass()
+        cls.client = openai.OpenAI(base_url=cls.srv.url + "/v1", api_key="none", max_retries=0,
+                                   timeout=cls.CLIENT_TIMEOUT)
 
 
 def raw_exchange(port, data, half_close=False, timeout=60):

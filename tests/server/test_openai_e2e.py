@@ -15,7 +15,7 @@ import urllib.request
 import openai
 
 sys.path.insert(0, os.path.dirname(__file__))
-from serverutil import PagodaServer  # noqa: E402
+from serverutil import PagodaServer, ServerTestCase  # noqa: E402
 
 BINARY, DATA, SMOL = sys.argv[1], sys.argv[2], sys.argv[3]
 STORIES = os.path.join(DATA, "stories260K.gguf")
@@ -36,15 +36,8 @@ def sse_events(url, body, timeout=120):
     return [json.loads(d) for d in data[:-1]]
 
 
-class StoriesCompletions(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = PagodaServer(BINARY, STORIES, ["--served-model-name", "stories", "--num-kv-blocks", "256"]).__enter__()
-        cls.client = openai.OpenAI(base_url=cls.srv.url + "/v1", api_key="none", max_retries=0, timeout=120)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.__exit__(None, None, None)
+class StoriesCompletions(ServerTestCase):
+    SERVER = (BINARY, STORIES, ["--served-model-name", "stories", "--num-kv-blocks", "256"])
 
     def test_models(self):
         models = self.client.models.list()
@@ -182,16 +175,9 @@ class StoriesChatTemplate(unittest.TestCase):
 
 
 @unittest.skipUnless(os.path.exists(SMOL), "default model not fetched (scripts/setup)")
-class SmolChat(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = PagodaServer(BINARY, SMOL, ["--served-model-name", "smol", "--kv-cache-memory", "64MiB",
-                                              "-c", "2048"]).__enter__()
-        cls.client = openai.OpenAI(base_url=cls.srv.url + "/v1", api_key="none", max_retries=0, timeout=300)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.__exit__(None, None, None)
+class SmolChat(ServerTestCase):
+    SERVER = (BINARY, SMOL, ["--served-model-name", "smol", "--kv-cache-memory", "64MiB", "-c", "2048"])
+    CLIENT_TIMEOUT = 300
 
     def test_chat_matches_completion_of_rendered_template(self):
         msgs = [{"role": "user", "content": "What is the capital of France?"}]

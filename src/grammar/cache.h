@@ -1,0 +1,70 @@
+// Constraint specs and the cache of their compiled grammars (issue 18).
+//
+// A server sees the same response_format schema on request after request; the
+// grammar (and, more expensive, the per-context token masks CompiledGrammar
+// learns while decoding) is built once per distinct constraint and shared by
+// every request and sequence using it. The key is the constraint's canonical
+// text: a schema is re-serialized compactly with its key order kept (property
+// order is part of the output language), so whitespace differences hit.
+//
+// Thread-safe: get() may run on any number of threads. Two threads missing on
+// the same key at once both compile; the first insert wins, both results work.
+#pragma once
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+#include "grammar/token_index.h"
+
+namespace pagoda::grammar {
+
+enum class ConstraintKind : uint8_t { kNone, kJsonSchema, kJsonObject, kRegex, kChoice };
+
+struct ConstraintSpec {
+  ConstraintKind kind = ConstraintKind::kNone;
+  std::string text;                  // schema JSON (kJsonSchema) or regex (kRegex)
+  std::vector<std::string> choices;  // kChoice
+  // kJsonSchema: literal text around the value (a tool call's markup).
+  std::string prefix, suffix;
+  bool empty() const { return kind == ConstraintKind::kNone; }
+};
+
+// Compiles a spec without a vocabulary (errors name the schema path or the limit).
+Expected<std::shared_ptr<const Grammar>> compile_constraint(const ConstraintSpec& spec, const GrammarOptions& opts);
+
+class GrammarCache {
+ public:
+  // capacity: distinct constraints kept (least recently used dropped first).
+  GrammarCache(std::shared_ptr<const TokenIndex> index, GrammarOptions opts, size_t capacity = 64);
+
+  Expected<std::shared_ptr<const CompiledGrammar>> get(const ConstraintSpec& spec);
+  const TokenIndex& index() const { return *index_; }
+  size_t size() const;
+  uint64_t hits() const;
+  uint64_t misses() const;
+
+  // The cache key (exposed for tests): kind, canonical text, frame.
+  static std::string key_of(const ConstraintSpec& spec);
+
+ private:
+  std::shared_ptr<const TokenIndex> index_;
+  GrammarOptions opts_;
+  size_t capacity_;
+  mutable std::mutex mu_;
+  std::list<std::string> lru_;  // most recent first
+  struct Slot {
+    std::shared_ptr<const CompiledGrammar> grammar;
+    std::list<std::string>::iterator pos;
+  };
+  std::unordered_map<std::string, Slot> map_;
+  uint64_t hits_ = 0, misses_ = 0;
+};
+
+}  // namespace pagoda::grammar
