@@ -341,12 +341,11 @@ void EngineImpl::fill_masks(const sched::StepPlan& plan, const runtime::StepLogi
   if (todo.size() < 2) return;  // one choice: sample_choice fills it, no thread start-up
   const auto t0 = std::chrono::steady_clock::now();
   const int n = static_cast<int>(todo.size());
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int i = 0; i < n; ++i) {
+  kernels::parallel_for(n, [&](int64_t i) {
     Choice* ch = todo[static_cast<size_t>(i)];
     ch->matcher->fill_mask(ch->mask);
     ch->mask_ready = true;
-  }
+  });
   grammar_mask_ns_total_ +=
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
 }

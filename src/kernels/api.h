@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "base/ggml_types.h"
 #include "base/kv_dtype.h"
@@ -142,6 +143,15 @@ inline double rope_yarn(double& theta, int32_t i, const RopeScaling& s) {
 // CPUs the process may run on.
 void set_num_threads(int n);
 int num_threads();
+// Host work between kernel calls (e.g. the engine's per-choice grammar masks):
+// call(ctx, i) once for every i in [0, n_items), on the same pool and threads as
+// the kernels, so no second team of threads competes with them for the cores.
+void parallel_for(int64_t n_items, void (*call)(void* ctx, int64_t item), void* ctx);
+template <class F>
+void parallel_for(int64_t n_items, F&& fn) {
+  parallel_for(n_items, [](void* ctx, int64_t i) { (*static_cast<std::remove_reference_t<F>*>(ctx))(i); },
+               const_cast<void*>(static_cast<const void*>(&fn)));
+}
 
 // ---- Ops with a scalar oracle (ref::) and a fast version (cpu::) ---------------
 #define PAGODA_KERNEL_OPS                                                                       \

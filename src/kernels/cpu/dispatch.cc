@@ -13,6 +13,7 @@
 #include "base/check.h"
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/kquant.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace pagoda::kernels {
@@ -68,6 +69,10 @@ std::atomic<int>& thread_state() {
 
 void set_num_threads(int n) { thread_state().store(n < 1 ? 1 : n); }
 int num_threads() { return thread_state().load(); }
+
+void parallel_for(int64_t n_items, void (*call)(void* ctx, int64_t item), void* ctx) {
+  cpu::detail::parallel_for_impl(n_items, num_threads(), call, ctx);
+}
 
 namespace cpu {
 
