@@ -226,4 +226,6 @@ void parallel_shares_impl(int nth, void (*call)(void* ctx), void* ctx) {
 
 int pool_workers() { return pool().workers(); }
 
+int active_shares() { return t_shares; }
+
 }  // namespace pagoda::kernels::cpu::detail
