@@ -495,7 +495,11 @@ Expected<Dfa> compile_regex(std::string_view re, const GrammarOptions& opts, boo
 
   Nfa nfa;
   nfa.limit = opts.max_regex_states * 8;
-  auto [start, final_state] = nfa.build(nodes, root);
+  // Plain variables, not a structured binding: the lambdas below capture
+  // final_state, which clang before 16 refuses for a binding (the fuzz build).
+  const auto built = nfa.build(nodes, root);
+  const auto start = built.first;
+  const auto final_state = built.second;
   if (nfa.overflow)
     return errorf("regex: too large, NFA over %zu states (8 x max_regex_states=%zu)", nfa.limit,
                   opts.max_regex_states);
