@@ -25,12 +25,10 @@ import subprocess
 import sys
 import tempfile
 import unittest
-import urllib.error
-import urllib.request
 
 BINARY, REPO = sys.argv[1], sys.argv[2]
 sys.path.insert(0, os.path.join(REPO, "tests", "server"))
-from serverutil import PagodaServer  # noqa: E402
+from serverutil import PagodaServer, post_json as post  # noqa: E402
 
 GEMMA = os.environ.get("PAGODA_GEMMA3", os.path.join(REPO, "models", "gemma-3-270m-q4_k_m.gguf"))
 GEMMA_TEMPLATES = glob.glob(
@@ -64,16 +62,6 @@ FAMILIES = {
         "<|user|>\nname a color<|end|>\n<|assistant|>\n",
         ["<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]),
 }
-
-
-def post(url, body, timeout=300):
-    """(status, parsed JSON body) of a POST; HTTP errors are returned, not raised."""
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
 
 
 class ChatChecks:

@@ -1,4 +1,5 @@
 """Start and stop a real `pagoda serve` on a free loopback port for tests/benchmarks."""
+import json
 import os
 import re
 import socket
@@ -7,6 +8,8 @@ import sys
 import threading
 import time
 import unittest
+import urllib.error
+import urllib.request
 
 
 class PagodaServer:
@@ -115,3 +118,13 @@ def raw_exchange(port, data, half_close=False, timeout=60):
         out += chunk
     s.close()
     return out
+
+
+def post_json(url, body, timeout=300):
+    """(status, parsed JSON body) of a POST; HTTP errors are returned, not raised."""
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())

@@ -15,8 +15,6 @@ import os
 import sys
 import time
 import unittest
-import urllib.error
-import urllib.request
 
 try:
     import jsonschema
@@ -26,7 +24,7 @@ except ImportError as e:  # scripts/setup installs both
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(__file__))
-from serverutil import ServerTestCase  # noqa: E402
+from serverutil import ServerTestCase, post_json as post  # noqa: E402
 from structured_schemas import SCHEMAS  # noqa: E402
 
 BINARY, SMOL = sys.argv[1], sys.argv[2]
@@ -37,16 +35,6 @@ if not os.path.exists(SMOL):
 
 MAX_TOKENS = 160
 PROMPT = "Reply with one JSON value that fits this JSON schema, and nothing else.\nSchema: "
-
-
-def post(url, body, timeout=60):
-    """(status, parsed JSON body) of a POST; HTTP errors are returned, not raised."""
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
 
 
 class Structured(ServerTestCase):
