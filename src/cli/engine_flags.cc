@@ -109,6 +109,21 @@ bool Args::optional_value(const std::string& name, const std::string& alias, con
   return false;
 }
 
+std::vector<std::string> Args::values(const std::string& name) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < a_.size(); ++i) {
+    if (used_[i]) continue;
+    if (a_[i] == name && i + 1 < a_.size()) {
+      used_[i] = used_[i + 1] = true;
+      out.push_back(a_[++i]);
+    } else if (a_[i].rfind(name + "=", 0) == 0) {
+      used_[i] = true;
+      out.push_back(a_[i].substr(name.size() + 1));
+    }
+  }
+  return out;
+}
+
 std::vector<std::string> Args::positionals() {
   std::vector<std::string> out;
   for (size_t i = 0; i < a_.size(); ++i) {
@@ -119,10 +134,11 @@ std::vector<std::string> Args::positionals() {
   return out;
 }
 
-std::string Args::leftover() const {
+std::string Args::leftover(bool flags_only) const {
   for (size_t i = 0; i < a_.size(); ++i) {
     if (used_[i]) continue;
     const std::string& s = a_[i];
+    if (flags_only && (s.size() < 2 || s[0] != '-')) continue;
     if (s.size() > 1 && s[0] == '-') {
       const std::string name = s.substr(0, s.find('='));
       // A known value flag given last, with nothing after it, is unused too.
@@ -210,7 +226,6 @@ std::string parse_log_flags(Args& args) {
   return "";
 }
 
-namespace {
 // vLLM's and llama.cpp's GPU flags: the ones without a CPU meaning are accepted
 // (copied launch commands work) and each says once that it changes nothing.
 std::string parse_gpu_flags(Args& args) {
@@ -252,6 +267,7 @@ std::string parse_gpu_flags(Args& args) {
   return "";
 }
 
+namespace {
 int64_t physical_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
@@ -259,6 +275,8 @@ int64_t physical_memory_bytes() {
 }  // namespace
 
 std::string finish_engine_flags(Args& args, engine::EngineConfig* cfg) {
+  // An unknown flag first: `--x 3` should name --x, not call 3 a second model.
+  if (std::string err = args.leftover(/*flags_only=*/true); !err.empty()) return err;
   const std::vector<std::string> pos = args.positionals();
   if (pos.size() > 1) return "unexpected argument '" + pos[1] + "' (one model path at most)";
   if (!pos.empty()) cfg->model_path = pos[0];
@@ -308,7 +326,8 @@ std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
     have_kv = true;
   }
   if (args.value("--kv-dtype", &v, "--kv-cache-dtype")) {
-    if (!parse_kv_dtype_name(v, &kv)) return "--kv-dtype must be f32, f16, bf16, q8_0 or auto, got '" + v + "'";
+    if (!parse_kv_dtype_name(v, &kv))
+      return "--kv-dtype/--kv-cache-dtype must be f32, f16, bf16, q8_0 or auto, got '" + v + "'";
     have_kv = true;
   }
   if (have_kv) cfg->kv_dtype = kv;

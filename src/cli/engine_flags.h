@@ -20,6 +20,8 @@ class Args {
   bool flag(const std::string& name, const std::string& alias = "");
   // Value of an option (or its PAGODA_* env var); empty if absent.
   bool value(const std::string& name, std::string* out, const std::string& alias = "");
+  // Every value of a repeatable option (--stop A --stop B), in order; none from the environment.
+  std::vector<std::string> values(const std::string& name);
   // A flag whose value is optional and one of `choices` (llama.cpp's `-fa [on|off|auto]`):
   // true when present; *out is the value, or "" when the flag came alone.
   bool optional_value(const std::string& name, const std::string& alias, const std::vector<std::string>& choices,
@@ -28,8 +30,8 @@ class Args {
   // every flag was read. They are consumed.
   std::vector<std::string> positionals();
   // Error text for anything not consumed ("unknown flag --x", "unexpected argument
-  // 'x'"); empty if all were used.
-  std::string leftover() const;
+  // 'x'"); empty if all were used. flags_only: only unconsumed '-' arguments count.
+  std::string leftover(bool flags_only = false) const;
   bool help() const { return help_; }
   bool version() const { return version_; }  // --version / -V
 
@@ -64,6 +66,8 @@ std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg);
 // serve MODEL`), the KV budget of --gpu-memory-utilization, and the leftover
 // check. Returns "" or an error message.
 std::string finish_engine_flags(Args& args, engine::EngineConfig* cfg);
+// vLLM's and llama.cpp's GPU-only flags (part of parse_engine_flags; `run` calls it alone).
+std::string parse_gpu_flags(Args& args);
 // --log-level debug|info|warn|error|off and -v/--verbose (debug). "" or an error.
 std::string parse_log_flags(Args& args);
 extern const char* kEngineFlagsHelp;
