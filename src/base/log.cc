@@ -1,4 +1,5 @@
 #include "base/log.h"
+#include "base/log_control.h"
 
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>

@@ -20,6 +20,7 @@
 
 #include "base/kv_dtype.h"
 #include "base/log.h"
+#include "base/log_control.h"
 #include "base/timer.h"
 #include "cli/cli_util.h"
 #include "cli/command.h"

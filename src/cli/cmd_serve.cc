@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "base/log.h"
+#include "base/log_control.h"
 #include "cli/cli_util.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"

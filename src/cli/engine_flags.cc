@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "base/log.h"
+#include "base/log_control.h"
 #include "cli/cli_util.h"
 #include "cli/command.h"
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "base/log.h"
+#include "base/log_control.h"
 #include "cli/command.h"
 
 namespace pagoda::cli {

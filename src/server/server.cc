@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "base/log.h"
+#include "base/log_control.h"
 #include "base/rng.h"
 #include "base/timer.h"
 #include "grammar/cache.h"
