@@ -136,11 +136,7 @@ std::string parse_args(int argc, char** argv, RunOptions* o, bool* help, bool* v
   int64_t iv = 0;
   o->chat = args.flag("--chat");
   if (args.value("--chat-template", &v) || args.value("--chat-template-file", &v)) {
-    std::ifstream f(v, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    if (!f) return "--chat-template: cannot read " + v;
-    o->chat_template = ss.str();
+    if (!read_file(v, &o->chat_template)) return "--chat-template: cannot read " + v;
     o->chat = true;
   }
   std::string schema, regex;
@@ -150,12 +146,8 @@ std::string parse_args(int argc, char** argv, RunOptions* o, bool* help, bool* v
     o->constraint.kind = grammar::ConstraintKind::kRegex;
     o->constraint.text = regex;
   } else if (have_schema) {
-    std::ifstream f(schema, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    if (!f) return "--json-schema: cannot read " + schema;
+    if (!read_file(schema, &o->constraint.text)) return "--json-schema: cannot read " + schema;
     o->constraint.kind = grammar::ConstraintKind::kJsonSchema;
-    o->constraint.text = ss.str();
   }
   o->json = args.flag("--json");
   o->no_kv_cache = args.flag("--no-kv-cache");

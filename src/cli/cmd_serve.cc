@@ -19,14 +19,6 @@
 namespace pagoda::cli {
 namespace {
 
-bool read_file(const std::string& path, std::string* out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return false;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  *out = ss.str();
-  return true;
-}
 
 // The handler only sets this flag (a lock-free atomic store is async-signal-safe);
 // a watcher thread polls it and stops the server outside signal context.

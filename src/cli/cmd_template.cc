@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 
+#include "cli/cli_util.h"
 #include "cli/command.h"
 #include "gguf/gguf.h"
 #include "tok/chat_template.h"
@@ -33,14 +34,6 @@ int fail(const std::string& msg) {
   return 1;
 }
 
-bool read_file(const std::string& path, std::string* out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return false;
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  *out = ss.str();
-  return true;
-}
 
 Expected<nlohmann::ordered_json> read_json(const std::string& path) {
   std::string text;

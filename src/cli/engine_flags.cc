@@ -52,53 +52,40 @@ bool Args::flag(const std::string& name, const std::string& alias) {
 }
 
 bool Args::value(const std::string& name, std::string* out, const std::string& alias) {
-  bool found = false;
-  for (size_t i = 0; i < a_.size(); ++i) {
-    if (used_[i]) continue;
-    for (const std::string& n : {name, alias}) {
-      if (n.empty()) continue;
-      if (a_[i] == n && i + 1 < a_.size()) {
-        used_[i] = used_[i + 1] = true;
-        *out = a_[i + 1];
-        found = true;
-      } else if (a_[i].rfind(n + "=", 0) == 0) {
-        used_[i] = true;
-        *out = a_[i].substr(n.size() + 1);
-        found = true;
-      }
-    }
-  }
-  if (found) return true;
-  if (const char* e = std::getenv(env_name(name).c_str())) {
-    *out = e;
-    return true;
-  }
-  return false;
+  return take(name, alias, nullptr, out);
 }
 
 bool Args::optional_value(const std::string& name, const std::string& alias, const std::vector<std::string>& choices,
                           std::string* out) {
+  return take(name, alias, &choices, out);
+}
+
+bool Args::take(const std::string& name, const std::string& alias, const std::vector<std::string>* choices,
+                std::string* out) {
   bool found = false;
   for (size_t i = 0; i < a_.size(); ++i) {
     if (used_[i]) continue;
     for (const std::string& n : {name, alias}) {
       if (n.empty()) continue;
-      if (a_[i] == n) {
+      if (a_[i].rfind(n + "=", 0) == 0) {
+        used_[i] = true;
+        *out = a_[i].substr(n.size() + 1);
+        found = true;
+      } else if (a_[i] == n && !choices && i + 1 < a_.size()) {
+        used_[i] = used_[i + 1] = true;  // --name VALUE
+        *out = a_[i + 1];
+        found = true;
+      } else if (a_[i] == n && choices) {
+        // --name alone, or --name CHOICE when the next argument is one of the choices.
         used_[i] = true;
         found = true;
         out->clear();
-        if (i + 1 < a_.size() && !used_[i + 1]) {
-          for (const auto& c : choices) {
-            if (a_[i + 1] == c) {
-              used_[i + 1] = true;
-              *out = c;
-            }
+        for (const auto& c : *choices) {
+          if (i + 1 < a_.size() && !used_[i + 1] && a_[i + 1] == c) {
+            used_[i + 1] = true;
+            *out = c;
           }
         }
-      } else if (a_[i].rfind(n + "=", 0) == 0) {
-        used_[i] = true;
-        found = true;
-        *out = a_[i].substr(n.size() + 1);
       }
     }
   }

@@ -40,6 +40,9 @@ class Args {
   bool kv_size_given = false;         // --kv-cache-memory / --num-kv-blocks (win over the fraction)
 
  private:
+  // value (choices == nullptr: the value is the next argument) and optional_value.
+  bool take(const std::string& name, const std::string& alias, const std::vector<std::string>* choices,
+            std::string* out);
   std::vector<std::string> a_;
   std::vector<bool> used_;
   bool help_ = false;

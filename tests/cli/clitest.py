@@ -1,7 +1,6 @@
 """Start a `pagoda` command line as given (no flags added), for the launch-command tests."""
 import json
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -9,7 +8,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
-from serverutil import PagodaServer  # noqa: E402,F401  (re-exported for the other tests)
+from serverutil import terminate, wait_listening  # noqa: E402
 
 
 class Launched:
@@ -18,20 +17,9 @@ class Launched:
     def __init__(self, binary, args, timeout=60):
         self.proc = subprocess.Popen([binary] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True)
-        self.port, self.rc, self.log = None, None, []
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            line = self.proc.stderr.readline()
-            if not line:
-                if self.proc.poll() is not None:
-                    self.rc = self.proc.returncode
-                    break
-                continue
-            self.log.append(line)
-            m = re.search(r"listening on http://[^:]+:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-                break
+        self.log = []
+        self.port = wait_listening(self.proc, self.log, timeout)
+        self.rc = self.proc.wait() if self.port is None and self.proc.poll() is not None else None
         if self.port is None and self.rc is None:
             self.stop()
             raise RuntimeError("neither listening nor exited:\n" + "".join(self.log))
@@ -60,13 +48,7 @@ class Launched:
             return r.read().decode()
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
         if getattr(self, "_drain", None):
             self._drain.join(timeout=5)
             self._drain = None
