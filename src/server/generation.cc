@@ -127,7 +127,7 @@ void Generation::fail(const ApiError& e) {
 bool Generation::on_disconnect() {
   std::lock_guard<std::mutex> l(mu_);
   const bool running = !done_;
-  if (running) access_log(499, "abort", "client disconnected");
+  if (running) access_log(499, "abort", "client disconnected");  // 499: nginx's "client closed request"
   done_ = true;
   res_.reset();
   return running;

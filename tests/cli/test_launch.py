@@ -11,6 +11,7 @@ import os
 import sys
 import tempfile
 import unittest
+import urllib.error
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from clitest import Launched  # noqa: E402
@@ -115,6 +116,14 @@ class LaunchCommands(unittest.TestCase):
                     # Flags that only exist on GPUs warn once each, on one line.
                     if "-ngl" in args:
                         self.assertEqual(srv.text().count("-ngl 99: pagoda runs on the CPU"), 1)
+                    if "--gpu-memory-utilization" in args:
+                        # The KV pool is sized from the fraction: F x RAM minus the model file.
+                        self.assertRegex(srv.text(), r"--gpu-memory-utilization 0\.05: .* RAM for weights \(1\.13 MiB\)"
+                                                     r" \+ KV cache \(")
+                    if headers:  # a key is required: none is refused
+                        with self.assertRaises(urllib.error.HTTPError) as e:
+                            srv.post("/v1/completions", {"prompt": "x", "max_tokens": 1})
+                        self.assertEqual(e.exception.code, 401)
                 finally:
                     srv.stop()
 
@@ -129,6 +138,20 @@ class LaunchCommands(unittest.TestCase):
         srv = Launched(BINARY, ["serve", MODEL, "other.gguf"])
         self.assertEqual(srv.rc, 2)
         self.assertIn("unexpected argument 'other.gguf'", srv.text())
+
+    def test_seed_makes_unseeded_requests_repeat(self):
+        # --seed: a restarted server answers the same unseeded sampled requests alike.
+        runs = []
+        for _ in range(2):
+            srv = Launched(BINARY, ["serve", MODEL, "--port", "0", "--seed", "7", "--log-stats-interval", "0"])
+            try:
+                runs.append([srv.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 12,
+                                                          "temperature": 1.0})["choices"][0]["text"]
+                             for _ in range(2)])
+            finally:
+                srv.stop()
+        self.assertEqual(runs[0], runs[1])
+        self.assertNotEqual(runs[0][0], runs[0][1])  # each request draws its own seed
 
     def test_serve_threads_default_all_cores(self):
         srv = Launched(BINARY, ["serve", MODEL, "--port", "0"])
