@@ -185,7 +185,7 @@ std::vector<int32_t> long_prompt(size_t len) {
 TEST(EnginePrefix, HitGivesSameTokens) {
   for (size_t len : {55u, 64u}) {  // 3 full blocks + 7; exactly 4 blocks (the last token is never cached)
     SCOPED_TRACE("prompt of " + std::to_string(len));
-    auto e = make_engine(make_config(stories_path(), 2048));
+    auto e = stories_engine();
     ASSERT_TRUE(e);
     const ChoiceResult a = run_alone(e.get(), greedy(long_prompt(len), 40));
     const ChoiceResult b = run_alone(e.get(), greedy(long_prompt(len), 40));
@@ -216,7 +216,7 @@ TEST(EnginePrefix, DisabledNeverHits) {
 }
 
 TEST(EnginePrefix, CacheSaltIsolates) {
-  auto e = make_engine(make_config(stories_path(), 2048));
+  auto e = stories_engine();
   ASSERT_TRUE(e);
   RequestParams p = greedy(long_prompt(55), 24);
   p.cache_salt = "tenant-a";
@@ -239,7 +239,7 @@ TEST(EnginePrefix, CacheSaltIsolates) {
 // Two identical prompts added together: the scheduler's in-flight dedup makes
 // the second wait one step and then hit what the first computed.
 TEST(EnginePrefix, ConcurrentSamePromptHitsAfterDedup) {
-  auto e = make_engine(make_config(stories_path(), 2048));
+  auto e = stories_engine();
   ASSERT_TRUE(e);
   Driver d(e.get());
   const RequestId a = d.add(greedy(long_prompt(55), 32));
