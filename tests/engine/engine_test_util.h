@@ -82,7 +82,9 @@ class StoriesEngineTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(e); }
   void TearDown() override {
-    if (e) EXPECT_EQ(e->stats().blocks_used, 0) << "the test left KV blocks in use";
+    if (e) {
+      EXPECT_EQ(e->stats().blocks_used, 0) << "the test left KV blocks in use";
+    }
   }
   std::unique_ptr<Engine> e = stories_engine();
 };
