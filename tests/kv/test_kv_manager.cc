@@ -10,14 +10,17 @@ namespace pagoda::kv {
 namespace {
 
 using testing::can_allocate;
+using testing::cache_prefix;
 using testing::cached_tokens;
 using testing::concat;
 using testing::Ids;
 using testing::iota_tokens;
 using testing::make_config;
 using testing::prefill;
+using testing::prefill_and_fork;
 using testing::table;
 using testing::Tokens;
+using testing::with_cached;
 
 TEST(BlockPool, InitialOrderPopAndReverseFree) {
   BlockPool pool(6);

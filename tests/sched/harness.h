@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <climits>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <sstream>
@@ -171,9 +172,21 @@ class Harness {
   }
   // The end of a soak: runs what is left, then every request must have
   // finished or been aborted, and the pool must be free again.
-  void drain_soak() {
+  // Ends a soak: runs what is left, checks nothing was lost and the pool is free,
+  // prints the counters every soak reports after `name` and returns them.
+  struct SoakCounters {
+    SchedulerStats sched;
+    kv::KvStats kv;
+  };
+  SoakCounters drain_soak(const char* name) {
     run_to_completion(5000);
     expect_all_done_and_pool_free();
+    SoakCounters c{sched_.stats(), kv_.stats()};
+    std::printf("%s: %lld steps, %zu finished, %lld aborted, %lld preemptions, prefix hits %lld / %lld tokens\n", name,
+                static_cast<long long>(c.sched.num_steps), finished_.size(), static_cast<long long>(c.sched.num_aborted),
+                static_cast<long long>(c.sched.num_preemptions), static_cast<long long>(c.kv.prefix_hit_tokens),
+                static_cast<long long>(c.kv.prefix_query_tokens));
+    return c;
   }
 
   void expect_all_done_and_pool_free() {

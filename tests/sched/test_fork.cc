@@ -390,16 +390,11 @@ TEST(SchedulerFork, RandomSoakWithGroups) {
     }
     if (h.soak_failed(step)) return;
   }
-  h.drain_soak();
-  const SchedulerStats& st = h.sched().stats();
-  const kv::KvStats ks = h.kv().stats();
-  std::printf("fork soak: %lld steps, %llu ids, %d groups, %lld forks, %zu finished, %lld aborted, %lld preemptions "
-              "(%d parents before fork, %d children), %lld cow copies, prefix hits %lld / %lld tokens\n",
-              static_cast<long long>(st.num_steps), static_cast<unsigned long long>(next - 1), groups,
-              static_cast<long long>(st.num_forks), h.finished().size(), static_cast<long long>(st.num_aborted),
-              static_cast<long long>(st.num_preemptions), parents_preempted, children_preempted,
-              static_cast<long long>(ks.num_cow_copies), static_cast<long long>(ks.prefix_hit_tokens),
-              static_cast<long long>(ks.prefix_query_tokens));
+  const auto [st, ks] = h.drain_soak("fork soak");
+  std::printf("fork soak: %llu ids, %d groups, %lld forks, %d parents preempted before their fork, %d children, "
+              "%lld cow copies\n",
+              static_cast<unsigned long long>(next - 1), groups, static_cast<long long>(st.num_forks), parents_preempted,
+              children_preempted, static_cast<long long>(ks.num_cow_copies));
   EXPECT_GE(st.num_steps, kSteps);
   EXPECT_GT(groups, 100);
   EXPECT_GT(st.num_forks, 200);

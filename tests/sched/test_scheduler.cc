@@ -371,15 +371,10 @@ void random_soak(SchedulePolicy policy) {
     h.step(abort_mid);
     if (h.soak_failed(step)) return;
   }
-  h.drain_soak();
-  const SchedulerStats& st = h.sched().stats();
-  const kv::KvStats ks = h.kv().stats();
-  std::printf("random: %lld steps, %llu requests (%d rejected), %zu finished, %lld aborted, %lld preemptions, "
-              "%lld deferrals (max %lld steps), prefix hits %lld / %lld tokens\n",
-              static_cast<long long>(st.num_steps), static_cast<unsigned long long>(next - 1), rejected,
-              h.finished().size(), static_cast<long long>(st.num_aborted), static_cast<long long>(st.num_preemptions),
-              static_cast<long long>(st.num_deferrals), static_cast<long long>(h.max_deferred_steps),
-              static_cast<long long>(ks.prefix_hit_tokens), static_cast<long long>(ks.prefix_query_tokens));
+  const auto [st, ks] = h.drain_soak("random");
+  std::printf("random: %llu requests (%d rejected), %lld deferrals (max %lld steps)\n",
+              static_cast<unsigned long long>(next - 1), rejected, static_cast<long long>(st.num_deferrals),
+              static_cast<long long>(h.max_deferred_steps));
   EXPECT_GE(st.num_steps, kSteps);
   EXPECT_GT(st.num_preemptions, 0);
   EXPECT_GT(st.num_deferrals, 0);
