@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "base/check.h"
 #include "base/ggml_quant.h"
@@ -164,7 +165,7 @@ void qkernel_direct(const uint8_t* const* rows, int64_t nb, const uint8_t* const
   constexpr bool kQ8 = kType == GgmlType::Q8_0;
   constexpr size_t kGroupBytes = Layout<kType>::kBB * kG;
   qkernel_rows<T, kQ8>(
-      [&](int r, int64_t g) {
+      [rows, nb, prefetch](int r, int64_t g) {
         _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + g * kGroupBytes), _MM_HINT_T0);
         return decode_row_group<kType>(rows[r], nb, g);
       },
@@ -188,9 +189,9 @@ inline __m256i lane_mask(int64_t n) {
 }
 
 // The float micro-kernel loop shared by fkernel and hkernel_direct: T tokens
-// times kR rows, 8 columns at a time, then a masked tail. load(r, c, n) gives
-// row r's weights at columns c..c+n as f32 (n = 8 but in the tail; the rest
-// zero), so after inlining the full-width loads stay unmasked.
+// times kR rows, 8 columns at a time, then a masked tail. load(r, c, n, tail)
+// gives row r's weights at columns c..c+n as f32 (the rest zero); `tail` is
+// std::true_type only in the tail, so each path compiles to its own loads.
 template <int T, class LoadW>
 inline void fkernel_rows(LoadW load, const float* const* x, int64_t k, float* out) {
   __m256 acc[kR][T];
@@ -199,14 +200,14 @@ inline void fkernel_rows(LoadW load, const float* const* x, int64_t k, float* ou
   int64_t c = 0;
   for (; c + 8 <= k; c += 8) {
     for (int r = 0; r < kR; ++r) {
-      const __m256 wv = load(r, c, int64_t{8});
+      const __m256 wv = load(r, c, int64_t{8}, std::false_type{});
       for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[t] + c), acc[r][t]);
     }
   }
   if (c < k) {
     const __m256i m = lane_mask(k - c);
     for (int r = 0; r < kR; ++r) {
-      const __m256 wv = load(r, c, k - c);
+      const __m256 wv = load(r, c, k - c, std::true_type{});
       for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(wv, _mm256_maskload_ps(x[t] + c, m), acc[r][t]);
     }
   }
@@ -217,8 +218,12 @@ inline void fkernel_rows(LoadW load, const float* const* x, int64_t k, float* ou
 template <int T>
 void fkernel(const float* const* w, const float* const* x, int64_t k, float* out) {
   fkernel_rows<T>(
-      [w](int r, int64_t c, int64_t n) {
-        return n == 8 ? _mm256_loadu_ps(w[r] + c) : _mm256_maskload_ps(w[r] + c, lane_mask(n));
+      [w](int r, int64_t c, int64_t n, auto tail) {
+        if constexpr (decltype(tail)::value) {
+          return _mm256_maskload_ps(w[r] + c, lane_mask(n));
+        } else {
+          return _mm256_loadu_ps(w[r] + c);
+        }
       },
       x, k, out);
 }
@@ -255,8 +260,10 @@ inline __m256 load_half8(const uint8_t* row, int64_t c, int64_t n) {
 template <GgmlType kType, int T>
 void hkernel_direct(const uint8_t* const* w, const float* const* x, int64_t k, size_t prefetch, float* out) {
   fkernel_rows<T>(
-      [&](int r, int64_t c, int64_t n) {
-        if (n == 8 && (c & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(w[r] + prefetch + 2 * c), _MM_HINT_T0);
+      [w, prefetch](int r, int64_t c, int64_t n, auto tail) {
+        if constexpr (!decltype(tail)::value) {
+          if ((c & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(w[r] + prefetch + 2 * c), _MM_HINT_T0);
+        }
         return load_half8<kType>(w[r], c, n);
       },
       x, k, out);

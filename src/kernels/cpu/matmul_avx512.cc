@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "base/check.h"
 #include "base/ggml_quant.h"
@@ -211,7 +212,7 @@ void qkernel_direct(const uint8_t* const* rows, int64_t nb, const uint8_t* const
   constexpr bool kOffset = kType == GgmlType::Q8_0;
   constexpr size_t kGroupBytes = Layout<kType>::kBB * kG;
   qkernel_rows<T, kOffset>(
-      [&](int r, int64_t g) {
+      [rows, nb, prefetch](int r, int64_t g) {
         for (size_t b = 0; b < kGroupBytes; b += 64)
           _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + g * kGroupBytes + b), _MM_HINT_T0);
         return decode_row_group<kType>(rows[r], nb, g);
@@ -221,9 +222,9 @@ void qkernel_direct(const uint8_t* const* rows, int64_t nb, const uint8_t* const
 
 // ---- Float micro-kernel (F32 rows; F16/BF16/K-quants are converted first) --------
 // The float micro-kernel loop shared by fkernel and hkernel_direct: T tokens
-// times kR rows, 16 columns at a time, then a masked tail. load(r, c, m) gives
-// row r's weights at columns c.. as f32 (lanes off in m zero); m is all ones
-// but in the tail, so after inlining the full-width loads stay unmasked.
+// times kR rows, 16 columns at a time, then a masked tail. load(r, c, m, tail)
+// gives row r's weights at columns c.. as f32 (lanes off in m zero); `tail` is
+// std::true_type only in the tail, so each path compiles to its own loads.
 template <int T, class LoadW>
 inline void fkernel_rows(LoadW load, const float* const* x, int64_t k, float* out) {
   __m512 acc[kR][T];
@@ -232,14 +233,14 @@ inline void fkernel_rows(LoadW load, const float* const* x, int64_t k, float* ou
   int64_t c = 0;
   for (; c + 16 <= k; c += 16) {
     for (int r = 0; r < kR; ++r) {
-      const __m512 wv = load(r, c, static_cast<__mmask16>(0xFFFF));
+      const __m512 wv = load(r, c, static_cast<__mmask16>(0xFFFF), std::false_type{});
       for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x[t] + c), acc[r][t]);
     }
   }
   if (c < k) {
     const __mmask16 m = static_cast<__mmask16>((1u << (k - c)) - 1);
     for (int r = 0; r < kR; ++r) {
-      const __m512 wv = load(r, c, m);
+      const __m512 wv = load(r, c, m, std::true_type{});
       for (int t = 0; t < T; ++t)
         acc[r][t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x[t] + c), acc[r][t]);
     }
@@ -251,8 +252,12 @@ inline void fkernel_rows(LoadW load, const float* const* x, int64_t k, float* ou
 template <int T>
 void fkernel(const float* const* w, const float* const* x, int64_t k, float* out) {
   fkernel_rows<T>(
-      [w](int r, int64_t c, __mmask16 m) {
-        return m == 0xFFFF ? _mm512_loadu_ps(w[r] + c) : _mm512_maskz_loadu_ps(m, w[r] + c);
+      [w](int r, int64_t c, __mmask16 m, auto tail) {
+        if constexpr (decltype(tail)::value) {
+          return _mm512_maskz_loadu_ps(m, w[r] + c);
+        } else {
+          return _mm512_loadu_ps(w[r] + c);
+        }
       },
       x, k, out);
 }
@@ -282,8 +287,10 @@ inline __m512 load_half16(const uint8_t* row, int64_t c, __mmask16 m) {
 template <GgmlType kType, int T>
 void hkernel_direct(const uint8_t* const* w, const float* const* x, int64_t k, size_t prefetch, float* out) {
   fkernel_rows<T>(
-      [&](int r, int64_t c, __mmask16 m) {
-        if (m == 0xFFFF && (c & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(w[r] + prefetch + 2 * c), _MM_HINT_T0);
+      [w, prefetch](int r, int64_t c, __mmask16 m, auto tail) {
+        if constexpr (!decltype(tail)::value) {
+          if ((c & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(w[r] + prefetch + 2 * c), _MM_HINT_T0);
+        }
         return load_half16<kType>(w[r], c, m);
       },
       x, k, out);
