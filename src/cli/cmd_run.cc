@@ -23,6 +23,7 @@
 #include "cli/cli_util.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/speculative_flags.h"
 #include "engine/engine.h"
 #include "grammar/cache.h"
 #include "sample/params.h"
@@ -66,7 +67,8 @@ const char* kRunUsage =
     "      --force-tokens IDS  teacher forcing: the first generated tokens are these comma-separated ids\n"
     "                        whatever the sampler would pick (the JSON adds argmax_tokens: the greedy\n"
     "                        pick at each step); sampling continues after them up to -n\n"
-    "      --logits-out-all FILE  write the logits of every sampled step ([steps, n_vocab] f32) to FILE\n";
+    "      --logits-out-all FILE  write the logits of every sampled step ([steps, n_vocab] f32) to FILE\n"
+    PAGODA_SPECULATIVE_FLAGS_HELP;
 
 struct RunOptions {
   std::string model;
@@ -90,6 +92,7 @@ struct RunOptions {
   bool no_hybrid_kv = false;  // --disable-hybrid-kv-cache-manager
   bool json = false;
   grammar::ConstraintSpec constraint;  // --json-schema / --grammar-regex
+  engine::SpeculativeConfig speculative;  // --speculative-config / --speculative-ngram
 };
 
 // "1,2,3" -> ids (each in [0, INT32_MAX]); false on any malformed entry or an empty list.
@@ -165,6 +168,12 @@ std::string parse_args(int argc, char** argv, RunOptions* o, bool* help) {
       o->no_hybrid_kv = true;
     } else if (is("--ignore-eos")) {
       o->sampling.ignore_eos = true;
+    } else if (is("--speculative-config") || is("--speculative-ngram")) {
+      const char* v = value();
+      if (!v) return "option " + a + " needs a value";
+      const std::string e = a == "--speculative-ngram" ? parse_speculative_ngram(v, &o->speculative)
+                                                      : parse_speculative_config_json(v, &o->speculative);
+      if (!e.empty()) return e;
     } else {
       const char* v = value();
       if (!v) return "option " + a + " needs a value";
@@ -284,6 +293,7 @@ int run_run(int argc, char** argv) {
   ec.ref_kernels = o.ref_kernels;
   ec.disable_hybrid_kv_cache_manager = o.no_hybrid_kv;
   ec.recompute = o.no_kv_cache;
+  ec.speculative = o.speculative;
   auto created = engine::Engine::create(ec);
   if (!created.ok()) return fail(o.model + ": " + created.message());
   engine::Engine& eng = **created;
