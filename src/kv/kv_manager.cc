@@ -431,6 +431,9 @@ bool KvManager::truncate(SeqId seq, int32_t num_tokens) {
   if (num_tokens > have * bs) return false;
   const int32_t computed = std::min(s.num_computed, num_tokens);
   const int32_t keep = num_blocks_for(num_tokens);
+  // A committed block is the prefix cache's: cut inside it, the sequence would
+  // rewrite its tail under the old key.
+  if (num_tokens % bs != 0 && static_cast<int32_t>(s.entries.size()) > num_tokens / bs) return false;
   // A window group's released entries cannot come back: refuse before any change.
   for (size_t g = 0; g < s.tables.size(); ++g) {
     for (int32_t i = first_needed_block(static_cast<int32_t>(g), computed); i < keep; ++i) {

@@ -222,8 +222,10 @@ class KvManager {
   // num_tokens are forgotten by the sequence but stay in the prefix cache
   // (they hold verified tokens), and block keys past num_tokens are dropped.
   // Returns false, changing nothing, for an unknown sequence, num_tokens < 0
-  // or past its slots, or when a window group already released a block the
-  // shorter sequence would need again.
+  // or past its slots, inside a committed block (the cache's; it must not be
+  // rewritten), or when a window group already released a block the shorter
+  // sequence would need again. Speculative decoding truncates to its computed
+  // tokens, past every committed block.
   bool truncate(SeqId seq, int32_t num_tokens);
 
   // --- access ---
