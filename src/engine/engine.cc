@@ -58,6 +58,7 @@ struct Choice {
   std::vector<uint32_t> mask;  // [mask_words] this step's allowed tokens
   bool mask_ready = false;     // filled by step()'s parallel pass for this step
   DraftThrottle throttle;      // speculative decoding: the adaptive off-switch
+  AcceptanceEstimate acceptance;  // and the draft length that pays (best_draft_length)
   Choice(RequestId p, int i, int32_t np, const sample::SamplingParams& sp, const RequestParams& rp,
          const tok::Tokenizer& tk, const std::optional<grammar::Matcher>& start)
       : parent(p),
@@ -131,6 +132,7 @@ class EngineImpl final : public Engine {
   int64_t spec_num_draft_tokens_ = 0;
   int64_t spec_num_accepted_tokens_ = 0;
   std::vector<int64_t> spec_accepted_per_pos_;  // [num_speculative_tokens]
+  StepCostModel step_cost_;  // measured forward times by step size (speculative decoding)
 };
 
 Status EngineImpl::init(const EngineConfig& c) {
@@ -465,6 +467,12 @@ void EngineImpl::push_event(sched::RequestId sid, const sched::ScheduledSeq& seq
 
 void EngineImpl::propose_drafts() {
   const SpeculativeConfig& sc = cfg_.speculative;
+  // Decodes this step, for the cost of adding draft tokens to it.
+  int batch = 0;
+  for (sched::RequestId sid : sched_->running_ids()) {
+    const sched::Request* r = sched_->find(sid);
+    batch += r && sched_->num_computed_tokens(sid) == r->num_tokens() - 1 ? 1 : 0;
+  }
   for (sched::RequestId sid : sched_->running_ids()) {
     auto cit = choices_.find(sid);
     if (cit == choices_.end()) continue;
@@ -477,9 +485,17 @@ void EngineImpl::propose_drafts() {
     const sched::Request* r = sched_->find(sid);
     if (!r || sched_->num_computed_tokens(sid) != r->num_tokens() - 1) continue;  // not a decode
     if (!ch.throttle.should_draft()) continue;
-    const std::vector<int32_t> draft =
+    std::vector<int32_t> draft =
         ngram_propose(r->tokens, sc.prompt_lookup_min, sc.prompt_lookup_max, sc.num_speculative_tokens);
-    if (!draft.empty()) sched_->set_draft(sid, draft);
+    if (draft.empty()) continue;
+    // Only as many tokens as are expected to pay for their share of the step.
+    const int k = best_draft_length(step_cost_, ch.acceptance.alpha(), batch, static_cast<int>(draft.size()));
+    if (k == 0) {
+      ch.acceptance.decay();
+      continue;
+    }
+    draft.resize(static_cast<size_t>(k));
+    sched_->set_draft(sid, draft);
   }
 }
 
@@ -526,6 +542,7 @@ void EngineImpl::verify_choice(const sched::ScheduledSeq& seq, const runtime::St
   spec_num_draft_tokens_ += static_cast<int64_t>(k);
   spec_num_accepted_tokens_ += accepted;
   ch.throttle.record(static_cast<int>(k), accepted);
+  ch.acceptance.record(static_cast<int>(k), accepted);
   out.finished = ch.stop_reason != FinishReason::kNone;
   push_event(sid, seq, ch, std::move(ev), events, event_of);
   outputs->push_back(std::move(out));
@@ -549,7 +566,12 @@ std::vector<TokenEvent> EngineImpl::step() {
     }
   }
   const sched::StepPlan& run_plan = cfg_.recompute ? recompute_plan_ : plan;
+  const auto t_forward = std::chrono::steady_clock::now();
   auto logits = runner_->execute(run_plan);
+  if (cfg_.speculative.enabled()) {
+    step_cost_.record(run_plan.num_tokens(),
+                      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_forward).count());
+  }
   if (!logits.ok()) {
     PAGODA_LOG_ERROR("forward pass failed: %s", logits.message().c_str());
     fail_plan(plan, "forward pass failed: " + logits.message(), &events);

@@ -33,6 +33,50 @@ std::string check_speculative_config(const SpeculativeConfig& c);
 // Empty when no n-gram of at least min_n repeats. O(tokens x max_n).
 std::vector<int32_t> ngram_propose(std::span<const int32_t> tokens, int min_n, int max_n, int k);
 
+// The forward pass's cost by step size: an average of measured step times
+// per number of tokens in the step (1..kMaxTokens), for choosing how many
+// draft tokens pay. A verify step of 1 + k tokens costs more than a decode
+// (how much depends on the kernels: on AVX-512 with 2 threads two tokens cost
+// about one, nine about five), so a draft is worth its length only when
+// enough of it is expected to be accepted.
+class StepCostModel {
+ public:
+  static constexpr int kMaxTokens = 128;
+  // Records one forward of n tokens that took ms milliseconds.
+  void record(int n, double ms);
+  // Estimated milliseconds for n tokens: the measured average, else linear
+  // between the nearest measured sizes, else from the largest measured one at
+  // the slope between it and 1 token (half a decode per token when unknown).
+  // Relative units (decode = 1) before any measurement.
+  double cost(int n) const;
+
+ private:
+  double ms_[kMaxTokens + 1] = {};
+};
+
+// Per-sequence acceptance estimate: the chance that the next draft token is
+// accepted given the previous ones were (geometric model), from decayed
+// counts of accepted tokens and of drafts that ended in a rejection.
+class AcceptanceEstimate {
+ public:
+  double alpha() const { return (accepted_ + 1.0) / (accepted_ + rejected_ + 2.0); }
+  void record(int k, int accepted);
+  // A step without a draft: the estimate drifts back towards the prior, so a
+  // sequence that stopped drafting tries again later.
+  void decay();
+
+ private:
+  // The prior (alpha 0.6): a repeated n-gram is a fair bet, so a new sequence
+  // tries a short draft and learns from it.
+  double accepted_ = 2.0;
+  double rejected_ = 1.0;
+};
+
+// The draft length in 0..max_k that maximises expected tokens per unit of
+// time for a sequence decoding among `batch` decodes (the others without
+// drafts): (batch - 1 + sum_{i=0..k} alpha^i) / cost(batch + k).
+int best_draft_length(const StepCostModel& cost, double alpha, int batch, int max_k);
+
 // Adaptive off-switch of one sequence: when fewer than kMinAcceptRate of the
 // draft tokens of its last kWindow drafts were accepted, drafting pauses for a
 // number of decode steps that doubles on every pause in a row (up to
