@@ -364,11 +364,13 @@ int run_run(int argc, char** argv) {
   int32_t kv_blocks = 0;  // blocks the sequence held at its last step
   double prefill_s = 0, decode_s = 0;
   int64_t decode_steps = 0;
+  int64_t decode_tokens = 0;  // > decode_steps with speculative decoding (several tokens a step)
   while (eng.has_unfinished()) {
     Timer t_step;
     const std::vector<engine::TokenEvent> events = eng.step();
     const double dt = t_step.seconds();
     bool got_token = false;
+    size_t step_tokens = 0;
     for (const engine::TokenEvent& ev : events) {
       if (ev.id != *id) continue;
       if (ev.finish == engine::FinishReason::kError) return fail(ev.error);
@@ -386,6 +388,7 @@ int run_run(int argc, char** argv) {
           }
         }
         generated.insert(generated.end(), ev.tokens.begin(), ev.tokens.end());
+        step_tokens += ev.tokens.size();
         if (ev.argmax >= 0) argmax_tokens.push_back(ev.argmax);
       }
       emit(ev.text);
@@ -396,11 +399,12 @@ int run_run(int argc, char** argv) {
     } else {
       decode_s += dt;
       decode_steps += got_token ? 1 : 0;
+      decode_tokens += static_cast<int64_t>(step_tokens);
     }
   }
 
   const double prefill_tps = prefill_s > 0 ? static_cast<double>(n_prompt) / prefill_s : 0;
-  const double decode_tps = decode_s > 0 ? static_cast<double>(decode_steps) / decode_s : 0;
+  const double decode_tps = decode_s > 0 ? static_cast<double>(decode_tokens) / decode_s : 0;
   const uint64_t kv_bytes = static_cast<uint64_t>(kv_blocks) * static_cast<uint64_t>(info.kv_bytes_per_block);
   if (o.json) {
     nlohmann::json j;
@@ -417,6 +421,7 @@ int run_run(int argc, char** argv) {
     j["timings"] = {{"prefill_ms", prefill_s * 1e3},
                     {"decode_ms", decode_s * 1e3},
                     {"decode_steps", decode_steps},
+                    {"decode_tokens", decode_tokens},
                     {"prefill_tokens_per_s", prefill_tps},
                     {"decode_tokens_per_s", decode_tps}};
     j["kv_bytes"] = kv_bytes;
@@ -432,7 +437,7 @@ int run_run(int argc, char** argv) {
   std::fprintf(stderr, "\nprompt tokens: %" PRId64 ", generated tokens: %zu (%s), seed %" PRIu64 "\n", n_prompt,
                generated.size(), engine::finish_reason_name(finish), o.sampling.seed);
   std::fprintf(stderr, "prefill: %" PRId64 " tokens in %.2f ms, %.1f tok/s\n", n_prompt, prefill_s * 1e3, prefill_tps);
-  std::fprintf(stderr, "decode:  %" PRId64 " tokens in %.2f ms, %.1f tok/s%s\n", decode_steps, decode_s * 1e3, decode_tps,
+  std::fprintf(stderr, "decode:  %" PRId64 " tokens in %.2f ms, %.1f tok/s%s\n", decode_tokens, decode_s * 1e3, decode_tps,
                o.no_kv_cache ? " (no KV cache: recomputed every step)" : "");
   std::fprintf(stderr, "kv cache: %s held (%" PRId64 " tokens in %d blocks of %d, %s), %s reserved for %" PRId64 " tokens\n",
                human_bytes(static_cast<double>(kv_bytes)).c_str(), kv_tokens, kv_blocks, info.block_size,

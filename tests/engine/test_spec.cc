@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "engine/speculative.h"
@@ -175,32 +176,51 @@ TEST(SpecSampler, ChiSquareRejectsAWrongDistribution) {
 
 SpeculativeConfig ngram(int k, int min_n = 1, int max_n = 3) { return SpeculativeConfig{k, max_n, min_n}; }
 
+EngineConfig stories_spec(int k) {
+  EngineConfig c = make_config(stories_path(), 16384);
+  c.speculative = ngram(k);
+  return c;
+}
+
 struct SpecRun {
   std::vector<Ids> tokens;     // per request
   std::vector<int32_t> cached;  // per request: num_cached_tokens
   EngineStats stats;
 };
 
-// Adds every request before the first step (or one at a time, each run to
-// its end, when sequential) and runs them to completion.
+// An engine of config c with every request added (one at a time, each run
+// to its end, when sequential), and a driver that takes multi-token events.
+struct Started {
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<Driver> driver;
+  std::vector<RequestId> ids;
+};
+Started start(const EngineConfig& c, const std::vector<RequestParams>& reqs, bool sequential = false) {
+  Started s;
+  s.engine = make_engine(c);
+  if (!s.engine) return s;
+  s.driver = std::make_unique<Driver>(s.engine.get());
+  s.driver->multi_token_steps = true;
+  for (const RequestParams& p : reqs) {
+    s.ids.push_back(s.driver->add(p));
+    if (sequential) s.driver->run();
+  }
+  return s;
+}
+
+// start(), then runs every request to completion.
 SpecRun run_requests(const EngineConfig& c, const std::vector<RequestParams>& reqs, bool sequential = false) {
   SpecRun out;
-  auto e = make_engine(c);
-  if (!e) return out;
-  Driver d(e.get());
-  d.multi_token_steps = true;
-  std::vector<RequestId> ids;
-  for (const RequestParams& p : reqs) {
-    ids.push_back(d.add(p));
-    if (sequential) d.run();
-  }
+  Started s = start(c, reqs, sequential);
+  if (!s.engine) return out;
+  Driver& d = *s.driver;
   d.run();
   d.expect_all_finished();
-  for (RequestId id : ids) {
+  for (RequestId id : s.ids) {
     out.tokens.push_back(d.result(id).tokens);
     out.cached.push_back(d.result(id).first_num_cached);
   }
-  out.stats = e->stats();
+  out.stats = s.engine->stats();
   EXPECT_EQ(out.stats.blocks_used, 0) << "blocks leaked";
   return out;
 }
@@ -269,25 +289,19 @@ TEST(SpecEngine, RequestsThatDoNotSpeculateRunBesideOnesThatDo) {
   // Logprobs and return_logits requests decode one token a step, with their own outputs unchanged.
   reqs[0].logprobs = 2;
   reqs[1].return_logits = true;
-  EngineConfig plain = make_config(stories_path(), 16384);
-  const SpecRun want = run_requests(plain, reqs);
-  EngineConfig c = plain;
-  c.speculative = ngram(4);
-  auto e = make_engine(c);
-  ASSERT_TRUE(e);
-  Driver d(e.get());
-  d.multi_token_steps = true;
-  std::vector<RequestId> ids;
-  for (const RequestParams& p : reqs) ids.push_back(d.add(p));
+  const SpecRun want = run_requests(make_config(stories_path(), 16384), reqs);
+  Started s = start(stories_spec(4), reqs);
+  ASSERT_TRUE(s.engine);
+  const std::vector<RequestId>& ids = s.ids;
   std::map<RequestId, int> max_tokens_per_event;
-  while (e->has_unfinished()) {
-    for (const TokenEvent& ev : d.step()) {
+  while (s.engine->has_unfinished()) {
+    for (const TokenEvent& ev : s.driver->step()) {
       int& m = max_tokens_per_event[ev.id];
       m = std::max(m, static_cast<int>(ev.tokens.size()));
     }
   }
   for (size_t i = 0; i < reqs.size(); ++i) {
-    EXPECT_EQ(d.result(ids[i]).tokens, want.tokens[i]) << "request " << i;
+    EXPECT_EQ(s.driver->result(ids[i]).tokens, want.tokens[i]) << "request " << i;
   }
   EXPECT_EQ(max_tokens_per_event[ids[0]], 1);
   EXPECT_EQ(max_tokens_per_event[ids[1]], 1);
@@ -356,14 +370,11 @@ TEST(SpecEngine, SampledRequestsSpeculateAndFinish) {
     p.has_seed = true;
     p.n = i % 2 == 0 ? 2 : 1;
   }
-  EngineConfig c = make_config(stories_path(), 16384);
-  c.speculative = ngram(4);
-  auto e = make_engine(c);
-  ASSERT_TRUE(e);
-  Driver d(e.get());
-  d.multi_token_steps = true;
-  std::vector<RequestId> ids;
-  for (const RequestParams& p : reqs) ids.push_back(d.add(p));
+  Started s = start(stories_spec(4), reqs);
+  ASSERT_TRUE(s.engine);
+  Engine* e = s.engine.get();
+  Driver& d = *s.driver;
+  const std::vector<RequestId>& ids = s.ids;
   d.run();
   d.expect_all_finished();
   for (size_t i = 0; i < reqs.size(); ++i) {
