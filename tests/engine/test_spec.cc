@@ -69,6 +69,35 @@ TEST(SpecNgram, ThrottlePausesAfterAWindowOfRejectionsAndDoubles) {
   EXPECT_EQ(paused_for(), 16);
 }
 
+TEST(SpecNgram, DraftLengthFollowsMeasuredStepCostsAndAcceptance) {
+  engine::StepCostModel cost;
+  EXPECT_DOUBLE_EQ(cost.cost(5), 3.0);  // nothing measured: a decode is 1, each more token 0.5
+  cost.record(1, 10.0);
+  cost.record(2, 11.0);
+  cost.record(3, 30.0);
+  EXPECT_DOUBLE_EQ(cost.cost(2), 11.0);
+  cost.record(2, 16.0);  // recent steps weigh 0.2
+  EXPECT_DOUBLE_EQ(cost.cost(2), 12.0);
+  EXPECT_DOUBLE_EQ(cost.cost(5), 30.0 + 10.0 * 2);  // past the largest: the slope from 1 token
+  cost.record(5, 40.0);
+  EXPECT_DOUBLE_EQ(cost.cost(4), 35.0);  // between two measured sizes
+  // (1 + a) / 12 against 1 / 10: one draft token pays from a = 0.2; two need c(3) cheaper.
+  EXPECT_EQ(engine::best_draft_length(cost, 0.8, 1, 8), 1);
+  EXPECT_EQ(engine::best_draft_length(cost, 0.1, 1, 8), 0);
+  EXPECT_EQ(engine::best_draft_length(cost, 0.8, 1, 0), 0);
+  cost.record(3, 12.0);
+  for (int i = 0; i < 20; ++i) cost.record(3, 12.5);
+  EXPECT_EQ(engine::best_draft_length(cost, 0.9, 1, 8), 2);
+  // Among 4 decodes the same draft adds its tokens to a 4-token step (interpolated costs).
+  EXPECT_EQ(engine::best_draft_length(cost, 0.9, 4, 8), 0);
+  engine::AcceptanceEstimate a;
+  EXPECT_DOUBLE_EQ(a.alpha(), 0.6);
+  for (int i = 0; i < 30; ++i) a.record(4, 0);
+  EXPECT_LT(a.alpha(), 0.15);
+  for (int i = 0; i < 200; ++i) a.decay();
+  EXPECT_NEAR(a.alpha(), 0.5, 1e-3);  // drifts back to an even bet: the sequence tries again
+}
+
 TEST(SpecConfig, BadConfigsAreRefusedByTheEngine) {
   EngineConfig c = make_config(stories_path());
   c.speculative.num_speculative_tokens = 33;
