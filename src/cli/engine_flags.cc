@@ -10,6 +10,7 @@
 #include "base/log_control.h"
 #include "cli/cli_util.h"
 #include "cli/command.h"
+#include "cli/speculative_flags.h"
 
 namespace pagoda::cli {
 
@@ -197,7 +198,8 @@ const char* kEngineFlagsHelp =
     "  accepted and ignored, with a warning (pagoda runs on the CPU): -ngl/--n-gpu-layers N,\n"
     "    -fa/--flash-attn [on|off|auto], --enforce-eager, --dtype T, --tensor-parallel-size 1\n"
     "    (-tp; other sizes are an error), --pipeline-parallel-size 1, --swap-space N,\n"
-    "    --trust-remote-code, --no-mmap, --mlock; -cb/--cont-batching and --jinja are always on\n";
+    "    --trust-remote-code, --no-mmap, --mlock; -cb/--cont-batching and --jinja are always on\n"
+    PAGODA_SPECULATIVE_FLAGS_HELP;  // speculative_flags.h
 
 const char* kLogFlagsHelp =
     "  --log-level debug|info|warn|error|off   (default info; or PAGODA_LOG_LEVEL)\n"
@@ -356,6 +358,7 @@ std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
     else if (v == "lpm") cfg->schedule_lpm = true;
     else return "--schedule-policy must be fcfs or lpm, got '" + v + "'";
   }
+  if (std::string e = parse_speculative_flags(args, &cfg->speculative); !e.empty()) return e;  // speculative_flags.*
   return "";
 }
 

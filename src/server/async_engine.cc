@@ -86,6 +86,7 @@ void AsyncEngine::publish_stats() {
   if (s.computed_tokens_total > last_stats_.computed_tokens_total)
     metrics_->observe("pagoda:iteration_tokens_total",
                       static_cast<double>(s.computed_tokens_total - last_stats_.computed_tokens_total));
+  add_spec_decode_metrics(metrics_, s, last_stats_);  // metrics.cc
   last_stats_ = s;
 }
 

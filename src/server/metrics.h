@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+namespace pagoda::engine { struct EngineStats; }
+
 namespace pagoda::server {
 
 class Metrics {
@@ -52,5 +54,9 @@ class Metrics {
 
 // Text for a Prometheus label value: backslash, double quote and newline escaped.
 std::string prometheus_label_value(const std::string& v);
+
+// Speculative decoding (vLLM's spec_decode_* counters): adds what the engine
+// counted between two stats snapshots, per draft position too.
+void add_spec_decode_metrics(Metrics* m, const engine::EngineStats& now, const engine::EngineStats& before);
 
 }  // namespace pagoda::server
