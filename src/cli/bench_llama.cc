@@ -86,26 +86,21 @@ std::string parse_options(int argc, char** argv, const std::string& default_mode
       *help = true;
       return "";
     }
-    if (a == "--json") {
-      o->legacy_json = true;
-      continue;
+    // Switches without a value.
+    static const struct {
+      const char* name;
+      bool Options::*field;
+      bool value;
+    } kSwitches[] = {{"--json", &Options::legacy_json, true},   {"--ctx-sweep", &Options::ctx_sweep, true},
+                     {"--no-bandwidth", &Options::bandwidth, false}, {"--progress", &Options::progress, true},
+                     {"--no-warmup", &Options::warmup, false}};
+    bool is_switch = false;
+    for (const auto& sw : kSwitches) {
+      if (a != sw.name) continue;
+      o->*sw.field = sw.value;
+      is_switch = true;
     }
-    if (a == "--ctx-sweep") {
-      o->ctx_sweep = true;
-      continue;
-    }
-    if (a == "--no-bandwidth") {
-      o->bandwidth = false;
-      continue;
-    }
-    if (a == "--progress") {
-      o->progress = true;
-      continue;
-    }
-    if (a == "--no-warmup") {
-      o->warmup = false;
-      continue;
-    }
+    if (is_switch) continue;
     if (i + 1 >= argc) return "option " + a + " needs a value (or is unknown)";
     const std::string v = argv[++i];
     auto list = [&](std::vector<int64_t>* dst, int64_t lo, int64_t hi) -> std::string {

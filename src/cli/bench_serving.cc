@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -521,6 +522,16 @@ std::string format_vllm_result(const Summary& s, const MetricSelection& sel, con
   j["output_hash"] = null_if(!s.output_hash_known, hex(s.output_hash));
   j["output_text_hash"] = hex(s.output_text_hash);
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string time_string(const char* format, bool utc) {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  if (utc) gmtime_r(&t, &tm);
+  else localtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, format, &tm);
+  return buf;
 }
 
 std::string default_result_filename(const std::string& label, double request_rate, int max_concurrency,

@@ -164,6 +164,9 @@ struct ResultMeta {
 // then pagoda's (prefix_hit_rate, peak_kv_usage, num_preemptions, output hashes).
 std::string format_vllm_result(const Summary& s, const MetricSelection& sel, const ResultMeta& meta,
                                const std::vector<RequestResult>& results);
+// The current time through strftime(format), in UTC or local time.
+std::string time_string(const char* format, bool utc);
+
 // vLLM's default file name: LABEL-RATEqps[-concurrencyC]-MODEL-DATE.json (MODEL: the
 // last path component of the model id).
 std::string default_result_filename(const std::string& label, double request_rate, int max_concurrency,

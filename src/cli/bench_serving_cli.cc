@@ -5,7 +5,6 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -243,15 +242,6 @@ std::string parse_serving_args(int argc, char** argv, ServingConfig* c, bool* he
 
 namespace {
 
-std::string local_date() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
-  return buf;
-}
-
 // A one-line "\r" counter on stdout, only when stdout is a terminal and the run
 // has lasted a second (short runs and pipes get none), at most 10 times a second.
 struct Progress {
@@ -377,7 +367,7 @@ int bench_serving_main(int argc, char** argv) {
   int rc = s.completed > 0 ? 0 : 1;
   if (c.save_result) {
     bench::ResultMeta meta;
-    meta.date = local_date();
+    meta.date = bench::time_string("%Y%m%d-%H%M%S", /*utc=*/false);  // vLLM's naming
     meta.backend = chat ? "openai-chat" : c.backend;
     meta.label = c.label;
     meta.model_id = served_model;

@@ -19,7 +19,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -208,15 +207,6 @@ Expected<llb::ModelDesc> describe_model(const std::string& path) {
   return d;
 }
 
-std::string utc_now_rfc3339() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%FT%TZ", &tm);
-  return buf;
-}
-
 // Positions a test computes: the prompt (tg: kTgPromptTokens) and its fed tokens.
 int64_t test_positions(const llb::Instance& i) {
   return i.n_prompt == 0 ? kTgPromptTokens + i.n_gen : i.n_prompt + i.n_gen;
@@ -379,7 +369,7 @@ int run_bench(int argc, char** argv) {
     r.inst = t;
     r.model = descs[t.model];
     r.type_kv = kv_dtype_name(o.kv_dtype);
-    r.test_time = utc_now_rfc3339();
+    r.test_time = bench::time_string("%FT%TZ", /*utc=*/true);  // RFC 3339, as llama-bench
     r.weight_bytes_per_token = info.weight_bytes_per_token;
     // Separate streams so the tg prompt (and its hash) does not depend on -p.
     Rng rng(static_cast<uint64_t>(o.seed));
