@@ -368,7 +368,8 @@ int bench_serving_main(int argc, char** argv) {
   if (c.save_result) {
     bench::ResultMeta meta;
     meta.date = bench::time_string("%Y%m%d-%H%M%S", /*utc=*/false);  // vLLM's naming
-    meta.backend = chat ? "openai-chat" : c.backend;
+    // vLLM's backend names; "offline" for the in-process engine (no server behind it).
+    meta.backend = c.server_url.empty() ? "offline" : chat ? "openai-chat" : c.backend;
     meta.label = c.label;
     meta.model_id = served_model;
     meta.tokenizer_id = c.engine.model_path;
