@@ -83,8 +83,10 @@ TEST(LlamaBenchFlags, EachFlagFamily) {
   EXPECT_EQ(o.seed, 9);
   ASSERT_EQ(o.warnings.size(), 1u);
   EXPECT_NE(o.warnings[0].find("-ngl 99"), std::string::npos);
-  for (const auto& [fmt, want] : {std::pair{"md", llb::Format::kMarkdown}, {"csv", llb::Format::kCsv},
-                                  {"json", llb::Format::kJson}, {"jsonl", llb::Format::kJsonl}}) {
+  const std::vector<std::pair<std::string, llb::Format>> formats = {
+      {"md", llb::Format::kMarkdown}, {"csv", llb::Format::kCsv}, {"json", llb::Format::kJson},
+      {"jsonl", llb::Format::kJsonl}};
+  for (const auto& [fmt, want] : formats) {
     llb::Options f;
     ASSERT_EQ(parse_llb({"-o", fmt}, &f), "");
     EXPECT_EQ(f.format, want);
