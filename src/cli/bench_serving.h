@@ -201,6 +201,7 @@ struct ServingConfig {
   bool ignore_eos = true;
   bool as_json = false, progress = true;
   bool save_result = false, save_detailed = false;
+  bool append_result = false;      // --append-result: one more JSON line in the file (implies saving)
   std::string result_dir, result_filename;
   MetricSelection selection;
 };

@@ -44,7 +44,8 @@ const char* kServingHelp =
     "  --model NAME                  the request's model (when not a GGUF path); --served-model-name too\n"
     "  --tokenizer FILE.gguf         the local tokenizer in server mode (default: -m or the default model)\n"
     "  --save-result                 write vLLM's result JSON; --result-dir D, --result-filename F,\n"
-    "                                --label L, --save-detailed (per-request lists)\n"
+    "                                --label L, --save-detailed (per-request lists); --append-result\n"
+    "                                adds one line to the file instead\n"
     "  --percentile-metrics LIST     of ttft,tpot,itl,e2el (default: all four)\n"
     "  --metric-percentiles LIST     e.g. 50,90,99 (default 99)\n"
     "  --disable-tqdm                no progress line (shown only when stdout is a terminal)\n"
@@ -200,12 +201,13 @@ std::string parse_serving_args(int argc, char** argv, ServingConfig* c, bool* he
     keep("--seed must be a non-negative integer, got '" + v + "'");
   if (args.value("--percentile-metrics", &v)) keep(parse_percentile_metrics(v, &c->selection.metrics));
   if (args.value("--metric-percentiles", &v)) keep(parse_metric_percentiles(v, &c->selection.percentiles));
-  c->save_result = args.flag("--save-result");
+  c->append_result = args.flag("--append-result");
+  c->save_result = args.flag("--save-result") || c->append_result;
   c->save_detailed = args.flag("--save-detailed");
   const bool dir_given = args.value("--result-dir", &c->result_dir);
   const bool file_given = args.value("--result-filename", &c->result_filename);
   if ((dir_given || file_given || c->save_detailed) && !c->save_result)
-    keep("--result-dir, --result-filename and --save-detailed go with --save-result");
+    keep("--result-dir, --result-filename and --save-detailed go with --save-result or --append-result");
   c->shuffle = !args.flag("--disable-shuffle");
   c->progress = !args.flag("--disable-tqdm");
   const bool no_ignore_eos = args.flag("--no-ignore-eos");
@@ -385,7 +387,7 @@ int bench_serving_main(int argc, char** argv) {
       if (ec) return fail("--result-dir " + c.result_dir + ": " + ec.message());
       name = (std::filesystem::path(c.result_dir) / name).string();
     }
-    std::ofstream out(name, std::ios::trunc);
+    std::ofstream out(name, c.append_result ? std::ios::app : std::ios::trunc);
     out << bench::format_vllm_result(s, c.selection, meta, results) << "\n";
     out.close();
     if (!out) return fail("--save-result: cannot write " + name);

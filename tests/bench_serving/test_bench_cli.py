@@ -189,6 +189,23 @@ class SaveResult(unittest.TestCase):
         self.assertEqual(len(j["ttfts"]), 4)
 
 
+class AppendResult(unittest.TestCase):
+    def test_append_adds_a_line(self):
+        with tempfile.TemporaryDirectory() as d:
+            args = ["-m", STORIES, "-t", "1", "--dataset-name", "random", "--num-prompts", "2",
+                    "--random-input-len", "8", "--random-output-len", "2", "--result-dir", d,
+                    "--result-filename", "r.json"]
+            for flag in ["--save-result", "--append-result", "--append-result"]:
+                p = bench(*args, flag)
+                self.assertEqual(p.returncode, 0, p.stderr)
+            with open(os.path.join(d, "r.json")) as f:
+                lines = f.read().splitlines()
+            self.assertEqual(len(lines), 3)
+            for line in lines:
+                j = json.loads(line)
+                self.assertEqual((j["backend"], j["completed"], j["total_output_tokens"]), ("offline", 2, 4))
+
+
 class Progress(unittest.TestCase):
     # 30 requests arriving at 15/s: a run of about two seconds, offline.
     ARGS = ["-m", STORIES, "-t", "1", "--dataset-name", "random", "--num-prompts", "30", "--request-rate", "15",
