@@ -150,7 +150,7 @@ std::string parse_options(int argc, char** argv, const std::string& default_mode
                a == "--no-kv-offload" || a == "-mmp" || a == "--mmap") {
       o->warnings.push_back(a + " " + v + " ignored: pagoda runs on the CPU");
     } else if (a == "-d" || a == "--n-depth") {
-      return a + " is not supported (pagoda bench --ctx-sweep times decode at several contexts)";
+      err = list(&o->n_depth, 0, 1 << 20);
     } else if (kv_flags.take(a, v.c_str(), &ok)) {
       // --kv-dtype, -ctk, -ctv: resolved after the loop
     } else {
@@ -167,12 +167,16 @@ std::string parse_options(int argc, char** argv, const std::string& default_mode
   if (o->n_threads.empty()) o->n_threads.push_back(default_threads);
   if (o->n_batch.empty()) o->n_batch.push_back(kDefaultBatch);
   if (o->n_ubatch.empty()) o->n_ubatch.push_back(kDefaultUbatch);
+  if (o->n_depth.empty()) o->n_depth.push_back(0);
   if (o->legacy_json) {
     auto nonzero = [](const std::vector<int64_t>& v) { return std::count_if(v.begin(), v.end(), [](int64_t x) { return x > 0; }); };
     if (o->models.size() > 1 || o->n_threads.size() > 1 || o->n_batch.size() > 1 || o->n_ubatch.size() > 1 ||
+        o->n_depth.size() > 1 || o->n_depth[0] != 0 ||
         nonzero(o->n_prompt) > 1 || nonzero(o->n_gen) > 1 || !o->n_pg.empty())
       return "--json describes one model, one thread count, one pp and one tg test; use -o json or -o jsonl for lists";
   }
+  if (o->ctx_sweep && std::any_of(o->n_depth.begin(), o->n_depth.end(), [](int64_t d) { return d > 0; }))
+    return "give -d or --ctx-sweep, not both (-d turns the prefix cache on, which the sweep's recompute must not hit)";
   if (instances(*o).empty()) return "nothing to run: every -p, -n and -pg value is 0";
   return "";
 }
@@ -182,35 +186,37 @@ std::vector<Instance> instances(const Options& o) {
   for (const std::string& m : o.models)
     for (int64_t nb : o.n_batch)
       for (int64_t nub : o.n_ubatch)
-        for (int64_t nt : o.n_threads) {
-          const Instance base{m, 0, 0, nb, nub, nt};
-          for (int64_t p : o.n_prompt) {
-            if (p == 0) continue;
-            Instance i = base;
-            i.n_prompt = p;
-            out.push_back(i);
+        for (int64_t nt : o.n_threads)
+          for (int64_t nd : o.n_depth) {
+            const Instance base{m, 0, 0, nb, nub, nt, nd};
+            for (int64_t p : o.n_prompt) {
+              if (p == 0) continue;
+              Instance i = base;
+              i.n_prompt = p;
+              out.push_back(i);
+            }
+            for (int64_t g : o.n_gen) {
+              if (g == 0) continue;
+              Instance i = base;
+              i.n_gen = g;
+              out.push_back(i);
+            }
+            for (const auto& [p, g] : o.n_pg) {
+              if (p == 0 && g == 0) continue;
+              Instance i = base;
+              i.n_prompt = p;
+              i.n_gen = g;
+              out.push_back(i);
+            }
           }
-          for (int64_t g : o.n_gen) {
-            if (g == 0) continue;
-            Instance i = base;
-            i.n_gen = g;
-            out.push_back(i);
-          }
-          for (const auto& [p, g] : o.n_pg) {
-            if (p == 0 && g == 0) continue;
-            Instance i = base;
-            i.n_prompt = p;
-            i.n_gen = g;
-            out.push_back(i);
-          }
-        }
   return out;
 }
 
-std::string test_name(int64_t n_prompt, int64_t n_gen) {
-  if (n_gen == 0) return "pp" + std::to_string(n_prompt);
-  if (n_prompt == 0) return "tg" + std::to_string(n_gen);
-  return "pp" + std::to_string(n_prompt) + "+tg" + std::to_string(n_gen);
+std::string test_name(int64_t n_prompt, int64_t n_gen, int64_t n_depth) {
+  std::string t = n_gen == 0     ? "pp" + std::to_string(n_prompt)
+                  : n_prompt == 0 ? "tg" + std::to_string(n_gen)
+                                  : "pp" + std::to_string(n_prompt) + "+tg" + std::to_string(n_gen);
+  return n_depth > 0 ? t + " @ d" + std::to_string(n_depth) : t;
 }
 
 // ---- Statistics, as llama-bench computes them ---------------------------------
@@ -295,7 +301,7 @@ std::vector<std::string> values(const Result& r, const std::string& build_commit
           std::to_string(r.model.n_params), std::to_string(i.n_batch), std::to_string(i.n_ubatch),
           std::to_string(i.n_threads), "0x0", "0", "50", r.type_kv, r.type_kv, "0", "0", "none", "0", "0", "0",
           "none", "0.00", "none", "auto", "auto", "0", "0", "0", "0", "0", "0", std::to_string(i.n_prompt),
-          std::to_string(i.n_gen), "0", r.test_time, u64(r.avg_ns()), u64(r.stddev_ns()), fixed6(r.avg_ts()),
+          std::to_string(i.n_gen), std::to_string(i.n_depth), r.test_time, u64(r.avg_ns()), u64(r.stddev_ns()), fixed6(r.avg_ts()),
           fixed6(r.stddev_ts()), std::to_string(r.weight_bytes_per_token), fixed6(r.weight_gb_per_s()),
           fixed6(r.read_gb_per_s), fixed6(r.read_bw_fraction()), r.tokens_hash, r.tokens_consistent ? "1" : "0"};
 }
@@ -411,7 +417,7 @@ std::string markdown(const std::vector<Result>& results, const Options& o, const
       else if (c.name == "n_batch") v = std::to_string(r.inst.n_batch);
       else if (c.name == "n_ubatch") v = std::to_string(r.inst.n_ubatch);
       else if (c.name == "type_k" || c.name == "type_v") v = r.type_kv;
-      else if (c.name == "test") v = test_name(r.inst.n_prompt, r.inst.n_gen);
+      else if (c.name == "test") v = test_name(r.inst.n_prompt, r.inst.n_gen, r.inst.n_depth);
       else if (c.name == "t/s") {
         std::snprintf(buf, sizeof buf, "%.2f \xC2\xB1 %.2f", r.avg_ts(), r.stddev_ts());
         v = buf;

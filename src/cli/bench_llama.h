@@ -22,7 +22,7 @@ enum class Format { kMarkdown, kCsv, kJson, kJsonl };
 
 struct Options {
   std::vector<std::string> models;
-  std::vector<int64_t> n_prompt, n_gen, n_threads, n_batch, n_ubatch;
+  std::vector<int64_t> n_prompt, n_gen, n_threads, n_batch, n_ubatch, n_depth;
   std::vector<std::pair<int64_t, int64_t>> n_pg;  // -pg PP,TG
   int64_t reps = 5;
   Format format = Format::kMarkdown;
@@ -50,13 +50,14 @@ std::string parse_options(int argc, char** argv, const std::string& default_mode
 struct Instance {
   std::string model;
   int64_t n_prompt = 0, n_gen = 0, n_batch = kDefaultBatch, n_ubatch = kDefaultUbatch, n_threads = 1;
+  int64_t n_depth = 0;  // -d: tokens already in the context when the timed part starts
 };
-// The cross product in llama-bench's order: model, n_batch, n_ubatch, threads
-// (outer to inner), then the pp tests, the tg tests and the pp+tg pairs of
+// The cross product in llama-bench's order: model, n_batch, n_ubatch, threads,
+// depth (outer to inner), then the pp tests, the tg tests and the pp+tg pairs of
 // each combination; 0 entries are skipped as llama-bench skips them.
 std::vector<Instance> instances(const Options& o);
-// "pp512", "tg128", "pp512+tg128".
-std::string test_name(int64_t n_prompt, int64_t n_gen);
+// "pp512", "tg128", "pp512+tg128", with " @ d1024" for a depth.
+std::string test_name(int64_t n_prompt, int64_t n_gen, int64_t n_depth = 0);
 
 // What a GGUF says about itself, for the model columns.
 struct ModelDesc {

@@ -62,6 +62,8 @@ const char* kBenchUsage =
     "  -t, --threads LIST    CPU threads (default: all cores)\n"
     "  -b, --batch-size LIST tokens per prefill step (default 2048; longer prompts take several steps)\n"
     "  -ub, --ubatch-size LIST  accepted and reported; pagoda has no separate micro-batch\n"
+    "  -d, --n-depth LIST    tokens already in the context (computed once, untimed, then served by\n"
+    "                        the prefix cache); tests named \"pp512 @ d1024\" (default 0)\n"
     "  -o, --output FMT      md (default) | csv | json | jsonl, with llama-bench's columns and fields\n"
     "  --progress            one line per test on stderr;  --no-warmup  skip the warm-up\n"
     "  -ngl, -fa, -nkvo, -mmp  accepted with a warning (GPU options; pagoda runs on the CPU)\n"
@@ -115,6 +117,7 @@ struct RequestTimes {
   double prefill_s = 0;
   double decode_s = 0;
   int64_t decode_steps = 0;
+  int64_t cached_tokens = 0;  // prompt tokens the prefix cache supplied
 };
 Expected<RequestTimes> run_request(engine::Engine& eng, const std::vector<int32_t>& prompt, int64_t max_tokens,
                                    std::vector<int32_t>* out) {
@@ -133,6 +136,7 @@ Expected<RequestTimes> run_request(engine::Engine& eng, const std::vector<int32_
     for (const engine::TokenEvent& ev : events) {
       if (ev.id != id) continue;
       if (ev.finish == engine::FinishReason::kError) return errorf("%s", ev.error.c_str());
+      t.cached_tokens = std::max<int64_t>(t.cached_tokens, ev.num_cached_tokens);
       out->insert(out->end(), ev.tokens.begin(), ev.tokens.end());
     }
     if (out->size() <= 1) {
@@ -207,9 +211,11 @@ Expected<llb::ModelDesc> describe_model(const std::string& path) {
   return d;
 }
 
-// Positions a test computes: the prompt (tg: kTgPromptTokens) and its fed tokens.
+// Positions a test computes: the depth, the prompt (tg without a depth: kTgPromptTokens)
+// and its fed tokens.
 int64_t test_positions(const llb::Instance& i) {
-  return i.n_prompt == 0 ? kTgPromptTokens + i.n_gen : i.n_prompt + i.n_gen;
+  if (i.n_prompt == 0) return (i.n_depth > 0 ? i.n_depth : kTgPromptTokens) + i.n_gen;
+  return i.n_depth + i.n_prompt + i.n_gen;
 }
 
 struct SweepRow {
@@ -321,7 +327,11 @@ int run_bench(int argc, char** argv) {
   std::vector<int64_t> sweep;
   if (o.ctx_sweep) sweep.assign(std::begin(kSweepContexts), std::end(kSweepContexts));
   int64_t positions = 0;
-  for (const llb::Instance& t : tests) positions = std::max(positions, test_positions(t));
+  bool caching = false;
+  for (const llb::Instance& t : tests) {
+    positions = std::max(positions, test_positions(t));
+    caching = caching || t.n_depth > 0;
+  }
   const int64_t sweep_positions = sweep.empty() ? 0 : sweep.back() + kSweepDecodeSteps + 1;
 
   std::unique_ptr<engine::Engine> eng;
@@ -347,7 +357,9 @@ int run_bench(int argc, char** argv) {
       ec.block_size = static_cast<int>(o.block_size);
       ec.kv_pool_one_context = true;
       ec.watermark = 0;                  // one sequence may fill the whole pool
-      ec.enable_prefix_caching = false;  // a repetition must compute its prompt again
+      // Only -d needs the cache (the depth is computed once, untimed); then every
+      // repetition prefills fresh prompt tokens, so it cannot hit its predecessor.
+      ec.enable_prefix_caching = caching;
       ec.max_num_seqs = 1;
       ec.max_num_batched_tokens = static_cast<int>(std::min<int64_t>(t.n_batch, ec.context_length));
       auto created = engine::Engine::create(ec);
@@ -363,7 +375,7 @@ int run_bench(int argc, char** argv) {
     const engine::ModelInfo& info = eng->model_info();
     if (o.progress) {
       std::fprintf(stderr, "pagoda bench: benchmark %zu/%zu: %s, %" PRId64 " threads\n", ti + 1, tests.size(),
-                   llb::test_name(t.n_prompt, t.n_gen).c_str(), t.n_threads);
+                   llb::test_name(t.n_prompt, t.n_gen, t.n_depth).c_str(), t.n_threads);
     }
     llb::Result r;
     r.inst = t;
@@ -374,16 +386,33 @@ int run_bench(int argc, char** argv) {
     // Separate streams so the tg prompt (and its hash) does not depend on -p.
     Rng rng(static_cast<uint64_t>(o.seed));
     Rng tg_rng(static_cast<uint64_t>(o.seed) ^ 0x7467ull);
-    const std::vector<int32_t> pp_tokens = random_tokens(rng, t.n_prompt, info.vocab_size);
-    const std::vector<int32_t> tg_prompt = random_tokens(tg_rng, kTgPromptTokens, info.vocab_size);
+    Rng depth_rng(static_cast<uint64_t>(o.seed) ^ 0x6470ull);
+    const std::vector<int32_t> depth_tokens = random_tokens(depth_rng, t.n_depth, info.vocab_size);
+    const std::vector<int32_t> tg_prompt =
+        t.n_depth > 0 ? depth_tokens : random_tokens(tg_rng, kTgPromptTokens, info.vocab_size);
+    // The depth's whole blocks come from the cache; a partial last block is recomputed.
+    const int64_t want_cached = t.n_depth / o.block_size * o.block_size;
+    std::vector<int32_t> pp_tokens = random_tokens(rng, t.n_prompt, info.vocab_size);
     std::vector<int32_t> generated;
     uint64_t hash = 0;
     for (int64_t rep = o.warmup ? -1 : 0; rep < o.reps; ++rep) {  // rep == -1: warm-up
       double s = 0;
+      if (t.n_prompt > 0 && caching) {
+        pp_tokens = depth_tokens;
+        const std::vector<int32_t> fresh = random_tokens(rng, t.n_prompt, info.vocab_size);
+        pp_tokens.insert(pp_tokens.end(), fresh.begin(), fresh.end());
+        if (t.n_depth > 0) {  // untimed: the depth into the cache
+          auto w = run_request(*eng, depth_tokens, 1, &generated);
+          if (!w.ok()) return fail(w.message());
+        }
+      }
       if (t.n_gen == 0) {
-        auto p = time_prefill(*eng, pp_tokens);
+        auto p = run_request(*eng, pp_tokens, 1, &generated);
         if (!p.ok()) return fail(p.message());
-        s = *p;
+        if (p->cached_tokens < want_cached)
+          return fail("the depth was not served from the prefix cache (" + std::to_string(p->cached_tokens) +
+                      " of " + std::to_string(want_cached) + " tokens)");
+        s = p->prefill_s;
       } else if (t.n_prompt == 0) {
         auto d = time_decode(*eng, tg_prompt, t.n_gen, &generated);
         if (!d.ok()) return fail(d.message());
@@ -394,6 +423,7 @@ int run_bench(int argc, char** argv) {
       } else {
         auto q = run_request(*eng, pp_tokens, t.n_gen + 1, &generated);  // prefill + n_gen fed tokens
         if (!q.ok()) return fail(q.message());
+        if (q->cached_tokens < want_cached) return fail("the depth was not served from the prefix cache");
         s = q->prefill_s + q->decode_s;
       }
       if (rep >= 0) r.samples_ns.push_back(static_cast<uint64_t>(std::llround(s * 1e9)));

@@ -101,24 +101,25 @@ TEST(LlamaBenchFlags, EachFlagFamily) {
   EXPECT_EQ(t[0].n_gen, 64);
 }
 
-// llama-bench's get_cmd_params_instances: model, batch, ubatch, threads outer to inner;
+// llama-bench's get_cmd_params_instances: model, batch, ubatch, threads, depth outer to inner;
 // per combination the pp tests, the tg tests, then the pp+tg pairs; zeros skipped.
 TEST(LlamaBenchFlags, CrossProductInLlamaBenchOrder) {
   llb::Options o;
   ASSERT_EQ(parse_llb({"-m", "a,b", "-p", "128,0,512", "-n", "0,128", "-t", "1,2", "-pg", "16,4", "-pg", "0,0",
-                       "-b", "64,32"},
+                       "-b", "64,32", "-d", "0,256"},
                       &o),
             "");
   std::vector<std::string> got;
   for (const llb::Instance& i : llb::instances(o))
     got.push_back(i.model + " b" + std::to_string(i.n_batch) + " t" + std::to_string(i.n_threads) + " " +
-                  llb::test_name(i.n_prompt, i.n_gen));
+                  llb::test_name(i.n_prompt, i.n_gen, i.n_depth));
   std::vector<std::string> want;
   for (const char* m : {"a", "b"})
     for (const char* b : {"64", "32"})
       for (const char* t : {"1", "2"})
-        for (const char* test : {"pp128", "pp512", "tg128", "pp16+tg4"})
-          want.push_back(std::string(m) + " b" + b + " t" + t + " " + test);
+        for (const char* d : {"", " @ d256"})
+          for (const char* test : {"pp128", "pp512", "tg128", "pp16+tg4"})
+            want.push_back(std::string(m) + " b" + b + " t" + t + " " + test + d);
   EXPECT_EQ(got, want);
 }
 
@@ -132,7 +133,8 @@ TEST(LlamaBenchFlags, BadValuesNameTheFlag) {
       {{"-o", "sql"}, "-o"},
       {{"-pg", "5"}, "-pg"},
       {{"-pg", "5,x"}, "-pg"},
-      {{"-d", "512"}, "-d"},
+      {{"-d", "x"}, "-d"},
+      {{"-d", "16", "--ctx-sweep"}, "--ctx-sweep"},
       {{"--frobnicate", "1"}, "--frobnicate"},
       {{"-m"}, "-m"},
       {{"--json", "-o", "csv"}, "--json"},

@@ -91,6 +91,11 @@ class LlamaBenchOutput(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         (rec,) = [json.loads(line) for line in p.stdout.splitlines()]
         self.assertEqual((rec["n_prompt"], rec["n_gen"]), (8, 4))
+        # -d: the depth is computed once and served by the prefix cache; the test names it.
+        p = bench("-m", STORIES, "-p", "8", "-n", "4", "-d", "32", "-r", "2", "-t", "1", "--no-bandwidth")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        tests = [line.split("|")[6].strip() for line in p.stdout.splitlines()[2:4]]
+        self.assertEqual(tests, ["pp8 @ d32", "tg4 @ d32"])
         # pagoda's earlier flags and summary object still work.
         p = bench("-m", STORIES, "--pp", "8", "--tg", "4", "-r", "1", "-t", "1", "--json", "--no-bandwidth")
         self.assertEqual(p.returncode, 0, p.stderr)
