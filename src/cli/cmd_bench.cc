@@ -14,6 +14,7 @@
 // request at a time, prefix caching off (a repetition must not hit the cache of
 // the previous one), and the timer around Engine::step().
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
