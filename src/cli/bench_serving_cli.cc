@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "base/timer.h"
+#include "cli/bench_copy_workload.h"
 #include "cli/bench_http_client.h"
 #include "cli/bench_serving.h"
 #include "cli/cli_util.h"
@@ -55,6 +56,8 @@ const char* kServingHelp =
     "  --workload shared-prefix      G prefixes x R distinct suffixes, shuffled\n"
     "    --num-groups G --prompts-per-group R   (default 4 x 8)\n"
     "    --prefix-len P --suffix-len Q --output-len O   (default 256 / 32 / 128)\n"
+    "  --workload copy               \"repeat this code with one change\" chat prompts (bench_copy_workload.h;\n"
+    "                                --num-prompts, --output-len; ends at end of generation)\n"
     "  --dataset FILE.jsonl          lines of {\"prompt\": str, \"max_tokens\": int} (first --num-prompts lines)\n"
     "common:\n"
     "  --max-concurrency C           at most C requests in flight (default: unlimited; server mode: 256)\n"
@@ -220,8 +223,9 @@ std::string parse_serving_args(int argc, char** argv, ServingConfig* c, bool* he
     return "give --dataset-name random|sharegpt|prefix_repetition, --workload random|shared-prefix or --dataset FILE.jsonl";
   if (!jsonl.empty() && (c->vllm_dataset || c->workload != "jsonl"))
     return "give one of --dataset, --workload and --dataset-name";
-  if (c->workload != "random" && c->workload != "shared-prefix" && c->workload != "sharegpt" && c->workload != "jsonl")
-    return "--workload must be random or shared-prefix, got '" + c->workload + "'";
+  if (c->workload != "random" && c->workload != "shared-prefix" && c->workload != "copy" &&
+      c->workload != "sharegpt" && c->workload != "jsonl")
+    return "--workload must be random, shared-prefix or copy, got '" + c->workload + "'";
   if (c->workload == "sharegpt" && c->dataset_path.empty()) return "--dataset-name sharegpt needs --dataset-path FILE.json";
   if (c->vllm_dataset && c->workload != "sharegpt" && !c->dataset_path.empty())
     return "--dataset-path goes with --dataset-name sharegpt, not " + dataset_name;
@@ -307,6 +311,10 @@ int bench_serving_main(int argc, char** argv) {
                  : bench::load_sharegpt(c.dataset_path, *tk, c.num_prompts, c.sharegpt_output_len, seed, c.shuffle);
     if (!d.ok()) return fail(d.message());
     reqs = std::move(d).value();
+  } else if (c.workload == "copy") {  // bench_copy_workload.cc
+    auto w = bench::make_copy_workload(*tk, c.num_prompts, c.output_len, seed);
+    if (!w.ok()) return fail(w.message());
+    reqs = std::move(w).value();
   } else {
     const bench::TokenSpace space = bench::token_space(*tk);
     if (space.ordinary.empty()) return fail("the vocabulary has no ordinary tokens to build random prompts from");
