@@ -34,6 +34,8 @@ function decodeGrid(b64) {
 }
 
 // ---- block grid ---------------------------------------------------------------
+// cells[c] is block c + 1: the null block 0 is never handed out, so the grid
+// shows the usable blocks (pagoda:kv_cache_blocks_total of them).
 function drawGrid(cells) {
   const c = $("grid");
   const w = c.clientWidth, h = c.clientHeight, n = cells.length;
@@ -70,16 +72,16 @@ function gridLegend(s) {
   const item = (rgb, label, k) => '<span><i style="background:' + css(rgb) + '"></i>' + label + " " + (counts[k] || 0) + "</span>";
   $("grid-legend").innerHTML = item(FIXED[GRID_FREE], "free", GRID_FREE) + item(FIXED[GRID_CACHED], "cached-evictable", GRID_CACHED) +
     item(requestRgb(0), "used (colour = request)", "req") + item(FIXED[GRID_SHARED], "shared", GRID_SHARED) +
-    item(FIXED[GRID_TIER], "lower tier", GRID_TIER) + item(FIXED[GRID_NULL], "null", GRID_NULL);
+    item(FIXED[GRID_TIER], "lower tier", GRID_TIER);
 }
 
 $("grid").addEventListener("mousemove", (e) => {
   const L = state.layout;
   if (!L || !state.cells) return;
   const r = e.target.getBoundingClientRect();
-  const b = Math.floor((e.clientY - r.top) / L.size) * L.cols + Math.floor((e.clientX - r.left) / L.size);
-  if (b < 0 || b >= L.n) return hideTip();
-  const code = state.cells[b];
+  const c = Math.floor((e.clientY - r.top) / L.size) * L.cols + Math.floor((e.clientX - r.left) / L.size);
+  if (c < 0 || c >= L.n || e.clientX - r.left >= L.cols * L.size) return hideTip();
+  const code = state.cells[c], b = c + 1;
   const names = {[GRID_FREE]: "free", [GRID_CACHED]: "cached-evictable", [GRID_TIER]: "lower tier",
                  [GRID_NULL]: "null block", [GRID_SHARED]: "shared", [GRID_UNKNOWN]: "used"};
   const owners = state.owners.get(b) || [];
@@ -185,7 +187,7 @@ function update(s) {
   state.updates++;
   for (const p of s.series) state.series.push(p);
   if (state.series.length > 4800) state.series.splice(0, state.series.length - 4800);
-  state.cells = decodeGrid(s.grid);
+  state.cells = decodeGrid(s.grid).subarray(1);
   state.numCells = state.cells.length;
   state.owners = new Map();
   for (const r of s.requests) {
@@ -209,7 +211,7 @@ function update(s) {
   $("t-hit").textContent = c.prefix_queries ? (100 * c.prefix_hits / c.prefix_queries).toFixed(1) + "%" : "-";
   $("t-pre").textContent = c.preemptions;
   $("t-tps").textContent = fmt(last(d.gen));
-  $("grid-info").textContent = (s.num_blocks) + " blocks of " + s.block_size + " tokens" +
+  $("grid-info").textContent = (s.num_blocks - 1) + " blocks of " + s.block_size + " tokens" +
     (s.num_groups > 1 ? ", " + s.num_groups + " KV groups" : "");
 }
 
