@@ -62,9 +62,10 @@ def get(url, key=KEY, timeout=30):
         return e.code, e.read()
 
 
-def post(url, body, timeout=300):
+def post(url, body, timeout=300, key=KEY):
     req = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json", "Authorization": "Bearer " + KEY})
+                                 headers=dict({"Content-Type": "application/json"},
+                                              **({"Authorization": "Bearer " + key} if key else {})))
     with urllib.request.urlopen(req, timeout=timeout) as r:
         return json.loads(r.read())
 
@@ -205,6 +206,45 @@ class Dashboard(OneServerPerClass, unittest.TestCase):
                 data = r.readline().decode()
                 self.assertTrue(data.startswith("data: {"))
                 self.assertEqual(json.loads(data[6:])["num_blocks"], NUM_BLOCKS)
+
+
+class HundredThousandBlocks(OneServerPerClass, unittest.TestCase):
+    """The page at 100k blocks (stories260K, block size 1: 64 MB of KV): one
+    cell per block, and an event decodes and redraws in well under its period."""
+
+    @classmethod
+    def setUpClass(cls):
+        stories = os.path.join(HERE, "..", "data", "stories260K.gguf")
+        cls.SERVER = (BINARY, stories, ["--block-size", "1", "--num-kv-blocks", "100001", "-t", "1"])
+        super().setUpClass()
+        cls.driver = new_driver()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.driver.quit()
+        super().tearDownClass()
+
+    def test_grid_and_update_time(self):
+        for i in range(4):  # 4 x ~300 used-then-cached blocks, with hits on the shared 200
+            post(self.srv.url + "/v1/completions", {"prompt": list(range(10, 210)) + [300 + i] * 100, "max_tokens": 8},
+                 key=None)
+        self.driver.get(self.srv.url + "/dashboard?hz=4")
+        js = self.driver.execute_script
+        wait_for(lambda: js("return window.pagodaDashboard.updates") >= 3, what="3 snapshot events")
+        self.assertEqual(js("return window.pagodaDashboard.numCells"), 100000)
+        # The tree is capped at the 256 most hit blocks (hits only grow towards the
+        # root, so they are ancestor-closed): first the shared 200-block chain,
+        # 3 hits each, then the first request's own tail.
+        nodes = js("return window.pagodaDashboard.prefixNodes.map(n => [n.depth, n.hits])")
+        self.assertEqual(len(nodes), 256)
+        self.assertEqual(sorted(d for d, h in nodes if h == 3), list(range(200)))
+        ms = js("return window.pagodaDashboard.lastUpdateMs")
+        print("100k blocks: one event decoded and drawn in %.1f ms" % ms, file=sys.stderr)
+        self.assertLess(ms, 1000)
+        st, body = get(self.srv.url + "/dashboard/snapshot", key=None)
+        self.assertEqual(st, 200)
+        print("100k blocks: snapshot JSON %d bytes" % len(body), file=sys.stderr)
+        self.assertLess(len(body), 400000)
 
 
 if __name__ == "__main__":

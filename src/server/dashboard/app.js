@@ -183,6 +183,7 @@ function drawRequests(s) {
 
 // ---- updates ------------------------------------------------------------------
 function update(s) {
+  const t0 = performance.now();
   state.snapshot = s;
   state.updates++;
   for (const p of s.series) state.series.push(p);
@@ -213,6 +214,7 @@ function update(s) {
   $("t-tps").textContent = fmt(last(d.gen));
   $("grid-info").textContent = (s.num_blocks - 1) + " blocks of " + s.block_size + " tokens" +
     (s.num_groups > 1 ? ", " + s.num_groups + " KV groups" : "");
+  state.lastUpdateMs = performance.now() - t0;  // decode + redraw of one event (tests read it)
 }
 
 function connect() {

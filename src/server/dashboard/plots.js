@@ -35,8 +35,8 @@ function deriveSeries(points, win) {
 
 const CHARTS = [
   {id: "kv", title: "KV cache usage", unit: "%", yMax: 100,
-   lines: [["kv", "used", "#4cc9f0"], ["cached", "cached-evictable", "#7b8cde"]]},
-  {id: "hit", title: "Prefix hit rate", unit: "%", yMax: 100, lines: [["hit", "hit tokens / looked up", "#80ed99"]]},
+   lines: [["kv", "used", "#4cc9f0"], ["cached", "cached", "#7b8cde"]]},
+  {id: "hit", title: "Prefix hit rate", unit: "%", yMax: 100, lines: [["hit", "hit tokens", "#80ed99"]]},
   {id: "rw", title: "Requests", unit: "", lines: [["running", "running", "#f4a261"], ["waiting", "waiting", "#e76f51"]]},
   {id: "pre", title: "Preemptions (total)", unit: "", lines: [["preempt", "preemptions", "#ef476f"]]},
   {id: "tps", title: "Tokens / s", unit: "", lines: [["gen", "generated", "#ffd166"], ["prompt", "prompt", "#06d6a0"]]},
