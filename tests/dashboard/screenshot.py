@@ -33,7 +33,7 @@ QUESTIONS = ["Why is the sky blue?", "Plan three days in Lisbon.", "Review: for 
 
 def main():
     binary, model, out = sys.argv[1], sys.argv[2], sys.argv[3]
-    extra = ["--num-kv-blocks", "90", "--max-num-seqs", "6", "-t", "2"]
+    extra = ["--num-kv-blocks", "48", "--max-num-seqs", "6", "-t", "2"]
     with PagodaServer(binary, model, extra) as srv:
         stop = threading.Event()
 
@@ -63,7 +63,8 @@ def main():
             # A moment with requests running and waiting, and prefix hits in the tree.
             wait_for(lambda: driver.execute_script(
                 "const s = window.pagodaDashboard.snapshot;"
-                "return s && s.num_running >= 4 && s.num_waiting >= 2 && s.prefix.nodes.length >= 6"), timeout=120,
+                "return s && s.num_running >= 4 && s.num_waiting >= 2 && s.prefix.nodes.length >= 6 &&"
+                " s.counters.preemptions > 0"), timeout=90,
                 what="a busy moment")
             time.sleep(0.3)
             driver.save_screenshot(out)
