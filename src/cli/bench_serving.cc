@@ -22,6 +22,7 @@
 #include "cli/cli_util.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/run_report.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "tok/tokenizer.h"
@@ -400,6 +401,7 @@ std::vector<RequestResult> run_offline(engine::Engine& eng, const std::vector<Be
     const double te = now_seconds();
     const engine::EngineStats st = eng.stats();
     extras->peak_kv_usage = std::max(extras->peak_kv_usage, st.kv_usage);
+    if (opts.on_step) opts.on_step(st);
     size_t advanced = 0;
     int64_t step_tokens = 0;
     for (engine::TokenEvent& ev : events) {
@@ -468,6 +470,8 @@ const char* kServingHelp =
     "  --seed S                      seed of prompts and arrivals (default 0)\n"
     "  --ignore-eos / --no-ignore-eos  generate exactly max_tokens (default on for random/shared-prefix)\n"
     "  --json                        print one JSON object instead of the text block\n"
+    "  --report FILE.html            write the run's time series (KV usage, hit rate, running/waiting,\n"
+    "                                preemptions, tokens/s) as a self-contained HTML report\n"
     "server mode:\n"
     "  --server URL                  e.g. http://127.0.0.1:8080 (the local -m model gives the tokenizer)\n"
     "  --model-name NAME             \"model\" field (default: first id of GET /v1/models)\n"
@@ -501,6 +505,8 @@ int bench_serving_main(int argc, char** argv) {
   args.value("--server", &server_url);
   args.value("--model-name", &model_name);
   args.value("--api-key", &api_key);
+  std::string report_path;  // --report FILE.html (cli/run_report.h)
+  args.value("--report", &report_path);
   int num_prompts = 64, input_len = 128, output_len = 128, groups = 4, per_group = 8, prefix_len = 256,
       suffix_len = 32, concurrency = 0;
   int64_t seed = 0;
@@ -598,6 +604,11 @@ int bench_serving_main(int argc, char** argv) {
   ro.request_rate = rate;
   ro.seed = static_cast<uint64_t>(seed);
   ro.ignore_eos = dataset.empty() ? !no_ignore_eos : ignore_eos_flag && !no_ignore_eos;
+  RunRecorder recorder;
+  if (!report_path.empty()) {
+    ro.on_step = [&recorder](const engine::EngineStats& st) { recorder.on_engine_stats(st); };
+    ro.on_scrape = [&recorder](const std::string& m) { recorder.on_metrics(m); };
+  }
   bench::RunExtras extras;
   std::vector<bench::RequestResult> results;
   std::string served_model;
@@ -633,6 +644,14 @@ int bench_serving_main(int argc, char** argv) {
     std::printf("%s", bench::format_report(s).c_str());
   }
   if (!s.first_error.empty()) std::fprintf(stderr, "pagoda bench: first failure: %s\n", s.first_error.c_str());
+  if (!report_path.empty()) {
+    const Status w = recorder.write(report_path, "bench " + s.workload + " · " + s.model, bench::format_json(s));
+    if (!w.ok()) {
+      std::fprintf(stderr, "pagoda bench: %s\n", w.message().c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "pagoda bench: wrote %s (%zu points)\n", report_path.c_str(), recorder.num_points());
+  }
   std::fflush(stdout);
   return s.completed > 0 ? 0 : 1;
 }

@@ -5,6 +5,7 @@
 // See docs/serving-bench.md for every flag and metric definition.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -12,7 +13,7 @@
 #include "base/status.h"
 
 namespace pagoda::tok { class Tokenizer; }
-namespace pagoda::engine { class Engine; }
+namespace pagoda::engine { class Engine; struct EngineStats; }
 
 namespace pagoda::cli {
 
@@ -117,6 +118,10 @@ struct RunOptions {
   double request_rate = std::numeric_limits<double>::infinity();
   uint64_t seed = 0;
   bool ignore_eos = true;
+  // --report: the engine's counters after every step (offline) or each /metrics
+  // scrape, every 100 ms (server); unset: nothing recorded.
+  std::function<void(const engine::EngineStats&)> on_step;
+  std::function<void(const std::string& metrics)> on_scrape;
 };
 
 // Runs the requests through one in-process engine (greedy). Results in request order.

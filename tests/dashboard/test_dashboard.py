@@ -247,6 +247,57 @@ class HundredThousandBlocks(OneServerPerClass, unittest.TestCase):
         self.assertLess(len(body), 400000)
 
 
+class Reports(unittest.TestCase):
+    """`pagoda sim --report` and `pagoda bench --report`: one self-contained HTML
+    file whose embedded series the page draws (5 charts) with the summary."""
+
+    def check_report(self, path, title_part, summary_key):
+        with open(path, encoding="utf-8") as f:
+            html = f.read()
+        self.assertNotIn("/*@", html)          # every placeholder filled
+        self.assertNotIn("src=", html)         # nothing loaded from elsewhere
+        driver = new_driver()
+        try:
+            driver.get("file://" + os.path.abspath(path))
+            rep = wait_for(lambda: driver.execute_script("return window.pagodaReport || null"), what="the report")
+            self.assertIn(title_part, rep["title"])
+            self.assertIn(summary_key, rep["summary"])
+            self.assertEqual(driver.execute_script("return document.querySelectorAll('canvas.chart').length"), 5)
+            return rep
+        finally:
+            driver.quit()
+
+    def test_sim_report(self):
+        import subprocess
+        import tempfile
+        stories = os.path.join(HERE, "..", "data", "stories260K.gguf")
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "sim.html")
+            subprocess.run([BINARY, "sim", "--model", stories, "--workload", "shared-prefix", "--num-prompts", "60",
+                            "--input-len", "200", "--output-len", "50", "--num-kv-blocks", "60", "--report", out],
+                           check=True, stdout=subprocess.DEVNULL)
+            rep = self.check_report(out, "sim stories260K", "num_preemptions")
+            series = rep["series"]
+            # One point per simulated step; the counters of the last are the run's.
+            self.assertEqual(len(series), rep["summary"]["num_steps"])
+            self.assertEqual(series[-1][8], rep["summary"]["num_preemptions"])
+            self.assertEqual(series[-1][9], rep["summary"]["total_output_tokens"])
+
+    def test_bench_report(self):
+        import subprocess
+        import tempfile
+        stories = os.path.join(HERE, "..", "data", "stories260K.gguf")
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "bench.html")
+            subprocess.run([BINARY, "bench", "-m", stories, "--workload", "shared-prefix", "--num-groups", "2",
+                            "--prompts-per-group", "4", "--prefix-len", "64", "--suffix-len", "16", "--output-len",
+                            "64", "--report", out, "--json"], check=True, stdout=subprocess.DEVNULL)
+            rep = self.check_report(out, "bench shared-prefix", "completed")
+            last = rep["series"][-1]
+            self.assertEqual(last[9], 8 * 64)  # generation tokens of the whole run
+            self.assertEqual(last[4] + last[5], 0)  # nothing left running or waiting
+
+
 if __name__ == "__main__":
     BINARY, MODEL = sys.argv[1], sys.argv[2]
     why = missing_browser()
