@@ -17,6 +17,7 @@ struct DashboardHub::Taken {
   engine::DashboardSnapshot snap;
   std::vector<std::string> tags;
   double t = 0;
+  double engine_us = 0;  // engine-thread time the snapshot took (the dashboard's cost to serving)
 };
 
 DashboardHub::DashboardHub(AsyncEngine* engine, const TextCodec* text, DashboardConfig cfg)
@@ -62,9 +63,11 @@ std::shared_ptr<DashboardHub::Taken> DashboardHub::take(double timeout_s) {
       auto tk = std::make_shared<Taken>();
       tk->serial = serial;
       tk->t = now();
+      const double t0 = now_seconds();
       v.engine.snapshot(&tk->snap, opts);
       tk->tags.reserve(tk->snap.requests.size());
       for (const auto& r : tk->snap.requests) tk->tags.push_back(v.tag_of(r.id));
+      tk->engine_us = (now_seconds() - t0) * 1e6;
       {
         std::lock_guard<std::mutex> l(mu_);
         taken_ = std::move(tk);
@@ -123,6 +126,7 @@ void DashboardHub::loop() {
     // The snapshot's JSON without its closing brace; each subscriber gets its own series tail.
     std::string body = snapshot_json(tk->snap, tk->tags, tk->t);
     body.pop_back();
+    body += ",\"snapshot_us\":" + std::to_string(static_cast<int64_t>(tk->engine_us));
     std::vector<std::pair<std::shared_ptr<Responder>, std::string>> out;
     {
       std::lock_guard<std::mutex> l(mu_);

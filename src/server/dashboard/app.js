@@ -221,8 +221,10 @@ function connect() {
   const es = new EventSource(withKey("/dashboard/events?hz=" + encodeURIComponent(HZ)));
   es.addEventListener("snapshot", (e) => {
     $("status").className = "live";
-    $("status").textContent = "live · " + HZ + " Hz";
-    update(JSON.parse(e.data));
+    const s = JSON.parse(e.data);
+    $("status").textContent = "live · " + HZ + " Hz" +
+      (s.snapshot_us !== undefined ? " · snapshot " + (s.snapshot_us / 1000).toFixed(2) + " ms" : "");
+    update(s);
   });
   es.onerror = () => { $("status").className = "down"; $("status").textContent = "disconnected, retrying"; };
   state.source = es;
