@@ -22,43 +22,59 @@ URL="http://127.0.0.1:$PORT"
 "$P" bench -m "$MODEL" --server "$URL" "${WORK[@]}" >/dev/null  # warm-up
 
 # A dashboard client: reads every event until killed; writes the events count
-# and the median snapshot_us to $1 on exit.
+# and the medians of snapshot_us (engine thread) and encode_us (the hub's
+# thread) to $1 on exit.
 watch() {
   python3 - "$URL/dashboard/events?hz=10" "$1" <<'PY' &
 import json, signal, statistics, sys, urllib.request
-us, n = [], 0
+us, enc, n = [], [], 0
 def done(*_):
     with open(sys.argv[2], "w") as f:
-        f.write("%d %.0f\n" % (n, statistics.median(us) if us else -1))
+        f.write("%d %.0f %.0f\n" % (n, statistics.median(us) if us else -1, statistics.median(enc) if enc else -1))
     sys.exit(0)
 signal.signal(signal.SIGTERM, done)
 with urllib.request.urlopen(sys.argv[1]) as r:
     for line in r:
         if line.startswith(b"data: "):
             n += 1
-            us.append(json.loads(line[6:]).get("snapshot_us", -1))
+            ev = json.loads(line[6:])
+            us.append(ev.get("snapshot_us", -1))
+            enc.append(ev.get("encode_us", -1))
 PY
   WATCHER=$!
 }
-run() {  # run none|dash -> output tokens/s
-  local mode="$1" tps
+# The server's CPU time (user + system, in clock ticks) so far.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$SERVE/stat"; }
+run() {  # run none|dash -> "output_tokens/s server_cpu_ms_per_output_token"
+  local mode="$1" out c0 c1
   if [ "$mode" = dash ]; then watch "$TMP/watch.txt"; sleep 0.5; fi
-  tps=$("$P" bench -m "$MODEL" --server "$URL" "${WORK[@]}" | python3 -c "import json,sys; j = json.load(sys.stdin); print('%.2f' % j.get('output_throughput', j.get('output_tokens_per_s')))")
+  c0=$(cpu_ticks)
+  out=$("$P" bench -m "$MODEL" --server "$URL" "${WORK[@]}")
+  c1=$(cpu_ticks)
   if [ "$mode" = dash ]; then kill "$WATCHER"; wait "$WATCHER" 2>/dev/null || true; fi
-  echo "$tps"
+  echo "$out" | python3 -c "
+import json, os, sys
+j = json.load(sys.stdin)
+tps = j.get('output_throughput', j.get('output_tokens_per_s'))
+ms = ($c1 - $c0) * 1000.0 / os.sysconf('SC_CLK_TCK') / j['total_output_tokens']
+print('%.2f %.3f' % (tps, ms))"
 }
 none=() dash=()
 for r in $(seq 1 "$ROUNDS"); do
   round_banner "round $r"
   if [ $((r % 2)) = 1 ]; then a=$(run none); b=$(run dash); else b=$(run dash); a=$(run none); fi
   none+=("$a"); dash+=("$b")
-  echo "none $a tok/s   dashboard@10Hz $b tok/s   (events, median snapshot_us: $(cat "$TMP/watch.txt"))"
+  echo "none: $a   dashboard@10Hz: $b   (tok/s, server CPU ms per output token; events, median snapshot_us, encode_us: $(cat "$TMP/watch.txt"))"
 done
 python3 - "${none[*]}" "${dash[*]}" <<'PY'
 import statistics, sys
-a = [float(x) for x in sys.argv[1].split()]; b = [float(x) for x in sys.argv[2].split()]
-ma, mb = statistics.median(a), statistics.median(b)
-ratios = [y / x for x, y in zip(a, b)]
-print("median none %.2f tok/s, dashboard %.2f tok/s: %+.2f%% (median of per-round ratios %+.2f%%)"
-      % (ma, mb, 100 * (mb / ma - 1), 100 * (statistics.median(ratios) - 1)))
+def cols(s):
+    v = [float(x) for x in s.split()]
+    return v[0::2], v[1::2]
+(ta, ca), (tb, cb) = cols(sys.argv[1]), cols(sys.argv[2])
+med = statistics.median
+print("throughput: median none %.2f tok/s, dashboard %.2f tok/s: %+.2f%% (median of per-round ratios %+.2f%%)"
+      % (med(ta), med(tb), 100 * (med(tb) / med(ta) - 1), 100 * (med([y / x for x, y in zip(ta, tb)]) - 1)))
+print("server CPU per output token: median none %.3f ms, dashboard %.3f ms: %+.2f%% (median of per-round ratios %+.2f%%)"
+      % (med(ca), med(cb), 100 * (med(cb) / med(ca) - 1), 100 * (med([y / x for x, y in zip(ca, cb)]) - 1)))
 PY

@@ -92,6 +92,7 @@ std::vector<SeriesPoint> DashboardHub::series_from(size_t from, size_t* next) co
 
 void DashboardHub::loop() {
   double next_sample = 0;
+  double last_encode_us = 0;
   for (;;) {
     double wake = next_sample;
     {
@@ -101,7 +102,7 @@ void DashboardHub::loop() {
       cv_.wait_for(l, std::chrono::duration<double>(wait), [&] { return stop_; });
       if (stop_) return;
       // Drop subscribers that went away.
-      subs_.erase(std::remove_if(subs_.begin(), subs_.end(), [](const Subscriber& s) { return *s.gone; }),
+      subs_.erase(std::remove_if(subs_.begin(), subs_.end(), [](const Subscriber& s) { return s.gone->load(); }),
                   subs_.end());
     }
     const double t = now();
@@ -124,9 +125,13 @@ void DashboardHub::loop() {
     std::shared_ptr<Taken> tk = take(1.0);
     if (!tk) continue;  // the engine is stopping (or stuck in a long step): try at the next tick
     // The snapshot's JSON without its closing brace; each subscriber gets its own series tail.
+    const double enc0 = now_seconds();
     std::string body = snapshot_json(tk->snap, tk->tags, tk->t);
     body.pop_back();
-    body += ",\"snapshot_us\":" + std::to_string(static_cast<int64_t>(tk->engine_us));
+    // The two costs of watching: engine-thread time (this snapshot) and this
+    // thread's time encoding and queueing the previous event.
+    body += ",\"snapshot_us\":" + std::to_string(static_cast<int64_t>(tk->engine_us)) +
+            ",\"encode_us\":" + std::to_string(static_cast<int64_t>(last_encode_us));
     std::vector<std::pair<std::shared_ptr<Responder>, std::string>> out;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -142,6 +147,7 @@ void DashboardHub::loop() {
       }
     }
     for (auto& [res, text] : out) res->write(std::move(text));
+    last_encode_us = (now_seconds() - enc0) * 1e6;
   }
 }
 
@@ -151,6 +157,7 @@ void DashboardHub::handle(const HttpRequest& req, std::shared_ptr<Responder> res
     return res->send(200, "text/html; charset=utf-8", head ? std::string() : dashboard_page(),
                      {{"Cache-Control", "no-store"}});
   }
+  if (head) return res->send(200, "application/json", "");  // the JSON and SSE routes: headers only
   if (req.target == "/dashboard/events") {
     int hz = cfg_.default_hz;
     const std::string v = query_param(req.query, "hz");
@@ -168,16 +175,15 @@ void DashboardHub::handle(const HttpRequest& req, std::shared_ptr<Responder> res
     Subscriber s;
     s.res = res;
     s.period = 1.0 / hz;
-    s.gone = std::make_shared<bool>(false);
+    s.gone = std::make_shared<std::atomic<bool>>(false);
     {
       std::lock_guard<std::mutex> l(mu_);
       if (stop_) return res->end_stream();
       s.next_due = now();  // the first event at once, with the whole kept series
       subs_.push_back(s);
     }
-    std::weak_ptr<bool> gone = s.gone;
-    res->on_disconnect([this, gone] {
-      std::lock_guard<std::mutex> l(mu_);
+    std::weak_ptr<std::atomic<bool>> gone = s.gone;
+    res->on_disconnect([gone] {
       if (auto g = gone.lock()) *g = true;
     });
     cv_.notify_all();

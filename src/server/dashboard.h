@@ -13,6 +13,7 @@
 // (AsyncEngine::inspect: a copy of integers between two steps) and encodes it
 // here, off the engine thread, once for all due subscribers.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -103,7 +104,9 @@ class DashboardHub {
     double period = 0.25;
     double next_due = 0;
     size_t series_sent = 0;  // absolute index of the next series point it has not seen
-    std::shared_ptr<bool> gone;  // set by on_disconnect (under mu_)
+    // Set by the responder's on_disconnect, which holds only a weak_ptr to it
+    // (never the hub): a late callback touches nothing that is gone.
+    std::shared_ptr<std::atomic<bool>> gone;
   };
   void loop();
   // Asks the engine thread for a snapshot; waits up to timeout_s. nullptr on timeout or stop.
