@@ -138,16 +138,20 @@ class Dashboard(OneServerPerClass, unittest.TestCase):
                                         "return r && r.dataset.state === 'running' ? r.cells[8].textContent : null", row),
                         timeout=60, what="the running request's row")
         self.assertRegex(seen, r"^\[\d+( \d+)*")  # its block table
-        req_state = self.js("return window.pagodaDashboard.requests.find(r => r.tag === arguments[0])", rid["id"])
-        self.assertEqual(req_state["state"], "running")
-        self.assertEqual(req_state["why"], "")
-        self.assertGreaterEqual(len(req_state["tables"][0]), 1)
+        req_state = self.js("return window.pagodaDashboard.requests.find(r => r.tag === arguments[0]) || null",
+                            rid["id"])
+        if req_state is not None:  # else it finished in between
+            self.assertEqual(req_state["state"], "running")
+            self.assertEqual(req_state["why"], "")
+            self.assertGreaterEqual(len(req_state["tables"][0]), 1)
         # Its blocks are coloured as its own in the grid.
-        cells = self.js("const s = window.pagodaDashboard, r = s.requests.find(r => r.tag === arguments[0]);"
-                        "return r ? r.tables[0].filter(b => b > 0).map(b => s.cells[b - 1]) : null", rid["id"])
-        colour = self.js("return window.pagodaDashboard.requests.find(r => r.tag === arguments[0]).colour", rid["id"])
-        if cells is not None:
-            self.assertTrue(all(c in (colour, 4) for c in cells), (cells, colour))
+        # (One script: the state is replaced by every event.)
+        got = self.js("const s = window.pagodaDashboard, r = s.requests.find(r => r.tag === arguments[0]);"
+                      "return r ? [r.colour, r.tables[0].filter(b => b > 0).map(b => s.cells[b - 1])] : null",
+                      rid["id"])
+        if got is not None:  # else it finished in between
+            colour, cells = got
+            self.assertTrue(cells and all(c in (colour, 4) for c in cells), (cells, colour))
         self.assertTrue(done.wait(300))
         wait_for(lambda: self.js("return document.querySelector(arguments[0]) === null", row), timeout=30,
                  what="the finished request to leave the table")
@@ -155,7 +159,7 @@ class Dashboard(OneServerPerClass, unittest.TestCase):
                                   rid["id"]))
 
     def test_shared_prefix_tree_shows_hits(self):
-        from selenium.webdriver.common.action_chains import ActionChains
+        from selenium.webdriver.common.actions.action_builder import ActionBuilder
         bs = 16
         prefix = [3000 + 7 * i for i in range(3 * bs)]  # 3 full blocks no other test uses
         k = 4
@@ -178,12 +182,21 @@ class Dashboard(OneServerPerClass, unittest.TestCase):
             self.assertEqual(st, 200)
             self.assertEqual(json.loads(body)["tokens"], prefix[j * bs:(j + 1) * bs])
         # Drawn: one circle per node, with its hit count; hovering shows the text.
-        circle = self.driver.find_element("css selector", "#tree circle[data-block='%d']" % ours[0][0])
-        self.assertEqual(circle.get_attribute("data-hits"), str(k - 1))
+        # (Read in one script each: the SVG is redrawn whenever the tree changes.)
+        sel = "#tree circle[data-block='%d']" % ours[0][0]
+        self.assertEqual(self.js("return document.querySelector(arguments[0]).dataset.hits", sel), str(k - 1))
         text = json.loads(get(self.srv.url + "/dashboard/block?id=%d" % ours[0][0])[1])["text"]
-        ActionChains(self.driver).move_to_element(circle).perform()
-        tip = wait_for(lambda: (lambda t: t if json.dumps(text) in t else None)(
-            self.js("return document.getElementById('tip').textContent")), what="the hover text")
+
+        def hovered():
+            # The circle's centre in viewport pixels, then a real mouse move there.
+            x, y = self.js("const r = document.querySelector(arguments[0]).getBoundingClientRect();"
+                           "return [Math.round(r.x + r.width / 2), Math.round(r.y + r.height / 2)]", sel)
+            a = ActionBuilder(self.driver)
+            a.pointer_action.move_to_location(x, y)
+            a.perform()
+            t = self.js("return document.getElementById('tip').textContent")
+            return t if json.dumps(text) in t else None
+        tip = wait_for(hovered, what="the hover text")
         self.assertIn("block %d · %d hits" % (ours[0][0], k - 1), tip)
 
     def test_api_key_enforced(self):

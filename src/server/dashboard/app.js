@@ -100,8 +100,12 @@ function hideTip() { tip.style.display = "none"; }
 
 // ---- prefix tree --------------------------------------------------------------
 const blockText = new Map();  // block -> {hits, text} fetched on hover
-function drawTree(s) {
+let treeDrawn = "";  // what the SVG shows now: redrawn only when it changes (keeps hovers steady)
+function drawTree(s, force) {
   const svg = $("tree");
+  const key = JSON.stringify(s.prefix) + svg.clientWidth + "x" + svg.clientHeight;
+  if (key === treeDrawn && !force) return;
+  treeDrawn = key;
   const nodes = s.prefix.nodes.map(([block, parent, hits, depth, inUse]) => ({block, parent, hits, depth, inUse, kids: []}));
   state.prefixNodes = nodes;
   const byBlock = new Map(nodes.map((n) => [n.block, n]));
@@ -229,5 +233,5 @@ function connect() {
   es.onerror = () => { $("status").className = "down"; $("status").textContent = "disconnected, retrying"; };
   state.source = es;
 }
-window.addEventListener("resize", () => { if (state.snapshot) { drawGrid(state.cells); drawTree(state.snapshot); drawAllCharts($("charts"), state.series); } });
+window.addEventListener("resize", () => { if (state.snapshot) { drawGrid(state.cells); drawTree(state.snapshot, true); drawAllCharts($("charts"), state.series); } });
 connect();
