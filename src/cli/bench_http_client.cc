@@ -582,7 +582,10 @@ std::vector<RequestResult> run_server(const ServerUrl& url, const std::vector<Be
       if (!scrape || done >= n || now_seconds() - last_scrape < 0.1) continue;
       last_scrape = now_seconds();
       l.unlock();
-      if (auto m = http_get(admin, "/metrics", 2); m.ok()) peak_kv = std::max(peak_kv, scrape_metric(*m, kKvUsageSuffixes));
+      if (auto m = http_get(admin, "/metrics", 2); m.ok()) {
+        peak_kv = std::max(peak_kv, scrape_metric(*m, kKvUsageSuffixes));
+        if (opts->run.on_scrape) opts->run.on_scrape(*m);
+      }
       l.lock();
     }
   }
@@ -591,6 +594,7 @@ std::vector<RequestResult> run_server(const ServerUrl& url, const std::vector<Be
   if (scrape) {
     if (auto m = http_get(admin, "/metrics", 5); m.ok()) {
       peak_kv = std::max(peak_kv, scrape_metric(*m, kKvUsageSuffixes));
+      if (opts->run.on_scrape) opts->run.on_scrape(*m);
       const double p1 = scrape_metric(*m, kPreemptionSuffixes);
       if (preempt0 >= 0 && p1 >= 0) extras->num_preemptions = static_cast<int64_t>(p1 - preempt0);
     }

@@ -23,6 +23,7 @@
 #include "cli/cli_util.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/run_report.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "tok/tokenizer.h"
@@ -656,6 +657,7 @@ std::vector<RequestResult> run_offline(engine::Engine& eng, const std::vector<Be
     const double te = now_seconds();
     const engine::EngineStats st = eng.stats();
     extras->peak_kv_usage = std::max(extras->peak_kv_usage, st.kv_usage);
+    if (opts.on_step) opts.on_step(st);
     size_t advanced = 0;
     int64_t step_tokens = 0;
     for (engine::TokenEvent& ev : events) {

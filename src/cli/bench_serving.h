@@ -14,7 +14,7 @@
 #include "engine/engine.h"
 
 namespace pagoda::tok { class Tokenizer; }
-namespace pagoda::engine { class Engine; }
+namespace pagoda::engine { class Engine; struct EngineStats; }
 
 namespace pagoda::cli {
 
@@ -179,6 +179,10 @@ struct RunOptions {
   bool ignore_eos = true;
   // Called (from the run's thread) as requests finish: done of total. Empty: none.
   std::function<void(size_t done, size_t total)> progress;
+  // --report: the engine's counters after every step (offline) or each /metrics
+  // scrape, every 100 ms (server); unset: nothing recorded.
+  std::function<void(const engine::EngineStats&)> on_step;
+  std::function<void(const std::string& metrics)> on_scrape;
 };
 
 // The serving benchmark's command line: pagoda's flags and vLLM `bench serve`'s.
@@ -203,6 +207,7 @@ struct ServingConfig {
   bool save_result = false, save_detailed = false;
   bool append_result = false;      // --append-result: one more JSON line in the file (implies saving)
   std::string result_dir, result_filename;
+  std::string report_path;         // --report FILE.html: the run's time series (cli/run_report.h)
   MetricSelection selection;
 };
 // argv[0] is the subcommand. Returns "" or an error naming the flag; *help on -h.

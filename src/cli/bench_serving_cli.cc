@@ -15,6 +15,7 @@
 #include "cli/bench_http_client.h"
 #include "cli/bench_serving.h"
 #include "cli/cli_util.h"
+#include "cli/run_report.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "engine/engine.h"
@@ -65,6 +66,8 @@ const char* kServingHelp =
     "  --seed S                      seed of prompts and arrivals (default 0)\n"
     "  --ignore-eos / --no-ignore-eos  generate exactly max_tokens (default on for random workloads)\n"
     "  --json                        print one JSON object instead of the text block\n"
+    "  --report FILE.html            write the run's time series (KV usage, hit rate, running/waiting,\n"
+    "                                preemptions, tokens/s) as a self-contained HTML report\n"
     "server mode:\n"
     "  --server URL                  e.g. http://127.0.0.1:8080 (the same as --base-url)\n"
     "  --model-name NAME             \"model\" field (default: first id of GET /v1/models)\n"
@@ -216,6 +219,7 @@ std::string parse_serving_args(int argc, char** argv, ServingConfig* c, bool* he
   const bool no_ignore_eos = args.flag("--no-ignore-eos");
   const bool ignore_eos = args.flag("--ignore-eos");
   c->as_json = args.flag("--json");
+  args.value("--report", &c->report_path);
   keep(args.leftover());
   if (!err.empty()) return err;
 
@@ -339,6 +343,11 @@ int bench_serving_main(int argc, char** argv) {
   ro.seed = seed;
   ro.ignore_eos = c.ignore_eos;
   ro.progress = std::ref(progress);
+  RunRecorder recorder;  // --report FILE.html (cli/run_report.h)
+  if (!c.report_path.empty()) {
+    ro.on_step = [&recorder](const engine::EngineStats& st) { recorder.on_engine_stats(st); };
+    ro.on_scrape = [&recorder](const std::string& m) { recorder.on_metrics(m); };
+  }
   bench::RunExtras extras;
   std::vector<bench::RequestResult> results;
   std::string served_model;
@@ -402,6 +411,11 @@ int bench_serving_main(int argc, char** argv) {
     std::fprintf(stderr, "pagoda bench: result saved to %s\n", name.c_str());
   }
   if (!s.first_error.empty()) std::fprintf(stderr, "pagoda bench: first failure: %s\n", s.first_error.c_str());
+  if (!c.report_path.empty()) {
+    const Status w = recorder.write(c.report_path, "bench " + s.workload + " · " + s.model, bench::format_json(s));
+    if (!w.ok()) return fail(w.message());
+    std::fprintf(stderr, "pagoda bench: wrote %s (%zu points)\n", c.report_path.c_str(), recorder.num_points());
+  }
   std::fflush(stdout);
   return rc;
 }

@@ -13,6 +13,7 @@
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "cli/plan_flags.h"
+#include "cli/run_report.h"
 #include "cli/sim_calibrate.h"
 #include "gguf/gguf.h"
 #include "sim/hardware.h"
@@ -65,6 +66,7 @@ data/hardware.json). Prints the serving metrics `pagoda bench` prints.
   --schedule-policy fcfs|lpm admission order: arrival, or longest cached prefix first (default fcfs)
   --json                     metrics as JSON
   --plot out.svg             KV usage and running requests over time
+  --report out.html          the run's time series as a self-contained HTML report (the dashboard's charts)
 
 To match an offline `pagoda bench` run, give the engine's defaults explicitly:
 --kv-cache-memory 256MiB (or --num-kv-blocks N) --max-num-seqs 64 --max-num-batched-tokens 2048.
@@ -125,6 +127,8 @@ int run_sim(int argc, char** argv) {
   args.value("--model", &model_spec, "-m");
   args.value("--gpu", &gpu);
   args.value("--plot", &plot_path);
+  std::string report_path;
+  args.value("--report", &report_path);
   args.value("--workload", &workload);
   const bool json = args.flag("--json");
   const bool no_prefix = args.flag("--no-prefix-caching");
@@ -226,6 +230,29 @@ int run_sim(int argc, char** argv) {
                 static_cast<long long>(res->metrics.num_blocks), in.block_size, workload.c_str(), reqs->size());
     if (max_concurrency > 0) std::printf(", max concurrency %d", max_concurrency);
     std::printf("\n%s", sim::format_metrics(res->metrics).c_str());
+  }
+  if (!report_path.empty()) {
+    // One point per step (RunRecorder::write thins a long run).
+    RunRecorder rec;
+    const int64_t usable = std::max<int64_t>(1, res->metrics.num_blocks - 1);
+    for (const sim::SimTracePoint& tp : res->trace) {
+      server::SeriesPoint p;
+      p.t = tp.t_s;
+      p.blocks_total = usable;
+      p.blocks_used = std::llround(tp.kv_usage * static_cast<double>(usable));
+      p.running = tp.running;
+      p.waiting = tp.waiting;
+      p.prefix_queries = tp.prefix_query_tokens;
+      p.prefix_hits = tp.prefix_hit_tokens;
+      p.preemptions = tp.preemptions;
+      p.generation_tokens = tp.output_tokens;
+      p.prompt_tokens = tp.prompt_tokens;
+      rec.add(p);
+    }
+    const Status w = rec.write(report_path, "sim " + in.model.name + " on " + in.hw.name + " · " + workload,
+                               sim::metrics_to_json(res->metrics));
+    if (!w.ok()) return fail(w.message());
+    if (!json) std::printf("wrote %s\n", report_path.c_str());
   }
   if (!plot_path.empty()) {
     std::ofstream out(plot_path, std::ios::binary);

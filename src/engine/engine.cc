@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "base/rng.h"
 #include "base/timer.h"
+#include "engine/snapshot_fill.h"
 #include "gguf/gguf.h"
 #include "grammar/matcher.h"
 #include "grammar/token_index.h"
@@ -83,6 +84,8 @@ class EngineImpl final : public Engine {
   EngineStats stats() const override;
   const ModelInfo& model_info() const override { return info_; }
   const tok::Tokenizer& tokenizer() const override { return *tok_; }
+  void snapshot(DashboardSnapshot* out, const SnapshotOptions& options) const override;
+  std::vector<int32_t> cached_block_tokens(int32_t block) const override;
 
  private:
   void fail_plan(const sched::StepPlan& plan, const std::string& msg, std::vector<TokenEvent>* events);
@@ -657,6 +660,25 @@ EngineStats EngineImpl::stats() const {
   s.spec_num_accepted_tokens = spec_num_accepted_tokens_;
   s.spec_accepted_per_pos = spec_accepted_per_pos_;
   return s;
+}
+
+void EngineImpl::snapshot(DashboardSnapshot* out, const SnapshotOptions& options) const {
+  auto choice_of = [this](uint64_t seq, uint64_t* id, int* index) {
+    auto it = choices_.find(seq);
+    if (it == choices_.end()) return false;
+    *id = it->second.parent;
+    *index = it->second.index;
+    return true;
+  };
+  fill_snapshot(*sched_, *kv_, choice_of, options, out);
+  copy_counters(stats(), out);
+}
+
+std::vector<int32_t> EngineImpl::cached_block_tokens(int32_t block) const {
+  const kv::PrefixCache& c = kv_->cache();
+  if (block <= 0 || block >= kv_->pool().num_blocks() || !c.contains(block)) return {};
+  std::span<const kv::TokenId> t = c.tokens_of(block);
+  return {t.begin(), t.end()};
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "base/generation.h"
 #include "base/kv_dtype.h"
 #include "base/status.h"
+#include "engine/snapshot.h"
 #include "engine/speculative.h"
 #include "sample/params.h"
 
@@ -181,6 +182,12 @@ class Engine {
   virtual EngineStats stats() const = 0;
   virtual const ModelInfo& model_info() const = 0;
   virtual const tok::Tokenizer& tokenizer() const = 0;
+  // The dashboard's picture of the cache and queues (engine/snapshot.h), taken
+  // between steps; overwrites *out (its vectors are reused). O(blocks + table entries).
+  virtual void snapshot(DashboardSnapshot* out, const SnapshotOptions& options) const = 0;
+  // The token ids of cached block `block` (its prefix-cache record); empty when
+  // the block holds no prefix key or is out of range.
+  virtual std::vector<int32_t> cached_block_tokens(int32_t block) const = 0;
 };
 
 }  // namespace pagoda::engine

@@ -228,6 +228,9 @@ Expected<int32_t> KvManager::allocate(SeqId seq, const Admission& admission) {
       if (b != kNullBlock) pool_.incref(b);
     }
   }
+  // The dashboard's per-block hit counts (a statistic: group 0 stands for the chain).
+  if (!m.tables_.empty())
+    for (BlockId b : m.tables_[0]) cache_.count_hit(b);
   const int32_t cached = m.num_cached_tokens();
   Seq s;
   s.salt = m.salt_;

@@ -239,6 +239,9 @@ class KvManager {
   int32_t num_slots(SeqId seq) const;             // block_table(seq).size() * block_size
 
   KvStats stats() const;
+  // KvStats' prefix counters without stats()' O(blocks) census (per-step traces).
+  int64_t prefix_query_tokens() const { return prefix_query_tokens_; }
+  int64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
   // Every invariant: free + used + cached-evictable == total; ref counts ==
   // references from block tables; no block both free and referenced; the
   // cache map agrees with its records; tables cover their computed tokens.

@@ -92,6 +92,7 @@ EntryId PrefixCache::insert(BlockId b, const Hash128& key, EntryId parent, std::
   s.key = key;
   s.tokens.assign(tokens.begin(), tokens.end());
   s.salt = intern_salt(cache_salt);
+  s.hits = 0;
   return s.entry;
 }
 
@@ -122,6 +123,7 @@ void PrefixCache::erase(BlockId b) {
   s.tokens.clear();
   release_salt(s.salt);
   s.salt = nullptr;
+  s.hits = 0;
 }
 
 std::string PrefixCache::check() const {

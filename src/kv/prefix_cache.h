@@ -81,6 +81,23 @@ class PrefixCache {
   int32_t size() const { return static_cast<int32_t>(map_.size()); }
   int64_t collisions_refused() const { return collisions_refused_; }
 
+  // Read-only views for the dashboard (engine snapshot): the parent entry a
+  // cached block extends (kRootEntry for a first block; kNoEntry when not
+  // cached), the block standing for a live entry (kNullBlock when none), and
+  // how many admissions reused the block since it was committed. Hits are a
+  // statistic only: nothing decides on them.
+  EntryId parent_of(BlockId b) const { return slots_[static_cast<size_t>(b)].parent; }
+  BlockId block_of_entry(EntryId e) const {
+    auto it = live_.find(e);
+    return it == live_.end() ? kNullBlock : it->second;
+  }
+  int64_t hits_of(BlockId b) const { return slots_[static_cast<size_t>(b)].hits; }
+  // One more admission served block b from the cache (KvManager::allocate). No-op when not cached.
+  void count_hit(BlockId b) {
+    Slot& s = slots_[static_cast<size_t>(b)];
+    if (s.entry != kNoEntry) ++s.hits;
+  }
+
   // Map, per-block records and salt reference counts agree; "" when fine.
   std::string check() const;
 
@@ -93,6 +110,7 @@ class PrefixCache {
     // The interned salt (a key of salts_, whose nodes never move), or nullptr
     // for the empty salt.
     const std::string* salt = nullptr;
+    int64_t hits = 0;  // admissions served from this block since its commit (count_hit)
   };
   static std::string_view salt_view(const Slot& s) { return s.salt ? std::string_view(*s.salt) : std::string_view(); }
   // Takes / drops one reference to an interned salt; nullptr for "".

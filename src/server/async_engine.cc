@@ -44,6 +44,12 @@ void AsyncEngine::abort(Ticket t) {
   cv_.notify_one();
 }
 
+void AsyncEngine::inspect(std::function<void(const EngineView&)> fn) {
+  std::lock_guard<std::mutex> l(mu_);
+  inspections_.push_back(std::move(fn));
+  cv_.notify_one();
+}
+
 engine::EngineStats AsyncEngine::stats() const {
   std::lock_guard<std::mutex> l(mu_);
   return stats_;
@@ -163,16 +169,17 @@ void AsyncEngine::admit(Pending& p) {
   // The prompts' token ids are in the engine now; free the submission's copy early.
   p.sub.prompts.clear();
   p.sub.prompts.shrink_to_fit();
-  groups_[p.ticket] = Group{std::move(ids), std::move(p.sub.on_event)};
+  groups_[p.ticket] = Group{std::move(ids), std::move(p.sub.on_event), std::move(p.sub.tag)};
 }
 
 void AsyncEngine::loop() {
   for (;;) {
     std::deque<Pending> inbox;
     std::vector<Ticket> aborts;
+    std::vector<std::function<void(const EngineView&)>> inspections;
     {
       std::unique_lock<std::mutex> l(mu_);
-      auto ready = [&] { return stop_ || !inbox_.empty() || !aborts_.empty() || engine_->has_unfinished(); };
+      auto ready = [&] { return stop_ || !inbox_.empty() || !aborts_.empty() || !inspections_.empty() || engine_->has_unfinished(); };
       // With stats logging on, an idle loop still wakes once per interval so the
       // last busy interval gets its line.
       if (log_stats_interval_s_ > 0) {
@@ -183,6 +190,7 @@ void AsyncEngine::loop() {
       if (stop_) break;
       inbox.swap(inbox_);
       aborts.swap(aborts_);
+      inspections.swap(inspections_);
     }
     for (auto& p : inbox) admit(p);
     for (Ticket t : aborts) {
@@ -201,6 +209,15 @@ void AsyncEngine::loop() {
         if (metrics_) metrics_->inc_counter("pagoda:request_success_total", 1, "abort");
       }
       groups_.erase(it);
+    }
+    if (!inspections.empty()) {
+      const EngineView view{*engine_, [this](engine::RequestId id) {
+                              auto lit = live_.find(id);
+                              if (lit == live_.end()) return std::string();
+                              auto git = groups_.find(lit->second.ticket);
+                              return git == groups_.end() ? std::string() : git->second.tag;
+                            }};
+      for (auto& fn : inspections) fn(view);
     }
     if (engine_->has_unfinished()) {
       const double t_step = now_seconds();

@@ -32,6 +32,16 @@ struct Submission {
   // Every event of prompt `prompt` (an index into prompts), ending, per choice, with
   // one whose finish != kNone.
   std::function<void(size_t prompt, const engine::TokenEvent&)> on_event;
+  // A label the dashboard shows for the engine requests of this submission (the
+  // response id, "chatcmpl-..."); may be empty.
+  std::string tag;
+};
+
+// What an inspection sees on the engine thread (AsyncEngine::inspect).
+struct EngineView {
+  const engine::Engine& engine;
+  // The Submission::tag of an engine request ("" when unknown).
+  std::function<std::string(engine::RequestId)> tag_of;
 };
 
 class AsyncEngine {
@@ -46,6 +56,11 @@ class AsyncEngine {
   Ticket submit(Submission s);
   // Aborts every prompt of a submission (any state); safe to call twice or after it ended.
   void abort(Ticket t);
+
+  // Runs fn on the engine thread between two steps (wakes an idle engine), for
+  // read-only looks such as the dashboard's snapshot; fn must be quick and must
+  // not block. Dropped, never run, when the engine stops first.
+  void inspect(std::function<void(const EngineView&)> fn);
 
   engine::EngineStats stats() const;
   int num_pending() const;  // submissions not yet handed to the engine
@@ -73,6 +88,7 @@ class AsyncEngine {
   struct Group {
     std::vector<engine::RequestId> ids;  // still-live engine requests
     std::function<void(size_t, const engine::TokenEvent&)> on_event;
+    std::string tag;
   };
   void loop();
   void admit(Pending& p);
@@ -89,6 +105,7 @@ class AsyncEngine {
   std::condition_variable cv_;
   std::deque<Pending> inbox_;
   std::vector<Ticket> aborts_;
+  std::vector<std::function<void(const EngineView&)>> inspections_;
   engine::EngineStats stats_;
   Ticket next_ticket_ = 1;
   bool stop_ = false;

@@ -138,6 +138,7 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string target(msg.target());
     auto q = target.find('?');
     req.target = q == std::string::npos ? target : target.substr(0, q);
+    if (q != std::string::npos) req.query = target.substr(q + 1);
     for (const auto& f : msg) {
       std::string name(f.name_string());
       for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

@@ -14,6 +14,7 @@ namespace pagoda::server {
 struct HttpRequest {
   std::string method;                       // "GET", "POST", ...
   std::string target;                       // path without the query string
+  std::string query;                        // after '?' (raw, not decoded; "" when none)
   std::map<std::string, std::string> headers;  // lower-case names
   std::string body;
   std::string header(const std::string& lower_name) const {

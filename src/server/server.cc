@@ -14,6 +14,7 @@
 #include "base/timer.h"
 #include "grammar/cache.h"
 #include "server/async_engine.h"
+#include "server/dashboard.h"
 #include "server/generation.h"
 #include "server/metrics.h"
 #include "server/text.h"
@@ -90,6 +91,9 @@ struct Server::Impl {
   std::unique_ptr<HttpServer> http;
   std::unique_ptr<AsyncEngine> engine;
   std::unique_ptr<WorkerPool> workers;
+  // The live cache dashboard (/dashboard*): it asks the engine for snapshots, so it
+  // goes (and stops) before the engine.
+  std::unique_ptr<DashboardHub> dashboard;
   // Built on the first constrained request (a vocabulary trie: unconstrained
   // serving never pays for it).
   std::once_flag grammars_once;
@@ -241,8 +245,8 @@ void Server::Impl::handle_generate(Endpoint ep, const HttpRequest& req, const st
   if (cfg.prefix_cache_salt_per_key && !key.empty()) r.params.cache_salt = key_tag(key) + "/" + r.params.cache_salt;
 
   GenerationSetup gs;
-  gs.meta = ResponseMeta{ep, random_id(ep == Endpoint::kChat ? "chatcmpl-" : "cmpl-"), model_name,
-                         static_cast<int64_t>(std::time(nullptr))};
+  const std::string response_id = random_id(ep == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
+  gs.meta = ResponseMeta{ep, response_id, model_name, static_cast<int64_t>(std::time(nullptr))};
   gs.stream = r.stream;
   gs.include_usage = r.include_usage;
   gs.echo = r.echo;
@@ -265,6 +269,7 @@ void Server::Impl::handle_generate(Endpoint ep, const HttpRequest& req, const st
   }
   sub.on_added = [gen](const std::string& error) { gen->on_added(error); };
   sub.on_event = [gen](size_t prompt, const engine::TokenEvent& ev) { gen->on_event(prompt, ev); };
+  sub.tag = response_id;
   const Ticket t = engine->submit(std::move(sub));
   // A client that goes away aborts every prompt of this HTTP call.
   AsyncEngine* eng = engine.get();
@@ -319,7 +324,9 @@ void Server::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
   struct Route { const char* path; const char* method; };
   static const Route routes[] = {{"/health", "GET"}, {"/metrics", "GET"}, {"/v1/models", "GET"},
                                  {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
-                                 {"/tokenize", "POST"}, {"/detokenize", "POST"}, {"/version", "GET"}};
+                                 {"/tokenize", "POST"}, {"/detokenize", "POST"}, {"/version", "GET"},
+                                 {"/dashboard", "GET"}, {"/dashboard/events", "GET"},
+                                 {"/dashboard/snapshot", "GET"}, {"/dashboard/block", "GET"}};
   const Route* route = nullptr;
   for (const auto& r : routes)
     if (req.target == r.path) route = &r;
@@ -335,10 +342,18 @@ void Server::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
   // Like /health, says nothing about the data: open.
   if (req.target == "/version") return res->send(200, "application/json", dump_json(json{{"version", version_string()}}));
   std::string key;
+  const bool dashboard_route = req.target.rfind("/dashboard", 0) == 0;
+  // A browser's EventSource cannot send headers: the dashboard's routes take the
+  // key as ?key=KEY too (only they: a key in a URL ends up in access logs).
+  if (dashboard_route && req.header("authorization").empty()) {
+    const std::string qkey = dashboard_query_key(req.query);
+    if (!qkey.empty()) req.headers["authorization"] = "Bearer " + qkey;
+  }
   if (!(req.target == "/metrics" && cfg.metrics_without_key)) {
     if (auto e = authorize(req, &key)) return send_error(*res, *e);
   }
   if (req.target == "/metrics") return res->send(200, "text/plain; version=0.0.4", metrics.render());
+  if (dashboard_route) return dashboard->handle(req, res);
   if (req.target == "/v1/models") {
     const auto& info = engine->model_info();
     json m = {{"id", model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "pagoda"},
@@ -411,6 +426,7 @@ Expected<std::unique_ptr<Server>> Server::create(const ServerConfig& config, std
   }
   impl->engine = std::make_unique<AsyncEngine>(std::move(eng), &impl->metrics, config.log_stats_interval_s);
   impl->workers = std::make_unique<WorkerPool>(config.worker_threads, static_cast<size_t>(std::max(1, config.worker_queue)));
+  impl->dashboard = std::make_unique<DashboardHub>(impl->engine.get(), impl->text.get());
   return s;
 }
 
@@ -420,6 +436,7 @@ Server::~Server() {
   // the engine thread (its last callbacks only post to the stopped io_context).
   impl_->http->stop();
   impl_->workers->stop();
+  impl_->dashboard->stop();
   impl_->engine->stop();
 }
 

@@ -190,6 +190,7 @@ Expected<SimResult> simulate(const SimConfig& cfg, const std::vector<SimRequest>
   const double t0 = t;
   double last_done = t0;
   std::vector<sched::SeqOutput> outputs;
+  int64_t trace_out = 0, trace_prompt = 0;  // cumulative, for the trace
   while (next < requests.size() || scheduler.has_unfinished()) {
     for (; next < requests.size() && requests[next].arrival_s <= t && in_flight < limit; ++next) {
       const SimRequest& r = requests[next];
@@ -203,6 +204,7 @@ Expected<SimResult> simulate(const SimConfig& cfg, const std::vector<SimRequest>
       // Open loop: TTFT from arrival; with a client limit, from submission (a slot was free).
       track[next].arrival = cfg.max_concurrency > 0 ? t : r.arrival_s;
       track[next].num_in = static_cast<int32_t>(r.prompt.size());
+      trace_prompt += static_cast<int64_t>(r.prompt.size());
       ++in_flight;
     }
     if (!scheduler.has_unfinished()) {
@@ -237,7 +239,9 @@ Expected<SimResult> simulate(const SimConfig& cfg, const std::vector<SimRequest>
     const int32_t usable = kvm.num_usable_blocks();
     const double usage = usable > 0 ? static_cast<double>(usable - kvm.num_free_blocks()) / usable : 0.0;
     mt.peak_kv_usage = std::max(mt.peak_kv_usage, usage);
-    res.trace.push_back({t - t0, usage, scheduler.num_running(), scheduler.num_waiting()});
+    trace_out += static_cast<int64_t>(outputs.size());
+    res.trace.push_back({t - t0, usage, scheduler.num_running(), scheduler.num_waiting(), kvm.prefix_query_tokens(),
+                         kvm.prefix_hit_tokens(), scheduler.stats().num_preemptions, trace_out, trace_prompt});
     for (const sched::FinishedRequest& f : scheduler.update(step, outputs)) {
       const Track& tr = track[static_cast<size_t>(f.id - 1)];
       ++mt.num_requests;

@@ -128,6 +128,10 @@ struct SimTracePoint {
   double kv_usage = 0;    // used / usable blocks
   int32_t running = 0;
   int32_t waiting = 0;
+  // Cumulative counters for `pagoda sim --report` (the dashboard's series).
+  int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
+  int64_t preemptions = 0;
+  int64_t output_tokens = 0, prompt_tokens = 0;
 };
 
 struct SimResult {

@@ -1,0 +1,82 @@
+// A read-only picture of the engine's KV cache and queues for the live
+// dashboard (issue 20): the state of every block, the prefix tree of the
+// cache, every running and waiting request with its block tables, and the
+// counters the time series are drawn from. Taken by Engine::snapshot on the
+// engine thread between steps; it copies plain integers only (no text, no
+// tokens), so it costs O(blocks + table entries) and the server encodes it off
+// the engine thread.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pagoda::engine {
+
+struct EngineStats;
+
+// One byte per block of the pool (block 0, the null block, included).
+enum class BlockState : uint8_t {
+  kFree = 0,    // ref 0 and no prefix key
+  kUsed = 1,    // referenced by at least one request's block table
+  kCached = 2,  // ref 0 with a prefix key: free, but a hit can revive it
+  // A block whose K/V moved to a lower tier (disk, Redis: issue 16). Tiers are
+  // built in parallel and not wired into the snapshot yet, so nothing sets it.
+  kTier = 3,
+  kNull = 4,  // block 0: never handed out
+};
+
+struct SnapshotOptions {
+  // The prefix tree lists at most this many cached blocks: the most hit first
+  // (with their ancestors, so every listed node's chain reaches a root).
+  int max_prefix_nodes = 256;
+  // Waiting requests beyond this are counted (num_waiting) but not listed.
+  int max_waiting_listed = 128;
+};
+
+struct SnapshotRequest {
+  uint64_t id = 0;        // engine RequestId
+  int index = 0;          // choice (n > 1)
+  uint64_t seq_id = 0;    // the scheduler's id (one per choice)
+  std::string state;      // "running", "waiting", "preempted"
+  std::string why;        // why a waiting request is not running ("" when running)
+  int32_t num_prompt_tokens = 0;
+  int32_t num_output_tokens = 0;
+  int32_t num_computed_tokens = 0;  // tokens whose K/V are in its blocks
+  int32_t num_cached_tokens = 0;    // prompt tokens served by the prefix cache (-1: not admitted yet)
+  int32_t num_preemptions = 0;
+  std::vector<std::vector<int32_t>> block_tables;  // [kv groups][logical blocks]; empty while waiting
+};
+
+// A cached block in the prefix tree. parent_block is the cached block its
+// prefix extends (-1: the first block of a sequence, or a parent not listed).
+struct PrefixNode {
+  int32_t block = 0;
+  int32_t parent_block = -1;
+  int64_t hits = 0;   // admissions served from this block since it was committed
+  int32_t depth = 0;  // blocks before it in its chain (0: a root)
+  bool in_use = false;  // referenced by a request now (else cached-evictable)
+};
+
+struct DashboardSnapshot {
+  int32_t block_size = 0;
+  int32_t num_groups = 1;
+  std::vector<uint8_t> block_state;   // [num_blocks] BlockState
+  // [num_blocks] index into `requests` of the one request holding the block,
+  // -1 when none holds it, -2 when several do (shared prefix or fork).
+  std::vector<int32_t> block_owner;
+  std::vector<SnapshotRequest> requests;  // running (admission order), then waiting (queue order)
+  int num_running = 0;
+  int num_waiting = 0;                    // all of them, listed or not
+  std::vector<PrefixNode> prefix_nodes;   // parents before children
+  int32_t prefix_cached_blocks = 0;       // cached blocks in all (listed or not)
+  // Counters for the time series (EngineStats' fields, copied).
+  int64_t blocks_total = 0, blocks_used = 0, blocks_cached = 0, blocks_free = 0;
+  int64_t prefix_queries_tokens = 0, prefix_hits_tokens = 0;
+  int64_t num_preemptions = 0;
+  int64_t prompt_tokens_total = 0, generation_tokens_total = 0;
+};
+
+// The time-series counters of a snapshot from EngineStats.
+void copy_counters(const EngineStats& s, DashboardSnapshot* out);
+
+}  // namespace pagoda::engine
