@@ -16,6 +16,7 @@ TierSet::TierSet(std::vector<std::unique_ptr<TierBackend>> backends, TierSetOpti
 }
 
 TierSet::~TierSet() {
+  drain();  // a clean shutdown keeps what was queued (the disk tier survives the restart)
   {
     std::lock_guard<std::mutex> l(mu_);
     stop_ = true;
