@@ -35,12 +35,13 @@ inline bool have_tool(const char* name) {
     }                                                                                              \
   } while (0)
 
-inline int free_port() {
+// A free loopback port (want = 0: any; else only that one, 0 when taken).
+inline int free_port(int want = 0) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
+  a.sin_port = htons(static_cast<uint16_t>(want));
   socklen_t len = sizeof(a);
   if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
@@ -89,11 +90,22 @@ inline std::string redis_cmd(int port, const std::vector<std::string>& argv) {
   return out;
 }
 
+// A cluster node also listens on port + 10000 (the cluster bus): both free.
+inline int free_cluster_port() {
+  static uint32_t x = static_cast<uint32_t>(::getpid()) * 2654435761u;
+  for (int i = 0; i < 1000; ++i) {
+    x = x * 1664525u + 1013904223u;
+    const int p = 20000 + static_cast<int>((x >> 8) % 30000);
+    if (free_port(p) == p && free_port(p + 10000) == p + 10000) return p;
+  }
+  return 0;
+}
+
 class RedisServer {
  public:
   // cluster: a cluster-enabled node (joined by RedisCluster).
   explicit RedisServer(const std::string& dir, int port = 0, bool cluster = false)
-      : dir_(dir), port_(port ? port : free_port()), cluster_(cluster) {
+      : dir_(dir), port_(port ? port : cluster ? free_cluster_port() : free_port()), cluster_(cluster) {
     start();
   }
   ~RedisServer() { stop(); }
