@@ -76,7 +76,7 @@ uint16_t redis_key_slot(std::string_view key) {
 
 RedisTier::RedisTier(RedisTierOptions opt) : opt_(std::move(opt)), slot_node_(kSlots, -1) {
   for (const auto& [host, port] : opt_.seeds) node_index(host, port);
-  discover();  // down at start is fine: each call tries again after the backoff
+  discover(false);  // down at start is fine: each call tries again after the backoff
 }
 
 RedisTier::~RedisTier() {
@@ -144,7 +144,7 @@ bool RedisTier::load_slots(const redisReply* r) {
   return true;
 }
 
-bool RedisTier::refresh_slots() {
+bool RedisTier::discover(bool refresh) {
   for (size_t i = 0; i < nodes_.size(); ++i) {
     Node& n = nodes_[i];
     if (!connect(n)) continue;
@@ -154,38 +154,25 @@ bool RedisTier::refresh_slots() {
       continue;
     }
     single_ = static_cast<int>(i);
-    if (load_slots(r.get())) return true;
-  }
-  return false;
-}
-
-bool RedisTier::discover() {
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    Node& n = nodes_[i];
-    if (!connect(n)) continue;
-    ReplyPtr r(static_cast<redisReply*>(redisCommand(n.c, "CLUSTER SLOTS")));
-    if (!r) {
-      fail(n, n.c->errstr);
-      continue;
-    }
-    single_ = static_cast<int>(i);
-    if (r->type == REDIS_REPLY_ERROR) {  // "ERR This instance has cluster support disabled"
+    if (r->type == REDIS_REPLY_ERROR && !refresh) {  // "ERR This instance has cluster support disabled"
       cluster_ = false;
     } else if (load_slots(r.get())) {
       cluster_ = true;
     } else {
       continue;  // a cluster node that knows no slots yet
     }
-    topology_known_ = true;
-    PAGODA_LOG_INFO("kv redis tier: %s via %s:%d", cluster_ ? "Redis Cluster" : "one Redis node", n.host.c_str(),
-                    n.port);
+    if (!refresh) {
+      topology_known_ = true;
+      PAGODA_LOG_INFO("kv redis tier: %s via %s:%d", cluster_ ? "Redis Cluster" : "one Redis node", n.host.c_str(),
+                      n.port);
+    }
     return true;
   }
   return false;
 }
 
 redisReply* RedisTier::command(const std::string& key, const std::vector<std::string_view>& argv) {
-  if (!topology_known_ && !discover()) return nullptr;
+  if (!topology_known_ && !discover(false)) return nullptr;
   std::vector<const char*> args;
   std::vector<size_t> lens;
   for (std::string_view a : argv) {
@@ -196,7 +183,7 @@ redisReply* RedisTier::command(const std::string& key, const std::vector<std::st
   bool asking = false;
   for (int attempt = 0; attempt <= kMaxRedirects; ++attempt) {
     if (target < 0) {  // a slot nobody serves (yet): ask the cluster again
-      if (!refresh_slots()) return nullptr;
+      if (!discover(true)) return nullptr;
       target = slot_node_[redis_key_slot(key)];
       if (target < 0) return nullptr;
     }
@@ -215,7 +202,7 @@ redisReply* RedisTier::command(const std::string& key, const std::vector<std::st
     }
     if (raw == nullptr) {
       fail(n, n.c && n.c->errstr[0] ? n.c->errstr : "no reply");
-      if (cluster_) refresh_slots();  // the slot may have moved to a live node
+      if (cluster_) discover(true);  // the slot may have moved to a live node
       return nullptr;
     }
     ReplyPtr r(raw);
@@ -232,7 +219,7 @@ redisReply* RedisTier::command(const std::string& key, const std::vector<std::st
         target = node_index(host, port);
         if (moved) {
           cluster_ = true;
-          refresh_slots();
+          discover(true);
           slot_node_[redis_key_slot(key)] = target;
         } else {
           asking = true;

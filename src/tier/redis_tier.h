@@ -64,8 +64,9 @@ class RedisTier final : public TierBackend {
   };
   // One command on the key's node, following MOVED / ASK. nullptr: an error (logged per node).
   redisReply* command(const std::string& key, const std::vector<std::string_view>& argv);
-  bool discover();       // the first answer of a seed: one node, or a cluster and its slot map
-  bool refresh_slots();  // CLUSTER SLOTS from any reachable node
+  // CLUSTER SLOTS from the first node that answers. First time (refresh
+  // false): one node, or a cluster and its slot map; then (true): the map again.
+  bool discover(bool refresh);
   bool load_slots(const redisReply* r);
   int node_index(const std::string& host, int port);
   bool connect(Node& n);

@@ -52,6 +52,13 @@ EngineConfig config(const std::string& model = testutil::stories_path()) {
   return c;
 }
 
+EngineConfig disk_config(const std::string& dir) {
+  EngineConfig c = config();
+  c.kv_disk_dir = dir;
+  c.kv_disk_size = 64 << 20;
+  return c;
+}
+
 std::unique_ptr<Engine> make(const EngineConfig& c) {
   auto e = Engine::create(c);
   EXPECT_TRUE(e.ok()) << e.message();
@@ -108,9 +115,7 @@ TEST(EngineDiskTier, RestartServesThePrefixFromDisk) {
   TempDir d;
   const auto p = make_prompt(150, 1);
   const auto want = cold(p);
-  EngineConfig c = config();
-  c.kv_disk_dir = d.path;
-  c.kv_disk_size = 64 << 20;
+  EngineConfig c = disk_config(d.path);
   {
     auto a = make(c);
     ASSERT_TRUE(a);
@@ -144,9 +149,7 @@ TEST(EngineDiskTier, FlippedByteIsRecomputed) {
   TempDir d;
   const auto p = make_prompt(100, 2);
   const auto want = cold(p);
-  EngineConfig c = config();
-  c.kv_disk_dir = d.path;
-  c.kv_disk_size = 64 << 20;
+  EngineConfig c = disk_config(d.path);
   { run(*make(c), p); }
   // Flip one K/V byte in every entry file but keep the lengths.
   int flipped = 0;
@@ -174,9 +177,7 @@ TEST(EngineDiskTier, FullDiskServesOn) {
   TempDir d;
   const auto p = make_prompt(100, 3);
   const auto want = cold(p);
-  EngineConfig c = config();
-  c.kv_disk_dir = d.path;
-  c.kv_disk_size = 64 << 20;
+  EngineConfig c = disk_config(d.path);
   c.kv_disk_inject_errno = ENOSPC;
   auto a = make(c);
   EXPECT_EQ(run(*a, p).tokens, want);
@@ -204,9 +205,7 @@ TEST(EngineDiskTier, AnotherModelFileNeverHits) {
     s.put('\x11');
   }
   const auto p = make_prompt(100, 5);
-  EngineConfig c = config();
-  c.kv_disk_dir = d.path + "/kv";
-  c.kv_disk_size = 64 << 20;
+  EngineConfig c = disk_config(d.path + "/kv");
   { run(*make(c), p); }
   EngineConfig c2 = c;
   c2.model_path = other;
