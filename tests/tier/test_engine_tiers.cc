@@ -252,6 +252,12 @@ TEST(EngineRedisTier, TwoReplicasShareOneRedisAndAFlippedValueIsRecomputed) {
   EXPECT_EQ(r3.tokens, want);
   EXPECT_EQ(r3.cached, 0);
   EXPECT_TRUE(eventually([&] { return tier_of(e->stats()).corrupt == flipped; }));
+  // Another tenant (salt) on the same Redis: nothing of A's is served.
+  auto t = make(c);
+  const Result other = run(*t, p, "tenant-b");
+  EXPECT_EQ(other.tokens, want);
+  EXPECT_EQ(other.cached, 0);
+  EXPECT_EQ(tier_of(t->stats()).hits, 0);
 }
 
 TEST(EngineRedisTier, DownAtStartAndKilledMidRunServeOn) {
