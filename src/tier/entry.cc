@@ -96,7 +96,7 @@ DecodeResult decode_entry(std::string_view blob, const TierKey& key, std::span<c
   if (h.model_fingerprint != key.model_fingerprint || h.kv_dtype != key.kv_dtype ||
       h.block_size != key.block_size || h.group != key.group || h.chain_lo != key.chain.lo ||
       h.chain_hi != key.chain.hi || salt != key.cache_salt || h.num_tokens != tokens.size() ||
-      h.kv_bytes != kv_bytes_expected || std::memcmp(p, tokens.data(), tokens.size_bytes()) != 0) {
+      h.kv_bytes != kv_bytes_expected || (!tokens.empty() && std::memcmp(p, tokens.data(), tokens.size_bytes()) != 0)) {
     return DecodeResult::kMismatch;
   }
   p += tokens.size_bytes();
