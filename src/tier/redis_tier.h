@@ -14,6 +14,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -73,7 +74,9 @@ class RedisTier final : public TierBackend {
   void fail(Node& n, const char* what);
 
   RedisTierOptions opt_;
-  std::vector<Node> nodes_;  // seeds first, then nodes learned from the slot map
+  // Seeds first, then nodes learned from the slot map. A deque: a Node& stays
+  // valid while node_index() adds nodes (load_slots inside discover, MOVED).
+  std::deque<Node> nodes_;
   bool topology_known_ = false;
   bool cluster_ = false;
   int single_ = 0;               // one node: its index

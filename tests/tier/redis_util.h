@@ -6,6 +6,7 @@
 #include <hiredis.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -115,6 +116,7 @@ class RedisServer {
     const std::string p = std::to_string(port_);
     pid_ = ::fork();
     if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a test that dies takes its servers with it
       std::vector<std::string> args = {"redis-server", "--port", p, "--bind", "127.0.0.1", "--save", "",
                                        "--appendonly", "no", "--dir", dir_, "--loglevel", "warning"};
       if (cluster_) {
