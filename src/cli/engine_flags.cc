@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "cli/command.h"
+#include "cli/speculative_flags.h"
 
 namespace pagoda::cli {
 
@@ -132,7 +133,8 @@ const char* kEngineFlagsHelp =
     "  --kv-disk-dir DIR             KV tier on disk below the RAM prefix cache (survives restarts)\n"
     "  --kv-disk-size BYTES          what the disk tier may hold, least recently used out (default 4GiB)\n"
     "  --kv-redis redis://HOST:PORT[,HOST:PORT...]   KV tier in Redis or a Redis Cluster, shared by replicas\n"
-    "  --kv-redis-ttl SECONDS        TTL of the Redis entries (default 0: none, Redis's maxmemory policy evicts)\n";
+    "  --kv-redis-ttl SECONDS        TTL of the Redis entries (default 0: none, Redis's maxmemory policy evicts)\n"  // speculative_flags.h:
+    PAGODA_SPECULATIVE_FLAGS_HELP;
 
 std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
   std::string v;
@@ -210,6 +212,7 @@ std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
     if (!to_int(v, 0, 2147483647, &n)) return "--kv-redis-ttl must be a number of seconds >= 0, got '" + v + "'";
     cfg->kv_redis_ttl = static_cast<int>(n);
   }
+  if (std::string e = parse_speculative_flags(args, &cfg->speculative); !e.empty()) return e;  // speculative_flags.*
   return "";
 }
 

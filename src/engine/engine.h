@@ -11,6 +11,7 @@
 #include "base/generation.h"
 #include "base/kv_dtype.h"
 #include "base/status.h"
+#include "engine/speculative.h"
 #include "sample/params.h"
 
 namespace pagoda::tok { class Tokenizer; }
@@ -60,6 +61,11 @@ struct EngineConfig {
   int kv_disk_inject_errno = 0;      // tests: every disk write fails with this errno (ENOSPC, EROFS)
   std::string kv_redis;              // redis://HOST:PORT[,HOST:PORT...]: one node or a Redis Cluster
   int kv_redis_ttl = 0;              // seconds; 0: no TTL (Redis's maxmemory policy evicts)
+  // Speculative decoding by prompt lookup (engine/speculative.h); off by
+  // default. Greedy outputs stay bitwise those of plain decoding; sampled ones
+  // keep their distribution. Choices with a grammar, logprobs, return_logits
+  // or forced tokens left do not speculate. Not with recompute.
+  SpeculativeConfig speculative;
 };
 
 struct RequestParams {
@@ -155,6 +161,13 @@ struct EngineStats {
   int64_t grammar_mask_ns_total = 0;   // wall time filling their masks (the per-step parallel pass)
   int num_waiting_for_kv_load = 0;     // of num_waiting: held for tier loads
   std::vector<KvTierStats> kv_tiers;   // [tiers] disk, then Redis (empty: none)
+  // Speculative decoding (vLLM's spec_decode_* counters): drafts verified,
+  // their tokens, the accepted ones, and accepted ones by draft position
+  // ([num_speculative_tokens]). Acceptance rate = accepted / draft tokens.
+  int64_t spec_num_drafts = 0;
+  int64_t spec_num_draft_tokens = 0;
+  int64_t spec_num_accepted_tokens = 0;
+  std::vector<int64_t> spec_accepted_per_pos;
 };
 
 struct ModelInfo {

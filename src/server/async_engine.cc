@@ -101,6 +101,7 @@ void AsyncEngine::publish_stats() {
                                    "Histogram of KV tier block load latency in seconds (verified hits).",
                                    t.load_latency_bounds, buckets, t.load_latency_sum - before.load_latency_sum);
   }
+  add_spec_decode_metrics(metrics_, s, last_stats_);  // metrics.cc
   last_stats_ = s;
 }
 
