@@ -199,6 +199,10 @@ const char* kEngineFlagsHelp =
     "    -fa/--flash-attn [on|off|auto], --enforce-eager, --dtype T, --tensor-parallel-size 1\n"
     "    (-tp; other sizes are an error), --pipeline-parallel-size 1, --swap-space N,\n"
     "    --trust-remote-code, --no-mmap, --mlock; -cb/--cont-batching and --jinja are always on\n"
+    "  --kv-disk-dir DIR             KV tier on disk below the RAM prefix cache (survives restarts)\n"
+    "  --kv-disk-size BYTES          what the disk tier may hold, least recently used out (default 4GiB)\n"
+    "  --kv-redis redis://HOST:PORT[,HOST:PORT...]   KV tier in Redis or a Redis Cluster, shared by replicas\n"
+    "  --kv-redis-ttl SECONDS        TTL of the Redis entries (default 0: none, Redis's maxmemory policy evicts)\n"
     PAGODA_SPECULATIVE_FLAGS_HELP;  // speculative_flags.h
 
 const char* kLogFlagsHelp =
@@ -357,6 +361,24 @@ std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
     if (v == "fcfs") cfg->schedule_lpm = false;
     else if (v == "lpm") cfg->schedule_lpm = true;
     else return "--schedule-policy must be fcfs or lpm, got '" + v + "'";
+  }
+  if (args.value("--kv-disk-dir", &v)) {
+    if (v.empty()) return "--kv-disk-dir needs a directory";
+    cfg->kv_disk_dir = v;
+    if (cfg->kv_disk_size <= 0) cfg->kv_disk_size = int64_t{4} << 30;
+  }
+  if (args.value("--kv-disk-size", &v)) {
+    int64_t b = 0;
+    if (!parse_bytes(v, &b) || b <= 0) return "--kv-disk-size must be a positive byte size like 4GiB, got '" + v + "'";
+    cfg->kv_disk_size = b;
+  }
+  if (args.value("--kv-redis", &v)) {
+    if (v.empty()) return "--kv-redis needs redis://HOST:PORT[,HOST:PORT...]";
+    cfg->kv_redis = v;
+  }
+  if (args.value("--kv-redis-ttl", &v)) {
+    if (!to_int(v, 0, 2147483647, &n)) return "--kv-redis-ttl must be a number of seconds >= 0, got '" + v + "'";
+    cfg->kv_redis_ttl = static_cast<int>(n);
   }
   if (std::string e = parse_speculative_flags(args, &cfg->speculative); !e.empty()) return e;  // speculative_flags.*
   return "";

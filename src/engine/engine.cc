@@ -1,4 +1,5 @@
 #include "engine/engine.h"
+#include "engine/kv_tiers.h"
 
 #include <algorithm>
 #include <chrono>
@@ -80,7 +81,9 @@ class EngineImpl final : public Engine {
   Expected<RequestId> add_request(const RequestParams& params) override;
   void abort(RequestId id) override;
   std::vector<TokenEvent> step() override;
-  bool has_unfinished() const override { return sched_->has_unfinished(); }
+  bool has_unfinished() const override {
+    return sched_->has_unfinished() || (tiers_ && tiers_->num_waiting() > 0);
+  }
   EngineStats stats() const override;
   const ModelInfo& model_info() const override { return info_; }
   const tok::Tokenizer& tokenizer() const override { return *tok_; }
@@ -89,6 +92,8 @@ class EngineImpl final : public Engine {
 
  private:
   void fail_plan(const sched::StepPlan& plan, const std::string& msg, std::vector<TokenEvent>* events);
+  // Queues the requests whose tier loads are back (blocks now in the prefix cache).
+  void queue_loaded(std::vector<TokenEvent>* events);
   // The token masks of every constrained choice sampling in this step, computed
   // in parallel (each choice writes its own buffer; the grammar's context cache
   // is thread-safe, and a context met by several streams is computed once).
@@ -118,6 +123,7 @@ class EngineImpl final : public Engine {
   std::unique_ptr<runtime::ModelRunner> runner_;
   std::unique_ptr<kv::KvManager> kv_;
   std::unique_ptr<sched::Scheduler> sched_;
+  std::unique_ptr<KvTierLink> tiers_;  // KV tiers below RAM; nullptr: none
   sched::StepPlan recompute_plan_;  // cfg_.recompute: the step rewritten to start at position 0
   ModelInfo info_;
   Rng seed_rng_{0x5eed};
@@ -171,8 +177,12 @@ Status EngineImpl::init(const EngineConfig& c) {
   std::vector<int32_t> layer_windows;
   for (const model::LayerAttn& a : mc.layers) layer_windows.push_back(a.window);
   // Recompute rewrites every position each step: it needs every block, so one full group.
+  // Tiers too: their entries are one block of one group (engine/kv_tiers.h).
+  const bool tiers = kv_tiers_enabled(c);
+  if (tiers && (c.recompute || !c.enable_prefix_caching))
+    return errorf("KV tiers (--kv-disk-dir, --kv-redis) need prefix caching and the KV cache (no recompute)");
   const kv::KvGroupLayout layout =
-      kv::kv_group_layout(layer_windows, !c.disable_hybrid_kv_cache_manager && !c.recompute);
+      kv::kv_group_layout(layer_windows, !c.disable_hybrid_kv_cache_manager && !c.recompute && !tiers);
   const uint64_t bytes_per_block = kv::kv_group_bytes_per_block(shape, dtype_desc, c.block_size, layout);
   const int32_t max_chunk = std::max(1, c.max_num_batched_tokens);
   auto seq_blocks = [&](int64_t n) { return kv::kv_blocks_for_sequence(layout, n, c.block_size, max_chunk); };
@@ -242,6 +252,10 @@ Status EngineImpl::init(const EngineConfig& c) {
   sc.vocab_size = mc.n_vocab;
   sc.policy = c.schedule_lpm ? sched::SchedulePolicy::kLpm : sched::SchedulePolicy::kFcfs;
   sched_ = std::make_unique<sched::Scheduler>(sc, kv_.get());
+  if (tiers) {
+    PAGODA_ASSIGN_OR_RETURN(tiers_, KvTierLink::create(c, tier_model_fingerprint(*file_, model_->fingerprint()),
+                                                       kv_.get(), &runner_->kv()));
+  }
 
   info_.name = std::filesystem::path(c.model_path).stem().string();
   info_.architecture = file_->get_string_or("general.architecture", "llama");
@@ -306,7 +320,13 @@ Expected<RequestId> EngineImpl::add_request(const RequestParams& p) {
   nr.max_tokens = p.max_tokens;
   nr.cache_salt = p.cache_salt;
   nr.fork_ids.assign(subs.begin() + 1, subs.end());
-  PAGODA_TRY(sched_->add_request(std::move(nr)));
+  if (tiers_) {
+    // Checked now, queued once its tier loads are back (or at once: nothing to load).
+    PAGODA_TRY(sched_->check_request(nr));
+    if (!tiers_->start(nr)) PAGODA_TRY(sched_->add_request(std::move(nr)));
+  } else {
+    PAGODA_TRY(sched_->add_request(std::move(nr)));
+  }
   next_id_ += 1 + static_cast<uint64_t>(p.n);
   const uint64_t base_seed = p.has_seed ? p.seed : seed_rng_.next_u64();
   std::optional<grammar::Matcher> start;
@@ -328,6 +348,7 @@ void EngineImpl::abort(RequestId id) {
   if (it == requests_.end()) return;
   for (auto sid : it->second) {
     sched_->abort(sid);
+    if (tiers_) tiers_->abort(sid);
     auto cit = choices_.find(sid);
     if (cit == choices_.end()) continue;
     if (cit->second.matcher) --constrained_choices_;
@@ -351,6 +372,24 @@ void EngineImpl::fail_plan(const sched::StepPlan& plan, const std::string& msg, 
     ev.error = msg;
     events->push_back(ev);
     abort(p);
+  }
+}
+
+void EngineImpl::queue_loaded(std::vector<TokenEvent>* events) {
+  for (sched::NewRequest& nr : tiers_->take_ready()) {
+    const sched::RequestId sid = nr.id;
+    Status st = sched_->add_request(std::move(nr));
+    if (st.ok()) continue;
+    // Checked at add_request against the same config and pool: cannot happen,
+    // but an accepted request still ends with an answer.
+    auto cit = choices_.find(sid);
+    if (cit == choices_.end()) continue;
+    TokenEvent ev;
+    ev.id = cit->second.parent;
+    ev.finish = FinishReason::kError;
+    ev.error = st.message();
+    events->push_back(ev);
+    abort(ev.id);
   }
 }
 
@@ -552,9 +591,14 @@ void EngineImpl::verify_choice(const sched::ScheduledSeq& seq, const runtime::St
 
 std::vector<TokenEvent> EngineImpl::step() {
   std::vector<TokenEvent> events;
+  if (tiers_) queue_loaded(&events);
   if (cfg_.speculative.enabled()) propose_drafts();
   sched::StepPlan plan = sched_->schedule();
-  if (plan.seqs.empty()) return events;
+  if (plan.seqs.empty()) {
+    // Only requests waiting for tier loads: wait for one rather than spin.
+    if (tiers_ && tiers_->num_waiting() > 0) tiers_->wait(std::chrono::milliseconds(2));
+    return events;
+  }
   if (cfg_.recompute) {
     // Every sequence again from position 0 (its K/V rewritten into the same,
     // unshared blocks). The scheduler's plan stays as it was for update().
@@ -599,6 +643,7 @@ std::vector<TokenEvent> EngineImpl::step() {
     }
   }
   std::vector<sched::FinishedRequest> finished = sched_->update(plan, outputs);
+  if (tiers_) tiers_->store_committed();  // before the next step's allocations reuse a block
   for (const auto& f : finished) {
     auto cit = choices_.find(f.id);
     if (cit == choices_.end()) continue;
@@ -655,6 +700,11 @@ EngineStats EngineImpl::stats() const {
   s.computed_tokens_total = computed_tokens_total_;
   s.grammar_tokens_total = grammar_tokens_total_;
   s.grammar_mask_ns_total = grammar_mask_ns_total_;
+  if (tiers_) {
+    s.num_waiting_for_kv_load = tiers_->num_waiting();
+    s.num_waiting += s.num_waiting_for_kv_load;
+    s.kv_tiers = tiers_->stats();
+  }
   s.spec_num_drafts = spec_num_drafts_;
   s.spec_num_draft_tokens = spec_num_draft_tokens_;
   s.spec_num_accepted_tokens = spec_num_accepted_tokens_;

@@ -54,6 +54,14 @@ struct EngineConfig {
   // (sliding windows stay masks). Else layers form groups by attention kind
   // and window layers hold only their window (kv/sizing's kv_group_layout).
   bool disable_hybrid_kv_cache_manager = false;
+  // KV tiers below the RAM prefix cache (issue 16, engine/kv_tiers.h). They
+  // need prefix caching and run the KV cache as one group (as
+  // disable_hybrid_kv_cache_manager). Empty: off.
+  std::string kv_disk_dir;           // one file per block, survives restarts
+  int64_t kv_disk_size = 0;          // bytes the disk tier may hold (LRU beyond)
+  int kv_disk_inject_errno = 0;      // tests: every disk write fails with this errno (ENOSPC, EROFS)
+  std::string kv_redis;              // redis://HOST:PORT[,HOST:PORT...]: one node or a Redis Cluster
+  int kv_redis_ttl = 0;              // seconds; 0: no TTL (Redis's maxmemory policy evicts)
   // Speculative decoding by prompt lookup (engine/speculative.h); off by
   // default. Greedy outputs stay bitwise those of plain decoding; sampled ones
   // keep their distribution. Choices with a grammar, logprobs, return_logits
@@ -116,6 +124,25 @@ struct TokenEvent {
   int32_t num_output_tokens = 0;     // total so far for this choice
 };
 
+// One KV tier below RAM (tier::TierStats, cumulative).
+struct KvTierStats {
+  std::string kind;                  // "disk", "redis"
+  int64_t lookups = 0;
+  int64_t hits = 0;                  // blocks loaded and verified
+  int64_t hit_tokens = 0;
+  int64_t misses = 0;
+  int64_t corrupt = 0;               // entries failing length/checksum (dropped)
+  int64_t mismatches = 0;            // intact entries of other key fields or tokens
+  int64_t errors = 0;                // I/O or connection errors
+  int64_t stores = 0;
+  int64_t stores_dropped = 0;        // write-through dropped by a full queue
+  int64_t bytes_read = 0;
+  int64_t bytes_written = 0;
+  std::vector<double> load_latency_bounds;      // seconds
+  std::vector<uint64_t> load_latency_buckets;   // per bucket (non-cumulative), last = +Inf
+  double load_latency_sum = 0;
+};
+
 struct EngineStats {
   int num_running = 0;
   int num_waiting = 0;
@@ -133,6 +160,8 @@ struct EngineStats {
   std::vector<int64_t> group_blocks_used;  // [kv groups] blocks held by each KV cache group
   int64_t grammar_tokens_total = 0;    // tokens sampled under a grammar
   int64_t grammar_mask_ns_total = 0;   // wall time filling their masks (the per-step parallel pass)
+  int num_waiting_for_kv_load = 0;     // of num_waiting: held for tier loads
+  std::vector<KvTierStats> kv_tiers;   // [tiers] disk, then Redis (empty: none)
   // Speculative decoding (vLLM's spec_decode_* counters): drafts verified,
   // their tokens, the accepted ones, and accepted ones by draft position
   // ([num_speculative_tokens]). Acceptance rate = accepted / draft tokens.

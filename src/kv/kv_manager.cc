@@ -366,6 +366,9 @@ void KvManager::mark_computed(SeqId seq, std::span<const TokenId> tokens, int32_
     const EntryId e = config_.enable_prefix_caching && b0 != kNullBlock
                           ? cache_.insert(b0, s.keys[i], parent_entry, block_tokens, s.salt)
                           : kNoEntry;
+    if (commit_log_on_ && e != kNoEntry && cache_.entry_of(b0) == e) {  // b0 itself holds the new entry
+      commit_log_.push_back({b0, s.keys[i], {block_tokens.begin(), block_tokens.end()}, s.salt});
+    }
     // Other groups: their own key, parented on group 0's chain (their earlier
     // blocks may be long released).
     for (size_t g = 1; g < s.tables.size() && config_.enable_prefix_caching; ++g) {
@@ -466,6 +469,55 @@ int32_t KvManager::num_computed_tokens(SeqId seq) const { return seq_ref(seq).nu
 int32_t KvManager::num_committed_blocks(SeqId seq) const { return static_cast<int32_t>(seq_ref(seq).entries.size()); }
 int32_t KvManager::num_slots(SeqId seq) const {
   return static_cast<int32_t>(seq_ref(seq).tables[0].size()) * config_.block_size;
+}
+
+std::vector<Hash128> KvManager::chain_keys(std::span<const TokenId> tokens, std::string_view cache_salt) const {
+  std::vector<Hash128> keys;
+  if (tokens.empty()) return keys;
+  const size_t bs = static_cast<size_t>(config_.block_size);
+  Hash128 parent{};
+  for (size_t i = 0; i < (tokens.size() - 1) / bs; ++i) {
+    parent = cache_.key(parent, tokens.subspan(i * bs, bs), cache_salt);
+    keys.push_back(parent);
+  }
+  return keys;
+}
+
+int32_t KvManager::import_blocks(std::span<const TokenId> tokens, std::string_view cache_salt, int32_t first_block,
+                                 int32_t num_blocks, const std::function<void(int32_t, BlockId)>& fill) {
+  PAGODA_CHECK_MSG(num_groups() == 1, "tier import with %d KV groups", num_groups());
+  if (!config_.enable_prefix_caching || num_blocks <= 0) return 0;
+  ++generation_;
+  const size_t bs = static_cast<size_t>(config_.block_size);
+  const auto end = std::min(static_cast<size_t>(first_block) + static_cast<size_t>(num_blocks),
+                            tokens.empty() ? 0 : (tokens.size() - 1) / bs);
+  std::vector<BlockId> pinned;  // the chain so far, held so that taking a block cannot evict it
+  Hash128 parent{};
+  EntryId parent_entry = kRootEntry;
+  int32_t imported = 0;
+  for (size_t i = 0; i < end; ++i) {
+    const auto block_tokens = tokens.subspan(i * bs, bs);
+    const Hash128 key = cache_.key(parent, block_tokens, cache_salt);
+    BlockId b = cache_.find(key, parent_entry, block_tokens, cache_salt);
+    if (b == kNullBlock) {
+      if (static_cast<int32_t>(i) < first_block || pool_.num_free() <= watermark_blocks_) break;
+      b = take_block();
+      fill(static_cast<int32_t>(i), b);
+      const EntryId e = cache_.insert(b, key, parent_entry, block_tokens, cache_salt);
+      if (e == kNoEntry || cache_.entry_of(b) != e) {  // refused (a collision): back to the pool, keyless
+        pool_.decref(b);
+        break;
+      }
+      ++imported;
+    } else {
+      pool_.incref(b);
+    }
+    pinned.push_back(b);
+    parent_entry = cache_.entry_of(b);
+    parent = key;
+  }
+  for (auto it = pinned.rbegin(); it != pinned.rend(); ++it) pool_.decref(*it);
+  return imported;
 }
 
 KvStats KvManager::stats() const {

@@ -29,10 +29,12 @@
 // full-context group (the default) everything is as without groups.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "base/hash.h"
@@ -238,6 +240,34 @@ class KvManager {
   int32_t num_committed_blocks(SeqId seq) const;  // leading full blocks already committed
   int32_t num_slots(SeqId seq) const;             // block_table(seq).size() * block_size
 
+  // --- tiers below RAM (tier/, issue 16); one KV group only ---
+  // A full block newly committed to the prefix cache, for write-through.
+  struct CommittedBlock {
+    BlockId block = kNullBlock;
+    Hash128 key;
+    std::vector<TokenId> tokens;
+    std::string salt;
+  };
+  // When on, mark_computed logs every block it commits under a new entry
+  // (not a hit, not a duplicate); take_committed() hands the log over. The
+  // blocks' K/V are valid until the next allocation.
+  void set_commit_log(bool on) { commit_log_on_ = on; }
+  std::vector<CommittedBlock> take_committed() { return std::exchange(commit_log_, {}); }
+  // The keys of the full blocks of `tokens` a prefix hit may cover (never the
+  // last token's block), in chain order. Changes nothing.
+  std::vector<Hash128> chain_keys(std::span<const TokenId> tokens, std::string_view cache_salt) const;
+  // Puts blocks loaded from a tier into the prefix cache as cached-evictable
+  // blocks: walks the chain of `tokens` (as match_prefix) over the first
+  // first_block + num_blocks full blocks; a block of [first_block, ...) the
+  // cache lacks is taken from the free queue (never below the watermark, never
+  // one of this chain), filled by fill(index, block) with its K/V and committed
+  // under its key. Stops at the first block it cannot confirm, fit or commit.
+  // The chain's blocks are pinned during the walk and then released last block
+  // first (the head is evicted last). Returns the blocks imported.
+  // Precondition: num_groups() == 1.
+  int32_t import_blocks(std::span<const TokenId> tokens, std::string_view cache_salt, int32_t first_block,
+                        int32_t num_blocks, const std::function<void(int32_t index, BlockId block)>& fill);
+
   KvStats stats() const;
   // KvStats' prefix counters without stats()' O(blocks) census (per-step traces).
   int64_t prefix_query_tokens() const { return prefix_query_tokens_; }
@@ -305,6 +335,8 @@ class KvManager {
   int64_t prefix_hit_tokens_ = 0;
   int64_t num_evictions_ = 0;
   int64_t num_cow_copies_ = 0;
+  bool commit_log_on_ = false;
+  std::vector<CommittedBlock> commit_log_;
 };
 
 }  // namespace pagoda::kv

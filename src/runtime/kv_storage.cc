@@ -80,3 +80,28 @@ void KvStorage::copy_block(int32_t src, int32_t dst) {
 }
 
 }  // namespace pagoda::runtime
+
+namespace pagoda::runtime {
+
+void KvStorage::export_block(int32_t block, std::string* out) const {
+  PAGODA_CHECK(block >= 0 && block < spec_.num_blocks);
+  const size_t block_bytes = static_cast<size_t>(spec_.block_size) * spec_.row_bytes();
+  const size_t slot_bytes = static_cast<size_t>(spec_.num_blocks) * block_bytes;
+  out->resize(2 * static_cast<size_t>(spec_.slots()) * block_bytes);
+  for (int32_t i = 0; i < 2 * spec_.slots(); ++i) {
+    std::memcpy(out->data() + static_cast<size_t>(i) * block_bytes,
+                base_ + static_cast<size_t>(i) * slot_bytes + static_cast<size_t>(block) * block_bytes, block_bytes);
+  }
+}
+
+void KvStorage::import_block(int32_t block, std::string_view bytes) {
+  PAGODA_CHECK(block >= 0 && block < spec_.num_blocks && bytes.size() == this->block_bytes());
+  const size_t block_bytes = static_cast<size_t>(spec_.block_size) * spec_.row_bytes();
+  const size_t slot_bytes = static_cast<size_t>(spec_.num_blocks) * block_bytes;
+  for (int32_t i = 0; i < 2 * spec_.slots(); ++i) {
+    std::memcpy(base_ + static_cast<size_t>(i) * slot_bytes + static_cast<size_t>(block) * block_bytes,
+                bytes.data() + static_cast<size_t>(i) * block_bytes, block_bytes);
+  }
+}
+
+}  // namespace pagoda::runtime

@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -63,6 +65,12 @@ class KvStorage {
   // Copy-on-write: copies K and V of every layer slot from block src to block dst.
   // Precondition: src, dst in [0, num_blocks).
   void copy_block(int32_t src, int32_t dst);
+  // KV tiers (issue 16): the K and V bytes of every layer slot of one block, in
+  // slot order (K then V of slot 0, then slot 1, ...); block_bytes() of them.
+  uint64_t block_bytes() const { return 2ull * static_cast<uint64_t>(spec_.slots()) * spec_.block_size * spec_.row_bytes(); }
+  void export_block(int32_t block, std::string* out) const;
+  // Writes bytes made by export_block into `block`. Precondition: size == block_bytes().
+  void import_block(int32_t block, std::string_view bytes);
 
  private:
   KvStorage() = default;

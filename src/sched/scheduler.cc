@@ -51,11 +51,8 @@ int32_t Scheduler::num_computed_tokens(RequestId id) const {
   return kv_->has_seq(id) ? kv_->num_computed_tokens(id) : 0;
 }
 
-Status Scheduler::add_request(NewRequest r) {
-  auto reject = [&](Error e) {
-    ++stats_.num_rejected;
-    return Status(std::move(e));
-  };
+Status Scheduler::check_request(const NewRequest& r) const {
+  auto reject = [](Error e) { return Status(std::move(e)); };
   // The caller's ids first: a clash is a bug in the caller, not the client's input.
   auto in_use = [&](RequestId id) { return requests_.count(id) != 0 || pending_children_.count(id) != 0; };
   if (in_use(r.id)) return reject(errorf("request %llu: id already in use", ull(r.id)));
@@ -105,6 +102,14 @@ Status Scheduler::add_request(NewRequest r) {
     return reject(errorf("a prompt of %zu tokens with n = %lld choices needs %lld KV blocks at its fork, but the "
                          "whole cache admits %d",
                          r.prompt.size(), static_cast<long long>(group), static_cast<long long>(group_need), usable));
+  }
+  return Status::Ok();
+}
+
+Status Scheduler::add_request(NewRequest r) {
+  if (Status st = check_request(r); !st.ok()) {
+    ++stats_.num_rejected;
+    return st;
   }
   for (RequestId c : r.fork_ids) pending_children_.emplace(c, r.id);
   Request q;

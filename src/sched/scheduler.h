@@ -137,6 +137,9 @@ class Scheduler {
   // A duplicate id (also among fork_ids and pending children) is the
   // caller's bug, reported with the id.
   Status add_request(NewRequest r);
+  // add_request's checks alone: whether it would accept r now. Changes nothing
+  // (the engine holds a request waiting for tier loads before queueing it).
+  Status check_request(const NewRequest& r) const;
   // Frees everything of the request at once, in any state. A parent not yet
   // forked takes its pending children with it; a pending child id is dropped
   // from its parent's fork. Forked children are independent requests: abort

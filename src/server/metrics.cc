@@ -48,6 +48,18 @@ Metrics::Metrics() {
   counter("pagoda:generation_tokens_total", "Number of generation tokens processed.");
   counter("pagoda:request_success_total", "Count of successfully processed requests.", "finished_reason");
   counter("pagoda:request_failure_total", "Count of requests answered with an error.", "status");
+  // KV tiers below RAM (issue 16), one series per tier ("disk", "redis"); the
+  // load latency histograms are pagoda:kv_tier_<tier>_load_latency_seconds
+  // (add_histogram_counts, made when a tier reports).
+  counter("pagoda:kv_tier_lookups_total", "KV tier block lookups (loads asked of the tier).", "tier");
+  counter("pagoda:kv_tier_hits_total", "KV tier blocks loaded and verified.", "tier");
+  counter("pagoda:kv_tier_hit_tokens_total", "Prompt tokens of the KV tier blocks loaded and verified.", "tier");
+  counter("pagoda:kv_tier_bytes_read_total", "Bytes read from the KV tier.", "tier");
+  counter("pagoda:kv_tier_bytes_written_total", "Bytes written to the KV tier.", "tier");
+  counter("pagoda:kv_tier_stores_total", "KV tier entries written.", "tier");
+  counter("pagoda:kv_tier_stores_dropped_total", "KV tier writes dropped by a full queue.", "tier");
+  counter("pagoda:kv_tier_corrupt_total", "KV tier entries failing the length or checksum check (dropped).", "tier");
+  counter("pagoda:kv_tier_errors_total", "KV tier I/O and connection errors.", "tier");
   // Speculative decoding (vLLM's names); acceptance rate = accepted / draft tokens.
   counter("pagoda:spec_decode_num_drafts_total", "Number of spec decoding drafts.");
   counter("pagoda:spec_decode_num_draft_tokens_total", "Number of draft tokens.");
@@ -137,6 +149,26 @@ void Metrics::observe(const std::string& name, double v) {
   h.counts[i]++;
   h.sum += v;
   h.count++;
+}
+
+void Metrics::add_histogram_counts(const std::string& name, const std::string& help, const std::vector<double>& bounds,
+                                   const std::vector<uint64_t>& counts, double sum) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = histograms_.find(name);
+  if (it == histograms_.end()) {
+    help_[name] = {"histogram", help, ""};
+    Histogram hg;
+    hg.bounds = bounds;
+    hg.counts.assign(bounds.size() + 1, 0);
+    it = histograms_.emplace(name, std::move(hg)).first;
+  }
+  Histogram& h = it->second;
+  if (h.bounds != bounds || counts.size() != h.counts.size()) return;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    h.counts[i] += counts[i];
+    h.count += counts[i];
+  }
+  h.sum += sum;
 }
 
 double Metrics::counter(const std::string& name, const std::string& label) const {

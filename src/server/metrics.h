@@ -28,6 +28,11 @@ class Metrics {
   // A labelled gauge is set as "name{label=\"v\"}" (its name registered with a label name).
   void set_gauge(const std::string& name, double v);
   void observe(const std::string& name, double v);
+  // Adds per-bucket counts (non-cumulative, last = +Inf) and their sum to a
+  // histogram, creating it with these bounds (for counts kept elsewhere, such
+  // as the KV tiers' load latencies). Counts of other bounds are ignored.
+  void add_histogram_counts(const std::string& name, const std::string& help, const std::vector<double>& bounds,
+                            const std::vector<uint64_t>& counts, double sum);
   // Prometheus exposition format 0.0.4.
   std::string render() const;
   double counter(const std::string& name, const std::string& label = "") const;

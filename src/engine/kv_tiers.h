@@ -1,0 +1,98 @@
+// KvTierLink: the engine's side of the KV tiers below RAM (tier/, issue 16).
+//
+// Write-through: after each step, every full block newly committed to the
+// prefix cache (KvManager's commit log) is exported from KvStorage and queued
+// to every tier (TierSet::store; the engine thread never waits on I/O).
+//
+// Read: a new request's prompt is looked up in RAM first (match_prefix); when
+// full blocks past the RAM hit remain, the request is held here ("waiting for
+// KV load", it holds no blocks and no step), and a load goes out for each of
+// those blocks (one in-flight load per entry, shared by every request waiting
+// for it). Once every block up to its first miss is back, the loaded blocks
+// (verified against key, tokens and checksum by the tier worker) are written
+// into free blocks and committed to the prefix cache (KvManager::import_blocks)
+// and the request goes to the scheduler, whose RAM match takes them like any
+// other hit. A block whose load missed, and every block after it, is computed.
+//
+// Entries are keyed by a fingerprint of the model file (hyper-parameters,
+// tensor table and a sample of every tensor's bytes), the KV dtype, the block
+// size, the KV group (0: tiers run with one KV group), the cache salt and the
+// chain hash. Not thread-safe: the engine thread only.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/engine.h"
+#include "sched/request.h"
+#include "tier/tier.h"
+
+namespace pagoda::gguf { class GgufFile; }
+namespace pagoda::kv { class KvManager; }
+namespace pagoda::runtime { class KvStorage; }
+
+namespace pagoda::engine {
+
+// Whether the config asks for any tier.
+bool kv_tiers_enabled(const EngineConfig& c);
+// The tier key's model fingerprint: the model's own (hyper-parameters) mixed
+// with the file's tensor table and the first and last bytes of every tensor.
+uint64_t tier_model_fingerprint(const gguf::GgufFile& f, uint64_t model_fingerprint);
+
+class KvTierLink {
+ public:
+  // Opens the tiers of `c` (disk, then Redis). Errors: a bad --kv-redis URL,
+  // --kv-disk-dir without a size. A tier that is down is not an error.
+  static Expected<std::unique_ptr<KvTierLink>> create(const EngineConfig& c, uint64_t model_fingerprint,
+                                                      kv::KvManager* kv, runtime::KvStorage* storage);
+  // Takes r when blocks past its RAM hit may be in a tier (loads started);
+  // false leaves r with the caller, to queue at once.
+  bool start(sched::NewRequest& r);
+  // Requests whose loads are done, their loaded blocks now in the prefix
+  // cache; in the order they were started.
+  std::vector<sched::NewRequest> take_ready();
+  void abort(sched::RequestId id);
+  // Write-through of the blocks committed since the last call.
+  void store_committed();
+  int32_t num_waiting() const { return static_cast<int32_t>(waits_.size()); }
+  // Blocks until a load finishes or `timeout` passes (only when nothing else can run).
+  void wait(std::chrono::milliseconds timeout) { tiers_->wait(timeout); }
+  std::vector<KvTierStats> stats() const;
+
+ private:
+  struct Wait {
+    sched::NewRequest r;
+    int32_t first = 0;  // first block index loaded (the RAM hit's end)
+    // [blocks to load] 0 pending, 1 hit, 2 miss; the hit's verified bytes.
+    std::vector<int8_t> state;
+    std::vector<std::shared_ptr<const std::string>> bytes;
+  };
+  struct Load {
+    std::string name;
+    std::vector<int32_t> tokens;  // a request shares the load only with these tokens (no trust in a hash alone)
+    std::vector<std::pair<sched::RequestId, int32_t>> waiters;  // (request, block index - first)
+  };
+  bool ready(const Wait& w) const;
+  tier::TierKey key_for(const Hash128& chain, const std::string& salt) const;
+
+  kv::KvManager* kv_ = nullptr;
+  runtime::KvStorage* storage_ = nullptr;
+  std::unique_ptr<tier::TierSet> tiers_;
+  uint64_t fingerprint_ = 0;
+  uint32_t kv_dtype_ = 0;
+  int32_t block_size_ = 0;
+  uint64_t block_bytes_ = 0;
+  std::unordered_map<sched::RequestId, Wait> waits_;
+  std::deque<sched::RequestId> order_;                     // start order (ids may be aborted since)
+  std::unordered_map<uint64_t, Load> loads_;               // ticket -> in-flight load
+  std::unordered_map<std::string, uint64_t> load_by_name_; // entry name -> its in-flight ticket
+  uint64_t next_ticket_ = 1;
+  int64_t imported_blocks_ = 0;
+};
+
+}  // namespace pagoda::engine

@@ -1,0 +1,176 @@
+#include "tier/disk_tier.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "base/log.h"
+
+namespace pagoda::tier {
+
+namespace fs = std::filesystem;
+
+bool is_entry_name(const std::string& name) {
+  return name.size() == 32 &&
+         std::all_of(name.begin(), name.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+DiskTier::DiskTier(DiskTierOptions opt) : opt_(std::move(opt)) {
+  std::error_code ec;
+  fs::create_directories(opt_.dir, ec);
+  if (ec) {
+    disable("cannot create the directory", ec.value());
+    return;
+  }
+  struct Found {
+    std::string name;
+    uint64_t size;
+    fs::file_time_type mtime;
+  };
+  std::vector<Found> found;
+  for (const auto& de : fs::directory_iterator(opt_.dir, ec)) {
+    const std::string n = de.path().filename().string();
+    std::error_code e2;
+    if (n.rfind(".tmp-", 0) == 0) {
+      fs::remove(de.path(), e2);  // a store cut short by a crash
+      continue;
+    }
+    if (!is_entry_name(n) || !de.is_regular_file(e2)) continue;
+    found.push_back({n, static_cast<uint64_t>(de.file_size(e2)), de.last_write_time(e2)});
+  }
+  if (ec) {
+    disable("cannot list the directory", ec.value());
+    return;
+  }
+  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.mtime < b.mtime; });
+  for (const Found& f : found) {
+    lru_.push_back(f.name);
+    index_[f.name] = Entry{f.size, std::prev(lru_.end())};
+    bytes_ += f.size;
+  }
+  evict_to(opt_.max_bytes);
+  PAGODA_LOG_INFO("kv disk tier %s: %zu entries, %llu of %llu bytes", opt_.dir.c_str(), index_.size(),
+                  static_cast<unsigned long long>(bytes_), static_cast<unsigned long long>(opt_.max_bytes));
+}
+
+void DiskTier::disable(const char* what, int err) {
+  if (disabled_) return;
+  disabled_ = true;
+  PAGODA_LOG_ERROR("kv disk tier %s: %s: %s; the disk tier is off, serving goes on without it", opt_.dir.c_str(),
+                   what, std::strerror(err));
+}
+
+void DiskTier::touch(const std::string& name) {
+  auto it = index_.find(name);
+  if (it == index_.end()) return;
+  lru_.splice(lru_.end(), lru_, it->second.lru);
+}
+
+void DiskTier::forget(const std::string& name) {
+  auto it = index_.find(name);
+  if (it == index_.end()) return;
+  bytes_ -= it->second.size;
+  lru_.erase(it->second.lru);
+  index_.erase(it);
+}
+
+void DiskTier::evict_to(uint64_t limit) {
+  while (bytes_ > limit && !lru_.empty()) {
+    const std::string victim = lru_.front();
+    ::unlink(path(victim).c_str());
+    forget(victim);
+  }
+}
+
+TierGet DiskTier::get(const std::string& name) {
+  TierGet g;
+  if (disabled_ || index_.count(name) == 0) return g;  // the index is the directory's content
+  const std::string p = path(name);
+  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno != ENOENT) g.status = TierGet::kError;
+    forget(name);
+    return g;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) == 0) g.value.resize(static_cast<size_t>(st.st_size));
+  size_t off = 0;
+  bool ok = true;
+  while (off < g.value.size()) {
+    const ssize_t n = ::read(fd, g.value.data() + off, g.value.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ok = false;
+      break;
+    }
+    off += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (!ok) {
+    g.value.clear();
+    g.status = TierGet::kError;
+    return g;
+  }
+  // Recency on disk too: a restart rebuilds the LRU order from mtimes.
+  ::utimensat(AT_FDCWD, p.c_str(), nullptr, 0);
+  touch(name);
+  g.status = TierGet::kHit;
+  return g;
+}
+
+static bool is_fatal_write_error(int e) {
+  return e == ENOSPC || e == EDQUOT || e == EROFS || e == EACCES || e == EPERM;
+}
+
+TierBackend::Put DiskTier::put(const std::string& name, const std::string& value) {
+  if (disabled_) return Put::kSkipped;  // not an error each time: it was logged once
+  if (index_.count(name)) {  // already stored (the same prefix computed again)
+    touch(name);
+    return Put::kSkipped;
+  }
+  if (value.size() > opt_.max_bytes) return Put::kSkipped;  // never fits
+  const std::string tmp = opt_.dir + "/.tmp-" + name;
+  int err = opt_.inject_write_errno;
+  if (err == 0) {
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      err = errno;
+    } else {
+      size_t off = 0;
+      while (off < value.size()) {
+        const ssize_t n = ::write(fd, value.data() + off, value.size() - off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+          err = errno;
+          break;
+        }
+        off += static_cast<size_t>(n);
+      }
+      if (::close(fd) != 0 && err == 0) err = errno;
+      if (err == 0 && ::rename(tmp.c_str(), path(name).c_str()) != 0) err = errno;
+    }
+  }
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    if (is_fatal_write_error(err)) disable("cannot write an entry", err);
+    return Put::kError;
+  }
+  lru_.push_back(name);
+  index_[name] = Entry{value.size(), std::prev(lru_.end())};
+  bytes_ += value.size();
+  evict_to(opt_.max_bytes);
+  return Put::kStored;
+}
+
+void DiskTier::drop(const std::string& name) {
+  ::unlink(path(name).c_str());
+  forget(name);
+}
+
+}  // namespace pagoda::tier

@@ -1,0 +1,67 @@
+// DiskTier: KV tier entries as files in one directory (`--kv-disk-dir`),
+// least recently used first out when the total passes `--kv-disk-size`.
+//
+// One file per entry, named by TierKey::name() (32 hex digits). A store writes
+// ".tmp-<name>" and renames it over the name, so a crash leaves either no file
+// or a whole one; a torn or altered file is still caught by the entry's length
+// and checksum (decode_entry) and then dropped. The LRU index lives in memory
+// and is rebuilt at start from the directory (oldest mtime first; a hit sets
+// the file's mtime, so recency survives restarts); stray tmp files and files
+// of other names are left out (tmp files are deleted).
+//
+// A full disk (ENOSPC, EDQUOT) or a directory that cannot be written (EROFS,
+// EACCES, EPERM, or one that cannot be created) is logged once and disables
+// the tier: every later call is a miss or a skipped store, the engine serves on.
+// Called from one thread (the TierSet worker).
+#pragma once
+#include <cstdint>
+#include <list>
+#include <string>
+#include <unordered_map>
+
+#include "tier/tier.h"
+
+namespace pagoda::tier {
+
+struct DiskTierOptions {
+  std::string dir;
+  uint64_t max_bytes = 0;
+  // Tests: every write fails with this errno (ENOSPC: a full disk; EROFS: a
+  // read-only directory). 0: off.
+  int inject_write_errno = 0;
+};
+
+class DiskTier final : public TierBackend {
+ public:
+  explicit DiskTier(DiskTierOptions opt);
+  const char* kind() const override { return "disk"; }
+  TierGet get(const std::string& name) override;
+  Put put(const std::string& name, const std::string& value) override;
+  void drop(const std::string& name) override;
+
+  bool disabled() const { return disabled_; }
+  uint64_t bytes_used() const { return bytes_; }
+  size_t num_entries() const { return index_.size(); }
+
+ private:
+  struct Entry {
+    uint64_t size = 0;
+    std::list<std::string>::iterator lru;  // position in lru_ (front = least recent)
+  };
+  std::string path(const std::string& name) const { return opt_.dir + "/" + name; }
+  void touch(const std::string& name);
+  void forget(const std::string& name);
+  void evict_to(uint64_t limit);
+  void disable(const char* what, int err);
+
+  DiskTierOptions opt_;
+  bool disabled_ = false;
+  uint64_t bytes_ = 0;
+  std::list<std::string> lru_;
+  std::unordered_map<std::string, Entry> index_;
+};
+
+// Whether `name` looks like a tier entry name (32 lowercase hex digits).
+bool is_entry_name(const std::string& name);
+
+}  // namespace pagoda::tier

@@ -1,0 +1,86 @@
+// RedisTier: KV tier entries in Redis (`--kv-redis redis://HOST:PORT[,HOST:PORT...]`),
+// shared by every replica serving the same model file. Eviction is Redis's own
+// (maxmemory-policy allkeys-lru); entries may get a TTL.
+//
+// One node or a Redis Cluster, found out at the first connection: CLUSTER
+// SLOTS gives the slot map (the seeds are only where to ask), a key goes to
+// the node of its CRC16 slot, a MOVED reply refreshes the map and retries, an
+// ASK reply retries once on the named node after ASKING. A node that does not
+// answer (down at start, killed mid-run, a timeout) makes the call an error
+// and is retried after an exponential backoff (50 ms doubling to 5 s), so a
+// dead node costs one failed connect per backoff, not a timeout per block. The
+// engine serves on: a failed load is a miss, a failed store is dropped.
+// Called from one thread (the TierSet worker).
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "tier/tier.h"
+
+struct redisContext;
+struct redisReply;
+
+namespace pagoda::tier {
+
+struct RedisTierOptions {
+  std::vector<std::pair<std::string, int>> seeds;  // host, port
+  int ttl_seconds = 0;                             // 0: no TTL
+  int timeout_ms = 1000;                           // connect and command timeout
+  std::string key_prefix = "pagoda:kv:";
+};
+
+// "redis://HOST:PORT[,HOST:PORT...]" (the scheme may be left out) into seeds.
+Expected<std::vector<std::pair<std::string, int>>> parse_redis_url(const std::string& url);
+// Redis Cluster's key slot: CRC16 (XMODEM) of the key, or of its {hash tag}, mod 16384.
+uint16_t redis_key_slot(std::string_view key);
+
+class RedisTier final : public TierBackend {
+ public:
+  explicit RedisTier(RedisTierOptions opt);
+  ~RedisTier() override;
+  RedisTier(const RedisTier&) = delete;
+  RedisTier& operator=(const RedisTier&) = delete;
+
+  const char* kind() const override { return "redis"; }
+  TierGet get(const std::string& name) override;
+  Put put(const std::string& name, const std::string& value) override;
+  void drop(const std::string& name) override;
+
+  bool is_cluster() const { return cluster_; }
+
+ private:
+  struct Node {
+    std::string host;
+    int port = 0;
+    redisContext* c = nullptr;
+    std::chrono::steady_clock::time_point retry_at{};
+    int backoff_ms = 0;
+    bool logged_down = false;
+  };
+  // One command on the key's node, following MOVED / ASK. nullptr: an error (logged per node).
+  redisReply* command(const std::string& key, const std::vector<std::string_view>& argv);
+  // CLUSTER SLOTS from the first node that answers. First time (refresh
+  // false): one node, or a cluster and its slot map; then (true): the map again.
+  bool discover(bool refresh);
+  bool load_slots(const redisReply* r);
+  int node_index(const std::string& host, int port);
+  bool connect(Node& n);
+  void fail(Node& n, const char* what);
+
+  RedisTierOptions opt_;
+  // Seeds first, then nodes learned from the slot map. A deque: a Node& stays
+  // valid while node_index() adds nodes (load_slots inside discover, MOVED).
+  std::deque<Node> nodes_;
+  bool topology_known_ = false;
+  bool cluster_ = false;
+  int single_ = 0;               // one node: its index
+  std::vector<int> slot_node_;   // cluster: [16384] node index, -1 unknown
+};
+
+}  // namespace pagoda::tier

@@ -1,0 +1,131 @@
+// KV tiers below the RAM prefix cache (issue 16): the backend interface and
+// TierSet, which runs the backends off the engine thread.
+//
+// A TierBackend is a plain synchronous key-value store (disk files, Redis). It
+// is only ever called from its own worker thread. TierSet owns one worker
+// thread per backend, each with a bounded queue: loads first (a request waits
+// for them), then stores (write-through, droppable). The engine thread only
+// enqueues and polls; it never blocks on I/O. A load walks the tiers in order
+// (disk, then Redis): a miss, an error or an entry that fails verification in
+// one tier goes on to the next; every load gets exactly one LoadResult.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tier/entry.h"
+
+namespace pagoda::tier {
+
+struct TierGet {
+  enum Status { kHit, kMiss, kError } status = kMiss;
+  std::string value;
+};
+
+class TierBackend {
+ public:
+  virtual ~TierBackend() = default;
+  virtual const char* kind() const = 0;  // "disk", "redis": the metrics label
+  virtual TierGet get(const std::string& name) = 0;
+  enum class Put { kStored, kSkipped, kError };  // kSkipped: already there, or the tier is off
+  virtual Put put(const std::string& name, const std::string& value) = 0;
+  // Drops an entry that failed verification (a corrupt file); best effort.
+  virtual void drop(const std::string& name) = 0;
+};
+
+// Load latency histogram bounds in seconds (the tier metrics' buckets).
+inline constexpr double kLoadLatencyBounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                0.05,   0.1,   0.25,   0.5,   1.0,  2.5};
+inline constexpr size_t kNumLatencyBuckets = sizeof(kLoadLatencyBounds) / sizeof(double) + 1;  // + the +Inf bucket
+
+struct TierStats {
+  std::string kind;
+  int64_t lookups = 0;         // loads asked of this tier
+  int64_t hits = 0;            // verified entries returned
+  int64_t hit_tokens = 0;      // their tokens
+  int64_t misses = 0;
+  int64_t corrupt = 0;         // entries that failed length/checksum (dropped)
+  int64_t mismatches = 0;      // intact entries of another key/tokens (a hash collision)
+  int64_t errors = 0;          // backend errors (I/O, connection, full disk)
+  int64_t stores = 0;          // entries written
+  int64_t stores_dropped = 0;  // stores refused by a full queue
+  int64_t bytes_read = 0;
+  int64_t bytes_written = 0;
+  std::vector<uint64_t> load_latency_buckets = std::vector<uint64_t>(kNumLatencyBuckets, 0);  // non-cumulative
+  double load_latency_sum = 0;  // seconds
+};
+
+struct LoadRequest {
+  uint64_t ticket = 0;  // the caller's id, returned in the result
+  TierKey key;
+  std::vector<int32_t> tokens;
+  uint64_t kv_bytes = 0;  // the K/V size the entry must hold
+};
+
+struct LoadResult {
+  uint64_t ticket = 0;
+  bool hit = false;
+  int tier = -1;          // the tier that served it
+  std::string kv_bytes;   // verified K/V bytes (hit only)
+};
+
+struct TierSetOptions {
+  size_t max_queued_loads = 1 << 16;         // per tier; over it a load is a miss at once
+  uint64_t max_queued_store_bytes = 256u << 20;  // per tier; over it a store is dropped
+};
+
+class TierSet {
+ public:
+  TierSet(std::vector<std::unique_ptr<TierBackend>> backends, TierSetOptions opt = {});
+  ~TierSet();
+  TierSet(const TierSet&) = delete;
+  TierSet& operator=(const TierSet&) = delete;
+
+  size_t size() const { return tiers_.size(); }
+  // Queues a load; its LoadResult comes back through poll(). Never blocks.
+  void load(LoadRequest r);
+  // Write-through of one entry to every tier. Never blocks; dropped when a
+  // tier's store queue is full.
+  void store(const TierKey& key, std::span<const int32_t> tokens, std::string_view kv_bytes);
+  // Finished loads since the last poll.
+  std::vector<LoadResult> poll();
+  // Waits up to `timeout` for a finished load; true when one is ready.
+  bool wait(std::chrono::milliseconds timeout);
+  // Waits until every queue is empty and no job runs (tests, shutdown).
+  void drain();
+  std::vector<TierStats> stats() const;
+
+ private:
+  struct Store {
+    std::string name;
+    std::shared_ptr<const std::string> blob;  // one encoded entry shared by every tier
+  };
+  struct Tier {
+    std::unique_ptr<TierBackend> backend;
+    std::deque<LoadRequest> loads;
+    std::deque<Store> stores;
+    uint64_t queued_store_bytes = 0;
+    bool busy = false;
+    TierStats stats;
+    std::thread thread;
+  };
+  void run(size_t i);
+  // Hands a load to tier i, or finishes it as a miss when i is past the last.
+  void enqueue_load(size_t i, LoadRequest r);  // mu_ held
+
+  TierSetOptions opt_;
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;  // a job was queued (or stop)
+  std::condition_variable done_cv_;  // a load finished, or a worker went idle
+  std::vector<std::unique_ptr<Tier>> tiers_;
+  std::vector<LoadResult> done_;
+  bool stop_ = false;
+};
+
+}  // namespace pagoda::tier

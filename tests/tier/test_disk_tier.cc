@@ -1,0 +1,195 @@
+// The disk tier: files, LRU by size, restart, torn and flipped files, a full
+// disk and a read-only directory; and TierSet's load path over it.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <utime.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "tier/disk_tier.h"
+#include "tier/tier.h"
+#include "tier_test_util.h"
+
+namespace pagoda::tier {
+namespace {
+
+using tiertest::TempDir;
+using tiertest::test_bytes;
+using tiertest::test_key;
+namespace fs = std::filesystem;
+
+DiskTierOptions opts(const std::string& dir, uint64_t max_bytes) {
+  DiskTierOptions o;
+  o.dir = dir;
+  o.max_bytes = max_bytes;
+  return o;
+}
+
+std::string read_file(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+
+TEST(DiskTier, PutGetAndOneFilePerEntry) {
+  TempDir d;
+  DiskTier t(opts(d.path, 1 << 20));
+  EXPECT_EQ(t.get("00000000000000000000000000000001").status, TierGet::kMiss);
+  EXPECT_EQ(t.put("00000000000000000000000000000001", "hello"), TierBackend::Put::kStored);
+  EXPECT_EQ(t.put("00000000000000000000000000000001", "hello"), TierBackend::Put::kSkipped);  // already there
+  const TierGet g = t.get("00000000000000000000000000000001");
+  EXPECT_EQ(g.status, TierGet::kHit);
+  EXPECT_EQ(g.value, "hello");
+  EXPECT_EQ(read_file(d.path + "/00000000000000000000000000000001"), "hello");
+  // Written to a tmp file and renamed: none is left behind.
+  size_t files = 0;
+  for (const auto& e : fs::directory_iterator(d.path)) files += e.path().filename().string()[0] != '.' ? 1 : 100;
+  EXPECT_EQ(files, 1u);
+  EXPECT_EQ(t.bytes_used(), 5u);
+}
+
+std::string name_of(int i) {
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%032x", i);
+  return buf;
+}
+
+TEST(DiskTier, LeastRecentlyUsedGoesFirstBySize) {
+  TempDir d;
+  DiskTier t(opts(d.path, 300));  // three entries of 100 bytes
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(t.put(name_of(i), std::string(100, 'a' + i)), TierBackend::Put::kStored);
+  EXPECT_EQ(t.get(name_of(0)).status, TierGet::kHit);  // 0 is now the most recent: 1 is the oldest
+  ASSERT_EQ(t.put(name_of(3), std::string(100, 'd')), TierBackend::Put::kStored);
+  EXPECT_EQ(t.get(name_of(1)).status, TierGet::kMiss);
+  EXPECT_FALSE(fs::exists(d.path + "/" + name_of(1)));
+  EXPECT_EQ(t.get(name_of(0)).status, TierGet::kHit);
+  EXPECT_EQ(t.get(name_of(2)).status, TierGet::kHit);
+  EXPECT_EQ(t.get(name_of(3)).status, TierGet::kHit);
+  EXPECT_EQ(t.bytes_used(), 300u);
+  // One entry of 250 bytes pushes out the three least recent (0, 2, 3 were read in that order).
+  ASSERT_EQ(t.put(name_of(4), std::string(250, 'e')), TierBackend::Put::kStored);
+  EXPECT_EQ(t.num_entries(), 1u);
+  EXPECT_EQ(t.get(name_of(4)).status, TierGet::kHit);
+  EXPECT_EQ(t.put(name_of(5), std::string(301, 'f')), TierBackend::Put::kSkipped);  // larger than the tier
+}
+
+TEST(DiskTier, RestartRebuildsTheIndexInMtimeOrder) {
+  TempDir d;
+  {
+    DiskTier t(opts(d.path, 1 << 20));
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(t.put(name_of(i), std::string(100, 'a')), TierBackend::Put::kStored);
+  }
+  // Entry 2 oldest, then 0, then 1; plus a stray tmp file and an unrelated file.
+  const auto set_mtime = [&](int i, time_t when) {
+    utimbuf ut{when, when};
+    ASSERT_EQ(::utime((d.path + "/" + name_of(i)).c_str(), &ut), 0);
+  };
+  set_mtime(2, 1000);
+  set_mtime(0, 2000);
+  set_mtime(1, 3000);
+  std::ofstream(d.path + "/.tmp-" + name_of(9)) << "torn";
+  std::ofstream(d.path + "/README") << "not an entry";
+  DiskTier t(opts(d.path, 250));  // holds two: the oldest (2) goes at start
+  EXPECT_EQ(t.num_entries(), 2u);
+  EXPECT_FALSE(fs::exists(d.path + "/" + name_of(2)));
+  EXPECT_FALSE(fs::exists(d.path + "/.tmp-" + name_of(9)));
+  EXPECT_TRUE(fs::exists(d.path + "/README"));
+  EXPECT_EQ(t.get(name_of(0)).status, TierGet::kHit);
+  EXPECT_EQ(t.get(name_of(1)).status, TierGet::kHit);
+}
+
+TEST(DiskTier, FullDiskIsLoggedOnceAndTurnsTheTierOff) {
+  TempDir d;
+  DiskTierOptions o = opts(d.path, 1 << 20);
+  o.inject_write_errno = ENOSPC;
+  DiskTier t(o);
+  EXPECT_EQ(t.put(name_of(1), "x"), TierBackend::Put::kError);
+  EXPECT_TRUE(t.disabled());
+  EXPECT_EQ(t.put(name_of(2), "x"), TierBackend::Put::kSkipped);  // off: no error per store
+  EXPECT_EQ(t.get(name_of(1)).status, TierGet::kMiss);
+  EXPECT_TRUE(fs::is_empty(d.path));  // no tmp file left
+}
+
+TEST(DiskTier, ReadOnlyDirectoryTurnsTheTierOff) {
+  TempDir d;
+  DiskTierOptions o = opts(d.path, 1 << 20);
+  o.inject_write_errno = EROFS;  // the tests may run as root, where chmod does not stop a write
+  DiskTier t(o);
+  EXPECT_EQ(t.put(name_of(1), "x"), TierBackend::Put::kError);
+  EXPECT_TRUE(t.disabled());
+  // A directory that cannot be created: a path under a regular file.
+  std::ofstream(d.path + "/file") << "x";
+  DiskTier bad(opts(d.path + "/file/sub", 1 << 20));
+  EXPECT_TRUE(bad.disabled());
+  EXPECT_EQ(bad.put(name_of(1), "x"), TierBackend::Put::kSkipped);
+}
+
+// TierSet over a disk tier: a good entry loads; a torn or flipped file is a
+// miss, counted as corrupt and deleted.
+TEST(TierSetDisk, LoadsVerifiesAndDropsCorruptFiles) {
+  TempDir d;
+  std::vector<std::unique_ptr<TierBackend>> b;
+  b.push_back(std::make_unique<DiskTier>(opts(d.path, 1 << 20)));
+  TierSet set(std::move(b));
+  const std::vector<int32_t> tokens = {1, 2, 3, 4};
+  const std::string kv = test_bytes(512, 9);
+  for (uint64_t c = 1; c <= 3; ++c) set.store(test_key(c), tokens, kv);
+  set.drain();
+  // Entry 2 torn (cut in half), entry 3 with one flipped byte.
+  const std::string p2 = d.path + "/" + test_key(2).name(), p3 = d.path + "/" + test_key(3).name();
+  fs::resize_file(p2, fs::file_size(p2) / 2);
+  {
+    std::fstream f(p3, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(300);
+    f.put('\x7f');
+  }
+  for (uint64_t c = 1; c <= 4; ++c) {
+    LoadRequest r;
+    r.ticket = c;
+    r.key = test_key(c);
+    r.tokens = tokens;
+    r.kv_bytes = kv.size();
+    set.load(r);
+  }
+  set.drain();
+  std::vector<LoadResult> res = set.poll();
+  ASSERT_EQ(res.size(), 4u);
+  std::sort(res.begin(), res.end(), [](const LoadResult& a, const LoadResult& b) { return a.ticket < b.ticket; });
+  EXPECT_TRUE(res[0].hit);
+  EXPECT_EQ(res[0].kv_bytes, kv);
+  EXPECT_FALSE(res[1].hit);
+  EXPECT_FALSE(res[2].hit);
+  EXPECT_FALSE(res[3].hit);  // never stored
+  EXPECT_FALSE(fs::exists(p2));
+  EXPECT_FALSE(fs::exists(p3));
+  const TierStats st = set.stats()[0];
+  EXPECT_EQ(st.kind, "disk");
+  EXPECT_EQ(st.lookups, 4);
+  EXPECT_EQ(st.hits, 1);
+  EXPECT_EQ(st.hit_tokens, 4);
+  EXPECT_EQ(st.corrupt, 2);
+  EXPECT_EQ(st.misses, 1);
+  EXPECT_EQ(st.stores, 3);
+  EXPECT_EQ(st.errors, 0);
+  uint64_t latencies = 0;
+  for (uint64_t n : st.load_latency_buckets) latencies += n;
+  EXPECT_EQ(latencies, 1u);
+  // Another model's key on the same store: its name differs, so a plain miss.
+  LoadRequest other;
+  other.ticket = 9;
+  other.key = test_key(1);
+  other.key.model_fingerprint ^= 0xff;
+  other.tokens = tokens;
+  other.kv_bytes = kv.size();
+  set.load(other);
+  set.drain();
+  res = set.poll();
+  ASSERT_EQ(res.size(), 1u);
+  EXPECT_FALSE(res[0].hit);
+}
+
+}  // namespace
+}  // namespace pagoda::tier

@@ -1,0 +1,315 @@
+// The engine over KV tiers (stories260K, whose K/V are F32-exact): a restart
+// served from the disk tier, two replicas sharing one Redis or one Redis
+// Cluster, and the faults (flipped bytes on disk and in Redis, full disk,
+// Redis down at start and killed mid-run, another model, another salt). Every
+// output must be bitwise the cold run's.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+
+#include "common/reference_jsonl.h"
+#include "engine/engine.h"
+#include "gguf/gguf.h"
+#include "redis_util.h"
+#include "tier_test_util.h"
+
+namespace pagoda::engine {
+namespace {
+
+using tiertest::RedisCluster;
+using tiertest::RedisServer;
+using tiertest::redis_cmd;
+using tiertest::TempDir;
+namespace fs = std::filesystem;
+
+constexpr int kBlock = 16;
+
+struct Result {
+  std::vector<int32_t> tokens;
+  int32_t cached = -1;
+  FinishReason finish = FinishReason::kNone;
+};
+
+// A prompt of n token ids of stories260K's vocabulary (512), fixed by seed.
+std::vector<int32_t> make_prompt(int n, uint32_t seed) {
+  std::vector<int32_t> p = {1};
+  uint32_t x = seed * 2654435761u + 1;
+  while (static_cast<int>(p.size()) < n) {
+    x = x * 1664525u + 1013904223u;
+    p.push_back(static_cast<int32_t>(3 + (x >> 8) % 500));
+  }
+  return p;
+}
+
+EngineConfig config(const std::string& model = testutil::stories_path()) {
+  EngineConfig c;
+  c.model_path = model;
+  c.threads = 1;
+  c.block_size = kBlock;
+  c.num_kv_blocks = 64;
+  return c;
+}
+
+EngineConfig disk_config(const std::string& dir) {
+  EngineConfig c = config();
+  c.kv_disk_dir = dir;
+  c.kv_disk_size = 64 << 20;
+  return c;
+}
+
+std::unique_ptr<Engine> make(const EngineConfig& c) {
+  auto e = Engine::create(c);
+  EXPECT_TRUE(e.ok()) << e.message();
+  return e.ok() ? std::move(e).value() : nullptr;
+}
+
+Result run(Engine& e, const std::vector<int32_t>& prompt, const std::string& salt = "") {
+  RequestParams p;
+  p.prompt = prompt;
+  p.max_tokens = 8;
+  p.temperature = 0.0f;
+  p.ignore_eos = true;
+  p.cache_salt = salt;
+  auto id = e.add_request(p);
+  EXPECT_TRUE(id.ok()) << id.message();
+  Result r;
+  for (int steps = 0; e.has_unfinished() && steps < 100000; ++steps) {
+    for (const TokenEvent& ev : e.step()) {
+      EXPECT_EQ(ev.id, *id);
+      r.tokens.insert(r.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+      if (ev.num_cached_tokens > 0 || r.cached < 0) r.cached = std::max(r.cached, ev.num_cached_tokens);
+      if (ev.finish != FinishReason::kNone) r.finish = ev.finish;
+    }
+  }
+  EXPECT_EQ(r.finish, FinishReason::kLength);
+  return r;
+}
+
+// Full blocks a hit may cover (never the last token's).
+int32_t hit_tokens(const std::vector<int32_t>& p) { return static_cast<int32_t>((p.size() - 1) / kBlock * kBlock); }
+
+// The cold output of a prompt, from an engine without tiers.
+std::vector<int32_t> cold(const std::vector<int32_t>& p) {
+  auto e = make(config());
+  return e ? run(*e, p).tokens : std::vector<int32_t>{};
+}
+
+// Waits up to 5 s for pred (stores finish on the tier threads).
+template <class F>
+bool eventually(F pred) {
+  for (int i = 0; i < 500; ++i) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return pred();
+}
+
+const KvTierStats& tier_of(const EngineStats& s, size_t i = 0) {
+  static const KvTierStats none;
+  return i < s.kv_tiers.size() ? s.kv_tiers[i] : none;
+}
+
+TEST(EngineDiskTier, RestartServesThePrefixFromDisk) {
+  TempDir d;
+  const auto p = make_prompt(150, 1);
+  const auto want = cold(p);
+  EngineConfig c = disk_config(d.path);
+  {
+    auto a = make(c);
+    ASSERT_TRUE(a);
+    const Result r = run(*a, p);
+    EXPECT_EQ(r.tokens, want);
+    EXPECT_EQ(r.cached, 0);
+  }  // the engine's end drains the stores
+  size_t files = 0;
+  for (const auto& f : fs::directory_iterator(d.path)) files += f.path().filename().string().size() == 32 ? 1 : 0;
+  EXPECT_GE(files, static_cast<size_t>(hit_tokens(p) / kBlock));
+  auto b = make(c);  // "restart": empty RAM, the same directory
+  ASSERT_TRUE(b);
+  const Result r = run(*b, p);
+  EXPECT_EQ(r.tokens, want);
+  EXPECT_EQ(r.cached, hit_tokens(p));
+  const EngineStats st = b->stats();
+  ASSERT_EQ(st.kv_tiers.size(), 1u);
+  EXPECT_EQ(tier_of(st).kind, "disk");
+  EXPECT_EQ(tier_of(st).hits, hit_tokens(p) / kBlock);
+  EXPECT_EQ(tier_of(st).hit_tokens, hit_tokens(p));
+  EXPECT_EQ(tier_of(st).corrupt, 0);
+  EXPECT_GT(tier_of(st).bytes_read, 0);
+  EXPECT_EQ(st.num_waiting_for_kv_load, 0);
+  // Another salt on the same store: no hit, same output.
+  const Result s = run(*b, p, "tenant-b");
+  EXPECT_EQ(s.tokens, want);
+  EXPECT_EQ(s.cached, 0);
+}
+
+TEST(EngineDiskTier, FlippedByteIsRecomputed) {
+  TempDir d;
+  const auto p = make_prompt(100, 2);
+  const auto want = cold(p);
+  EngineConfig c = disk_config(d.path);
+  { run(*make(c), p); }
+  // Flip one K/V byte in every entry file but keep the lengths.
+  int flipped = 0;
+  for (const auto& f : fs::directory_iterator(d.path)) {
+    std::fstream s(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+    s.seekg(200);
+    const char ch = static_cast<char>(s.get());
+    s.seekp(200);
+    s.put(static_cast<char>(ch ^ 1));
+    ++flipped;
+  }
+  ASSERT_GT(flipped, 0);
+  auto b = make(c);
+  const Result r = run(*b, p);
+  EXPECT_EQ(r.tokens, want);
+  EXPECT_EQ(r.cached, 0);
+  // Every block's load went out at once (the request went on at the first
+  // miss); each comes back corrupt and its file is dropped.
+  EXPECT_TRUE(eventually([&] { return tier_of(b->stats()).corrupt == flipped; }));
+  EXPECT_EQ(tier_of(b->stats()).hits, 0);
+  EXPECT_TRUE(eventually([&] { return tier_of(b->stats()).stores == flipped; }));  // recomputed, written again
+}
+
+TEST(EngineDiskTier, FullDiskServesOn) {
+  TempDir d;
+  const auto p = make_prompt(100, 3);
+  const auto want = cold(p);
+  EngineConfig c = disk_config(d.path);
+  c.kv_disk_inject_errno = ENOSPC;
+  auto a = make(c);
+  EXPECT_EQ(run(*a, p).tokens, want);
+  EXPECT_EQ(run(*a, make_prompt(60, 4)).tokens.size(), 8u);
+  a.reset();
+  auto b = make(c);
+  EXPECT_EQ(run(*b, p).tokens, want);
+  EXPECT_EQ(tier_of(b->stats()).hits, 0);
+  // Stores run on the tier's thread: the first fails (logged once), the tier is then off.
+  EXPECT_TRUE(eventually([&] { return tier_of(b->stats()).errors == 1; }));
+  EXPECT_TRUE(fs::is_empty(d.path));
+}
+
+TEST(EngineDiskTier, AnotherModelFileNeverHits) {
+  TempDir d;
+  // stories260K with one weight byte changed: same hyper-parameters, other weights.
+  const std::string other = d.path + "/other.gguf";
+  fs::copy_file(testutil::stories_path(), other);
+  {
+    auto f = gguf::GgufFile::open(other);
+    ASSERT_TRUE(f.ok());
+    const uint64_t off = (*f)->data_offset() + (*f)->tensors().back().offset + 4;
+    std::fstream s(other, std::ios::in | std::ios::out | std::ios::binary);
+    s.seekp(static_cast<std::streamoff>(off));
+    s.put('\x11');
+  }
+  const auto p = make_prompt(100, 5);
+  EngineConfig c = disk_config(d.path + "/kv");
+  { run(*make(c), p); }
+  EngineConfig c2 = c;
+  c2.model_path = other;
+  auto b = make(c2);
+  const Result r = run(*b, p);
+  EXPECT_EQ(r.cached, 0);
+  EXPECT_EQ(tier_of(b->stats()).hits, 0);
+  EXPECT_EQ(tier_of(b->stats()).mismatches, 0);  // other names, not just other contents
+}
+
+TEST(EngineRedisTier, TwoReplicasShareOneRedisAndAFlippedValueIsRecomputed) {
+  PAGODA_REQUIRE_REDIS();
+  TempDir d;
+  RedisServer s(d.path);
+  const auto p = make_prompt(200, 6);
+  const auto want = cold(p);
+  EngineConfig c = config();
+  c.kv_redis = "redis://127.0.0.1:" + std::to_string(s.port());
+  auto a = make(c);
+  auto b = make(c);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(run(*a, p).tokens, want);
+  a.reset();  // drains its stores
+  const Result r = run(*b, p);
+  EXPECT_EQ(r.tokens, want);
+  EXPECT_EQ(r.cached, hit_tokens(p));
+  EXPECT_GE(r.cached, static_cast<int32_t>(0.9 * static_cast<double>(p.size())));
+  EXPECT_EQ(tier_of(b->stats()).kind, "redis");
+  EXPECT_EQ(tier_of(b->stats()).hits, hit_tokens(p) / kBlock);
+
+  // A flipped byte in every stored value: a third replica recomputes.
+  const std::string keys = redis_cmd(s.port(), {"KEYS", "pagoda:kv:*"});
+  int flipped = 0;
+  for (size_t at = 0, nl; (nl = keys.find('\n', at)) != std::string::npos; at = nl + 1) {
+    const std::string k = keys.substr(at, nl - at);
+    const std::string v = redis_cmd(s.port(), {"GETRANGE", k, "100", "100"});
+    ASSERT_EQ(v.size(), 1u);
+    redis_cmd(s.port(), {"SETRANGE", k, "100", std::string(1, static_cast<char>(v[0] ^ 4))});
+    ++flipped;
+  }
+  EXPECT_EQ(flipped, hit_tokens(p) / kBlock);
+  auto e = make(c);
+  const Result r3 = run(*e, p);
+  EXPECT_EQ(r3.tokens, want);
+  EXPECT_EQ(r3.cached, 0);
+  EXPECT_TRUE(eventually([&] { return tier_of(e->stats()).corrupt == flipped; }));
+  // Another tenant (salt) on the same Redis: nothing of A's is served.
+  auto t = make(c);
+  const Result other = run(*t, p, "tenant-b");
+  EXPECT_EQ(other.tokens, want);
+  EXPECT_EQ(other.cached, 0);
+  EXPECT_EQ(tier_of(t->stats()).hits, 0);
+}
+
+TEST(EngineRedisTier, DownAtStartAndKilledMidRunServeOn) {
+  PAGODA_REQUIRE_REDIS();
+  TempDir d;
+  const auto p = make_prompt(100, 7), q = make_prompt(90, 8);
+  const auto want_p = cold(p), want_q = cold(q);
+  EngineConfig c = config();
+  const int port = tiertest::free_port();
+  c.kv_redis = "redis://127.0.0.1:" + std::to_string(port);
+  auto a = make(c);  // nothing listens yet
+  ASSERT_TRUE(a);
+  EXPECT_EQ(run(*a, p).tokens, want_p);
+  EXPECT_GT(tier_of(a->stats()).errors, 0);
+  RedisServer s(d.path, port);
+  // Past the backoff the tier works: q stored by a, then served to b.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(run(*a, q).tokens, want_q);
+  a.reset();
+  auto b = make(c);
+  const Result r = run(*b, q);
+  EXPECT_EQ(r.tokens, want_q);
+  EXPECT_EQ(r.cached, hit_tokens(q));
+  // Killed mid-run: the next requests complete, the errors are counted.
+  s.stop(SIGKILL);
+  const int64_t errors_before = tier_of(b->stats()).errors;
+  EXPECT_EQ(run(*b, p).tokens, want_p);
+  EXPECT_GT(tier_of(b->stats()).errors, errors_before);
+}
+
+TEST(EngineRedisTier, TwoReplicasShareARedisCluster) {
+  PAGODA_REQUIRE_REDIS();
+  TempDir d;
+  RedisCluster cl(d.path);
+  ASSERT_TRUE(cl.ok());
+  const auto p = make_prompt(200, 9);
+  const auto want = cold(p);
+  EngineConfig c = config();
+  c.kv_redis = cl.url();
+  { EXPECT_EQ(run(*make(c), p).tokens, want); }
+  auto b = make(c);
+  const Result r = run(*b, p);
+  EXPECT_EQ(r.tokens, want);
+  EXPECT_EQ(r.cached, hit_tokens(p));
+  // One node killed: its blocks are misses, the request still completes bitwise.
+  cl.node(1).stop(SIGKILL);
+  auto e = make(c);
+  const Result r2 = run(*e, p);
+  EXPECT_EQ(r2.tokens, want);
+  EXPECT_LT(r2.cached, hit_tokens(p));
+  EXPECT_GT(tier_of(e->stats()).errors, 0);
+}
+
+}  // namespace
+}  // namespace pagoda::engine

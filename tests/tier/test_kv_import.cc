@@ -1,0 +1,107 @@
+// KvManager's tier hooks: the commit log (write-through) and import_blocks
+// (loaded blocks into the prefix cache), with every invariant after each call.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "kv/kv_manager.h"
+
+namespace pagoda::kv {
+namespace {
+
+KvManager make(int32_t num_blocks, double watermark = 0.0) {
+  KvConfig c;
+  c.num_blocks = num_blocks;
+  c.block_size = 4;
+  c.watermark = watermark;
+  c.model_fingerprint = 7;
+  return KvManager(c);
+}
+
+std::vector<TokenId> prompt(int n, int base = 0) {
+  std::vector<TokenId> t;
+  for (int i = 0; i < n; ++i) t.push_back(base + i);
+  return t;
+}
+
+TEST(KvTierHooks, CommitLogListsNewEntriesOnce) {
+  KvManager kv = make(16);
+  kv.set_commit_log(true);
+  const auto p = prompt(10);  // two full blocks
+  ASSERT_TRUE(kv.allocate(1, p, 10, "s").ok());
+  kv.mark_computed(1, p, 10);
+  auto log = kv.take_committed();
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[0].block, kv.block_table(1)[0]);
+  EXPECT_EQ(log[1].block, kv.block_table(1)[1]);
+  EXPECT_EQ(log[1].tokens, (std::vector<TokenId>{4, 5, 6, 7}));
+  EXPECT_EQ(log[0].salt, "s");
+  EXPECT_EQ(log[0].key, kv.chain_keys(p, "s")[0]);
+  EXPECT_EQ(log[1].key, kv.chain_keys(p, "s")[1]);
+  EXPECT_TRUE(kv.take_committed().empty());
+  // A second sequence hitting both blocks commits nothing new.
+  ASSERT_TRUE(kv.allocate(2, p, 2, "s").ok());
+  kv.mark_computed(2, p, 10);
+  EXPECT_TRUE(kv.take_committed().empty());
+  EXPECT_EQ(kv.check_invariants(), "");
+}
+
+TEST(KvTierHooks, ImportedBlocksAreCachedEvictableAndHit) {
+  KvManager kv = make(16);
+  const auto p = prompt(13);  // three full blocks a hit may cover
+  ASSERT_EQ(kv.chain_keys(p, "").size(), 3u);
+  std::vector<std::pair<int32_t, BlockId>> filled;
+  const int32_t n = kv.import_blocks(p, "", 0, 3, [&](int32_t i, BlockId b) { filled.emplace_back(i, b); });
+  EXPECT_EQ(n, 3);
+  ASSERT_EQ(filled.size(), 3u);
+  EXPECT_EQ(kv.check_invariants(), "");
+  const KvStats st = kv.stats();
+  EXPECT_EQ(st.num_cached_evictable, 3);
+  EXPECT_EQ(st.num_used, 0);
+  // The normal RAM match now takes exactly the filled blocks, in order.
+  const PrefixMatch m = kv.match_prefix(p, "");
+  ASSERT_EQ(m.num_blocks(), 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(m.blocks()[static_cast<size_t>(i)], filled[static_cast<size_t>(i)].second);
+  // The chain's head is evicted last: the free queue ends with block 0's, 1's, 2's in reverse.
+  const auto q = kv.pool().free_queue();
+  EXPECT_EQ(q.back(), filled[0].second);
+  // Another salt sees none of it.
+  EXPECT_EQ(kv.match_prefix(p, "other").num_blocks(), 0);
+}
+
+TEST(KvTierHooks, ImportContinuesTheRamChainAndStopsWhereItCannot) {
+  KvManager kv = make(16);
+  const auto p = prompt(21);  // five full blocks a hit may cover
+  ASSERT_TRUE(kv.allocate(1, p, 8, "").ok());  // blocks 0, 1 in RAM
+  kv.mark_computed(1, p, 8);
+  ASSERT_TRUE(kv.free(1));
+  int calls = 0;
+  EXPECT_EQ(kv.import_blocks(p, "", 2, 2, [&](int32_t i, BlockId) { EXPECT_GE(i, 2); ++calls; }), 2);
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(kv.match_prefix(p, "").num_blocks(), 4);
+  EXPECT_EQ(kv.check_invariants(), "");
+  // A chain whose RAM part is gone cannot be continued: nothing imported.
+  const auto q = prompt(21, 100);
+  EXPECT_EQ(kv.import_blocks(q, "", 1, 2, [&](int32_t, BlockId) { ADD_FAILURE(); }), 0);
+  EXPECT_EQ(kv.check_invariants(), "");
+}
+
+TEST(KvTierHooks, ImportNeverGoesBelowTheWatermarkOrEvictsItsOwnChain) {
+  // 5 usable blocks, watermark 1: at most 4 taken by an import.
+  KvManager kv = make(6, 0.2);
+  ASSERT_EQ(kv.watermark_blocks(), 1);
+  const auto p = prompt(4 * 8 + 1);  // eight full blocks
+  int calls = 0;
+  EXPECT_EQ(kv.import_blocks(p, "", 0, 8, [&](int32_t, BlockId) { ++calls; }), 4);
+  EXPECT_EQ(calls, 4);
+  EXPECT_EQ(kv.match_prefix(p, "").num_blocks(), 4);
+  EXPECT_EQ(kv.check_invariants(), "");
+  // A second import of another prompt evicts the first chain's blocks, tail first.
+  const auto q = prompt(4 * 2 + 1, 500);
+  EXPECT_EQ(kv.import_blocks(q, "", 0, 2, [&](int32_t, BlockId) {}), 2);
+  EXPECT_EQ(kv.match_prefix(q, "").num_blocks(), 2);
+  EXPECT_EQ(kv.check_invariants(), "");
+}
+
+}  // namespace
+}  // namespace pagoda::kv

@@ -1,0 +1,149 @@
+// The Redis tier against real redis-server processes on loopback ports: one
+// node, down at start, killed mid-run, and a 3-node cluster (slot routing,
+// ASK and MOVED while a slot migrates, a node killed).
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "redis_util.h"
+#include "tier/redis_tier.h"
+
+namespace pagoda::tier {
+namespace {
+
+using tiertest::RedisCluster;
+using tiertest::RedisServer;
+using tiertest::redis_cmd;
+using tiertest::TempDir;
+
+RedisTierOptions opts(const std::string& url) {
+  RedisTierOptions o;
+  auto seeds = parse_redis_url(url);
+  EXPECT_TRUE(seeds.ok());
+  if (seeds.ok()) o.seeds = *seeds;
+  o.timeout_ms = 500;
+  return o;
+}
+
+std::string name_of(int i) {
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%032x", i * 2654435761u);
+  return buf;
+}
+
+// Gets until a call succeeds (the backoff lets a call through every few 10 ms).
+TierGet get_eventually(RedisTier& t, const std::string& name) {
+  TierGet g;
+  for (int i = 0; i < 200; ++i) {
+    g = t.get(name);
+    if (g.status != TierGet::kError) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  return g;
+}
+
+TEST(RedisTier, OneNodePutGetTtl) {
+  PAGODA_REQUIRE_REDIS();
+  TempDir d;
+  RedisServer s(d.path);
+  RedisTierOptions o = opts("redis://127.0.0.1:" + std::to_string(s.port()));
+  o.ttl_seconds = 100;
+  RedisTier t(o);
+  EXPECT_FALSE(t.is_cluster());
+  EXPECT_EQ(t.get(name_of(1)).status, TierGet::kMiss);
+  const std::string value("binary\0value", 12);
+  EXPECT_EQ(t.put(name_of(1), value), TierBackend::Put::kStored);
+  const TierGet g = t.get(name_of(1));
+  EXPECT_EQ(g.status, TierGet::kHit);
+  EXPECT_EQ(g.value, value);
+  const int ttl = std::stoi(redis_cmd(s.port(), {"TTL", "pagoda:kv:" + name_of(1)}));
+  EXPECT_GT(ttl, 90);
+  EXPECT_LE(ttl, 100);
+  t.drop(name_of(1));
+  EXPECT_EQ(t.get(name_of(1)).status, TierGet::kMiss);
+}
+
+TEST(RedisTier, DownAtStartThenUp) {
+  PAGODA_REQUIRE_REDIS();
+  TempDir d;
+  const int port = tiertest::free_port();
+  RedisTier t(opts("redis://127.0.0.1:" + std::to_string(port)));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(t.get(name_of(1)).status, TierGet::kError);
+  EXPECT_EQ(t.put(name_of(1), "x"), TierBackend::Put::kError);
+  // Refused connections are quick, and the backoff skips the next tries.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  RedisServer s(d.path, port);
+  EXPECT_EQ(get_eventually(t, name_of(1)).status, TierGet::kMiss);
+  EXPECT_EQ(t.put(name_of(1), "x"), TierBackend::Put::kStored);
+  EXPECT_EQ(t.get(name_of(1)).value, "x");
+}
+
+TEST(RedisTier, KilledMidRunThenBack) {
+  PAGODA_REQUIRE_REDIS();
+  TempDir d;
+  RedisServer s(d.path);
+  RedisTier t(opts("redis://127.0.0.1:" + std::to_string(s.port())));
+  ASSERT_EQ(t.put(name_of(1), "x"), TierBackend::Put::kStored);
+  s.stop(SIGKILL);
+  EXPECT_EQ(t.get(name_of(1)).status, TierGet::kError);
+  EXPECT_EQ(t.put(name_of(2), "y"), TierBackend::Put::kError);
+  s.start();  // empty again (no persistence)
+  EXPECT_EQ(get_eventually(t, name_of(1)).status, TierGet::kMiss);
+  EXPECT_EQ(t.put(name_of(2), "y"), TierBackend::Put::kStored);
+  EXPECT_EQ(t.get(name_of(2)).value, "y");
+}
+
+TEST(RedisTier, ClusterRoutesBySlotFollowsMovedAndSurvivesANodeKill) {
+  PAGODA_REQUIRE_REDIS();
+  TempDir d;
+  RedisCluster c(d.path);
+  ASSERT_TRUE(c.ok());
+  // Seeded with one node only: the slot map comes from CLUSTER SLOTS.
+  RedisTier t(opts("redis://127.0.0.1:" + std::to_string(c.node(0).port())));
+  EXPECT_TRUE(t.is_cluster());
+  constexpr int kKeys = 60;
+  for (int i = 0; i < kKeys; ++i) ASSERT_EQ(t.put(name_of(i), "v" + std::to_string(i)), TierBackend::Put::kStored) << i;
+  int on_node[3] = {0, 0, 0};
+  for (int n = 0; n < 3; ++n) on_node[n] = std::stoi(redis_cmd(c.node(n).port(), {"DBSIZE"}));
+  EXPECT_EQ(on_node[0] + on_node[1] + on_node[2], kKeys);
+  for (int n = 0; n < 3; ++n) EXPECT_GT(on_node[n], 0) << "node " << n;
+  for (int i = 0; i < kKeys; ++i) EXPECT_EQ(t.get(name_of(i)).value, "v" + std::to_string(i)) << i;
+
+  // Move the slot of one key held by node 0 to node 1 by hand, as a reshard
+  // does: while the slot is migrating and the key already moved, node 0
+  // answers ASK; once the slot is node 1's, MOVED. The key is found each time.
+  const std::string id0 = redis_cmd(c.node(0).port(), {"CLUSTER", "MYID"});
+  const std::string id1 = redis_cmd(c.node(1).port(), {"CLUSTER", "MYID"});
+  int moved = -1;
+  for (int i = 0; i < kKeys && moved < 0; ++i) {
+    if (redis_cmd(c.node(0).port(), {"EXISTS", "pagoda:kv:" + name_of(i)}) == "1") moved = i;
+  }
+  ASSERT_GE(moved, 0);
+  const std::string key = "pagoda:kv:" + name_of(moved);
+  const std::string slot = std::to_string(redis_key_slot(key));
+  EXPECT_EQ(redis_cmd(c.node(1).port(), {"CLUSTER", "SETSLOT", slot, "IMPORTING", id0}), "OK");
+  EXPECT_EQ(redis_cmd(c.node(0).port(), {"CLUSTER", "SETSLOT", slot, "MIGRATING", id1}), "OK");
+  EXPECT_EQ(redis_cmd(c.node(0).port(), {"MIGRATE", "127.0.0.1", std::to_string(c.node(1).port()), key, "0", "5000"}),
+            "OK");
+  EXPECT_EQ(t.get(name_of(moved)).value, "v" + std::to_string(moved));  // via ASK
+  for (int n = 0; n < 3; ++n) redis_cmd(c.node(n).port(), {"CLUSTER", "SETSLOT", slot, "NODE", id1});
+  EXPECT_EQ(t.get(name_of(moved)).value, "v" + std::to_string(moved));  // via MOVED
+  EXPECT_EQ(redis_cmd(c.node(1).port(), {"EXISTS", key}), "1");
+  for (int i = 0; i < kKeys; ++i) EXPECT_EQ(t.get(name_of(i)).value, "v" + std::to_string(i)) << i;
+
+  // Node 2 killed: its keys are errors, the others still hit.
+  const int lost = std::stoi(redis_cmd(c.node(2).port(), {"DBSIZE"}));
+  c.node(2).stop(SIGKILL);
+  int hits = 0, errors = 0;
+  for (int i = 0; i < kKeys; ++i) {
+    const TierGet g = t.get(name_of(i));
+    hits += g.status == TierGet::kHit ? 1 : 0;
+    errors += g.status == TierGet::kError ? 1 : 0;
+  }
+  EXPECT_EQ(hits, kKeys - lost);
+  EXPECT_EQ(errors, lost);
+}
+
+}  // namespace
+}  // namespace pagoda::tier

@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""`pagoda serve` with a disk tier (stories260K): the restart is served from disk,
+usage.prompt_tokens_details.cached_tokens counts the tier hits, the output is the
+cold run's, and /metrics has the tier series. Usage: test_tier_server.py PAGODA DATA_DIR"""
+import os
+import shutil
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
+from serverutil import PagodaServer, post_json  # noqa: E402
+
+PAGODA, DATA = sys.argv[1], sys.argv[2]
+MODEL = os.path.join(DATA, "stories260K.gguf")
+PROMPT = [1] + [3 + (i * 37) % 500 for i in range(140)]  # 141 tokens: 8 full blocks of 16 a hit may cover
+
+
+def complete(srv):
+    st, body = post_json(srv.url + "/v1/completions",
+                         {"prompt": PROMPT, "max_tokens": 8, "temperature": 0, "ignore_eos": True})
+    assert st == 200, body
+    return body["choices"][0]["text"], body["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+
+class DiskTierServer(unittest.TestCase):
+    def test_restart_is_served_from_disk(self):
+        d = tempfile.mkdtemp(prefix="pagoda-tier-e2e-")
+        try:
+            flags = ["-t", "1", "--num-kv-blocks", "64", "--kv-disk-dir", d, "--kv-disk-size", "64MiB"]
+            with PagodaServer(PAGODA, MODEL, flags) as s:
+                cold_text, cold_cached = complete(s)
+                self.assertEqual(cold_cached, 0)
+                for _ in range(100):  # the write-through finishes on the tier's thread
+                    m = s.metrics()
+                    if m.get('pagoda:kv_tier_stores_total{tier="disk"}', 0) >= 8:
+                        break
+                    time.sleep(0.05)
+                self.assertGreaterEqual(m.get('pagoda:kv_tier_stores_total{tier="disk"}', 0), 8)
+                self.assertGreater(m.get('pagoda:kv_tier_bytes_written_total{tier="disk"}', 0), 0)
+            with PagodaServer(PAGODA, MODEL, flags) as s:
+                text, cached = complete(s)
+                self.assertEqual(text, cold_text)
+                self.assertEqual(cached, 128)
+                m = s.metrics()
+                self.assertEqual(m.get('pagoda:kv_tier_hits_total{tier="disk"}'), 8)
+                self.assertEqual(m.get('pagoda:kv_tier_hit_tokens_total{tier="disk"}'), 128)
+                self.assertEqual(m.get('pagoda:kv_tier_lookups_total{tier="disk"}'), 8)
+                self.assertEqual(m.get('pagoda:kv_tier_disk_load_latency_seconds_count'), 8)
+                self.assertEqual(m.get('pagoda:kv_tier_errors_total', 0), 0)
+                self.assertGreaterEqual(m.get('pagoda:prefix_cache_hits_total'), 128)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+    def test_bad_tier_flags_are_refused(self):
+        for flags, msg in ((["--kv-redis", "redis://nohost"], "HOST:PORT"),
+                           (["--kv-disk-dir", "/tmp/x", "--kv-disk-size", "0"], "--kv-disk-size"),
+                           (["--kv-disk-dir", "/tmp/x", "--no-enable-prefix-caching"], "prefix caching")):
+            with self.assertRaises(RuntimeError) as cm:
+                with PagodaServer(PAGODA, MODEL, ["-t", "1"] + flags, timeout=60):
+                    pass
+            self.assertIn(msg, str(cm.exception))
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1])
