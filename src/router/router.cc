@@ -213,7 +213,7 @@ void Router::Impl::proxy(const HttpRequest& req, Responder& res, Exchange& ex) {
     }
     Answer got;
     bool streaming = false, started = false, boundary = true;
-    size_t forwarded = 0;
+    std::string tail;  // the last two bytes forwarded: whether the stream is between events
     auto result = call->run(
         urls[r], up, cfg.timeouts,
         [&](int status, const std::string& ctype) {
@@ -231,8 +231,9 @@ void Router::Impl::proxy(const HttpRequest& req, Responder& res, Exchange& ex) {
           // its head and its first event is retried like one that never answered.
           if (!started) res.start_stream(200);
           started = true;
-          forwarded += piece.size();
-          boundary = piece.size() >= 2 && piece.substr(piece.size() - 2) == "\n\n";
+          tail += piece.substr(piece.size() - std::min<size_t>(2, piece.size()));
+          tail.erase(0, tail.size() - std::min<size_t>(2, tail.size()));
+          boundary = tail == "\n\n";
           res.write(std::string(piece));
           return true;
         });
@@ -294,16 +295,20 @@ void Router::Impl::proxy(const HttpRequest& req, Responder& res, Exchange& ex) {
 }
 
 void Router::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
+  // serve's routes; the router answers /health and /metrics itself (about the
+  // replicas and itself) and passes every other one to a replica.
   struct Route {
     const char* path;
     const char* method;
+    bool proxied;
   };
-  static const Route routes[] = {{"/health", "GET"}, {"/metrics", "GET"}, {"/v1/models", "GET"},
-                                 {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
-                                 {"/tokenize", "POST"}, {"/detokenize", "POST"}};
-  const Route* route = nullptr;
-  for (const auto& r : routes)
-    if (req.target == r.path) route = &r;
+  static const Route kRoutes[] = {{"/health", "GET", false},          {"/metrics", "GET", false},
+                                  {"/v1/models", "GET", true},        {"/v1/completions", "POST", true},
+                                  {"/v1/chat/completions", "POST", true}, {"/tokenize", "POST", true},
+                                  {"/detokenize", "POST", true}};
+  const auto it = std::find_if(std::begin(kRoutes), std::end(kRoutes),
+                               [&](const Route& r) { return req.target == r.path; });
+  const Route* route = it == std::end(kRoutes) ? nullptr : it;
   if (!route)
     return send_error(*res, 404, "no route for " + req.method + " " + req.target, "NotFoundError", "not_found");
   if (req.method != route->method && !(req.method == "HEAD" && std::string(route->method) == "GET")) {
@@ -316,7 +321,7 @@ void Router::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
     return res->send(405, "application/json", server::error_body(e), {{"Allow", route->method}});
   }
   if (req.target == "/metrics") return res->send(200, "text/plain; version=0.0.4", render_metrics());
-  if (req.target == "/health") {
+  if (!route->proxied) {  // /health
     int n = 0;
     for (const auto& h : healthy) n += h.load() ? 1 : 0;
     const std::string body = "{\"healthy_replicas\":" + std::to_string(n) + ",\"replicas\":" +

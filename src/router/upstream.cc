@@ -60,8 +60,20 @@ struct UpstreamCall::Impl {
     while (!done && ioc.run_one()) {
     }
   }
-  static std::chrono::steady_clock::duration dur(double s) {
-    return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+  // Starts one asynchronous operation with a deadline of `seconds` and waits for it.
+  template <class Start>
+  beast::error_code await(double seconds, Start start) {
+    bool done = false;
+    beast::error_code ec;
+    stream.expires_after(
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds)));
+    start([&](beast::error_code e, auto&&...) {
+      ec = e;
+      done = true;
+    });
+    run_until(done);
+    if (!done && !ec) ec = asio::error::operation_aborted;
+    return ec;
   }
 };
 
@@ -97,14 +109,8 @@ UpstreamResult UpstreamCall::run(const ReplicaUrl& url, const UpstreamRequest& r
   tcp::resolver resolver(m.ioc);
   auto endpoints = resolver.resolve(url.host, url.port, ec);
   if (ec) return fail(UpstreamStage::kConnect, "resolve " + url.host + ": " + ec.message());
-  bool done = false;
-  m.stream.expires_after(Impl::dur(t.connect_s));
-  m.stream.async_connect(endpoints, [&](beast::error_code e, const tcp::endpoint&) {
-    ec = e;
-    done = true;
-  });
-  m.run_until(done);
-  if (!done || ec || m.cancelled) return fail(UpstreamStage::kConnect, "connect: " + ec.message());
+  ec = m.await(t.connect_s, [&](auto handler) { m.stream.async_connect(endpoints, std::move(handler)); });
+  if (ec || m.cancelled) return fail(UpstreamStage::kConnect, "connect: " + ec.message());
   beast::error_code ignored;
   m.stream.socket().set_option(tcp::no_delay(true), ignored);
 
@@ -117,26 +123,15 @@ UpstreamResult UpstreamCall::run(const ReplicaUrl& url, const UpstreamRequest& r
   hreq.set(http::field::connection, "close");  // one request per connection: no pool to keep healthy
   hreq.body() = req.body;
   hreq.prepare_payload();
-  done = false;
-  m.stream.expires_after(Impl::dur(t.write_s));
-  http::async_write(m.stream, hreq, [&](beast::error_code e, size_t) {
-    ec = e;
-    done = true;
-  });
-  m.run_until(done);
-  if (!done || ec || m.cancelled) return fail(UpstreamStage::kWrite, "write: " + ec.message());
+  ec = m.await(t.write_s, [&](auto handler) { http::async_write(m.stream, hreq, std::move(handler)); });
+  if (ec || m.cancelled) return fail(UpstreamStage::kWrite, "write: " + ec.message());
 
   beast::flat_buffer buffer;
   http::response_parser<http::buffer_body> parser;
   parser.body_limit(boost::none);  // the caller bounds what it keeps
-  done = false;
-  m.stream.expires_after(Impl::dur(t.read_s));
-  http::async_read_header(m.stream, buffer, parser, [&](beast::error_code e, size_t) {
-    ec = e;
-    done = true;
-  });
-  m.run_until(done);
-  if (!done || ec || m.cancelled) return fail(UpstreamStage::kHead, "read head: " + ec.message());
+  ec = m.await(t.read_s,
+               [&](auto handler) { http::async_read_header(m.stream, buffer, parser, std::move(handler)); });
+  if (ec || m.cancelled) return fail(UpstreamStage::kHead, "read head: " + ec.message());
   res.status = static_cast<int>(parser.get().result_int());
   res.content_type = std::string(parser.get()[http::field::content_type]);
   if (on_head && !on_head(res.status, res.content_type)) return fail(UpstreamStage::kBody, "stopped by the caller");
@@ -145,20 +140,14 @@ UpstreamResult UpstreamCall::run(const ReplicaUrl& url, const UpstreamRequest& r
   while (!parser.is_done()) {
     parser.get().body().data = piece.data();
     parser.get().body().size = piece.size();
-    done = false;
-    m.stream.expires_after(Impl::dur(t.read_s));
-    http::async_read_some(m.stream, buffer, parser, [&](beast::error_code e, size_t) {
-      ec = e;
-      done = true;
-    });
-    m.run_until(done);
+    ec = m.await(t.read_s, [&](auto handler) { http::async_read_some(m.stream, buffer, parser, std::move(handler)); });
     if (ec == http::error::need_buffer) ec = {};
     const size_t n = piece.size() - parser.get().body().size;
     // Bytes that arrived with an error (a stream cut mid-event) are still handed
     // over: the caller decides what a partial event means.
     if (n > 0 && on_body && !on_body(std::string_view(piece.data(), n)))
       return fail(UpstreamStage::kBody, "stopped by the caller");
-    if (!done || ec || m.cancelled) return fail(UpstreamStage::kBody, "read body: " + ec.message());
+    if (ec || m.cancelled) return fail(UpstreamStage::kBody, "read body: " + ec.message());
   }
   res.stage = UpstreamStage::kDone;
   m.stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
