@@ -3,7 +3,10 @@
 router. Stickiness, round-robin spread, chat routing, then failover: one replica
 is killed while a streaming and a non-streaming request run on it.
 
-  test_router.py PAGODA_BINARY MODEL_GGUF
+  test_router.py PAGODA_BINARY MODEL_GGUF [TEST_NAME ...]
+
+RouterFaultTest drives the same router against fake replicas (a 503, a stream cut
+mid-event, an unreachable address), which needs no model.
 """
 import json
 import os
@@ -172,9 +175,151 @@ class RouterTest(unittest.TestCase):
             self.assertEqual(json.loads(r.read()), {"healthy_replicas": 1, "replicas": 2})
 
 
+class FakeReplica:
+    """A replica stand-in on a free loopback port: GET /health answers 200; POST
+    /v1/completions answers by `mode`: "ok" (200 JSON naming the replica), "503", or
+    "cut" (a chunked SSE stream that closes mid-event, as a replica that dies)."""
+
+    def __init__(self, name):
+        import http.server
+        fake = self
+        self.name, self.mode, self.posts = name, "ok", 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def reply(self, status, body):
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self.reply(200, {})
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                fake.posts += 1
+                if fake.mode == "ok":
+                    return self.reply(200, {"replica": fake.name})
+                if fake.mode == "503":
+                    return self.reply(503, {"error": {"message": "busy " + fake.name}})
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for piece in [b'data: {"n":1}\n\n', b'data: {"par']:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                    self.wfile.flush()
+                self.close_connection = True
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
+
+
+class RouterFaultTest(unittest.TestCase):
+    """Retries, pass-through of a 5xx, a cut stream and a replica's return, against
+    fake replicas (no model: token-id prompts, `-m none`)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.fakes = [FakeReplica("A"), FakeReplica("B")]
+        urls = []
+        for f in cls.fakes:
+            urls += ["--replica", f.url]
+        cls.router = PagodaServer(BINARY, "none", urls + ["--health-interval", "0.2"], command="router").__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.router.__exit__(None, None, None)
+        for f in cls.fakes:
+            f.httpd.shutdown()
+
+    def setUp(self):
+        for f in self.fakes:
+            f.mode = "ok"
+        self.wait_healthy(2)
+
+    def wait_healthy(self, n):
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            with urllib.request.urlopen(self.router.url + "/metrics", timeout=10) as r:
+                text = r.read().decode()
+            up = [ln for ln in text.splitlines() if ln.startswith("pagoda:router_replica_healthy{") and ln.endswith(" 1")]
+            if len(up) == n:
+                return
+            time.sleep(0.05)
+        self.fail("router did not see %d healthy replicas" % n)
+
+    def rep(self, f):
+        return '{replica="%s"}' % f.url
+
+    def test_5xx_is_retried_on_the_other_replica(self):
+        a, b = self.fakes
+        a.mode = "503"
+        m0 = self.router.metrics()
+        for i in range(6):
+            status, body = post_json(self.router.url + "/v1/completions", {"prompt": [1, 2 + i], "max_tokens": 1})
+            self.assertEqual((status, body), (200, {"replica": "B"}))
+        m1 = self.router.metrics()
+        to_a = m1["pagoda:router_requests_total" + self.rep(a)] - m0["pagoda:router_requests_total" + self.rep(a)]
+        self.assertGreater(to_a, 0)
+        self.assertEqual(m1["pagoda:router_retries_total"] - m0["pagoda:router_retries_total"], to_a)
+        self.assertEqual(m1["pagoda:router_replica_healthy" + self.rep(a)], 1)  # busy is not dead
+        # Both busy: the client gets the replicas' own 503.
+        b.mode = "503"
+        status, body = post_json(self.router.url + "/v1/completions", {"prompt": [1, 2], "max_tokens": 1})
+        self.assertEqual(status, 503)
+        self.assertTrue(body["error"]["message"].startswith("busy "), body)
+
+    def test_cut_stream_ends_with_an_error_event_and_the_replica_returns(self):
+        for f in self.fakes:
+            f.mode = "cut"
+        m0 = self.router.metrics()
+        req = urllib.request.Request(self.router.url + "/v1/completions",
+                                     data=json.dumps({"prompt": [1, 2], "stream": True}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            text = r.read().decode()
+        events = text.split("\n\n")
+        self.assertEqual(events[0], 'data: {"n":1}')
+        self.assertEqual(events[1], 'data: {"par')  # what the replica sent, as it sent it
+        err = json.loads(events[2][len("data: "):])
+        self.assertIn("failed mid-stream", err["error"]["message"])
+        self.assertEqual(events[3:], ["data: [DONE]", ""])
+        m1 = self.router.metrics()
+        self.assertEqual(m1["pagoda:router_stream_errors_total"] - m0["pagoda:router_stream_errors_total"], 1)
+        self.assertEqual(m1["pagoda:router_retries_total"], m0["pagoda:router_retries_total"])  # bytes were sent
+        # Off the ring after the failure, back once /health answers (every 0.2 s).
+        self.wait_healthy(2)
+
+    def test_unreachable_replica_is_skipped(self):
+        import socket
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        dead = "http://127.0.0.1:%d" % s.getsockname()[1]
+        s.close()  # nothing listens there
+        a = self.fakes[0]
+        with PagodaServer(BINARY, "none", ["--replica", dead, "--replica", a.url, "--health-interval", "60"],
+                          command="router") as rt:
+            # Probed at start: the dead one is off the ring before any request.
+            m = rt.metrics()
+            self.assertEqual(m['pagoda:router_replica_healthy{replica="%s"}' % dead], 0)
+            for i in range(4):
+                status, body = post_json(rt.url + "/v1/completions", {"prompt": [1, 2 + i]})
+                self.assertEqual((status, body), (200, {"replica": "A"}))
+            self.assertEqual(rt.metrics()['pagoda:router_requests_total{replica="%s"}' % dead], 0)
+
+
 if __name__ == "__main__":
     BINARY, MODEL = sys.argv[1], sys.argv[2]
     if not os.path.exists(MODEL):
         print(f"skipped: {MODEL} is missing (scripts/setup fetches it)")
         sys.exit(77)
-    unittest.main(argv=sys.argv[:1], verbosity=2)
+    unittest.main(argv=sys.argv[:1] + sys.argv[3:], verbosity=2)  # extra arguments: test names
