@@ -265,9 +265,7 @@ void Router::Impl::proxy(const HttpRequest& req, Responder& res, Exchange& ex) {
         last_error = urls[r].text + " answered " + std::to_string(last_5xx->status);
         continue;  // overloaded or broken: another replica may do better
       }
-      std::map<std::string, std::string> extra;
-      res.send(got.status, got.content_type.empty() ? "application/json" : got.content_type, std::move(got.body),
-               extra);
+      res.send(got.status, got.content_type.empty() ? "application/json" : got.content_type, std::move(got.body));
       return;
     }
     if (got.body.size() > cfg.max_response_bytes) {
@@ -287,8 +285,10 @@ void Router::Impl::proxy(const HttpRequest& req, Responder& res, Exchange& ex) {
     last_error = urls[r].text + ": " + result.error;
   }
   if (last_5xx) {
+    std::map<std::string, std::string> extra;
+    if (last_5xx->status == 503) extra["Retry-After"] = "1";  // serve's busy answer carries it
     res.send(last_5xx->status, last_5xx->content_type.empty() ? "application/json" : last_5xx->content_type,
-             std::move(last_5xx->body), {});
+             std::move(last_5xx->body), extra);
     return;
   }
   send_error(res, 503, "no replica could answer (" + last_error + ")", "service_unavailable", "no_replica");
