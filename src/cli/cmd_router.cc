@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "base/log.h"
@@ -26,8 +27,9 @@ const char* kRouterHelp =
     "  --host ADDR              listen address (default 127.0.0.1)\n"
     "  --port N                 listen port (default 8000; 0 picks a free one)\n"
     "  -m, --model GGUF         model whose tokenizer and chat template read prompts (default:\n"
-    "                           $PAGODA_MODEL or models/SmolLM2-135M-Instruct.Q4_1.gguf; 'none':\n"
-    "                           token-id prompts only, text and chat go to the least-loaded replica)\n"
+    "                           $PAGODA_MODEL or models/SmolLM2-135M-Instruct.Q4_1.gguf when it\n"
+    "                           exists; 'none': token-id prompts only, text and chat prompts go\n"
+    "                           to the least-loaded replica)\n"
     "  --policy P               prefix (default): consistent hashing of the prompt's first blocks\n"
     "                           with a load bound; round-robin; least-loaded\n"
     "  --block-size N           tokens per hashed block (default 16, the replicas' KV block size)\n"
@@ -72,11 +74,18 @@ int router_main(int argc, char** argv) {
   Args args(static_cast<int>(rest.size()), rest.data());
   router::RouterConfig cfg;
   cfg.http.port = 8000;
-  cfg.model_path = default_model_path();
   std::string v;
   if (err.empty() && args.value("--host", &v)) cfg.http.host = v;
   if (err.empty()) err = int_option(args, "--port", 0, 65535, &cfg.http.port);
-  if (err.empty() && args.value("--model", &v, "-m")) cfg.model_path = v == "none" ? "" : v;
+  if (err.empty() && args.value("--model", &v, "-m")) {
+    cfg.model_path = v == "none" ? "" : v;
+  } else if (const std::string d = default_model_path(); std::filesystem::exists(d)) {
+    cfg.model_path = d;
+  } else {
+    // Not asked for by name: route without a tokenizer rather than refuse to start.
+    PAGODA_LOG_WARN("router: no --model and no %s: token-id prompts only; text and chat prompts go to the "
+                    "least-loaded replica", d.c_str());
+  }
   if (err.empty() && args.value("--policy", &v) && !router::parse_policy(v, &cfg.policy))
     err = "--policy must be prefix, round-robin or least-loaded, got '" + v + "'";
   if (err.empty()) err = int_option(args, "--block-size", 1, 1 << 16, &cfg.block_size);

@@ -453,6 +453,7 @@ Expected<std::unique_ptr<Router>> Router::create(const RouterConfig& config) {
 Router::~Router() {
   if (!impl_) return;
   Impl& m = *impl_;
+  if (!m.http) return;  // create() failed before the server (and any thread) existed
   m.http->stop();
   {
     std::unique_lock<std::mutex> l(m.live_mu);

@@ -299,6 +299,19 @@ class RouterFaultTest(unittest.TestCase):
         # Off the ring after the failure, back once /health answers (every 0.2 s).
         self.wait_healthy(2)
 
+    def test_bad_flags_are_refused_with_a_message(self):
+        import subprocess
+        cases = [([], 2, "at least one --replica URL is needed"),
+                 (["--replica", "http://127.0.0.1:1", "--policy", "x"], 2, "--policy must be prefix"),
+                 (["--replica", "127.0.0.1:1"], 1, "must start with http://"),
+                 (["--replica", "http://127.0.0.1:1,http://127.0.0.1:1/"], 1, "is given twice"),
+                 (["--replica", "http://127.0.0.1:1", "-m", "/nonexistent.gguf"], 1, "cannot open"),
+                 (["--replica", "http://127.0.0.1:1", "--max-imbalance", "-1"], 2, "--max-imbalance must be")]
+        for args, rc, msg in cases:
+            p = subprocess.run([BINARY, "router", "--port", "0"] + args, capture_output=True, text=True, timeout=30)
+            self.assertEqual(p.returncode, rc, (args, p.stderr))
+            self.assertIn(msg, p.stderr, args)
+
     def test_unreachable_replica_is_skipped(self):
         import socket
         s = socket.socket()
