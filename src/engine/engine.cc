@@ -43,7 +43,6 @@ struct Choice {
   int index = 0;
   int32_t num_prompt = 0;
   int32_t num_output = 0;
-  int32_t num_cached = 0;
   bool reported_cached = false;
   sample::Sampler sampler;
   tok::IncrementalDetokenizer detok;

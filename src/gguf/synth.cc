@@ -14,22 +14,9 @@ namespace {
 
 SynthShape preset(const char* name, const char* arch, const char* pre, int64_t embd, int64_t layers, int64_t heads,
                   int64_t kv, int64_t ff, int64_t vocab, int64_t ctx, double rope, double eps, bool tied, bool bias) {
-  SynthShape s;
-  s.name = name;
-  s.arch = arch;
-  s.pre = pre;
-  s.n_embd = embd;
-  s.n_layer = layers;
-  s.n_head = heads;
-  s.n_head_kv = kv;
-  s.n_ff = ff;
-  s.n_vocab = vocab;
-  s.n_ctx = ctx;
-  s.rope_base = rope;
-  s.rms_eps = eps;
-  s.tied = tied;
-  s.qkv_bias = bias;
-  return s;
+  return SynthShape{.name = name, .arch = arch, .pre = pre, .n_embd = embd, .n_layer = layers, .n_head = heads,
+                    .n_head_kv = kv, .n_ff = ff, .n_vocab = vocab, .n_ctx = ctx, .rope_base = rope, .rms_eps = eps,
+                    .tied = tied, .qkv_bias = bias};
 }
 
 // Weight values: N(0, stddev) from a generator seeded per (seed, tensor, row), so

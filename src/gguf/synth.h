@@ -39,7 +39,7 @@ struct SynthShape {
   // Architecture-specific parts, written by arch (qwen3/gemma3: attn_q/k_norm;
   // gemma3: post_attention_norm, post_ffw_norm; phi3: fused attn_qkv and ffn_up).
   int64_t sliding_window = 0;  // gemma3 / phi3: attention.sliding_window
-  SynthLlama3Rope llama3_rope;  // llama: rope_freqs.weight
+  SynthLlama3Rope llama3_rope{};  // llama: rope_freqs.weight
   // phi3 LongRoPE: rope_factors_short/long.weight and rope.scaling.attn_factor,
   // with rope.scaling.original_context_length = longrope_original_context (0: none).
   int64_t longrope_original_context = 0;

@@ -560,20 +560,23 @@ class Converter {
   static constexpr const char* kTime =
       "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
 
+  // A repetition bound s[k] (minLength, maxItems, ...): absent leaves `out` as
+  // it is; else a non-negative integer up to max_repeat.
+  Status get_count(const json& s, const std::string& path, const char* k, long& out) const {
+    if (!s.contains(k)) return Status::Ok();
+    if (!s[k].is_number_integer() || s[k].get<long long>() < 0)
+      return err(path + "/" + k, "must be a non-negative integer");
+    const long long v = s[k].get<long long>();
+    if (static_cast<unsigned long long>(v) > opts_.max_repeat)
+      return err(path + "/" + k, std::to_string(v) + " > max_repeat=" + std::to_string(opts_.max_repeat));
+    out = static_cast<long>(v);
+    return Status::Ok();
+  }
+
   Expected<uint32_t> visit_string(const json& s, const std::string& path) {
-    auto get_len = [&](const char* k, long& out) -> Status {
-      if (!s.contains(k)) return Status::Ok();
-      if (!s[k].is_number_unsigned() && !s[k].is_number_integer()) return err(path + "/" + k, "must be an integer");
-      const long long v = s[k].get<long long>();
-      if (v < 0) return err(path + "/" + k, "must be >= 0");
-      if (static_cast<unsigned long long>(v) > opts_.max_repeat)
-        return err(path + "/" + k, std::to_string(v) + " > max_repeat=" + std::to_string(opts_.max_repeat));
-      out = static_cast<long>(v);
-      return Status::Ok();
-    };
     long min = 0, max = -1;
-    PAGODA_TRY(get_len("minLength", min));
-    PAGODA_TRY(get_len("maxLength", max));
+    PAGODA_TRY(get_count(s, path, "minLength", min));
+    PAGODA_TRY(get_count(s, path, "maxLength", max));
     const bool sized = s.contains("minLength") || s.contains("maxLength");
     if (s.contains("pattern")) {
       if (!s["pattern"].is_string()) return err(path + "/pattern", "must be a string");
@@ -603,19 +606,9 @@ class Converter {
   }
 
   Expected<uint32_t> visit_array(const json& s, const std::string& path, int depth) {
-    auto get = [&](const char* k, long& out) -> Status {
-      if (!s.contains(k)) return Status::Ok();
-      if (!s[k].is_number_integer() || s[k].get<long long>() < 0)
-        return err(path + "/" + k, "must be a non-negative integer");
-      const long long v = s[k].get<long long>();
-      if (static_cast<unsigned long long>(v) > opts_.max_repeat)
-        return err(path + "/" + k, std::to_string(v) + " > max_repeat=" + std::to_string(opts_.max_repeat));
-      out = static_cast<long>(v);
-      return Status::Ok();
-    };
     long min = 0, max = -1;
-    PAGODA_TRY(get("minItems", min));
-    PAGODA_TRY(get("maxItems", max));
+    PAGODA_TRY(get_count(s, path, "minItems", min));
+    PAGODA_TRY(get_count(s, path, "maxItems", max));
     if (max >= 0 && max < min) return err(path + "/maxItems", "below minItems");
     uint32_t item;
     if (s.contains("items")) {

@@ -4,41 +4,40 @@ namespace pagoda::kernels {
 
 namespace {
 
-constexpr Backend kCpu{
-    .name = "cpu",
-    .matmul = &cpu::matmul,
-    .matmul_multi = &cpu::matmul_multi,
-    .rmsnorm = &cpu::rmsnorm,
-    .rope = &cpu::rope,
-    .kv_write = &kv_write,
-    .paged_attention = &cpu::paged_attention,
-    .get_rows = &get_rows,
-    .gather_rows = &gather_rows,
-    .add = &add_inplace,
-    .add_rows = &add_rows,
-    .silu_mul = &silu_mul,
-    .gelu_mul = &cpu::gelu_mul,
-    .mul_scalar = &mul_scalar,
+// The kernels that carry a backend's own arithmetic. The other table entries,
+// api.h's shared ops (kv_write, row gathers, adds, silu_mul, mul_scalar), are the
+// same functions for every backend: ref checks the arithmetic kernels, and its
+// forward stays the recorded one.
+struct ArithKernels {
+  decltype(Backend::matmul) matmul;
+  decltype(Backend::matmul_multi) matmul_multi;
+  decltype(Backend::rmsnorm) rmsnorm;
+  decltype(Backend::rope) rope;
+  decltype(Backend::paged_attention) paged_attention;
+  decltype(Backend::gelu_mul) gelu_mul;
 };
 
-// The shared ops (api.h) are the same functions as cpu's: ref checks the
-// kernels that carry the arithmetic, and its forward stays the recorded one.
-constexpr Backend kRef{
-    .name = "ref",
-    .matmul = &ref::matmul,
-    .matmul_multi = &ref::matmul_multi,
-    .rmsnorm = &ref::rmsnorm,
-    .rope = &ref::rope,
-    .kv_write = &kv_write,
-    .paged_attention = &ref::paged_attention,
-    .get_rows = &get_rows,
-    .gather_rows = &gather_rows,
-    .add = &add_inplace,
-    .add_rows = &add_rows,
-    .silu_mul = &silu_mul,
-    .gelu_mul = &ref::gelu_mul,
-    .mul_scalar = &mul_scalar,
-};
+constexpr Backend make_backend(const char* name, const ArithKernels& k) {
+  return Backend{.name = name,
+                 .matmul = k.matmul,
+                 .matmul_multi = k.matmul_multi,
+                 .rmsnorm = k.rmsnorm,
+                 .rope = k.rope,
+                 .kv_write = &kv_write,
+                 .paged_attention = k.paged_attention,
+                 .get_rows = &get_rows,
+                 .gather_rows = &gather_rows,
+                 .add = &add_inplace,
+                 .add_rows = &add_rows,
+                 .silu_mul = &silu_mul,
+                 .gelu_mul = k.gelu_mul,
+                 .mul_scalar = &mul_scalar};
+}
+
+constexpr Backend kCpu = make_backend("cpu", {&cpu::matmul, &cpu::matmul_multi, &cpu::rmsnorm, &cpu::rope,
+                                              &cpu::paged_attention, &cpu::gelu_mul});
+constexpr Backend kRef = make_backend("ref", {&ref::matmul, &ref::matmul_multi, &ref::rmsnorm, &ref::rope,
+                                              &ref::paged_attention, &ref::gelu_mul});
 
 }  // namespace
 

@@ -5,16 +5,10 @@ namespace pagoda::runtime {
 Expected<std::unique_ptr<ModelRunner>> ModelRunner::create(const model::Model& model,
                                                            const RunnerOptions& options) {
   const model::ModelConfig& c = model.config();
-  KvStorageSpec spec;
-  spec.n_layers = c.n_layers;
-  spec.n_kv_heads = c.n_kv_heads;
-  spec.head_dim = c.head_dim;
-  spec.num_blocks = options.num_blocks;
-  spec.block_size = options.block_size;
-  spec.dtype = options.kv_dtype;
-  spec.n_layer_slots = options.n_layer_slots;
-  spec.layer_group = options.layer_group;
-  spec.layer_slot = options.layer_slot;
+  const KvStorageSpec spec{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
+                           .num_blocks = options.num_blocks, .block_size = options.block_size,
+                           .dtype = options.kv_dtype, .n_layer_slots = options.n_layer_slots,
+                           .layer_group = options.layer_group, .layer_slot = options.layer_slot};
   for (int32_t g : options.layer_group) {
     if (g >= options.num_kv_groups) return errorf("runner: layer in KV group %d of %d", g, options.num_kv_groups);
   }

@@ -11,35 +11,13 @@ namespace pagoda::sim {
 
 using detail::json;
 
-namespace {
-
-Expected<json> load_hardware_json() {
-  const std::string path = data_dir() + "/hardware.json";
-  PAGODA_ASSIGN_OR_RETURN(json j, detail::read_json_file(path));
-  if (!j.is_object() || !j.contains("hardware") || !j["hardware"].is_object()) {
-    return errorf("%s: expected an object with a \"hardware\" object", path.c_str());
-  }
-  return j;
-}
-
-}  // namespace
-
-std::vector<std::string> list_hardware() {
-  std::vector<std::string> names;
-  auto j = load_hardware_json();
-  if (!j.ok()) return names;
-  for (auto it = j.value()["hardware"].begin(); it != j.value()["hardware"].end(); ++it) names.push_back(it.key());
-  return names;
-}
+std::vector<std::string> list_hardware() { return detail::list_entries("hardware.json", "hardware"); }
 
 Expected<HardwareDesc> load_hardware(const std::string& name) {
-  PAGODA_ASSIGN_OR_RETURN(json j, load_hardware_json());
-  std::vector<std::string> names;
-  for (auto it = j["hardware"].begin(); it != j["hardware"].end(); ++it) names.push_back(it.key());
-  PAGODA_ASSIGN_OR_RETURN(std::string key, detail::match_name(names, name, "hardware"));
-  const json& o = j["hardware"][key];
+  PAGODA_ASSIGN_OR_RETURN(detail::Entry e, detail::find_entry("hardware.json", "hardware", name, "hardware"));
+  const std::string& key = e.key;
+  const json& o = e.obj;
   const std::string ctx = "hardware.json " + key;
-  if (!o.is_object()) return errorf("%s: expected an object", ctx.c_str());
   HardwareDesc h;
   h.name = key;
   PAGODA_ASSIGN_OR_RETURN(int64_t mem, detail::get_required_int(o, "memory_bytes", ctx, 1));

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "sim/model_desc.h"
+
 namespace pagoda::sim::detail {
 
 std::string lower(std::string s) {
@@ -94,6 +96,37 @@ Expected<std::string> match_name(const std::vector<std::string>& names, const st
   for (const auto& n : (prefix.empty() ? names : prefix)) all += (all.empty() ? "" : ", ") + n;
   if (prefix.size() > 1) return errorf("%s '%s' is ambiguous: %s", what, want.c_str(), all.c_str());
   return errorf("unknown %s '%s' (known: %s)", what, want.c_str(), all.c_str());
+}
+
+namespace {
+
+Expected<json> read_section(const char* file, const char* section) {
+  const std::string path = data_dir() + "/" + file;
+  PAGODA_ASSIGN_OR_RETURN(json j, read_json_file(path));
+  if (!j.is_object() || !j.contains(section) || !j[section].is_object()) {
+    return errorf("%s: expected an object with a \"%s\" object", path.c_str(), section);
+  }
+  return std::move(j[section]);
+}
+
+std::vector<std::string> keys(const json& table) {
+  std::vector<std::string> names;
+  for (auto it = table.begin(); it != table.end(); ++it) names.push_back(it.key());
+  return names;
+}
+
+}  // namespace
+
+std::vector<std::string> list_entries(const char* file, const char* section) {
+  auto t = read_section(file, section);
+  return t.ok() ? keys(t.value()) : std::vector<std::string>{};
+}
+
+Expected<Entry> find_entry(const char* file, const char* section, const std::string& name, const char* what) {
+  PAGODA_ASSIGN_OR_RETURN(json t, read_section(file, section));
+  PAGODA_ASSIGN_OR_RETURN(std::string key, match_name(keys(t), name, what));
+  if (!t[key].is_object()) return errorf("%s %s: expected an object", file, key.c_str());
+  return Entry{key, std::move(t[key])};
 }
 
 }  // namespace pagoda::sim::detail

@@ -34,4 +34,15 @@ Expected<std::string> match_name(const std::vector<std::string>& names, const st
 
 std::string lower(std::string s);
 
+// The named tables of data_dir() (models.json's "models", hardware.json's
+// "hardware"): `file` holds an object whose `section` is an object of entries.
+struct Entry {
+  std::string key;  // the entry's name as the file spells it
+  json obj;
+};
+// The entry names in file order; empty when the file is missing or malformed.
+std::vector<std::string> list_entries(const char* file, const char* section);
+// The entry whose name matches `name` (match_name; `what` names the table in errors).
+Expected<Entry> find_entry(const char* file, const char* section, const std::string& name, const char* what);
+
 }  // namespace pagoda::sim::detail

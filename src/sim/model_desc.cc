@@ -10,17 +10,9 @@ namespace pagoda::sim {
 using detail::json;
 
 kv::KvShape ModelDesc::kv_shape() const {
-  kv::KvShape s;
-  s.kind = attention;
-  s.num_layers = num_layers;
-  s.num_kv_heads = num_kv_heads;
-  s.head_dim = head_dim;
-  s.v_head_dim = v_head_dim;
-  s.kv_lora_rank = kv_lora_rank;
-  s.qk_rope_head_dim = qk_rope_head_dim;
-  s.sliding_window = sliding_window;
-  s.swa_period = swa_period;
-  return s;
+  return kv::KvShape{.kind = attention, .num_layers = num_layers, .num_kv_heads = num_kv_heads, .head_dim = head_dim,
+                     .v_head_dim = v_head_dim, .kv_lora_rank = kv_lora_rank, .qk_rope_head_dim = qk_rope_head_dim,
+                     .sliding_window = sliding_window, .swa_period = swa_period};
 }
 
 ParamEstimate estimate_params(const ModelDesc& m) {
@@ -103,71 +95,83 @@ void fill_params(ModelDesc& m) {
   if (m.params_active <= 0) m.params_active = m.is_moe() ? e.active : m.params_total;
 }
 
-Expected<json> load_models_json() {
-  const std::string path = data_dir() + "/models.json";
-  PAGODA_ASSIGN_OR_RETURN(json j, detail::read_json_file(path));
-  if (!j.is_object() || !j.contains("models") || !j["models"].is_object()) {
-    return errorf("%s: expected an object with a \"models\" object", path.c_str());
+// The int32 fields of a ModelDesc, with their names in models.json and in a
+// Hugging Face config.json (nullptr: that reader handles the field by hand).
+// One table for both readers, so a new field is one row. Defaults that depend on
+// other fields (kv_heads: heads, head_dim: hidden / heads) need those fields
+// earlier in the table. A defaulted field must be >= 1 unless it defaults to 0.
+enum class Default : uint8_t { kRequired, kZero, kHeads, kHiddenPerHead, k2048 };
+// Which fields a reader takes in one call (a bit set): the Hugging Face reader
+// takes the MoE fields only for a MoE model and the MLA fields only with MLA.
+enum Part : unsigned { kCore = 1, kMoe = 2, kMla = 4, kWindow = 8, kAll = 15 };
+struct IntField {
+  const char* preset_key;
+  const char* hf_key;
+  int32_t ModelDesc::*dst;
+  Default preset_def;
+  Default hf_def;
+  Part part;
+};
+constexpr IntField kIntFields[] = {
+    {"layers", "num_hidden_layers", &ModelDesc::num_layers, Default::kRequired, Default::kRequired, kCore},
+    {"hidden", "hidden_size", &ModelDesc::hidden, Default::kRequired, Default::kRequired, kCore},
+    {"heads", "num_attention_heads", &ModelDesc::num_heads, Default::kRequired, Default::kRequired, kCore},
+    {"kv_heads", "num_key_value_heads", &ModelDesc::num_kv_heads, Default::kHeads, Default::kHeads, kCore},
+    {"head_dim", "head_dim", &ModelDesc::head_dim, Default::kHiddenPerHead, Default::kHiddenPerHead, kCore},
+    {"ffn", "intermediate_size", &ModelDesc::ffn, Default::kZero, Default::kZero, kCore},
+    {"vocab", "vocab_size", &ModelDesc::vocab, Default::kRequired, Default::kRequired, kCore},
+    {"max_context", "max_position_embeddings", &ModelDesc::max_context, Default::kRequired, Default::k2048, kCore},
+    {"kv_lora_rank", "kv_lora_rank", &ModelDesc::kv_lora_rank, Default::kZero, Default::kZero, kCore},
+    {"experts", nullptr, &ModelDesc::num_experts, Default::kZero, Default::kZero, kMoe},
+    {"shared_experts", "n_shared_experts", &ModelDesc::num_shared_experts, Default::kZero, Default::kZero, kMoe},
+    {"experts_per_token", "num_experts_per_tok", &ModelDesc::experts_per_token, Default::kZero, Default::kZero, kMoe},
+    {"moe_ffn", "moe_intermediate_size", &ModelDesc::moe_ffn, Default::kZero, Default::kZero, kMoe},
+    {"first_dense_layers", "first_k_dense_replace", &ModelDesc::first_dense_layers, Default::kZero, Default::kZero,
+     kMoe},
+    {"v_head_dim", "v_head_dim", &ModelDesc::v_head_dim, Default::kZero, Default::kZero, kMla},
+    {"q_lora_rank", "q_lora_rank", &ModelDesc::q_lora_rank, Default::kZero, Default::kZero, kMla},
+    {"qk_rope_head_dim", "qk_rope_head_dim", &ModelDesc::qk_rope_head_dim, Default::kZero, Default::kZero, kMla},
+    {"qk_nope_head_dim", "qk_nope_head_dim", &ModelDesc::qk_nope_head_dim, Default::kZero, Default::kZero, kMla},
+    {"sliding_window", nullptr, &ModelDesc::sliding_window, Default::kZero, Default::kZero, kWindow},
+    {"swa_period", nullptr, &ModelDesc::swa_period, Default::kZero, Default::kZero, kWindow},
+};
+
+// Reads the table's fields of `parts` from `o` into m, by the preset or the HF names.
+Status read_int_fields(const json& o, const std::string& ctx, bool hf, unsigned parts, ModelDesc& m) {
+  constexpr int64_t kI32 = INT32_MAX;
+  for (const IntField& f : kIntFields) {
+    const char* key = hf ? f.hf_key : f.preset_key;
+    if (!(f.part & parts) || key == nullptr) continue;
+    const Default d = hf ? f.hf_def : f.preset_def;
+    int64_t v = 0;
+    if (d == Default::kRequired) {
+      PAGODA_ASSIGN_OR_RETURN(v, detail::get_required_int(o, key, ctx, 1, kI32));
+    } else {
+      const int64_t def = d == Default::kHeads           ? m.num_heads
+                          : d == Default::kHiddenPerHead ? m.hidden / m.num_heads
+                          : d == Default::k2048          ? 2048
+                                                         : 0;
+      PAGODA_ASSIGN_OR_RETURN(v, detail::get_int(o, key, def, ctx, d == Default::kZero ? 0 : 1, kI32));
+    }
+    m.*f.dst = static_cast<int32_t>(v);
   }
-  return j;
+  return Status::Ok();
 }
 
 Expected<ModelDesc> preset_from_json(const std::string& name, const json& o) {
   const std::string ctx = "models.json " + name;
-  constexpr int64_t kI32 = INT32_MAX;
   ModelDesc m;
   m.name = name;
   m.source = "preset";
   PAGODA_ASSIGN_OR_RETURN(m.arch, detail::get_string(o, "arch", "llama", ctx));
-  PAGODA_ASSIGN_OR_RETURN(int64_t layers, detail::get_required_int(o, "layers", ctx, 1, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t hidden, detail::get_required_int(o, "hidden", ctx, 1, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t heads, detail::get_required_int(o, "heads", ctx, 1, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t kv_heads, detail::get_int(o, "kv_heads", heads, ctx, 1, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t head_dim, detail::get_int(o, "head_dim", hidden / heads, ctx, 1, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t v_head_dim, detail::get_int(o, "v_head_dim", 0, ctx, 0, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t ffn, detail::get_int(o, "ffn", 0, ctx, 0, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t vocab, detail::get_required_int(o, "vocab", ctx, 1, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t max_ctx, detail::get_required_int(o, "max_context", ctx, 1, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t experts, detail::get_int(o, "experts", 0, ctx, 0, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t shared, detail::get_int(o, "shared_experts", 0, ctx, 0, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t topk, detail::get_int(o, "experts_per_token", 0, ctx, 0, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t moe_ffn, detail::get_int(o, "moe_ffn", 0, ctx, 0, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t first_dense, detail::get_int(o, "first_dense_layers", 0, ctx, 0, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t window, detail::get_int(o, "sliding_window", 0, ctx, 0, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t period, detail::get_int(o, "swa_period", 0, ctx, 0, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t kv_lora, detail::get_int(o, "kv_lora_rank", 0, ctx, 0, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t q_lora, detail::get_int(o, "q_lora_rank", 0, ctx, 0, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t rope, detail::get_int(o, "qk_rope_head_dim", 0, ctx, 0, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t nope, detail::get_int(o, "qk_nope_head_dim", 0, ctx, 0, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t params, detail::get_int(o, "params", 0, ctx, 0));
-  PAGODA_ASSIGN_OR_RETURN(int64_t active, detail::get_int(o, "params_active", params, ctx, 0));
+  PAGODA_TRY(read_int_fields(o, ctx, /*hf=*/false, kAll, m));
+  PAGODA_ASSIGN_OR_RETURN(m.params_total, detail::get_int(o, "params", 0, ctx, 0));
+  PAGODA_ASSIGN_OR_RETURN(m.params_active, detail::get_int(o, "params_active", m.params_total, ctx, 0));
   PAGODA_ASSIGN_OR_RETURN(std::string kind, detail::get_string(o, "attention", "", ctx));
-  m.num_layers = static_cast<int32_t>(layers);
-  m.hidden = static_cast<int32_t>(hidden);
-  m.num_heads = static_cast<int32_t>(heads);
-  m.num_kv_heads = static_cast<int32_t>(kv_heads);
-  m.head_dim = static_cast<int32_t>(head_dim);
-  m.v_head_dim = static_cast<int32_t>(v_head_dim);
-  m.ffn = static_cast<int32_t>(ffn);
-  m.vocab = static_cast<int32_t>(vocab);
-  m.max_context = static_cast<int32_t>(max_ctx);
-  m.num_experts = static_cast<int32_t>(experts);
-  m.num_shared_experts = static_cast<int32_t>(shared);
-  m.experts_per_token = static_cast<int32_t>(topk);
-  m.moe_ffn = static_cast<int32_t>(moe_ffn);
-  m.first_dense_layers = static_cast<int32_t>(first_dense);
-  m.sliding_window = static_cast<int32_t>(window);
-  m.swa_period = static_cast<int32_t>(period);
-  m.kv_lora_rank = static_cast<int32_t>(kv_lora);
-  m.q_lora_rank = static_cast<int32_t>(q_lora);
-  m.qk_rope_head_dim = static_cast<int32_t>(rope);
-  m.qk_nope_head_dim = static_cast<int32_t>(nope);
   m.tied_embeddings = detail::get_bool(o, "tied_embeddings", false);
   m.attn_bias = detail::get_bool(o, "attn_bias", false);
-  m.params_total = params;
-  m.params_active = active;
   if (kind.empty()) {
-    m.attention = kv_lora > 0 ? kv::AttentionKind::kMLA : infer_kind(m.num_heads, m.num_kv_heads);
+    m.attention = m.kv_lora_rank > 0 ? kv::AttentionKind::kMLA : infer_kind(m.num_heads, m.num_kv_heads);
   } else {
     PAGODA_ASSIGN_OR_RETURN(m.attention, kv::parse_attention_kind(kind));
   }
@@ -178,22 +182,11 @@ Expected<ModelDesc> preset_from_json(const std::string& name, const json& o) {
 
 }  // namespace
 
-std::vector<std::string> list_model_presets() {
-  std::vector<std::string> names;
-  auto j = load_models_json();
-  if (!j.ok()) return names;
-  for (auto it = j.value()["models"].begin(); it != j.value()["models"].end(); ++it) names.push_back(it.key());
-  return names;
-}
+std::vector<std::string> list_model_presets() { return detail::list_entries("models.json", "models"); }
 
 Expected<ModelDesc> load_model_preset(const std::string& name) {
-  PAGODA_ASSIGN_OR_RETURN(json j, load_models_json());
-  std::vector<std::string> names;
-  for (auto it = j["models"].begin(); it != j["models"].end(); ++it) names.push_back(it.key());
-  PAGODA_ASSIGN_OR_RETURN(std::string key, detail::match_name(names, name, "model preset"));
-  const json& o = j["models"][key];
-  if (!o.is_object()) return errorf("models.json %s: expected an object", key.c_str());
-  return preset_from_json(key, o);
+  PAGODA_ASSIGN_OR_RETURN(detail::Entry e, detail::find_entry("models.json", "models", name, "model preset"));
+  return preset_from_json(e.key, e.obj);
 }
 
 Expected<ModelDesc> load_hf_config(const std::string& path) {
@@ -202,7 +195,6 @@ Expected<ModelDesc> load_hf_config(const std::string& path) {
   // Multimodal configs (Gemma 3, Llama 4, ...) nest the decoder in text_config.
   const json& o = top.contains("text_config") && top["text_config"].is_object() ? top["text_config"] : top;
   const std::string ctx = path;
-  constexpr int64_t kI32 = INT32_MAX;
   ModelDesc m;
   m.source = "hf-config:" + path;
   PAGODA_ASSIGN_OR_RETURN(std::string name_or_path, detail::get_string(top, "_name_or_path", "", ctx));
@@ -214,62 +206,30 @@ Expected<ModelDesc> load_hf_config(const std::string& path) {
   }
   PAGODA_ASSIGN_OR_RETURN(std::string top_type, detail::get_string(top, "model_type", "", ctx));
   PAGODA_ASSIGN_OR_RETURN(m.arch, detail::get_string(o, "model_type", top_type, ctx));
-  PAGODA_ASSIGN_OR_RETURN(int64_t layers, detail::get_required_int(o, "num_hidden_layers", ctx, 1, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t hidden, detail::get_required_int(o, "hidden_size", ctx, 1, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t heads, detail::get_required_int(o, "num_attention_heads", ctx, 1, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t kv_heads, detail::get_int(o, "num_key_value_heads", heads, ctx, 1, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t head_dim, detail::get_int(o, "head_dim", hidden / heads, ctx, 1, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t ffn, detail::get_int(o, "intermediate_size", 0, ctx, 0, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t vocab, detail::get_required_int(o, "vocab_size", ctx, 1, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t max_ctx, detail::get_int(o, "max_position_embeddings", 2048, ctx, 1, kI32));
-  m.num_layers = static_cast<int32_t>(layers);
-  m.hidden = static_cast<int32_t>(hidden);
-  m.num_heads = static_cast<int32_t>(heads);
-  m.num_kv_heads = static_cast<int32_t>(kv_heads);
-  m.head_dim = static_cast<int32_t>(head_dim);
-  m.ffn = static_cast<int32_t>(ffn);
-  m.vocab = static_cast<int32_t>(vocab);
-  m.max_context = static_cast<int32_t>(max_ctx);
+  PAGODA_TRY(read_int_fields(o, ctx, /*hf=*/true, kCore, m));
   m.tied_embeddings = detail::get_bool(o, "tie_word_embeddings", detail::get_bool(top, "tie_word_embeddings", false));
   m.attn_bias = detail::get_bool(o, "attention_bias", m.arch == "qwen2" || m.arch == "qwen2_moe");
 
   // Mixture of experts: Mixtral (num_local_experts), DeepSeek (n_routed_experts), Qwen-MoE (num_experts).
+  constexpr int64_t kI32 = INT32_MAX;
   PAGODA_ASSIGN_OR_RETURN(int64_t e1, detail::get_int(o, "num_local_experts", 0, ctx, 0, kI32));
   PAGODA_ASSIGN_OR_RETURN(int64_t e2, detail::get_int(o, "n_routed_experts", 0, ctx, 0, kI32));
   PAGODA_ASSIGN_OR_RETURN(int64_t e3, detail::get_int(o, "num_experts", 0, ctx, 0, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t topk, detail::get_int(o, "num_experts_per_tok", 0, ctx, 0, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t shared, detail::get_int(o, "n_shared_experts", 0, ctx, 0, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t moe_ffn, detail::get_int(o, "moe_intermediate_size", 0, ctx, 0, kI32));
-  PAGODA_ASSIGN_OR_RETURN(int64_t first_dense, detail::get_int(o, "first_k_dense_replace", 0, ctx, 0, kI32));
   m.num_experts = static_cast<int32_t>(e1 > 0 ? e1 : e2 > 0 ? e2 : e3);
-  if (m.num_experts > 0) {
-    m.experts_per_token = static_cast<int32_t>(topk);
-    m.num_shared_experts = static_cast<int32_t>(shared);
-    m.moe_ffn = static_cast<int32_t>(moe_ffn);
-    m.first_dense_layers = static_cast<int32_t>(first_dense);
-  }
+  if (m.num_experts > 0) PAGODA_TRY(read_int_fields(o, ctx, /*hf=*/true, kMoe, m));
 
   // MLA (DeepSeek-V2/V3): kv_lora_rank present.
-  PAGODA_ASSIGN_OR_RETURN(int64_t kv_lora, detail::get_int(o, "kv_lora_rank", 0, ctx, 0, kI32));
-  if (kv_lora > 0) {
-    PAGODA_ASSIGN_OR_RETURN(int64_t rope, detail::get_int(o, "qk_rope_head_dim", 0, ctx, 0, kI32));
-    PAGODA_ASSIGN_OR_RETURN(int64_t nope, detail::get_int(o, "qk_nope_head_dim", 0, ctx, 0, kI32));
-    PAGODA_ASSIGN_OR_RETURN(int64_t vd, detail::get_int(o, "v_head_dim", 0, ctx, 0, kI32));
-    PAGODA_ASSIGN_OR_RETURN(int64_t q_lora, detail::get_int(o, "q_lora_rank", 0, ctx, 0, kI32));
+  if (m.kv_lora_rank > 0) {
     m.attention = kv::AttentionKind::kMLA;
-    m.kv_lora_rank = static_cast<int32_t>(kv_lora);
-    m.qk_rope_head_dim = static_cast<int32_t>(rope);
-    m.qk_nope_head_dim = static_cast<int32_t>(nope);
-    m.v_head_dim = static_cast<int32_t>(vd);
-    m.q_lora_rank = static_cast<int32_t>(q_lora);
-    if (nope + rope > 0) m.head_dim = static_cast<int32_t>(nope + rope);
+    PAGODA_TRY(read_int_fields(o, ctx, /*hf=*/true, kMla, m));
+    if (m.qk_nope_head_dim + m.qk_rope_head_dim > 0) m.head_dim = m.qk_nope_head_dim + m.qk_rope_head_dim;
   } else {
     m.attention = infer_kind(m.num_heads, m.num_kv_heads);
   }
 
   // Sliding window. Qwen2 configs carry a window with use_sliding_window = false.
   PAGODA_ASSIGN_OR_RETURN(int64_t window, detail::get_int(o, "sliding_window", 0, ctx, 0, kI32));
-  if (window > 0 && detail::get_bool(o, "use_sliding_window", true) && window < max_ctx) {
+  if (window > 0 && detail::get_bool(o, "use_sliding_window", true) && window < m.max_context) {
     m.sliding_window = static_cast<int32_t>(window);
     PAGODA_ASSIGN_OR_RETURN(int64_t period, detail::get_int(o, "sliding_window_pattern", 0, ctx, 0, kI32));
     if (period == 0 && m.arch == "gemma2") period = 2;

@@ -297,26 +297,18 @@ std::string plan_to_json(const PlanInput& in, const PlanReport& r, const FitTabl
                 {"params_active", m.params_active}, {"max_context", m.max_context}};
   j["device"] = {{"name", in.hw.name}, {"memory_bytes", in.hw.memory_bytes}, {"tp", in.tp},
                  {"utilization", in.utilization}};
-  j["kv_dtype"] = in.kv_dtype.name;
-  j["weights_dtype"] = in.weights_from_file ? std::string("file") : in.weights.name;
-  j["context"] = in.context;
-  j["concurrency"] = in.concurrency;
-  j["block_size"] = in.block_size;
-  j["kv_cache_memory"] = in.kv_cache_memory;
-  j["kv_bytes_per_token"] = r.kv_bytes_per_token;
-  j["kv_bytes_per_token_per_gpu"] = r.kv_bytes_per_token_per_gpu;
-  j["kv_bytes_per_request"] = r.kv_bytes_per_request;
-  j["kv_bytes_per_block"] = r.kv_bytes_per_block;
+  j.update({{"kv_dtype", in.kv_dtype.name},
+            {"weights_dtype", in.weights_from_file ? std::string("file") : in.weights.name},
+            {"context", in.context}, {"concurrency", in.concurrency}, {"block_size", in.block_size},
+            {"kv_cache_memory", in.kv_cache_memory}, {"kv_bytes_per_token", r.kv_bytes_per_token},
+            {"kv_bytes_per_token_per_gpu", r.kv_bytes_per_token_per_gpu},
+            {"kv_bytes_per_request", r.kv_bytes_per_request}, {"kv_bytes_per_block", r.kv_bytes_per_block}});
   j["memory_per_gpu"] = {{"usable", r.usable_bytes}, {"weights", r.weights_bytes},
                          {"activations", r.activation_bytes}, {"runtime_overhead", r.runtime_overhead_bytes},
                          {"kv_budget", r.kv_budget_bytes}};
-  j["max_tokens_in_cache"] = r.max_tokens_in_cache;
-  j["max_concurrency"] = r.max_concurrency;
-  j["longest_context"] = r.longest_context;
-  j["longest_context_capped"] = r.longest_context_capped;
-  j["kv_bytes_needed"] = r.kv_bytes_needed;
-  j["fits"] = r.fits;
-  j["min_tp"] = r.min_tp;
+  j.update({{"max_tokens_in_cache", r.max_tokens_in_cache}, {"max_concurrency", r.max_concurrency},
+            {"longest_context", r.longest_context}, {"longest_context_capped", r.longest_context_capped},
+            {"kv_bytes_needed", r.kv_bytes_needed}, {"fits", r.fits}, {"min_tp", r.min_tp}});
   j["pool"] = {{"num_blocks", r.num_blocks}, {"blocks_per_request", r.blocks_per_request},
                {"watermark_blocks", kv::watermark_blocks(r.num_blocks, in.watermark)},
                {"max_concurrency", r.pool_max_concurrency}};

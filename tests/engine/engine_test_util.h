@@ -73,6 +73,22 @@ inline std::unique_ptr<Engine> make_engine(const EngineConfig& c) {
   return std::move(e).value();
 }
 
+// The engine most tests run: stories260K with a pool of 2048 tokens.
+inline std::unique_ptr<Engine> stories_engine() { return make_engine(make_config(stories_path(), 2048)); }
+
+// Fixture: a fresh stories_engine() per test, which must end with every KV
+// block returned (finished requests free theirs; cached ones count as free).
+class StoriesEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(e); }
+  void TearDown() override {
+    if (e) {
+      EXPECT_EQ(e->stats().blocks_used, 0) << "the test left KV blocks in use";
+    }
+  }
+  std::unique_ptr<Engine> e = stories_engine();
+};
+
 inline RequestParams greedy(std::vector<int32_t> prompt, int max_tokens, bool ignore_eos = true) {
   RequestParams p;
   p.prompt = std::move(prompt);
@@ -189,6 +205,17 @@ class Driver {
           violation("request " + std::to_string(id) + " choice " + std::to_string(i) + " never finished");
       }
     }
+  }
+
+  // The engine once everything has finished or been aborted: nothing running
+  // or waiting, no block in use, every block free or cached. Returns its stats.
+  EngineStats expect_drained() const {
+    const EngineStats s = e_->stats();
+    EXPECT_EQ(s.blocks_used, 0);
+    EXPECT_EQ(s.num_running, 0);
+    EXPECT_EQ(s.num_waiting, 0);
+    EXPECT_EQ(s.blocks_free + s.blocks_cached, s.blocks_total);
+    return s;
   }
 
  private:

@@ -29,10 +29,10 @@ RequestParams sampled(std::vector<int32_t> prompt, int max_tokens, uint64_t seed
 
 // ------------------------------------------------------------------- n = 2
 
-TEST(EngineSampling, TwoChoicesReproducibleWithSeed) {
+using EngineSampling = StoriesEngineTest;
+
+TEST_F(EngineSampling, TwoChoicesReproducibleWithSeed) {
   const Reference ref = load_references().at(1);
-  auto e = make_engine(make_config(stories_path(), 2048));
-  ASSERT_TRUE(e);
   const TwoChoices a = run_n2(e.get(), sampled(ref.prompt_tokens, 40, 1234));
   ASSERT_EQ(a.c0.tokens.size(), 40u);
   ASSERT_EQ(a.c1.tokens.size(), 40u);
@@ -45,7 +45,7 @@ TEST(EngineSampling, TwoChoicesReproducibleWithSeed) {
   EXPECT_EQ(b.c0.tokens, a.c0.tokens);
   EXPECT_EQ(b.c1.tokens, a.c1.tokens);
   EXPECT_EQ(b.c0.text, a.c0.text);
-  auto fresh = make_engine(make_config(stories_path(), 2048));
+  auto fresh = stories_engine();
   ASSERT_TRUE(fresh);
   const TwoChoices c = run_n2(fresh.get(), sampled(ref.prompt_tokens, 40, 1234));
   EXPECT_EQ(c.c0.tokens, a.c0.tokens);
@@ -54,13 +54,10 @@ TEST(EngineSampling, TwoChoicesReproducibleWithSeed) {
   // Another seed gives other tokens.
   const TwoChoices d = run_n2(e.get(), sampled(ref.prompt_tokens, 40, 99));
   EXPECT_NE(d.c0.tokens, a.c0.tokens);
-  EXPECT_EQ(e->stats().blocks_used, 0);
 }
 
-TEST(EngineSampling, TwoGreedyChoicesEqualReference) {
+TEST_F(EngineSampling, TwoGreedyChoicesEqualReference) {
   const Reference ref = load_references().at(2);
-  auto e = make_engine(make_config(stories_path(), 2048));
-  ASSERT_TRUE(e);
   RequestParams p = greedy(ref.prompt_tokens, 50);
   p.n = 2;
   const TwoChoices r = run_n2(e.get(), p);
@@ -74,7 +71,7 @@ TEST(EngineSampling, TwoGreedyChoicesEqualReference) {
 
 TEST(EngineStop, StopStringCutsTextBeforeIt) {
   const Reference ref = load_references().at(0);
-  auto e = make_engine(make_config(stories_path(), 2048));
+  auto e = stories_engine();
   ASSERT_TRUE(e);
   // "Lily" is a whole word inside the text; "play outside" spans several tokens;
   // the third list's first match is "park", before "ball".
@@ -132,7 +129,7 @@ TEST(EngineStop, StopStringCutsTextBeforeIt) {
 // cuts its text at the stop string exactly as a lone request does.
 TEST(EngineStop, ChoicesShareOneStopList) {
   const Reference ref = load_references().at(0);
-  auto e = make_engine(make_config(stories_path(), 2048));
+  auto e = stories_engine();
   ASSERT_TRUE(e);
   const size_t cut = ref.text.find("play outside");
   ASSERT_NE(cut, std::string::npos);
@@ -203,10 +200,8 @@ TEST(EngineStop, EosFinishesUnlessIgnored) {
 
 // logprobs = k: one entry per token, the chosen token's logprob and k
 // alternatives best first; greedy picks the best one.
-TEST(EngineSampling, LogprobsOfGreedyTokens) {
+TEST_F(EngineSampling, LogprobsOfGreedyTokens) {
   const Reference ref = load_references().at(1);
-  auto e = make_engine(make_config(stories_path(), 2048));
-  ASSERT_TRUE(e);
   RequestParams p = greedy(ref.prompt_tokens, 20);
   p.logprobs = 3;
   Driver d(e.get());
@@ -238,7 +233,7 @@ TEST(EngineSampling, LogprobsOfGreedyTokens) {
 
 TEST(EngineAbort, MidGenerationFreesBlocksAndStopsEvents) {
   const auto refs = load_references();
-  auto e = make_engine(make_config(stories_path(), 2048));
+  auto e = stories_engine();
   ASSERT_TRUE(e);
   Driver d(e.get());
   const RequestId a = d.add(greedy(refs[0].prompt_tokens, 100));
@@ -269,7 +264,7 @@ TEST(EngineAbort, MidGenerationFreesBlocksAndStopsEvents) {
 
 TEST(EngineAbort, LastRunningRequestFreesEverything) {
   const Reference ref = load_references().at(0);
-  auto e = make_engine(make_config(stories_path(), 2048));
+  auto e = stories_engine();
   ASSERT_TRUE(e);
   Driver d(e.get());
   RequestParams p = greedy(ref.prompt_tokens, 150);
@@ -312,7 +307,7 @@ TEST(EngineAbort, WaitingRequestNeverProducesEvents) {
 
 TEST(EngineErrors, RejectedRequestsChangeNothing) {
   const Reference ref = load_references().at(0);
-  auto e = make_engine(make_config(stories_path(), 2048));
+  auto e = stories_engine();
   ASSERT_TRUE(e);
   Driver d(e.get());
   const RequestId running = d.add(greedy(ref.prompt_tokens, 30));

@@ -19,8 +19,7 @@ constexpr int32_t kBos = 1;
 struct GroupRun {
   std::vector<std::vector<int32_t>> tokens;  // [choice]
   int64_t peak_blocks_used = 0;
-  int64_t preemptions = 0;
-  int64_t prompt_tokens_hit = 0;
+  EngineStats end;  // once drained
 };
 
 // Runs requests `ps` added together; returns the tokens of every choice of
@@ -43,11 +42,7 @@ GroupRun run_together(const EngineConfig& c, const std::vector<RequestParams>& p
       out.tokens.push_back(d.result(ids[i], k).tokens);
     }
   }
-  const EngineStats s = e->stats();
-  EXPECT_EQ(s.blocks_used, 0);
-  EXPECT_EQ(s.num_running + s.num_waiting, 0);
-  out.preemptions = s.num_preemptions;
-  out.prompt_tokens_hit = s.prefix_hits_tokens;
+  out.end = d.expect_drained();
   return out;
 }
 
@@ -120,8 +115,8 @@ TEST(EngineFork, PeakBlocksBelowSeparateRequests) {
               static_cast<long long>(forked.peak_blocks_used), static_cast<long long>(separate.peak_blocks_used));
   EXPECT_EQ(forked.peak_blocks_used, 8);
   EXPECT_EQ(separate.peak_blocks_used, 10);
-  EXPECT_EQ(forked.prompt_tokens_hit, 0);     // the prompt is computed once, no cache needed
-  EXPECT_EQ(separate.prompt_tokens_hit, 32);  // the 2nd and 3rd request hit one block each
+  EXPECT_EQ(forked.end.prefix_hits_tokens, 0);     // the prompt is computed once, no cache needed
+  EXPECT_EQ(separate.end.prefix_hits_tokens, 32);  // the 2nd and 3rd request hit one block each
 }
 
 TEST(EngineFork, PreemptedChoicesGiveTheSameTokens) {
@@ -133,10 +128,10 @@ TEST(EngineFork, PreemptedChoicesGiveTheSameTokens) {
   small.num_kv_blocks = 13;
   const GroupRun a = run_together(small, ps);
   const GroupRun b = run_together(make_config(stories_path(), 8192), ps);
-  std::printf("[ fork ] small pool: %lld preemptions, peak %lld blocks\n", static_cast<long long>(a.preemptions),
+  std::printf("[ fork ] small pool: %lld preemptions, peak %lld blocks\n", static_cast<long long>(a.end.num_preemptions),
               static_cast<long long>(a.peak_blocks_used));
-  EXPECT_GT(a.preemptions, 0);
-  EXPECT_EQ(b.preemptions, 0);
+  EXPECT_GT(a.end.num_preemptions, 0);
+  EXPECT_EQ(b.end.num_preemptions, 0);
   ASSERT_EQ(a.tokens.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(a.tokens[i].size(), 120u);

@@ -138,7 +138,7 @@ std::vector<SoakRequest> make_soak(int n, int horizon, uint64_t seed) {
 
 struct SoakOutcome {
   std::vector<std::vector<std::vector<int32_t>>> tokens;  // [request][choice]
-  int64_t preemptions = 0;
+  EngineStats end;  // once drained
   int steps = 0;
 };
 
@@ -178,12 +178,7 @@ SoakOutcome run_soak(const EngineConfig& c, const std::vector<SoakRequest>& reqs
     }
     out.tokens.push_back(std::move(choices));
   }
-  const EngineStats s = e->stats();
-  EXPECT_EQ(s.blocks_used, 0);
-  EXPECT_EQ(s.num_running, 0);
-  EXPECT_EQ(s.num_waiting, 0);
-  EXPECT_EQ(s.blocks_free + s.blocks_cached, s.blocks_total);
-  out.preemptions = s.num_preemptions;
+  out.end = d.expect_drained();
   out.steps = d.steps();
   return out;
 }
@@ -199,8 +194,8 @@ TEST(EngineStress, RandomSoakWithAborts) {
   const SoakOutcome a = run_soak(small, reqs);
   ASSERT_EQ(a.tokens.size(), reqs.size());
   std::printf("[ soak ] %d requests (%d aborted), %d steps, %lld preemptions in 39 blocks\n", n, num_aborted, a.steps,
-              static_cast<long long>(a.preemptions));
-  EXPECT_GT(a.preemptions, 0);
+              static_cast<long long>(a.end.num_preemptions));
+  EXPECT_GT(a.end.num_preemptions, 0);
   EXPECT_GT(num_aborted, 0);
 
   // The same workload in a big pool: every request that was not aborted
@@ -210,7 +205,7 @@ TEST(EngineStress, RandomSoakWithAborts) {
   // ~90 seeded samples when this was tried with block size 7 (greedy held).
   const SoakOutcome b = run_soak(make_config(stories_path(), 32768), reqs);
   ASSERT_EQ(b.tokens.size(), reqs.size());
-  EXPECT_EQ(b.preemptions, 0);
+  EXPECT_EQ(b.end.num_preemptions, 0);
   for (size_t i = 0; i < reqs.size(); ++i) {
     if (reqs[i].abort_at >= 0) continue;
     EXPECT_EQ(a.tokens[i], b.tokens[i]) << "request " << i << " (temperature " << reqs[i].params.temperature

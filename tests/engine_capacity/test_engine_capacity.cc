@@ -72,13 +72,11 @@ void add_requests(engine::Engine& eng, int n, int prompt_len, int max_tokens, ui
 }
 
 struct RunTrace {
-  int first_step_running = 0;
-  int first_step_waiting = 0;
-  int64_t first_step_blocks_used = 0;
+  engine::EngineStats first_step;  // after step 0
+  engine::EngineStats end;         // after the last step
   int peak_running = 0;
   int max_finished_in_one_step = 0;
   int finished = 0;
-  int64_t preemptions = 0;
 };
 
 RunTrace run_to_completion(engine::Engine& eng) {
@@ -86,11 +84,7 @@ RunTrace run_to_completion(engine::Engine& eng) {
   for (int step = 0; eng.has_unfinished() && step < 10000; ++step) {
     const std::vector<engine::TokenEvent> ev = eng.step();
     const engine::EngineStats s = eng.stats();
-    if (step == 0) {
-      t.first_step_running = s.num_running;
-      t.first_step_waiting = s.num_waiting;
-      t.first_step_blocks_used = s.blocks_used;
-    }
+    if (step == 0) t.first_step = s;
     t.peak_running = std::max(t.peak_running, s.num_running);
     int fin = 0;
     for (const engine::TokenEvent& e : ev) {
@@ -100,7 +94,7 @@ RunTrace run_to_completion(engine::Engine& eng) {
     t.finished += fin;
     t.max_finished_in_one_step = std::max(t.max_finished_in_one_step, fin);
   }
-  t.preemptions = eng.stats().num_preemptions;
+  t.end = eng.stats();
   return t;
 }
 
@@ -124,12 +118,12 @@ TEST_P(EngineCapacity, RunsExactlyThePredictedFullContextRequestsAtOnce) {
   EXPECT_EQ(static_cast<uint64_t>(eng->model_info().kv_bytes_per_token) * 16, r.kv_bytes_per_block);
   add_requests(*eng, n, c.context - 2, 2, 1);
   const RunTrace t = run_to_completion(*eng);
-  EXPECT_EQ(t.first_step_running, c.predicted);
-  EXPECT_EQ(t.first_step_waiting, extra);
-  EXPECT_EQ(t.first_step_blocks_used, c.predicted * r.blocks_per_request);
+  EXPECT_EQ(t.first_step.num_running, c.predicted);
+  EXPECT_EQ(t.first_step.num_waiting, extra);
+  EXPECT_EQ(t.first_step.blocks_used, c.predicted * r.blocks_per_request);
   EXPECT_EQ(t.peak_running, c.predicted);  // never more
   EXPECT_EQ(t.max_finished_in_one_step, c.predicted);
-  EXPECT_EQ(t.preemptions, 0);
+  EXPECT_EQ(t.end.num_preemptions, 0);
   EXPECT_EQ(t.finished, n);
   EXPECT_EQ(eng->stats().blocks_used, 0);
 }
@@ -154,8 +148,8 @@ TEST_P(EngineCapacity, PromptOnlyAdmissionIsTrimmedToThePredictionByPreemption) 
   const RunTrace t = run_to_completion(*eng);
   const int64_t usable = kv::usable_blocks(r.num_blocks, 0.01);
   const int64_t admitted = std::min<int64_t>(n, usable / (r.blocks_per_request - 1));
-  EXPECT_EQ(t.first_step_running, admitted);
-  EXPECT_EQ(t.preemptions > 0, admitted > c.predicted);
+  EXPECT_EQ(t.first_step.num_running, admitted);
+  EXPECT_EQ(t.end.num_preemptions > 0, admitted > c.predicted);
   // Requests finishing in the same step hold full-context blocks at the same time.
   EXPECT_EQ(t.max_finished_in_one_step, c.predicted);
   EXPECT_EQ(t.finished, n);

@@ -16,9 +16,7 @@
 namespace pagoda::kernels {
 namespace {
 
-using testing::BitwiseEqual;
-using testing::random_vec;
-using testing::WithinTol;
+using namespace testing;  // kernel_test_util.h: make_weight, random_vec, IsaScope, the matchers
 
 // A ragged batch over a paged KV pool, built from per-sequence (kv length, new
 // tokens). physical[logical page] maps every sequence's pages to block ids.

@@ -23,11 +23,7 @@
 namespace pagoda::kernels {
 namespace {
 
-using testing::BitwiseEqual;
-using testing::IsaScope;
-using testing::make_weight;
-using testing::random_vec;
-using testing::WithinTol;
+using namespace testing;  // kernel_test_util.h: make_weight, random_vec, IsaScope, the matchers
 
 const GgmlType kKTypes[] = {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
                             GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS};

@@ -17,11 +17,7 @@
 namespace pagoda::kernels {
 namespace {
 
-using testing::BitwiseEqual;
-using testing::IsaScope;
-using testing::make_weight;
-using testing::random_vec;
-using testing::WithinTol;
+using namespace testing;  // kernel_test_util.h: make_weight, random_vec, IsaScope, the matchers
 
 const GgmlType kAllTypes[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0,
                               GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,

@@ -16,9 +16,7 @@
 namespace pagoda::kernels {
 namespace {
 
-using testing::BitwiseEqual;
-using testing::random_vec;
-using testing::WithinTol;
+using namespace testing;  // kernel_test_util.h: make_weight, random_vec, IsaScope, the matchers
 
 const int64_t kSizes[] = {1, 3, 17, 31, 33, 255, 257, 576};
 

@@ -24,6 +24,16 @@ Ids table(const KvManager& kv, SeqId s, int32_t g) {
   return Ids(t.begin(), t.end());
 }
 
+// A prefix match: its hit length and the block ids it took in each group
+// (0 where a group needs no block: before a window).
+void expect_match(const PrefixMatch& m, int32_t cached_tokens, const std::vector<Ids>& blocks) {
+  EXPECT_EQ(m.num_cached_tokens(), cached_tokens);
+  for (size_t g = 0; g < blocks.size(); ++g) {
+    const auto b = m.blocks(static_cast<int32_t>(g));
+    EXPECT_EQ(Ids(b.begin(), b.end()), blocks[g]) << "group " << g;
+  }
+}
+
 TEST(KvGroups, WindowGroupReleasesBlocksBeforeTheWindow) {
   // Group 0 full, group 1 window 8; blocks of 4 tokens; free queue 1..39.
   KvManager kv = make(40, 4, {0, 8});
@@ -108,16 +118,12 @@ TEST(KvGroups, AdmissionCountsEveryGroupAgainstOnePool) {
 TEST(KvGroups, PrefixHitTakesOnlyTheWindowBlocks) {
   KvManager kv = make(40, 4, {0, 8});
   const Tokens t = testing::iota_tokens(100, 12);
-  ASSERT_EQ(testing::prefill(kv, 1, t), 0);  // g0 {1,2,3}, g1 {4,5,6}, all committed
-  ASSERT_TRUE(kv.free(1));
+  testing::cache_prefix(kv, t);  // g0 {1,2,3}, g1 {4,5,6}, all committed
   // A hit at 12 computes position 12 first, which sees keys 5..11: the window
   // group needs its blocks 1 and 2 only.
-  Tokens q = t;
-  q.push_back(7);
+  const Tokens q = testing::concat(t, {7});
   PrefixMatch m = kv.match_prefix(q, "");
-  EXPECT_EQ(m.num_cached_tokens(), 12);
-  EXPECT_TRUE(std::ranges::equal(m.blocks(0), Ids{1, 2, 3}));
-  EXPECT_TRUE(std::ranges::equal(m.blocks(1), Ids{0, 5, 6}));
+  expect_match(m, 12, {{1, 2, 3}, {0, 5, 6}});
   auto a = kv.can_allocate(std::move(m), 1);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->num_blocks_needed(), 5 + 2);  // 5 revived + 1 fresh per group
@@ -131,8 +137,7 @@ TEST(KvGroups, WindowGroupLimitsTheHit) {
   // Group 1 has window 4. A's 16 tokens: g0 {1,2,3,4}, g1 {5,6,7,8}.
   KvManager kv = make(14, 4, {0, 4});
   const Tokens t = testing::iota_tokens(100, 16);
-  ASSERT_EQ(testing::prefill(kv, 1, t), 0);
-  ASSERT_TRUE(kv.free(1));  // queue: 9..13, then g1 8,7,6,5, then g0 4,3,2,1
+  testing::cache_prefix(kv, t);  // queue: 9..13, then g1 8,7,6,5, then g0 4,3,2,1
   // B pops 9..13 and 8: the window group's last block of A is evicted.
   ASSERT_EQ(testing::prefill(kv, 2, testing::iota_tokens(500, 12)), 0);
   EXPECT_EQ(table(kv, 2, 0), (Ids{9, 10, 11}));
@@ -140,12 +145,9 @@ TEST(KvGroups, WindowGroupLimitsTheHit) {
   ASSERT_TRUE(kv.free(2));
   // Group 0 still has A's 4 blocks, but a hit at 16 needs g1's block 3 (gone);
   // at 12 it needs g1's block 2 only (keys 9..11): the hit is 12.
-  Tokens q = t;
-  q.push_back(1);
+  const Tokens q = testing::concat(t, {1});
   PrefixMatch m = kv.match_prefix(q, "");
-  EXPECT_EQ(m.num_cached_tokens(), 12);
-  EXPECT_TRUE(std::ranges::equal(m.blocks(0), Ids{1, 2, 3}));
-  EXPECT_TRUE(std::ranges::equal(m.blocks(1), Ids{0, 0, 7}));
+  expect_match(m, 12, {{1, 2, 3}, {0, 0, 7}});
   ASSERT_NE(m.next_block_key(), nullptr);
   auto a = kv.can_allocate(std::move(m), 5);
   ASSERT_TRUE(a.ok()) << a.message();
@@ -159,8 +161,7 @@ TEST(KvGroups, WindowGroupLimitsTheHit) {
 TEST(KvGroups, RevalidateDropsAHitWhoseWindowBlockWasEvicted) {
   KvManager kv = make(14, 4, {0, 4});
   const Tokens t = testing::iota_tokens(100, 16);
-  ASSERT_EQ(testing::prefill(kv, 1, t), 0);
-  ASSERT_TRUE(kv.free(1));
+  testing::cache_prefix(kv, t);
   Tokens q = t;
   q.push_back(1);
   PrefixMatch m = kv.match_prefix(q, "");
@@ -176,8 +177,7 @@ TEST(KvGroups, RevalidateDropsAHitWhoseWindowBlockWasEvicted) {
 TEST(KvGroups, ForkAndCopyOnWriteInEveryGroup) {
   KvManager kv = make(40, 4, {0, 8});
   const Tokens t = testing::iota_tokens(1, 10);
-  ASSERT_EQ(testing::prefill(kv, 1, t), 0);  // g0 {1,2,3}, g1 {4,5,6}
-  ASSERT_TRUE(kv.fork(1, 2).ok());
+  testing::prefill_and_fork(kv, t);  // g0 {1,2,3}, g1 {4,5,6}
   std::vector<BlockCopy> copies;
   ASSERT_TRUE(kv.append_slots(2, 1, &copies));
   // Position 10 sees keys 3..10: nothing released; the shared partial block of

@@ -10,14 +10,17 @@ namespace pagoda::kv {
 namespace {
 
 using testing::can_allocate;
+using testing::cache_prefix;
 using testing::cached_tokens;
 using testing::concat;
 using testing::Ids;
 using testing::iota_tokens;
 using testing::make_config;
 using testing::prefill;
+using testing::prefill_and_fork;
 using testing::table;
 using testing::Tokens;
+using testing::with_cached;
 
 TEST(BlockPool, InitialOrderPopAndReverseFree) {
   BlockPool pool(6);
@@ -173,10 +176,8 @@ TEST(KvManager, LruEvictsLeastRecentlyFreedFirst) {
 }
 
 TEST(KvManager, HitOnFreeBlockRemovesItFromTheQueue) {
-  KvManager kv(make_config(8, 4));
   const Tokens t = iota_tokens(0, 8);
-  ASSERT_EQ(prefill(kv, 1, t), 0);
-  kv.free(1);
+  KvManager kv = with_cached(make_config(8, 4), t);
   EXPECT_EQ(kv.pool().free_queue(), (Ids{3, 4, 5, 6, 7, 2, 1}));
   EXPECT_EQ(kv.stats().num_cached_evictable, 2);
 
@@ -199,10 +200,8 @@ TEST(KvManager, HitOnFreeBlockRemovesItFromTheQueue) {
 TEST(KvManager, RevivedHitsCountAgainstFreeBlocks) {
   // 3 usable blocks, 2 cached and free. Reviving both and taking one fresh
   // block uses the whole pool; asking for 2 fresh ones is refused untouched.
-  KvManager kv(make_config(4, 2));
   const Tokens t = iota_tokens(0, 4);
-  ASSERT_EQ(prefill(kv, 1, t), 0);
-  kv.free(1);
+  KvManager kv = with_cached(make_config(4, 2), t);
   const Tokens u = concat(t, Tokens{5, 6, 7});
   EXPECT_EQ(cached_tokens(kv, u), 4);
   EXPECT_FALSE(can_allocate(kv, u, 3));  // 2 revived + 2 fresh > 3
@@ -239,8 +238,7 @@ TEST(KvManager, WatermarkKeepsBlocksFreeAtAdmissionOnly) {
 TEST(KvManager, AppendSlotsRefusalLeavesNoPartialState) {
   KvManager kv(make_config(5, 4));  // 4 usable
   const Tokens t = iota_tokens(0, 6);
-  ASSERT_EQ(prefill(kv, 1, t), 0);  // blocks 1, 2
-  ASSERT_TRUE(kv.fork(1, 2).ok());
+  prefill_and_fork(kv, t);  // blocks 1, 2
   // Child writes position 6 (shared partial block 2 -> CoW) and needs 2 more
   // blocks for 12 tokens: 3 > 2 free, refused.
   std::vector<BlockCopy> copies;
@@ -259,8 +257,7 @@ TEST(KvManager, AppendSlotsRefusalLeavesNoPartialState) {
 TEST(KvManager, ForkSharesBlocksAndCopiesOnWrite) {
   KvManager kv(make_config(10, 4));
   const Tokens t = iota_tokens(0, 6);
-  ASSERT_EQ(prefill(kv, 1, t), 0);
-  ASSERT_TRUE(kv.fork(1, 2).ok());
+  prefill_and_fork(kv, t);
   EXPECT_FALSE(kv.fork(1, 2).ok());
   EXPECT_FALSE(kv.fork(7, 8).ok());
   EXPECT_EQ(table(kv, 2), (Ids{1, 2}));
@@ -301,8 +298,7 @@ TEST(KvManager, ForkSharesBlocksAndCopiesOnWrite) {
 TEST(KvManager, ForkOnBlockBoundaryNeedsNoCopy) {
   KvManager kv(make_config(10, 4));
   const Tokens t = iota_tokens(0, 8);
-  ASSERT_EQ(prefill(kv, 1, t), 0);
-  ASSERT_TRUE(kv.fork(1, 2).ok());
+  prefill_and_fork(kv, t);
   std::vector<BlockCopy> copies;
   ASSERT_TRUE(kv.append_slots(2, 1, &copies));
   ASSERT_TRUE(kv.append_slots(1, 1, &copies));
@@ -379,8 +375,7 @@ TEST(KvManager, ForcedHashCollisionIsRefusedByTheTokenCheck) {
       [](const Hash128&, std::span<const TokenId>, uint64_t, std::string_view) { return Hash128{42, 42}; });
   const Tokens x = {1, 1, 1, 1, 5};
   const Tokens y = {2, 2, 2, 2, 5};
-  ASSERT_EQ(prefill(kv, 1, x), 0);
-  kv.free(1);
+  cache_prefix(kv, x);
   EXPECT_EQ(kv.stats().num_cached, 1);
   EXPECT_EQ(cached_tokens(kv, x), 4);
   EXPECT_EQ(cached_tokens(kv, y), 0);  // same key, other tokens
@@ -537,8 +532,7 @@ TEST(KvManager, BlockSizeOneAndTwoHundredFiftySix) {
   for (int32_t bs : {1, 256}) {
     KvManager kv(make_config(6, bs));
     const Tokens t = iota_tokens(0, 3 * bs);
-    ASSERT_EQ(*kv.allocate(1, t, 3 * bs, ""), 0);
-    kv.mark_computed(1, t, 3 * bs);
+    ASSERT_EQ(prefill(kv, 1, t), 0);
     EXPECT_EQ(kv.num_committed_blocks(1), 3);
     ASSERT_EQ(*kv.allocate(2, t, 1, ""), 2 * bs) << bs;
     EXPECT_EQ(table(kv, 2), (Ids{1, 2, 4}));
@@ -549,10 +543,8 @@ TEST(KvManager, BlockSizeOneAndTwoHundredFiftySix) {
 // Admission walks the prefix cache once: match_prefix looks up, can_allocate
 // and allocate only consume the match.
 TEST(KvManager, AdmissionLooksUpOnce) {
-  KvManager kv(make_config(16, 4));
   const Tokens base = iota_tokens(100, 12);
-  ASSERT_EQ(prefill(kv, 1, base), 0);
-  kv.free(1);
+  KvManager kv = with_cached(make_config(16, 4), base);
   const int64_t before = kv.stats().prefix_lookups;
   const Tokens two = concat(Tokens(base.begin(), base.begin() + 8), Tokens{9, 9});
   PrefixMatch m = kv.match_prefix(two, "");
@@ -581,10 +573,8 @@ TEST(KvManager, AdmissionLooksUpOnce) {
 }
 
 TEST(KvManager, StaleMatchIsRefusedThenRevalidatedWithoutHashing) {
-  KvManager kv(make_config(5, 4));  // usable blocks 1..4
   const Tokens a = iota_tokens(0, 8);
-  ASSERT_EQ(prefill(kv, 1, a), 0);  // blocks 1, 2 committed
-  kv.free(1);
+  KvManager kv = with_cached(make_config(5, 4), a);  // usable blocks 1..4; a committed 1, 2
   EXPECT_EQ(kv.pool().free_queue(), (Ids{3, 4, 2, 1}));
   const Tokens u = concat(a, Tokens{9});
   PrefixMatch m = kv.match_prefix(u, "");

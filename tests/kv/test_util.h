@@ -64,6 +64,26 @@ inline int32_t prefill(KvManager& kv, SeqId id, const Tokens& t, std::string_vie
   return *got;
 }
 
+// Prefills `t` as sequence 1 (with no hit) and frees it: its full blocks stay
+// in the prefix cache, free but revivable, the setup of most prefix-hit tests.
+inline void cache_prefix(KvManager& kv, const Tokens& t) {
+  EXPECT_EQ(prefill(kv, 1, t), 0) << "cache_prefix wants a manager without a hit on t";
+  EXPECT_TRUE(kv.free(1));
+}
+
+// A manager of config `c` whose prefix cache holds t's full blocks (cache_prefix).
+inline KvManager with_cached(const KvConfig& c, const Tokens& t) {
+  KvManager kv(c);
+  cache_prefix(kv, t);
+  return kv;
+}
+
+// Prefills `t` as sequence 1 and forks it into sequence 2, sharing all its blocks.
+inline void prefill_and_fork(KvManager& kv, const Tokens& t) {
+  EXPECT_EQ(prefill(kv, 1, t), 0);
+  EXPECT_TRUE(kv.fork(1, 2).ok());
+}
+
 #define EXPECT_INVARIANTS(kv) EXPECT_EQ((kv).check_invariants(), "")
 
 }  // namespace pagoda::kv::testing

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <climits>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <sstream>
@@ -31,6 +32,14 @@ inline kv::KvConfig kv_config(int32_t num_blocks, int32_t block_size, double wat
 // The random soaks' prompts: four base strings of 200 tokens; a prompt is (60%)
 // a random prefix of one of them, then a random tail of 0..120 tokens (at
 // least one), so that prefix hits and in-flight dedup happen.
+// One soak arrival: a prompt (see SoakPrompts::prompt), its output budget and
+// the output length at which the fake runner emits eos.
+struct SoakArrival {
+  Tokens prompt;
+  int32_t max_tokens = 0;
+  int32_t eos = 0;
+};
+
 class SoakPrompts {
  public:
   explicit SoakPrompts(Rng& rng) : rng_(rng), bases_(4) {
@@ -38,6 +47,7 @@ class SoakPrompts {
       for (int i = 0; i < 200; ++i) b.push_back(static_cast<TokenId>(rng_.uniform_int(0, kVocab - 1)));
     }
   }
+  // Prompts sharing one of 4 bases (60%) plus a random tail.
   Tokens next() {
     Tokens prompt;
     if (rng_.uniform() < 0.6) {
@@ -47,6 +57,16 @@ class SoakPrompts {
     const int64_t tail = rng_.uniform_int(prompt.empty() ? 1 : 0, 120);
     for (int64_t i = 0; i < tail; ++i) prompt.push_back(static_cast<TokenId>(rng_.uniform_int(0, kVocab - 1)));
     return prompt;
+  }
+  // Arrivals this step: ~0.2 per step on average, in bursts of 1 to 4.
+  int arrivals() { return rng_.uniform() < 0.08 ? static_cast<int>(rng_.uniform_int(1, 4)) : 0; }
+  // A request of next()'s prompt, max_tokens in [1, max_tokens_hi], eos in [1, 80].
+  SoakArrival arrival(int32_t max_tokens_hi) {
+    SoakArrival a;
+    a.prompt = next();
+    a.max_tokens = static_cast<int32_t>(rng_.uniform_int(1, max_tokens_hi));
+    a.eos = static_cast<int32_t>(rng_.uniform_int(1, 80));
+    return a;
   }
 
  private:
@@ -171,9 +191,21 @@ class Harness {
   }
   // The end of a soak: runs what is left, then every request must have
   // finished or been aborted, and the pool must be free again.
-  void drain_soak() {
+  // Ends a soak: runs what is left, checks nothing was lost and the pool is free,
+  // prints the counters every soak reports after `name` and returns them.
+  struct SoakCounters {
+    SchedulerStats sched;
+    kv::KvStats kv;
+  };
+  SoakCounters drain_soak(const char* name) {
     run_to_completion(5000);
     expect_all_done_and_pool_free();
+    SoakCounters c{sched_.stats(), kv_.stats()};
+    std::printf("%s: %lld steps, %zu finished, %lld aborted, %lld preemptions, prefix hits %lld / %lld tokens\n", name,
+                static_cast<long long>(c.sched.num_steps), finished_.size(), static_cast<long long>(c.sched.num_aborted),
+                static_cast<long long>(c.sched.num_preemptions), static_cast<long long>(c.kv.prefix_hit_tokens),
+                static_cast<long long>(c.kv.prefix_query_tokens));
+    return c;
   }
 
   void expect_all_done_and_pool_free() {

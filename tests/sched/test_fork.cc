@@ -21,6 +21,7 @@ using testing::Harness;
 using testing::iota_tokens;
 using testing::kv_config;
 using testing::sched_config;
+using testing::SoakArrival;
 using testing::SoakPrompts;
 using testing::Tokens;
 using Blocks = std::vector<BlockId>;
@@ -353,16 +354,13 @@ TEST(SchedulerFork, RandomSoakWithGroups) {
     return std::any_of(g.begin(), g.end(), [&](RequestId id) { return h.sched().find(id) != nullptr; });
   };
   for (int step = 0; step < kSteps; ++step) {
-    const int arrivals = rng.uniform() < 0.08 ? static_cast<int>(rng.uniform_int(1, 4)) : 0;
-    for (int a = 0; a < arrivals; ++a) {
-      const Tokens prompt = prompts.next();
-      const auto max_tokens = static_cast<int32_t>(rng.uniform_int(1, 160));
-      const auto eos = static_cast<int32_t>(rng.uniform_int(1, 80));
+    for (int a = 0, arrivals = prompts.arrivals(); a < arrivals; ++a) {
+      const SoakArrival r = prompts.arrival(160);
       const int n = rng.uniform() < 0.3 ? static_cast<int>(rng.uniform_int(2, 4)) : 1;
       std::vector<RequestId> group;
       for (int i = 0; i < n; ++i) group.push_back(next++);
       const std::vector<RequestId> children(group.begin() + 1, group.end());
-      if (h.add(group[0], prompt, max_tokens, eos, rng.uniform() < 0.1 ? "tenant-x" : "", children).ok()) {
+      if (h.add(group[0], r.prompt, r.max_tokens, r.eos, rng.uniform() < 0.1 ? "tenant-x" : "", children).ok()) {
         for (RequestId c : children) h.set_eos(c, static_cast<int32_t>(rng.uniform_int(1, 80)));
         live.push_back(group);
         groups += n > 1;
@@ -390,16 +388,11 @@ TEST(SchedulerFork, RandomSoakWithGroups) {
     }
     if (h.soak_failed(step)) return;
   }
-  h.drain_soak();
-  const SchedulerStats& st = h.sched().stats();
-  const kv::KvStats ks = h.kv().stats();
-  std::printf("fork soak: %lld steps, %llu ids, %d groups, %lld forks, %zu finished, %lld aborted, %lld preemptions "
-              "(%d parents before fork, %d children), %lld cow copies, prefix hits %lld / %lld tokens\n",
-              static_cast<long long>(st.num_steps), static_cast<unsigned long long>(next - 1), groups,
-              static_cast<long long>(st.num_forks), h.finished().size(), static_cast<long long>(st.num_aborted),
-              static_cast<long long>(st.num_preemptions), parents_preempted, children_preempted,
-              static_cast<long long>(ks.num_cow_copies), static_cast<long long>(ks.prefix_hit_tokens),
-              static_cast<long long>(ks.prefix_query_tokens));
+  const auto [st, ks] = h.drain_soak("fork soak");
+  std::printf("fork soak: %llu ids, %d groups, %lld forks, %d parents preempted before their fork, %d children, "
+              "%lld cow copies\n",
+              static_cast<unsigned long long>(next - 1), groups, static_cast<long long>(st.num_forks), parents_preempted,
+              children_preempted, static_cast<long long>(ks.num_cow_copies));
   EXPECT_GE(st.num_steps, kSteps);
   EXPECT_GT(groups, 100);
   EXPECT_GT(st.num_forks, 200);

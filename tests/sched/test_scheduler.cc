@@ -22,6 +22,7 @@ using testing::iota_tokens;
 using testing::kv_config;
 using testing::kVocab;
 using testing::sched_config;
+using testing::SoakArrival;
 using testing::SoakPrompts;
 using testing::Tokens;
 
@@ -344,15 +345,12 @@ void random_soak(SchedulePolicy policy) {
   int rejected = 0;
   constexpr int kSteps = 10000;
   for (int step = 0; step < kSteps; ++step) {
-    // ~0.2 requests per step on average, in bursts: near but under capacity.
-    const int arrivals = rng.uniform() < 0.08 ? static_cast<int>(rng.uniform_int(1, 4)) : 0;
-    for (int a = 0; a < arrivals; ++a) {
-      const Tokens prompt = prompts.next();
-      const auto max_tokens = static_cast<int32_t>(rng.uniform_int(1, 200));
-      const auto eos = static_cast<int32_t>(rng.uniform_int(1, 80));
+    // Near but under capacity.
+    for (int a = 0, arrivals = prompts.arrivals(); a < arrivals; ++a) {
+      const SoakArrival r = prompts.arrival(200);
       const std::string salt = rng.uniform() < 0.1 ? "tenant-x" : "";
       const RequestId id = next++;
-      if (h.add(id, prompt, max_tokens, eos, salt).ok()) {
+      if (h.add(id, r.prompt, r.max_tokens, r.eos, salt).ok()) {
         live.push_back(id);
       } else {
         ++rejected;  // prompt + max_tokens > 512
@@ -371,15 +369,10 @@ void random_soak(SchedulePolicy policy) {
     h.step(abort_mid);
     if (h.soak_failed(step)) return;
   }
-  h.drain_soak();
-  const SchedulerStats& st = h.sched().stats();
-  const kv::KvStats ks = h.kv().stats();
-  std::printf("random: %lld steps, %llu requests (%d rejected), %zu finished, %lld aborted, %lld preemptions, "
-              "%lld deferrals (max %lld steps), prefix hits %lld / %lld tokens\n",
-              static_cast<long long>(st.num_steps), static_cast<unsigned long long>(next - 1), rejected,
-              h.finished().size(), static_cast<long long>(st.num_aborted), static_cast<long long>(st.num_preemptions),
-              static_cast<long long>(st.num_deferrals), static_cast<long long>(h.max_deferred_steps),
-              static_cast<long long>(ks.prefix_hit_tokens), static_cast<long long>(ks.prefix_query_tokens));
+  const auto [st, ks] = h.drain_soak("random");
+  std::printf("random: %llu requests (%d rejected), %lld deferrals (max %lld steps)\n",
+              static_cast<unsigned long long>(next - 1), rejected, static_cast<long long>(st.num_deferrals),
+              static_cast<long long>(h.max_deferred_steps));
   EXPECT_GE(st.num_steps, kSteps);
   EXPECT_GT(st.num_preemptions, 0);
   EXPECT_GT(st.num_deferrals, 0);

@@ -13,50 +13,45 @@ namespace {
 
 const std::vector<std::string> kNames = {"get_weather", "add"};
 
-void expect_call(const ToolCall& c, const std::string& name, const std::string& args) {
-  EXPECT_EQ(c.name, name);
-  EXPECT_EQ(nlohmann::json::parse(c.arguments), nlohmann::json::parse(args));
+// The calls, in order: each name and its arguments (compared as JSON values).
+using Calls = std::vector<std::pair<std::string, std::string>>;
+void expect_calls(const std::vector<ToolCall>& calls, const Calls& want) {
+  ASSERT_EQ(calls.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(calls[i].name, want[i].first) << "call " << i;
+    EXPECT_EQ(nlohmann::json::parse(calls[i].arguments), nlohmann::json::parse(want[i].second)) << "call " << i;
+  }
+}
+
+// Parses `text` with the declared kNames, checks the calls, returns the rest (the content).
+std::string expect_parse(const std::string& text, const Calls& want) {
+  auto p = parse_tool_calls(text, kNames);
+  expect_calls(p.calls, want);
+  return p.content;
 }
 
 TEST(ToolParse, HermesQwen) {
-  auto p = parse_tool_calls(
-      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
-      "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>",
-      kNames);
-  ASSERT_EQ(p.calls.size(), 2u);
-  expect_call(p.calls[0], "get_weather", R"({"city":"Paris"})");
-  expect_call(p.calls[1], "add", R"({"a":1,"b":2})");
-  EXPECT_EQ(p.content, "Let me check.");
+  EXPECT_EQ(expect_parse("Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"
+                         "\n</tool_call>\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>",
+                         {{"get_weather", R"({"city":"Paris"})"}, {"add", R"({"a":1,"b":2})"}}),
+            "Let me check.");
   // The closing tag cut by the end of generation still parses.
-  p = parse_tool_calls("<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 5}}", kNames);
-  ASSERT_EQ(p.calls.size(), 1u);
-  expect_call(p.calls[0], "add", R"({"a":5})");
-  EXPECT_EQ(p.content, "");
+  EXPECT_EQ(expect_parse("<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 5}}", {{"add", R"({"a":5})"}}), "");
 }
 
 TEST(ToolParse, Llama3Json) {
-  auto p = parse_tool_calls("{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\", \"unit\": \"celsius\"}}",
-                            kNames);
-  ASSERT_EQ(p.calls.size(), 1u);
-  expect_call(p.calls[0], "get_weather", R"({"city":"Oslo","unit":"celsius"})");
-  p = parse_tool_calls("<|python_tag|>{\"name\": \"add\", \"parameters\": {\"a\": 1}}; {\"name\": \"add\", "
-                       "\"parameters\": {\"a\": 2}}",
-                       kNames);
-  ASSERT_EQ(p.calls.size(), 2u);
-  expect_call(p.calls[1], "add", R"({"a":2})");
+  expect_parse("{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\", \"unit\": \"celsius\"}}",
+               {{"get_weather", R"({"city":"Oslo","unit":"celsius"})"}});
+  expect_parse("<|python_tag|>{\"name\": \"add\", \"parameters\": {\"a\": 1}}; {\"name\": \"add\", \"parameters\": {\"a\": 2}}",
+               {{"add", R"({"a":1})"}, {"add", R"({"a":2})"}});
 }
 
 TEST(ToolParse, MistralAndPlainJson) {
-  auto p = parse_tool_calls(
-      "[TOOL_CALLS] [{\"name\": \"add\", \"arguments\": {\"a\": 3, \"b\": 4}}, {\"name\": \"get_weather\", "
-      "\"arguments\": \"{\\\"city\\\": \\\"Rome\\\"}\"}]",
-      kNames);
-  ASSERT_EQ(p.calls.size(), 2u);
-  expect_call(p.calls[0], "add", R"({"a":3,"b":4})");
-  expect_call(p.calls[1], "get_weather", R"({"city":"Rome"})");  // arguments given as a JSON string
-  p = parse_tool_calls("  {\"name\":\"add\",\"arguments\":{\"a\":0,\"b\":0}}\n", kNames);
-  ASSERT_EQ(p.calls.size(), 1u);
-  expect_call(p.calls[0], "add", R"({"a":0,"b":0})");
+  // The second call's arguments come as a JSON string.
+  expect_parse("[TOOL_CALLS] [{\"name\": \"add\", \"arguments\": {\"a\": 3, \"b\": 4}}, {\"name\": \"get_weather\", "
+               "\"arguments\": \"{\\\"city\\\": \\\"Rome\\\"}\"}]",
+               {{"add", R"({"a":3,"b":4})"}, {"get_weather", R"({"city":"Rome"})"}});
+  expect_parse("  {\"name\":\"add\",\"arguments\":{\"a\":0,\"b\":0}}\n", {{"add", R"({"a":0,"b":0})"}});
 }
 
 TEST(ToolParse, TextThatIsNotACallStaysContent) {

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "sim/calibrate.h"
 
@@ -156,11 +157,9 @@ std::string read_all(const std::string& path) {
 TEST(SimCalibrate, EditsOnlyTheEntrysEfficiencyInHardwareJson) {
   const std::string text = read_all(std::string(PAGODA_SOURCE_DIR) + "/data/hardware.json");
   ASSERT_FALSE(text.empty());
-  CalibrationFit fit;
-  fit.compute_efficiency = 0.125;
-  fit.attention_efficiency = 0.0625;
-  fit.bandwidth_efficiency = 0.75;
-  fit.step_overhead_s = 0.0015;
+  CalibrationFit fit;  // only what set_efficiency_in_json writes
+  std::tie(fit.compute_efficiency, fit.attention_efficiency, fit.bandwidth_efficiency, fit.step_overhead_s) =
+      std::make_tuple(0.125, 0.0625, 0.75, 0.0015);
   auto out = set_efficiency_in_json(text, "cpu-local", fit);
   ASSERT_TRUE(out.ok()) << out.message();
   // Exactly the entry's efficiency object changes; every other byte stays.
@@ -196,11 +195,9 @@ TEST(SimCalibrate, EditsOnlyTheEntrysEfficiencyInHardwareJson) {
 
 TEST(SimCalibrate, AddsAMissingEfficiencyAndRejectsUnknownEntries) {
   const std::string text = R"({"hardware": {"a": {"mem_bandwidth": 1e9}, "b": {}}})";
-  CalibrationFit fit;
-  fit.compute_efficiency = 0.5;
-  fit.attention_efficiency = 0.5;
-  fit.bandwidth_efficiency = 0.25;
-  fit.step_overhead_s = 0;
+  CalibrationFit fit;  // only what set_efficiency_in_json writes
+  std::tie(fit.compute_efficiency, fit.attention_efficiency, fit.bandwidth_efficiency, fit.step_overhead_s) =
+      std::make_tuple(0.5, 0.5, 0.25, 0.0);
   auto a = set_efficiency_in_json(text, "a", fit);
   ASSERT_TRUE(a.ok()) << a.message();
   EXPECT_EQ(*a, R"({"hardware": {"a": {"mem_bandwidth": 1e9, "efficiency": {"compute": 0.5, "attention": 0.5, "bandwidth": 0.25, "step_overhead_s": 0}}, "b": {}}})");

@@ -227,12 +227,18 @@ TEST(SimCost, MoeReadsOnlyTouchedExperts) {
   EXPECT_LT(many.weight_bytes, (46702792704.0 - table) * 2 + 512 * 4096 * 2 + 1);
 }
 
-TEST(SimWorkload, RandomSharedPrefixAndRates) {
+// A random workload of `n` prompts of `in` tokens, each generating `out`.
+WorkloadSpec random_workload(int32_t n, int32_t in, int32_t out, int32_t vocab = WorkloadSpec{}.vocab) {
   WorkloadSpec ws;
-  ws.num_prompts = 10;
-  ws.input_len = 100;
-  ws.output_len = 20;
-  ws.vocab = 1000;
+  ws.num_prompts = n;
+  ws.input_len = in;
+  ws.output_len = out;
+  ws.vocab = vocab;
+  return ws;
+}
+
+TEST(SimWorkload, RandomSharedPrefixAndRates) {
+  WorkloadSpec ws = random_workload(10, 100, 20, 1000);
   auto a = make_workload(ws).value();
   auto b = make_workload(ws).value();
   ASSERT_EQ(a.size(), 10u);
@@ -303,11 +309,7 @@ SimConfig small_config() {
 
 TEST(SimRun, RandomWorkloadCompletesDeterministically) {
   const SimConfig cfg = small_config();
-  WorkloadSpec ws;
-  ws.num_prompts = 24;
-  ws.input_len = 128;
-  ws.output_len = 32;
-  ws.vocab = cfg.plan.model.vocab;
+  WorkloadSpec ws = random_workload(24, 128, 32, cfg.plan.model.vocab);
   const auto reqs = make_workload(ws).value();
   auto r = simulate(cfg, reqs);
   ASSERT_TRUE(r.ok()) << r.message();
@@ -364,11 +366,7 @@ TEST(SimRun, SmallPoolPreemptsButFinishesEverything) {
   SimConfig cfg = small_config();
   // 48 blocks of 16 tokens (incl. the null block) for 8 requests that grow to 160 tokens (10 blocks) each.
   cfg.plan.kv_cache_memory = 48 * kv::kv_bytes_per_block(cfg.plan.model.kv_shape(), cfg.plan.kv_dtype, 16);
-  WorkloadSpec ws;
-  ws.num_prompts = 8;
-  ws.input_len = 32;
-  ws.output_len = 128;
-  ws.vocab = cfg.plan.model.vocab;
+  WorkloadSpec ws = random_workload(8, 32, 128, cfg.plan.model.vocab);
   auto r = simulate(cfg, make_workload(ws).value());
   ASSERT_TRUE(r.ok()) << r.message();
   EXPECT_EQ(r->metrics.num_blocks, 48);
@@ -386,10 +384,7 @@ TEST(SimRun, SmallPoolPreemptsButFinishesEverything) {
 
 TEST(SimRun, RejectsWhatCannotRun) {
   SimConfig cfg = small_config();
-  WorkloadSpec ws;
-  ws.num_prompts = 1;
-  ws.input_len = 9000;  // beyond SmolLM2's 8192 context
-  ws.output_len = 1;
+  WorkloadSpec ws = random_workload(1, 9000, 1);  // beyond SmolLM2's 8192 context
   auto r = simulate(cfg, make_workload(ws).value());
   ASSERT_FALSE(r.ok());
   ws.input_len = 10;
@@ -406,10 +401,7 @@ TEST(SimRun, RejectsWhatCannotRun) {
 
 TEST(SimRun, MetricsBlockAndPlot) {
   const SimConfig cfg = small_config();
-  WorkloadSpec ws;
-  ws.num_prompts = 4;
-  ws.input_len = 64;
-  ws.output_len = 4;
+  WorkloadSpec ws = random_workload(4, 64, 4);
   auto r = simulate(cfg, make_workload(ws).value());
   ASSERT_TRUE(r.ok());
   const std::string text = format_metrics(r->metrics);

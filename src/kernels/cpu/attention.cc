@@ -26,35 +26,35 @@ namespace {
 constexpr int32_t kMaxBlockSize = 256;  // tokens per KV page
 constexpr int32_t kQueryTile = 8;       // consecutive tokens of one sequence sharing decoded pages
 
+// 16-bit floats p[0, n) to f32: eight at a time with `wide` (from 8 packed
+// halves), the tail one by one with `one`; both conversions are exact.
+template <class Wide, class One>
+inline void decode_16bit(const uint8_t* p, int32_t n, float* out, Wide wide, One one) {
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, wide(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * i))));
+  for (; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, 2);
+    out[i] = one(h);
+  }
+}
+
 // Decodes values [start, start + n) of a KV row to f32. out: [n]
 void decode_slice(KvDtype dtype, const uint8_t* row, int64_t start, int32_t n, float* out) {
   int32_t i = 0;
   switch (dtype) {
     case KvDtype::F32: std::memcpy(out, row + start * 4, static_cast<size_t>(n) * 4); return;
-    case KvDtype::F16: {
-      const uint8_t* p = row + start * 2;
-      for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * i))));
-      for (; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, p + 2 * i, 2);
-        out[i] = fp16_to_fp32(h);
-      }
+    case KvDtype::F16:
+      decode_16bit(
+          row + start * 2, n, out, [](__m128i h) { return _mm256_cvtph_ps(h); },
+          [](uint16_t h) { return fp16_to_fp32(h); });
       return;
-    }
-    case KvDtype::BF16: {
-      const uint8_t* p = row + start * 2;
-      for (; i + 8 <= n; i += 8) {
-        const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * i)));
-        _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
-      }
-      for (; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, p + 2 * i, 2);
-        out[i] = bf16_to_fp32(h);
-      }
+    case KvDtype::BF16:
+      decode_16bit(
+          row + start * 2, n, out,
+          [](__m128i h) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); },
+          [](uint16_t h) { return bf16_to_fp32(h); });
       return;
-    }
     case KvDtype::Q8_0: {
       for (; i < n;) {
         const int64_t e = start + i, blk = e / 32, off = e % 32;

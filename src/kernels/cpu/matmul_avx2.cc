@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "base/check.h"
 #include "base/ggml_quant.h"
@@ -134,20 +135,27 @@ inline __m256 group_dot(__m256 acc, const WGroup& w, const uint8_t* xt) {
   return acc;
 }
 
-template <int T, bool kQ8>
-void qkernel(const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) {
+// The micro-kernel loop shared by the packed and the direct kernels: T tokens
+// times kR rows, group by group; load(r, g) gives row r's weight group g.
+template <int T, bool kQ8, class LoadGroup>
+inline void qkernel_rows(LoadGroup load, const uint8_t* const* x, int64_t ng, float* out) {
   __m256 acc[kR][T];
   for (int r = 0; r < kR; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   for (int64_t g = 0; g < ng; ++g) {
     const size_t o = static_cast<size_t>(g) * kRec;
     for (int r = 0; r < kR; ++r) {
-      const WGroup wg = load_group(w[r] + o);
+      const WGroup wg = load(r, g);
       for (int t = 0; t < T; ++t) acc[r][t] = group_dot<kQ8>(acc[r][t], wg, x[t] + o);
     }
   }
   for (int r = 0; r < kR; ++r)
     for (int t = 0; t < T; ++t) out[t * kR + r] = hsum8(acc[r][t]);
+}
+
+template <int T, bool kQ8>
+void qkernel(const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) {
+  qkernel_rows<T, kQ8>([w](int r, int64_t g) { return load_group(w[r] + static_cast<size_t>(g) * kRec); }, x, ng, out);
 }
 
 // Direct (few tokens): decode each group in registers and use it at once.
@@ -156,19 +164,12 @@ void qkernel_direct(const uint8_t* const* rows, int64_t nb, const uint8_t* const
                     float* out) {
   constexpr bool kQ8 = kType == GgmlType::Q8_0;
   constexpr size_t kGroupBytes = Layout<kType>::kBB * kG;
-  __m256 acc[kR][T];
-  for (int r = 0; r < kR; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-  for (int64_t g = 0; g < ng; ++g) {
-    const size_t o = static_cast<size_t>(g) * kRec;
-    for (int r = 0; r < kR; ++r) {
-      _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + g * kGroupBytes), _MM_HINT_T0);
-      const WGroup wg = decode_row_group<kType>(rows[r], nb, g);
-      for (int t = 0; t < T; ++t) acc[r][t] = group_dot<kQ8>(acc[r][t], wg, x[t] + o);
-    }
-  }
-  for (int r = 0; r < kR; ++r)
-    for (int t = 0; t < T; ++t) out[t * kR + r] = hsum8(acc[r][t]);
+  qkernel_rows<T, kQ8>(
+      [rows, nb, prefetch](int r, int64_t g) {
+        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + g * kGroupBytes), _MM_HINT_T0);
+        return decode_row_group<kType>(rows[r], nb, g);
+      },
+      x, ng, out);
 }
 
 template <bool kQ8>
@@ -181,28 +182,50 @@ void qkernel_n(int nt, const uint8_t* const* w, const uint8_t* const* x, int64_t
   }
 }
 
-template <int T>
-void fkernel(const float* const* w, const float* const* x, int64_t k, float* out) {
+// Lanes [0, n) of an AVX2 mask: all ones, then zeros (n in [0, 8]).
+inline __m256i lane_mask(int64_t n) {
+  alignas(32) static const int32_t kMask[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kMask + 8 - n));
+}
+
+// The float micro-kernel loop shared by fkernel and hkernel_direct: T tokens
+// times kR rows, 8 columns at a time, then a masked tail. load(r, c, n, tail)
+// gives row r's weights at columns c..c+n as f32 (the rest zero); `tail` is
+// std::true_type only in the tail, so each path compiles to its own loads.
+template <int T, class LoadW>
+inline void fkernel_rows(LoadW load, const float* const* x, int64_t k, float* out) {
   __m256 acc[kR][T];
   for (int r = 0; r < kR; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   int64_t c = 0;
   for (; c + 8 <= k; c += 8) {
     for (int r = 0; r < kR; ++r) {
-      const __m256 wv = _mm256_loadu_ps(w[r] + c);
+      const __m256 wv = load(r, c, int64_t{8}, std::false_type{});
       for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[t] + c), acc[r][t]);
     }
   }
   if (c < k) {
-    alignas(32) static const int32_t kMask[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
-    const __m256i m = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kMask + 8 - (k - c)));
+    const __m256i m = lane_mask(k - c);
     for (int r = 0; r < kR; ++r) {
-      const __m256 wv = _mm256_maskload_ps(w[r] + c, m);
+      const __m256 wv = load(r, c, k - c, std::true_type{});
       for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(wv, _mm256_maskload_ps(x[t] + c, m), acc[r][t]);
     }
   }
   for (int r = 0; r < kR; ++r)
     for (int t = 0; t < T; ++t) out[t * kR + r] = hsum8(acc[r][t]);
+}
+
+template <int T>
+void fkernel(const float* const* w, const float* const* x, int64_t k, float* out) {
+  fkernel_rows<T>(
+      [w](int r, int64_t c, int64_t n, auto tail) {
+        if constexpr (decltype(tail)::value) {
+          return _mm256_maskload_ps(w[r] + c, lane_mask(n));
+        } else {
+          return _mm256_loadu_ps(w[r] + c);
+        }
+      },
+      x, k, out);
 }
 
 void fkernel_n(int nt, const float* const* w, const float* const* x, int64_t k, float* out) {
@@ -236,27 +259,14 @@ inline __m256 load_half8(const uint8_t* row, int64_t c, int64_t n) {
 // Direct F16/BF16 kernel for few tokens; same op sequence per output as fkernel.
 template <GgmlType kType, int T>
 void hkernel_direct(const uint8_t* const* w, const float* const* x, int64_t k, size_t prefetch, float* out) {
-  __m256 acc[kR][T];
-  for (int r = 0; r < kR; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-  int64_t c = 0;
-  for (; c + 8 <= k; c += 8) {
-    for (int r = 0; r < kR; ++r) {
-      if ((c & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(w[r] + prefetch + 2 * c), _MM_HINT_T0);
-      const __m256 wv = load_half8<kType>(w[r], c, 8);
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[t] + c), acc[r][t]);
-    }
-  }
-  if (c < k) {
-    alignas(32) static const int32_t kMask[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
-    const __m256i m = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kMask + 8 - (k - c)));
-    for (int r = 0; r < kR; ++r) {
-      const __m256 wv = load_half8<kType>(w[r], c, k - c);
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_fmadd_ps(wv, _mm256_maskload_ps(x[t] + c, m), acc[r][t]);
-    }
-  }
-  for (int r = 0; r < kR; ++r)
-    for (int t = 0; t < T; ++t) out[t * kR + r] = hsum8(acc[r][t]);
+  fkernel_rows<T>(
+      [w, prefetch](int r, int64_t c, int64_t n, auto tail) {
+        if constexpr (!decltype(tail)::value) {
+          if ((c & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(w[r] + prefetch + 2 * c), _MM_HINT_T0);
+        }
+        return load_half8<kType>(w[r], c, n);
+      },
+      x, k, out);
 }
 
 template <GgmlType kType>

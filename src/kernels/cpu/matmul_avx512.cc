@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "base/check.h"
 #include "base/ggml_quant.h"
@@ -170,20 +171,27 @@ inline __m512 group_dot(__m512 acc, const WGroup& w, const uint8_t* xt) {
 
 // ---- Integer micro-kernels -------------------------------------------------------
 // Packed: w[r] are packed records of row r; x[t] activation records; out[t * kR + r].
-template <int T, bool kOffset>
-void qkernel(const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) {
+// The micro-kernel loop shared by the packed and the direct kernels: T tokens
+// times kR rows, group by group; load(r, g) gives row r's weight group g.
+template <int T, bool kOffset, class LoadGroup>
+inline void qkernel_rows(LoadGroup load, const uint8_t* const* x, int64_t ng, float* out) {
   __m512 acc[kR][T];
   for (int r = 0; r < kR; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
   for (int64_t g = 0; g < ng; ++g) {
     const size_t o = static_cast<size_t>(g) * kRec;
     for (int r = 0; r < kR; ++r) {
-      const WGroup wg = load_group(w[r] + o);
+      const WGroup wg = load(r, g);
       for (int t = 0; t < T; ++t) acc[r][t] = group_dot<kOffset>(acc[r][t], wg, x[t] + o);
     }
   }
   for (int r = 0; r < kR; ++r)
     for (int t = 0; t < T; ++t) out[t * kR + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+template <int T, bool kOffset>
+void qkernel(const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) {
+  qkernel_rows<T, kOffset>([w](int r, int64_t g) { return load_group(w[r] + static_cast<size_t>(g) * kRec); }, x, ng, out);
 }
 
 template <bool kOffset>
@@ -203,45 +211,55 @@ void qkernel_direct(const uint8_t* const* rows, int64_t nb, const uint8_t* const
                     float* out) {
   constexpr bool kOffset = kType == GgmlType::Q8_0;
   constexpr size_t kGroupBytes = Layout<kType>::kBB * kG;
-  __m512 acc[kR][T];
-  for (int r = 0; r < kR; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
-  for (int64_t g = 0; g < ng; ++g) {
-    const size_t o = static_cast<size_t>(g) * kRec;
-    for (int r = 0; r < kR; ++r) {
-      for (size_t b = 0; b < kGroupBytes; b += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + g * kGroupBytes + b), _MM_HINT_T0);
-      const WGroup wg = decode_row_group<kType>(rows[r], nb, g);
-      for (int t = 0; t < T; ++t) acc[r][t] = group_dot<kOffset>(acc[r][t], wg, x[t] + o);
-    }
-  }
-  for (int r = 0; r < kR; ++r)
-    for (int t = 0; t < T; ++t) out[t * kR + r] = _mm512_reduce_add_ps(acc[r][t]);
+  qkernel_rows<T, kOffset>(
+      [rows, nb, prefetch](int r, int64_t g) {
+        for (size_t b = 0; b < kGroupBytes; b += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + g * kGroupBytes + b), _MM_HINT_T0);
+        return decode_row_group<kType>(rows[r], nb, g);
+      },
+      x, ng, out);
 }
 
 // ---- Float micro-kernel (F32 rows; F16/BF16/K-quants are converted first) --------
-template <int T>
-void fkernel(const float* const* w, const float* const* x, int64_t k, float* out) {
+// The float micro-kernel loop shared by fkernel and hkernel_direct: T tokens
+// times kR rows, 16 columns at a time, then a masked tail. load(r, c, m, tail)
+// gives row r's weights at columns c.. as f32 (lanes off in m zero); `tail` is
+// std::true_type only in the tail, so each path compiles to its own loads.
+template <int T, class LoadW>
+inline void fkernel_rows(LoadW load, const float* const* x, int64_t k, float* out) {
   __m512 acc[kR][T];
   for (int r = 0; r < kR; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
   int64_t c = 0;
   for (; c + 16 <= k; c += 16) {
     for (int r = 0; r < kR; ++r) {
-      const __m512 wv = _mm512_loadu_ps(w[r] + c);
+      const __m512 wv = load(r, c, static_cast<__mmask16>(0xFFFF), std::false_type{});
       for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x[t] + c), acc[r][t]);
     }
   }
   if (c < k) {
     const __mmask16 m = static_cast<__mmask16>((1u << (k - c)) - 1);
     for (int r = 0; r < kR; ++r) {
-      const __m512 wv = _mm512_maskz_loadu_ps(m, w[r] + c);
+      const __m512 wv = load(r, c, m, std::true_type{});
       for (int t = 0; t < T; ++t)
         acc[r][t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x[t] + c), acc[r][t]);
     }
   }
   for (int r = 0; r < kR; ++r)
     for (int t = 0; t < T; ++t) out[t * kR + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+template <int T>
+void fkernel(const float* const* w, const float* const* x, int64_t k, float* out) {
+  fkernel_rows<T>(
+      [w](int r, int64_t c, __mmask16 m, auto tail) {
+        if constexpr (decltype(tail)::value) {
+          return _mm512_maskz_loadu_ps(m, w[r] + c);
+        } else {
+          return _mm512_loadu_ps(w[r] + c);
+        }
+      },
+      x, k, out);
 }
 
 void fkernel_n(int nt, const float* const* w, const float* const* x, int64_t k, float* out) {
@@ -268,27 +286,14 @@ inline __m512 load_half16(const uint8_t* row, int64_t c, __mmask16 m) {
 // per output is exactly fkernel's (same lanes, same masked tail).
 template <GgmlType kType, int T>
 void hkernel_direct(const uint8_t* const* w, const float* const* x, int64_t k, size_t prefetch, float* out) {
-  __m512 acc[kR][T];
-  for (int r = 0; r < kR; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
-  int64_t c = 0;
-  for (; c + 16 <= k; c += 16) {
-    for (int r = 0; r < kR; ++r) {
-      if ((c & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(w[r] + prefetch + 2 * c), _MM_HINT_T0);
-      const __m512 wv = load_half16<kType>(w[r], c, 0xFFFF);
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x[t] + c), acc[r][t]);
-    }
-  }
-  if (c < k) {
-    const __mmask16 m = static_cast<__mmask16>((1u << (k - c)) - 1);
-    for (int r = 0; r < kR; ++r) {
-      const __m512 wv = load_half16<kType>(w[r], c, m);
-      for (int t = 0; t < T; ++t)
-        acc[r][t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x[t] + c), acc[r][t]);
-    }
-  }
-  for (int r = 0; r < kR; ++r)
-    for (int t = 0; t < T; ++t) out[t * kR + r] = _mm512_reduce_add_ps(acc[r][t]);
+  fkernel_rows<T>(
+      [w, prefetch](int r, int64_t c, __mmask16 m, auto tail) {
+        if constexpr (!decltype(tail)::value) {
+          if ((c & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(w[r] + prefetch + 2 * c), _MM_HINT_T0);
+        }
+        return load_half16<kType>(w[r], c, m);
+      },
+      x, k, out);
 }
 
 template <GgmlType kType>
