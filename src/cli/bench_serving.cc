@@ -18,6 +18,7 @@
 #include "base/hash.h"
 #include "base/rng.h"
 #include "base/timer.h"
+#include "cli/bench_copy_workload.h"
 #include "cli/bench_http_client.h"
 #include "cli/cli_util.h"
 #include "cli/command.h"
@@ -461,6 +462,8 @@ const char* kServingHelp =
     "  --workload shared-prefix      G prefixes x R distinct suffixes, shuffled\n"
     "    --num-groups G --prompts-per-group R   (default 4 x 8)\n"
     "    --prefix-len P --suffix-len Q --output-len O   (default 256 / 32 / 128)\n"
+    "  --workload copy               \"repeat this code with one change\" chat prompts (bench_copy_workload.h;\n"
+    "                                --num-prompts, --output-len; ends at end of generation)\n"
     "  --dataset FILE.jsonl          lines of {\"prompt\": str, \"max_tokens\": int} (first --num-prompts lines)\n"
     "common:\n"
     "  --max-concurrency C           at most C requests in flight (default: unlimited; server mode: 256)\n"
@@ -532,8 +535,8 @@ int bench_serving_main(int argc, char** argv) {
   if (err.empty() && workload.empty() && dataset.empty())
     err = "give --workload random|shared-prefix or --dataset FILE.jsonl";
   if (err.empty() && !workload.empty() && !dataset.empty()) err = "give either --workload or --dataset, not both";
-  if (err.empty() && !workload.empty() && workload != "random" && workload != "shared-prefix")
-    err = "--workload must be random or shared-prefix, got '" + workload + "'";
+  if (err.empty() && !workload.empty() && workload != "random" && workload != "shared-prefix" && workload != "copy")
+    err = "--workload must be random, shared-prefix or copy, got '" + workload + "'";
   if (err.empty() && workload == "shared-prefix" && prefix_len + suffix_len < 1)
     err = "--prefix-len + --suffix-len must be at least 1";
   if (!err.empty()) {
@@ -580,6 +583,13 @@ int bench_serving_main(int argc, char** argv) {
       return 1;
     }
     reqs = std::move(d).value();
+  } else if (workload == "copy") {  // bench_copy_workload.cc
+    auto c = bench::make_copy_workload(*tk, num_prompts, output_len, static_cast<uint64_t>(seed));
+    if (!c.ok()) {
+      std::fprintf(stderr, "pagoda bench: %s\n", c.message().c_str());
+      return 1;
+    }
+    reqs = std::move(c).value();
   } else {
     const bench::TokenSpace space = bench::token_space(*tk);
     if (space.ordinary.empty()) {
@@ -597,7 +607,7 @@ int bench_serving_main(int argc, char** argv) {
   ro.max_concurrency = concurrency;
   ro.request_rate = rate;
   ro.seed = static_cast<uint64_t>(seed);
-  ro.ignore_eos = dataset.empty() ? !no_ignore_eos : ignore_eos_flag && !no_ignore_eos;
+  ro.ignore_eos = dataset.empty() && workload != "copy" ? !no_ignore_eos : ignore_eos_flag && !no_ignore_eos;
   bench::RunExtras extras;
   std::vector<bench::RequestResult> results;
   std::string served_model;

@@ -23,6 +23,7 @@
 #include "cli/cli_util.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/speculative_flags.h"
 #include "engine/engine.h"
 #include "grammar/cache.h"
 #include "sample/params.h"
@@ -66,7 +67,8 @@ const char* kRunUsage =
     "      --force-tokens IDS  teacher forcing: the first generated tokens are these comma-separated ids\n"
     "                        whatever the sampler would pick (the JSON adds argmax_tokens: the greedy\n"
     "                        pick at each step); sampling continues after them up to -n\n"
-    "      --logits-out-all FILE  write the logits of every sampled step ([steps, n_vocab] f32) to FILE\n";
+    "      --logits-out-all FILE  write the logits of every sampled step ([steps, n_vocab] f32) to FILE\n"
+    PAGODA_SPECULATIVE_FLAGS_HELP;
 
 struct RunOptions {
   std::string model;
@@ -90,6 +92,7 @@ struct RunOptions {
   bool no_hybrid_kv = false;  // --disable-hybrid-kv-cache-manager
   bool json = false;
   grammar::ConstraintSpec constraint;  // --json-schema / --grammar-regex
+  engine::SpeculativeConfig speculative;  // --speculative-config / --speculative-ngram
 };
 
 // "1,2,3" -> ids (each in [0, INT32_MAX]); false on any malformed entry or an empty list.
@@ -165,6 +168,12 @@ std::string parse_args(int argc, char** argv, RunOptions* o, bool* help) {
       o->no_hybrid_kv = true;
     } else if (is("--ignore-eos")) {
       o->sampling.ignore_eos = true;
+    } else if (is("--speculative-config") || is("--speculative-ngram")) {
+      const char* v = value();
+      if (!v) return "option " + a + " needs a value";
+      const std::string e = a == "--speculative-ngram" ? parse_speculative_ngram(v, &o->speculative)
+                                                      : parse_speculative_config_json(v, &o->speculative);
+      if (!e.empty()) return e;
     } else {
       const char* v = value();
       if (!v) return "option " + a + " needs a value";
@@ -284,6 +293,7 @@ int run_run(int argc, char** argv) {
   ec.ref_kernels = o.ref_kernels;
   ec.disable_hybrid_kv_cache_manager = o.no_hybrid_kv;
   ec.recompute = o.no_kv_cache;
+  ec.speculative = o.speculative;
   auto created = engine::Engine::create(ec);
   if (!created.ok()) return fail(o.model + ": " + created.message());
   engine::Engine& eng = **created;
@@ -354,11 +364,13 @@ int run_run(int argc, char** argv) {
   int32_t kv_blocks = 0;  // blocks the sequence held at its last step
   double prefill_s = 0, decode_s = 0;
   int64_t decode_steps = 0;
+  int64_t decode_tokens = 0;  // > decode_steps with speculative decoding (several tokens a step)
   while (eng.has_unfinished()) {
     Timer t_step;
     const std::vector<engine::TokenEvent> events = eng.step();
     const double dt = t_step.seconds();
     bool got_token = false;
+    size_t step_tokens = 0;
     for (const engine::TokenEvent& ev : events) {
       if (ev.id != *id) continue;
       if (ev.finish == engine::FinishReason::kError) return fail(ev.error);
@@ -376,6 +388,7 @@ int run_run(int argc, char** argv) {
           }
         }
         generated.insert(generated.end(), ev.tokens.begin(), ev.tokens.end());
+        step_tokens += ev.tokens.size();
         if (ev.argmax >= 0) argmax_tokens.push_back(ev.argmax);
       }
       emit(ev.text);
@@ -386,11 +399,12 @@ int run_run(int argc, char** argv) {
     } else {
       decode_s += dt;
       decode_steps += got_token ? 1 : 0;
+      decode_tokens += static_cast<int64_t>(step_tokens);
     }
   }
 
   const double prefill_tps = prefill_s > 0 ? static_cast<double>(n_prompt) / prefill_s : 0;
-  const double decode_tps = decode_s > 0 ? static_cast<double>(decode_steps) / decode_s : 0;
+  const double decode_tps = decode_s > 0 ? static_cast<double>(decode_tokens) / decode_s : 0;
   const uint64_t kv_bytes = static_cast<uint64_t>(kv_blocks) * static_cast<uint64_t>(info.kv_bytes_per_block);
   if (o.json) {
     nlohmann::json j;
@@ -407,6 +421,7 @@ int run_run(int argc, char** argv) {
     j["timings"] = {{"prefill_ms", prefill_s * 1e3},
                     {"decode_ms", decode_s * 1e3},
                     {"decode_steps", decode_steps},
+                    {"decode_tokens", decode_tokens},
                     {"prefill_tokens_per_s", prefill_tps},
                     {"decode_tokens_per_s", decode_tps}};
     j["kv_bytes"] = kv_bytes;
@@ -422,7 +437,7 @@ int run_run(int argc, char** argv) {
   std::fprintf(stderr, "\nprompt tokens: %" PRId64 ", generated tokens: %zu (%s), seed %" PRIu64 "\n", n_prompt,
                generated.size(), engine::finish_reason_name(finish), o.sampling.seed);
   std::fprintf(stderr, "prefill: %" PRId64 " tokens in %.2f ms, %.1f tok/s\n", n_prompt, prefill_s * 1e3, prefill_tps);
-  std::fprintf(stderr, "decode:  %" PRId64 " tokens in %.2f ms, %.1f tok/s%s\n", decode_steps, decode_s * 1e3, decode_tps,
+  std::fprintf(stderr, "decode:  %" PRId64 " tokens in %.2f ms, %.1f tok/s%s\n", decode_tokens, decode_s * 1e3, decode_tps,
                o.no_kv_cache ? " (no KV cache: recomputed every step)" : "");
   std::fprintf(stderr, "kv cache: %s held (%" PRId64 " tokens in %d blocks of %d, %s), %s reserved for %" PRId64 " tokens\n",
                human_bytes(static_cast<double>(kv_bytes)).c_str(), kv_tokens, kv_blocks, info.block_size,

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "cli/command.h"
+#include "cli/speculative_flags.h"
 
 namespace pagoda::cli {
 
@@ -128,7 +129,8 @@ const char* kEngineFlagsHelp =
     "                          only masked); default: window layers hold only their window\n"
     "  --max-num-seqs N              running requests per step (default 64); or -np/--parallel\n"
     "  --max-num-batched-tokens N    token budget per step (default 2048)\n"
-    "  --schedule-policy fcfs|lpm    admission order: arrival, or longest cached prefix first (default fcfs)\n";
+    "  --schedule-policy fcfs|lpm    admission order: arrival, or longest cached prefix first (default fcfs)\n"  // speculative_flags.h:
+    PAGODA_SPECULATIVE_FLAGS_HELP;
 
 std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
   std::string v;
@@ -188,6 +190,7 @@ std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
     else if (v == "lpm") cfg->schedule_lpm = true;
     else return "--schedule-policy must be fcfs or lpm, got '" + v + "'";
   }
+  if (std::string e = parse_speculative_flags(args, &cfg->speculative); !e.empty()) return e;  // speculative_flags.*
   return "";
 }
 

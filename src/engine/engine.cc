@@ -56,6 +56,8 @@ struct Choice {
   std::optional<grammar::Matcher> matcher;
   std::vector<uint32_t> mask;  // [mask_words] this step's allowed tokens
   bool mask_ready = false;     // filled by step()'s parallel pass for this step
+  DraftThrottle throttle;      // speculative decoding: the adaptive off-switch
+  AcceptanceEstimate acceptance;  // and the draft length that pays (best_draft_length)
   Choice(RequestId p, int i, int32_t np, const sample::SamplingParams& sp, const RequestParams& rp,
          const tok::Tokenizer& tk, const std::optional<grammar::Matcher>& start)
       : parent(p),
@@ -91,6 +93,20 @@ class EngineImpl final : public Engine {
   void sample_choice(sched::RequestId sid, const sched::ScheduledSeq& seq, std::span<const float> logits,
                      std::vector<TokenEvent>* events, std::unordered_map<sched::RequestId, size_t>* event_of,
                      std::vector<sched::SeqOutput>* outputs);
+  // Speculative decoding: proposes drafts for the running choices about to
+  // decode (Scheduler::set_draft), before schedule().
+  void propose_drafts();
+  // Verifies the drafts of `seq` against its rows first_row.. of L (one per
+  // draft plus the bonus row) and emits the accepted tokens and one more.
+  void verify_choice(const sched::ScheduledSeq& seq, const runtime::StepLogits& L, int32_t first_row,
+                     std::vector<TokenEvent>* events, std::unordered_map<sched::RequestId, size_t>* event_of,
+                     std::vector<sched::SeqOutput>* outputs);
+  // Counts `token` as choice ch's next output: stop checks, detokenizer and
+  // stop strings (text into ev). Sets ch.stop_reason.
+  void emit_token(Choice& ch, int32_t token, TokenEvent* ev);
+  // Fills the event's counts (cached prompt tokens once, KV blocks) and appends it.
+  void push_event(sched::RequestId sid, const sched::ScheduledSeq& seq, Choice& ch, TokenEvent ev,
+                  std::vector<TokenEvent>* events, std::unordered_map<sched::RequestId, size_t>* event_of);
 
   EngineConfig cfg_;
   std::shared_ptr<const gguf::GgufFile> file_;
@@ -111,6 +127,11 @@ class EngineImpl final : public Engine {
   int64_t grammar_tokens_total_ = 0;
   int64_t grammar_mask_ns_total_ = 0;
   int64_t constrained_choices_ = 0;  // live choices with a grammar (0: step() skips the mask pass)
+  int64_t spec_num_drafts_ = 0;
+  int64_t spec_num_draft_tokens_ = 0;
+  int64_t spec_num_accepted_tokens_ = 0;
+  std::vector<int64_t> spec_accepted_per_pos_;  // [num_speculative_tokens]
+  StepCostModel step_cost_;  // measured forward times by step size (speculative decoding)
 };
 
 Status EngineImpl::init(const EngineConfig& c) {
@@ -118,6 +139,9 @@ Status EngineImpl::init(const EngineConfig& c) {
   if (c.block_size < 1 || c.block_size > 256)
     return errorf("block size must be in 1..256, got %d", c.block_size);
   if (c.threads < 1) return errorf("threads must be >= 1, got %d", c.threads);
+  if (std::string e = check_speculative_config(c.speculative); !e.empty()) return errorf("speculative decoding: %s", e.c_str());
+  if (c.speculative.enabled() && c.recompute) return errorf("speculative decoding needs the KV cache (not with recompute)");
+  spec_accepted_per_pos_.assign(static_cast<size_t>(c.speculative.num_speculative_tokens), 0);
   kernels::set_num_threads(c.threads);
   auto file = gguf::GgufFile::open(c.model_path);
   if (!file.ok()) return file.error();
@@ -384,7 +408,7 @@ void EngineImpl::sample_choice(sched::RequestId sid, const sched::ScheduledSeq& 
       ev.num_output_tokens = ch.num_output;
       (*event_of)[sid] = events->size();
       events->push_back(std::move(ev));
-      outputs->push_back({sid, 0, true});
+      outputs->push_back({sid, 0, true, {}});
       return;
     }
     sample::SampleResult r = ch.sampler.sample(logits, ch.mask);
@@ -399,19 +423,30 @@ void EngineImpl::sample_choice(sched::RequestId sid, const sched::ScheduledSeq& 
     token = r.token;
     if (ch.sampler.params().logprobs) ev.logprobs.push_back(std::move(r));
   }
+  emit_token(ch, token, &ev);
+  if (ch.return_logits) ev.logits.assign(logits.begin(), logits.end());
+  push_event(sid, seq, ch, std::move(ev), events, event_of);
+  outputs->push_back({sid, token, ch.stop_reason != FinishReason::kNone, {}});
+}
+
+void EngineImpl::emit_token(Choice& ch, int32_t token, TokenEvent* ev) {
   ch.num_output++;
   generation_tokens_total_++;
   ch.stop_reason = sample::check_token(ch.sampler.params(), token, ch.num_output, tok_->eog_ids());
-  ev.tokens.push_back(token);
+  ev->tokens.push_back(token);
   if (ch.stop_reason == FinishReason::kNone) {
-    ev.text = ch.stop.push(ch.detok.push(token));
+    ev->text += ch.stop.push(ch.detok.push(token));
     if (ch.stop.stopped()) ch.stop_reason = FinishReason::kStop;
     // The constrained output is complete and nothing may follow: stop here
     // (the model need not spend a step on the end-of-generation token).
     if (ch.stop_reason == FinishReason::kNone && ch.matcher && ch.matcher->is_finished())
       ch.stop_reason = FinishReason::kStop;
   }
-  if (ch.return_logits) ev.logits.assign(logits.begin(), logits.end());
+}
+
+void EngineImpl::push_event(sched::RequestId sid, const sched::ScheduledSeq& seq, Choice& ch, TokenEvent ev,
+                            std::vector<TokenEvent>* events,
+                            std::unordered_map<sched::RequestId, size_t>* event_of) {
   if (!ch.reported_cached) {
     const sched::Request* req = sched_->find(seq.request_id);  // a child is not forked yet: its parent's
     ev.num_cached_tokens = req && req->num_cached_tokens > 0 ? req->num_cached_tokens : 0;
@@ -427,11 +462,94 @@ void EngineImpl::sample_choice(sched::RequestId sid, const sched::ScheduledSeq& 
   }
   (*event_of)[sid] = events->size();
   events->push_back(std::move(ev));
-  outputs->push_back({sid, token, ch.stop_reason != FinishReason::kNone});
+}
+
+void EngineImpl::propose_drafts() {
+  const SpeculativeConfig& sc = cfg_.speculative;
+  // Decodes this step, for the cost of adding draft tokens to it.
+  int batch = 0;
+  for (sched::RequestId sid : sched_->running_ids()) {
+    const sched::Request* r = sched_->find(sid);
+    batch += r && sched_->num_computed_tokens(sid) == r->num_tokens() - 1 ? 1 : 0;
+  }
+  for (sched::RequestId sid : sched_->running_ids()) {
+    auto cit = choices_.find(sid);
+    if (cit == choices_.end()) continue;
+    Choice& ch = cit->second;
+    // Verification samples each position like sample_choice would, without a
+    // mask, logprobs or a logits copy: such choices decode one token a step.
+    if (ch.matcher || ch.sampler.params().logprobs || ch.return_logits ||
+        static_cast<size_t>(ch.num_output) < ch.forced.size())
+      continue;
+    const sched::Request* r = sched_->find(sid);
+    if (!r || sched_->num_computed_tokens(sid) != r->num_tokens() - 1) continue;  // not a decode
+    if (!ch.throttle.should_draft()) continue;
+    std::vector<int32_t> draft =
+        ngram_propose(r->tokens, sc.prompt_lookup_min, sc.prompt_lookup_max, sc.num_speculative_tokens);
+    if (draft.empty()) continue;
+    // Only as many tokens as are expected to pay for their share of the step.
+    const int k = best_draft_length(step_cost_, ch.acceptance.alpha(), batch, static_cast<int>(draft.size()));
+    if (k == 0) {
+      ch.acceptance.decay();
+      continue;
+    }
+    draft.resize(static_cast<size_t>(k));
+    sched_->set_draft(sid, draft);
+  }
+}
+
+void EngineImpl::verify_choice(const sched::ScheduledSeq& seq, const runtime::StepLogits& L, int32_t first_row,
+                               std::vector<TokenEvent>* events,
+                               std::unordered_map<sched::RequestId, size_t>* event_of,
+                               std::vector<sched::SeqOutput>* outputs) {
+  const sched::RequestId sid = seq.request_id;
+  auto cit = choices_.find(sid);
+  if (cit == choices_.end()) return;
+  Choice& ch = cit->second;
+  const auto k = static_cast<size_t>(seq.num_draft_tokens);
+  const auto drafts = std::span<const int32_t>(seq.token_ids).last(k);
+  TokenEvent ev;
+  ev.id = ch.parent;
+  ev.index = ch.index;
+  sched::SeqOutput out{sid, -1, false, {}};
+  int accepted = 0;
+  // Row j holds the logits after drafts[0..j): exactly a one-token decode's
+  // (batch-invariant kernels), so each pick is what plain decoding picks.
+  for (size_t j = 0; j <= k; ++j) {
+    const std::span<const float> logits = L.row(first_row + static_cast<int32_t>(j));
+    bool ok = false;
+    int32_t token = 0;
+    if (j < k) {
+      const sample::Sampler::VerifyResult v = ch.sampler.verify(logits, drafts[j]);
+      token = v.token;
+      ok = v.accepted;
+    } else {
+      token = ch.sampler.sample(logits).token;  // the bonus token after every draft was taken
+    }
+    if (ok) {
+      ++accepted;
+      ++spec_accepted_per_pos_[j];
+    }
+    emit_token(ch, token, &ev);
+    if (!ok || ch.stop_reason != FinishReason::kNone || j == k) {
+      out.token = token;
+      break;
+    }
+    out.accepted.push_back(token);
+  }
+  ++spec_num_drafts_;
+  spec_num_draft_tokens_ += static_cast<int64_t>(k);
+  spec_num_accepted_tokens_ += accepted;
+  ch.throttle.record(static_cast<int>(k), accepted);
+  ch.acceptance.record(static_cast<int>(k), accepted);
+  out.finished = ch.stop_reason != FinishReason::kNone;
+  push_event(sid, seq, ch, std::move(ev), events, event_of);
+  outputs->push_back(std::move(out));
 }
 
 std::vector<TokenEvent> EngineImpl::step() {
   std::vector<TokenEvent> events;
+  if (cfg_.speculative.enabled()) propose_drafts();
   sched::StepPlan plan = sched_->schedule();
   if (plan.seqs.empty()) return events;
   if (cfg_.recompute) {
@@ -447,7 +565,12 @@ std::vector<TokenEvent> EngineImpl::step() {
     }
   }
   const sched::StepPlan& run_plan = cfg_.recompute ? recompute_plan_ : plan;
+  const auto t_forward = std::chrono::steady_clock::now();
   auto logits = runner_->execute(run_plan);
+  if (cfg_.speculative.enabled()) {
+    step_cost_.record(run_plan.num_tokens(),
+                      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_forward).count());
+  }
   if (!logits.ok()) {
     PAGODA_LOG_ERROR("forward pass failed: %s", logits.message().c_str());
     fail_plan(plan, "forward pass failed: " + logits.message(), &events);
@@ -461,6 +584,11 @@ std::vector<TokenEvent> EngineImpl::step() {
   fill_masks(plan, L);
   for (int32_t i = 0; i < L.size(); ++i) {
     const sched::ScheduledSeq& seq = plan.seqs[static_cast<size_t>(L.seq_indices[static_cast<size_t>(i)])];
+    if (seq.num_draft_tokens > 0) {  // its rows i .. i + k, in order
+      verify_choice(seq, L, i, &events, &event_of, &outputs);
+      i += seq.num_draft_tokens;
+      continue;
+    }
     // The request itself, then the children it forks into at the end of its prompt.
     for (size_t k = 0; k <= seq.fork_ids.size(); ++k) {
       const sched::RequestId sid = k == 0 ? seq.request_id : seq.fork_ids[k - 1];
@@ -524,6 +652,10 @@ EngineStats EngineImpl::stats() const {
   s.computed_tokens_total = computed_tokens_total_;
   s.grammar_tokens_total = grammar_tokens_total_;
   s.grammar_mask_ns_total = grammar_mask_ns_total_;
+  s.spec_num_drafts = spec_num_drafts_;
+  s.spec_num_draft_tokens = spec_num_draft_tokens_;
+  s.spec_num_accepted_tokens = spec_num_accepted_tokens_;
+  s.spec_accepted_per_pos = spec_accepted_per_pos_;
   return s;
 }
 

@@ -11,6 +11,7 @@
 #include "base/generation.h"
 #include "base/kv_dtype.h"
 #include "base/status.h"
+#include "engine/speculative.h"
 #include "sample/params.h"
 
 namespace pagoda::tok { class Tokenizer; }
@@ -52,6 +53,11 @@ struct EngineConfig {
   // (sliding windows stay masks). Else layers form groups by attention kind
   // and window layers hold only their window (kv/sizing's kv_group_layout).
   bool disable_hybrid_kv_cache_manager = false;
+  // Speculative decoding by prompt lookup (engine/speculative.h); off by
+  // default. Greedy outputs stay bitwise those of plain decoding; sampled ones
+  // keep their distribution. Choices with a grammar, logprobs, return_logits
+  // or forced tokens left do not speculate. Not with recompute.
+  SpeculativeConfig speculative;
 };
 
 struct RequestParams {
@@ -126,6 +132,13 @@ struct EngineStats {
   std::vector<int64_t> group_blocks_used;  // [kv groups] blocks held by each KV cache group
   int64_t grammar_tokens_total = 0;    // tokens sampled under a grammar
   int64_t grammar_mask_ns_total = 0;   // wall time filling their masks (the per-step parallel pass)
+  // Speculative decoding (vLLM's spec_decode_* counters): drafts verified,
+  // their tokens, the accepted ones, and accepted ones by draft position
+  // ([num_speculative_tokens]). Acceptance rate = accepted / draft tokens.
+  int64_t spec_num_drafts = 0;
+  int64_t spec_num_draft_tokens = 0;
+  int64_t spec_num_accepted_tokens = 0;
+  std::vector<int64_t> spec_accepted_per_pos;
 };
 
 struct ModelInfo {

@@ -422,6 +422,39 @@ bool KvManager::free(SeqId seq) {
   return true;
 }
 
+bool KvManager::truncate(SeqId seq, int32_t num_tokens) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end() || num_tokens < 0) return false;
+  Seq& s = it->second;
+  const int32_t bs = config_.block_size;
+  const auto have = static_cast<int32_t>(s.tables[0].size());
+  if (num_tokens > have * bs) return false;
+  const int32_t computed = std::min(s.num_computed, num_tokens);
+  const int32_t keep = num_blocks_for(num_tokens);
+  // A committed block is the prefix cache's: cut inside it, the sequence would
+  // rewrite its tail under the old key.
+  if (num_tokens % bs != 0 && static_cast<int32_t>(s.entries.size()) > num_tokens / bs) return false;
+  // A window group's released entries cannot come back: refuse before any change.
+  for (size_t g = 0; g < s.tables.size(); ++g) {
+    for (int32_t i = first_needed_block(static_cast<int32_t>(g), computed); i < keep; ++i) {
+      if (s.tables[g][static_cast<size_t>(i)] == kNullBlock) return false;
+    }
+  }
+  ++generation_;
+  for (size_t g = 1; g <= s.tables.size(); ++g) {  // group 0 last, as in free()
+    auto& table = s.tables[g % s.tables.size()];
+    while (static_cast<int32_t>(table.size()) > keep) {
+      if (table.back() != kNullBlock) pool_.decref(table.back());
+      table.pop_back();
+    }
+  }
+  s.num_computed = computed;
+  const auto full = static_cast<size_t>(num_tokens / bs);
+  if (s.entries.size() > full) s.entries.resize(full);
+  if (s.keys.size() > full) s.keys.resize(full);
+  return true;
+}
+
 std::span<const BlockId> KvManager::block_table(SeqId seq) const { return seq_ref(seq).tables[0]; }
 std::span<const BlockId> KvManager::block_table(SeqId seq, int32_t group) const {
   return seq_ref(seq).tables[static_cast<size_t>(group)];

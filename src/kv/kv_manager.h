@@ -214,6 +214,19 @@ class KvManager {
   // Releases the sequence's blocks, last block first onto the free queue so a
   // sequence's tail is evicted before its head. Returns false for unknown seq.
   bool free(SeqId seq);
+  // Rolls the sequence back to its first num_tokens tokens (speculative
+  // decoding: the slots of rejected draft tokens). num_computed becomes
+  // min(num_computed, num_tokens); every group's table keeps
+  // num_blocks_for(num_tokens) entries and gives the rest back, last first
+  // (never-committed blocks become plain free); committed blocks wholly past
+  // num_tokens are forgotten by the sequence but stay in the prefix cache
+  // (they hold verified tokens), and block keys past num_tokens are dropped.
+  // Returns false, changing nothing, for an unknown sequence, num_tokens < 0
+  // or past its slots, inside a committed block (the cache's; it must not be
+  // rewritten), or when a window group already released a block the shorter
+  // sequence would need again. Speculative decoding truncates to its computed
+  // tokens, past every committed block.
+  bool truncate(SeqId seq, int32_t num_tokens);
 
   // --- access ---
   bool has_seq(SeqId seq) const { return seqs_.count(seq) != 0; }

@@ -62,6 +62,10 @@ Status check_seq(const sched::ScheduledSeq& s, size_t index, int32_t block_size,
   if (n == 0) return errorf("plan: sequence %zu (request %llu) has no new tokens", index,
                             static_cast<unsigned long long>(s.request_id));
   if (s.start_pos < 0) return errorf("plan: sequence %zu has start_pos %d", index, s.start_pos);
+  if (s.num_draft_tokens < 0 || s.num_draft_tokens >= n || (s.num_draft_tokens > 0 && !s.wants_logits)) {
+    return errorf("plan: sequence %zu has %d draft tokens among %lld new tokens%s", index, s.num_draft_tokens,
+                  static_cast<long long>(n), s.wants_logits ? "" : " without logits");
+  }
   const int64_t kv_len = static_cast<int64_t>(s.start_pos) + n;
   if (kv_len > INT32_MAX) return errorf("plan: sequence %zu is longer than 2^31 tokens", index);
   const int64_t pages = (kv_len + block_size - 1) / block_size;
@@ -133,9 +137,11 @@ Status build_batch(const sched::StepPlan& plan, int32_t block_size, int32_t num_
     }
     out->kv_indptr.push_back(out->kv_indptr.back() + pages);
     out->kv_last_page_len.push_back(kv_len - (pages - 1) * block_size);
-    if (s.wants_logits) {
-      out->logit_rows.push_back(out->q_indptr.back() - 1);
-      out->logit_seqs.push_back(static_cast<int32_t>(i));
+    if (s.wants_logits) {  // the last row; with drafts, the row before each draft too (verification)
+      for (int32_t j = s.num_draft_tokens; j >= 0; --j) {
+        out->logit_rows.push_back(out->q_indptr.back() - 1 - j);
+        out->logit_seqs.push_back(static_cast<int32_t>(i));
+      }
     }
   }
   for (const auto& g : out->groups) out->group_views.push_back({g.slot_mapping.data(), g.kv_indices.data()});

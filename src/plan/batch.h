@@ -20,7 +20,9 @@ struct StepBatch {
   std::vector<int32_t> kv_indptr;         // [S + 1]
   std::vector<int32_t> kv_indices;        // [P] the first ceil(kv_len / bs) blocks of each table
   std::vector<int32_t> kv_last_page_len;  // [S] in 1..bs
-  std::vector<int32_t> logit_rows;        // [L] last token row of each seq with wants_logits
+  // [L] last token row of each seq with wants_logits; a seq with k draft
+  // tokens has its last k + 1 rows here, in order.
+  std::vector<int32_t> logit_rows;
   std::vector<int32_t> logit_seqs;        // [L] index into StepPlan::seqs of each logits row
   // KV groups 1.. (group_block_ids of each sequence): their slot mapping [N]
   // and pages [P], addressed by the same q/kv indptr.

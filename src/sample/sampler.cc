@@ -71,7 +71,7 @@ struct ByValueDesc {
 
 }  // namespace
 
-SampleResult Sampler::sample(std::span<const float> logits, std::span<const uint32_t> allowed) {
+void Sampler::prepare(std::span<const float> logits, std::span<const uint32_t> allowed) {
   const size_t n = logits.size();
   ensure_vocab(n);
   work_.assign(logits.begin(), logits.end());
@@ -87,68 +87,118 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const uint
     }
   }
   apply_penalties(work_);
-  const float* l = work_.data();
-  const bool greedy = !(params_.temperature > 0.0f) || params_.top_k == 1;
-  SampleResult r;
+}
 
-  if (greedy) {
-    r.token = argmax(work_);
-  } else {
-    cand_.resize(n);
-    std::iota(cand_.begin(), cand_.end(), 0);
-    // Constrained: only allowed tokens are candidates (the draw's fallback,
-    // cand_.back(), must be one of them too).
-    if (!allowed.empty()) std::erase_if(cand_, [&](int32_t id) { return std::isinf(l[id]) && l[id] < 0; });
-    bool sorted = false;
-    if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
-      const auto k = static_cast<size_t>(params_.top_k);
-      std::partial_sort(cand_.begin(), cand_.begin() + static_cast<ptrdiff_t>(k), cand_.end(), ByValueDesc{l});
-      cand_.resize(k);
-      sorted = true;
-    }
-    if (params_.top_p < 1.0f) {
-      if (!sorted) std::sort(cand_.begin(), cand_.end(), ByValueDesc{l});
-      sorted = true;
-      const float mx = l[cand_[0]];
-      double sum = 0;
-      for (int32_t id : cand_) sum += std::exp(static_cast<double>(l[id] - mx));
-      double cum = 0;
-      size_t keep = cand_.size();
-      for (size_t i = 0; i < cand_.size(); ++i) {
-        cum += std::exp(static_cast<double>(l[cand_[i]] - mx)) / sum;
-        if (cum >= params_.top_p) {
-          keep = i + 1;
-          break;
-        }
-      }
-      cand_.resize(keep);
-    }
-    if (params_.min_p > 0.0f) {
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int32_t id : cand_) mx = std::max(mx, l[id]);
-      const float threshold = mx + std::log(params_.min_p);  // p >= min_p * p_max
-      std::erase_if(cand_, [&](int32_t id) { return l[id] < threshold; });
-    }
-    // Temperature, softmax over the survivors, one draw.
-    const float inv_t = 1.0f / params_.temperature;
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int32_t id : cand_) mx = std::max(mx, l[id]);
-    probs_.resize(cand_.size());
+bool Sampler::greedy() const { return !(params_.temperature > 0.0f) || params_.top_k == 1; }
+
+double Sampler::distribution(bool constrained) {
+  const size_t n = work_.size();
+  const float* l = work_.data();
+  cand_.resize(n);
+  std::iota(cand_.begin(), cand_.end(), 0);
+  // Constrained: only allowed tokens are candidates (the draw's fallback,
+  // cand_.back(), must be one of them too).
+  if (constrained) std::erase_if(cand_, [&](int32_t id) { return std::isinf(l[id]) && l[id] < 0; });
+  bool sorted = false;
+  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
+    const auto k = static_cast<size_t>(params_.top_k);
+    std::partial_sort(cand_.begin(), cand_.begin() + static_cast<ptrdiff_t>(k), cand_.end(), ByValueDesc{l});
+    cand_.resize(k);
+    sorted = true;
+  }
+  if (params_.top_p < 1.0f) {
+    if (!sorted) std::sort(cand_.begin(), cand_.end(), ByValueDesc{l});
+    sorted = true;
+    const float mx = l[cand_[0]];
     double sum = 0;
+    for (int32_t id : cand_) sum += std::exp(static_cast<double>(l[id] - mx));
+    double cum = 0;
+    size_t keep = cand_.size();
     for (size_t i = 0; i < cand_.size(); ++i) {
-      probs_[i] = std::exp((l[cand_[i]] - mx) * inv_t);
-      sum += probs_[i];
-    }
-    const double u = rng_.uniform() * sum;
-    double acc = 0;
-    r.token = cand_.back();
-    for (size_t i = 0; i < cand_.size(); ++i) {
-      acc += probs_[i];
-      if (u < acc) {
-        r.token = cand_[i];
+      cum += std::exp(static_cast<double>(l[cand_[i]] - mx)) / sum;
+      if (cum >= params_.top_p) {
+        keep = i + 1;
         break;
       }
     }
+    cand_.resize(keep);
+  }
+  if (params_.min_p > 0.0f) {
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int32_t id : cand_) mx = std::max(mx, l[id]);
+    const float threshold = mx + std::log(params_.min_p);  // p >= min_p * p_max
+    std::erase_if(cand_, [&](int32_t id) { return l[id] < threshold; });
+  }
+  // Temperature, softmax weights over the survivors.
+  const float inv_t = 1.0f / params_.temperature;
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int32_t id : cand_) mx = std::max(mx, l[id]);
+  probs_.resize(cand_.size());
+  double sum = 0;
+  for (size_t i = 0; i < cand_.size(); ++i) {
+    probs_[i] = std::exp((l[cand_[i]] - mx) * inv_t);
+    sum += probs_[i];
+  }
+  return sum;
+}
+
+int32_t Sampler::draw(double sum) {
+  const double u = rng_.uniform() * sum;
+  double acc = 0;
+  int32_t token = cand_.back();
+  for (size_t i = 0; i < cand_.size(); ++i) {
+    acc += probs_[i];
+    if (u < acc) {
+      token = cand_[i];
+      break;
+    }
+  }
+  return token;
+}
+
+Sampler::VerifyResult Sampler::verify(std::span<const float> logits, int32_t draft) {
+  prepare(logits, {});
+  VerifyResult v;
+  if (greedy()) {
+    v.token = argmax(work_);
+  } else {
+    double sum = distribution(false);
+    double p_draft = 0;
+    size_t at = cand_.size();
+    for (size_t i = 0; i < cand_.size(); ++i) {
+      if (cand_[i] == draft) {
+        p_draft = probs_[i];
+        at = i;
+      }
+    }
+    // Accept with probability p(draft) (q is a point mass on the draft, so
+    // min(1, p/q) = p); else draw from p without the draft, renormalised.
+    if (at < cand_.size() && rng_.uniform() * sum < p_draft) {
+      v.token = draft;
+    } else {
+      if (at < cand_.size()) {
+        sum -= probs_[at];
+        cand_.erase(cand_.begin() + static_cast<ptrdiff_t>(at));
+        probs_.erase(probs_.begin() + static_cast<ptrdiff_t>(at));
+      }
+      // The draft was the only candidate: p(draft) = 1 accepted it above.
+      v.token = cand_.empty() ? draft : draw(sum);
+    }
+  }
+  v.accepted = v.token == draft;
+  accept(v.token);
+  return v;
+}
+
+SampleResult Sampler::sample(std::span<const float> logits, std::span<const uint32_t> allowed) {
+  const size_t n = logits.size();
+  prepare(logits, allowed);
+  const float* l = work_.data();
+  SampleResult r;
+  if (greedy()) {
+    r.token = argmax(work_);
+  } else {
+    r.token = draw(distribution(!allowed.empty()));
   }
 
   if (params_.logprobs) {

@@ -38,11 +38,34 @@ class Sampler {
   // Records a token produced elsewhere (e.g. forced) for the penalties.
   void accept(int32_t token);
 
+  // Speculative decoding: verifies one draft token against logits [n_vocab]
+  // by rejection sampling. The draft of an n-gram proposer is deterministic
+  // (q is a point mass on it), so it is accepted with probability p(draft)
+  // under the distribution sample() draws from (same penalties, top-k/p,
+  // min-p, temperature); on rejection the token is drawn from p with the draft
+  // removed, renormalised. Either way `token` is distributed as p. Greedy:
+  // token = the argmax, accepted iff it is the draft (bitwise what sample()
+  // picks). Records `token` as generated. No mask, no logprobs.
+  struct VerifyResult {
+    int32_t token = -1;
+    bool accepted = false;  // token == draft
+  };
+  VerifyResult verify(std::span<const float> logits, int32_t draft);
+
   const SamplingParams& params() const { return params_; }
   const std::vector<int32_t>& generated() const { return generated_; }
 
  private:
   void apply_penalties(std::span<float> l);
+  // work_ = logits, masked (allowed non-empty) and penalised.
+  void prepare(std::span<const float> logits, std::span<const uint32_t> allowed);
+  bool greedy() const;
+  // The sampling distribution over work_: cand_ (top-k/p, min-p survivors;
+  // only allowed tokens when constrained) and probs_ (unnormalised softmax
+  // weights at the temperature); returns their sum.
+  double distribution(bool constrained);
+  // One draw from cand_ / probs_ with total weight sum.
+  int32_t draw(double sum);
   void ensure_vocab(size_t n_vocab);
 
   SamplingParams params_;

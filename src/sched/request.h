@@ -52,6 +52,9 @@ struct Request {
   int32_t overtaken_steps = 0;       // kLpm: steps in which a request behind it was admitted first
   std::vector<RequestId> fork_ids;   // children still to fork at the end of the prompt (see NewRequest)
   RequestId forked_from = 0;         // a child: the request whose blocks it got by fork (0: none)
+  // Speculative decoding: tokens proposed to follow `tokens`, set by
+  // Scheduler::set_draft for the next schedule() only (which clears it).
+  std::vector<TokenId> draft;
 
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

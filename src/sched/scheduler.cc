@@ -165,16 +165,34 @@ void Scheduler::preempt(Request& r, std::vector<Slice>* slices, int32_t* budget,
 }
 
 bool Scheduler::schedule_running(Request& r, int32_t num_tokens, std::vector<Slice>* slices, int32_t* budget,
-                                 StepPlan* plan) {
+                                 StepPlan* plan, int32_t num_draft) {
   std::vector<kv::BlockCopy> copies;
+  // Draft slots are optional: when the pool cannot give them at once the
+  // decode goes without (preempting another request for a guess never pays).
+  if (num_draft > 0 && !kv_->can_append_slots(r.id, num_tokens + num_draft)) num_draft = 0;
+  num_tokens += num_draft;
   while (!kv_->append_slots(r.id, num_tokens, &copies)) {
     const RequestId victim = running_.back();  // most recently admitted
     preempt(req(victim), slices, budget, plan);
     if (victim == r.id) return false;
   }
-  slices->push_back(Slice{r.id, num_tokens, std::move(copies)});
+  slices->push_back(Slice{r.id, num_tokens, std::move(copies), num_draft});
   *budget -= num_tokens;
   return true;
+}
+
+bool Scheduler::set_draft(RequestId id, std::span<const TokenId> draft) {
+  auto it = requests_.find(id);
+  if (it == requests_.end() || it->second.state != RequestState::kRunning) return false;
+  it->second.draft.assign(draft.begin(), draft.end());
+  return true;
+}
+
+int32_t Scheduler::draft_len(const Request& r, int32_t budget) const {
+  // accepted + 1 bonus token <= what max_tokens and max_model_len leave.
+  if (!r.fork_ids.empty()) return 0;  // the prompt's last slice forks: its one row serves every child
+  const int32_t room = std::min(r.max_tokens - r.num_output_tokens(), config_.max_model_len - r.num_tokens()) - 1;
+  return std::max(0, std::min({static_cast<int32_t>(r.draft.size()), budget - 1, room}));
 }
 
 std::vector<Scheduler::Candidate> Scheduler::admission_order() const {
@@ -224,7 +242,8 @@ StepPlan Scheduler::schedule() {
       if ((remaining == 1) != (pass == 0)) continue;
       // The victim of preemption may be a request scheduled earlier this step;
       // it is unscheduled, so a later pass never sees it twice.
-      schedule_running(r, std::min(remaining, budget), &slices, &budget, &plan);
+      schedule_running(r, std::min(remaining, budget), &slices, &budget, &plan,
+                       pass == 0 ? draft_len(r, budget) : 0);
     }
   }
 
@@ -307,17 +326,26 @@ StepPlan Scheduler::schedule() {
     ScheduledSeq seq;
     seq.request_id = r.id;
     seq.start_pos = computed;
-    seq.token_ids.assign(r.tokens.begin() + computed, r.tokens.begin() + computed + s.num_tokens);
+    const int32_t real = s.num_tokens - s.num_draft;
+    seq.token_ids.assign(r.tokens.begin() + computed, r.tokens.begin() + computed + real);
+    if (s.num_draft > 0) {  // a decode (real == 1): its drafts follow the last known token
+      seq.token_ids.insert(seq.token_ids.end(), r.draft.begin(), r.draft.begin() + s.num_draft);
+      seq.num_draft_tokens = s.num_draft;
+    }
     const auto table = kv_->block_table(r.id);
     seq.block_ids.assign(table.begin(), table.end());
     for (int32_t g = 1; g < kv_->num_groups(); ++g) {
       const auto t = kv_->block_table(r.id, g);
       seq.group_block_ids.emplace_back(t.begin(), t.end());
     }
-    seq.wants_logits = computed + s.num_tokens == r.num_tokens();
+    seq.wants_logits = computed + real == r.num_tokens();
     if (seq.wants_logits) seq.fork_ids = r.fork_ids;  // non-empty only at the end of the prompt
     plan.seqs.push_back(std::move(seq));
     plan.block_copies.insert(plan.block_copies.end(), s.copies.begin(), s.copies.end());
+  }
+  for (RequestId id : order) {  // drafts are for this step only
+    auto it = requests_.find(id);
+    if (it != requests_.end()) it->second.draft.clear();
   }
   return plan;
 }
@@ -401,6 +429,22 @@ std::vector<FinishedRequest> Scheduler::update(const StepPlan& plan, std::span<c
     Request& r = it->second;
     PAGODA_CHECK_MSG(r.state == RequestState::kRunning && kv_->num_computed_tokens(r.id) == seq.start_pos,
                      "request %llu: update for a plan it is not in", ull(r.id));
+    if (seq.num_draft_tokens > 0) {
+      // Verified drafts join the tokens and count as computed; the slots of
+      // the rejected ones go back, so they never reach the prefix cache.
+      const SeqOutput& out = output_of(r.id, outputs);
+      const auto k = static_cast<size_t>(seq.num_draft_tokens);
+      const auto drafts = std::span<const TokenId>(seq.token_ids).last(k);
+      PAGODA_CHECK_MSG(out.accepted.size() <= k && std::equal(out.accepted.begin(), out.accepted.end(), drafts.begin()),
+                       "request %llu: accepted tokens are not a prefix of its drafts", ull(r.id));
+      r.tokens.insert(r.tokens.end(), out.accepted.begin(), out.accepted.end());
+      const int32_t computed = seq.start_pos + 1 + static_cast<int32_t>(out.accepted.size());
+      kv_->mark_computed(r.id, r.tokens, computed);
+      const bool truncated = kv_->truncate(r.id, computed);
+      PAGODA_CHECK_MSG(truncated, "request %llu: rollback of rejected drafts failed", ull(r.id));
+      apply_output(r, out, &done);
+      continue;
+    }
     kv_->mark_computed(r.id, r.tokens, seq.start_pos + static_cast<int32_t>(seq.token_ids.size()));
     if (!seq.wants_logits) continue;
     // Fork before the parent's token is appended: the children share the prompt only.

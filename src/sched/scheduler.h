@@ -98,6 +98,9 @@ struct SeqOutput {
   RequestId request_id = 0;
   TokenId token = -1;     // appended to the request's tokens when >= 0; -1 only with finished
   bool finished = false;  // stop condition met (EOS, stop string...): finish after this token
+  // A slice with draft tokens: the verified prefix of its drafts, appended
+  // (and counted computed) before `token`, the bonus or correction token.
+  std::vector<TokenId> accepted = {};
 };
 
 struct FinishedRequest {
@@ -140,6 +143,16 @@ class Scheduler {
   // each id of a group to abort the group. False if unknown.
   bool abort(RequestId id);
 
+  // Speculative decoding: proposes `draft` to follow the running request's
+  // known tokens in the next schedule() only. A decode slice then carries
+  // [last token, drafts...] (ScheduledSeq::num_draft_tokens), capped so the
+  // step stays within the token budget, max_tokens and max_model_len, and
+  // dropped when the pool lacks the slots (a draft never preempts). Slots of
+  // rejected drafts are rolled back in update() (KvManager::truncate), so
+  // only verified tokens are ever computed or committed to the prefix cache.
+  // False (nothing kept) for an unknown or not running request.
+  bool set_draft(RequestId id, std::span<const TokenId> draft);
+
   StepPlan schedule();
   // Applies a step's results: advances num_computed_tokens (committing full
   // blocks to the prefix cache), appends sampled tokens, finishes requests
@@ -179,9 +192,12 @@ class Scheduler {
     RequestId id;
     int32_t num_tokens;
     std::vector<kv::BlockCopy> copies;
+    int32_t num_draft = 0;  // of num_tokens, draft tokens after the one real token
   };
+  // Draft tokens a decode of r may carry this step with `budget` tokens left.
+  int32_t draft_len(const Request& r, int32_t budget) const;
   bool schedule_running(Request& r, int32_t num_tokens, std::vector<Slice>* slices, int32_t* budget,
-                        StepPlan* plan);
+                        StepPlan* plan, int32_t num_draft = 0);
   void preempt(Request& r, std::vector<Slice>* slices, int32_t* budget, StepPlan* plan);
   void finish(Request& r, FinishReason reason, std::vector<FinishedRequest>* out);
   // Appends out's token to r and finishes r when a stop condition holds.

@@ -27,6 +27,12 @@ struct ScheduledSeq {
   // slice's one logits row is sampled once per id: request_id, then fork_ids
   // in order, each with its own sampler; SeqOutputs come for all of them.
   std::vector<RequestId> fork_ids;
+  // Speculative decoding: the last num_draft_tokens of token_ids are draft
+  // tokens (Scheduler::set_draft) after the one real token of a decode. The
+  // step computes logits at all 1 + num_draft_tokens positions (wants_logits
+  // is set); the engine verifies the drafts against them and reports the
+  // accepted prefix in SeqOutput::accepted. 0: an ordinary slice.
+  int32_t num_draft_tokens = 0;
 };
 
 struct StepPlan {

@@ -77,6 +77,7 @@ void AsyncEngine::publish_stats() {
   delta("pagoda:num_preemptions_total", s.num_preemptions, last_stats_.num_preemptions);
   delta("pagoda:prompt_tokens_total", s.prompt_tokens_total, last_stats_.prompt_tokens_total);
   delta("pagoda:generation_tokens_total", s.generation_tokens_total, last_stats_.generation_tokens_total);
+  add_spec_decode_metrics(metrics_, s, last_stats_);  // metrics.cc
   last_stats_ = s;
 }
 

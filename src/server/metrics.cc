@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "engine/engine.h"
+
 namespace pagoda::server {
 namespace {
 std::string fmt_double(double v) {
@@ -46,6 +48,11 @@ Metrics::Metrics() {
   counter("pagoda:generation_tokens_total", "Number of generation tokens processed.");
   counter("pagoda:request_success_total", "Count of successfully processed requests.", "finished_reason");
   counter("pagoda:request_failure_total", "Count of requests answered with an error.", "status");
+  // Speculative decoding (vLLM's names); acceptance rate = accepted / draft tokens.
+  counter("pagoda:spec_decode_num_drafts_total", "Number of spec decoding drafts.");
+  counter("pagoda:spec_decode_num_draft_tokens_total", "Number of draft tokens.");
+  counter("pagoda:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.");
+  counter("pagoda:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.", "position");
   std::vector<double> lat = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
                              2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
   hist("pagoda:time_to_first_token_seconds", "Histogram of time to first token in seconds.", lat);
@@ -119,6 +126,19 @@ std::string Metrics::render() const {
     }
   }
   return out;
+}
+
+void add_spec_decode_metrics(Metrics* m, const engine::EngineStats& now, const engine::EngineStats& before) {
+  auto delta = [&](const char* name, int64_t a, int64_t b, const std::string& label = "") {
+    if (a > b) m->inc_counter(name, static_cast<double>(a - b), label);
+  };
+  delta("pagoda:spec_decode_num_drafts_total", now.spec_num_drafts, before.spec_num_drafts);
+  delta("pagoda:spec_decode_num_draft_tokens_total", now.spec_num_draft_tokens, before.spec_num_draft_tokens);
+  delta("pagoda:spec_decode_num_accepted_tokens_total", now.spec_num_accepted_tokens, before.spec_num_accepted_tokens);
+  for (size_t j = 0; j < now.spec_accepted_per_pos.size(); ++j) {
+    const int64_t was = j < before.spec_accepted_per_pos.size() ? before.spec_accepted_per_pos[j] : 0;
+    delta("pagoda:spec_decode_num_accepted_tokens_per_pos", now.spec_accepted_per_pos[j], was, std::to_string(j));
+  }
 }
 
 }  // namespace pagoda::server

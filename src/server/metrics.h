@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+namespace pagoda::engine { struct EngineStats; }
+
 namespace pagoda::server {
 
 class Metrics {
@@ -34,5 +36,9 @@ class Metrics {
   std::map<std::string, double> gauges_;
   std::map<std::string, Histogram> histograms_;
 };
+
+// Speculative decoding (vLLM's spec_decode_* counters): adds what the engine
+// counted between two stats snapshots, per draft position too.
+void add_spec_decode_metrics(Metrics* m, const engine::EngineStats& now, const engine::EngineStats& before);
 
 }  // namespace pagoda::server

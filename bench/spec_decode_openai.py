@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Speculative decoding through `pagoda serve`, measured with the official openai client.
+
+Single stream (one request at a time), greedy. Two workloads:
+  copy    "Repeat the following code exactly, with one change: rename X to Y" over chunks
+          of this repository's own Python files (tests/, bench/, scripts/): the answer
+          copies its prompt;
+  random  a prompt of random English words; the answer copies nothing (ignore_eos, so
+          every request generates max_tokens).
+For each round, a plain server and a speculative one (--speculative-config) are started
+in turn (interleaved), each answers the same requests, and the script reports output
+tokens per second (completion tokens / wall time of the requests), the speedup, the
+acceptance rate from /metrics (spec_decode_*), and whether the texts were identical.
+Medians over the rounds.
+
+usage: spec_decode_openai.py [--binary build/release/src/cli/pagoda] [--model M.gguf]
+         [--rounds 3] [--prompts 6] [--max-tokens 200] [--spec JSON] [--threads 2]
+"""
+import argparse
+import glob
+import json
+import os
+import random
+import statistics
+import sys
+import time
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, os.path.join(ROOT, "tests", "server"))
+from serverutil import PagodaServer  # noqa: E402
+
+WORDS = ("river stone quiet paper window orange market silver travel garden simple yellow "
+         "minute bright forest engine letter summer doctor animal planet rocket valley").split()
+
+
+def copy_prompts(n, seed):
+    rng = random.Random(seed)
+    files = sorted(glob.glob(os.path.join(ROOT, "tests", "**", "*.py"), recursive=True) +
+                   glob.glob(os.path.join(ROOT, "bench", "*.py")))
+    out = []
+    while len(out) < n:
+        lines = open(rng.choice(files)).read().splitlines()
+        if len(lines) < 30:
+            continue
+        at = rng.randrange(0, len(lines) - 20)
+        chunk = "\n".join(lines[at:at + 20]).strip("\n")
+        names = [w for w in set(chunk.replace("(", " ").replace(")", " ").replace(".", " ").split())
+                 if w.isidentifier() and len(w) > 3]
+        if not names:
+            continue
+        old = sorted(names)[rng.randrange(len(names))]
+        out.append(f"Repeat the following Python code exactly, with one change: rename `{old}` to "
+                   f"`{old}_v2`. Reply with the code only.\n\n```python\n{chunk}\n```")
+    return out
+
+
+def random_prompts(n, seed):
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(60)) for _ in range(n)]
+
+
+def run(srv, prompts, max_tokens, ignore_eos):
+    import openai
+    client = openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=600)
+    model = client.models.list().data[0].id
+    ask = lambda p: client.chat.completions.create(  # noqa: E731
+        model=model, messages=[{"role": "user", "content": p}], max_tokens=max_tokens, temperature=0,
+        extra_body={"ignore_eos": ignore_eos})
+    ask(prompts[0])  # warm-up
+    texts, tokens, t0 = [], 0, time.perf_counter()
+    for p in prompts:
+        r = ask(p)
+        texts.append(r.choices[0].message.content)
+        tokens += r.usage.completion_tokens
+    wall = time.perf_counter() - t0
+    m = srv.metrics()
+    acc = m.get("pagoda:spec_decode_num_accepted_tokens_total", 0.0)
+    drafted = m.get("pagoda:spec_decode_num_draft_tokens_total", 0.0)
+    return {"tok_s": tokens / wall, "tokens": tokens, "texts": texts,
+            "accept": acc / drafted if drafted else float("nan"), "drafts": m.get("pagoda:spec_decode_num_drafts_total", 0.0)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "release", "src", "cli", "pagoda"))
+    ap.add_argument("--model", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--prompts", type=int, default=6)
+    ap.add_argument("--max-tokens", type=int, default=200)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--spec", default='{"method":"ngram","num_speculative_tokens":8,"prompt_lookup_max":4,'
+                                      '"prompt_lookup_min":2}')
+    ap.add_argument("--workloads", default="copy,random")
+    a = ap.parse_args()
+    base = ["-t", str(a.threads), "--max-num-seqs", "1"]
+    rows = {}
+    for wl in a.workloads.split(","):
+        prompts = copy_prompts(a.prompts, 7) if wl == "copy" else random_prompts(a.prompts, 7)
+        res = {"plain": [], "spec": []}
+        same = True
+        for rnd in range(a.rounds):
+            order = ["plain", "spec"] if rnd % 2 == 0 else ["spec", "plain"]
+            got = {}
+            for cfg in order:
+                extra = base + (["--speculative-config", a.spec] if cfg == "spec" else [])
+                with PagodaServer(a.binary, a.model, extra) as srv:
+                    got[cfg] = run(srv, prompts, a.max_tokens, ignore_eos=(wl == "random"))
+                res[cfg].append(got[cfg])
+            same = same and got["plain"]["texts"] == got["spec"]["texts"]
+            print(f"{wl} round {rnd}: plain {got['plain']['tok_s']:.1f} tok/s, spec {got['spec']['tok_s']:.1f} tok/s "
+                  f"({got['spec']['tok_s'] / got['plain']['tok_s']:.2f}x), acceptance {got['spec']['accept']:.2f}, "
+                  f"same text {got['plain']['texts'] == got['spec']['texts']}", file=sys.stderr)
+        med = lambda cfg: statistics.median(r["tok_s"] for r in res[cfg])  # noqa: E731
+        ratios = [s["tok_s"] / p["tok_s"] for p, s in zip(res["plain"], res["spec"])]
+        rows[wl] = {"plain_tok_s": med("plain"), "spec_tok_s": med("spec"), "speedup": statistics.median(ratios),
+                    "acceptance": statistics.median(r["accept"] for r in res["spec"]),
+                    "output_tokens": res["plain"][0]["tokens"], "identical_text": same}
+    print(json.dumps(rows, indent=1))
+    print("\n| workload | plain tok/s | spec tok/s | speedup (median of per-round ratios) | acceptance | identical |")
+    print("|---|---|---|---|---|---|")
+    for wl, r in rows.items():
+        print(f"| {wl} | {r['plain_tok_s']:.1f} | {r['spec_tok_s']:.1f} | {r['speedup']:.2f}x | {r['acceptance']:.2f} | "
+              f"{r['identical_text']} |")
+
+
+if __name__ == "__main__":
+    main()

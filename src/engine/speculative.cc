@@ -1,0 +1,111 @@
+#include "engine/speculative.h"
+
+#include <algorithm>
+
+#include "base/status.h"
+
+namespace pagoda::engine {
+
+std::string check_speculative_config(const SpeculativeConfig& c) {
+  if (c.num_speculative_tokens < 0 || c.num_speculative_tokens > kMaxSpeculativeTokens)
+    return errorf("num_speculative_tokens must be in 0..%d, got %d", kMaxSpeculativeTokens, c.num_speculative_tokens)
+        .message;
+  if (c.prompt_lookup_min < 1 || c.prompt_lookup_max > kMaxPromptLookup || c.prompt_lookup_min > c.prompt_lookup_max)
+    return errorf("prompt lookup needs 1 <= prompt_lookup_min <= prompt_lookup_max <= %d, got min %d, max %d",
+                  kMaxPromptLookup, c.prompt_lookup_min, c.prompt_lookup_max)
+        .message;
+  return "";
+}
+
+std::vector<int32_t> ngram_propose(std::span<const int32_t> tokens, int min_n, int max_n, int k) {
+  const auto len = static_cast<int64_t>(tokens.size());
+  if (k <= 0 || min_n < 1 || max_n < min_n || len < min_n + 1) return {};
+  // One pass over candidate continuations: position e follows an occurrence
+  // ending at e - 1 < len - 1; its match is the common suffix of tokens[..e)
+  // and tokens[..len), capped at max_n. The longest wins; among equals the
+  // latest (the nearest context), found first scanning backwards.
+  int best_n = 0;
+  int64_t best_e = -1;
+  for (int64_t e = len - 1; e >= min_n; --e) {
+    int n = 0;
+    while (n < max_n && n < e && tokens[static_cast<size_t>(e - 1 - n)] == tokens[static_cast<size_t>(len - 1 - n)]) ++n;
+    if (n > best_n) {
+      best_n = n;
+      best_e = e;
+      if (n == max_n) break;
+    }
+  }
+  if (best_n < min_n) return {};
+  const int64_t end = std::min(len, best_e + k);
+  return {tokens.begin() + best_e, tokens.begin() + end};
+}
+
+void StepCostModel::record(int n, double ms) {
+  if (n < 1 || n > kMaxTokens || !(ms > 0)) return;
+  double& m = ms_[n];
+  m = m == 0 ? ms : 0.8 * m + 0.2 * ms;  // recent steps weigh more: the machine's load changes
+}
+
+double StepCostModel::cost(int n) const {
+  n = std::clamp(n, 1, kMaxTokens);
+  if (ms_[n] > 0) return ms_[n];
+  int lo = n - 1, hi = n + 1;
+  while (lo >= 1 && ms_[lo] == 0) --lo;
+  while (hi <= kMaxTokens && ms_[hi] == 0) ++hi;
+  if (lo >= 1 && hi <= kMaxTokens) return ms_[lo] + (ms_[hi] - ms_[lo]) * (n - lo) / (hi - lo);
+  if (lo < 1 && hi > kMaxTokens) return 1.0 + 0.5 * (n - 1);  // nothing measured
+  if (lo < 1) return ms_[hi];                                   // below every measurement
+  // Above every measurement: the slope from 1 token (or half a decode per token).
+  const double base = ms_[1] > 0 ? ms_[1] : ms_[lo];
+  const double slope = lo > 1 && ms_[1] > 0 ? std::max(0.0, (ms_[lo] - ms_[1]) / (lo - 1)) : 0.5 * base;
+  return ms_[lo] + slope * (n - lo);
+}
+
+void AcceptanceEstimate::record(int k, int accepted) {
+  accepted_ = 0.9 * accepted_ + accepted;
+  rejected_ = 0.9 * rejected_ + (accepted < k ? 1.0 : 0.0);
+}
+
+void AcceptanceEstimate::decay() {
+  accepted_ = 0.95 * accepted_ + 0.05;
+  rejected_ = 0.95 * rejected_ + 0.05;
+}
+
+int best_draft_length(const StepCostModel& cost, double alpha, int batch, int max_k) {
+  batch = std::max(batch, 1);
+  int best = 0;
+  double expected = 1.0, term = 1.0;
+  double best_rate = (batch - 1 + expected) / cost.cost(batch);
+  for (int k = 1; k <= max_k; ++k) {
+    term *= alpha;
+    expected += term;
+    const double rate = (batch - 1 + expected) / cost.cost(batch + k);
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = k;
+    }
+  }
+  return best;
+}
+
+bool DraftThrottle::should_draft() {
+  if (pause_left_ == 0) return true;
+  --pause_left_;
+  return false;
+}
+
+void DraftThrottle::record(int k, int accepted) {
+  ++drafts_;
+  proposed_ += k;
+  accepted_ += accepted;
+  if (drafts_ < kWindow) return;
+  if (accepted_ < kMinAcceptRate * proposed_) {
+    pause_left_ = next_pause_;
+    next_pause_ = std::min(kMaxPause, next_pause_ * 2);
+  } else {
+    next_pause_ = kFirstPause;
+  }
+  drafts_ = proposed_ = accepted_ = 0;
+}
+
+}  // namespace pagoda::engine

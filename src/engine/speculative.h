@@ -1,0 +1,105 @@
+// Speculative decoding by prompt lookup (vLLM's "ngram" method, llama.cpp's
+// lookup decoding): the draft for a sequence is what followed the latest
+// earlier occurrence of its longest recent n-gram. Drafts cost no model: the
+// engine verifies them in the sequence's next decode step, which computes
+// [last token, drafts...] in one forward (sched::Scheduler::set_draft), and
+// keeps the longest prefix the sampler confirms plus one token of its own.
+// Plain data and functions: the engine owns the per-sequence state.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace pagoda::engine {
+
+// vLLM's --speculative-config for method "ngram".
+struct SpeculativeConfig {
+  int num_speculative_tokens = 0;  // K: draft tokens per step; 0 = off
+  int prompt_lookup_max = 5;       // longest n-gram matched (vLLM: 5 when neither bound is given)
+  int prompt_lookup_min = 5;       // shortest
+  bool enabled() const { return num_speculative_tokens > 0; }
+};
+
+// Limits: K <= kMaxSpeculativeTokens, 1 <= min <= max <= kMaxPromptLookup.
+constexpr int kMaxSpeculativeTokens = 32;
+constexpr int kMaxPromptLookup = 64;
+// "" when valid, else the message.
+std::string check_speculative_config(const SpeculativeConfig& c);
+
+// Up to k tokens proposed to follow `tokens`: for n from max_n down to min_n,
+// if the last n tokens also occur earlier (ending before the last token), the
+// tokens after the latest such occurrence (at most k, never past the end).
+// Empty when no n-gram of at least min_n repeats. O(tokens x max_n).
+std::vector<int32_t> ngram_propose(std::span<const int32_t> tokens, int min_n, int max_n, int k);
+
+// The forward pass's cost by step size: an average of measured step times
+// per number of tokens in the step (1..kMaxTokens), for choosing how many
+// draft tokens pay. A verify step of 1 + k tokens costs more than a decode
+// (how much depends on the kernels: on AVX-512 with 2 threads two tokens cost
+// about one, nine about five), so a draft is worth its length only when
+// enough of it is expected to be accepted.
+class StepCostModel {
+ public:
+  static constexpr int kMaxTokens = 128;
+  // Records one forward of n tokens that took ms milliseconds.
+  void record(int n, double ms);
+  // Estimated milliseconds for n tokens: the measured average, else linear
+  // between the nearest measured sizes, else from the largest measured one at
+  // the slope between it and 1 token (half a decode per token when unknown).
+  // Relative units (decode = 1) before any measurement.
+  double cost(int n) const;
+
+ private:
+  double ms_[kMaxTokens + 1] = {};
+};
+
+// Per-sequence acceptance estimate: the chance that the next draft token is
+// accepted given the previous ones were (geometric model), from decayed
+// counts of accepted tokens and of drafts that ended in a rejection.
+class AcceptanceEstimate {
+ public:
+  double alpha() const { return (accepted_ + 1.0) / (accepted_ + rejected_ + 2.0); }
+  void record(int k, int accepted);
+  // A step without a draft: the estimate drifts back towards the prior, so a
+  // sequence that stopped drafting tries again later.
+  void decay();
+
+ private:
+  // The prior (alpha 0.6): a repeated n-gram is a fair bet, so a new sequence
+  // tries a short draft and learns from it.
+  double accepted_ = 2.0;
+  double rejected_ = 1.0;
+};
+
+// The draft length in 0..max_k that maximises expected tokens per unit of
+// time for a sequence decoding among `batch` decodes (the others without
+// drafts): (batch - 1 + sum_{i=0..k} alpha^i) / cost(batch + k).
+int best_draft_length(const StepCostModel& cost, double alpha, int batch, int max_k);
+
+// Adaptive off-switch of one sequence: when fewer than kMinAcceptRate of the
+// draft tokens of its last kWindow drafts were accepted, drafting pauses for a
+// number of decode steps that doubles on every pause in a row (up to
+// kMaxPause) and goes back to kFirstPause after a window that does better.
+class DraftThrottle {
+ public:
+  static constexpr int kWindow = 8;
+  static constexpr double kMinAcceptRate = 0.1;
+  static constexpr int kFirstPause = 16;
+  static constexpr int kMaxPause = 1024;
+
+  // Whether to draft in this decode step (a paused step counts down).
+  bool should_draft();
+  // Records one verified draft: k tokens proposed, `accepted` of them taken.
+  void record(int k, int accepted);
+  int paused_steps() const { return pause_left_; }
+
+ private:
+  int drafts_ = 0;  // in the current window
+  int proposed_ = 0;
+  int accepted_ = 0;
+  int pause_left_ = 0;
+  int next_pause_ = kFirstPause;
+};
+
+}  // namespace pagoda::engine
