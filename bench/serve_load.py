@@ -31,6 +31,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import socket
 import struct
 import sys
@@ -134,13 +135,15 @@ def http_json(url, path, body=None, timeout=30):
 
 
 def scrape(url, timeout=30):
-    """/metrics as {name or name{labels}: value}."""
+    """/metrics as {name or name{labels}: value}, without the model_name label every
+    series carries (one server serves one model)."""
     text = urllib.request.urlopen(url + "/metrics", timeout=timeout).read().decode()
     out = {}
     for line in text.splitlines():
         if line.startswith("#") or not line.strip():
             continue
         name, _, value = line.rpartition(" ")
+        name = re.sub(r'model_name="(?:[^"\\]|\\.)*",?', "", name).replace("{}", "")
         out[name] = float(value)
     return out
 

@@ -128,6 +128,8 @@ StreamChunk parse_stream_chunk(const std::string& data) {
     const json& ch = (*it)[0];
     c.has_choice = true;
     if (auto t = ch.find("text"); t != ch.end() && t->is_string()) c.text = t->get<std::string>();
+    if (auto d = ch.find("delta"); d != ch.end() && d->is_object())
+      if (auto t = d->find("content"); t != d->end() && t->is_string()) c.text = t->get<std::string>();
     if (auto t = ch.find("token_ids"); t != ch.end()) read_ids(*t, &c.token_ids);
     if (auto f = ch.find("finish_reason"); f != ch.end() && !f->is_null()) c.finished = true;
   }
@@ -145,16 +147,22 @@ StreamChunk parse_stream_chunk(const std::string& data) {
   return c;
 }
 
-std::string completion_body(const BenchRequest& r, const std::string& model, bool ignore_eos) {
-  json j = {{"prompt", r.prompt},
-            {"max_tokens", r.max_tokens},
-            {"temperature", 0},
+std::string completion_body(const BenchRequest& r, const std::string& model, bool ignore_eos, bool chat) {
+  json j = {{"temperature", 0},
             {"stream", true},
             {"stream_options", {{"include_usage", true}}},
             {"ignore_eos", ignore_eos},
             {"return_token_ids", true}};
+  if (chat) {
+    j["messages"] = json::array({json{{"role", "user"}, {"content", r.text}}});
+    j["max_completion_tokens"] = r.max_tokens;
+  } else {
+    j["prompt"] = r.prompt;
+    j["max_tokens"] = r.max_tokens;
+  }
   if (!model.empty()) j["model"] = model;
-  return j.dump();
+  // Decoded random ids may split a UTF-8 character: replace, never throw.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 Expected<ServerUrl> parse_server_url(const std::string& url) {
@@ -396,8 +404,9 @@ std::string error_text(const std::string& body) {
 RequestResult stream_one(Conn& conn, const BenchRequest& br, const ServerRunOptions& opts) {
   RequestResult r;
   r.prompt_tokens = static_cast<int64_t>(br.prompt.size());
-  auto req = conn.make_request(http::verb::post, "/v1/completions",
-                               completion_body(br, opts.model_name, opts.run.ignore_eos));
+  auto req = conn.make_request(http::verb::post, opts.endpoint,
+                               completion_body(br, opts.model_name, opts.run.ignore_eos,
+                                               opts.endpoint == "/v1/chat/completions"));
   const double st = now_seconds();
   const auto deadline = deadline_after(opts.request_timeout_s);
   http::response_parser<http::buffer_body> p;
@@ -532,6 +541,7 @@ std::vector<RequestResult> run_server(const ServerUrl& url, const std::vector<Be
       const double wait = t0 + arrivals[i] - now_seconds();
       if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
       RequestResult r;
+      const double sent = now_seconds();
       try {
         r = stream_one(conn, requests[i], *opts);
       } catch (const std::exception& e) {
@@ -540,6 +550,7 @@ std::vector<RequestResult> run_server(const ServerUrl& url, const std::vector<Be
         conn.close();
       }
       const double t = now_seconds();
+      r.start = sent - t0;
       {
         std::lock_guard<std::mutex> l(mu);
         results[i] = std::move(r);
@@ -567,6 +578,7 @@ std::vector<RequestResult> run_server(const ServerUrl& url, const std::vector<Be
     double last_scrape = 0;
     while (done < n) {
       cv.wait_for(l, std::chrono::milliseconds(100));
+      if (opts->run.progress) opts->run.progress(done, n);
       if (!scrape || done >= n || now_seconds() - last_scrape < 0.1) continue;
       last_scrape = now_seconds();
       l.unlock();

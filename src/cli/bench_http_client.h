@@ -1,7 +1,7 @@
 // The HTTP side of the serving benchmark: an incremental SSE parser, the
 // OpenAI completion-chunk reader, Prometheus scraping, and the run loop that
-// sends the workload to POST URL/v1/completions (Boost.Beast, one worker thread
-// and keep-alive connection per concurrency slot).
+// sends the workload to POST URL/v1/completions or /v1/chat/completions
+// (Boost.Beast, one worker thread and keep-alive connection per concurrency slot).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -39,7 +39,7 @@ struct StreamChunk {
   bool error = false;              // not JSON, or an {"error": ...} object
   std::string error_message;
   bool has_choice = false;
-  std::string text;                // choices[0].text
+  std::string text;                // choices[0].text, or choices[0].delta.content (chat)
   std::vector<int32_t> token_ids;  // choices[0].token_ids (vLLM return_token_ids) or "tokens" (llama-server)
   bool finished = false;           // choices[0].finish_reason set
   int64_t prompt_tokens = -1;      // usage.prompt_tokens
@@ -48,8 +48,9 @@ struct StreamChunk {
 };
 StreamChunk parse_stream_chunk(const std::string& data);
 
-// The JSON body sent for one request.
-std::string completion_body(const BenchRequest& r, const std::string& model, bool ignore_eos);
+// The JSON body sent for one request: token ids as the prompt of /v1/completions, or
+// (chat) r.text as one user message of /v1/chat/completions, as vLLM's openai-chat does.
+std::string completion_body(const BenchRequest& r, const std::string& model, bool ignore_eos, bool chat = false);
 
 struct ServerUrl {
   std::string host;
@@ -71,6 +72,7 @@ struct ServerRunOptions {
   std::string model_name;          // "" -> first id of GET /v1/models (written back)
   std::string api_key;
   double request_timeout_s = 600;
+  std::string endpoint = "/v1/completions";  // or "/v1/chat/completions" (sends BenchRequest::text)
 };
 
 // Sends every request (failures are results, never exceptions). Results in request order.

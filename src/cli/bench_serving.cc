@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -18,7 +19,6 @@
 #include "base/hash.h"
 #include "base/rng.h"
 #include "base/timer.h"
-#include "cli/bench_copy_workload.h"
 #include "cli/bench_http_client.h"
 #include "cli/cli_util.h"
 #include "cli/command.h"
@@ -130,6 +130,59 @@ Expected<std::vector<BenchRequest>> load_dataset(const std::string& path, const 
   return reqs;
 }
 
+Expected<std::vector<BenchRequest>> load_sharegpt(const std::string& path, const tok::Tokenizer& tk, int num_prompts,
+                                                  int output_len, uint64_t seed, bool shuffle) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return errorf("--dataset-path %s: cannot open: %s", path.c_str(), std::strerror(errno));
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_array())
+    return errorf("--dataset-path %s: a ShareGPT file is a JSON list of {\"conversations\": [...]}", path.c_str());
+  // The (prompt, completion) pairs: the first two turns of each conversation.
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const nlohmann::json& e = j[i];
+    auto c = e.is_object() ? e.find("conversations") : e.end();
+    if (!e.is_object() || c == e.end() || !c->is_array())
+      return errorf("--dataset-path %s: entry %zu has no \"conversations\" list", path.c_str(), i);
+    if (c->size() < 2) continue;
+    std::string turn[2];
+    for (int k = 0; k < 2; ++k) {
+      const nlohmann::json& t = (*c)[k];
+      auto v = t.is_object() ? t.find("value") : t.end();
+      if (!t.is_object() || v == t.end() || !v->is_string())
+        return errorf("--dataset-path %s: entry %zu turn %d has no string \"value\"", path.c_str(), i, k);
+      turn[k] = v->get<std::string>();
+    }
+    pairs.emplace_back(std::move(turn[0]), std::move(turn[1]));
+  }
+  Rng rng(seed);
+  if (shuffle) {
+    for (size_t i = pairs.size(); i > 1; --i)
+      std::swap(pairs[i - 1], pairs[static_cast<size_t>(rng.uniform_int(0, static_cast<int64_t>(i) - 1))]);
+  }
+  // vLLM's is_valid_sequence bounds.
+  constexpr size_t kMinLen = 4, kMaxPrompt = 1024, kMaxTotal = 2048;
+  std::vector<BenchRequest> reqs;
+  for (const auto& [prompt, completion] : pairs) {
+    if (num_prompts > 0 && static_cast<int>(reqs.size()) >= num_prompts) break;
+    BenchRequest r;
+    r.text = prompt;
+    r.prompt = tk.encode(prompt, /*add_special=*/true, /*parse_special=*/false);
+    const size_t out = output_len > 0 ? static_cast<size_t>(output_len)
+                                      : tk.encode(completion, /*add_special=*/false, /*parse_special=*/false).size();
+    if (r.prompt.size() < kMinLen || (output_len <= 0 && out < kMinLen) || r.prompt.size() > kMaxPrompt ||
+        r.prompt.size() + out > kMaxTotal)
+      continue;
+    r.max_tokens = static_cast<int32_t>(out);
+    reqs.push_back(std::move(r));
+  }
+  if (reqs.empty()) return errorf("--dataset-path %s: no usable conversations", path.c_str());
+  // vLLM oversamples a short dataset to the requested count.
+  for (size_t have = reqs.size(); num_prompts > 0 && static_cast<int>(reqs.size()) < num_prompts;)
+    reqs.push_back(reqs[static_cast<size_t>(rng.uniform_int(0, static_cast<int64_t>(have) - 1))]);
+  return reqs;
+}
+
 std::vector<double> arrival_times(int n, double rate, uint64_t seed) {
   std::vector<double> t(static_cast<size_t>(std::max(n, 0)), 0.0);
   if (!std::isfinite(rate) || rate <= 0) return t;
@@ -161,6 +214,35 @@ void stats_ms(const std::vector<double>& sec, double* m, double* p50, double* p9
   *m = mean(sec) * 1e3;
   *p50 = percentile(sec, 50) * 1e3;
   *p99 = percentile(sec, 99) * 1e3;
+}
+
+}  // namespace
+
+namespace {
+
+// vLLM's peak output rate: tokens (chunks) bucketed by the whole second after the first
+// submission they arrived in; the busiest bucket, and the most requests in flight in any.
+void peak_rates(const std::vector<RequestResult>& results, Summary* s) {
+  double t0 = std::numeric_limits<double>::infinity(), t1 = -t0;
+  for (const RequestResult& r : results) {
+    if (!r.ok) continue;
+    t0 = std::min(t0, r.start);
+    t1 = std::max(t1, r.start + r.e2e);
+  }
+  if (!(t1 >= t0)) return;
+  const size_t n = static_cast<size_t>(std::ceil(t1 - t0)) + 1;
+  std::vector<double> tokens(n, 0);
+  std::vector<int64_t> in_flight(n, 0);
+  auto bucket = [&](double t) { return std::min(n - 1, static_cast<size_t>(std::max(0.0, t - t0))); };
+  for (const RequestResult& r : results) {
+    if (!r.ok) continue;
+    double t = r.start + r.ttft;
+    tokens[bucket(t)] += 1;
+    for (double gap : r.itl) tokens[bucket(t += gap)] += 1;
+    for (size_t b = bucket(r.start); b <= bucket(r.start + r.e2e); ++b) ++in_flight[b];
+  }
+  s->max_output_tokens_per_s = *std::max_element(tokens.begin(), tokens.end());
+  s->max_concurrent_requests = *std::max_element(in_flight.begin(), in_flight.end());
 }
 
 }  // namespace
@@ -218,6 +300,11 @@ Summary summarize(const std::vector<RequestResult>& results, const RunExtras& ex
   stats_ms(tpot, &s.tpot_ms_mean, &s.tpot_ms_p50, &s.tpot_ms_p99);
   stats_ms(itl, &s.itl_ms_mean, &s.itl_ms_p50, &s.itl_ms_p99);
   stats_ms(e2el, &s.e2el_ms_mean, &s.e2el_ms_p50, &s.e2el_ms_p99);
+  s.ttfts = std::move(ttft);
+  s.tpots = std::move(tpot);
+  s.itls = std::move(itl);
+  s.e2els = std::move(e2el);
+  peak_rates(results, &s);
   if (cached_known && s.completed > 0 && cached_prompt > 0)
     s.prefix_hit_rate = static_cast<double>(cached) / static_cast<double>(cached_prompt);
   s.peak_kv_usage = extras.peak_kv_usage;
@@ -255,7 +342,91 @@ std::string banner(const char* title, char fill) {
 
 }  // namespace
 
-std::string format_report(const Summary& s) {
+namespace {
+
+// One latency metric as vLLM reports it (ms): mean, median, population std, percentiles.
+struct MetricStats {
+  const char* name = "";   // "ttft"
+  const char* label = "";  // "TTFT"
+  const char* title = "";  // the section banner
+  double mean = 0, median = 0, std = 0;
+  std::vector<std::pair<double, double>> percentiles;  // (p, ms)
+};
+
+MetricStats metric_stats(const Summary& s, const std::string& name, const std::vector<double>& ps) {
+  static const struct {
+    const char* name;
+    const char* label;
+    const char* title;
+    std::vector<double> Summary::*samples;
+  } kMetrics[] = {
+      {"ttft", "TTFT", "Time to First Token", &Summary::ttfts},
+      {"tpot", "TPOT", "Time per Output Token (excl. 1st token)", &Summary::tpots},
+      {"itl", "ITL", "Inter-token Latency", &Summary::itls},
+      {"e2el", "E2EL", "End-to-end Latency", &Summary::e2els},
+  };
+  for (const auto& m : kMetrics) {
+    if (name != m.name) continue;
+    const std::vector<double>& v = s.*m.samples;
+    MetricStats st;
+    st.name = m.name;
+    st.label = m.label;
+    st.title = m.title;
+    st.mean = mean(v) * 1e3;
+    st.median = percentile(v, 50) * 1e3;
+    double sq = 0;
+    for (double x : v) sq += (x * 1e3 - st.mean) * (x * 1e3 - st.mean);
+    st.std = v.empty() ? 0 : std::sqrt(sq / static_cast<double>(v.size()));
+    for (double p : ps) st.percentiles.emplace_back(p, percentile(v, p) * 1e3);
+    return st;
+  }
+  return MetricStats{};
+}
+
+}  // namespace
+
+std::string parse_percentile_metrics(const std::string& s, std::vector<std::string>* out) {
+  std::vector<std::string> names;
+  size_t b = 0;
+  for (;;) {
+    const size_t e = s.find(',', b);
+    const std::string n = s.substr(b, e == std::string::npos ? std::string::npos : e - b);
+    if (n != "ttft" && n != "tpot" && n != "itl" && n != "e2el")
+      return "--percentile-metrics: '" + n + "' is not one of ttft, tpot, itl, e2el";
+    if (std::find(names.begin(), names.end(), n) != names.end()) return "--percentile-metrics: '" + n + "' twice";
+    names.push_back(n);
+    if (e == std::string::npos) break;
+    b = e + 1;
+  }
+  *out = std::move(names);
+  return "";
+}
+
+std::string parse_metric_percentiles(const std::string& s, std::vector<double>* out) {
+  std::vector<double> ps;
+  size_t b = 0;
+  for (;;) {
+    const size_t e = s.find(',', b);
+    const std::string v = s.substr(b, e == std::string::npos ? std::string::npos : e - b);
+    double p = 0;
+    if (!parse_f64(v, &p) || !(p >= 0 && p <= 100))
+      return "--metric-percentiles: '" + v + "' is not a percentile in 0..100";
+    ps.push_back(p);
+    if (e == std::string::npos) break;
+    b = e + 1;
+  }
+  *out = std::move(ps);
+  return "";
+}
+
+std::string percentile_word(double p) {
+  char b[32];
+  if (p == std::floor(p)) std::snprintf(b, sizeof b, "p%.0f", p);
+  else std::snprintf(b, sizeof b, "p%g", p);
+  return b;
+}
+
+std::string format_report(const Summary& s, const MetricSelection& sel) {
   std::string o = banner(" Serving Benchmark Result ", '=');
   line(&o, "Successful requests:", i64(s.completed));
   line(&o, "Failed requests:", i64(s.failed));
@@ -266,25 +437,22 @@ std::string format_report(const Summary& s) {
   line(&o, "Total generated tokens:", i64(s.total_output_tokens));
   line(&o, "Request throughput (req/s):", f2(s.request_throughput));
   line(&o, "Output token throughput (tok/s):", f2(s.output_tokens_per_s));
+  line(&o, "Peak output token throughput (tok/s):", f2(s.max_output_tokens_per_s));
+  line(&o, "Peak concurrent requests:", f2(static_cast<double>(s.max_concurrent_requests)));
   line(&o, "Total token throughput (tok/s):", f2(s.total_tokens_per_s));
   line(&o, "Steady decode throughput (tok/s):",
        s.steady_decode_tokens_per_s >= 0 ? f2(s.steady_decode_tokens_per_s) : "n/a");
-  // vLLM's latency sections: a banner, then mean / median / p99 in ms.
-  const struct {
-    const char* title;
-    const char* metric;
-    double mean, p50, p99;
-  } latencies[] = {
-      {"Time to First Token", "TTFT", s.ttft_ms_mean, s.ttft_ms_p50, s.ttft_ms_p99},
-      {"Time per Output Token (excl. 1st token)", "TPOT", s.tpot_ms_mean, s.tpot_ms_p50, s.tpot_ms_p99},
-      {"Inter-token Latency", "ITL", s.itl_ms_mean, s.itl_ms_p50, s.itl_ms_p99},
-      {"End-to-end Latency", "E2EL", s.e2el_ms_mean, s.e2el_ms_p50, s.e2el_ms_p99},
-  };
-  for (const auto& l : latencies) {
-    o += banner(l.title, '-');
-    line(&o, ("Mean " + std::string(l.metric) + " (ms):").c_str(), f2(l.mean));
-    line(&o, ("Median " + std::string(l.metric) + " (ms):").c_str(), f2(l.p50));
-    line(&o, ("P99 " + std::string(l.metric) + " (ms):").c_str(), f2(l.p99));
+  // vLLM's latency sections: a banner, then mean, median and the chosen percentiles in ms.
+  for (const std::string& name : sel.metrics) {
+    const MetricStats m = metric_stats(s, name, sel.percentiles);
+    o += banner(m.title, '-');
+    line(&o, ("Mean " + std::string(m.label) + " (ms):").c_str(), f2(m.mean));
+    line(&o, ("Median " + std::string(m.label) + " (ms):").c_str(), f2(m.median));
+    for (const auto& [p, v] : m.percentiles) {
+      std::string word = percentile_word(p);
+      word[0] = 'P';
+      line(&o, (word + " " + m.label + " (ms):").c_str(), f2(v));
+    }
   }
   o += banner("KV cache", '-');
   line(&o, "Peak KV cache usage (%):", s.peak_kv_usage >= 0 ? f2(s.peak_kv_usage * 100) : "n/a");
@@ -294,6 +462,90 @@ std::string format_report(const Summary& s) {
   line(&o, "Output hash (text):", hex(s.output_text_hash));
   o += std::string(50, '=') + "\n";
   return o;
+}
+
+std::string format_vllm_result(const Summary& s, const MetricSelection& sel, const ResultMeta& meta,
+                               const std::vector<RequestResult>& results) {
+  using json = nlohmann::ordered_json;  // vLLM's key order
+  auto null_if = [](bool null, json v) { return null ? json() : v; };
+  json j;
+  j["date"] = meta.date;
+  j["endpoint_type"] = meta.backend;
+  j["backend"] = meta.backend;
+  j["label"] = null_if(meta.label.empty(), meta.label);
+  j["model_id"] = meta.model_id;
+  j["tokenizer_id"] = meta.tokenizer_id;
+  j["num_prompts"] = meta.num_prompts;
+  j["request_rate"] = std::isfinite(s.request_rate) ? json(s.request_rate) : json("inf");
+  j["burstiness"] = 1.0;
+  j["max_concurrency"] = null_if(s.max_concurrency <= 0, s.max_concurrency);
+  j["duration"] = s.duration_s;
+  j["completed"] = s.completed;
+  j["failed"] = s.failed;
+  j["total_input_tokens"] = s.total_input_tokens;
+  j["total_output_tokens"] = s.total_output_tokens;
+  j["request_throughput"] = s.request_throughput;
+  j["request_goodput"] = nullptr;
+  j["output_throughput"] = s.output_tokens_per_s;
+  j["total_token_throughput"] = s.total_tokens_per_s;
+  if (meta.detailed) {
+    json in = json::array(), out = json::array(), ttfts = json::array(), itls = json::array(), texts = json::array(),
+         errors = json::array();
+    for (const RequestResult& r : results) {
+      in.push_back(r.prompt_tokens);
+      out.push_back(r.ok ? r.output_tokens : 0);
+      ttfts.push_back(r.ttft);
+      itls.push_back(r.itl);
+      texts.push_back(r.text);
+      errors.push_back(r.error);
+    }
+    j["input_lens"] = std::move(in);
+    j["output_lens"] = std::move(out);
+    j["ttfts"] = std::move(ttfts);
+    j["itls"] = std::move(itls);
+    j["generated_texts"] = std::move(texts);
+    j["errors"] = std::move(errors);
+  }
+  j["max_output_tokens_per_s"] = s.max_output_tokens_per_s;
+  j["max_concurrent_requests"] = s.max_concurrent_requests;
+  for (const std::string& name : sel.metrics) {
+    const MetricStats m = metric_stats(s, name, sel.percentiles);
+    j["mean_" + name + "_ms"] = m.mean;
+    j["median_" + name + "_ms"] = m.median;
+    j["std_" + name + "_ms"] = m.std;
+    for (const auto& [p, v] : m.percentiles) j[percentile_word(p) + "_" + name + "_ms"] = v;
+  }
+  // pagoda's: what the server's cache did, and the outputs' hashes.
+  j["prefix_hit_rate"] = null_if(s.prefix_hit_rate < 0, s.prefix_hit_rate);
+  j["peak_kv_usage"] = null_if(s.peak_kv_usage < 0, s.peak_kv_usage);
+  j["num_preemptions"] = null_if(s.num_preemptions < 0, s.num_preemptions);
+  j["output_hash"] = null_if(!s.output_hash_known, hex(s.output_hash));
+  j["output_text_hash"] = hex(s.output_text_hash);
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string time_string(const char* format, bool utc) {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  if (utc) gmtime_r(&t, &tm);
+  else localtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, format, &tm);
+  return buf;
+}
+
+std::string default_result_filename(const std::string& label, double request_rate, int max_concurrency,
+                                    const std::string& model_id, const std::string& date) {
+  char rate[64];
+  // Python's str(float): "inf", "4.0", "0.5".
+  if (!std::isfinite(request_rate)) std::snprintf(rate, sizeof rate, "inf");
+  else if (request_rate == std::floor(request_rate)) std::snprintf(rate, sizeof rate, "%.1f", request_rate);
+  else std::snprintf(rate, sizeof rate, "%g", request_rate);
+  const size_t slash = model_id.find_last_of('/');
+  const std::string base = slash == std::string::npos ? model_id : model_id.substr(slash + 1);
+  std::string name = label + "-" + rate + "qps";
+  if (max_concurrency > 0) name += "-concurrency" + std::to_string(max_concurrency);
+  return name + "-" + base + "-" + date + ".json";
 }
 
 std::string format_json(const Summary& s) {
@@ -362,6 +614,7 @@ std::vector<RequestResult> run_offline(engine::Engine& eng, const std::vector<Be
     live.erase(it);
     ++done;
     last_finish = std::max(last_finish, t);
+    if (opts.progress) opts.progress(done, n);
   };
 
   while (done < n) {
@@ -377,10 +630,12 @@ std::vector<RequestResult> run_offline(engine::Engine& eng, const std::vector<Be
       r.prompt_tokens = static_cast<int64_t>(br.prompt.size());
       r.cached_tokens = 0;
       const double submitted = now_seconds();
+      r.start = submitted - t0;
       auto id = eng.add_request(p);
       if (!id.ok()) {
         r.error = id.message();
         ++done;
+        if (opts.progress) opts.progress(done, n);
       } else {
         live.emplace(*id, Live{next, submitted});
       }
@@ -444,212 +699,5 @@ std::vector<RequestResult> run_offline(engine::Engine& eng, const std::vector<Be
 }
 
 }  // namespace bench
-
-// ---- Command line ------------------------------------------------------------
-
-namespace {
-
-const char* kServingHelp =
-    "usage: pagoda bench (--workload random|shared-prefix | --dataset FILE.jsonl) [--server URL] [options]\n"
-    "Serving benchmark: the workload runs offline through one in-process engine, or against an\n"
-    "OpenAI-compatible server with --server (POST URL/v1/completions, streamed, token-id prompts).\n"
-    "\n"
-    "workloads:\n"
-    "  --workload random             random ordinary token ids (BOS first when the model adds one)\n"
-    "    --num-prompts N             requests (default 64)\n"
-    "    --input-len L --output-len O  prompt / output tokens (default 128 / 128)\n"
-    "    --range-ratio R             lengths uniform in [L*(1-R), L*(1+R)] (default 0)\n"
-    "  --workload shared-prefix      G prefixes x R distinct suffixes, shuffled\n"
-    "    --num-groups G --prompts-per-group R   (default 4 x 8)\n"
-    "    --prefix-len P --suffix-len Q --output-len O   (default 256 / 32 / 128)\n"
-    "  --workload copy               \"repeat this code with one change\" chat prompts (bench_copy_workload.h;\n"
-    "                                --num-prompts, --output-len; ends at end of generation)\n"
-    "  --dataset FILE.jsonl          lines of {\"prompt\": str, \"max_tokens\": int} (first --num-prompts lines)\n"
-    "common:\n"
-    "  --max-concurrency C           at most C requests in flight (default: unlimited; server mode: 256)\n"
-    "  --request-rate R              Poisson arrivals at R req/s (default inf: all at once)\n"
-    "  --seed S                      seed of prompts and arrivals (default 0)\n"
-    "  --ignore-eos / --no-ignore-eos  generate exactly max_tokens (default on for random/shared-prefix)\n"
-    "  --json                        print one JSON object instead of the text block\n"
-    "server mode:\n"
-    "  --server URL                  e.g. http://127.0.0.1:8080 (the local -m model gives the tokenizer)\n"
-    "  --model-name NAME             \"model\" field (default: first id of GET /v1/models)\n"
-    "  --api-key KEY                 sent as 'Authorization: Bearer KEY'\n"
-    "  --request-timeout S           per-request limit in seconds (default 600)\n"
-    "engine (offline mode; -m also gives the tokenizer in server mode):\n";
-
-std::string double_opt(Args& args, const char* name, double lo, double hi, double* out) {
-  std::string v;
-  if (!args.value(name, &v)) return "";
-  if (v == "inf") {
-    *out = std::numeric_limits<double>::infinity();
-  } else {
-    double d = 0;
-    if (!parse_f64(v, &d) || !(d >= lo && d <= hi)) return std::string(name) + " must be a number, got '" + v + "'";
-    *out = d;
-  }
-  return "";
-}
-
-}  // namespace
-
-int bench_serving_main(int argc, char** argv) {
-  Args args(argc, argv);
-  if (args.help()) return print_usage(kServingHelp, kEngineFlagsHelp);
-  engine::EngineConfig ecfg;
-  std::string err = parse_engine_flags(args, &ecfg);
-  std::string workload, dataset, server_url, model_name, api_key;
-  args.value("--workload", &workload);
-  args.value("--dataset", &dataset);
-  args.value("--server", &server_url);
-  args.value("--model-name", &model_name);
-  args.value("--api-key", &api_key);
-  int num_prompts = 64, input_len = 128, output_len = 128, groups = 4, per_group = 8, prefix_len = 256,
-      suffix_len = 32, concurrency = 0;
-  int64_t seed = 0;
-  double range_ratio = 0, rate = std::numeric_limits<double>::infinity(), timeout_s = 600;
-  const bool num_prompts_given = [&] {
-    std::string v;
-    Args probe = args;  // peek without consuming
-    return probe.value("--num-prompts", &v);
-  }();
-  for (std::string e : {int_option(args, "--num-prompts", 1, 1000000, &num_prompts),
-                        int_option(args, "--input-len", 1, 1 << 24, &input_len),
-                        int_option(args, "--output-len", 1, 1 << 24, &output_len),
-                        int_option(args, "--num-groups", 1, 100000, &groups),
-                        int_option(args, "--prompts-per-group", 1, 100000, &per_group),
-                        int_option(args, "--prefix-len", 0, 1 << 24, &prefix_len),
-                        int_option(args, "--suffix-len", 0, 1 << 24, &suffix_len),
-                        int_option(args, "--max-concurrency", 1, 100000, &concurrency),
-                        double_opt(args, "--range-ratio", 0, 1, &range_ratio),
-                        double_opt(args, "--request-rate", 1e-9, 1e12, &rate),
-                        double_opt(args, "--request-timeout", 1e-3, 1e7, &timeout_s)}) {
-    if (err.empty()) err = e;
-  }
-  if (std::string v; args.value("--seed", &v) && !parse_int(v, 0, INT64_MAX, &seed) && err.empty())
-    err = "--seed must be a non-negative integer, got '" + v + "'";
-  const bool no_ignore_eos = args.flag("--no-ignore-eos");
-  const bool ignore_eos_flag = args.flag("--ignore-eos");
-  const bool as_json = args.flag("--json");
-  if (err.empty()) err = args.leftover();
-  if (err.empty() && workload.empty() && dataset.empty())
-    err = "give --workload random|shared-prefix or --dataset FILE.jsonl";
-  if (err.empty() && !workload.empty() && !dataset.empty()) err = "give either --workload or --dataset, not both";
-  if (err.empty() && !workload.empty() && workload != "random" && workload != "shared-prefix" && workload != "copy")
-    err = "--workload must be random, shared-prefix or copy, got '" + workload + "'";
-  if (err.empty() && workload == "shared-prefix" && prefix_len + suffix_len < 1)
-    err = "--prefix-len + --suffix-len must be at least 1";
-  if (!err.empty()) {
-    std::fprintf(stderr, "pagoda bench: %s\n", err.c_str());
-    return 2;
-  }
-  if (workload == "shared-prefix" && num_prompts_given)
-    std::fprintf(stderr, "pagoda bench: --num-prompts is ignored by shared-prefix (G x R requests)\n");
-
-  // The engine (offline) or just the tokenizer (server mode) from the -m model.
-  std::unique_ptr<engine::Engine> eng;
-  std::unique_ptr<gguf::GgufFile> tok_file;
-  std::unique_ptr<tok::Tokenizer> own_tok;
-  const tok::Tokenizer* tk = nullptr;
-  if (server_url.empty()) {
-    auto e = engine::Engine::create(ecfg);
-    if (!e.ok()) {
-      std::fprintf(stderr, "pagoda bench: %s\n", e.message().c_str());
-      return 1;
-    }
-    eng = std::move(e).value();
-    tk = &eng->tokenizer();
-  } else {
-    auto f = gguf::GgufFile::open(ecfg.model_path);
-    if (!f.ok()) {
-      std::fprintf(stderr, "pagoda bench: tokenizer model: %s\n", f.message().c_str());
-      return 1;
-    }
-    tok_file = std::move(f).value();
-    auto t = tok::Tokenizer::from_gguf(*tok_file);
-    if (!t.ok()) {
-      std::fprintf(stderr, "pagoda bench: tokenizer of %s: %s\n", ecfg.model_path.c_str(), t.message().c_str());
-      return 1;
-    }
-    own_tok = std::move(t).value();
-    tk = own_tok.get();
-  }
-
-  std::vector<bench::BenchRequest> reqs;
-  if (!dataset.empty()) {
-    auto d = bench::load_dataset(dataset, *tk, output_len, num_prompts_given ? num_prompts : 0);
-    if (!d.ok()) {
-      std::fprintf(stderr, "pagoda bench: %s\n", d.message().c_str());
-      return 1;
-    }
-    reqs = std::move(d).value();
-  } else if (workload == "copy") {  // bench_copy_workload.cc
-    auto c = bench::make_copy_workload(*tk, num_prompts, output_len, static_cast<uint64_t>(seed));
-    if (!c.ok()) {
-      std::fprintf(stderr, "pagoda bench: %s\n", c.message().c_str());
-      return 1;
-    }
-    reqs = std::move(c).value();
-  } else {
-    const bench::TokenSpace space = bench::token_space(*tk);
-    if (space.ordinary.empty()) {
-      std::fprintf(stderr, "pagoda bench: the vocabulary has no ordinary tokens to build random prompts from\n");
-      return 1;
-    }
-    reqs = workload == "random"
-               ? bench::make_random_workload(space, num_prompts, input_len, output_len, range_ratio,
-                                             static_cast<uint64_t>(seed))
-               : bench::make_shared_prefix_workload(space, groups, per_group, prefix_len, suffix_len, output_len,
-                                                    static_cast<uint64_t>(seed));
-  }
-
-  bench::RunOptions ro;
-  ro.max_concurrency = concurrency;
-  ro.request_rate = rate;
-  ro.seed = static_cast<uint64_t>(seed);
-  ro.ignore_eos = dataset.empty() && workload != "copy" ? !no_ignore_eos : ignore_eos_flag && !no_ignore_eos;
-  bench::RunExtras extras;
-  std::vector<bench::RequestResult> results;
-  std::string served_model;
-  if (server_url.empty()) {
-    results = bench::run_offline(*eng, reqs, ro, &extras);
-    served_model = eng->model_info().name;
-  } else {
-    auto url = bench::parse_server_url(server_url);
-    if (!url.ok()) {
-      std::fprintf(stderr, "pagoda bench: %s\n", url.message().c_str());
-      return 2;
-    }
-    bench::ServerRunOptions so;
-    so.run = ro;
-    so.model_name = model_name;
-    so.api_key = api_key;
-    so.request_timeout_s = timeout_s;
-    results = bench::run_server(*url, reqs, &so, &extras);
-    served_model = so.model_name;
-    ro.max_concurrency = so.run.max_concurrency;
-  }
-
-  bench::Summary s = bench::summarize(results, extras);
-  s.mode = server_url.empty() ? "offline" : "server";
-  s.workload = dataset.empty() ? workload : "dataset:" + dataset;
-  s.model = served_model;
-  s.max_concurrency = ro.max_concurrency;
-  s.request_rate = rate;
-  s.seed = static_cast<uint64_t>(seed);
-  if (as_json) {
-    std::printf("%s\n", bench::format_json(s).c_str());
-  } else {
-    std::printf("%s", bench::format_report(s).c_str());
-  }
-  if (!s.first_error.empty()) std::fprintf(stderr, "pagoda bench: first failure: %s\n", s.first_error.c_str());
-  std::fflush(stdout);
-  return s.completed > 0 ? 0 : 1;
-}
-
-namespace {
-const Register kBenchServing("bench-serving", "serving benchmark (same as bench --workload/--dataset/--server)",
-                             bench_serving_main);
-}  // namespace
 
 }  // namespace pagoda::cli

@@ -5,11 +5,13 @@
 // See docs/serving-bench.md for every flag and metric definition.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
+#include "engine/engine.h"
 
 namespace pagoda::tok { class Tokenizer; }
 namespace pagoda::engine { class Engine; }
@@ -31,6 +33,8 @@ TokenSpace token_space(const tok::Tokenizer& tk);
 struct BenchRequest {
   std::vector<int32_t> prompt;     // token ids, BOS included
   int32_t max_tokens = 0;
+  std::string text;                // the prompt as text when a dataset gave it (the chat endpoint sends
+                                   // it; else the ids, decoded)
 };
 
 // N requests; prompt and output lengths uniform in [L*(1-r), L*(1+r)] (at least 1).
@@ -49,6 +53,16 @@ std::vector<BenchRequest> make_shared_prefix_workload(const TokenSpace& space, i
 Expected<std::vector<BenchRequest>> load_dataset(const std::string& path, const tok::Tokenizer& tk,
                                                  int default_max_tokens, int num_prompts);
 
+// vLLM's ShareGPT dataset: a JSON list of {"conversations": [{"from": "human", "value": P},
+// {"from": "gpt", "value": C}, ...]}. Entries with fewer than two turns are skipped;
+// the rest are shuffled with the seed (unless !shuffle); each gives prompt P (encoded
+// with BOS) and max_tokens = the token count of C, or output_len when > 0. As vLLM,
+// pairs with a prompt or completion under 4 tokens (the completion only when its length
+// is not fixed), a prompt over 1024 or a total over 2048 tokens are skipped; when fewer
+// than num_prompts remain, seeded picks of them repeat until there are num_prompts.
+Expected<std::vector<BenchRequest>> load_sharegpt(const std::string& path, const tok::Tokenizer& tk, int num_prompts,
+                                                  int output_len, uint64_t seed, bool shuffle);
+
 // Arrival times in seconds from the start: 0 for the first, then exponential gaps
 // of mean 1/rate (Poisson process). rate = inf: every request at 0.
 std::vector<double> arrival_times(int n, double rate, uint64_t seed);
@@ -60,6 +74,7 @@ double percentile(std::vector<double> values, double p);
 struct RequestResult {
   bool ok = false;
   std::string error;
+  double start = 0;                // submission, seconds after the run began
   double ttft = 0;                 // first token - submission
   double e2e = 0;                  // last event - submission
   std::vector<double> itl;         // gaps between consecutive token events/chunks
@@ -104,20 +119,94 @@ struct Summary {
   bool output_hash_known = false;
   uint64_t output_hash = 0;        // xxh3-64 over (count, ids) of each request in order
   uint64_t output_text_hash = 0;   // xxh3-64 over (size, bytes) of each request's text in order
+  // The samples (seconds) behind the latency statistics, over successful requests.
+  std::vector<double> ttfts, tpots, itls, e2els;
+  // vLLM's peak: the most tokens that arrived within one second of the run (buckets
+  // from the first submission), and the most requests in flight in any such second.
+  double max_output_tokens_per_s = 0;
+  int64_t max_concurrent_requests = 0;
 };
 
 Summary summarize(const std::vector<RequestResult>& results, const RunExtras& extras);
-// The vLLM-style text block.
-std::string format_report(const Summary& s);
+
+// vLLM's --percentile-metrics / --metric-percentiles: which latencies are reported
+// (ttft, tpot, itl, e2el) and at which percentiles.
+struct MetricSelection {
+  std::vector<std::string> metrics = {"ttft", "tpot", "itl", "e2el"};
+  std::vector<double> percentiles = {99};
+};
+// "ttft,tpot" -> names (each known, no repeats); "" or an error naming the flag.
+std::string parse_percentile_metrics(const std::string& s, std::vector<std::string>* out);
+// "50,90,99" -> numbers in [0, 100]; "" or an error naming the flag.
+std::string parse_metric_percentiles(const std::string& s, std::vector<double>* out);
+// vLLM's key for percentile p: "p99", "p99.9".
+std::string percentile_word(double p);
+
+// The vLLM-style text block (latency sections as selected).
+std::string format_report(const Summary& s, const MetricSelection& sel = {});
 // One JSON object (see docs/serving-bench.md for the fields).
 std::string format_json(const Summary& s);
+
+// What vLLM's --save-result file says about the run besides the Summary.
+struct ResultMeta {
+  std::string date;                // YYYYmmdd-HHMMSS
+  std::string backend = "openai";  // vLLM's --backend: openai (completions) or openai-chat
+  std::string label;               // --label; "" -> null
+  std::string model_id;
+  std::string tokenizer_id;
+  int num_prompts = 0;
+  bool detailed = false;           // --save-detailed: per-request lists too
+};
+// The --save-result JSON: vLLM's keys (date, backend, model_id, num_prompts, request_rate,
+// burstiness, max_concurrency, duration, completed, failed, total_input_tokens,
+// total_output_tokens, request_throughput, output_throughput, total_token_throughput,
+// max_output_tokens_per_s, max_concurrent_requests, mean_/median_/std_/pNN_<metric>_ms),
+// then pagoda's (prefix_hit_rate, peak_kv_usage, num_preemptions, output hashes).
+std::string format_vllm_result(const Summary& s, const MetricSelection& sel, const ResultMeta& meta,
+                               const std::vector<RequestResult>& results);
+// The current time through strftime(format), in UTC or local time.
+std::string time_string(const char* format, bool utc);
+
+// vLLM's default file name: LABEL-RATEqps[-concurrencyC]-MODEL-DATE.json (MODEL: the
+// last path component of the model id).
+std::string default_result_filename(const std::string& label, double request_rate, int max_concurrency,
+                                    const std::string& model_id, const std::string& date);
 
 struct RunOptions {
   int max_concurrency = 0;         // 0: unlimited
   double request_rate = std::numeric_limits<double>::infinity();
   uint64_t seed = 0;
   bool ignore_eos = true;
+  // Called (from the run's thread) as requests finish: done of total. Empty: none.
+  std::function<void(size_t done, size_t total)> progress;
 };
+
+// The serving benchmark's command line: pagoda's flags and vLLM `bench serve`'s.
+struct ServingConfig {
+  engine::EngineConfig engine;     // offline engine; its model_path is the tokenizer in server mode
+  std::string workload;            // random | shared-prefix | sharegpt | jsonl
+  std::string dataset_path;        // sharegpt JSON or pagoda's JSONL
+  bool vllm_dataset = false;       // given as --dataset-name (vLLM's defaults and names)
+  std::string server_url;          // "" -> offline
+  std::string endpoint = "/v1/completions";  // or /v1/chat/completions
+  std::string backend = "openai";  // openai | vllm (completions), openai-chat (chat)
+  std::string model_name;          // the request's "model"; "" -> first of GET /v1/models
+  std::string api_key, label;
+  int num_prompts = 64, input_len = 128, output_len = 128, num_groups = 4, prompts_per_group = 8,
+      prefix_len = 256, suffix_len = 32, max_concurrency = 0;
+  int sharegpt_output_len = 0;     // > 0: fixed output lengths for sharegpt
+  bool num_prompts_given = false, shuffle = true;
+  int64_t seed = 0;
+  double range_ratio = 0, request_rate = std::numeric_limits<double>::infinity(), request_timeout_s = 600;
+  bool ignore_eos = true;
+  bool as_json = false, progress = true;
+  bool save_result = false, save_detailed = false;
+  bool append_result = false;      // --append-result: one more JSON line in the file (implies saving)
+  std::string result_dir, result_filename;
+  MetricSelection selection;
+};
+// argv[0] is the subcommand. Returns "" or an error naming the flag; *help on -h.
+std::string parse_serving_args(int argc, char** argv, ServingConfig* c, bool* help);
 
 // Runs the requests through one in-process engine (greedy). Results in request order.
 std::vector<RequestResult> run_offline(engine::Engine& eng, const std::vector<BenchRequest>& requests,

@@ -4,6 +4,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "cli/engine_flags.h"
@@ -67,6 +69,15 @@ std::string KvDtypeFlags::resolve(KvDtype* out) const {
   if (dtype_) *out = *dtype_;
   if (!k_ && !v_) return "";
   return kv_dtype_from_ctk_ctv(k_ ? &*k_ : nullptr, v_ ? &*v_ : nullptr, out);
+}
+
+bool read_file(const std::string& path, std::string* out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  *out = ss.str();
+  return true;
 }
 
 std::string human_bytes(double b) {

@@ -40,6 +40,9 @@ class KvDtypeFlags {
   std::optional<std::string> k_, v_;  // -ctk, -ctv
 };
 
+// The whole file at `path` into *out (bytes as they are); false when it cannot be read.
+bool read_file(const std::string& path, std::string* out);
+
 // "512 B", "1.5 KiB", "12.34 MiB", "1.25 GiB".
 std::string human_bytes(double b);
 

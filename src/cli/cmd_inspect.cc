@@ -11,6 +11,7 @@
 #include "base/kv_dtype.h"
 #include "cli/cli_util.h"
 #include "cli/command.h"
+#include "cli/engine_flags.h"
 #include "gguf/gguf.h"
 #include "sim/model_desc.h"
 
@@ -43,27 +44,27 @@ int64_t int_or_layer_sum(const gguf::GgufFile& f, const std::string& key, bool* 
 }
 
 int run_inspect(int argc, char** argv) {
-  std::string path;
-  bool json = false, show_meta = false, show_tensors = false;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--json")) json = true;
-    else if (!std::strcmp(argv[i], "--metadata")) show_meta = true;
-    else if (!std::strcmp(argv[i], "--tensors")) show_tensors = true;
-    else if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) {
-      std::printf("usage: pagoda inspect [MODEL.gguf] [--json] [--metadata] [--tensors]\n"
-                  "  Prints architecture, parameter count, tensor types, attention shape and KV cache\n"
-                  "  bytes per token / per full-context sequence. Default model: %s\n",
-                  default_model_path().c_str());
-      return 0;
-    } else if (argv[i][0] == '-') {
-      std::fprintf(stderr, "pagoda inspect: unknown option '%s'\n", argv[i]);
-      return 2;
-    } else if (path.empty()) path = argv[i];
-    else {
-      std::fprintf(stderr, "pagoda inspect: more than one model path given\n");
-      return 2;
-    }
+  Args args(argc, argv);  // the one parser of every subcommand (cli/engine_flags.h)
+  if (args.help()) {
+    std::printf("usage: pagoda inspect [MODEL.gguf | -m MODEL.gguf] [--json] [--metadata] [--tensors]\n"
+                "  Prints architecture, parameter count, tensor types, attention shape and KV cache\n"
+                "  bytes per token / per full-context sequence. Default model: %s\n",
+                default_model_path().c_str());
+    return 0;
   }
+  std::string path;
+  args.value("--model", &path, "-m");
+  const bool json = args.flag("--json"), show_meta = args.flag("--metadata"), show_tensors = args.flag("--tensors");
+  if (std::string err = args.leftover(/*flags_only=*/true); !err.empty()) {
+    std::fprintf(stderr, "pagoda inspect: %s\n", err.c_str());
+    return 2;
+  }
+  const std::vector<std::string> pos = args.positionals();
+  if (pos.size() > 1 || (!pos.empty() && !path.empty())) {
+    std::fprintf(stderr, "pagoda inspect: more than one model path given\n");
+    return 2;
+  }
+  if (!pos.empty()) path = pos[0];
   if (path.empty()) path = default_model_path();
 
   auto opened = gguf::GgufFile::open(path);

@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "base/kv_dtype.h"
+#include "base/log.h"
+#include "base/log_control.h"
 #include "base/timer.h"
 #include "cli/cli_util.h"
 #include "cli/command.h"
@@ -34,7 +36,7 @@ namespace pagoda::cli {
 namespace {
 
 const char* kRunUsage =
-    "usage: pagoda run [-m MODEL] -p PROMPT [options]\n"
+    "usage: pagoda run [MODEL | -m MODEL] -p PROMPT [options]\n"
     "\n"
     "  -m, --model PATH      GGUF model (default: $PAGODA_MODEL or models/SmolLM2-135M-Instruct.Q4_1.gguf)\n"
     "  -p, --prompt TEXT     prompt text\n"
@@ -42,13 +44,14 @@ const char* kRunUsage =
     "  -n, --n-predict N     tokens to generate, >= 1 (default -1: until end of generation or full context)\n"
     "      --chat            wrap the prompt in the model's chat template (user turn + generation prompt);\n"
     "                        control-token text in the prompt stays plain text there\n"
-    "      --chat-template FILE  Jinja chat template replacing the model's (implies --chat)\n"
+    "      --chat-template FILE  Jinja chat template replacing the model's (implies --chat); or\n"
+    "                        --chat-template-file FILE\n"
     "      --temp T          temperature (default 0.8; 0 = greedy)\n"
     "      --top-k K         (default 40; 0 = off)\n"
     "      --top-p P         (default 0.95; 1 = off)\n"
     "      --min-p P         (default 0.05; 0 = off)\n"
     "      --repeat-penalty R, --presence-penalty P, --frequency-penalty F  (default off)\n"
-    "      --seed S          RNG seed (default: random, printed)\n"
+    "  -s, --seed S          RNG seed (default or -1: random, printed)\n"
     "      --stop TEXT       stop string (repeatable)\n"
     "      --ignore-eos      keep generating past end-of-generation tokens\n"
     "  -t, --threads N       CPU threads (default: all cores)\n"
@@ -68,7 +71,10 @@ const char* kRunUsage =
     "                        whatever the sampler would pick (the JSON adds argmax_tokens: the greedy\n"
     "                        pick at each step); sampling continues after them up to -n\n"
     "      --logits-out-all FILE  write the logits of every sampled step ([steps, n_vocab] f32) to FILE\n"
-    PAGODA_SPECULATIVE_FLAGS_HELP;
+    "      --log-level L, -v/--verbose, --version; llama.cpp's GPU flags (-ngl N, -fa [on|off|auto])\n"
+    "                        are accepted with a warning (see `pagoda serve --help`)\n"
+    PAGODA_SPECULATIVE_FLAGS_HELP
+    "Every flag can also be set as PAGODA_<FLAG> (e.g. PAGODA_THREADS=4).\n";
 
 struct RunOptions {
   std::string model;
@@ -121,117 +127,103 @@ bool parse_f32(const char* s, float* out) {
   return true;
 }
 
-// Returns "" or an error message; sets *help for -h.
-std::string parse_args(int argc, char** argv, RunOptions* o, bool* help) {
-  KvDtypeFlags kv_flags;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
-    auto is = [&](const char* s1, const char* s2 = nullptr) { return a == s1 || (s2 && a == s2); };
-    int64_t iv = 0;
-    if (is("-h", "--help")) {
-      *help = true;
-      return "";
-    } else if (is("--chat")) {
-      o->chat = true;
-    } else if (is("--chat-template")) {
-      const char* v = value();
-      if (!v) return "option --chat-template needs a value";
-      std::ifstream f(v, std::ios::binary);
-      std::stringstream ss;
-      ss << f.rdbuf();
-      if (!f) return std::string("--chat-template: cannot read ") + v;
-      o->chat_template = ss.str();
-      o->chat = true;
-    } else if (is("--json-schema") || is("--grammar-regex")) {
-      const char* v = value();
-      if (!v) return "option " + a + " needs a value";
-      if (!o->constraint.empty()) return "give one of --json-schema and --grammar-regex";
-      if (a == "--grammar-regex") {
-        o->constraint.kind = grammar::ConstraintKind::kRegex;
-        o->constraint.text = v;
-      } else {
-        std::ifstream f(v, std::ios::binary);
-        std::stringstream ss;
-        ss << f.rdbuf();
-        if (!f) return std::string("--json-schema: cannot read ") + v;
-        o->constraint.kind = grammar::ConstraintKind::kJsonSchema;
-        o->constraint.text = ss.str();
-      }
-    } else if (is("--json")) {
-      o->json = true;
-    } else if (is("--no-kv-cache")) {
-      o->no_kv_cache = true;
-    } else if (is("--ref-kernels")) {
-      o->ref_kernels = true;
-    } else if (is("--disable-hybrid-kv-cache-manager")) {
-      o->no_hybrid_kv = true;
-    } else if (is("--ignore-eos")) {
-      o->sampling.ignore_eos = true;
-    } else if (is("--speculative-config") || is("--speculative-ngram")) {
-      const char* v = value();
-      if (!v) return "option " + a + " needs a value";
-      const std::string e = a == "--speculative-ngram" ? parse_speculative_ngram(v, &o->speculative)
-                                                      : parse_speculative_config_json(v, &o->speculative);
-      if (!e.empty()) return e;
-    } else {
-      const char* v = value();
-      if (!v) return "option " + a + " needs a value";
-      bool ok = true;
-      if (is("-m", "--model")) {
-        o->model = v;
-      } else if (is("-p", "--prompt")) {
-        o->prompt = v;
-        o->have_prompt = true;
-      } else if (is("--prompt-ids")) {
-        ok = parse_ids(v, &o->prompt_ids);
-        o->have_prompt = ok;
-      } else if (is("--logits-out")) {
-        o->logits_out = v;
-      } else if (is("--logits-out-all")) {
-        o->logits_out_all = v;
-      } else if (is("--force-tokens")) {
-        ok = parse_ids(v, &o->force_tokens);
-      } else if (is("-n", "--n-predict")) {
-        ok = parse_i64(v, &o->n_predict) && o->n_predict != 0;  // 0 would generate nothing
-      } else if (is("--temp")) {
-        ok = parse_f32(v, &o->sampling.temperature);
-      } else if (is("--top-k")) {
-        ok = parse_i64(v, &iv) && iv >= 0 && iv <= INT32_MAX;
-        o->sampling.top_k = static_cast<int32_t>(iv);
-      } else if (is("--top-p")) {
-        ok = parse_f32(v, &o->sampling.top_p);
-      } else if (is("--min-p")) {
-        ok = parse_f32(v, &o->sampling.min_p);
-      } else if (is("--repeat-penalty")) {
-        ok = parse_f32(v, &o->sampling.repetition_penalty);
-      } else if (is("--presence-penalty")) {
-        ok = parse_f32(v, &o->sampling.presence_penalty);
-      } else if (is("--frequency-penalty")) {
-        ok = parse_f32(v, &o->sampling.frequency_penalty);
-      } else if (is("--seed")) {
-        ok = parse_i64(v, &iv);
-        o->sampling.seed = static_cast<uint64_t>(iv);
-        o->have_seed = true;
-      } else if (is("--stop")) {
-        std::vector<std::string> stops = o->sampling.stop.list();
-        stops.emplace_back(v);
-        o->sampling.stop = std::move(stops);
-      } else if (is("-t", "--threads")) {
-        ok = parse_i64(v, &iv) && iv >= 1 && iv <= 1024;
-        o->threads = static_cast<int>(iv);
-      } else if (is("-c", "--ctx-size")) {
-        ok = parse_i64(v, &o->ctx) && o->ctx >= 1 && o->ctx <= (1 << 24);
-      } else if (kv_flags.take(a, v, &ok)) {
-        // --kv-dtype, -ctk, -ctv: resolved after the loop
-      } else if (is("--block-size")) {
-        ok = parse_i64(v, &iv) && iv >= 1 && iv <= 4096;
-        o->block_size = static_cast<int32_t>(iv);
-      } else {
-        return "unknown option " + a;
-      }
-      if (!ok) return "bad value '" + std::string(v) + "' for " + a;
+// Returns "" or an error message; sets *help for -h and *version for --version.
+// Every flag goes through cli::Args, the parser of every subcommand.
+std::string parse_args(int argc, char** argv, RunOptions* o, bool* help, bool* version) {
+  Args args(argc, argv);
+  *help = args.help();
+  *version = args.version();
+  if (*help || *version) return "";
+  if (std::string err = parse_log_flags(args); !err.empty()) return err;
+  std::string v;
+  int64_t iv = 0;
+  o->chat = args.flag("--chat");
+  if (args.value("--chat-template", &v) || args.value("--chat-template-file", &v)) {
+    if (!read_file(v, &o->chat_template)) return "--chat-template: cannot read " + v;
+    o->chat = true;
+  }
+  std::string schema, regex;
+  const bool have_schema = args.value("--json-schema", &schema), have_regex = args.value("--grammar-regex", &regex);
+  if (have_schema && have_regex) return "give one of --json-schema and --grammar-regex";
+  if (have_regex) {
+    o->constraint.kind = grammar::ConstraintKind::kRegex;
+    o->constraint.text = regex;
+  } else if (have_schema) {
+    if (!read_file(schema, &o->constraint.text)) return "--json-schema: cannot read " + schema;
+    o->constraint.kind = grammar::ConstraintKind::kJsonSchema;
+  }
+  o->json = args.flag("--json");
+  o->no_kv_cache = args.flag("--no-kv-cache");
+  o->ref_kernels = args.flag("--ref-kernels");
+  o->no_hybrid_kv = args.flag("--disable-hybrid-kv-cache-manager");
+  if (args.flag("--ignore-eos")) o->sampling.ignore_eos = true;
+  if (args.value("--speculative-config", &v)) {
+    if (std::string e = parse_speculative_config_json(v, &o->speculative); !e.empty()) return e;
+  }
+  if (args.value("--speculative-ngram", &v)) {
+    if (std::string e = parse_speculative_ngram(v, &o->speculative); !e.empty()) return e;
+  }
+  auto bad = [](const std::string& value, const char* flag) { return "bad value '" + value + "' for " + flag; };
+  if (args.value("--model", &v, "-m")) o->model = v;
+  if (args.value("--prompt", &v, "-p")) {
+    o->prompt = v;
+    o->have_prompt = true;
+  }
+  if (args.value("--prompt-ids", &v)) {
+    if (!parse_ids(v.c_str(), &o->prompt_ids)) return bad(v, "--prompt-ids");
+    o->have_prompt = true;
+  }
+  args.value("--logits-out", &o->logits_out);
+  args.value("--logits-out-all", &o->logits_out_all);
+  if (args.value("--force-tokens", &v) && !parse_ids(v.c_str(), &o->force_tokens)) return bad(v, "--force-tokens");
+  if (args.value("--n-predict", &v, "-n") && (!parse_i64(v.c_str(), &o->n_predict) || o->n_predict == 0))
+    return bad(v, "-n");  // 0 would generate nothing
+  struct FloatFlag { const char* name; float* out; };
+  const FloatFlag floats[] = {{"--temp", &o->sampling.temperature},
+                              {"--top-p", &o->sampling.top_p},
+                              {"--min-p", &o->sampling.min_p},
+                              {"--repeat-penalty", &o->sampling.repetition_penalty},
+                              {"--presence-penalty", &o->sampling.presence_penalty},
+                              {"--frequency-penalty", &o->sampling.frequency_penalty}};
+  for (const FloatFlag& f : floats)
+    if (args.value(f.name, &v) && !parse_f32(v.c_str(), f.out)) return bad(v, f.name);
+  if (args.value("--top-k", &v)) {
+    if (!parse_int(v, 0, INT32_MAX, &iv)) return bad(v, "--top-k");
+    o->sampling.top_k = static_cast<int32_t>(iv);
+  }
+  if (args.value("--seed", &v, "-s")) {
+    if (!parse_i64(v.c_str(), &iv)) return bad(v, "--seed");
+    if (iv != -1) {  // llama.cpp's -1: random
+      o->sampling.seed = static_cast<uint64_t>(iv);
+      o->have_seed = true;
     }
+  }
+  for (const std::string& stop : args.values("--stop")) {
+    std::vector<std::string> stops = o->sampling.stop.list();
+    stops.push_back(stop);
+    o->sampling.stop = std::move(stops);
+  }
+  if (args.value("--threads", &v, "-t")) {
+    if (!parse_int(v, 1, 1024, &iv)) return bad(v, "-t");
+    o->threads = static_cast<int>(iv);
+  }
+  if (args.value("--ctx-size", &v, "-c") && !parse_int(v, 1, 1 << 24, &o->ctx)) return bad(v, "-c");
+  KvDtypeFlags kv_flags;
+  for (const char* name : {"--kv-dtype", "--kv-cache-dtype", "-ctk", "--cache-type-k", "-ctv", "--cache-type-v"}) {
+    bool ok = true;
+    if (args.value(name, &v) && kv_flags.take(name, v.c_str(), &ok) && !ok) return bad(v, name);
+  }
+  if (args.value("--block-size", &v)) {
+    if (!parse_int(v, 1, 4096, &iv)) return bad(v, "--block-size");
+    o->block_size = static_cast<int32_t>(iv);
+  }
+  if (std::string err = parse_gpu_flags(args); !err.empty()) return err;
+  if (std::string err = args.leftover(/*flags_only=*/true); !err.empty()) return err;
+  const std::vector<std::string> pos = args.positionals();  // `pagoda run MODEL -p ...`
+  if (pos.size() > 1) return "unexpected argument '" + pos[1] + "' (one model path at most)";
+  if (!pos.empty()) {
+    if (!o->model.empty()) return "the model is given twice (-m and '" + pos[0] + "')";
+    o->model = pos[0];
   }
   if (std::string err = kv_flags.resolve(&o->kv_dtype); !err.empty()) return err;
   if (!o->have_prompt) return "missing -p PROMPT";
@@ -273,8 +265,12 @@ Expected<std::vector<int32_t>> prompt_tokens(const tok::Tokenizer& tk, const Run
 
 int run_run(int argc, char** argv) {
   RunOptions o;
-  bool help = false;
-  const std::string perr = parse_args(argc, argv, &o, &help);
+  bool help = false, version = false;
+  const std::string perr = parse_args(argc, argv, &o, &help, &version);
+  if (version) {
+    std::printf("pagoda %s\n", version_string());
+    return 0;
+  }
   if (const std::optional<int> rc = help_or_usage_error("run", help, perr, kRunUsage)) return *rc;
   if (o.model.empty()) o.model = default_model_path();
   if (!o.have_seed) o.sampling.seed = std::random_device{}();

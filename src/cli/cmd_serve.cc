@@ -5,10 +5,12 @@
 #include <fstream>
 #include <sstream>
 #include <cstdio>
+#include <cctype>
 #include <cstdlib>
 #include <thread>
 
 #include "base/log.h"
+#include "base/log_control.h"
 #include "cli/cli_util.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
@@ -17,6 +19,7 @@
 namespace pagoda::cli {
 namespace {
 
+
 // The handler only sets this flag (a lock-free atomic store is async-signal-safe);
 // a watcher thread polls it and stops the server outside signal context.
 std::atomic<int> g_signal{0};
@@ -24,7 +27,7 @@ static_assert(std::atomic<int>::is_always_lock_free);
 void on_signal(int sig) { g_signal.store(sig); }
 
 const char* kHelp =
-    "usage: pagoda serve [options]\n"
+    "usage: pagoda serve [MODEL] [options]\n"
     "  --host ADDR                   listen address (default 127.0.0.1)\n"
     "  --port N                      listen port (default 8080; 0 picks a free one)\n"
     "  --max-waiting N               answer 503 when more requests wait (default 1024)\n"
@@ -35,22 +38,58 @@ const char* kHelp =
     "  --prefix-cache-salt-per-key   prefix cache entries of one API key are never hits for another\n"
     "  --parse-special-in-prompts    control-token text in prompts becomes control tokens (default:\n"
     "                                plain text, so a user cannot forge a turn)\n"
-    "  --served-model-name NAME      model id in the API (default: the file's stem)\n"
-    "  --chat-template FILE          Jinja chat template replacing the model's tokenizer.chat_template\n"
+    "  --api-key-file FILE           the keys of --api-key, one per line ('#' comments, blank lines skipped)\n"
+    "  --served-model-name NAME      model id in the API and the model_name metric label (default: the\n"
+    "                                file's stem); or -a/--alias (llama-server)\n"
+    "  --chat-template FILE|TEXT     Jinja chat template replacing the model's tokenizer.chat_template\n"
+    "                                (a file, or the template itself; or --chat-template-file FILE)\n"
+    "  --seed N                      requests without a seed draw theirs from a stream seeded by N\n"
+    "                                (-1: random, the default); or -s\n"
+    "  --allowed-origins LIST        CORS origins, comma-separated or a JSON list (default *; '' = off)\n"
+    "  --log-stats-interval S        a stats line every S seconds with activity (default 10; 0 = off);\n"
+    "                                --disable-log-stats = 0\n"
+    "  --disable-log-requests        no access line per request\n"
+    "  --metrics-name-prefix P       /metrics series read P:name (default pagoda; vllm for vLLM dashboards)\n"
     "  --worker-threads N            threads that parse and tokenize requests (default 2)\n"
     "  --max-body-bytes SIZE         request body limit (default 8MiB)\n"
     "  --max-stop-bytes N            longest stop string (default 1024)\n"
     "  --max-cache-salt-bytes N      longest cache_salt (default 256)\n"
     "  --max-output-entries N        bound on prompts x n x max_tokens x (1 + logprobs) (default 1048576)\n"
     "  --send-timeout N              seconds a client may take no bytes before it is dropped (default 30)\n"
+    "  --version, -V                 print the version and exit\n"
     "Every flag can also be set as PAGODA_<FLAG> (e.g. PAGODA_PORT=9000).\n";
+
+// "a,b" or a JSON list '["a", "b"]' (vLLM's spelling) -> {"a", "b"}.
+std::vector<std::string> split_list(std::string v) {
+  std::vector<std::string> out;
+  if (!v.empty() && v.front() == '[' && v.back() == ']') v = v.substr(1, v.size() - 2);
+  size_t start = 0;
+  while (start <= v.size()) {
+    size_t comma = v.find(',', start);
+    if (comma == std::string::npos) comma = v.size();
+    std::string item = v.substr(start, comma - start);
+    while (!item.empty() && (item.front() == ' ' || item.front() == '"' || item.front() == '\'')) item.erase(0, 1);
+    while (!item.empty() && (item.back() == ' ' || item.back() == '"' || item.back() == '\'')) item.pop_back();
+    if (!item.empty()) out.push_back(item);
+    start = comma + 1;
+  }
+  return out;
+}
 
 int serve_main(int argc, char** argv) {
   Args args(argc, argv);
-  if (args.help()) return print_usage(kHelp, kEngineFlagsHelp);
+  if (args.help()) {
+    print_usage(kHelp, kEngineFlagsHelp);
+    return print_usage(kLogFlagsHelp);
+  }
+  if (args.version()) {
+    std::printf("pagoda %s\n", version_string());
+    return 0;
+  }
   engine::EngineConfig ecfg;
   server::ServerConfig scfg;
-  std::string err = parse_engine_flags(args, &ecfg);
+  std::string err = parse_log_flags(args);
+  if (err.empty()) err = parse_engine_flags(args, &ecfg);
   std::string v;
   int64_t n = 0;
   auto int_opt = [&](const char* name, int64_t lo, int64_t hi, auto* field) {
@@ -83,20 +122,62 @@ int serve_main(int argc, char** argv) {
     }
     if (scfg.api_keys.empty()) err = "--api-key needs at least one non-empty key";
   }
+  if (err.empty() && args.value("--api-key-file", &v)) {
+    // A file keeps keys out of the process list and the shell history.
+    std::ifstream f(v);
+    if (!f) {
+      err = "--api-key-file: cannot read " + v;
+    } else {
+      size_t before = scfg.api_keys.size();
+      for (std::string line; std::getline(f, line);) {
+        while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+        size_t b = line.find_first_not_of(" \t");
+        if (b == std::string::npos || line[b] == '#') continue;
+        scfg.api_keys.push_back(line.substr(b));
+      }
+      if (scfg.api_keys.size() == before) err = "--api-key-file: " + v + " holds no key";
+    }
+  }
+  if (err.empty() && args.value("--seed", &v, "-s")) {
+    if (!parse_int(v, INT64_MIN, INT64_MAX, &n)) {
+      err = "--seed must be an integer, got '" + v + "'";
+    } else if (n != -1) {  // llama.cpp's -1: random
+      scfg.has_seed = true;
+      scfg.seed = static_cast<uint64_t>(n);
+    }
+  }
+  if (err.empty() && args.value("--allowed-origins", &v)) scfg.http.allowed_origins = split_list(v);
+  if (err.empty() && args.value("--log-stats-interval", &v)) {
+    double s = 0;
+    if (!parse_f64(v, &s) || !(s >= 0 && s <= 86400)) err = "--log-stats-interval must be seconds in 0..86400, got '" + v + "'";
+    scfg.log_stats_interval_s = s;
+  }
+  if (args.flag("--disable-log-stats")) scfg.log_stats_interval_s = 0;
+  if (args.flag("--disable-log-requests")) scfg.log_requests = false;
+  args.flag("--metrics");  // llama-server's switch: /metrics is always on
+  if (err.empty() && args.value("--metrics-name-prefix", &v)) {
+    bool ok = !v.empty() && !std::isdigit(static_cast<unsigned char>(v[0]));
+    for (char c : v) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+    if (!ok) err = "--metrics-name-prefix must be letters, digits and '_' (not starting with a digit), got '" + v + "'";
+    scfg.metrics_name_prefix = v;
+  }
   scfg.metrics_without_key = args.flag("--metrics-without-key");
   scfg.prefix_cache_salt_per_key = args.flag("--prefix-cache-salt-per-key");
   scfg.parse_special_in_prompts = args.flag("--parse-special-in-prompts");
-  if (err.empty() && args.value("--served-model-name", &v)) scfg.served_model_name = v;
+  if (err.empty() && (args.value("--served-model-name", &v) || args.value("--alias", &v, "-a"))) scfg.served_model_name = v;
+  if (err.empty() && args.value("--chat-template-file", &v)) {
+    if (!read_file(v, &scfg.chat_template)) err = "--chat-template-file: cannot read " + v;
+  }
   if (err.empty() && args.value("--chat-template", &v)) {
-    std::ifstream f(v, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    if (!f) err = "--chat-template: cannot read " + v;
-    else scfg.chat_template = ss.str();
+    // vLLM takes a file or the template text; text is anything with a Jinja tag.
+    if (!read_file(v, &scfg.chat_template)) {
+      if (v.find("{{") != std::string::npos || v.find("{%") != std::string::npos) scfg.chat_template = v;
+      else err = "--chat-template: cannot read " + v + " (give a file, or the template text itself)";
+    }
   }
   if (err.empty() && scfg.prefix_cache_salt_per_key && scfg.api_keys.empty())
     err = "--prefix-cache-salt-per-key needs --api-key";
-  if (err.empty()) err = args.leftover();
+  if (err.empty()) err = finish_engine_flags(args, &ecfg);
   if (!err.empty()) {
     std::fprintf(stderr, "pagoda serve: %s\n", err.c_str());
     return 2;
@@ -108,8 +189,9 @@ int serve_main(int argc, char** argv) {
   }
   const engine::ModelInfo info = (*eng)->model_info();
   const int64_t per_request = static_cast<int64_t>(info.context_length);
-  PAGODA_LOG_INFO("model %s (%s), context %d tokens, KV %lld bytes per token", info.name.c_str(),
-                  info.architecture.c_str(), info.context_length, static_cast<long long>(info.kv_bytes_per_token));
+  PAGODA_LOG_INFO("pagoda %s: model %s (%s), context %d tokens, KV %lld bytes per token, %d threads", version_string(),
+                  info.name.c_str(), info.architecture.c_str(), info.context_length,
+                  static_cast<long long>(info.kv_bytes_per_token), ecfg.threads);
   PAGODA_LOG_INFO("KV cache: %d blocks x %d tokens = %lld tokens, %.1f MiB", info.num_kv_blocks, info.block_size,
                   static_cast<long long>(info.kv_cache_tokens), info.kv_cache_bytes / 1048576.0);
   // One arithmetic with the allocator: blocks (all KV groups) a context-length

@@ -9,6 +9,7 @@
 
 #include "base/timer.h"
 #include "cli/command.h"
+#include "cli/engine_flags.h"
 #include "gguf/gguf.h"
 #include "gguf/synth.h"
 
@@ -57,39 +58,27 @@ bool parse_u64(const char* s, uint64_t* out) {
 int run_synth(int argc, char** argv) {
   std::string preset, type_name = "q8_0", out;
   uint64_t layers = 0, seed = 0;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
-    if (a == "-h" || a == "--help") {
-      synth_usage(stdout);
-      return 0;
-    } else if (a == "--preset") {
-      const char* v = next();
-      if (!v) break;
-      preset = v;
-    } else if (a == "--type") {
-      const char* v = next();
-      if (!v) break;
-      type_name = v;
-    } else if (a == "--layers") {
-      if (!parse_u64(next(), &layers) || layers == 0 || layers > 4096) {
-        std::fprintf(stderr, "pagoda synth: --layers needs a positive integer\n");
-        return 2;
-      }
-    } else if (a == "--seed") {
-      if (!parse_u64(next(), &seed)) {
-        std::fprintf(stderr, "pagoda synth: --seed needs a non-negative integer\n");
-        return 2;
-      }
-    } else if (a == "-o" || a == "--output") {
-      const char* v = next();
-      if (!v) break;
-      out = v;
-    } else {
-      std::fprintf(stderr, "pagoda synth: unknown argument '%s'\n\n", a.c_str());
-      synth_usage(stderr);
-      return 2;
-    }
+  Args args(argc, argv);  // the one parser of every subcommand (cli/engine_flags.h)
+  if (args.help()) {
+    synth_usage(stdout);
+    return 0;
+  }
+  std::string v;
+  args.value("--preset", &preset);
+  args.value("--type", &type_name);
+  args.value("--output", &out, "-o");
+  if (args.value("--layers", &v) && (!parse_u64(v.c_str(), &layers) || layers == 0 || layers > 4096)) {
+    std::fprintf(stderr, "pagoda synth: --layers needs a positive integer\n");
+    return 2;
+  }
+  if (args.value("--seed", &v) && !parse_u64(v.c_str(), &seed)) {
+    std::fprintf(stderr, "pagoda synth: --seed needs a non-negative integer\n");
+    return 2;
+  }
+  if (std::string err = args.leftover(); !err.empty()) {
+    std::fprintf(stderr, "pagoda synth: %s\n\n", err.c_str());
+    synth_usage(stderr);
+    return 2;
   }
   if (preset.empty() || out.empty()) {
     std::fprintf(stderr, "pagoda synth: --preset and -o are required\n\n");

@@ -10,7 +10,9 @@
 #include <sstream>
 #include <string>
 
+#include "cli/cli_util.h"
 #include "cli/command.h"
+#include "cli/engine_flags.h"
 #include "gguf/gguf.h"
 #include "tok/chat_template.h"
 #include "tok/tokenizer.h"
@@ -33,14 +35,6 @@ int fail(const std::string& msg) {
   return 1;
 }
 
-bool read_file(const std::string& path, std::string* out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return false;
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  *out = ss.str();
-  return true;
-}
 
 Expected<nlohmann::ordered_json> read_json(const std::string& path) {
   std::string text;
@@ -54,44 +48,28 @@ int run_template(int argc, char** argv) {
   std::string model, tmpl_path, messages_path, tools_path, bos, eos;
   bool have_bos = false, have_eos = false, gen = true, spans = false;
   long long now = 0;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](std::string* out) {
-      if (i + 1 >= argc) return false;
-      *out = argv[++i];
-      return true;
-    };
-    std::string v;
-    if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (a == "--model" || a == "-m") {
-      if (!value(&model)) return fail("--model needs a path");
-    } else if (a == "--template") {
-      if (!value(&tmpl_path)) return fail("--template needs a path");
-    } else if (a == "--messages") {
-      if (!value(&messages_path)) return fail("--messages needs a path");
-    } else if (a == "--tools") {
-      if (!value(&tools_path)) return fail("--tools needs a path");
-    } else if (a == "--bos") {
-      if (!value(&bos)) return fail("--bos needs a text");
-      have_bos = true;
-    } else if (a == "--eos") {
-      if (!value(&eos)) return fail("--eos needs a text");
-      have_eos = true;
-    } else if (a == "--now") {
-      if (!value(&v)) return fail("--now needs seconds since the epoch");
-      char* end = nullptr;
-      now = std::strtoll(v.c_str(), &end, 10);
-      if (end == v.c_str() || *end != '\0' || now <= 0) return fail("--now: bad value '" + v + "'");
-    } else if (a == "--no-generation-prompt") {
-      gen = false;
-    } else if (a == "--spans") {
-      spans = true;
-    } else {
-      std::fputs(kUsage, stderr);
-      return fail("unknown argument '" + a + "'");
-    }
+  Args args(argc, argv);  // the one parser of every subcommand (cli/engine_flags.h)
+  if (args.help()) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  std::string v;
+  args.value("--model", &model, "-m");
+  args.value("--template", &tmpl_path);
+  args.value("--messages", &messages_path);
+  args.value("--tools", &tools_path);
+  have_bos = args.value("--bos", &bos);
+  have_eos = args.value("--eos", &eos);
+  if (args.value("--now", &v)) {
+    char* end = nullptr;
+    now = std::strtoll(v.c_str(), &end, 10);
+    if (end == v.c_str() || *end != '\0' || now <= 0) return fail("--now: bad value '" + v + "'");
+  }
+  if (args.flag("--no-generation-prompt")) gen = false;
+  spans = args.flag("--spans");
+  if (std::string err = args.leftover(); !err.empty()) {
+    std::fputs(kUsage, stderr);
+    return fail(err);
   }
   if (messages_path.empty()) {
     std::fputs(kUsage, stderr);

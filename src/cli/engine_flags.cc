@@ -1,8 +1,14 @@
 #include "cli/engine_flags.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
+#include "base/log.h"
+#include "base/log_control.h"
+#include "cli/cli_util.h"
 #include "cli/command.h"
 #include "cli/speculative_flags.h"
 
@@ -30,6 +36,7 @@ Args::Args(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string s = argv[i];
     if (s == "--help" || s == "-h") { help_ = true; continue; }
+    if (s == "--version" || s == "-V") { version_ = true; continue; }
     a_.push_back(s);
   }
   used_.assign(a_.size(), false);
@@ -46,19 +53,40 @@ bool Args::flag(const std::string& name, const std::string& alias) {
 }
 
 bool Args::value(const std::string& name, std::string* out, const std::string& alias) {
+  return take(name, alias, nullptr, out);
+}
+
+bool Args::optional_value(const std::string& name, const std::string& alias, const std::vector<std::string>& choices,
+                          std::string* out) {
+  return take(name, alias, &choices, out);
+}
+
+bool Args::take(const std::string& name, const std::string& alias, const std::vector<std::string>* choices,
+                std::string* out) {
   bool found = false;
   for (size_t i = 0; i < a_.size(); ++i) {
     if (used_[i]) continue;
     for (const std::string& n : {name, alias}) {
       if (n.empty()) continue;
-      if (a_[i] == n && i + 1 < a_.size()) {
-        used_[i] = used_[i + 1] = true;
-        *out = a_[i + 1];
-        found = true;
-      } else if (a_[i].rfind(n + "=", 0) == 0) {
+      if (a_[i].rfind(n + "=", 0) == 0) {
         used_[i] = true;
         *out = a_[i].substr(n.size() + 1);
         found = true;
+      } else if (a_[i] == n && !choices && i + 1 < a_.size()) {
+        used_[i] = used_[i + 1] = true;  // --name VALUE
+        *out = a_[i + 1];
+        found = true;
+      } else if (a_[i] == n && choices) {
+        // --name alone, or --name CHOICE when the next argument is one of the choices.
+        used_[i] = true;
+        found = true;
+        out->clear();
+        for (const auto& c : *choices) {
+          if (i + 1 < a_.size() && !used_[i + 1] && a_[i + 1] == c) {
+            used_[i + 1] = true;
+            *out = c;
+          }
+        }
       }
     }
   }
@@ -70,9 +98,43 @@ bool Args::value(const std::string& name, std::string* out, const std::string& a
   return false;
 }
 
-std::string Args::leftover() const {
-  for (size_t i = 0; i < a_.size(); ++i)
-    if (!used_[i]) return "unknown or incomplete argument '" + a_[i] + "'";
+std::vector<std::string> Args::values(const std::string& name) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < a_.size(); ++i) {
+    if (used_[i]) continue;
+    if (a_[i] == name && i + 1 < a_.size()) {
+      used_[i] = used_[i + 1] = true;
+      out.push_back(a_[++i]);
+    } else if (a_[i].rfind(name + "=", 0) == 0) {
+      used_[i] = true;
+      out.push_back(a_[i].substr(name.size() + 1));
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> Args::positionals() {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < a_.size(); ++i) {
+    if (used_[i] || a_[i].empty() || a_[i][0] == '-') continue;
+    used_[i] = true;
+    out.push_back(a_[i]);
+  }
+  return out;
+}
+
+std::string Args::leftover(bool flags_only) const {
+  for (size_t i = 0; i < a_.size(); ++i) {
+    if (used_[i]) continue;
+    const std::string& s = a_[i];
+    if (flags_only && (s.size() < 2 || s[0] != '-')) continue;
+    if (s.size() > 1 && s[0] == '-') {
+      const std::string name = s.substr(0, s.find('='));
+      // A known value flag given last, with nothing after it, is unused too.
+      return "unknown flag " + name + " (or a flag missing its value; see --help)";
+    }
+    return "unexpected argument '" + s + "'";
+  }
   return "";
 }
 
@@ -117,7 +179,8 @@ std::string kv_dtype_from_ctk_ctv(const std::string* k, const std::string* v, Kv
 
 const char* kEngineFlagsHelp =
     "  -m, --model PATH              GGUF model (default: the SmolLM2-135M-Instruct Q4_1 of scripts/setup)\n"
-    "  -t, --threads N               compute threads (default 2)\n"
+    "  MODEL (positional)            the same as -m MODEL (`pagoda serve MODEL`)\n"
+    "  -t, --threads N               compute threads (default: all cores)\n"
     "  -c, --ctx-size N              context length per request (default: the model's); or --max-model-len\n"
     "  --kv-dtype f32|f16|bf16|q8_0  KV cache element type (default f16); or --kv-cache-dtype (vLLM),\n"
     "                                or -ctk T -ctv T (llama.cpp; one type for both)\n"
@@ -129,13 +192,109 @@ const char* kEngineFlagsHelp =
     "                          only masked); default: window layers hold only their window\n"
     "  --max-num-seqs N              running requests per step (default 64); or -np/--parallel\n"
     "  --max-num-batched-tokens N    token budget per step (default 2048)\n"
-    "  --schedule-policy fcfs|lpm    admission order: arrival, or longest cached prefix first (default fcfs)\n"  // speculative_flags.h:
-    PAGODA_SPECULATIVE_FLAGS_HELP;
+    "  --schedule-policy fcfs|lpm    admission order: arrival, or longest cached prefix first (default fcfs)\n"
+    "  --gpu-memory-utilization F    fraction of RAM for weights + KV cache: the KV pool gets\n"
+    "                                F x RAM minus the model file (vLLM's flag; CPU meaning)\n"
+    "  accepted and ignored, with a warning (pagoda runs on the CPU): -ngl/--n-gpu-layers N,\n"
+    "    -fa/--flash-attn [on|off|auto], --enforce-eager, --dtype T, --tensor-parallel-size 1\n"
+    "    (-tp; other sizes are an error), --pipeline-parallel-size 1, --swap-space N,\n"
+    "    --trust-remote-code, --no-mmap, --mlock; -cb/--cont-batching and --jinja are always on\n"
+    PAGODA_SPECULATIVE_FLAGS_HELP;  // speculative_flags.h
+
+const char* kLogFlagsHelp =
+    "  --log-level debug|info|warn|error|off   (default info; or PAGODA_LOG_LEVEL)\n"
+    "  -v, --verbose                 the same as --log-level debug\n";
+
+std::string parse_log_flags(Args& args) {
+  std::string v;
+  if (args.flag("--verbose", "-v")) set_log_level(LogLevel::kDebug);
+  if (args.value("--log-level", &v)) {
+    LogLevel l{};
+    if (!parse_log_level(v, &l)) return "--log-level must be debug, info, warn, error or off, got '" + v + "'";
+    set_log_level(l);
+  }
+  return "";
+}
+
+// vLLM's and llama.cpp's GPU flags: the ones without a CPU meaning are accepted
+// (copied launch commands work) and each says once that it changes nothing.
+std::string parse_gpu_flags(Args& args) {
+  std::string v;
+  long long n = 0;
+  auto ignored = [](const std::string& flag, const std::string& value) {
+    PAGODA_LOG_WARN("%s%s%s: pagoda runs on the CPU; the flag is accepted and ignored", flag.c_str(),
+                    value.empty() ? "" : " ", value.c_str());
+  };
+  if (args.value("--n-gpu-layers", &v, "-ngl") || args.value("--gpu-layers", &v)) {
+    if (!to_int(v, -1, 1 << 20, &n)) return "-ngl/--n-gpu-layers must be a layer count, got '" + v + "'";
+    ignored("-ngl", v);
+  }
+  if (args.optional_value("--flash-attn", "-fa", {"on", "off", "auto", "1", "0", "true", "false"}, &v)) {
+    if (!v.empty() && v != "on" && v != "off" && v != "auto" && v != "1" && v != "0" && v != "true" && v != "false")
+      return "-fa/--flash-attn takes on, off or auto, got '" + v + "'";
+    ignored("-fa", v);  // attention is always the paged kernel
+  }
+  if (args.flag("--enforce-eager")) ignored("--enforce-eager", "");
+  if (args.value("--dtype", &v)) {
+    static const char* kDtypes[] = {"auto", "half", "float16", "bfloat16", "float", "float32"};
+    bool ok = false;
+    for (const char* d : kDtypes) ok = ok || v == d;
+    if (!ok) return "--dtype must be auto, half, float16, bfloat16, float or float32, got '" + v + "'";
+    if (v != "auto") ignored("--dtype", v + " (weights keep their GGUF types)");
+  }
+  for (const char* name : {"--tensor-parallel-size", "--pipeline-parallel-size"}) {
+    const std::string alias = name[2] == 't' ? "-tp" : "-pp";
+    if (args.value(name, &v, alias)) {
+      if (!to_int(v, 1, 1 << 20, &n)) return std::string(name) + " must be a positive integer, got '" + v + "'";
+      if (n != 1) return std::string(name) + " " + v + ": pagoda runs one process on one CPU socket; only 1 is supported";
+    }
+  }
+  if (args.value("--swap-space", &v)) ignored("--swap-space", v);
+  for (const char* f : {"--trust-remote-code", "--no-mmap", "--mlock"})
+    if (args.flag(f)) ignored(f, "");
+  args.flag("--cont-batching", "-cb");  // always on
+  args.flag("--jinja");                 // chat templates are always Jinja
+  return "";
+}
+
+namespace {
+int64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+}
+}  // namespace
+
+std::string finish_engine_flags(Args& args, engine::EngineConfig* cfg) {
+  // An unknown flag first: `--x 3` should name --x, not call 3 a second model.
+  if (std::string err = args.leftover(/*flags_only=*/true); !err.empty()) return err;
+  const std::vector<std::string> pos = args.positionals();
+  if (pos.size() > 1) return "unexpected argument '" + pos[1] + "' (one model path at most)";
+  if (!pos.empty()) cfg->model_path = pos[0];
+  if (std::string err = args.leftover(); !err.empty()) return err;
+  if (args.gpu_memory_utilization > 0 && !args.kv_size_given) {
+    std::error_code ec;
+    const auto weights = static_cast<int64_t>(std::filesystem::file_size(cfg->model_path, ec));
+    if (ec) return "--gpu-memory-utilization: cannot size the model file " + cfg->model_path + ": " + ec.message();
+    const int64_t ram = physical_memory_bytes();
+    const auto budget = static_cast<int64_t>(args.gpu_memory_utilization * static_cast<double>(ram)) - weights;
+    if (budget <= 0)
+      return "--gpu-memory-utilization " + std::to_string(args.gpu_memory_utilization) + " of " +
+             human_bytes(static_cast<double>(ram)) + " RAM leaves nothing for the KV cache after the " +
+             human_bytes(static_cast<double>(weights)) + " model";
+    cfg->kv_cache_memory = budget;
+    PAGODA_LOG_INFO("--gpu-memory-utilization %.3g: %s of %s RAM for weights (%s) + KV cache (%s)",
+                    args.gpu_memory_utilization, human_bytes(args.gpu_memory_utilization * static_cast<double>(ram)).c_str(),
+                    human_bytes(static_cast<double>(ram)).c_str(), human_bytes(static_cast<double>(weights)).c_str(),
+                    human_bytes(static_cast<double>(budget)).c_str());
+  }
+  return "";
+}
 
 std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
   std::string v;
   long long n = 0;
   cfg->model_path = default_model_path();
+  cfg->threads = threads_or_all(0);  // every core, as `run` (llama.cpp and vLLM use them all)
   if (args.value("--model", &v, "-m")) cfg->model_path = v;
   if (args.value("--threads", &v, "-t")) {
     if (!to_int(v, 1, 256, &n)) return "--threads must be an integer in 1..256, got '" + v + "'";
@@ -157,7 +316,8 @@ std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
     have_kv = true;
   }
   if (args.value("--kv-dtype", &v, "--kv-cache-dtype")) {
-    if (!parse_kv_dtype_name(v, &kv)) return "--kv-dtype must be f32, f16, bf16, q8_0 or auto, got '" + v + "'";
+    if (!parse_kv_dtype_name(v, &kv))
+      return "--kv-dtype/--kv-cache-dtype must be f32, f16, bf16, q8_0 or auto, got '" + v + "'";
     have_kv = true;
   }
   if (have_kv) cfg->kv_dtype = kv;
@@ -169,11 +329,19 @@ std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
     int64_t b = 0;
     if (!parse_bytes(v, &b)) return "--kv-cache-memory must be a byte size like 536870912 or 512MiB, got '" + v + "'";
     cfg->kv_cache_memory = b;
+    args.kv_size_given = true;
   }
   if (args.value("--num-kv-blocks", &v)) {
     if (!to_int(v, 2, 1 << 30, &n)) return "--num-kv-blocks must be an integer >= 2, got '" + v + "'";
     cfg->num_kv_blocks = static_cast<int>(n);
+    args.kv_size_given = true;
   }
+  if (args.value("--gpu-memory-utilization", &v)) {
+    double f = 0;
+    if (!parse_f64(v, &f) || !(f > 0 && f <= 1)) return "--gpu-memory-utilization must be in (0, 1], got '" + v + "'";
+    args.gpu_memory_utilization = f;
+  }
+  if (std::string err = parse_gpu_flags(args); !err.empty()) return err;
   if (args.flag("--no-enable-prefix-caching")) cfg->enable_prefix_caching = false;
   if (args.flag("--enable-prefix-caching")) cfg->enable_prefix_caching = true;
   if (args.flag("--disable-hybrid-kv-cache-manager")) cfg->disable_hybrid_kv_cache_manager = true;

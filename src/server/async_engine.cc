@@ -1,16 +1,20 @@
 #include "server/async_engine.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "base/log.h"
 #include "base/timer.h"
 
 namespace pagoda::server {
 
-AsyncEngine::AsyncEngine(std::unique_ptr<engine::Engine> engine, Metrics* metrics)
-    : engine_(std::move(engine)), metrics_(metrics), info_(engine_->model_info()) {
+AsyncEngine::AsyncEngine(std::unique_ptr<engine::Engine> engine, Metrics* metrics, double log_stats_interval_s)
+    : engine_(std::move(engine)), metrics_(metrics), info_(engine_->model_info()),
+      log_stats_interval_s_(log_stats_interval_s) {
   stats_ = engine_->stats();
   last_stats_ = stats_;
+  log_window_stats_ = stats_;
+  log_window_start_ = now_seconds();
   publish_stats();  // the gauges (free blocks) are right before the first request, not 0
   thread_ = std::thread([this] { loop(); });
 }
@@ -60,6 +64,7 @@ void AsyncEngine::publish_stats() {
   }
   if (!metrics_) return;
   metrics_->set_gauge("pagoda:kv_cache_usage_perc", s.kv_usage);
+  metrics_->set_gauge("pagoda:gpu_cache_usage_perc", s.kv_usage);
   metrics_->set_gauge("pagoda:num_requests_running", s.num_running);
   metrics_->set_gauge("pagoda:num_requests_waiting", s.num_waiting + pending);
   metrics_->set_gauge("pagoda:kv_cache_blocks_total", static_cast<double>(s.blocks_total));
@@ -77,8 +82,53 @@ void AsyncEngine::publish_stats() {
   delta("pagoda:num_preemptions_total", s.num_preemptions, last_stats_.num_preemptions);
   delta("pagoda:prompt_tokens_total", s.prompt_tokens_total, last_stats_.prompt_tokens_total);
   delta("pagoda:generation_tokens_total", s.generation_tokens_total, last_stats_.generation_tokens_total);
+  // Each loop turn runs at most one step: the computed-token delta is that step's size.
+  if (s.computed_tokens_total > last_stats_.computed_tokens_total)
+    metrics_->observe("pagoda:iteration_tokens_total",
+                      static_cast<double>(s.computed_tokens_total - last_stats_.computed_tokens_total));
   add_spec_decode_metrics(metrics_, s, last_stats_);  // metrics.cc
   last_stats_ = s;
+}
+
+void AsyncEngine::maybe_log_stats(double now) {
+  if (log_stats_interval_s_ <= 0 || now - log_window_start_ < log_stats_interval_s_) return;
+  const engine::EngineStats s = last_stats_;
+  const engine::EngineStats& b = log_window_stats_;
+  const double dt = now - log_window_start_;
+  const int64_t prompt = s.prompt_tokens_total - b.prompt_tokens_total;
+  const int64_t gen = s.generation_tokens_total - b.generation_tokens_total;
+  int pending = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    pending = static_cast<int>(inbox_.size());
+  }
+  const int waiting = s.num_waiting + pending;
+  // Only intervals in which something happened: an idle server stays quiet.
+  if (prompt > 0 || gen > 0 || s.num_running > 0 || waiting > 0) {
+    const int64_t queries = s.prefix_queries_tokens - b.prefix_queries_tokens;
+    const int64_t hits = s.prefix_hits_tokens - b.prefix_hits_tokens;
+    PAGODA_LOG_INFO(
+        "Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, Running: %d reqs, "
+        "Waiting: %d reqs, GPU KV cache usage: %.1f%%, Prefix cache hit rate: %.1f%%",
+        static_cast<double>(prompt) / dt, static_cast<double>(gen) / dt, s.num_running, waiting, 100.0 * s.kv_usage,
+        queries > 0 ? 100.0 * static_cast<double>(hits) / static_cast<double>(queries) : 0.0);
+  }
+  log_window_start_ = now;
+  log_window_stats_ = s;
+}
+
+void AsyncEngine::observe_finished(const Live& L, const engine::TokenEvent& ev, double now) {
+  const double t_sched = L.t_sched > 0 ? L.t_sched : L.t_submit;
+  const double t_first = L.t_first > 0 ? L.t_first : now;
+  metrics_->observe("pagoda:e2e_request_latency_seconds", now - L.t_submit);
+  metrics_->observe("pagoda:request_queue_time_seconds", t_sched - L.t_submit);
+  metrics_->observe("pagoda:request_prefill_time_seconds", t_first - t_sched);
+  metrics_->observe("pagoda:request_decode_time_seconds", now - t_first);
+  metrics_->observe("pagoda:request_inference_time_seconds", now - t_sched);
+  metrics_->observe("pagoda:request_prompt_tokens", ev.num_prompt_tokens);
+  metrics_->observe("pagoda:request_generation_tokens", static_cast<double>(L.gen_tokens));
+  metrics_->observe("pagoda:request_max_num_generation_tokens", L.max_tokens);
+  metrics_->observe("pagoda:request_params_n", L.n_choices);
 }
 
 // Hands every prompt of one submission to the engine; all or none stay live.
@@ -105,7 +155,9 @@ void AsyncEngine::admit(Pending& p) {
     live.prompt = i;
     live.t_submit = p.t_submit;
     live.n_choices = std::max(1, p.sub.prompts[i].n);
+    live.max_tokens = p.sub.prompts[i].max_tokens;
     live_[ids[i]] = live;
+    unscheduled_.push_back(ids[i]);
   }
   p.sub.on_added("");
   // The prompts' token ids are in the engine now; free the submission's copy early.
@@ -120,7 +172,14 @@ void AsyncEngine::loop() {
     std::vector<Ticket> aborts;
     {
       std::unique_lock<std::mutex> l(mu_);
-      cv_.wait(l, [&] { return stop_ || !inbox_.empty() || !aborts_.empty() || engine_->has_unfinished(); });
+      auto ready = [&] { return stop_ || !inbox_.empty() || !aborts_.empty() || engine_->has_unfinished(); };
+      // With stats logging on, an idle loop still wakes once per interval so the
+      // last busy interval gets its line.
+      if (log_stats_interval_s_ > 0) {
+        cv_.wait_for(l, std::chrono::duration<double>(log_stats_interval_s_), ready);
+      } else {
+        cv_.wait(l, ready);
+      }
       if (stop_) break;
       inbox.swap(inbox_);
       aborts.swap(aborts_);
@@ -144,6 +203,12 @@ void AsyncEngine::loop() {
       groups_.erase(it);
     }
     if (engine_->has_unfinished()) {
+      const double t_step = now_seconds();
+      for (engine::RequestId id : unscheduled_) {
+        auto it = live_.find(id);
+        if (it != live_.end() && it->second.t_sched == 0) it->second.t_sched = t_step;
+      }
+      unscheduled_.clear();
       std::vector<engine::TokenEvent> events = engine_->step();
       double now = now_seconds();
       for (auto& ev : events) {
@@ -152,12 +217,15 @@ void AsyncEngine::loop() {
         Live& L = lit->second;
         auto git = groups_.find(L.ticket);
         if (git == groups_.end()) continue;
+        L.gen_tokens += static_cast<int64_t>(ev.tokens.size());
         if (!ev.tokens.empty() && metrics_) {
           if (L.t_first == 0) {
             L.t_first = now;
             metrics_->observe("pagoda:time_to_first_token_seconds", now - L.t_submit);
           } else {
-            metrics_->observe("pagoda:inter_token_latency_seconds", (now - L.t_last) / ev.tokens.size());
+            const double itl = (now - L.t_last) / static_cast<double>(ev.tokens.size());
+            metrics_->observe("pagoda:inter_token_latency_seconds", itl);
+            metrics_->observe("pagoda:time_per_output_token_seconds", itl);
           }
           L.t_last = now;
         }
@@ -174,7 +242,7 @@ void AsyncEngine::loop() {
         }
         if (ev.finish == engine::FinishReason::kNone || ++L.n_finished < L.n_choices) continue;
         if (metrics_) {
-          metrics_->observe("pagoda:e2e_request_latency_seconds", now - L.t_submit);
+          observe_finished(L, ev, now);
           metrics_->inc_counter("pagoda:request_success_total", 1, engine::finish_reason_name(ev.finish));
         }
         auto& ids = git->second.ids;
@@ -184,6 +252,7 @@ void AsyncEngine::loop() {
       }
     }
     publish_stats();
+    maybe_log_stats(now_seconds());
   }
   // Shutdown: every request gets an ending so no client hangs.
   std::deque<Pending> inbox;

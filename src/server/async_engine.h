@@ -36,7 +36,9 @@ struct Submission {
 
 class AsyncEngine {
  public:
-  AsyncEngine(std::unique_ptr<engine::Engine> engine, Metrics* metrics);
+  // log_stats_interval_s > 0: every that many seconds in which something happened,
+  // one vLLM-style stats line (throughput, running/waiting, KV usage, prefix hit rate).
+  AsyncEngine(std::unique_ptr<engine::Engine> engine, Metrics* metrics, double log_stats_interval_s = 0);
   ~AsyncEngine();
   AsyncEngine(const AsyncEngine&) = delete;
   AsyncEngine& operator=(const AsyncEngine&) = delete;
@@ -63,7 +65,10 @@ class AsyncEngine {
     Ticket ticket = 0;
     size_t prompt = 0;
     double t_submit = 0, t_first = 0, t_last = 0;
+    double t_sched = 0;  // start of the first engine step after add_request (0: not yet)
     int n_choices = 1, n_finished = 0;
+    int max_tokens = 0;
+    int64_t gen_tokens = 0;  // every choice's
   };
   struct Group {
     std::vector<engine::RequestId> ids;  // still-live engine requests
@@ -72,6 +77,10 @@ class AsyncEngine {
   void loop();
   void admit(Pending& p);
   void publish_stats();
+  // The vLLM-style stats line, when the interval has passed and something happened.
+  void maybe_log_stats(double now);
+  // One finished engine request's per-request histograms.
+  void observe_finished(const Live& L, const engine::TokenEvent& ev, double now);
 
   std::unique_ptr<engine::Engine> engine_;
   Metrics* metrics_;
@@ -87,6 +96,10 @@ class AsyncEngine {
   std::unordered_map<Ticket, Group> groups_;
   std::unordered_map<engine::RequestId, Live> live_;
   engine::EngineStats last_stats_;
+  std::vector<engine::RequestId> unscheduled_;  // admitted since the last step started
+  double log_stats_interval_s_ = 0;
+  double log_window_start_ = 0;
+  engine::EngineStats log_window_stats_;  // the stats when the window started
   std::thread thread_;
 };
 

@@ -1,5 +1,7 @@
 #include "server/generation.h"
 
+#include "base/log.h"
+#include "base/timer.h"
 #include "server/metrics.h"
 #include "server/text.h"
 #include "tok/tokenizer.h"
@@ -77,11 +79,27 @@ Generation::Generation(GenerationSetup setup, const TextCodec& text, Metrics& me
   pending_choices_ = static_cast<int>(choices_.size());
 }
 
+void Generation::access_log(int status, const std::string& finish, const std::string& error) const {
+  if (!s_.log_access) return;
+  int64_t pt = 0, ct = 0;
+  for (int32_t len : s_.prompt_lens) pt += len;
+  for (const auto& c : choices_) ct += c.num_tokens;
+  const double now = now_seconds();
+  char ttft[32] = "-";
+  if (t_first_ > 0) std::snprintf(ttft, sizeof ttft, "%.3fs", t_first_ - s_.t_start);
+  PAGODA_LOG_INFO("%s %s status=%d prompt_tokens=%lld output_tokens=%lld cached_tokens=%lld ttft=%s duration=%.3fs "
+                  "finish=%s%s%s",
+                  s_.meta.id.c_str(), s_.meta.endpoint == Endpoint::kChat ? "/v1/chat/completions" : "/v1/completions",
+                  status, static_cast<long long>(pt), static_cast<long long>(ct), static_cast<long long>(cached_tokens_),
+                  ttft, now - s_.t_start, finish.c_str(), error.empty() ? "" : " error=", error.c_str());
+}
+
 void Generation::on_added(const std::string& error) {
   std::lock_guard<std::mutex> l(mu_);
   if (done_) return;
   if (!error.empty()) {
     // Nothing was sent yet, streaming or not: a plain 400.
+    access_log(400, "error", error);
     done_ = true;
     metrics_.inc_counter("pagoda:request_failure_total", 1, "400");
     res_->send(400, "application/json", error_body(ApiError{400, error, "invalid_request_error", "", ""}));
@@ -92,6 +110,7 @@ void Generation::on_added(const std::string& error) {
 }
 
 void Generation::fail(const ApiError& e) {
+  access_log(s_.stream ? 200 : e.status, "error", e.message);
   done_ = true;
   if (s_.stream) {
     // The 200 header is out: the error travels as an event, then the stream ends.
@@ -108,6 +127,7 @@ void Generation::fail(const ApiError& e) {
 bool Generation::on_disconnect() {
   std::lock_guard<std::mutex> l(mu_);
   const bool running = !done_;
+  if (running) access_log(499, "abort", "client disconnected");  // 499: nginx's "client closed request"
   done_ = true;
   res_.reset();
   return running;
@@ -123,6 +143,7 @@ void Generation::on_event(size_t prompt, const engine::TokenEvent& ev) {
   const size_t ci = prompt * static_cast<size_t>(s_.n) + static_cast<size_t>(ev.index);
   if (ci >= choices_.size()) return;
   Choice& c = choices_[ci];
+  if (t_first_ == 0 && !ev.tokens.empty()) t_first_ = now_seconds();
   if (ev.index == 0 && ev.num_cached_tokens > 0 && c.num_tokens == 0) cached_tokens_ += ev.num_cached_tokens;
   const size_t text_off0 = c.text.size();
   if (s_.stream) {
@@ -169,6 +190,14 @@ json Generation::usage() const {
 void Generation::finish_all() {
   done_ = true;
   const Endpoint ep = s_.meta.endpoint;
+  {
+    std::string finish;  // every choice's reason, "stop" or "stop,length" when they differ
+    for (const auto& c : choices_) {
+      const std::string r = engine::finish_reason_name(c.finish);
+      if (finish.find(r) == std::string::npos) finish += (finish.empty() ? "" : ",") + r;
+    }
+    access_log(200, finish, "");
+  }
   if (s_.stream) {
     if (s_.include_usage) {
       json j = chunk_json(s_.meta, json::array());

@@ -30,6 +30,8 @@ struct GenerationSetup {
   // names. Calls in the output become `tool_calls` (finish_reason "tool_calls");
   // streaming holds back text that may still become a call.
   std::vector<std::string> tool_names;
+  bool log_access = true;  // the access line when the response ends
+  double t_start = 0;  // now_seconds() when the HTTP request arrived (the access line's duration and TTFT)
 };
 
 class Generation {
@@ -66,6 +68,8 @@ class Generation {
   void stream_event(size_t prompt, size_t ci, const engine::TokenEvent& ev, size_t text_off0);
   void finish_all();                     // mu_ held, every choice done
   json usage() const;
+  // The access line: one per request, at info level, when its response ends.
+  void access_log(int status, const std::string& finish, const std::string& error) const;
 
   GenerationSetup s_;
   const TextCodec& text_;
@@ -78,6 +82,7 @@ class Generation {
   std::vector<Choice> choices_;  // [prompt * n + i]
   int64_t cached_tokens_ = 0;
   int pending_choices_ = 0;
+  double t_first_ = 0;           // first output token (0: none yet)
   bool done_ = false;            // response ended (sent, failed or client gone)
 };
 

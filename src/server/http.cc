@@ -24,9 +24,19 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
+std::string cors_allow_origin(const std::vector<std::string>& allowed, const std::string& origin) {
+  if (origin.empty()) return "";
+  for (const auto& a : allowed) {
+    if (a == "*") return "*";
+    if (a == origin) return origin;
+  }
+  return "";
+}
+
 const char* http_status_text(int s) {
   switch (s) {
     case 200: return "OK";
+    case 204: return "No Content";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
     case 404: return "Not Found";
@@ -60,8 +70,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void send_full(int status, const std::string& ctype, std::string body, std::map<std::string, std::string> extra) {
     std::string out = "HTTP/1.1 " + std::to_string(status) + " " + http_status_text(status) + "\r\n";
-    out += "Content-Type: " + ctype + "\r\n";
-    out += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+    if (status != 204) {  // RFC 9110: a 204 carries neither
+      out += "Content-Type: " + ctype + "\r\n";
+      out += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+    }
     for (auto& [k, v] : extra) out += k + ": " + v + "\r\n";
     enqueue_response(std::move(out), std::move(body), /*last=*/true);
   }
@@ -88,6 +100,7 @@ class Session : public std::enable_shared_from_this<Session> {
  private:
   void do_read() {
     head_ = false;  // until this request says otherwise (a 400/413 below is not HEAD's)
+    cors_origin_.clear();
     parser_.emplace();
     parser_->body_limit(cfg_.body_limit);
     parser_->header_limit(64 * 1024);
@@ -134,6 +147,16 @@ class Session : public std::enable_shared_from_this<Session> {
     keep_alive_ = msg.keep_alive();
     head_ = msg.method() == http::verb::head;
     in_response_ = true;
+    cors_origin_ = cors_allow_origin(cfg_.allowed_origins, req.header("origin"));
+    if (req.method == "OPTIONS" && !cfg_.allowed_origins.empty() &&
+        !req.header("access-control-request-method").empty()) {
+      // CORS preflight: answered here, with no key (browsers send none on a preflight).
+      const std::string headers = req.header("access-control-request-headers");
+      return send_full(204, "", "",
+                       {{"Access-Control-Allow-Methods", "GET, POST, OPTIONS"},
+                        {"Access-Control-Allow-Headers", headers.empty() ? "Authorization, Content-Type" : headers},
+                        {"Access-Control-Max-Age", "600"}});
+    }
     stream_.expires_never();
     watch_disconnect();
     handler_(std::move(req), make_responder());
@@ -185,6 +208,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // keep_alive_ (a half-close turns it off) and head_ are strand state.
   void enqueue_response(std::string head, std::string body, bool last) {
     post([self = shared_from_this(), head = std::move(head), body = std::move(body), last]() mutable {
+      if (!self->cors_origin_.empty())
+        head += "Access-Control-Allow-Origin: " + self->cors_origin_ + "\r\nVary: Origin\r\n";
       head += self->keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
       if (!self->head_) head += body;  // HEAD: the GET's headers (Content-Length included), no body
       self->push(std::move(head), last);
@@ -264,6 +289,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool head_ = false;
   bool writing_ = false;
   bool keep_alive_ = true;
+  std::string cors_origin_;  // this request's Access-Control-Allow-Origin ("": none)
   bool closed_ = false;
   bool in_response_ = false;
   bool disconnected_ = false;

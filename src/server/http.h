@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace pagoda::server {
 
@@ -56,7 +57,15 @@ struct HttpConfig {
   // Output queued for one client beyond this (a streaming client that stopped
   // reading) drops it. A single response larger than this is still sent.
   size_t max_queued_output = 16u << 20;
+  // CORS: origins browsers may call from ("*": any; empty: no CORS headers, and an
+  // OPTIONS preflight gets the router's 404/405). A request whose Origin matches
+  // gets Access-Control-Allow-Origin on its response; a preflight (OPTIONS with
+  // Access-Control-Request-Method) is answered 204 here, before any route or key.
+  std::vector<std::string> allowed_origins = {"*"};
 };
+// The Access-Control-Allow-Origin value for a request's Origin header: "*" when
+// any origin is allowed, the origin itself when listed, "" when not allowed.
+std::string cors_allow_origin(const std::vector<std::string>& allowed, const std::string& origin);
 // What max_connections = 0 resolves to for the current RLIMIT_NOFILE.
 int default_max_connections();
 

@@ -58,6 +58,63 @@ Metrics::Metrics() {
   hist("pagoda:time_to_first_token_seconds", "Histogram of time to first token in seconds.", lat);
   hist("pagoda:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", lat);
   hist("pagoda:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", lat);
+  // vLLM's names that its example Grafana dashboard reads (tests/cli/test_metric_names.py).
+  // pagoda keeps no swap space and no CPU cache: those two read 0. gpu_cache_usage_perc
+  // is vLLM's older name of kv_cache_usage_perc (the pool lives in RAM here).
+  gauge("pagoda:num_requests_swapped", "Number of requests swapped to CPU (pagoda never swaps: 0).");
+  gauge("pagoda:gpu_cache_usage_perc", "KV-cache usage (vLLM's older name of kv_cache_usage_perc). 1 means 100 percent.");
+  gauge("pagoda:cpu_cache_usage_perc", "CPU swap-space KV usage (pagoda has none: 0).");
+  // One series, value 1, whose labels are the cache configuration (set by the server).
+  help_["pagoda:cache_config_info"] = {"gauge", "Information of the KV cache configuration.", "info"};
+  hist("pagoda:time_per_output_token_seconds", "Histogram of time per output token in seconds.", lat);
+  // Queue: submitted -> the first engine step after it reached the engine. Prefill:
+  // that step -> first token (so waiting inside the scheduler for KV space counts as
+  // prefill). Decode: first -> last token. Inference: prefill + decode.
+  std::vector<double> phase = {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+                               120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+  hist("pagoda:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", phase);
+  hist("pagoda:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", phase);
+  hist("pagoda:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", phase);
+  hist("pagoda:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", phase);
+  std::vector<double> tokens;  // 1, 2, 5, 10, ... 5e6 (vLLM's 1-2-5 series)
+  for (double d = 1; d <= 5e6; d *= 10)
+    for (double m : {1.0, 2.0, 5.0}) tokens.push_back(d * m);
+  hist("pagoda:request_prompt_tokens", "Number of prefill tokens processed.", tokens);
+  hist("pagoda:request_generation_tokens", "Number of generation tokens processed.", tokens);
+  hist("pagoda:request_max_num_generation_tokens", "Histogram of maximum number of requested generation tokens.",
+       tokens);
+  hist("pagoda:request_params_n", "Histogram of the n request parameter.", {1, 2, 5, 10, 20});
+  hist("pagoda:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
+       {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384});
+}
+
+void Metrics::set_exposition(const std::string& prefix, const std::string& model_name) {
+  std::lock_guard<std::mutex> l(mu_);
+  prefix_ = prefix;
+  model_label_ = model_name.empty() ? "" : "model_name=\"" + prometheus_label_value(model_name) + "\"";
+}
+
+std::string prometheus_label_value(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') { out += "\\n"; continue; }
+    out += c;
+  }
+  return out;
+}
+
+std::string Metrics::series(const std::string& name, const std::string& suffix, const std::string& labels) const {
+  static const std::string kOwn = "pagoda:";
+  std::string out = name.rfind(kOwn, 0) == 0 ? prefix_ + ":" + name.substr(kOwn.size()) : name;
+  out += suffix;
+  if (model_label_.empty() && labels.empty()) return out;
+  out += '{';
+  out += model_label_;
+  if (!model_label_.empty() && !labels.empty()) out += ',';
+  out += labels;
+  out += '}';
+  return out;
 }
 
 void Metrics::inc_counter(const std::string& name, double v, const std::string& label) {
@@ -94,35 +151,36 @@ std::string Metrics::render() const {
   std::lock_guard<std::mutex> l(mu_);
   std::string out;
   for (const auto& [name, h] : help_) {
-    out += "# HELP " + name + " " + h.help + "\n# TYPE " + name + " " + h.type + "\n";
+    const std::string shown = series(name, "", "");
+    const std::string bare = shown.substr(0, shown.find('{'));
+    out += "# HELP " + bare + " " + h.help + "\n# TYPE " + bare + " " + h.type + "\n";
     if (h.type == "counter") {
       const auto& m = counters_.at(name);
-      if (m.empty()) out += name + " 0\n";
+      if (m.empty()) out += shown + " 0\n";
       for (const auto& [label, v] : m) {
-        if (label.empty() || h.label_name.empty()) {
-          out += name + " " + fmt_double(v) + "\n";
-        } else {
-          out += name + "{" + h.label_name + "=\"" + label + "\"} " + fmt_double(v) + "\n";
-        }
+        const bool plain = label.empty() || h.label_name.empty();
+        out += series(name, "", plain ? "" : h.label_name + "=\"" + label + "\"") + " " + fmt_double(v) + "\n";
       }
     } else if (h.type == "gauge" && !h.label_name.empty()) {
       // Labelled series are stored under "name{label=...}", right after "name" in map order.
       for (auto it = gauges_.lower_bound(name + "{"); it != gauges_.end() && it->first.rfind(name + "{", 0) == 0; ++it) {
-        out += it->first + " " + fmt_double(it->second) + "\n";
+        const std::string& key = it->first;
+        const std::string labels = key.substr(name.size() + 1, key.size() - name.size() - 2);
+        out += series(name, "", labels) + " " + fmt_double(it->second) + "\n";
       }
     } else if (h.type == "gauge") {
-      out += name + " " + fmt_double(gauges_.at(name)) + "\n";
+      out += shown + " " + fmt_double(gauges_.at(name)) + "\n";
     } else {
       const Histogram& hg = histograms_.at(name);
       uint64_t cum = 0;
       for (size_t i = 0; i < hg.bounds.size(); ++i) {
         cum += hg.counts[i];
-        out += name + "_bucket{le=\"" + fmt_double(hg.bounds[i]) + "\"} " + std::to_string(cum) + "\n";
+        out += series(name, "_bucket", "le=\"" + fmt_double(hg.bounds[i]) + "\"") + " " + std::to_string(cum) + "\n";
       }
       cum += hg.counts.back();
-      out += name + "_bucket{le=\"+Inf\"} " + std::to_string(cum) + "\n";
-      out += name + "_sum " + fmt_double(hg.sum) + "\n";
-      out += name + "_count " + std::to_string(hg.count) + "\n";
+      out += series(name, "_bucket", "le=\"+Inf\"") + " " + std::to_string(cum) + "\n";
+      out += series(name, "_sum", "") + " " + fmt_double(hg.sum) + "\n";
+      out += series(name, "_count", "") + " " + std::to_string(hg.count) + "\n";
     }
   }
   return out;

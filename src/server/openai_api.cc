@@ -250,10 +250,9 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, const std::stri
   bool present = false;
   PAGODA_API_TRY(get_int(j, "max_tokens", 1, INT32_MAX, &v, &present));
   if (present) { p.max_tokens = static_cast<int>(v); r.max_tokens_given = true; }
-  if (ep == Endpoint::kChat) {
-    PAGODA_API_TRY(get_int(j, "max_completion_tokens", 1, INT32_MAX, &v, &present));
-    if (present) { p.max_tokens = static_cast<int>(v); r.max_tokens_given = true; }
-  }
+  // OpenAI's newer name; completions take it too (clients send it to both).
+  PAGODA_API_TRY(get_int(j, "max_completion_tokens", 1, INT32_MAX, &v, &present));
+  if (present) { p.max_tokens = static_cast<int>(v); r.max_tokens_given = true; }
   PAGODA_API_TRY(get_float(j, "temperature", 0.0, 2.0, &p.temperature));
   PAGODA_API_TRY(get_float(j, "top_p", 1e-9, 1.0, &p.top_p));
   PAGODA_API_TRY(get_float(j, "min_p", 0.0, 1.0, &p.min_p));
@@ -311,7 +310,30 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, const std::stri
     if (!r.stream) return bad("'stream_options' is only allowed when 'stream' is true", "stream_options");
     PAGODA_API_TRY(get_bool(*it, "include_usage", &r.include_usage));
   }
+  for (const auto& item : j.items())
+    if (!is_known_field(ep, item.key())) r.ignored_fields.push_back(item.key());
   return r;
+}
+
+bool is_known_field(Endpoint ep, const std::string& field) {
+  // Every field parse_request (and parse_output_constraint) reads.
+  static const char* const kCommon[] = {
+      "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "min_p", "presence_penalty",
+      "frequency_penalty", "repetition_penalty", "top_k", "n", "seed", "ignore_eos", "return_token_ids",
+      "cache_salt", "stream", "stop", "stream_options", "response_format", "guided_json", "guided_regex",
+      "guided_choice"};
+  static const char* const kCompletions[] = {"prompt", "echo", "logprobs"};
+  static const char* const kChat[] = {"messages", "logprobs", "top_logprobs", "tools", "tool_choice"};
+  for (const char* k : kCommon)
+    if (field == k) return true;
+  if (ep == Endpoint::kChat) {
+    for (const char* k : kChat)
+      if (field == k) return true;
+  } else {
+    for (const char* k : kCompletions)
+      if (field == k) return true;
+  }
+  return false;
 }
 
 std::variant<TokenizeRequest, ApiError> parse_tokenize(const std::string& body, const RequestLimits& limits) {
@@ -320,13 +342,16 @@ std::variant<TokenizeRequest, ApiError> parse_tokenize(const std::string& body, 
   const json& j = std::get<json>(parsed);
   TokenizeRequest r;
   PAGODA_API_TRY(get_bool(j, "add_special_tokens", &r.add_special_tokens));
+  PAGODA_API_TRY(get_bool(j, "add_special", &r.add_special_tokens));  // llama-server's name
   if (j.contains("messages")) {
     r.has_messages = true;
     PAGODA_API_TRY(parse_messages(j, &r.messages));
     return r;
   }
   auto it = j.find("prompt");
-  if (it == j.end() || !it->is_string()) return bad("'prompt' (a string) or 'messages' is required", "prompt");
+  if (it == j.end()) it = j.find("content");  // llama-server's shape: {"content": "..."}
+  if (it == j.end() || !it->is_string())
+    return bad("'prompt' (a string), 'content' (a string) or 'messages' is required", "prompt");
   r.prompt = it->get<std::string>();
   return r;
 }

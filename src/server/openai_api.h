@@ -68,6 +68,10 @@ struct ParsedRequest {
   bool return_token_ids = false;                   // vLLM extension: "token_ids" / "prompt_token_ids" in choices
   engine::RequestParams params;                    // sampling; prompt filled in later
   OutputConstraint constraint;                     // structured output / tools (compiled by the server)
+  // Top-level fields the body has and pagoda does not implement (logit_bias,
+  // best_of, user, a misspelt name, ...): accepted, ignored, and named in a
+  // warning by the server (once per field name).
+  std::vector<std::string> ignored_fields;
 };
 
 // Parses and validates a body for the endpoint. Does not tokenize.
@@ -81,7 +85,11 @@ std::optional<ApiError> check_output_cost(size_t num_prompts, const engine::Requ
 // Linear, no allocation: runs before the JSON parser builds anything.
 bool json_too_deep(const std::string& body, int max_depth);
 
-// Fields for /tokenize and /detokenize.
+// True when `field` is a request field parse_request reads for the endpoint.
+bool is_known_field(Endpoint ep, const std::string& field);
+
+// Fields for /tokenize and /detokenize. /tokenize takes vLLM's {"prompt"} or
+// {"messages"} and llama-server's {"content"} (and "add_special").
 struct TokenizeRequest {
   std::string prompt;
   std::vector<ChatMessage> messages;

@@ -5,9 +5,11 @@
 #include <ctime>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <variant>
 
 #include "base/log.h"
+#include "base/log_control.h"
 #include "base/rng.h"
 #include "base/timer.h"
 #include "grammar/cache.h"
@@ -94,8 +96,18 @@ struct Server::Impl {
   std::unique_ptr<grammar::GrammarCache> grammars;
   std::string grammars_error;
 
+  // --seed: the stream unseeded requests draw from.
+  std::mutex seed_mu;
+  Rng seed_rng{0};
+  // Request fields already warned about (once per name; bounded, so hostile bodies
+  // with ever new names cannot grow it or flood the log).
+  std::mutex warned_mu;
+  std::set<std::string> warned_fields;
+
   void handle(HttpRequest req, std::shared_ptr<Responder> res);
+  void warn_ignored(const std::vector<std::string>& fields);
   void send_error(Responder& res, const ApiError& e) {
+    PAGODA_LOG_INFO("status=%d error=%s", e.status, e.message.substr(0, 200).c_str());
     metrics.inc_counter("pagoda:request_failure_total", 1, std::to_string(e.status));
     std::map<std::string, std::string> extra;
     if (e.status == 503) extra["Retry-After"] = "1";
@@ -103,7 +115,8 @@ struct Server::Impl {
   }
   // nullopt: authorized (the matched key in *key, "" without auth); else the error.
   std::optional<ApiError> authorize(const HttpRequest& req, std::string* key) const;
-  void handle_generate(Endpoint ep, const HttpRequest& req, const std::string& key, std::shared_ptr<Responder> res);
+  void handle_generate(Endpoint ep, const HttpRequest& req, const std::string& key, std::shared_ptr<Responder> res,
+                       double t_start);
   // The compiled grammar of a request's constraint (nullptr when unconstrained).
   std::variant<std::shared_ptr<const grammar::CompiledGrammar>, ApiError> constraint_grammar(ParsedRequest& r);
   void handle_tokenize(const HttpRequest& req, Responder& res);
@@ -161,11 +174,30 @@ std::variant<std::shared_ptr<const grammar::CompiledGrammar>, ApiError> Server::
   return std::move(cg).value();
 }
 
+void Server::Impl::warn_ignored(const std::vector<std::string>& fields) {
+  constexpr size_t kMaxWarned = 256;
+  for (const std::string& f : fields) {
+    std::string name;  // printable and short: the name comes from the client
+    for (char c : f.substr(0, 64)) name += (c >= 0x20 && c < 0x7f) ? c : '?';
+    {
+      std::lock_guard<std::mutex> l(warned_mu);
+      if (warned_fields.size() >= kMaxWarned || !warned_fields.insert(name).second) continue;
+    }
+    PAGODA_LOG_WARN("request field '%s' is not supported and is ignored (warned once per field name)", name.c_str());
+  }
+}
+
 void Server::Impl::handle_generate(Endpoint ep, const HttpRequest& req, const std::string& key,
-                                   std::shared_ptr<Responder> res) {
+                                   std::shared_ptr<Responder> res, double t_start) {
   auto parsed = parse_request(ep, req.body, cfg.limits);
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(*res, *e);
   ParsedRequest& r = std::get<ParsedRequest>(parsed);
+  if (!r.ignored_fields.empty()) warn_ignored(r.ignored_fields);
+  if (cfg.has_seed && !r.params.has_seed) {
+    std::lock_guard<std::mutex> l(seed_mu);
+    r.params.seed = seed_rng.next_u64();
+    r.params.has_seed = true;
+  }
   if (!r.model.empty() && r.model != model_name)
     return send_error(*res, not_found("The model `" + r.model + "` does not exist.", "model_not_found"));
 
@@ -218,6 +250,8 @@ void Server::Impl::handle_generate(Endpoint ep, const HttpRequest& req, const st
   gs.n = r.params.n;
   if (r.constraint.tools.active()) gs.tool_names = r.constraint.tools.names;
   gs.echo_text = std::move(echo_text);
+  gs.t_start = t_start;
+  gs.log_access = cfg.log_requests;
   for (auto& p : prompts) gs.prompt_lens.push_back(static_cast<int32_t>(std::min<size_t>(p.size(), INT32_MAX)));
   if (gs.return_token_ids) gs.prompt_ids = prompts;  // the prompts themselves move into the engine
   auto gen = std::make_shared<Generation>(std::move(gs), *text, metrics, res);
@@ -274,7 +308,9 @@ void Server::Impl::handle_detokenize(const HttpRequest& req, Responder& res) {
   auto parsed = parse_detokenize(req.body, engine->model_info().vocab_size, cfg.limits);
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
   auto& ids = std::get<std::vector<int32_t>>(parsed);
-  res.send(200, "application/json", dump_json(json{{"prompt", text->decode(ids)}}));
+  // "prompt" is vLLM's key, "content" llama-server's.
+  const std::string text_out = text->decode(ids);
+  res.send(200, "application/json", dump_json(json{{"prompt", text_out}, {"content", text_out}}));
 }
 
 // ---- Routing (I/O thread) -------------------------------------------------------
@@ -283,7 +319,7 @@ void Server::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
   struct Route { const char* path; const char* method; };
   static const Route routes[] = {{"/health", "GET"}, {"/metrics", "GET"}, {"/v1/models", "GET"},
                                  {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
-                                 {"/tokenize", "POST"}, {"/detokenize", "POST"}};
+                                 {"/tokenize", "POST"}, {"/detokenize", "POST"}, {"/version", "GET"}};
   const Route* route = nullptr;
   for (const auto& r : routes)
     if (req.target == r.path) route = &r;
@@ -296,6 +332,8 @@ void Server::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
   }
   // Liveness carries no data: always open, so probes need no key.
   if (req.target == "/health") return res->send(200, "application/json", "{}");
+  // Like /health, says nothing about the data: open.
+  if (req.target == "/version") return res->send(200, "application/json", dump_json(json{{"version", version_string()}}));
   std::string key;
   if (!(req.target == "/metrics" && cfg.metrics_without_key)) {
     if (auto e = authorize(req, &key)) return send_error(*res, *e);
@@ -308,10 +346,11 @@ void Server::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
     return res->send(200, "application/json", dump_json(json{{"object", "list"}, {"data", json::array({m})}}));
   }
   // Everything else parses a body: off the I/O thread.
-  auto job = [this, req = std::make_shared<HttpRequest>(std::move(req)), key, res] {
+  const double t_start = now_seconds();
+  auto job = [this, req = std::make_shared<HttpRequest>(std::move(req)), key, res, t_start] {
     try {
-      if (req->target == "/v1/completions") return handle_generate(Endpoint::kCompletions, *req, key, res);
-      if (req->target == "/v1/chat/completions") return handle_generate(Endpoint::kChat, *req, key, res);
+      if (req->target == "/v1/completions") return handle_generate(Endpoint::kCompletions, *req, key, res, t_start);
+      if (req->target == "/v1/chat/completions") return handle_generate(Endpoint::kChat, *req, key, res, t_start);
       if (req->target == "/tokenize") return handle_tokenize(*req, *res);
       if (req->target == "/detokenize") return handle_detokenize(*req, *res);
     } catch (const std::exception& e) {
@@ -359,7 +398,18 @@ Expected<std::unique_ptr<Server>> Server::create(const ServerConfig& config, std
                                                               "internal_error", "", ""}));
     }
   });
-  impl->engine = std::make_unique<AsyncEngine>(std::move(eng), &impl->metrics);
+  impl->seed_rng = Rng(config.seed);
+  {
+    const engine::ModelInfo& info = eng->model_info();
+    impl->metrics.set_exposition(config.metrics_name_prefix, impl->model_name);
+    // vLLM's cache_config_info: value 1, the configuration in its labels.
+    impl->metrics.set_gauge(
+        "pagoda:cache_config_info{block_size=\"" + std::to_string(info.block_size) + "\",cache_dtype=\"" +
+            kv_dtype_name(info.kv_dtype) + "\",num_gpu_blocks=\"" + std::to_string(info.num_kv_blocks) +
+            "\",num_cpu_blocks=\"0\",kv_cache_bytes=\"" + std::to_string(info.kv_cache_bytes) + "\"}",
+        1);
+  }
+  impl->engine = std::make_unique<AsyncEngine>(std::move(eng), &impl->metrics, config.log_stats_interval_s);
   impl->workers = std::make_unique<WorkerPool>(config.worker_threads, static_cast<size_t>(std::max(1, config.worker_queue)));
   return s;
 }

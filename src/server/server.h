@@ -34,6 +34,17 @@ struct ServerConfig {
   // compiled constraints (with their learned token masks) are kept.
   grammar::GrammarOptions grammar_limits;
   int grammar_cache_size = 64;
+  // Logs: a vLLM-style stats line every this many seconds in which something
+  // happened (0: none). The access line of each request is always logged (info).
+  double log_stats_interval_s = 10;
+  bool log_requests = true;  // the access line of each generation request
+  // Metrics: series read "<prefix>:name" (vLLM's dashboards want "vllm") and carry
+  // model_name="<served model name>".
+  std::string metrics_name_prefix = "pagoda";
+  // --seed: requests that give no seed get one drawn from a stream seeded by this,
+  // so a restarted server answers the same sequence of requests alike.
+  bool has_seed = false;
+  uint64_t seed = 0;
 };
 
 class Server {

@@ -487,7 +487,7 @@ TEST(Server, SameOutputAsOfflineAndFailuresCounted) {
 TEST(Server, UnreachableServerGivesFailedRequests) {
   auto url = parse_server_url("http://127.0.0.1:1");
   ASSERT_TRUE(url.ok());
-  std::vector<BenchRequest> reqs(3, BenchRequest{{1, 5, 6}, 4});
+  std::vector<BenchRequest> reqs(3, BenchRequest{{1, 5, 6}, 4, ""});
   ServerRunOptions so;
   so.request_timeout_s = 5;
   RunExtras ex;

@@ -12,6 +12,34 @@ import urllib.error
 import urllib.request
 
 
+def wait_listening(proc, log, timeout):
+    """Reads proc's stderr lines into `log` until "listening on http://HOST:PORT" (returns
+    PORT), the process exits or `timeout` seconds pass (returns None)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            if proc.poll() is not None:
+                return None
+            continue
+        log.append(line)
+        m = re.search(r"listening on http://[^:]+:(\d+)", line)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def terminate(proc):
+    """SIGTERM, then SIGKILL after 20 s; waits for the process either way."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class PagodaServer:
     def __init__(self, binary, model, extra=(), env=None, timeout=120, command="serve"):
         # command: "router" starts `pagoda router` (same -m/--host/--port and "listening on" line).
@@ -27,18 +55,9 @@ class PagodaServer:
         cmd = [self.binary, self.command, "-m", self.model, "--host", "127.0.0.1", "--port", "0"] + self.extra
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=self.env,
                                      preexec_fn=self.preexec_fn)
-        deadline = time.time() + self.timeout
-        while time.time() < deadline:
-            line = self.proc.stderr.readline()
-            if not line:
-                if self.proc.poll() is not None:
-                    raise RuntimeError("server exited early:\n" + "".join(self.log))
-                continue
-            self.log.append(line)
-            m = re.search(r"listening on http://[^:]+:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-                break
+        self.port = wait_listening(self.proc, self.log, self.timeout)
+        if self.proc.poll() is not None and self.port is None:
+            raise RuntimeError("server exited early:\n" + "".join(self.log))
         if self.port is None:
             self.proc.kill()
             raise RuntimeError("server did not start:\n" + "".join(self.log))
@@ -64,13 +83,8 @@ class PagodaServer:
         return scrape(self.url)
 
     def __exit__(self, *exc):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc:
+            terminate(self.proc)
         if self.proc and getattr(self, "_drainer", None):
             self._drainer.join(timeout=5)  # reads to EOF now that the process is gone
             self.proc.stderr.close()

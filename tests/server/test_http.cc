@@ -196,3 +196,11 @@ TEST(ServerLifecycle, DestroyedWithAStreamInFlight) {
   read_all(fd);  // the connection ends (EOF or reset), nothing hangs
   ::close(fd);
 }
+
+TEST(Http, CorsAllowOrigin) {
+  EXPECT_EQ(cors_allow_origin({"*"}, "http://a.example"), "*");
+  EXPECT_EQ(cors_allow_origin({"http://a.example", "http://b.example"}, "http://b.example"), "http://b.example");
+  EXPECT_EQ(cors_allow_origin({"http://a.example"}, "http://evil.example"), "");
+  EXPECT_EQ(cors_allow_origin({}, "http://a.example"), "");
+  EXPECT_EQ(cors_allow_origin({"*"}, ""), "");  // no Origin: not a cross-origin call, no header
+}

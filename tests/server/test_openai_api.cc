@@ -167,3 +167,67 @@ TEST(Metrics, RendersPrometheusText) {
   EXPECT_NE(t.find("pagoda:kv_cache_usage_perc 0.25"), std::string::npos);
   EXPECT_NE(t.find("# TYPE pagoda:e2e_request_latency_seconds histogram"), std::string::npos);
 }
+
+// Issue 20: fields pagoda does not implement are accepted and listed (the server warns
+// once per name); every field the parser reads is not.
+TEST(OpenAiApi, IgnoredFieldsAreListed) {
+  auto r = ok(Endpoint::kCompletions,
+              R"({"prompt":"hi","logit_bias":{"5":1},"best_of":2,"user":"u","max_tokens":3,"temprature":1})");
+  EXPECT_EQ(r.ignored_fields, (std::vector<std::string>{"best_of", "logit_bias", "temprature", "user"}));
+  auto c = ok(Endpoint::kChat, R"({"messages":[{"role":"user","content":"x"}],"tools":[],"top_logprobs":null,
+                                   "logprobs":false,"parallel_tool_calls":true,"echo":true})");
+  // echo is a completions field: on chat it is ignored, and said so.
+  EXPECT_EQ(c.ignored_fields, (std::vector<std::string>{"echo", "parallel_tool_calls"}));
+  EXPECT_TRUE(is_known_field(Endpoint::kChat, "max_completion_tokens"));
+  EXPECT_FALSE(is_known_field(Endpoint::kCompletions, "messages"));
+}
+
+TEST(OpenAiApi, MaxCompletionTokensOnCompletions) {
+  EXPECT_EQ(ok(Endpoint::kCompletions, R"({"prompt":"hi","max_completion_tokens":9})").params.max_tokens, 9);
+  EXPECT_EQ(ok(Endpoint::kChat, R"({"messages":[{"role":"user","content":"x"}],"max_completion_tokens":4})")
+                .params.max_tokens,
+            4);
+  EXPECT_EQ(err(Endpoint::kCompletions, R"({"prompt":"hi","max_completion_tokens":0})").param,
+            "max_completion_tokens");
+}
+
+TEST(OpenAiApi, TokenizeTakesLlamaServerContent) {
+  auto t = parse_tokenize(R"({"content":"abc","add_special":false})");
+  ASSERT_TRUE(std::holds_alternative<TokenizeRequest>(t));
+  EXPECT_EQ(std::get<TokenizeRequest>(t).prompt, "abc");
+  EXPECT_FALSE(std::get<TokenizeRequest>(t).add_special_tokens);
+  auto bad = parse_tokenize(R"({"content":5})");
+  ASSERT_TRUE(std::holds_alternative<ApiError>(bad));
+  EXPECT_NE(std::get<ApiError>(bad).message.find("'content'"), std::string::npos);
+}
+
+// --metrics-name-prefix and the model_name label: every sample line is renamed and labelled.
+TEST(Metrics, PrefixAndModelNameLabel) {
+  Metrics m;
+  m.set_exposition("vllm", "my \"model\"");
+  m.inc_counter("pagoda:request_success_total", 2, "stop");
+  m.observe("pagoda:time_to_first_token_seconds", 0.03);
+  m.set_gauge("pagoda:kv_group_blocks_used{group=\"1\"}", 5);
+  const std::string t = m.render();
+  const std::string ml = "model_name=\"my \\\"model\\\"\"";
+  EXPECT_NE(t.find("vllm:request_success_total{" + ml + ",finished_reason=\"stop\"} 2\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("vllm:time_to_first_token_seconds_bucket{" + ml + ",le=\"0.04\"} 1\n"), std::string::npos);
+  EXPECT_NE(t.find("vllm:time_to_first_token_seconds_count{" + ml + "} 1\n"), std::string::npos);
+  EXPECT_NE(t.find("vllm:kv_group_blocks_used{" + ml + ",group=\"1\"} 5\n"), std::string::npos);
+  EXPECT_NE(t.find("vllm:num_requests_running{" + ml + "} 0\n"), std::string::npos);
+  EXPECT_NE(t.find("# TYPE vllm:e2e_request_latency_seconds histogram\n"), std::string::npos);
+  EXPECT_EQ(t.find("pagoda:"), std::string::npos);
+  // Every non-comment line carries the label.
+  size_t lines = 0;
+  for (size_t pos = 0; pos < t.size();) {
+    const size_t end = t.find('\n', pos);
+    const std::string line = t.substr(pos, end - pos);
+    if (!line.empty() && line[0] != '#') {
+      ++lines;
+      EXPECT_NE(line.find("{" + ml), std::string::npos) << line;
+    }
+    pos = end + 1;
+  }
+  EXPECT_GT(lines, 100u);
+  EXPECT_EQ(m.counter("pagoda:request_success_total", "stop"), 2);  // updates keep the pagoda name
+}
