@@ -28,9 +28,11 @@ ALLOWED = {
                "base"},
     "sim": {"sched", "kv", "gguf", "base"},
     "server": {"engine", "grammar", "tok", "base"},
+    # The replica router: HTTP layer and request parsing from server/, the tokenizer.
+    "router": {"server", "tok", "gguf", "base"},
     # The top: one generation path (engine/), the HTTP server, the simulator,
     # and the plain data layers it parses flags and files with.
-    "cli": {"engine", "server", "sim", "grammar", "tok", "sample", "gguf", "base"},
+    "cli": {"engine", "server", "sim", "router", "grammar", "tok", "sample", "gguf", "base"},
 }
 # plan may include only sched/step_plan.h from sched (DESIGN.md)
 ONLY_HEADERS = {("plan", "sched"): {"sched/step_plan.h"}}

@@ -41,8 +41,9 @@ def terminate(proc):
 
 
 class PagodaServer:
-    def __init__(self, binary, model, extra=(), env=None, timeout=120):
-        self.binary, self.model, self.extra = binary, model, list(extra)
+    def __init__(self, binary, model, extra=(), env=None, timeout=120, command="serve"):
+        # command: "router" starts `pagoda router` (same -m/--host/--port and "listening on" line).
+        self.binary, self.model, self.extra, self.command = binary, model, list(extra), command
         self.env = dict(os.environ, **(env or {}))
         self.timeout = timeout
         self.proc = None
@@ -51,7 +52,7 @@ class PagodaServer:
         self.preexec_fn = None  # e.g. a resource limit for the server process
 
     def __enter__(self):
-        cmd = [self.binary, "serve", "-m", self.model, "--host", "127.0.0.1", "--port", "0"] + self.extra
+        cmd = [self.binary, self.command, "-m", self.model, "--host", "127.0.0.1", "--port", "0"] + self.extra
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=self.env,
                                      preexec_fn=self.preexec_fn)
         self.port = wait_listening(self.proc, self.log, self.timeout)

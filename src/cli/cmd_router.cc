@@ -1,0 +1,143 @@
+// pagoda router: a prefix-aware OpenAI-compatible front for several `pagoda serve`
+// replicas (src/router/).
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "base/log.h"
+#include "cli/cli_util.h"
+#include "cli/command.h"
+#include "cli/engine_flags.h"
+#include "router/router.h"
+
+namespace pagoda::cli {
+namespace {
+
+std::atomic<int> g_router_signal{0};
+void on_router_signal(int sig) { g_router_signal.store(sig); }
+
+const char* kRouterHelp =
+    "usage: pagoda router --replica URL [--replica URL ...] [options]\n"
+    "  --replica URL[,URL...]   a `pagoda serve` (or any OpenAI-compatible server) to route to;\n"
+    "                           repeat the flag or separate URLs with commas\n"
+    "  --host ADDR              listen address (default 127.0.0.1)\n"
+    "  --port N                 listen port (default 8000; 0 picks a free one)\n"
+    "  -m, --model GGUF         model whose tokenizer and chat template read prompts (default:\n"
+    "                           $PAGODA_MODEL or models/SmolLM2-135M-Instruct.Q4_1.gguf when it\n"
+    "                           exists; 'none': token-id prompts only, text and chat prompts go\n"
+    "                           to the least-loaded replica)\n"
+    "  --policy P               prefix (default): consistent hashing of the prompt's first blocks\n"
+    "                           with a load bound; round-robin; least-loaded\n"
+    "  --block-size N           tokens per hashed block (default 16, the replicas' KV block size)\n"
+    "  --affinity-blocks N      the routing key covers the first N whole blocks (default 8)\n"
+    "  --max-imbalance F        a replica with more than (1+F) x mean + 1 requests in flight takes\n"
+    "                           no new affinity request: the next on the ring does (default 0.5)\n"
+    "  --health-interval S      seconds between GET /health rounds (default 2)\n"
+    "  --request-timeout S      longest wait for a replica's head or next bytes (default 600)\n"
+    "  --max-in-flight N        requests being proxied beyond N get 503 (default 4096)\n"
+    "Prompts shorter than one block go to the least-loaded replica. A request is retried on\n"
+    "another replica when its replica fails (connection error, 5xx) before any byte of the\n"
+    "answer was sent; a stream cut after that ends with an SSE error event and [DONE].\n";
+
+int router_main(int argc, char** argv) {
+  // --replica may repeat: taken out here (Args keeps only the last value of a flag).
+  std::vector<std::string> replicas;
+  std::vector<char*> rest;
+  std::string err;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    std::string v;
+    if (a == "--replica") {
+      if (i + 1 >= argc) {
+        err = "--replica needs a URL";
+        break;
+      }
+      v = argv[++i];
+    } else if (a.rfind("--replica=", 0) == 0) {
+      v = a.substr(10);
+    } else {
+      rest.push_back(argv[i]);
+      continue;
+    }
+    size_t start = 0;
+    while (start <= v.size()) {
+      size_t comma = v.find(',', start);
+      if (comma == std::string::npos) comma = v.size();
+      if (comma > start) replicas.push_back(v.substr(start, comma - start));
+      start = comma + 1;
+    }
+  }
+  Args args(static_cast<int>(rest.size()), rest.data());
+  router::RouterConfig cfg;
+  cfg.http.port = 8000;
+  std::string v;
+  if (err.empty() && args.value("--host", &v)) cfg.http.host = v;
+  if (err.empty()) err = int_option(args, "--port", 0, 65535, &cfg.http.port);
+  if (err.empty() && args.value("--model", &v, "-m")) {
+    cfg.model_path = v == "none" ? "" : v;
+  } else if (const std::string d = default_model_path(); std::filesystem::exists(d)) {
+    cfg.model_path = d;
+  } else {
+    // Not asked for by name: route without a tokenizer rather than refuse to start.
+    PAGODA_LOG_WARN("router: no --model and no %s: token-id prompts only; text and chat prompts go to the "
+                    "least-loaded replica", d.c_str());
+  }
+  if (err.empty() && args.value("--policy", &v) && !router::parse_policy(v, &cfg.policy))
+    err = "--policy must be prefix, round-robin or least-loaded, got '" + v + "'";
+  if (err.empty()) err = int_option(args, "--block-size", 1, 1 << 16, &cfg.block_size);
+  if (err.empty()) err = int_option(args, "--affinity-blocks", 1, 1 << 20, &cfg.affinity_blocks);
+  if (err.empty()) err = int_option(args, "--max-in-flight", 1, 1 << 20, &cfg.max_in_flight);
+  auto dbl = [&](const char* name, double lo, double hi, double* out) {
+    if (!err.empty() || !args.value(name, &v)) return;
+    double d = 0;
+    if (!parse_f64(v, &d) || !(d >= lo && d <= hi))
+      err = std::string(name) + " must be a number in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got '" +
+            v + "'";
+    else
+      *out = d;
+  };
+  dbl("--max-imbalance", 0, 1e6, &cfg.max_imbalance);
+  dbl("--health-interval", 0.05, 3600, &cfg.health_interval_s);
+  dbl("--request-timeout", 0.1, 86400, &cfg.timeouts.read_s);
+  if (err.empty()) err = args.leftover();
+  if (err.empty() && replicas.empty()) err = "at least one --replica URL is needed";
+  cfg.replicas = replicas;
+  if (auto code = help_or_usage_error("router", args.help(), err, kRouterHelp)) return *code;
+
+  auto r = router::Router::create(cfg);
+  if (!r.ok()) {
+    std::fprintf(stderr, "pagoda router: %s\n", r.message().c_str());
+    return 1;
+  }
+  auto port = (*r)->start();
+  if (!port.ok()) {
+    std::fprintf(stderr, "pagoda router: %s\n", port.message().c_str());
+    return 1;
+  }
+  // The same line as serve's, so scripts find the port the same way.
+  PAGODA_LOG_INFO("listening on http://%s:%d (router over %zu replicas)", cfg.http.host.c_str(), *port,
+                  cfg.replicas.size());
+  std::fflush(stderr);
+  std::signal(SIGINT, on_router_signal);
+  std::signal(SIGTERM, on_router_signal);
+  std::signal(SIGPIPE, SIG_IGN);
+  router::Router* rt = r->get();
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done.load() && g_router_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (g_router_signal.load() != 0) rt->stop();
+  });
+  (*r)->run();
+  done = true;
+  watcher.join();
+  return 0;
+}
+
+Register reg("router", "prefix-aware OpenAI-compatible router over several serve replicas", router_main);
+
+}  // namespace
+}  // namespace pagoda::cli

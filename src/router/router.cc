@@ -1,0 +1,486 @@
+#include "router/router.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "base/log.h"
+#include "gguf/gguf.h"
+#include "router/prompt.h"
+#include "router/ring.h"
+#include "server/openai_api.h"
+#include "server/text.h"
+#include "tok/tokenizer.h"
+
+namespace pagoda::router {
+
+bool parse_policy(const std::string& name, Policy* out) {
+  if (name == "prefix") *out = Policy::kPrefix;
+  else if (name == "round-robin") *out = Policy::kRoundRobin;
+  else if (name == "least-loaded") *out = Policy::kLeastLoaded;
+  else return false;
+  return true;
+}
+
+namespace {
+
+using server::ApiError;
+using server::HttpRequest;
+using server::Responder;
+
+std::string prom_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+// One client request being proxied: what cancels its current upstream call when
+// the client goes away or the router stops.
+struct Exchange {
+  std::mutex mu;
+  std::shared_ptr<UpstreamCall> call;  // the attempt now running
+  bool cancelled = false;
+  void cancel() {
+    std::lock_guard<std::mutex> l(mu);
+    cancelled = true;
+    if (call) call->cancel();
+  }
+  // False when cancelled already (the attempt is then not started).
+  bool attach(std::shared_ptr<UpstreamCall> c) {
+    std::lock_guard<std::mutex> l(mu);
+    if (cancelled) return false;
+    call = std::move(c);
+    return true;
+  }
+};
+
+// What the SSE stream of a request that lost its replica ends with.
+std::string stream_error_events(bool at_event_boundary, const std::string& replica, const std::string& why) {
+  server::json err = {{"error",
+                       {{"message", "the replica " + replica + " failed mid-stream: " + why},
+                        {"type", "upstream_error"},
+                        {"param", nullptr},
+                        {"code", 502}}}};
+  // A partial event (cut mid-line) is closed first, so the error is an event of its own.
+  return std::string(at_event_boundary ? "" : "\n\n") + server::sse(err) + server::sse_done();
+}
+
+}  // namespace
+
+struct Router::Impl {
+  RouterConfig cfg;
+  std::vector<ReplicaUrl> urls;
+  std::unique_ptr<HashRing> ring;
+  std::unique_ptr<server::TextCodec> codec;  // null without --model
+  std::unique_ptr<server::HttpServer> http;
+
+  // Replica state. The choice and the in-flight increment happen under route_mu,
+  // so a burst of requests sees each other's load.
+  std::mutex route_mu;
+  std::vector<int> in_flight;            // guarded by route_mu
+  std::vector<std::atomic<bool>> healthy;
+  uint64_t rr_counter = 0;               // guarded by route_mu
+  // Counters for /metrics.
+  std::vector<std::atomic<uint64_t>> requests;  // per replica, retries included
+  std::atomic<uint64_t> retries{0};
+  std::atomic<uint64_t> stream_errors{0};
+  std::array<std::atomic<uint64_t>, 4> decisions{};  // by RouteKind
+  std::mutex fail_mu;
+  std::map<int, uint64_t> failures;      // router-made error answers by status
+
+  // Proxy threads (one per request in flight) and the exchanges to cancel at stop.
+  std::mutex live_mu;
+  std::condition_variable live_cv;
+  int live_threads = 0;
+  bool stopping = false;
+  std::set<std::shared_ptr<Exchange>> live;
+
+  std::thread health_thread;
+  std::mutex health_mu;
+  std::condition_variable health_cv;
+  bool health_stop = false;
+
+  void handle(HttpRequest req, std::shared_ptr<Responder> res);
+  void proxy(const HttpRequest& req, Responder& res, Exchange& ex);
+  RouteChoice pick(const std::vector<int32_t>* prompt, const std::vector<bool>& tried);
+  void release(int replica) {
+    std::lock_guard<std::mutex> l(route_mu);
+    --in_flight[static_cast<size_t>(replica)];
+  }
+  void set_healthy(size_t r, bool ok, const std::string& why) {
+    if (healthy[r].exchange(ok) != ok) {
+      if (ok) PAGODA_LOG_INFO("replica %s is healthy: back on the ring", urls[r].text.c_str());
+      else PAGODA_LOG_WARN("replica %s is unhealthy (%s): off the ring", urls[r].text.c_str(), why.c_str());
+    }
+  }
+  void check_health_once() {
+    const double t = std::clamp(cfg.health_interval_s, 0.2, 2.0);
+    for (size_t r = 0; r < urls.size(); ++r) {
+      auto [status, body] = upstream_get(urls[r], "/health", t);
+      set_healthy(r, status == 200, status == 0 ? body : "GET /health answered " + std::to_string(status));
+    }
+  }
+  void health_loop() {
+    std::unique_lock<std::mutex> l(health_mu);
+    while (!health_stop) {
+      health_cv.wait_for(l, std::chrono::duration<double>(cfg.health_interval_s), [&] { return health_stop; });
+      if (health_stop) break;
+      l.unlock();
+      check_health_once();
+      l.lock();
+    }
+  }
+  void send_error(Responder& res, int status, const std::string& msg, const std::string& type,
+                  const std::string& code) {
+    {
+      std::lock_guard<std::mutex> l(fail_mu);
+      ++failures[status];
+    }
+    std::map<std::string, std::string> extra;
+    if (status == 503) extra["Retry-After"] = "1";
+    res.send(status, "application/json", server::error_body(ApiError{status, msg, type, "", code}), extra);
+  }
+  std::string render_metrics();
+};
+
+RouteChoice Router::Impl::pick(const std::vector<int32_t>* prompt, const std::vector<bool>& tried) {
+  std::lock_guard<std::mutex> l(route_mu);
+  std::vector<bool> eligible(urls.size());
+  for (size_t r = 0; r < urls.size(); ++r) eligible[r] = healthy[r].load() && !tried[r];
+  RouteChoice c;
+  const uint64_t turn = rr_counter++;
+  if (cfg.policy == Policy::kRoundRobin) {
+    c = choose_round_robin(eligible, turn);
+  } else {
+    std::optional<uint64_t> key;
+    if (cfg.policy == Policy::kPrefix && prompt) key = prefix_key(*prompt, cfg.block_size, cfg.affinity_blocks);
+    c = key ? choose_affinity(*ring, *key, in_flight, eligible, cfg.max_imbalance)
+            : choose_least_loaded(in_flight, eligible, turn);
+  }
+  if (c.replica >= 0) ++in_flight[static_cast<size_t>(c.replica)];
+  return c;
+}
+
+void Router::Impl::proxy(const HttpRequest& req, Responder& res, Exchange& ex) {
+  const bool generate = req.target == "/v1/completions" || req.target == "/v1/chat/completions";
+  std::vector<int32_t> prompt;
+  if (generate) {
+    prompt = routing_prompt(req.target == "/v1/chat/completions" ? server::Endpoint::kChat
+                                                                 : server::Endpoint::kCompletions,
+                            req.body, codec.get());
+  }
+  UpstreamRequest up;
+  up.method = req.method == "HEAD" ? "GET" : req.method;
+  up.target = req.target;
+  up.body = req.body;
+  for (const char* h : {"content-type", "authorization", "accept"})
+    if (auto v = req.header(h); !v.empty()) up.headers.emplace_back(h, v);
+
+  std::vector<bool> tried(urls.size(), false);
+  // The last complete 5xx answer: what the client gets when no replica does better.
+  struct Answer {
+    int status = 0;
+    std::string content_type, body;
+  };
+  std::optional<Answer> last_5xx;
+  std::string last_error = "no healthy replica";
+  for (size_t attempt = 0; attempt < urls.size(); ++attempt) {
+    const RouteChoice c = pick(generate ? &prompt : nullptr, tried);
+    if (c.replica < 0) break;
+    const size_t r = static_cast<size_t>(c.replica);
+    tried[r] = true;
+    ++requests[r];
+    if (attempt > 0) ++retries;
+    else if (generate) ++decisions[static_cast<size_t>(c.kind)];
+
+    auto call = std::make_shared<UpstreamCall>();
+    if (!ex.attach(call)) {
+      release(c.replica);
+      return;  // the client went away (or the router is stopping): nobody to answer
+    }
+    Answer got;
+    bool streaming = false, started = false, boundary = true;
+    std::string tail;  // the last two bytes forwarded: whether the stream is between events
+    auto result = call->run(
+        urls[r], up, cfg.timeouts,
+        [&](int status, const std::string& ctype) {
+          got.status = status;
+          got.content_type = ctype;
+          streaming = status == 200 && ctype.rfind("text/event-stream", 0) == 0;
+          return true;
+        },
+        [&](std::string_view piece) {
+          if (!streaming) {
+            got.body.append(piece);
+            return got.body.size() <= cfg.max_response_bytes;
+          }
+          // Started at the first byte, not at the head: a replica that fails between
+          // its head and its first event is retried like one that never answered.
+          if (!started) res.start_stream(200);
+          started = true;
+          tail += piece.substr(piece.size() - std::min<size_t>(2, piece.size()));
+          tail.erase(0, tail.size() - std::min<size_t>(2, tail.size()));
+          boundary = tail == "\n\n";
+          res.write(std::string(piece));
+          return true;
+        });
+    release(c.replica);
+    if (result.cancelled) {
+      // Client gone: nobody to answer. Router stopping: end what was started.
+      bool stopping_now = false;
+      {
+        std::lock_guard<std::mutex> l(live_mu);
+        stopping_now = stopping;
+      }
+      if (!stopping_now) return;
+      if (started) {
+        res.write(stream_error_events(boundary, urls[r].text, "the router is stopping"));
+        res.end_stream();
+      } else {
+        send_error(res, 503, "the router is stopping", "service_unavailable", "stopping");
+      }
+      return;
+    }
+    if (result.stage == UpstreamStage::kDone) {
+      if (streaming) {
+        if (!started) res.start_stream(200);  // an empty stream (no event at all) stays empty
+        res.end_stream();
+        return;
+      }
+      if (got.status >= 500) {
+        last_5xx = std::move(got);
+        last_error = urls[r].text + " answered " + std::to_string(last_5xx->status);
+        continue;  // overloaded or broken: another replica may do better
+      }
+      res.send(got.status, got.content_type.empty() ? "application/json" : got.content_type, std::move(got.body));
+      return;
+    }
+    if (got.body.size() > cfg.max_response_bytes) {
+      send_error(res, 502, "the replica's answer exceeds " + std::to_string(cfg.max_response_bytes) + " bytes",
+                 "upstream_error", "response_too_large");
+      return;
+    }
+    // The replica failed (refused, reset, died mid-answer, timed out): off the ring
+    // until its /health answers again.
+    set_healthy(r, false, result.error);
+    if (started) {
+      ++stream_errors;
+      res.write(stream_error_events(boundary, urls[r].text, result.error));
+      res.end_stream();
+      return;
+    }
+    last_error = urls[r].text + ": " + result.error;
+  }
+  if (last_5xx) {
+    std::map<std::string, std::string> extra;
+    if (last_5xx->status == 503) extra["Retry-After"] = "1";  // serve's busy answer carries it
+    res.send(last_5xx->status, last_5xx->content_type.empty() ? "application/json" : last_5xx->content_type,
+             std::move(last_5xx->body), extra);
+    return;
+  }
+  send_error(res, 503, "no replica could answer (" + last_error + ")", "service_unavailable", "no_replica");
+}
+
+void Router::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
+  // serve's routes; the router answers /health and /metrics itself (about the
+  // replicas and itself) and passes every other one to a replica.
+  struct Route {
+    const char* path;
+    const char* method;
+    bool proxied;
+  };
+  static const Route kRoutes[] = {{"/health", "GET", false},          {"/metrics", "GET", false},
+                                  {"/v1/models", "GET", true},        {"/v1/completions", "POST", true},
+                                  {"/v1/chat/completions", "POST", true}, {"/tokenize", "POST", true},
+                                  {"/detokenize", "POST", true}};
+  const auto it = std::find_if(std::begin(kRoutes), std::end(kRoutes),
+                               [&](const Route& r) { return req.target == r.path; });
+  const Route* route = it == std::end(kRoutes) ? nullptr : it;
+  if (!route)
+    return send_error(*res, 404, "no route for " + req.method + " " + req.target, "NotFoundError", "not_found");
+  if (req.method != route->method && !(req.method == "HEAD" && std::string(route->method) == "GET")) {
+    {
+      std::lock_guard<std::mutex> l(fail_mu);
+      ++failures[405];
+    }
+    ApiError e{405, "method " + req.method + " is not allowed on " + req.target + " (use " + route->method + ")",
+               "invalid_request_error", "", "method_not_allowed"};
+    return res->send(405, "application/json", server::error_body(e), {{"Allow", route->method}});
+  }
+  if (req.target == "/metrics") return res->send(200, "text/plain; version=0.0.4", render_metrics());
+  if (!route->proxied) {  // /health
+    int n = 0;
+    for (const auto& h : healthy) n += h.load() ? 1 : 0;
+    const std::string body = "{\"healthy_replicas\":" + std::to_string(n) + ",\"replicas\":" +
+                             std::to_string(urls.size()) + "}";
+    return res->send(n > 0 ? 200 : 503, "application/json", body);
+  }
+  // Everything else waits on a replica: one thread per request in flight (they
+  // block on sockets, not on the CPU), bounded by max_in_flight.
+  auto ex = std::make_shared<Exchange>();
+  {
+    std::lock_guard<std::mutex> l(live_mu);
+    if (stopping)
+      return send_error(*res, 503, "the router is stopping", "service_unavailable", "stopping");
+    if (live_threads >= cfg.max_in_flight)
+      return send_error(*res, 503,
+                        "router is overloaded: " + std::to_string(cfg.max_in_flight) + " requests are in flight",
+                        "service_unavailable", "overloaded");
+    ++live_threads;
+    live.insert(ex);
+  }
+  res->on_disconnect([ex] { ex->cancel(); });
+  std::thread([this, req = std::move(req), res, ex]() mutable {
+    try {
+      proxy(req, *res, *ex);
+    } catch (const std::exception& e) {
+      PAGODA_LOG_ERROR("router: internal error on %s %s: %s", req.method.c_str(), req.target.c_str(), e.what());
+      res->send(500, "application/json",
+                server::error_body(ApiError{500, std::string("internal error: ") + e.what(), "internal_error", "", ""}));
+    }
+    // The responder holds the client's session, which refers to the HTTP server:
+    // dropped before the count below lets the destructor take the server down.
+    res.reset();
+    std::lock_guard<std::mutex> l(live_mu);
+    live.erase(ex);
+    // Last touch of *this: the destructor waits for live_threads to reach 0.
+    live.erase(ex);
+    --live_threads;
+    live_cv.notify_all();
+  }).detach();
+}
+
+std::string Router::Impl::render_metrics() {
+  std::string out;
+  auto head = [&](const char* name, const char* type, const char* help) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  };
+  auto line = [&](const char* name, const std::string& labels, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.17g", v);
+    out += std::string(name) + (labels.empty() ? "" : "{" + labels + "}") + " " + buf + "\n";
+  };
+  std::vector<int> flight;
+  {
+    std::lock_guard<std::mutex> l(route_mu);
+    flight = in_flight;
+  }
+  auto rep = [&](size_t r) { return "replica=\"" + prom_escape(urls[r].text) + "\""; };
+  head("pagoda:router_requests_total", "counter", "Requests sent to each replica (retries included).");
+  for (size_t r = 0; r < urls.size(); ++r) line("pagoda:router_requests_total", rep(r), double(requests[r].load()));
+  head("pagoda:router_in_flight_requests", "gauge", "Requests each replica is answering now.");
+  for (size_t r = 0; r < urls.size(); ++r) line("pagoda:router_in_flight_requests", rep(r), flight[r]);
+  head("pagoda:router_replica_healthy", "gauge", "1 while the replica is on the ring (its /health answers), else 0.");
+  for (size_t r = 0; r < urls.size(); ++r) line("pagoda:router_replica_healthy", rep(r), healthy[r].load() ? 1 : 0);
+  head("pagoda:router_routing_decisions_total", "counter",
+       "First routing decision of each generation request, by kind (affinity: the prompt's owner on the "
+       "ring; fallback: a later replica on the ring, the owner being over the load bound; least_loaded: "
+       "no whole block to hash or the least-loaded policy; round_robin: that policy).");
+  for (RouteKind k : {RouteKind::kAffinity, RouteKind::kFallback, RouteKind::kLeastLoaded, RouteKind::kRoundRobin})
+    line("pagoda:router_routing_decisions_total", std::string("kind=\"") + route_kind_name(k) + "\"",
+         double(decisions[static_cast<size_t>(k)].load()));
+  head("pagoda:router_retries_total", "counter", "Requests sent again to another replica after one failed.");
+  line("pagoda:router_retries_total", "", double(retries.load()));
+  head("pagoda:router_stream_errors_total", "counter",
+       "Streams ended with an error event because their replica failed after bytes were sent.");
+  line("pagoda:router_stream_errors_total", "", double(stream_errors.load()));
+  head("pagoda:router_request_failures_total", "counter", "Requests the router itself answered with an error.");
+  {
+    std::lock_guard<std::mutex> l(fail_mu);
+    if (failures.empty()) line("pagoda:router_request_failures_total", "", 0);
+    for (const auto& [status, n] : failures)
+      line("pagoda:router_request_failures_total", "status=\"" + std::to_string(status) + "\"", double(n));
+  }
+  return out;
+}
+
+Expected<std::unique_ptr<Router>> Router::create(const RouterConfig& config) {
+  if (config.replicas.empty()) return make_error("at least one --replica URL is needed");
+  if (config.block_size < 1) return make_error("--block-size must be at least 1");
+  if (config.affinity_blocks < 1) return make_error("--affinity-blocks must be at least 1");
+  if (!(config.max_imbalance >= 0)) return make_error("--max-imbalance must be >= 0");
+  if (!(config.health_interval_s > 0)) return make_error("--health-interval must be > 0");
+  std::unique_ptr<Router> router(new Router());
+  router->impl_ = std::make_unique<Impl>();
+  Impl* m = router->impl_.get();
+  m->cfg = config;
+  std::vector<std::string> names;
+  for (const auto& u : config.replicas) {
+    PAGODA_ASSIGN_OR_RETURN(ReplicaUrl parsed, parse_replica_url(u));
+    if (std::find(names.begin(), names.end(), parsed.text) != names.end())
+      return make_error("replica " + parsed.text + " is given twice");
+    names.push_back(parsed.text);
+    m->urls.push_back(std::move(parsed));
+  }
+  m->ring = std::make_unique<HashRing>(names);
+  m->in_flight.assign(names.size(), 0);
+  m->healthy = std::vector<std::atomic<bool>>(names.size());
+  for (auto& h : m->healthy) h = true;
+  m->requests = std::vector<std::atomic<uint64_t>>(names.size());
+  if (!config.model_path.empty()) {
+    PAGODA_ASSIGN_OR_RETURN(auto file, gguf::GgufFile::open(config.model_path));
+    PAGODA_ASSIGN_OR_RETURN(auto tk, tok::Tokenizer::from_gguf(*file));
+    PAGODA_ASSIGN_OR_RETURN(m->codec, server::TextCodec::create(*tk));
+    if (!m->codec->has_chat_template())
+      PAGODA_LOG_WARN("router: %s has no usable chat template (%s): chat requests go to the least-loaded replica",
+                      config.model_path.c_str(), m->codec->template_error().c_str());
+  }
+  m->http = std::make_unique<server::HttpServer>(config.http, [m](HttpRequest req, std::shared_ptr<Responder> res) {
+    try {
+      m->handle(std::move(req), res);
+    } catch (const std::exception& e) {
+      PAGODA_LOG_ERROR("router: internal error: %s", e.what());
+      res->send(500, "application/json",
+                server::error_body(ApiError{500, std::string("internal error: ") + e.what(), "internal_error", "", ""}));
+    }
+  });
+  return router;
+}
+
+Router::~Router() {
+  if (!impl_) return;
+  Impl& m = *impl_;
+  if (!m.http) return;  // create() failed before the server (and any thread) existed
+  m.http->stop();
+  {
+    std::unique_lock<std::mutex> l(m.live_mu);
+    m.stopping = true;
+    for (const auto& ex : m.live) ex->cancel();
+    m.live_cv.wait(l, [&] { return m.live_threads == 0; });
+  }
+  {
+    std::lock_guard<std::mutex> l(m.health_mu);
+    m.health_stop = true;
+  }
+  m.health_cv.notify_all();
+  if (m.health_thread.joinable()) m.health_thread.join();
+}
+
+Expected<int> Router::start() {
+  impl_->check_health_once();
+  for (size_t r = 0; r < impl_->urls.size(); ++r)
+    PAGODA_LOG_INFO("router: replica %s %s", impl_->urls[r].text.c_str(),
+                    impl_->healthy[r].load() ? "is healthy" : "does not answer GET /health yet");
+  std::string err;
+  if (!impl_->http->start(&err)) return make_error(err);
+  impl_->health_thread = std::thread([m = impl_.get()] { m->health_loop(); });
+  return impl_->http->port();
+}
+
+void Router::run() { impl_->http->run(); }
+void Router::stop() { impl_->http->stop(); }
+
+}  // namespace pagoda::router

@@ -1,0 +1,53 @@
+// `pagoda router`: an OpenAI-compatible front for several `pagoda serve`
+// replicas. It serves the same routes (/v1/completions, /v1/chat/completions,
+// /v1/models, /tokenize, /detokenize, /health, /metrics), passes each generation
+// to one replica chosen by prefix affinity (consistent hashing of the prompt's
+// first blocks, bounded load; ring.h), streams SSE through as it arrives,
+// health-checks the replicas, retries a request on another replica while nothing
+// of its answer was sent, and counts all of it on its own /metrics.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "router/upstream.h"
+#include "server/http.h"
+
+namespace pagoda::router {
+
+enum class Policy { kPrefix, kRoundRobin, kLeastLoaded };
+// "prefix", "round-robin", "least-loaded"; false on another name.
+bool parse_policy(const std::string& name, Policy* out);
+
+struct RouterConfig {
+  server::HttpConfig http;
+  std::vector<std::string> replicas;  // http://host:port URLs, at least one
+  std::string model_path;             // GGUF whose tokenizer and chat template read prompts ("": none)
+  Policy policy = Policy::kPrefix;
+  int block_size = 16;                // tokens per hashed block (the replicas' KV block size)
+  int affinity_blocks = 8;            // the key covers the first this many whole blocks
+  double max_imbalance = 0.5;         // ring.h load_limit
+  double health_interval_s = 2;       // between GET /health rounds
+  UpstreamTimeouts timeouts;
+  int max_in_flight = 4096;           // requests being proxied beyond this get 503
+  size_t max_response_bytes = size_t{256} << 20;  // a non-streamed answer larger than this is a 502
+};
+
+class Router {
+ public:
+  // Checks the config, parses the replica URLs, loads the tokenizer.
+  static Expected<std::unique_ptr<Router>> create(const RouterConfig& config);
+  ~Router();  // cancels the requests in flight and waits for their threads
+  // Binds (port 0 picks a free one) after one health round. Returns the port.
+  Expected<int> start();
+  void run();   // blocks until stop()
+  void stop();  // thread-safe
+
+ private:
+  Router() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pagoda::router
