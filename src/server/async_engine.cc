@@ -250,6 +250,7 @@ void AsyncEngine::loop() {
       unscheduled_.clear();
       std::vector<engine::TokenEvent> events = engine_->step();
       double now = now_seconds();
+      publish_stats();  // the step's counters, before any client sees its tokens
       for (auto& ev : events) {
         auto lit = live_.find(ev.id);
         if (lit == live_.end()) continue;
@@ -268,6 +269,16 @@ void AsyncEngine::loop() {
           }
           L.t_last = now;
         }
+        // A request's metrics are recorded before its client can see it end, so a
+        // scrape after a response always counts that response.
+        const bool completes = ev.finish != engine::FinishReason::kNone &&
+                               ev.finish != engine::FinishReason::kError && L.n_finished + 1 >= L.n_choices;
+        if (metrics_ && completes) {
+          observe_finished(L, ev, now);
+          metrics_->inc_counter("pagoda:request_success_total", 1, engine::finish_reason_name(ev.finish));
+        }
+        if (metrics_ && ev.finish == engine::FinishReason::kError)
+          metrics_->inc_counter("pagoda:request_success_total", 1, "error");
         git->second.on_event(L.prompt, ev);
         if (ev.finish == engine::FinishReason::kError) {
           // One failed prompt fails the whole HTTP request: stop its siblings too.
@@ -276,14 +287,9 @@ void AsyncEngine::loop() {
             live_.erase(other);
           }
           groups_.erase(git);
-          if (metrics_) metrics_->inc_counter("pagoda:request_success_total", 1, "error");
           continue;
         }
         if (ev.finish == engine::FinishReason::kNone || ++L.n_finished < L.n_choices) continue;
-        if (metrics_) {
-          observe_finished(L, ev, now);
-          metrics_->inc_counter("pagoda:request_success_total", 1, engine::finish_reason_name(ev.finish));
-        }
         auto& ids = git->second.ids;
         ids.erase(std::remove(ids.begin(), ids.end(), ev.id), ids.end());
         if (ids.empty()) groups_.erase(git);
