@@ -1,6 +1,9 @@
 #include "cli/cli_util.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -105,6 +108,29 @@ std::optional<int> help_or_usage_error(const char* cmd, bool help, const std::st
   if (err.empty()) return std::nullopt;
   std::fprintf(stderr, "pagoda %s: %s\n\n%s", cmd, err.c_str(), usage);
   return 2;
+}
+
+namespace {
+// The handler only sets this flag (a lock-free atomic store is async-signal-safe);
+// a watcher thread polls it and stops the server outside signal context.
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+void on_signal(int sig) { g_signal.store(sig); }
+}  // namespace
+
+int run_until_signal(const std::function<void()>& run, const std::function<void()>& stop) {
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGPIPE, SIG_IGN);
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done.load() && g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (g_signal.load() != 0) stop();
+  });
+  run();
+  done = true;
+  watcher.join();
+  return 0;
 }
 
 }  // namespace pagoda::cli

@@ -3,6 +3,7 @@
 // instead of one per cmd_*.cc.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -56,5 +57,10 @@ int print_usage(const char* usage, const char* more = "");
 // stdout and exit 0; on a parse error, "pagoda CMD: ERROR" and the usage on
 // stderr and exit 2. nullopt: go on.
 std::optional<int> help_or_usage_error(const char* cmd, bool help, const std::string& err, const char* usage);
+
+// serve's and router's main loop: SIGINT/SIGTERM call `stop` (from a watcher
+// thread, outside signal context), SIGPIPE is ignored, `run` blocks until the
+// server stops. Returns 0, the exit code.
+int run_until_signal(const std::function<void()>& run, const std::function<void()>& stop);
 
 }  // namespace pagoda::cli

@@ -1,12 +1,8 @@
 // pagoda router: a prefix-aware OpenAI-compatible front for several `pagoda serve`
 // replicas (src/router/).
-#include <atomic>
-#include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <thread>
 
 #include "base/log.h"
 #include "cli/cli_util.h"
@@ -16,9 +12,6 @@
 
 namespace pagoda::cli {
 namespace {
-
-std::atomic<int> g_router_signal{0};
-void on_router_signal(int sig) { g_router_signal.store(sig); }
 
 const char* kRouterHelp =
     "usage: pagoda router --replica URL [--replica URL ...] [options]\n"
@@ -122,19 +115,8 @@ int router_main(int argc, char** argv) {
   PAGODA_LOG_INFO("listening on http://%s:%d (router over %zu replicas)", cfg.http.host.c_str(), *port,
                   cfg.replicas.size());
   std::fflush(stderr);
-  std::signal(SIGINT, on_router_signal);
-  std::signal(SIGTERM, on_router_signal);
-  std::signal(SIGPIPE, SIG_IGN);
   router::Router* rt = r->get();
-  std::atomic<bool> done{false};
-  std::thread watcher([&] {
-    while (!done.load() && g_router_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (g_router_signal.load() != 0) rt->stop();
-  });
-  (*r)->run();
-  done = true;
-  watcher.join();
-  return 0;
+  return run_until_signal([rt] { rt->run(); }, [rt] { rt->stop(); });
 }
 
 Register reg("router", "prefix-aware OpenAI-compatible router over several serve replicas", router_main);

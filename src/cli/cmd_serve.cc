@@ -1,13 +1,9 @@
 // pagoda serve: the OpenAI-compatible HTTP server.
-#include <atomic>
-#include <chrono>
-#include <csignal>
 #include <fstream>
 #include <sstream>
 #include <cstdio>
 #include <cctype>
 #include <cstdlib>
-#include <thread>
 
 #include "base/log.h"
 #include "base/log_control.h"
@@ -18,13 +14,6 @@
 
 namespace pagoda::cli {
 namespace {
-
-
-// The handler only sets this flag (a lock-free atomic store is async-signal-safe);
-// a watcher thread polls it and stops the server outside signal context.
-std::atomic<int> g_signal{0};
-static_assert(std::atomic<int>::is_always_lock_free);
-void on_signal(int sig) { g_signal.store(sig); }
 
 const char* kHelp =
     "usage: pagoda serve [MODEL] [options]\n"
@@ -216,19 +205,8 @@ int serve_main(int argc, char** argv) {
   PAGODA_LOG_INFO("listening on http://%s:%d (at most %d connections)", scfg.http.host.c_str(), *port,
                   scfg.http.max_connections > 0 ? scfg.http.max_connections : server::default_max_connections());
   std::fflush(stderr);
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
-  std::signal(SIGPIPE, SIG_IGN);
   server::Server* s = srv->get();
-  std::atomic<bool> done{false};
-  std::thread watcher([&] {
-    while (!done.load() && g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (g_signal.load() != 0) s->stop();
-  });
-  (*srv)->run();
-  done = true;
-  watcher.join();
-  return 0;
+  return run_until_signal([s] { s->run(); }, [s] { s->stop(); });
 }
 
 Register reg("serve", "OpenAI-compatible HTTP server (completions, chat, streaming, metrics)", serve_main);

@@ -23,6 +23,11 @@ std::string parse_speculative_config_json(const std::string& json, engine::Specu
         return "--speculative-config: method " + v.dump() + " is not supported (pagoda has \"ngram\", prompt lookup)";
       continue;
     }
+    if (key == "adaptive_length") {  // pagoda's: false drafts every proposed token (no timing)
+      if (!v.is_boolean()) return "--speculative-config: adaptive_length must be true or false, got " + v.dump();
+      c.adaptive_length = v.get<bool>();
+      continue;
+    }
     int* dst = key == "num_speculative_tokens" ? &c.num_speculative_tokens
                : key == "prompt_lookup_max"    ? &c.prompt_lookup_max
                : key == "prompt_lookup_min"    ? &c.prompt_lookup_min

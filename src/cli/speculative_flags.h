@@ -23,7 +23,8 @@ std::string parse_speculative_flags(Args& args, engine::SpeculativeConfig* c);
   "  --speculative-config JSON     speculative decoding (vLLM's flag; method ngram = prompt lookup):\n"   \
   "                                '{\"method\":\"ngram\",\"num_speculative_tokens\":K,\n"                  \
   "                                \"prompt_lookup_max\":N,\"prompt_lookup_min\":M}' (N, M default 5);\n" \
-  "                                greedy output is unchanged\n"                                            \
+  "                                greedy output is unchanged; pagoda's \"adaptive_length\":false drafts\n"  \
+  "                                every proposed token (default: only as many as measured steps pay for)\n" \
   "  --speculative-ngram K         the same with K draft tokens and the default n-gram bounds\n"
 
 }  // namespace pagoda::cli

@@ -530,7 +530,9 @@ void EngineImpl::propose_drafts() {
         ngram_propose(r->tokens, sc.prompt_lookup_min, sc.prompt_lookup_max, sc.num_speculative_tokens);
     if (draft.empty()) continue;
     // Only as many tokens as are expected to pay for their share of the step.
-    const int k = best_draft_length(step_cost_, ch.acceptance.alpha(), batch, static_cast<int>(draft.size()));
+    const int k = sc.adaptive_length
+                      ? best_draft_length(step_cost_, ch.acceptance.alpha(), batch, static_cast<int>(draft.size()))
+                      : static_cast<int>(draft.size());
     if (k == 0) {
       ch.acceptance.decay();
       continue;

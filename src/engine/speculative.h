@@ -18,6 +18,11 @@ struct SpeculativeConfig {
   int num_speculative_tokens = 0;  // K: draft tokens per step; 0 = off
   int prompt_lookup_max = 5;       // longest n-gram matched (vLLM: 5 when neither bound is given)
   int prompt_lookup_min = 5;       // shortest
+  // Trim each draft to the length expected to pay, from measured step times
+  // (best_draft_length). Timing-dependent, so greedy outputs are unchanged but
+  // how many tokens are drafted is not reproducible; false drafts every proposed
+  // token (the engine tests, which must not depend on wall-clock time).
+  bool adaptive_length = true;
   bool enabled() const { return num_speculative_tokens > 0; }
 };
 

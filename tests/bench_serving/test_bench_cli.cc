@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "cli/bench_http_client.h"
 #include "cli/bench_llama.h"
@@ -273,12 +275,9 @@ TEST(VllmServeFlags, RandomDatasetAndServer) {
             "");
   EXPECT_EQ(c.workload, "random");
   EXPECT_TRUE(c.vllm_dataset);
-  EXPECT_EQ(c.input_len, 100);
-  EXPECT_EQ(c.output_len, 20);
-  EXPECT_DOUBLE_EQ(c.range_ratio, 0.5);
-  EXPECT_EQ(c.num_prompts, 7);
-  EXPECT_DOUBLE_EQ(c.request_rate, 4);
-  EXPECT_EQ(c.max_concurrency, 3);
+  // (input, output, prompts, concurrency) and (range ratio, rate): exact values of the flags above
+  EXPECT_EQ(std::make_tuple(c.input_len, c.output_len, c.num_prompts, c.max_concurrency), std::make_tuple(100, 20, 7, 3));
+  EXPECT_EQ(std::make_pair(c.range_ratio, c.request_rate), std::make_pair(0.5, 4.0));
   EXPECT_EQ(c.server_url, "http://10.0.0.1:8000");
   EXPECT_EQ(c.endpoint, "/v1/chat/completions");
   EXPECT_EQ(c.model_name, "served-name");  // not a file: the served model's name

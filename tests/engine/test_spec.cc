@@ -203,7 +203,13 @@ TEST(SpecSampler, ChiSquareRejectsAWrongDistribution) {
 
 // ------------------------------------------------------------ engine
 
-SpeculativeConfig ngram(int k, int min_n = 1, int max_n = 3) { return SpeculativeConfig{k, max_n, min_n}; }
+// Every proposed token drafted: no timing-dependent trimming, so which steps
+// speculate is a function of the tokens alone.
+SpeculativeConfig ngram(int k, int min_n = 1, int max_n = 3) {
+  SpeculativeConfig c{k, max_n, min_n};
+  c.adaptive_length = false;
+  return c;
+}
 
 EngineConfig stories_spec(int k) {
   EngineConfig c = make_config(stories_path(), 16384);

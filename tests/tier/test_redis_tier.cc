@@ -42,6 +42,19 @@ TierGet get_eventually(RedisTier& t, const std::string& name) {
   return g;
 }
 
+// Redis unreachable: a load of `get_key` and a store of `put_key` both fail (counted, no throw).
+void expect_down(RedisTier& t, int get_key, int put_key, const std::string& value) {
+  EXPECT_EQ(t.get(name_of(get_key)).status, TierGet::kError);
+  EXPECT_EQ(t.put(name_of(put_key), value), TierBackend::Put::kError);
+}
+
+// Redis back, empty (no persistence): once reconnected `get_key` is a miss and a store round-trips.
+void expect_back_empty(RedisTier& t, int get_key, int put_key, const std::string& value) {
+  EXPECT_EQ(get_eventually(t, name_of(get_key)).status, TierGet::kMiss);
+  EXPECT_EQ(t.put(name_of(put_key), value), TierBackend::Put::kStored);
+  EXPECT_EQ(t.get(name_of(put_key)).value, value);
+}
+
 TEST(RedisTier, OneNodePutGetTtl) {
   PAGODA_REQUIRE_REDIS();
   TempDir d;
@@ -69,14 +82,11 @@ TEST(RedisTier, DownAtStartThenUp) {
   const int port = tiertest::free_port();
   RedisTier t(opts("redis://127.0.0.1:" + std::to_string(port)));
   const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EQ(t.get(name_of(1)).status, TierGet::kError);
-  EXPECT_EQ(t.put(name_of(1), "x"), TierBackend::Put::kError);
+  expect_down(t, 1, 1, "x");
   // Refused connections are quick, and the backoff skips the next tries.
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
   RedisServer s(d.path, port);
-  EXPECT_EQ(get_eventually(t, name_of(1)).status, TierGet::kMiss);
-  EXPECT_EQ(t.put(name_of(1), "x"), TierBackend::Put::kStored);
-  EXPECT_EQ(t.get(name_of(1)).value, "x");
+  expect_back_empty(t, 1, 1, "x");
 }
 
 TEST(RedisTier, KilledMidRunThenBack) {
@@ -86,12 +96,9 @@ TEST(RedisTier, KilledMidRunThenBack) {
   RedisTier t(opts("redis://127.0.0.1:" + std::to_string(s.port())));
   ASSERT_EQ(t.put(name_of(1), "x"), TierBackend::Put::kStored);
   s.stop(SIGKILL);
-  EXPECT_EQ(t.get(name_of(1)).status, TierGet::kError);
-  EXPECT_EQ(t.put(name_of(2), "y"), TierBackend::Put::kError);
+  expect_down(t, 1, 2, "y");
   s.start();  // empty again (no persistence)
-  EXPECT_EQ(get_eventually(t, name_of(1)).status, TierGet::kMiss);
-  EXPECT_EQ(t.put(name_of(2), "y"), TierBackend::Put::kStored);
-  EXPECT_EQ(t.get(name_of(2)).value, "y");
+  expect_back_empty(t, 1, 2, "y");
 }
 
 TEST(RedisTier, ClusterRoutesBySlotFollowsMovedAndSurvivesANodeKill) {
