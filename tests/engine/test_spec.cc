@@ -352,7 +352,7 @@ TEST(SpecEngine, PreemptionAndPrefixHitsKeepTheTokens) {
   const SpecRun want = run_requests(plain, reqs);
   // A pool too small for every request at once: the scheduler preempts.
   EngineConfig small = make_config(stories_path());
-  small.num_kv_blocks = scaled(41, 33);
+  small.num_kv_blocks = scaled(41, 22);
   small.speculative = ngram(6);
   const SpecRun pre = run_requests(small, reqs);
   EXPECT_GT(pre.stats.num_preemptions, 0);
