@@ -295,8 +295,9 @@ void AsyncEngine::loop() {
         if (ids.empty()) groups_.erase(git);
         live_.erase(lit);
       }
+    } else {
+      publish_stats();  // no step this turn (idle wake-up, aborts): a step publishes right after it runs
     }
-    publish_stats();
     maybe_log_stats(now_seconds());
   }
   // Shutdown: every request gets an ending so no client hangs.
