@@ -178,10 +178,11 @@ bool wants_serving(int argc, char** argv) {
                                               "--num-prompts", "--request-rate", "--max-concurrency",
                                               "--save-result", "--host",       "--port"};
   for (int i = 1; i < argc; ++i) {
-    for (const char* f : kServingFlags) {
-      const size_t n = std::strlen(f);
-      if (std::strncmp(argv[i], f, n) == 0 && (argv[i][n] == '\0' || argv[i][n] == '=')) return true;
-    }
+    std::string a = argv[i];
+    a = a.substr(0, a.find('='));
+    if (a.rfind("--", 0) == 0) std::replace(a.begin(), a.end(), '_', '-');  // --dataset_name, as cli::Args reads it
+    for (const char* f : kServingFlags)
+      if (a == f) return true;
   }
   return false;
 }

@@ -18,8 +18,9 @@ CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith("PAGODA_")}
 
 # Every subcommand; the extra arguments it needs to reach its flag check.
 SUBCOMMANDS = {
-    "bench": [], "bench-serving": ["--workload", "random"], "run": ["-p", "x"], "serve": [], "sim": [],
-    "size": [], "synth": [], "template": [], "inspect": [], "router": ["--replica", "http://127.0.0.1:9"],
+    "bench": ["-m", STORIES], "bench-serving": ["--workload", "random", "-m", STORIES], "run": ["-m", STORIES, "-p", "x"],
+    "serve": ["-m", STORIES], "sim": ["-m", STORIES], "size": ["-m", STORIES], "synth": [], "template": [],
+    "inspect": ["-m", STORIES], "router": ["--replica", "http://127.0.0.1:9", "-m", "none"],
 }
 
 
@@ -49,20 +50,20 @@ class UnknownFlags(unittest.TestCase):
 class LlamaBenchThroughTheParser(unittest.TestCase):
     BASE = ["-m", STORIES, "--no-bandwidth", "-o", "jsonl"]
 
-    def tests_of(self, p):
+    def records_of(self, p):
         self.assertEqual(p.returncode, 0, p.stderr)
         return [(r["n_prompt"], r["n_gen"], r["n_threads"], len(r["samples_ns"])) for r in jsonl(p.stdout)]
 
     def test_environment_mapping(self):
         env = {"PAGODA_N_PROMPT": "8,16", "PAGODA_N_GEN": "0", "PAGODA_REPETITIONS": "1", "PAGODA_THREADS": "1"}
-        self.assertEqual(self.tests_of(pagoda("bench", *self.BASE, env=env)), [(8, 0, 1, 1), (16, 0, 1, 1)])
+        self.assertEqual(self.records_of(pagoda("bench", *self.BASE, env=env)), [(8, 0, 1, 1), (16, 0, 1, 1)])
         # The output format and a switch from the environment too.
         p = pagoda("bench", "-m", STORIES, env=dict(env, PAGODA_OUTPUT="jsonl", PAGODA_NO_BANDWIDTH="1"))
-        self.assertEqual(self.tests_of(p), [(8, 0, 1, 1), (16, 0, 1, 1)])
+        self.assertEqual(self.records_of(p), [(8, 0, 1, 1), (16, 0, 1, 1)])
         self.assertEqual([r["read_gb_per_s"] for r in jsonl(p.stdout)], [0, 0])
         # A flag on the command line wins over its variable; the others still apply.
         p = pagoda("bench", *self.BASE, "-p", "4", "--n_gen=2", env=env)
-        self.assertEqual(self.tests_of(p), [(4, 0, 1, 1), (0, 2, 1, 1)])
+        self.assertEqual(self.records_of(p), [(4, 0, 1, 1), (0, 2, 1, 1)])
         # A bad value from the environment names the flag.
         p = pagoda("bench", *self.BASE, env=dict(env, PAGODA_N_PROMPT="x"))
         self.assertEqual(p.returncode, 2)
@@ -71,9 +72,9 @@ class LlamaBenchThroughTheParser(unittest.TestCase):
     def test_llama_bench_lists_keep_their_order(self):
         # Repeated flags and their long, underscore and `=` spellings append in command-line order.
         p = pagoda("bench", *self.BASE, "-p", "4", "--n_prompt", "8", "-n", "0", "--n-gen=2", "-r", "1", "-t", "1")
-        self.assertEqual(self.tests_of(p), [(4, 0, 1, 1), (8, 0, 1, 1), (0, 2, 1, 1)])
+        self.assertEqual(self.records_of(p), [(4, 0, 1, 1), (8, 0, 1, 1), (0, 2, 1, 1)])
         p = pagoda("bench", STORIES, "--no-bandwidth", "-o", "jsonl", "-p", "4", "-n", "0", "-r", "1", "-t", "1")
-        self.assertEqual(self.tests_of(p), [(4, 0, 1, 1)])  # the model as a positional argument
+        self.assertEqual(self.records_of(p), [(4, 0, 1, 1)])  # the model as a positional argument
         self.assertEqual(jsonl(p.stdout)[0]["model_filename"], STORIES)
 
 
