@@ -114,25 +114,7 @@ bool Args::take(const std::string& name, const std::string& alias, const std::ve
   return false;
 }
 
-std::vector<std::string> Args::values(const std::string& name) {
-  std::vector<std::string> out;
-  for (size_t i = 0; i < a_.size(); ++i) {
-    if (used_[i]) continue;
-    std::string v;
-    if (is_flag(a_[i], name) && i + 1 < a_.size()) {
-      used_[i] = used_[i + 1] = true;
-      out.push_back(a_[++i]);
-    } else if (is_assignment(a_[i], name, &v)) {
-      used_[i] = true;
-      out.push_back(v);
-    }
-  }
-  return out;
-}
-
-std::vector<std::string> Args::list(const std::string& name, const std::vector<std::string>& aliases) {
-  std::vector<std::string> names = aliases;
-  names.insert(names.begin(), name);
+std::vector<std::string> Args::take_all(const std::vector<std::string>& names) {
   std::vector<std::string> out;
   for (size_t i = 0; i < a_.size(); ++i) {
     if (used_[i]) continue;
@@ -150,6 +132,15 @@ std::vector<std::string> Args::list(const std::string& name, const std::vector<s
       }
     }
   }
+  return out;
+}
+
+std::vector<std::string> Args::values(const std::string& name) { return take_all({name}); }
+
+std::vector<std::string> Args::list(const std::string& name, const std::vector<std::string>& aliases) {
+  std::vector<std::string> names = aliases;
+  names.insert(names.begin(), name);
+  std::vector<std::string> out = take_all(names);
   if (out.empty())
     if (const char* e = std::getenv(env_name(name).c_str())) out.emplace_back(e);
   return out;

@@ -49,6 +49,8 @@ class Args {
   // value (choices == nullptr: the value is the next argument) and optional_value.
   bool take(const std::string& name, const std::string& alias, const std::vector<std::string>* choices,
             std::string* out);
+  // values and list: every `NAME VALUE` / `NAME=VALUE` of any of `names`, in order.
+  std::vector<std::string> take_all(const std::vector<std::string>& names);
   std::vector<std::string> a_;
   std::vector<bool> used_;
   bool help_ = false;
