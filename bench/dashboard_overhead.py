@@ -11,7 +11,9 @@ rounds disturbed by other work on a shared machine do not decide it.
 
 Second line, the direct cost: the engine-thread time spent taking the snapshots
 (the event's snapshot_us, summed over a B run) as a share of that run's wall
-time. Third line: the server's CPU time per output token, B against A.
+time, and the same for the hub thread's encoding (encode_us; another thread, so
+it slows the engine only where cores are short). Third line: the server's CPU
+time per output token, B against A.
 
 usage: dashboard_overhead.py PAGODA MODEL [ROUNDS]
 environment: THREADS (2), NUM_PROMPTS (16), INPUT_LEN (64), OUTPUT_LEN (32),
@@ -67,7 +69,7 @@ class Watcher:
         self.conn.request("GET", f"/dashboard/events?hz={HZ}")
         self.resp = self.conn.getresponse()
         assert self.resp.status == 200, self.resp.status
-        self.events, self.snapshot_us = 0, 0.0
+        self.events, self.snapshot_us, self.encode_us = 0, 0.0, 0.0
         self.t0 = time.monotonic()
         self.thread = threading.Thread(target=self.read, daemon=True)
         self.thread.start()
@@ -80,9 +82,10 @@ class Watcher:
                     return
                 if line.startswith(b"data: "):
                     self.events += 1
-                    m = re.search(rb'"snapshot_us":(\d+)', line)
+                    m = re.search(rb'"snapshot_us":(\d+),"encode_us":(\d+)', line)
                     if m:
                         self.snapshot_us += int(m.group(1))
+                        self.encode_us += int(m.group(2))
         except (OSError, http.client.HTTPException, ValueError):
             return
 
@@ -124,7 +127,7 @@ def main():
     server, port = start_server()
     try:
         run(server, port, False)  # warm-up: pages in the weights, fills the allocator
-        overhead, cpu_overhead, direct, rates = [], [], [], []
+        overhead, cpu_overhead, direct, encode, rates = [], [], [], [], []
         for r in range(ROUNDS):
             res = {}
             for watched in ((False, True) if r % 2 == 0 else (True, False)):
@@ -133,6 +136,7 @@ def main():
             overhead.append(100 * (1 - tb / ta))
             cpu_overhead.append(100 * (cb / ca - 1))
             direct.append(100 * w.snapshot_us / 1e6 / w.wall)
+            encode.append(100 * w.encode_us / 1e6 / w.wall)
             rates.append(w.events / w.wall)
             load = open("/proc/loadavg").read().split()[0]
             print(f"round {r + 1:2d} (load {load}): none {ta:8.2f} tok/s, dashboard@{HZ}Hz {tb:8.2f} tok/s: "
@@ -142,7 +146,8 @@ def main():
         print(f"dashboard overhead: median {med:.2f}% (IQR {q1:.2f}..{q3:.2f}) over {ROUNDS} rounds")
         d1, dmed, d3 = quartiles(direct)
         print(f"dashboard direct cost: engine thread in snapshots median {dmed:.3f}% of wall time "
-              f"(IQR {d1:.3f}..{d3:.3f}) at {statistics.median(rates):.1f} events/s")
+              f"(IQR {d1:.3f}..{d3:.3f}) at {statistics.median(rates):.1f} events/s; the hub thread encoding "
+              f"them {statistics.median(encode):.3f}% of one core")
         c1_, cmed, c3 = quartiles(cpu_overhead)
         print(f"server CPU per output token: median {cmed:+.2f}% (IQR {c1_:+.2f}..{c3:+.2f}) with the dashboard")
     finally:

@@ -147,6 +147,9 @@ std::string parse_options(int argc, char** argv, const std::string& default_mode
     for (const std::string& g : args.list(name, {alias}))
       o->warnings.push_back(alias + " " + g + " ignored: pagoda runs on the CPU");
   if (std::string err = read_kv_dtype_flags(args, &o->kv_dtype); !err.empty()) return err;
+  if (args.value("--gpu-memory-utilization", &v))  // a pool for many requests: the serving mode's
+    return "--gpu-memory-utilization sizes the KV pool of a serving run (--workload, --dataset-name); the "
+           "single-stream tests hold one sequence of their own context, as llama-bench";
   if (std::string err = args.leftover(/*flags_only=*/true); !err.empty()) return err;
   // `pagoda bench MODEL...`: positional models, as -m.
   for (const std::string& m : args.positionals()) o->models.push_back(m);

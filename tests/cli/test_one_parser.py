@@ -113,6 +113,10 @@ class BenchServing(unittest.TestCase):
         p = pagoda("bench", *self.WORK, "--gpu-memory-utilization", "1.5")
         self.assertEqual(p.returncode, 2)
         self.assertIn("--gpu-memory-utilization must be in (0, 1]", p.stderr)
+        # The single-stream (llama-bench) mode has one sequence's pool: the flag is refused, by name.
+        p = pagoda("bench", "-m", STORIES, "--gpu-memory-utilization", "0.5")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--gpu-memory-utilization sizes the KV pool of a serving run", p.stderr)
 
 
 if __name__ == "__main__":
