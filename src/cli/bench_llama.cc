@@ -151,8 +151,12 @@ std::string parse_options(int argc, char** argv, const std::string& default_mode
     return "--gpu-memory-utilization sizes the KV pool of a serving run (--workload, --dataset-name); the "
            "single-stream tests hold one sequence of their own context, as llama-bench";
   if (std::string err = args.leftover(/*flags_only=*/true); !err.empty()) return err;
-  // `pagoda bench MODEL...`: positional models, as -m.
-  for (const std::string& m : args.positionals()) o->models.push_back(m);
+  // `pagoda bench MODEL...`: positional models, as -m; they replace a PAGODA_MODEL list
+  // (the environment gives a flag that the command line does not).
+  const std::vector<std::string> pos = args.positionals();
+  if (const char* env = std::getenv("PAGODA_MODEL"); env && !pos.empty() && o->models == split(env, ','))
+    o->models.clear();
+  o->models.insert(o->models.end(), pos.begin(), pos.end());
   if (std::string err = args.leftover(); !err.empty()) return err;
   if (o->legacy_json && format_given) return "give --json or -o, not both";
   if (o->models.empty()) o->models.push_back(default_model);

@@ -76,6 +76,10 @@ class LlamaBenchThroughTheParser(unittest.TestCase):
         p = pagoda("bench", STORIES, "--no-bandwidth", "-o", "jsonl", "-p", "4", "-n", "0", "-r", "1", "-t", "1")
         self.assertEqual(self.records_of(p), [(4, 0, 1, 1)])  # the model as a positional argument
         self.assertEqual(jsonl(p.stdout)[0]["model_filename"], STORIES)
+        # A positional model replaces PAGODA_MODEL (a flag given wins over its variable).
+        p = pagoda("bench", STORIES, "--no-bandwidth", "-o", "jsonl", "-p", "4", "-n", "0", "-r", "1", "-t", "1",
+                   env={"PAGODA_MODEL": "/nonexistent/model.gguf"})
+        self.assertEqual([r["model_filename"] for r in jsonl(p.stdout)], [STORIES], p.stderr)
 
 
 class BenchServing(unittest.TestCase):
