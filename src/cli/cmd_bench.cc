@@ -184,6 +184,10 @@ bool wants_serving(int argc, char** argv) {
     for (const char* f : kServingFlags)
       if (a == f) return true;
   }
+  // The workload selectors from the environment too (cli::Args's PAGODA_<NAME>); not
+  // PAGODA_HOST/PORT, which a shell set up for `pagoda serve` may hold.
+  for (const char* e : {"PAGODA_WORKLOAD", "PAGODA_DATASET", "PAGODA_DATASET_NAME", "PAGODA_BASE_URL", "PAGODA_SERVER"})
+    if (std::getenv(e)) return true;
   return false;
 }
 

@@ -94,6 +94,11 @@ class BenchServing(unittest.TestCase):
         j = self.run_json(env={"PAGODA_NUM_PROMPTS": "3"})
         self.assertEqual((j["num_prompts"], j["completed"]), (3, 3))
         self.assertEqual(self.run_json("--num-prompts", "2", env={"PAGODA_NUM_PROMPTS": "3"})["completed"], 2)
+        # The workload selector itself from the environment picks the serving mode.
+        p = pagoda("bench", *self.WORK[2:], env={"PAGODA_WORKLOAD": "random", "PAGODA_NUM_PROMPTS": "2"})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        j = json.loads(p.stdout)
+        self.assertEqual((j["workload"], j["completed"]), ("random", 2))
 
     def test_gpu_memory_utilization_sizes_the_kv_pool(self):
         ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
