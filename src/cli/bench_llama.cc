@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "cli/cli_util.h"
+#include "cli/engine_flags.h"
 #include "cli/read_bandwidth.h"
 
 namespace pagoda::cli::llb {
@@ -76,90 +77,87 @@ std::string parse_int_range(const std::string& s, std::vector<int64_t>* out) {
 
 std::string parse_options(int argc, char** argv, const std::string& default_model, int64_t default_threads,
                           Options* o, bool* help) {
-  KvDtypeFlags kv_flags;
-  bool format_given = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    // llama-bench reads --n_prompt as --n-prompt.
-    if (a.rfind("--", 0) == 0) std::replace(a.begin(), a.end(), '_', '-');
-    if (a == "-h" || a == "--help") {
-      *help = true;
-      return "";
-    }
-    // Switches without a value.
-    static const struct {
-      const char* name;
-      bool Options::*field;
-      bool value;
-    } kSwitches[] = {{"--json", &Options::legacy_json, true},   {"--ctx-sweep", &Options::ctx_sweep, true},
-                     {"--no-bandwidth", &Options::bandwidth, false}, {"--progress", &Options::progress, true},
-                     {"--no-warmup", &Options::warmup, false}};
-    bool is_switch = false;
-    for (const auto& sw : kSwitches) {
-      if (a != sw.name) continue;
-      o->*sw.field = sw.value;
-      is_switch = true;
-    }
-    if (is_switch) continue;
-    if (i + 1 >= argc) return "option " + a + " needs a value (or is unknown)";
-    const std::string v = argv[++i];
-    auto list = [&](std::vector<int64_t>* dst, int64_t lo, int64_t hi) -> std::string {
-      std::vector<int64_t> vals;
-      if (std::string e = parse_int_range(v, &vals); !e.empty()) return a + ": " + e;
-      for (int64_t x : vals)
-        if (x < lo || x > hi)
-          return a + ": " + std::to_string(x) + " is out of range " + std::to_string(lo) + ".." + std::to_string(hi);
-      dst->insert(dst->end(), vals.begin(), vals.end());
-      return "";
-    };
-    std::string err;
-    bool ok = true;
-    if (a == "-m" || a == "--model") {
-      for (const std::string& m : split(v, ','))
-        if (!m.empty()) o->models.push_back(m);
-    } else if (a == "-p" || a == "--n-prompt" || a == "--pp") {
-      err = list(&o->n_prompt, 0, 1 << 20);
-    } else if (a == "-n" || a == "--n-gen" || a == "--tg") {
-      err = list(&o->n_gen, 0, 1 << 20);
-    } else if (a == "-pg") {
-      const std::vector<std::string> p = split(v, ',');
-      int64_t pp = 0, tg = 0;
-      if (p.size() != 2 || !parse_int(p[0], 0, 1 << 20, &pp) || !parse_int(p[1], 0, 1 << 20, &tg))
-        return "-pg wants PP,TG (two integers), got '" + v + "'";
-      o->n_pg.emplace_back(pp, tg);
-    } else if (a == "-r" || a == "--repetitions" || a == "--reps") {
-      ok = parse_int(v, 1, 1000, &o->reps);
-    } else if (a == "-t" || a == "--threads") {
-      err = list(&o->n_threads, 1, 1024);
-    } else if (a == "-b" || a == "--batch-size") {
-      err = list(&o->n_batch, 1, 1 << 20);
-    } else if (a == "-ub" || a == "--ubatch-size") {
-      err = list(&o->n_ubatch, 1, 1 << 20);
-    } else if (a == "-o" || a == "--output") {
-      format_given = true;
-      if (v == "md") o->format = Format::kMarkdown;
-      else if (v == "csv") o->format = Format::kCsv;
-      else if (v == "json") o->format = Format::kJson;
-      else if (v == "jsonl") o->format = Format::kJsonl;
-      else return "-o must be md, csv, json or jsonl, got '" + v + "'";
-    } else if (a == "--block-size") {
-      ok = parse_int(v, 1, 4096, &o->block_size);
-    } else if (a == "--seed") {
-      ok = parse_int(v, INT64_MIN, INT64_MAX, &o->seed);
-    } else if (a == "-ngl" || a == "--n-gpu-layers" || a == "-fa" || a == "--flash-attn" || a == "-nkvo" ||
-               a == "--no-kv-offload" || a == "-mmp" || a == "--mmap") {
-      o->warnings.push_back(a + " " + v + " ignored: pagoda runs on the CPU");
-    } else if (a == "-d" || a == "--n-depth") {
-      err = list(&o->n_depth, 0, 1 << 20);
-    } else if (kv_flags.take(a, v.c_str(), &ok)) {
-      // --kv-dtype, -ctk, -ctv: resolved after the loop
-    } else {
-      return "unknown option " + a;
-    }
-    if (!err.empty()) return err;
-    if (!ok) return "bad value '" + v + "' for " + a;
+  // The one parser of every subcommand (cli::Args): --name=VALUE, --n_prompt as
+  // --n-prompt, PAGODA_<NAME> for a flag not given (PAGODA_N_PROMPT=128,512), and an
+  // unknown flag named in the error. List flags keep llama-bench's syntax: each
+  // value a comma list or range, the flag repeatable, values in command-line order.
+  Args args(argc, argv);
+  if (args.help()) {
+    *help = true;
+    return "";
   }
-  if (std::string err = kv_flags.resolve(&o->kv_dtype); !err.empty()) return err;
+  // Switches without a value.
+  o->legacy_json = args.flag("--json") || o->legacy_json;
+  o->ctx_sweep = args.flag("--ctx-sweep") || o->ctx_sweep;
+  o->progress = args.flag("--progress") || o->progress;
+  if (args.flag("--no-bandwidth")) o->bandwidth = false;
+  if (args.flag("--no-warmup")) o->warmup = false;
+  struct ListFlag {
+    const char* name;  // the long name: PAGODA_<NAME> in the environment
+    std::vector<std::string> aliases;
+    std::vector<int64_t> Options::*field;
+    int64_t lo, hi;
+  };
+  const ListFlag kLists[] = {{"--n-prompt", {"-p", "--pp"}, &Options::n_prompt, 0, 1 << 20},
+                             {"--n-gen", {"-n", "--tg"}, &Options::n_gen, 0, 1 << 20},
+                             {"--threads", {"-t"}, &Options::n_threads, 1, 1024},
+                             {"--batch-size", {"-b"}, &Options::n_batch, 1, 1 << 20},
+                             {"--ubatch-size", {"-ub"}, &Options::n_ubatch, 1, 1 << 20},
+                             {"--n-depth", {"-d"}, &Options::n_depth, 0, 1 << 20}};
+  for (const ListFlag& f : kLists) {
+    const std::string shown = f.aliases[0];  // llama-bench's short name, in errors
+    for (const std::string& v : args.list(f.name, f.aliases)) {
+      std::vector<int64_t> vals;
+      if (std::string e = parse_int_range(v, &vals); !e.empty()) return shown + ": " + e;
+      for (int64_t x : vals)
+        if (x < f.lo || x > f.hi)
+          return shown + ": " + std::to_string(x) + " is out of range " + std::to_string(f.lo) + ".." +
+                 std::to_string(f.hi);
+      (o->*f.field).insert((o->*f.field).end(), vals.begin(), vals.end());
+    }
+  }
+  for (const std::string& v : args.list("--model", {"-m"}))
+    for (const std::string& m : split(v, ','))
+      if (!m.empty()) o->models.push_back(m);
+  for (const std::string& v : args.list("-pg")) {
+    const std::vector<std::string> p = split(v, ',');
+    int64_t pp = 0, tg = 0;
+    if (p.size() != 2 || !parse_int(p[0], 0, 1 << 20, &pp) || !parse_int(p[1], 0, 1 << 20, &tg))
+      return "-pg wants PP,TG (two integers), got '" + v + "'";
+    o->n_pg.emplace_back(pp, tg);
+  }
+  std::string v;
+  auto bad = [&v](const char* flag) { return "bad value '" + v + "' for " + flag; };
+  if (args.value("--repetitions", &v, "-r") || args.value("--reps", &v))
+    if (!parse_int(v, 1, 1000, &o->reps)) return bad("-r");
+  bool format_given = false;
+  if (args.value("--output", &v, "-o")) {
+    format_given = true;
+    if (v == "md") o->format = Format::kMarkdown;
+    else if (v == "csv") o->format = Format::kCsv;
+    else if (v == "json") o->format = Format::kJson;
+    else if (v == "jsonl") o->format = Format::kJsonl;
+    else return "-o must be md, csv, json or jsonl, got '" + v + "'";
+  }
+  if (args.value("--block-size", &v) && !parse_int(v, 1, 4096, &o->block_size)) return bad("--block-size");
+  if (args.value("--seed", &v) && !parse_int(v, INT64_MIN, INT64_MAX, &o->seed)) return bad("--seed");
+  // llama-bench's GPU options (each a list there): accepted, they change nothing on a CPU.
+  for (const auto& [name, alias] : std::vector<std::pair<std::string, std::string>>{
+           {"--n-gpu-layers", "-ngl"}, {"--flash-attn", "-fa"}, {"--no-kv-offload", "-nkvo"}, {"--mmap", "-mmp"}})
+    for (const std::string& g : args.list(name, {alias}))
+      o->warnings.push_back(alias + " " + g + " ignored: pagoda runs on the CPU");
+  if (std::string err = read_kv_dtype_flags(args, &o->kv_dtype); !err.empty()) return err;
+  if (args.value("--gpu-memory-utilization", &v))  // a pool for many requests: the serving mode's
+    return "--gpu-memory-utilization sizes the KV pool of a serving run (--workload, --dataset-name); the "
+           "single-stream tests hold one sequence of their own context, as llama-bench";
+  if (std::string err = args.leftover(/*flags_only=*/true); !err.empty()) return err;
+  // `pagoda bench MODEL...`: positional models, as -m; they replace a PAGODA_MODEL list
+  // (the environment gives a flag that the command line does not).
+  const std::vector<std::string> pos = args.positionals();
+  if (const char* env = std::getenv("PAGODA_MODEL"); env && !pos.empty() && o->models == split(env, ','))
+    o->models.clear();
+  o->models.insert(o->models.end(), pos.begin(), pos.end());
+  if (std::string err = args.leftover(); !err.empty()) return err;
   if (o->legacy_json && format_given) return "give --json or -o, not both";
   if (o->models.empty()) o->models.push_back(default_model);
   if (o->n_prompt.empty()) o->n_prompt.push_back(kDefaultPrompt);

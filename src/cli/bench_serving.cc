@@ -456,6 +456,8 @@ std::string format_report(const Summary& s, const MetricSelection& sel) {
     }
   }
   o += banner("KV cache", '-');
+  if (s.kv_cache_blocks >= 0)
+    line(&o, "KV pool (blocks):", i64(s.kv_cache_blocks) + " (" + human_bytes(static_cast<double>(s.kv_cache_bytes)) + ")");
   line(&o, "Peak KV cache usage (%):", s.peak_kv_usage >= 0 ? f2(s.peak_kv_usage * 100) : "n/a");
   line(&o, "Prefix cache hit rate (%):", s.prefix_hit_rate >= 0 ? f2(s.prefix_hit_rate * 100) : "n/a");
   line(&o, "Preemptions:", s.num_preemptions >= 0 ? i64(s.num_preemptions) : "n/a");
@@ -576,6 +578,8 @@ std::string format_json(const Summary& s) {
       {"e2el_ms_mean", s.e2el_ms_mean}, {"e2el_ms_p50", s.e2el_ms_p50}, {"e2el_ms_p99", s.e2el_ms_p99},
       {"prefix_hit_rate", opt(s.prefix_hit_rate >= 0, s.prefix_hit_rate)},
       {"peak_kv_usage", opt(s.peak_kv_usage >= 0, s.peak_kv_usage)},
+      {"kv_cache_blocks", opt(s.kv_cache_blocks >= 0, s.kv_cache_blocks)},
+      {"kv_cache_bytes", opt(s.kv_cache_bytes >= 0, s.kv_cache_bytes)},
       {"num_preemptions", opt(s.num_preemptions >= 0, s.num_preemptions)},
       {"output_hash", opt(s.output_hash_known, hex(s.output_hash))},
       {"output_text_hash", hex(s.output_text_hash)},

@@ -116,6 +116,8 @@ struct Summary {
   double prefix_hit_rate = -1;     // 0..1 over successful requests; -1 unknown
   double peak_kv_usage = -1;       // 0..1; -1 unknown
   int64_t num_preemptions = -1;
+  int64_t kv_cache_blocks = -1;    // offline: the engine's KV pool in blocks (-1: unknown, a server)
+  int64_t kv_cache_bytes = -1;     // and in bytes
   bool output_hash_known = false;
   uint64_t output_hash = 0;        // xxh3-64 over (count, ids) of each request in order
   uint64_t output_text_hash = 0;   // xxh3-64 over (size, bytes) of each request's text in order

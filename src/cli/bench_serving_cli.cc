@@ -220,7 +220,9 @@ std::string parse_serving_args(int argc, char** argv, ServingConfig* c, bool* he
   const bool ignore_eos = args.flag("--ignore-eos");
   c->as_json = args.flag("--json");
   args.value("--report", &c->report_path);
-  keep(args.leftover());
+  // The leftover check, a positional model path, and --gpu-memory-utilization's KV
+  // budget (F x RAM minus the model file), as serve applies them.
+  keep(finish_engine_flags(args, &c->engine));
   if (!err.empty()) return err;
 
   if (c->workload.empty())
@@ -378,6 +380,10 @@ int bench_serving_main(int argc, char** argv) {
   s.max_concurrency = ro.max_concurrency;
   s.request_rate = c.request_rate;
   s.seed = seed;
+  if (eng) {
+    s.kv_cache_blocks = eng->model_info().num_kv_blocks;
+    s.kv_cache_bytes = eng->model_info().kv_cache_bytes;
+  }
   if (c.as_json) {
     std::printf("%s\n", bench::format_json(s).c_str());
   } else {

@@ -74,6 +74,16 @@ std::string KvDtypeFlags::resolve(KvDtype* out) const {
   return kv_dtype_from_ctk_ctv(k_ ? &*k_ : nullptr, v_ ? &*v_ : nullptr, out);
 }
 
+std::string read_kv_dtype_flags(Args& args, KvDtype* out) {
+  KvDtypeFlags kv_flags;
+  std::string v;
+  for (const char* name : {"--kv-dtype", "--kv-cache-dtype", "-ctk", "--cache-type-k", "-ctv", "--cache-type-v"}) {
+    bool ok = true;
+    if (args.value(name, &v) && kv_flags.take(name, v.c_str(), &ok) && !ok) return "bad value '" + v + "' for " + name;
+  }
+  return kv_flags.resolve(out);
+}
+
 bool read_file(const std::string& path, std::string* out) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return false;

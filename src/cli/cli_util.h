@@ -41,6 +41,10 @@ class KvDtypeFlags {
   std::optional<std::string> k_, v_;  // -ctk, -ctv
 };
 
+// Reads --kv-dtype / --kv-cache-dtype / -ctk / -ctv from `args` (through KvDtypeFlags)
+// into *out, left as it is when none is given. Returns "" or an error naming the flag.
+std::string read_kv_dtype_flags(Args& args, KvDtype* out);
+
 // The whole file at `path` into *out (bytes as they are); false when it cannot be read.
 bool read_file(const std::string& path, std::string* out);
 

@@ -54,8 +54,11 @@ const char* kBenchUsage =
     "Single-stream throughput, flags and output as llama.cpp's llama-bench. Each list flag takes\n"
     "comma lists and ranges (128,512 or 64-512*2) and may repeat; the tests are the cross product\n"
     "(model, batch, ubatch, threads; then every pp, tg and pp+tg test), in llama-bench's order.\n"
+    "Flags go through the parser of every subcommand: --name=VALUE, --n_prompt for --n-prompt, and\n"
+    "PAGODA_<LONG NAME> for a flag not given (PAGODA_N_PROMPT=128,512 PAGODA_THREADS=4 PAGODA_OUTPUT=json).\n"
     "\n"
-    "  -m, --model LIST      GGUF models (default: $PAGODA_MODEL or models/SmolLM2-135M-Instruct.Q4_1.gguf)\n"
+    "  -m, --model LIST      GGUF models (default: $PAGODA_MODEL or models/SmolLM2-135M-Instruct.Q4_1.gguf);\n"
+    "                        also as positional arguments (`pagoda bench MODEL`)\n"
     "  -p, --n-prompt LIST   prompt tokens prefilled, test ppN (default 512; 0 = none); --pp N is the same\n"
     "  -n, --n-gen LIST      tokens decoded one at a time, test tgN (default 128; 0 = none); --tg N the same\n"
     "  -pg PP,TG             a prefill of PP tokens then TG decoded tokens, timed together (repeatable)\n"
@@ -175,11 +178,16 @@ bool wants_serving(int argc, char** argv) {
                                               "--num-prompts", "--request-rate", "--max-concurrency",
                                               "--save-result", "--host",       "--port"};
   for (int i = 1; i < argc; ++i) {
-    for (const char* f : kServingFlags) {
-      const size_t n = std::strlen(f);
-      if (std::strncmp(argv[i], f, n) == 0 && (argv[i][n] == '\0' || argv[i][n] == '=')) return true;
-    }
+    std::string a = argv[i];
+    a = a.substr(0, a.find('='));
+    if (a.rfind("--", 0) == 0) std::replace(a.begin(), a.end(), '_', '-');  // --dataset_name, as cli::Args reads it
+    for (const char* f : kServingFlags)
+      if (a == f) return true;
   }
+  // The workload selectors from the environment too (cli::Args's PAGODA_<NAME>); not
+  // PAGODA_HOST/PORT, which a shell set up for `pagoda serve` may hold.
+  for (const char* e : {"PAGODA_WORKLOAD", "PAGODA_DATASET", "PAGODA_DATASET_NAME", "PAGODA_BASE_URL", "PAGODA_SERVER"})
+    if (std::getenv(e)) return true;
   return false;
 }
 

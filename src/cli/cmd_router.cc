@@ -37,25 +37,12 @@ const char* kRouterHelp =
     "answer was sent; a stream cut after that ends with an SSE error event and [DONE].\n";
 
 int router_main(int argc, char** argv) {
-  // --replica may repeat: taken out here (Args keeps only the last value of a flag).
+  // The one parser of every subcommand: --replica may repeat (PAGODA_REPLICA when
+  // none is given), each value a comma list.
+  Args args(argc, argv);
   std::vector<std::string> replicas;
-  std::vector<char*> rest;
   std::string err;
-  for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
-    std::string v;
-    if (a == "--replica") {
-      if (i + 1 >= argc) {
-        err = "--replica needs a URL";
-        break;
-      }
-      v = argv[++i];
-    } else if (a.rfind("--replica=", 0) == 0) {
-      v = a.substr(10);
-    } else {
-      rest.push_back(argv[i]);
-      continue;
-    }
+  for (const std::string& v : args.list("--replica")) {
     size_t start = 0;
     while (start <= v.size()) {
       size_t comma = v.find(',', start);
@@ -64,7 +51,6 @@ int router_main(int argc, char** argv) {
       start = comma + 1;
     }
   }
-  Args args(static_cast<int>(rest.size()), rest.data());
   router::RouterConfig cfg;
   cfg.http.port = 8000;
   std::string v;

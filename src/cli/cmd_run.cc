@@ -208,11 +208,7 @@ std::string parse_args(int argc, char** argv, RunOptions* o, bool* help, bool* v
     o->threads = static_cast<int>(iv);
   }
   if (args.value("--ctx-size", &v, "-c") && !parse_int(v, 1, 1 << 24, &o->ctx)) return bad(v, "-c");
-  KvDtypeFlags kv_flags;
-  for (const char* name : {"--kv-dtype", "--kv-cache-dtype", "-ctk", "--cache-type-k", "-ctv", "--cache-type-v"}) {
-    bool ok = true;
-    if (args.value(name, &v) && kv_flags.take(name, v.c_str(), &ok) && !ok) return bad(v, name);
-  }
+  if (std::string err = read_kv_dtype_flags(args, &o->kv_dtype); !err.empty()) return err;
   if (args.value("--block-size", &v)) {
     if (!parse_int(v, 1, 4096, &iv)) return bad(v, "--block-size");
     o->block_size = static_cast<int32_t>(iv);
@@ -225,7 +221,6 @@ std::string parse_args(int argc, char** argv, RunOptions* o, bool* help, bool* v
     if (!o->model.empty()) return "the model is given twice (-m and '" + pos[0] + "')";
     o->model = pos[0];
   }
-  if (std::string err = kv_flags.resolve(&o->kv_dtype); !err.empty()) return err;
   if (!o->have_prompt) return "missing -p PROMPT";
   if (!o->prompt_ids.empty() && (!o->prompt.empty() || o->chat)) return "--prompt-ids excludes -p and --chat";
   return "";

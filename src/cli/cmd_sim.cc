@@ -118,10 +118,8 @@ Expected<std::vector<sim::SimRequest>> bench_requests(const std::string& gguf_pa
 }
 
 int run_sim(int argc, char** argv) {
-  for (int k = 1; k < argc; ++k) {
-    if (std::string(argv[k]) == "--calibrate") return sim_calibrate_main(argc, argv);
-  }
   Args args(argc, argv);
+  if (Args probe = args; probe.flag("--calibrate")) return sim_calibrate_main(argc, argv);  // or PAGODA_CALIBRATE=1
   if (args.help()) return print_usage(kHelp);
   std::string model_spec = default_model_path(), gpu = "cpu-local", v, plot_path, workload = "random";
   args.value("--model", &model_spec, "-m");

@@ -67,10 +67,8 @@ int run_template(int argc, char** argv) {
   }
   if (args.flag("--no-generation-prompt")) gen = false;
   spans = args.flag("--spans");
-  if (std::string err = args.leftover(); !err.empty()) {
-    std::fputs(kUsage, stderr);
-    return fail(err);
-  }
+  // A usage error, exit 2 as in every subcommand.
+  if (std::string err = args.leftover(); !err.empty()) return *help_or_usage_error("template", false, err, kUsage);
   if (messages_path.empty()) {
     std::fputs(kUsage, stderr);
     return fail("--messages is required");

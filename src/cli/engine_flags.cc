@@ -21,6 +21,23 @@ std::string env_name(const std::string& flag) {
   return n;
 }
 
+// True when argument `a` is flag `name` (a `--` flag's underscores read as dashes).
+bool is_flag(const std::string& a, const std::string& name) {
+  if (a.size() != name.size()) return false;
+  if (a.rfind("--", 0) != 0) return a == name;
+  for (size_t i = 0; i < a.size(); ++i)
+    if ((a[i] == '_' ? '-' : a[i]) != name[i]) return false;
+  return true;
+}
+
+// True when argument `a` is `name=VALUE` (*value set).
+bool is_assignment(const std::string& a, const std::string& name, std::string* value) {
+  const size_t eq = a.find('=');
+  if (eq == std::string::npos || !is_flag(a.substr(0, eq), name)) return false;
+  *value = a.substr(eq + 1);
+  return true;
+}
+
 bool to_int(const std::string& s, long long lo, long long hi, long long* out) {
   if (s.empty()) return false;
   char* end = nullptr;
@@ -45,7 +62,7 @@ Args::Args(int argc, char** argv) {
 bool Args::flag(const std::string& name, const std::string& alias) {
   bool found = false;
   for (size_t i = 0; i < a_.size(); ++i) {
-    if (!used_[i] && (a_[i] == name || (!alias.empty() && a_[i] == alias))) { used_[i] = true; found = true; }
+    if (!used_[i] && (is_flag(a_[i], name) || (!alias.empty() && is_flag(a_[i], alias)))) { used_[i] = true; found = true; }
   }
   if (found) return true;
   const char* e = std::getenv(env_name(name).c_str());
@@ -68,15 +85,14 @@ bool Args::take(const std::string& name, const std::string& alias, const std::ve
     if (used_[i]) continue;
     for (const std::string& n : {name, alias}) {
       if (n.empty()) continue;
-      if (a_[i].rfind(n + "=", 0) == 0) {
+      if (is_assignment(a_[i], n, out)) {
         used_[i] = true;
-        *out = a_[i].substr(n.size() + 1);
         found = true;
-      } else if (a_[i] == n && !choices && i + 1 < a_.size()) {
+      } else if (is_flag(a_[i], n) && !choices && i + 1 < a_.size()) {
         used_[i] = used_[i + 1] = true;  // --name VALUE
         *out = a_[i + 1];
         found = true;
-      } else if (a_[i] == n && choices) {
+      } else if (is_flag(a_[i], n) && choices) {
         // --name alone, or --name CHOICE when the next argument is one of the choices.
         used_[i] = true;
         found = true;
@@ -98,18 +114,35 @@ bool Args::take(const std::string& name, const std::string& alias, const std::ve
   return false;
 }
 
-std::vector<std::string> Args::values(const std::string& name) {
+std::vector<std::string> Args::take_all(const std::vector<std::string>& names) {
   std::vector<std::string> out;
   for (size_t i = 0; i < a_.size(); ++i) {
     if (used_[i]) continue;
-    if (a_[i] == name && i + 1 < a_.size()) {
-      used_[i] = used_[i + 1] = true;
-      out.push_back(a_[++i]);
-    } else if (a_[i].rfind(name + "=", 0) == 0) {
-      used_[i] = true;
-      out.push_back(a_[i].substr(name.size() + 1));
+    for (const std::string& n : names) {
+      std::string v;
+      if (is_flag(a_[i], n) && i + 1 < a_.size()) {
+        used_[i] = used_[i + 1] = true;
+        out.push_back(a_[++i]);
+        break;
+      }
+      if (is_assignment(a_[i], n, &v)) {
+        used_[i] = true;
+        out.push_back(v);
+        break;
+      }
     }
   }
+  return out;
+}
+
+std::vector<std::string> Args::values(const std::string& name) { return take_all({name}); }
+
+std::vector<std::string> Args::list(const std::string& name, const std::vector<std::string>& aliases) {
+  std::vector<std::string> names = aliases;
+  names.insert(names.begin(), name);
+  std::vector<std::string> out = take_all(names);
+  if (out.empty())
+    if (const char* e = std::getenv(env_name(name).c_str())) out.emplace_back(e);
   return out;
 }
 

@@ -12,7 +12,9 @@ namespace pagoda::cli {
 // The one argument parser of every subcommand: --name VALUE, --name=VALUE,
 // boolean --name, positional arguments (the model path), and PAGODA_<NAME>
 // environment variables for any flag. Flags are taken by name as a command asks
-// for them; what nobody took is an error naming it (leftover()).
+// for them; what nobody took is an error naming it (leftover()). A `--` flag may
+// be spelled with underscores (--max_num_seqs, --n_prompt), as vLLM's and
+// llama-bench's parsers allow.
 class Args {
  public:
   Args(int argc, char** argv);
@@ -22,6 +24,10 @@ class Args {
   bool value(const std::string& name, std::string* out, const std::string& alias = "");
   // Every value of a repeatable option (--stop A --stop B), in order; none from the environment.
   std::vector<std::string> values(const std::string& name);
+  // Every value of a repeatable option under any of its spellings, in command-line
+  // order (llama-bench's `-n 0,128 --n-gen 32` gives {"0,128", "32"}); when none is
+  // given, PAGODA_<NAME> (of `name`) as the one value.
+  std::vector<std::string> list(const std::string& name, const std::vector<std::string>& aliases = {});
   // A flag whose value is optional and one of `choices` (llama.cpp's `-fa [on|off|auto]`):
   // true when present; *out is the value, or "" when the flag came alone.
   bool optional_value(const std::string& name, const std::string& alias, const std::vector<std::string>& choices,
@@ -43,6 +49,8 @@ class Args {
   // value (choices == nullptr: the value is the next argument) and optional_value.
   bool take(const std::string& name, const std::string& alias, const std::vector<std::string>* choices,
             std::string* out);
+  // values and list: every `NAME VALUE` / `NAME=VALUE` of any of `names`, in order.
+  std::vector<std::string> take_all(const std::vector<std::string>& names);
   std::vector<std::string> a_;
   std::vector<bool> used_;
   bool help_ = false;

@@ -46,6 +46,7 @@ struct Choice {
   int32_t num_prompt = 0;
   int32_t num_output = 0;
   bool reported_cached = false;
+  bool scheduled = false;  // choice 0: counted in newly_scheduled() once
   sample::Sampler sampler;
   tok::IncrementalDetokenizer detok;
   sample::StopStringFilter stop;
@@ -84,6 +85,7 @@ class EngineImpl final : public Engine {
   bool has_unfinished() const override {
     return sched_->has_unfinished() || (tiers_ && tiers_->num_waiting() > 0);
   }
+  const std::vector<RequestId>& newly_scheduled() const override { return newly_scheduled_; }
   EngineStats stats() const override;
   const ModelInfo& model_info() const override { return info_; }
   const tok::Tokenizer& tokenizer() const override { return *tok_; }
@@ -128,6 +130,7 @@ class EngineImpl final : public Engine {
   ModelInfo info_;
   Rng seed_rng_{0x5eed};
   uint64_t next_id_ = 1;
+  std::vector<RequestId> newly_scheduled_;  // of the last step (newly_scheduled())
   std::unordered_map<sched::RequestId, Choice> choices_;             // scheduler id -> choice
   std::unordered_map<RequestId, std::vector<sched::RequestId>> requests_;  // request -> its choices
   int64_t prompt_tokens_total_ = 0;
@@ -596,6 +599,13 @@ std::vector<TokenEvent> EngineImpl::step() {
   if (tiers_) queue_loaded(&events);
   if (cfg_.speculative.enabled()) propose_drafts();
   sched::StepPlan plan = sched_->schedule();
+  newly_scheduled_.clear();
+  for (const sched::ScheduledSeq& q : plan.seqs) {
+    auto cit = choices_.find(q.request_id);
+    if (cit == choices_.end() || cit->second.index != 0 || cit->second.scheduled) continue;
+    cit->second.scheduled = true;
+    newly_scheduled_.push_back(cit->second.parent);
+  }
   if (plan.seqs.empty()) {
     // Only requests waiting for tier loads: wait for one rather than spin.
     if (tiers_ && tiers_->num_waiting() > 0) tiers_->wait(std::chrono::milliseconds(2));

@@ -208,6 +208,10 @@ class Engine {
   // One engine step. Returns the events of this step (finished requests included).
   virtual std::vector<TokenEvent> step() = 0;
   virtual bool has_unfinished() const = 0;
+  // The requests the last step() scheduled for the first time: where a request's
+  // queue time ends (vLLM's "first scheduled"), however long it waited behind
+  // admission. Valid until the next step().
+  virtual const std::vector<RequestId>& newly_scheduled() const = 0;
   virtual EngineStats stats() const = 0;
   virtual const ModelInfo& model_info() const = 0;
   virtual const tok::Tokenizer& tokenizer() const = 0;

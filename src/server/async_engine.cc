@@ -147,8 +147,13 @@ void AsyncEngine::maybe_log_stats(double now) {
 }
 
 void AsyncEngine::observe_finished(const Live& L, const engine::TokenEvent& ev, double now) {
+  // queue + prefill + decode = e2e: one clock, consecutive timestamps (submit, first
+  // scheduled, first token, last event).
   const double t_sched = L.t_sched > 0 ? L.t_sched : L.t_submit;
   const double t_first = L.t_first > 0 ? L.t_first : now;
+  PAGODA_LOG_DEBUG("request %llu (submission %llu, prompt %zu): queue=%.6fs prefill=%.6fs decode=%.6fs e2e=%.6fs",
+                   static_cast<unsigned long long>(ev.id), static_cast<unsigned long long>(L.ticket), L.prompt,
+                   t_sched - L.t_submit, t_first - t_sched, now - t_first, now - L.t_submit);
   metrics_->observe("pagoda:e2e_request_latency_seconds", now - L.t_submit);
   metrics_->observe("pagoda:request_queue_time_seconds", t_sched - L.t_submit);
   metrics_->observe("pagoda:request_prefill_time_seconds", t_first - t_sched);
@@ -186,7 +191,6 @@ void AsyncEngine::admit(Pending& p) {
     live.n_choices = std::max(1, p.sub.prompts[i].n);
     live.max_tokens = p.sub.prompts[i].max_tokens;
     live_[ids[i]] = live;
-    unscheduled_.push_back(ids[i]);
   }
   p.sub.on_added("");
   // The prompts' token ids are in the engine now; free the submission's copy early.
@@ -243,13 +247,15 @@ void AsyncEngine::loop() {
     }
     if (engine_->has_unfinished()) {
       const double t_step = now_seconds();
-      for (engine::RequestId id : unscheduled_) {
+      std::vector<engine::TokenEvent> events = engine_->step();
+      double now = now_seconds();
+      // Queue time ends at the step that first scheduled a request (vLLM's), not at
+      // its admission: a request waiting behind a full pool or --max-num-seqs keeps
+      // queueing until then.
+      for (engine::RequestId id : engine_->newly_scheduled()) {
         auto it = live_.find(id);
         if (it != live_.end() && it->second.t_sched == 0) it->second.t_sched = t_step;
       }
-      unscheduled_.clear();
-      std::vector<engine::TokenEvent> events = engine_->step();
-      double now = now_seconds();
       publish_stats();  // the step's counters, before any client sees its tokens
       for (auto& ev : events) {
         auto lit = live_.find(ev.id);

@@ -80,7 +80,7 @@ class AsyncEngine {
     Ticket ticket = 0;
     size_t prompt = 0;
     double t_submit = 0, t_first = 0, t_last = 0;
-    double t_sched = 0;  // start of the first engine step after add_request (0: not yet)
+    double t_sched = 0;  // start of the step that first scheduled it (Engine::newly_scheduled; 0: not yet)
     int n_choices = 1, n_finished = 0;
     int max_tokens = 0;
     int64_t gen_tokens = 0;  // every choice's
@@ -113,7 +113,6 @@ class AsyncEngine {
   std::unordered_map<Ticket, Group> groups_;
   std::unordered_map<engine::RequestId, Live> live_;
   engine::EngineStats last_stats_;
-  std::vector<engine::RequestId> unscheduled_;  // admitted since the last step started
   double log_stats_interval_s_ = 0;
   double log_window_start_ = 0;
   engine::EngineStats log_window_stats_;  // the stats when the window started

@@ -1,6 +1,7 @@
 """Start a `pagoda` command line as given (no flags added), for the launch-command tests."""
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -54,3 +55,16 @@ class Launched:
             self._drain = None
             self.proc.stderr.close()
             self.proc.stdout.close()
+
+
+def parse_series(text):
+    """{metric name: [(label dict, value), ...]} of every sample line."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$', line)
+        assert m, "not a Prometheus sample line: " + line
+        labels = dict(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
+        out.setdefault(m.group(1), []).append((labels, float(m.group(4))))
+    return out

@@ -11,7 +11,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clitest import Launched  # noqa: E402
+from clitest import Launched, parse_series  # noqa: E402
 
 BINARY, DATA = sys.argv[1], sys.argv[2]
 MODEL = os.path.join(DATA, "stories260K.gguf")
@@ -53,19 +53,6 @@ GRAFANA_QUERIES = [
 OTHER_NAMES = ["vllm:iteration_tokens_total_bucket", "vllm:cache_config_info", "vllm:kv_cache_usage_perc",
                "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:num_preemptions_total",
                "vllm:inter_token_latency_seconds_bucket"]
-
-
-def parse_series(text):
-    """{metric name: [(label dict, value), ...]} of every sample line."""
-    out = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = re.match(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$', line)
-        assert m, "not a Prometheus sample line: " + line
-        labels = dict(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
-        out.setdefault(m.group(1), []).append((labels, float(m.group(4))))
-    return out
 
 
 class GrafanaMetricNames(unittest.TestCase):
