@@ -133,6 +133,41 @@ def gemma_section(args):
     return rows
 
 
+def kv_precision_section(args):
+    """pagoda only, on one prompt (--kv-study N: SHORT_PROMPTS[N], tokenized by pagoda):
+    the exact computation (--ref-kernels --kv-dtype f32) generates N_GEN greedy tokens;
+    then the scalar reference kernels with f16 KV, the default kernels with f32 KV and
+    the default kernels with f16 KV (pagoda's default) are teacher-forced on them. Per
+    configuration: top-1 agreement with the exact tokens, and per position the largest
+    |logit - exact logit| relative to the exact max |logit|. If the default f16-KV path
+    had a precision bug beyond storing K/V in f16, it would sit far from the reference
+    kernels with f16 KV (which round K/V the same way and nothing else)."""
+    text = SHORT_PROMPTS[args.kv_study]
+    r = subprocess.run([args.pagoda, "run", "-m", args.gemma, "-p", text, "-n", "1", "--temp", "0", "--json", "-t",
+                        "1", "-c", "4096"], capture_output=True, text=True, check=True)
+    ids = json.loads(r.stdout)["prompt_tokens"]
+    ctx = ["-c", "4096"]
+    ref_kv = ctx + ["--ref-kernels", "--kv-dtype", "f32"]
+    # greedy exact tokens: forced decoding of argmax needs the tokens first, so run free
+    cmd = [args.pagoda, "run", "-m", args.gemma, "--prompt-ids", ",".join(map(str, ids)), "-n", str(N_GEN),
+           "--temp", "0", "--ignore-eos", "--json", "-t", str(args.threads)] + ref_kv
+    e = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)["generated_tokens"]
+    exact = pagoda_forced(args.pagoda, args.gemma, ids, e, args.threads, extra=ref_kv)
+    assert all(int(np.argmax(exact[i])) == e[i] for i in range(N_GEN))
+    configs = [("ref kernels, f16 KV", ["--ref-kernels"]), ("default kernels, f32 KV", ["--kv-dtype", "f32"]),
+               ("default kernels, f16 KV (pagoda's default)", [])]
+    print("prompt %r, %d tokens; exact greedy: %s" % (text, len(ids), e))
+    scale = np.max(np.abs(exact), axis=1)
+    for name, extra in configs:
+        t = pagoda_forced(args.pagoda, args.gemma, ids, e, args.threads, extra=ctx + extra)
+        rel = np.max(np.abs(t - exact), axis=1) / scale
+        miss = [i for i in range(N_GEN) if int(np.argmax(t[i])) != e[i]]
+        gaps = ["%d: gap %.4f" % (i, (exact[i][e[i]] - exact[i][int(np.argmax(t[i]))]) / scale[i]) for i in miss]
+        print("%-44s top-1 = exact %2d/%d; max rel logit error median %.2e max %.2e; misses (exact's own margin "
+              "over the picked token, / max|logit|): %s" % (name, N_GEN - len(miss), N_GEN, float(np.median(rel)),
+                                                           float(np.max(rel)), gaps or "-"), flush=True)
+
+
 def pagoda_greedy(binary, model, prompt_ids, n, threads):
     """pagoda's own greedy continuation (free-running): its generated token ids."""
     cmd = [binary, "run", "-m", model, "--prompt-ids", ",".join(str(t) for t in prompt_ids), "-n", str(n),
@@ -260,6 +295,9 @@ def main():
     ap.add_argument("--gemma", default=None)
     ap.add_argument("--free-running", action="store_true",
                     help="with --gemma: only the free-running outputs side by side (markdown)")
+    ap.add_argument("--kv-study", type=int, default=None,
+                    help="with --gemma: pagoda's f16/f32 KV and kernels against the exact computation on "
+                         "SHORT_PROMPTS[N] (no llama.cpp needed)")
     ap.add_argument("--synth", action="store_true")
     ap.add_argument("--synth-type", default="q8_0")
     ap.add_argument("--synth-layers", type=int, default=0, help="override the layer counts of SYNTH")
@@ -269,7 +307,9 @@ def main():
     args = ap.parse_args()
     print("pagoda %s" % git_rev(), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        if args.gemma and args.free_running:
+        if args.gemma and args.kv_study is not None:
+            kv_precision_section(args)
+        elif args.gemma and args.free_running:
             free_running_section(args)
         elif args.gemma:
             gemma_section(args)

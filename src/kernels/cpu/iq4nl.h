@@ -46,6 +46,7 @@ struct Iq4NlKernels {
   // R packed rows (ng records each).
   void (*packed)(int nt, const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) = nullptr;
 };
+constexpr size_t kIq4BlockBytes = 18;  // f16 d, 16 bytes of 4-bit indices
 constexpr int kIq4MaxT = 4;
 constexpr int kIq4MaxR = 4;
 

@@ -20,7 +20,6 @@ namespace pagoda::kernels::cpu::detail {
 namespace {
 
 constexpr int kG = 2;
-constexpr size_t kBB = 18;                     // bytes per IQ4_NL block: f16 d, 16 index bytes
 constexpr size_t kXRec = 64 * kG;              // activation record bytes
 constexpr size_t kWRec = 96;                   // packed weight record bytes
 constexpr int kR = 4;                          // rows per tile
@@ -45,8 +44,8 @@ inline float load_f16(const uint8_t* p) {
 // Group g (blocks 2g, 2g + 1) of a row of nb blocks; blocks past nb read as zero.
 inline WG decode(const uint8_t* row, int64_t nb, int64_t g) {
   const int64_t first = g * kG;
-  const uint8_t* b0 = row + first * kBB;
-  const uint8_t* b1 = first + 1 < nb ? b0 + kBB : kZeroBlock;
+  const uint8_t* b0 = row + first * kIq4BlockBytes;
+  const uint8_t* b1 = first + 1 < nb ? b0 + kIq4BlockBytes : kZeroBlock;
   const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues)));
   const __m256i nib = _mm256_set1_epi8(0x0F);
   const __m256i v = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(b1 + 2), reinterpret_cast<const __m128i*>(b0 + 2));
@@ -67,75 +66,30 @@ inline __m256 group_dot(__m256 acc, const WG& w, const uint8_t* xr) {
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(pl, ph)), dd, acc);
 }
 
-// kR rows x T tokens, group by group; load(r, g) gives row r's group g.
-template <int T, class Load>
-inline void tile(Load load, const uint8_t* const* x, int64_t ng, float* out) {
-  __m256 acc[kR][T];
-  for (int r = 0; r < kR; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-  for (int64_t g = 0; g < ng; ++g) {
-    for (int r = 0; r < kR; ++r) {
-      const WG w = load(r, g);
-      for (int t = 0; t < T; ++t) acc[r][t] = group_dot(acc[r][t], w, x[t] + g * kXRec);
-    }
-  }
-  for (int r = 0; r < kR; ++r)
-    for (int t = 0; t < T; ++t) out[t * kR + r] = hsum8(acc[r][t]);
+inline WG load_packed(const uint8_t* p) {
+  return WG{_mm256_load_si256(reinterpret_cast<const __m256i*>(p)),
+            _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 32)),
+            _mm256_load_ps(reinterpret_cast<const float*>(p + 64))};
 }
 
-void direct(int nt, const uint8_t* const* rows, int64_t nb, const uint8_t* const* x, int64_t ng, size_t prefetch,
-            float* out) {
-  const auto load = [rows, nb, prefetch](int r, int64_t g) {
-    _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + g * kG * kBB), _MM_HINT_T0);
-    return decode(rows[r], nb, g);
-  };
-  if (nt == 1) {
-    tile<1>(load, x, ng, out);
-  } else {
-    tile<2>(load, x, ng, out);
-  }
+inline void store_packed(const WG& w, uint8_t* p) {
+  _mm256_store_si256(reinterpret_cast<__m256i*>(p), w.lo);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(p + 32), w.hi);
+  _mm256_store_ps(reinterpret_cast<float*>(p + 64), w.wd);
 }
 
-void pack(const uint8_t* row, int64_t nb, uint8_t* out) {
-  const int64_t ng = act_groups(nb * 32, kG);
-  for (int64_t g = 0; g < ng; ++g, out += kWRec) {
-    const WG w = decode(row, nb, g);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(out), w.lo);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(out + 32), w.hi);
-    _mm256_store_ps(reinterpret_cast<float*>(out + 64), w.wd);
-  }
-}
+inline void prefetch_group(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
 
-void packed(int nt, const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) {
-  const auto load = [w](int r, int64_t g) {
-    const uint8_t* p = w[r] + g * kWRec;
-    return WG{_mm256_load_si256(reinterpret_cast<const __m256i*>(p)),
-              _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 32)),
-              _mm256_load_ps(reinterpret_cast<const float*>(p + 64))};
-  };
-  if (nt == 1) {
-    tile<1>(load, x, ng, out);
-  } else {
-    tile<2>(load, x, ng, out);
-  }
-}
+using Vec = __m256;
+inline Vec vzero() { return _mm256_setzero_ps(); }
+inline float vhsum(Vec v) { return hsum8(v); }
+constexpr void (*kPrepare)(uint8_t*, int64_t) = nullptr;  // the sign trick needs no activation rewrite
+
+#include "kernels/cpu/iq4nl_tiles.inc"
 
 }  // namespace
 
-const Iq4NlKernels& iq4nl_kernels_avx2() {
-  static const Iq4NlKernels k = [] {
-    Iq4NlKernels s;
-    s.g = kG;
-    s.packed_bytes = kWRec;
-    s.rows = kR;
-    s.max_t = kT;
-    s.direct = direct;
-    s.pack = pack;
-    s.packed = packed;
-    return s;
-  }();
-  return k;
-}
+const Iq4NlKernels& iq4nl_kernels_avx2() { return kKernels; }
 
 void matmul_iq4nl(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
   PAGODA_CHECK(w.type == GgmlType::IQ4_NL && w.cols % 32 == 0);
