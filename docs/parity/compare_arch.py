@@ -134,14 +134,15 @@ def gemma_section(args):
 
 
 def kv_precision_section(args):
-    """pagoda only, on one prompt (--kv-study N: SHORT_PROMPTS[N], tokenized by pagoda):
+    """On one prompt (--kv-study N: SHORT_PROMPTS[N], tokenized by pagoda):
     the exact computation (--ref-kernels --kv-dtype f32) generates N_GEN greedy tokens;
     then the scalar reference kernels with f16 KV, the default kernels with f32 KV and
     the default kernels with f16 KV (pagoda's default) are teacher-forced on them. Per
     configuration: top-1 agreement with the exact tokens, and per position the largest
     |logit - exact logit| relative to the exact max |logit|. If the default f16-KV path
     had a precision bug beyond storing K/V in f16, it would sit far from the reference
-    kernels with f16 KV (which round K/V the same way and nothing else)."""
+    kernels with f16 KV (which round K/V the same way and nothing else). With
+    --kv-study-llamacpp, llama.cpp (flash attention on, off) is scored the same way."""
     text = SHORT_PROMPTS[args.kv_study]
     r = subprocess.run([args.pagoda, "run", "-m", args.gemma, "-p", text, "-n", "1", "--temp", "0", "--json", "-t",
                         "1", "-c", "4096"], capture_output=True, text=True, check=True)
@@ -158,8 +159,15 @@ def kv_precision_section(args):
                ("default kernels, f16 KV (pagoda's default)", [])]
     print("prompt %r, %d tokens; exact greedy: %s" % (text, len(ids), e))
     scale = np.max(np.abs(exact), axis=1)
-    for name, extra in configs:
-        t = pagoda_forced(args.pagoda, args.gemma, ids, e, args.threads, extra=ctx + extra)
+    forced = [(name, pagoda_forced(args.pagoda, args.gemma, ids, e, args.threads, extra=ctx + extra))
+              for name, extra in configs]
+    if args.kv_study_llamacpp:  # llama.cpp, both flash-attention settings, forced on the same tokens
+        for fa_off in (False, True):
+            llm = LlamaCpp(args.gemma, args.threads, n_ctx=4096, flash_attn_disabled=fa_off)
+            forced.append(("llama.cpp, flash attention " + ("off" if fa_off else llm.flash_attn),
+                           llm.greedy(ids, N_GEN, forced=e)[1]))
+            del llm
+    for name, t in forced:
         rel = np.max(np.abs(t - exact), axis=1) / scale
         miss = [i for i in range(N_GEN) if int(np.argmax(t[i])) != e[i]]
         gaps = ["%d: gap %.4f" % (i, (exact[i][e[i]] - exact[i][int(np.argmax(t[i]))]) / scale[i]) for i in miss]
@@ -298,6 +306,8 @@ def main():
     ap.add_argument("--kv-study", type=int, default=None,
                     help="with --gemma: pagoda's f16/f32 KV and kernels against the exact computation on "
                          "SHORT_PROMPTS[N] (no llama.cpp needed)")
+    ap.add_argument("--kv-study-llamacpp", action="store_true",
+                    help="with --kv-study: llama.cpp (flash attention on and off) forced on the same tokens too")
     ap.add_argument("--synth", action="store_true")
     ap.add_argument("--synth-type", default="q8_0")
     ap.add_argument("--synth-layers", type=int, default=0, help="override the layer counts of SYNTH")
