@@ -113,7 +113,7 @@ def gemma_section(args):
         agree_f32kv = sum(int(np.argmax(f32kv[i])) == g[i] for i in range(N_GEN))
         floor = runs[(name, "floor")]
         exact = None  # (llama.cpp default = exact, llama.cpp fa off = exact, pagoda = exact, pagoda f32 KV = exact)
-        if len(ids) <= EXACT_MAX_TOKENS:
+        if len(ids) <= EXACT_MAX_TOKENS and not args.no_exact:
             ref_kv = ctx + ["--ref-kernels", "--kv-dtype", "f32"]
             ex = np.argmax(pagoda_forced(args.pagoda, args.gemma, ids, g, args.threads, extra=ref_kv), axis=1)
             ex2 = np.argmax(pagoda_forced(args.pagoda, args.gemma, ids, g2, args.threads, extra=ref_kv), axis=1)
@@ -303,6 +303,8 @@ def main():
     ap.add_argument("--gemma", default=None)
     ap.add_argument("--free-running", action="store_true",
                     help="with --gemma: only the free-running outputs side by side (markdown)")
+    ap.add_argument("--no-exact", action="store_true",
+                    help="with --gemma: skip the exact-computation columns (scalar reference kernels: minutes per prompt)")
     ap.add_argument("--kv-study", type=int, default=None,
                     help="with --gemma: pagoda's f16/f32 KV and kernels against the exact computation on "
                          "SHORT_PROMPTS[N] (no llama.cpp needed)")
