@@ -77,37 +77,103 @@ def teacher_forced_score(test, g, ref_logits, gaps):
 
 
 def gemma_section(args):
-    """Per prompt: pagoda teacher-forced on llama.cpp's greedy tokens, llama.cpp with its
-    default context (flash attention AUTO, on for this CPU: the issue's criterion) and
-    with flash attention off; on the short prompts also how often llama.cpp's (flash
-    attention) top-1 is the exact computation's (pagoda --ref-kernels, f32 KV: f32
-    activations, double sums), teacher-forced on the same tokens."""
+    """Per prompt, teacher-forced top-1 of:
+      pagoda (default kernels, f16 KV) on llama.cpp's greedy tokens, llama.cpp with its
+        default context (flash attention AUTO, on for this CPU: the issue's criterion)
+        and with flash attention off (its own greedy tokens);
+      llama.cpp with flash attention off, forced on the default's tokens: the noise
+        floor between two configurations of llama.cpp itself;
+      pagoda with f32 KV (default kernels) on the default's tokens;
+      on the short prompts, the exact computation (pagoda --ref-kernels --kv-dtype f32:
+        f32 activations, exact dequantization, double sums) forced on each llama.cpp
+        mode's tokens, so each engine's top-1 can be scored against it, and pagoda's
+        own (f16 KV) top-1 against it on the default's tokens."""
     rows = []
     runs = {}
+    lc = {}
     for fa_off in (False, True):
-        llm = LlamaCpp(args.gemma, args.threads, n_ctx=4096, flash_attn_disabled=fa_off)
-        for name, text in gemma_prompts():
-            ids = llm.tokenize(text)
-            runs[(name, fa_off)] = (ids,) + tuple(llm.greedy(ids, N_GEN))
-        del llm
+        lc[fa_off] = LlamaCpp(args.gemma, args.threads, n_ctx=4096, flash_attn_disabled=fa_off)
+    for name, text in gemma_prompts():
+        ids = lc[False].tokenize(text)
+        for fa_off in (False, True):
+            runs[(name, fa_off)] = (ids,) + tuple(lc[fa_off].greedy(ids, N_GEN))
+        g_on = runs[(name, False)][1]
+        g_off_forced, _, _ = lc[True].greedy(ids, N_GEN, forced=g_on)
+        runs[(name, "floor")] = sum(int(a == b) for a, b in zip(g_off_forced, g_on))
+    del lc
+    ctx = ["-c", "4096"]
     for name, _ in gemma_prompts():
         ids, g, ref_logits, gaps = runs[(name, False)]
-        test = pagoda_forced(args.pagoda, args.gemma, ids, g, args.threads, extra=["-c", "4096"])
+        test = pagoda_forced(args.pagoda, args.gemma, ids, g, args.threads, extra=ctx)
         agree, near, mincos = teacher_forced_score(test, g, ref_logits, gaps)
         _, g2, ref2, gaps2 = runs[(name, True)]
-        test2 = pagoda_forced(args.pagoda, args.gemma, ids, g2, args.threads, extra=["-c", "4096"])
+        test2 = pagoda_forced(args.pagoda, args.gemma, ids, g2, args.threads, extra=ctx)
         agree2, near2, mincos2 = teacher_forced_score(test2, g2, ref2, gaps2)
-        exact_agree = None
-        if len(ids) <= EXACT_MAX_TOKENS:
-            exact = pagoda_forced(args.pagoda, args.gemma, ids, g, args.threads,
-                                  extra=["-c", "4096", "--ref-kernels", "--kv-dtype", "f32"])
-            exact_agree = sum(int(np.argmax(exact[i])) == g[i] for i in range(N_GEN))
-        rows.append((name, len(ids), agree, near, mincos, agree2, near2, mincos2, exact_agree))
-        print("gemma3 %-28s %5d tokens: top-1 %2d/%d (near-tie misses %d), min cosine %.6f | flash attention off: "
-              "%2d/%d (near-tie misses %d), min cosine %.6f | llama.cpp (flash attention) top-1 = exact: %s" %
-              (name, len(ids), agree, N_GEN, near, mincos, agree2, N_GEN,
-               near2, mincos2, "-" if exact_agree is None else "%d/%d" % (exact_agree, N_GEN)), flush=True)
+        f32kv = pagoda_forced(args.pagoda, args.gemma, ids, g, args.threads, extra=ctx + ["--kv-dtype", "f32"])
+        agree_f32kv = sum(int(np.argmax(f32kv[i])) == g[i] for i in range(N_GEN))
+        floor = runs[(name, "floor")]
+        exact = None  # (llama.cpp default = exact, llama.cpp fa off = exact, pagoda = exact, pagoda f32 KV = exact)
+        if len(ids) <= EXACT_MAX_TOKENS and not args.no_exact:
+            ref_kv = ctx + ["--ref-kernels", "--kv-dtype", "f32"]
+            ex = np.argmax(pagoda_forced(args.pagoda, args.gemma, ids, g, args.threads, extra=ref_kv), axis=1)
+            ex2 = np.argmax(pagoda_forced(args.pagoda, args.gemma, ids, g2, args.threads, extra=ref_kv), axis=1)
+            exact = (sum(int(ex[i] == g[i]) for i in range(N_GEN)), sum(int(ex2[i] == g2[i]) for i in range(N_GEN)),
+                     sum(int(ex[i] == np.argmax(test[i])) for i in range(N_GEN)),
+                     sum(int(ex[i] == np.argmax(f32kv[i])) for i in range(N_GEN)))
+            misses = [i for i in range(N_GEN) if int(np.argmax(test[i])) != g[i]]
+            print("  %s misses vs llama.cpp default at %s; exact's token there: %s" % (
+                name, misses, ["llama.cpp" if ex[i] == g[i] else "pagoda" if ex[i] == np.argmax(test[i])
+                               else "neither" for i in misses]), flush=True)
+        rows.append((name, len(ids), agree, near, mincos, agree2, near2, mincos2, floor, agree_f32kv, exact))
+        print("gemma3 %-28s %5d tokens: top-1 %2d/%d (near-tie misses %d), min cosine %.6f | fa off: "
+              "%2d/%d (near-tie misses %d), min cosine %.6f | llama.cpp fa off forced on fa on: %2d/%d | "
+              "pagoda f32 KV %2d/%d | exact = llama.cpp default, = llama.cpp fa off, = pagoda, = pagoda f32 KV: %s" %
+              (name, len(ids), agree, N_GEN, near, mincos, agree2, N_GEN, near2, mincos2, floor, N_GEN,
+               agree_f32kv, N_GEN, "-" if exact is None else "%d, %d, %d, %d /%d" % (exact + (N_GEN,))), flush=True)
     return rows
+
+
+def kv_precision_section(args):
+    """On one prompt (--kv-study N: SHORT_PROMPTS[N], tokenized by pagoda):
+    the exact computation (--ref-kernels --kv-dtype f32) generates N_GEN greedy tokens;
+    then the scalar reference kernels with f16 KV, the default kernels with f32 KV and
+    the default kernels with f16 KV (pagoda's default) are teacher-forced on them. Per
+    configuration: top-1 agreement with the exact tokens, and per position the largest
+    |logit - exact logit| relative to the exact max |logit|. If the default f16-KV path
+    had a precision bug beyond storing K/V in f16, it would sit far from the reference
+    kernels with f16 KV (which round K/V the same way and nothing else). With
+    --kv-study-llamacpp, llama.cpp (flash attention on, off) is scored the same way."""
+    text = SHORT_PROMPTS[args.kv_study]
+    r = subprocess.run([args.pagoda, "run", "-m", args.gemma, "-p", text, "-n", "1", "--temp", "0", "--json", "-t",
+                        "1", "-c", "4096"], capture_output=True, text=True, check=True)
+    ids = json.loads(r.stdout)["prompt_tokens"]
+    ctx = ["-c", "4096"]
+    ref_kv = ctx + ["--ref-kernels", "--kv-dtype", "f32"]
+    # greedy exact tokens: forced decoding of argmax needs the tokens first, so run free
+    cmd = [args.pagoda, "run", "-m", args.gemma, "--prompt-ids", ",".join(map(str, ids)), "-n", str(N_GEN),
+           "--temp", "0", "--ignore-eos", "--json", "-t", str(args.threads)] + ref_kv
+    e = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)["generated_tokens"]
+    exact = pagoda_forced(args.pagoda, args.gemma, ids, e, args.threads, extra=ref_kv)
+    assert all(int(np.argmax(exact[i])) == e[i] for i in range(N_GEN))
+    configs = [("ref kernels, f16 KV", ["--ref-kernels"]), ("default kernels, f32 KV", ["--kv-dtype", "f32"]),
+               ("default kernels, f16 KV (pagoda's default)", [])]
+    print("prompt %r, %d tokens; exact greedy: %s" % (text, len(ids), e))
+    scale = np.max(np.abs(exact), axis=1)
+    forced = [(name, pagoda_forced(args.pagoda, args.gemma, ids, e, args.threads, extra=ctx + extra))
+              for name, extra in configs]
+    if args.kv_study_llamacpp:  # llama.cpp, both flash-attention settings, forced on the same tokens
+        for fa_off in (False, True):
+            llm = LlamaCpp(args.gemma, args.threads, n_ctx=4096, flash_attn_disabled=fa_off)
+            forced.append(("llama.cpp, flash attention " + ("off" if fa_off else llm.flash_attn),
+                           llm.greedy(ids, N_GEN, forced=e)[1]))
+            del llm
+    for name, t in forced:
+        rel = np.max(np.abs(t - exact), axis=1) / scale
+        miss = [i for i in range(N_GEN) if int(np.argmax(t[i])) != e[i]]
+        gaps = ["%d: gap %.4f" % (i, (exact[i][e[i]] - exact[i][int(np.argmax(t[i]))]) / scale[i]) for i in miss]
+        print("%-44s top-1 = exact %2d/%d; max rel logit error median %.2e max %.2e; misses (exact's own margin "
+              "over the picked token, / max|logit|): %s" % (name, N_GEN - len(miss), N_GEN, float(np.median(rel)),
+                                                           float(np.max(rel)), gaps or "-"), flush=True)
 
 
 def pagoda_greedy(binary, model, prompt_ids, n, threads):
@@ -237,6 +303,13 @@ def main():
     ap.add_argument("--gemma", default=None)
     ap.add_argument("--free-running", action="store_true",
                     help="with --gemma: only the free-running outputs side by side (markdown)")
+    ap.add_argument("--no-exact", action="store_true",
+                    help="with --gemma: skip the exact-computation columns (scalar reference kernels: minutes per prompt)")
+    ap.add_argument("--kv-study", type=int, default=None,
+                    help="with --gemma: pagoda's f16/f32 KV and kernels against the exact computation on "
+                         "SHORT_PROMPTS[N] (no llama.cpp needed)")
+    ap.add_argument("--kv-study-llamacpp", action="store_true",
+                    help="with --kv-study: llama.cpp (flash attention on and off) forced on the same tokens too")
     ap.add_argument("--synth", action="store_true")
     ap.add_argument("--synth-type", default="q8_0")
     ap.add_argument("--synth-layers", type=int, default=0, help="override the layer counts of SYNTH")
@@ -246,7 +319,9 @@ def main():
     args = ap.parse_args()
     print("pagoda %s" % git_rev(), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        if args.gemma and args.free_running:
+        if args.gemma and args.kv_study is not None:
+            kv_precision_section(args)
+        elif args.gemma and args.free_running:
             free_running_section(args)
         elif args.gemma:
             gemma_section(args)

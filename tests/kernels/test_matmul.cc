@@ -26,7 +26,7 @@ const GgmlType kAllTypes[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, Ggml
 
 bool quantizes_activations(GgmlType t) {
   return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q5_1 ||
-         t == GgmlType::Q8_0;
+         t == GgmlType::Q8_0 || t == GgmlType::IQ4_NL;
 }
 
 std::vector<int64_t> cols_for(GgmlType t) {
@@ -137,7 +137,8 @@ void weight_block_ints(const WeightView& w, int64_t r, int64_t b, int32_t* qw, d
 TEST(Matmul, MatchesGgmlIntegerDotProducts) {
   IsaScope scope("auto");
   uint64_t seed = 300;
-  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0}) {
+  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
+                        GgmlType::IQ4_NL}) {
     const int64_t rows = 37, cols = 576, n_tokens = 3;
     auto w = make_weight(type, rows, cols, seed++);
     auto x = random_vec(static_cast<size_t>(n_tokens * cols), seed++);

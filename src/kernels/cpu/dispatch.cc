@@ -12,6 +12,7 @@
 #include "base/aligned.h"
 #include "base/check.h"
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/iq4nl.h"
 #include "kernels/cpu/kquant.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/vec_math.h"
@@ -37,7 +38,7 @@ std::atomic<int>& isa_state() {
   return s;
 }
 
-// PAGODA_KQUANT_FALLBACK=1 at start-up sends K-quant (and IQ4_XS) weights through the
+// PAGODA_KQUANT_FALLBACK=1 at start-up sends K-quant (and IQ4_XS, IQ4_NL) weights through the
 // old path (dequantize rows to f32, f32 activations) instead of the q8_K integer
 // kernels: for speed comparisons and for bisecting numerics.
 bool kquant_fallback() {
@@ -98,6 +99,10 @@ void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
   PAGODA_CHECK_MSG(matmul_supports(w.type), "matmul: unsupported weight type %u",
                    static_cast<unsigned>(w.type));
   if (n_tokens <= 0 || w.rows <= 0) return;
+  if (w.type == GgmlType::IQ4_NL && !kquant_fallback()) {
+    detail::matmul_iq4nl(w, x, n_tokens, y);
+    return;
+  }
   if (detail::is_kquant_type(w.type) && !kquant_fallback()) {
     const bool avx512 = detail::isa() == detail::Isa::kAvx512;
     detail::matmul_kquant(w, x, n_tokens, y, avx512 ? detail::ktiles_avx512(w.type) : detail::ktiles_avx2(w.type));
