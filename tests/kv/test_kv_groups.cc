@@ -115,6 +115,81 @@ TEST(KvGroups, AdmissionCountsEveryGroupAgainstOnePool) {
   EXPECT_EQ(kv.max_blocks_for_sequence(100, 1), 25 + 2 * (4 + 1));
 }
 
+// Admission with a prefill target: a request reserves what the rest of its
+// prefill can take (full group: its whole prompt; window group: W + one chunk,
+// not its prompt), and running prefills keep their reserve until they end.
+TEST(KvGroups, AdmissionReservesTheRestOfEachPrefill) {
+  // Group 0 full, group 1 window 8; blocks of 4; 29 usable (free queue 1..29).
+  // A 40-token prompt in chunks of 8 peaks at 10 full + min(10, ceil(14 / 4) + 1) = 5 window blocks.
+  KvManager kv = make(30, 4, {0, 8});
+  const Tokens ta = testing::iota_tokens(100, 40), tb = testing::iota_tokens(1000, 40);
+  auto a = kv.can_allocate(kv.match_prefix(ta, ""), 8, 0, /*target_tokens=*/40, /*max_chunk=*/8);
+  ASSERT_TRUE(a.ok()) << a.message();
+  EXPECT_EQ(a->num_blocks_needed(), 4);     // the first chunk: 2 blocks per group
+  EXPECT_EQ(a->num_blocks_reserved(), 11);  // 10 - 2 full + 5 - 2 window
+  EXPECT_EQ(a->num_blocks_needed() + a->num_blocks_reserved(), kv.max_blocks_for_sequence(40, 8));
+  ASSERT_TRUE(kv.allocate(1, *a).ok());
+  EXPECT_EQ(table(kv, 1, 0), (Ids{1, 2}));
+  EXPECT_EQ(table(kv, 1, 1), (Ids{3, 4}));
+  EXPECT_EQ(kv.num_reserved_blocks(), 11);
+  // B: 4 + 11 of its own + A's 11 > 25 free. The first-chunk rule would admit it.
+  auto b = kv.can_allocate(kv.match_prefix(tb, ""), 8, 0, 40, 8);
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.message().find("need 4 free blocks + 11 reserved for the rest of its prefill + 11 for running "
+                             "prefills + watermark 0 + reserve 0, only 25 free"),
+            std::string::npos)
+      << b.message();
+  EXPECT_TRUE(kv.can_allocate(kv.match_prefix(tb, ""), 8).ok());
+  // A's prefill, 8 tokens a step: the window group releases 2 blocks a step
+  // from start 16 on (cached-evictable, to the back of the free queue).
+  const std::vector<Ids> g0 = {{1, 2, 5, 6}, {1, 2, 5, 6, 9, 10}, {1, 2, 5, 6, 9, 10, 13, 14},
+                               {1, 2, 5, 6, 9, 10, 13, 14, 17, 18}};
+  const std::vector<Ids> g1 = {{3, 4, 7, 8}, {0, 0, 7, 8, 11, 12}, {0, 0, 0, 0, 11, 12, 15, 16},
+                               {0, 0, 0, 0, 0, 0, 15, 16, 19, 20}};
+  const std::vector<int64_t> reserved = {7, 5, 3, 1};
+  for (int32_t step = 0; step < 4; ++step) {
+    const int32_t start = 8 * (step + 1);
+    kv.mark_computed(1, ta, start);
+    std::vector<BlockCopy> copies;
+    ASSERT_TRUE(kv.append_slots(1, 8, &copies));
+    EXPECT_EQ(table(kv, 1, 0), g0[static_cast<size_t>(step)]) << "start " << start;
+    EXPECT_EQ(table(kv, 1, 1), g1[static_cast<size_t>(step)]) << "start " << start;
+    EXPECT_EQ(kv.num_reserved_blocks(), reserved[static_cast<size_t>(step)]) << "start " << start;
+    EXPECT_FALSE(kv.can_allocate(kv.match_prefix(tb, ""), 8, 0, 40, 8).ok()) << "start " << start;
+    EXPECT_INVARIANTS(kv);
+  }
+  EXPECT_EQ(kv.num_free_blocks(), 15);  // 16 blocks short of B's 4 + 11 + A's last 1
+  // A's prompt is computed: it reserves nothing more (decode growth is not
+  // reserved), and B's 4 + 11 fit the 15 free exactly.
+  kv.mark_computed(1, ta, 40);
+  EXPECT_EQ(kv.num_reserved_blocks(), 0);
+  auto b2 = kv.can_allocate(kv.match_prefix(tb, ""), 8, 0, 40, 8);
+  ASSERT_TRUE(b2.ok()) << b2.message();
+  ASSERT_TRUE(kv.allocate(2, *b2).ok());
+  EXPECT_EQ(table(kv, 2, 0), (Ids{21, 22}));
+  EXPECT_EQ(table(kv, 2, 1), (Ids{23, 24}));
+  EXPECT_EQ(kv.num_reserved_blocks(), 11);
+  EXPECT_INVARIANTS(kv);
+}
+
+// Gemma 3 270M's groups, a fresh 8,192-token prompt in chunks of 512: the
+// first chunk takes 32 blocks per group, the reserve the rest of the full
+// group and 65 - 32 per window group; together the sizing formula's peak.
+TEST(KvGroups, AdmissionOfAGemma3PromptCountsTheWindowNotThePrompt) {
+  KvManager kv = make(4000, 16, {0, 512, 512, 512, 512, 512});
+  const Tokens t = testing::iota_tokens(1, 8192);
+  auto a = kv.can_allocate(kv.match_prefix(t, ""), 512, 0, 8192, 512);
+  ASSERT_TRUE(a.ok()) << a.message();
+  EXPECT_EQ(a->num_blocks_needed(), 6 * 32);
+  EXPECT_EQ(a->num_blocks_reserved(), (512 - 32) + 5 * (65 - 32));
+  EXPECT_EQ(kv.max_blocks_for_sequence(8192, 512), 512 + 5 * 65);
+  // One full context group (the flag's layout in blocks of 6x the bytes): the whole prompt.
+  KvManager flat = make(4000, 16, {0});
+  auto f = flat.can_allocate(flat.match_prefix(t, ""), 512, 0, 8192, 512);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->num_blocks_needed() + f->num_blocks_reserved(), 512);
+}
+
 TEST(KvGroups, PrefixHitTakesOnlyTheWindowBlocks) {
   KvManager kv = make(40, 4, {0, 8});
   const Tokens t = testing::iota_tokens(100, 12);
