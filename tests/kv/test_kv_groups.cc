@@ -4,6 +4,9 @@
 // (kv/sizing) agreeing with what the allocator holds.
 #include <gtest/gtest.h>
 
+#include <deque>
+
+#include "base/rng.h"
 #include "kv/sizing.h"
 #include "kv/test_util.h"
 
@@ -170,6 +173,71 @@ TEST(KvGroups, AdmissionReservesTheRestOfEachPrefill) {
   EXPECT_EQ(table(kv, 2, 1), (Ids{23, 24}));
   EXPECT_EQ(kv.num_reserved_blocks(), 11);
   EXPECT_INVARIANTS(kv);
+}
+
+// The reservation's promise, randomized: a sequence whose prompt is computed
+// holds its blocks a random number of steps without growing (a decode that
+// never crosses a block), then is freed; so nothing grows past its target and
+// a step's append_slots never fails for an admitted sequence. Prompts share
+// prefixes (hits, window blocks shared with running sequences) and chunks are
+// the scheduler's: min(remaining, what the step's budget leaves), running
+// sequences first. (With target_tokens = 0, the first-chunk rule, it fails.)
+TEST(KvGroups, AdmittedPrefillsNeverRunOutOfBlocks) {
+  struct Running {
+    SeqId id;
+    Tokens tokens;
+    int linger;  // steps to hold its blocks once computed
+  };
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    Rng rng(seed);
+    const auto w = static_cast<int32_t>(rng.uniform_int(1, 4) * 4);
+    const auto budget = static_cast<int32_t>(rng.uniform_int(1, 24));
+    KvManager kv = make(static_cast<int32_t>(rng.uniform_int(48, 80)), 4, {0, w, w + 3});
+    const Tokens base = testing::iota_tokens(5000, 80);
+    std::deque<Running> waiting;
+    for (SeqId id = 1; id <= 60; ++id) {
+      Tokens t(base.begin(), base.begin() + rng.uniform_int(0, 60));
+      for (int64_t i = rng.uniform_int(1, 30); i > 0; --i) t.push_back(static_cast<TokenId>(rng.uniform_int(0, 99)));
+      waiting.push_back({id, std::move(t), static_cast<int>(rng.uniform_int(0, 20))});
+    }
+    std::vector<Running> running;
+    int64_t admitted = 0;
+    for (int step = 0; step < 20000 && (!waiting.empty() || !running.empty()); ++step) {
+      int32_t left = budget;
+      std::vector<std::pair<size_t, int32_t>> slices;  // (index in running, tokens)
+      for (size_t i = 0; i < running.size() && left > 0; ++i) {
+        const int32_t n = std::min(static_cast<int32_t>(running[i].tokens.size()) - kv.num_computed_tokens(running[i].id), left);
+        if (n == 0) continue;
+        std::vector<BlockCopy> copies;
+        ASSERT_TRUE(kv.append_slots(running[i].id, n, &copies)) << "seed " << seed << " step " << step;
+        slices.emplace_back(i, n);
+        left -= n;
+      }
+      while (!waiting.empty() && left > 0) {
+        const Running& r = waiting.front();
+        PrefixMatch m = kv.match_prefix(r.tokens, "");
+        const int32_t n = std::min(static_cast<int32_t>(r.tokens.size()) - m.num_cached_tokens(), left);
+        auto a = kv.can_allocate(std::move(m), n, 0, static_cast<int32_t>(r.tokens.size()), budget);
+        if (!a.ok()) break;
+        ASSERT_TRUE(kv.allocate(r.id, *a).ok());
+        running.push_back(waiting.front());
+        waiting.pop_front();
+        slices.emplace_back(running.size() - 1, n);
+        left -= n;
+        ++admitted;
+      }
+      for (const auto& [i, n] : slices) {
+        kv.mark_computed(running[i].id, running[i].tokens, kv.num_computed_tokens(running[i].id) + n);
+      }
+      std::erase_if(running, [&](Running& r) {
+        if (kv.num_computed_tokens(r.id) < static_cast<int32_t>(r.tokens.size()) || r.linger-- > 0) return false;
+        return kv.free(r.id);
+      });
+      ASSERT_EQ(kv.check_invariants(), "") << "seed " << seed << " step " << step;
+    }
+    EXPECT_EQ(admitted, 60) << "seed " << seed;
+    EXPECT_EQ(kv.num_free_blocks(), kv.num_usable_blocks()) << "seed " << seed;
+  }
 }
 
 // Gemma 3 270M's groups, a fresh 8,192-token prompt in chunks of 512: the
