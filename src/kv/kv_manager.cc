@@ -189,20 +189,78 @@ int32_t KvManager::blocks_needed(const PrefixMatch& m, int32_t num_new_tokens) c
   return fresh * num_groups() + revived;
 }
 
-Expected<Admission> KvManager::can_allocate(PrefixMatch match, int32_t num_new_tokens, int32_t reserve_blocks) const {
-  PAGODA_CHECK(num_new_tokens >= 0 && reserve_blocks >= 0);
-  PAGODA_CHECK(match.num_cached_tokens() + num_new_tokens >= 1);
+int64_t KvManager::prefill_peak_blocks(int32_t group, int32_t target, int32_t max_chunk) const {
+  return kv_group_blocks_for_sequence(target, config_.block_size, groups_[static_cast<size_t>(group)].sliding_window,
+                                      max_chunk);
+}
+
+int64_t KvManager::prefill_reserve(const Seq& s) const {
+  if (s.num_computed >= s.target) return 0;  // no target, or decoding: growth is not reserved
+  int64_t r = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const auto& table = s.tables[g];
+    // A full group never releases: its table length is what it took. A window
+    // group counts the blocks it holds alone: releasing a shared one frees nothing.
+    int64_t held = static_cast<int64_t>(table.size());
+    if (groups_[g].sliding_window > 0) {
+      held = 0;
+      for (size_t i = static_cast<size_t>(s.first_live[g]); i < table.size(); ++i) {
+        held += table[i] != kNullBlock && pool_.ref_count(table[i]) == 1 ? 1 : 0;
+      }
+    }
+    r += std::max<int64_t>(0, prefill_peak_blocks(static_cast<int32_t>(g), s.target, s.max_chunk) - held);
+  }
+  return r;
+}
+
+int64_t KvManager::num_reserved_blocks() const {
+  int64_t r = 0;
+  for (const auto& [id, s] : seqs_) r += prefill_reserve(s);
+  return r;
+}
+
+Expected<Admission> KvManager::can_allocate(PrefixMatch match, int32_t num_new_tokens, int32_t reserve_blocks,
+                                            int32_t target_tokens, int32_t max_chunk) const {
+  PAGODA_CHECK(num_new_tokens >= 0 && reserve_blocks >= 0 && max_chunk >= 1);
+  const int32_t cached = match.num_cached_tokens();
+  PAGODA_CHECK(cached + num_new_tokens >= 1);
+  PAGODA_CHECK_MSG(target_tokens == 0 || target_tokens >= cached + num_new_tokens,
+                   "target %d tokens < %d cached + %d new", target_tokens, cached, num_new_tokens);
   PAGODA_TRY(check_current(match, "prefix match"));
   const int32_t need = blocks_needed(match, num_new_tokens);
-  if (static_cast<int64_t>(need) + watermark_blocks_ + reserve_blocks > pool_.num_free()) {
-    return errorf("kv: %d cached + %d new tokens need %d free blocks + watermark %d + reserve %d, only %d free",
-                  match.num_cached_tokens(), num_new_tokens, need, watermark_blocks_, reserve_blocks,
-                  pool_.num_free());
+  // The new sequence's own reserve once allocated: its peak per group minus
+  // what it will hold (a full group: its table; a window group: the blocks
+  // it holds alone, i.e. all but hits still used by another sequence).
+  int64_t own = 0;
+  if (target_tokens > 0 && cached + num_new_tokens < target_tokens) {
+    const int32_t total = num_blocks_for(static_cast<int64_t>(cached) + num_new_tokens);
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      int64_t held = total;
+      if (groups_[g].sliding_window > 0) {
+        const int32_t live = std::min(match.num_blocks_, first_needed_block(static_cast<int32_t>(g), cached));
+        held = total - live;
+        for (BlockId b : match.tables_[g]) held -= b != kNullBlock && pool_.ref_count(b) > 0 ? 1 : 0;
+      }
+      own += std::max<int64_t>(0, prefill_peak_blocks(static_cast<int32_t>(g), target_tokens, max_chunk) - held);
+    }
+  }
+  const int64_t running = num_reserved_blocks();
+  if (static_cast<int64_t>(need) + own + running + watermark_blocks_ + reserve_blocks > pool_.num_free()) {
+    const std::string prefill =
+        own + running == 0 ? std::string()
+                           : errorf(" + %lld reserved for the rest of its prefill + %lld for running prefills",
+                                    static_cast<long long>(own), static_cast<long long>(running))
+                                 .message;
+    return errorf("kv: %d cached + %d new tokens need %d free blocks%s + watermark %d + reserve %d, only %d free",
+                  cached, num_new_tokens, need, prefill.c_str(), watermark_blocks_, reserve_blocks, pool_.num_free());
   }
   Admission a;
   a.match_ = std::move(match);
   a.num_new_tokens_ = num_new_tokens;
   a.num_blocks_needed_ = need;
+  a.num_blocks_reserved_ = static_cast<int32_t>(own);
+  a.target_tokens_ = target_tokens;
+  a.max_chunk_ = max_chunk;
   return a;
 }
 
@@ -238,6 +296,8 @@ Expected<int32_t> KvManager::allocate(SeqId seq, const Admission& admission) {
   s.keys = m.keys_;
   s.entries = m.entries_;
   s.num_computed = cached;
+  s.target = admission.target_tokens_;
+  s.max_chunk = admission.max_chunk_;
   s.first_live.resize(groups_.size());
   const int32_t total_blocks = num_blocks_for(static_cast<int64_t>(cached) + admission.num_new_tokens_);
   for (size_t g = 0; g < groups_.size(); ++g) {

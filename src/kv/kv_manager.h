@@ -132,6 +132,9 @@ class Admission {
   // Blocks allocate() takes from the free queue: fresh ones plus cached hits
   // revived from it (ref count 0).
   int32_t num_blocks_needed() const { return num_blocks_needed_; }
+  // Blocks kept free for the rest of the sequence's prefill once allocated
+  // (its growth to target_tokens; see KvManager::num_reserved_blocks).
+  int32_t num_blocks_reserved() const { return num_blocks_reserved_; }
   const PrefixMatch& match() const { return match_; }
 
  private:
@@ -139,6 +142,9 @@ class Admission {
   PrefixMatch match_;
   int32_t num_new_tokens_ = 0;
   int32_t num_blocks_needed_ = 0;
+  int32_t num_blocks_reserved_ = 0;
+  int32_t target_tokens_ = 0;
+  int32_t max_chunk_ = 1;
 };
 
 class KvManager {
@@ -175,8 +181,29 @@ class KvManager {
   // reserve_blocks free, and returns the Admission for allocate(). Errors,
   // with the numbers: a stale match (or another KvManager's), too few free blocks.
   // Blocks count over all groups (reserve_blocks too: one per group per child at a fork).
-  // Precondition: num_new_tokens >= 0, reserve_blocks >= 0, cached + num_new_tokens >= 1.
-  Expected<Admission> can_allocate(PrefixMatch match, int32_t num_new_tokens, int32_t reserve_blocks = 0) const;
+  //
+  // Prefill reservation (target_tokens > 0): the sequence will compute up to
+  // target_tokens (its known tokens: the prompt) in chunks of up to max_chunk,
+  // and admission keeps free, on top of the first chunk's blocks, what the
+  // rest of that prefill can take at its peak: per group
+  // kv_group_blocks_for_sequence(target_tokens, max_chunk) (a full group its
+  // whole prompt, a window group only W + chunk tokens' blocks, never its
+  // prompt) minus what it holds, and the same for every running sequence still
+  // in its prefill (num_reserved_blocks()). So admitted prompts finish their
+  // prefill without preemption; decode growth past target_tokens is not
+  // reserved (it preempts, as in vLLM). target_tokens = 0: only the first
+  // chunk counts and the sequence reserves nothing later (the old rule).
+  // Precondition: num_new_tokens >= 0, reserve_blocks >= 0, cached + num_new_tokens >= 1,
+  // target_tokens = 0 or >= cached + num_new_tokens, max_chunk >= 1.
+  Expected<Admission> can_allocate(PrefixMatch match, int32_t num_new_tokens, int32_t reserve_blocks = 0,
+                                   int32_t target_tokens = 0, int32_t max_chunk = 1) const;
+  // Blocks the running sequences still in their prefill (fewer computed tokens
+  // than the target they were admitted with) may take from the pool before it
+  // ends, over all groups: a full group up to ceil(target / bs) entries; a
+  // window group up to kv_group_blocks_for_sequence(target, max_chunk) blocks
+  // it holds alone (a block shared with another sequence frees nothing when
+  // released). O(prefilling sequences x window blocks).
+  int64_t num_reserved_blocks() const;
   // Creates sequence `seq` from an admission made since the last change: takes
   // the matched blocks (num_computed_tokens = the hit) and num_new_tokens more
   // slots. Returns the hit tokens. Fails, changing nothing, when seq exists or
@@ -295,7 +322,13 @@ class KvManager {
     // the rest hashed ahead by uncommitted_block_keys. keys.size() >= entries.size().
     std::vector<Hash128> keys;
     std::vector<EntryId> entries;  // group 0's cache entry standing for the prefix through each committed block
+    int32_t target = 0;     // admission's target_tokens (0: no prefill reservation)
+    int32_t max_chunk = 1;  // admission's max_chunk
   };
+  // Blocks group g may hold at the peak of a prefill to `target` in chunks of max_chunk.
+  int64_t prefill_peak_blocks(int32_t group, int32_t target, int32_t max_chunk) const;
+  // What s may still take from the pool before its prefill ends (0 once it has).
+  int64_t prefill_reserve(const Seq& s) const;
   // First logical block a window group needs before computing from `start`:
   // the block of key start - W + 1; 0 for a full group.
   int32_t first_needed_block(int32_t group, int64_t start) const;

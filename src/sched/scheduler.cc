@@ -294,7 +294,10 @@ StepPlan Scheduler::schedule() {
       // A group also keeps one block per child free (vLLM v0's rule: a running
       // sequence needs at most one new block per decode step): at the fork each
       // child's first decode copies the shared partial block or opens a new one.
-      auto admission = kv_->can_allocate(std::move(match), n, num_children * kv_->num_groups());
+      // It also keeps free what the rest of its prefill (and every running
+      // prefill) can still take, so admitted prompts are not preempted.
+      auto admission = kv_->can_allocate(std::move(match), n, num_children * kv_->num_groups(), w.num_tokens(),
+                                         config_.max_num_batched_tokens);
       if (!admission.ok()) break;
       // Nothing changed the KvManager since the lookup: allocate cannot refuse.
       auto got = kv_->allocate(w.id, *admission);

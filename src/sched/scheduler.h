@@ -9,7 +9,9 @@
 //   2. running requests with more (prefill chunks: a long prompt is split
 //      across steps), in admission order;
 //   3. waiting requests in FIFO order, while max_num_seqs and the budget allow
-//      and the KvManager can allocate above its watermark. Prefix-cache hits
+//      and the KvManager can allocate above its watermark, keeping free what
+//      the rest of each admitted prompt's prefill can take (KvManager::
+//      can_allocate's target_tokens = its known tokens). Prefix-cache hits
 //      count as computed (the last token is always computed, for logits).
 //      Each admission walks the prefix cache once (KvManager::match_prefix):
 //      the match decides the dedup check and the chunk, can_allocate turns it

@@ -4,6 +4,9 @@
 // (kv/sizing) agreeing with what the allocator holds.
 #include <gtest/gtest.h>
 
+#include <deque>
+
+#include "base/rng.h"
 #include "kv/sizing.h"
 #include "kv/test_util.h"
 
@@ -113,6 +116,146 @@ TEST(KvGroups, AdmissionCountsEveryGroupAgainstOnePool) {
   EXPECT_NE(b.message().find("need 9 free blocks"), std::string::npos) << b.message();
   EXPECT_EQ(kv.max_blocks_for_sequence(10, 512), 9);
   EXPECT_EQ(kv.max_blocks_for_sequence(100, 1), 25 + 2 * (4 + 1));
+}
+
+// Admission with a prefill target: a request reserves what the rest of its
+// prefill can take (full group: its whole prompt; window group: W + one chunk,
+// not its prompt), and running prefills keep their reserve until they end.
+TEST(KvGroups, AdmissionReservesTheRestOfEachPrefill) {
+  // Group 0 full, group 1 window 8; blocks of 4; 29 usable (free queue 1..29).
+  // A 40-token prompt in chunks of 8 peaks at 10 full + min(10, ceil(14 / 4) + 1) = 5 window blocks.
+  KvManager kv = make(30, 4, {0, 8});
+  const Tokens ta = testing::iota_tokens(100, 40), tb = testing::iota_tokens(1000, 40);
+  auto a = kv.can_allocate(kv.match_prefix(ta, ""), 8, 0, /*target_tokens=*/40, /*max_chunk=*/8);
+  ASSERT_TRUE(a.ok()) << a.message();
+  EXPECT_EQ(a->num_blocks_needed(), 4);     // the first chunk: 2 blocks per group
+  EXPECT_EQ(a->num_blocks_reserved(), 11);  // 10 - 2 full + 5 - 2 window
+  EXPECT_EQ(a->num_blocks_needed() + a->num_blocks_reserved(), kv.max_blocks_for_sequence(40, 8));
+  ASSERT_TRUE(kv.allocate(1, *a).ok());
+  EXPECT_EQ(table(kv, 1, 0), (Ids{1, 2}));
+  EXPECT_EQ(table(kv, 1, 1), (Ids{3, 4}));
+  EXPECT_EQ(kv.num_reserved_blocks(), 11);
+  // B: 4 + 11 of its own + A's 11 > 25 free. The first-chunk rule would admit it.
+  auto b = kv.can_allocate(kv.match_prefix(tb, ""), 8, 0, 40, 8);
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.message().find("need 4 free blocks + 11 reserved for the rest of its prefill + 11 for running "
+                             "prefills + watermark 0 + reserve 0, only 25 free"),
+            std::string::npos)
+      << b.message();
+  EXPECT_TRUE(kv.can_allocate(kv.match_prefix(tb, ""), 8).ok());
+  // A's prefill, 8 tokens a step: the window group releases 2 blocks a step
+  // from start 16 on (cached-evictable, to the back of the free queue).
+  const std::vector<Ids> g0 = {{1, 2, 5, 6}, {1, 2, 5, 6, 9, 10}, {1, 2, 5, 6, 9, 10, 13, 14},
+                               {1, 2, 5, 6, 9, 10, 13, 14, 17, 18}};
+  const std::vector<Ids> g1 = {{3, 4, 7, 8}, {0, 0, 7, 8, 11, 12}, {0, 0, 0, 0, 11, 12, 15, 16},
+                               {0, 0, 0, 0, 0, 0, 15, 16, 19, 20}};
+  const std::vector<int64_t> reserved = {7, 5, 3, 1};
+  for (int32_t step = 0; step < 4; ++step) {
+    const int32_t start = 8 * (step + 1);
+    kv.mark_computed(1, ta, start);
+    std::vector<BlockCopy> copies;
+    ASSERT_TRUE(kv.append_slots(1, 8, &copies));
+    EXPECT_EQ(table(kv, 1, 0), g0[static_cast<size_t>(step)]) << "start " << start;
+    EXPECT_EQ(table(kv, 1, 1), g1[static_cast<size_t>(step)]) << "start " << start;
+    EXPECT_EQ(kv.num_reserved_blocks(), reserved[static_cast<size_t>(step)]) << "start " << start;
+    EXPECT_FALSE(kv.can_allocate(kv.match_prefix(tb, ""), 8, 0, 40, 8).ok()) << "start " << start;
+    EXPECT_INVARIANTS(kv);
+  }
+  EXPECT_EQ(kv.num_free_blocks(), 15);  // 16 blocks short of B's 4 + 11 + A's last 1
+  // A's prompt is computed: it reserves nothing more (decode growth is not
+  // reserved), and B's 4 + 11 fit the 15 free exactly.
+  kv.mark_computed(1, ta, 40);
+  EXPECT_EQ(kv.num_reserved_blocks(), 0);
+  auto b2 = kv.can_allocate(kv.match_prefix(tb, ""), 8, 0, 40, 8);
+  ASSERT_TRUE(b2.ok()) << b2.message();
+  ASSERT_TRUE(kv.allocate(2, *b2).ok());
+  EXPECT_EQ(table(kv, 2, 0), (Ids{21, 22}));
+  EXPECT_EQ(table(kv, 2, 1), (Ids{23, 24}));
+  EXPECT_EQ(kv.num_reserved_blocks(), 11);
+  EXPECT_INVARIANTS(kv);
+}
+
+// The reservation's promise, randomized: a sequence whose prompt is computed
+// holds its blocks a random number of steps without growing (a decode that
+// never crosses a block), then is freed; so nothing grows past its target and
+// a step's append_slots never fails for an admitted sequence. Prompts share
+// prefixes (hits, window blocks shared with running sequences) and chunks are
+// the scheduler's: min(remaining, what the step's budget leaves), running
+// sequences first. (With target_tokens = 0, the first-chunk rule, it fails.)
+TEST(KvGroups, AdmittedPrefillsNeverRunOutOfBlocks) {
+  struct Running {
+    SeqId id;
+    Tokens tokens;
+    int linger;  // steps to hold its blocks once computed
+  };
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    Rng rng(seed);
+    const auto w = static_cast<int32_t>(rng.uniform_int(1, 4) * 4);
+    const auto budget = static_cast<int32_t>(rng.uniform_int(1, 24));
+    KvManager kv = make(static_cast<int32_t>(rng.uniform_int(48, 80)), 4, {0, w, w + 3});
+    const Tokens base = testing::iota_tokens(5000, 80);
+    std::deque<Running> waiting;
+    for (SeqId id = 1; id <= 60; ++id) {
+      Tokens t(base.begin(), base.begin() + rng.uniform_int(0, 60));
+      for (int64_t i = rng.uniform_int(1, 30); i > 0; --i) t.push_back(static_cast<TokenId>(rng.uniform_int(0, 99)));
+      waiting.push_back({id, std::move(t), static_cast<int>(rng.uniform_int(0, 20))});
+    }
+    std::vector<Running> running;
+    int64_t admitted = 0;
+    for (int step = 0; step < 20000 && (!waiting.empty() || !running.empty()); ++step) {
+      int32_t left = budget;
+      std::vector<std::pair<size_t, int32_t>> slices;  // (index in running, tokens)
+      for (size_t i = 0; i < running.size() && left > 0; ++i) {
+        const int32_t n = std::min(static_cast<int32_t>(running[i].tokens.size()) - kv.num_computed_tokens(running[i].id), left);
+        if (n == 0) continue;
+        std::vector<BlockCopy> copies;
+        ASSERT_TRUE(kv.append_slots(running[i].id, n, &copies)) << "seed " << seed << " step " << step;
+        slices.emplace_back(i, n);
+        left -= n;
+      }
+      while (!waiting.empty() && left > 0) {
+        const Running& r = waiting.front();
+        PrefixMatch m = kv.match_prefix(r.tokens, "");
+        const int32_t n = std::min(static_cast<int32_t>(r.tokens.size()) - m.num_cached_tokens(), left);
+        auto a = kv.can_allocate(std::move(m), n, 0, static_cast<int32_t>(r.tokens.size()), budget);
+        if (!a.ok()) break;
+        ASSERT_TRUE(kv.allocate(r.id, *a).ok());
+        running.push_back(waiting.front());
+        waiting.pop_front();
+        slices.emplace_back(running.size() - 1, n);
+        left -= n;
+        ++admitted;
+      }
+      for (const auto& [i, n] : slices) {
+        kv.mark_computed(running[i].id, running[i].tokens, kv.num_computed_tokens(running[i].id) + n);
+      }
+      std::erase_if(running, [&](Running& r) {
+        if (kv.num_computed_tokens(r.id) < static_cast<int32_t>(r.tokens.size()) || r.linger-- > 0) return false;
+        return kv.free(r.id);
+      });
+      ASSERT_EQ(kv.check_invariants(), "") << "seed " << seed << " step " << step;
+    }
+    EXPECT_EQ(admitted, 60) << "seed " << seed;
+    EXPECT_EQ(kv.num_free_blocks(), kv.num_usable_blocks()) << "seed " << seed;
+  }
+}
+
+// Gemma 3 270M's groups, a fresh 8,192-token prompt in chunks of 512: the
+// first chunk takes 32 blocks per group, the reserve the rest of the full
+// group and 65 - 32 per window group; together the sizing formula's peak.
+TEST(KvGroups, AdmissionOfAGemma3PromptCountsTheWindowNotThePrompt) {
+  KvManager kv = make(4000, 16, {0, 512, 512, 512, 512, 512});
+  const Tokens t = testing::iota_tokens(1, 8192);
+  auto a = kv.can_allocate(kv.match_prefix(t, ""), 512, 0, 8192, 512);
+  ASSERT_TRUE(a.ok()) << a.message();
+  EXPECT_EQ(a->num_blocks_needed(), 6 * 32);
+  EXPECT_EQ(a->num_blocks_reserved(), (512 - 32) + 5 * (65 - 32));
+  EXPECT_EQ(kv.max_blocks_for_sequence(8192, 512), 512 + 5 * 65);
+  // One full context group (the flag's layout in blocks of 6x the bytes): the whole prompt.
+  KvManager flat = make(4000, 16, {0});
+  auto f = flat.can_allocate(flat.match_prefix(t, ""), 512, 0, 8192, 512);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->num_blocks_needed() + f->num_blocks_reserved(), 512);
 }
 
 TEST(KvGroups, PrefixHitTakesOnlyTheWindowBlocks) {

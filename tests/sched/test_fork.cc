@@ -341,7 +341,9 @@ TEST(SchedulerFork, RejectsBadChoiceIds) {
 }
 
 TEST(SchedulerFork, RandomSoakWithGroups) {
-  SchedulerConfig sc = sched_config(256, 16, 512);
+  // A budget of 64: prefills span steps, so decode growth (which admission
+  // does not reserve) can preempt a parent before its fork.
+  SchedulerConfig sc = sched_config(64, 16, 512);
   sc.max_dedup_defer_steps = 6;
   Harness h(sc, kv_config(97, 16));  // 96 usable blocks = 1536 tokens
   Rng rng(4242);
