@@ -10,6 +10,10 @@
 # put them ahead of other users' work on a shared machine; session 8 did); the
 # co-tenant section always runs under the default scheduler, where `yes` and the
 # engine share the cores as a user's would. CO_ROUNDS (default 3): its rounds.
+# On a machine shared with other users' work (autogroups on), session 8 ran it as
+#   setsid bash -c 'echo -20 > /proc/self/autogroup; exec bench/decode_threads_vs_llamacpp.sh ...'
+# so that this session's processes (the engines and `yes`, all nice 0 among
+# themselves) got most of the cores; a run that exceeds 180 s is cut (timeout).
 set -u
 L="$1/llama-bench"; O="$2"; ROUNDS="$3"; S="$4"; B="$5"
 PRIO="${PRIO:-}"; CO_ROUNDS="${CO_ROUNDS:-3}"
@@ -17,9 +21,9 @@ PRIO="${PRIO:-}"; CO_ROUNDS="${CO_ROUNDS:-3}"
 tg() {  # tg PREFIX WHO BIN MODEL TOKENS THREADS REPS [extra pagoda flags]
   local pre=$1 who=$2 bin=$3 m=$4 n=$5 t=$6 r=$7; shift 7
   if [ "$who" = llama.cpp ]; then
-    $pre "$L" -m "$m" -p 0 -n "$n" -t "$t" -r "$r" -o md 2>/dev/null | grep "tg$n" | sed "s/^/$who t$t /"
+    timeout 180 $pre "$L" -m "$m" -p 0 -n "$n" -t "$t" -r "$r" -o md 2>/dev/null | grep "tg$n" | sed "s/^/$who t$t /"
   else
-    $pre "$bin" bench -m "$m" --pp 0 --tg "$n" -r "$r" -t "$t" --no-bandwidth "$@" 2>&1 | grep "tg$n " |
+    timeout 180 $pre "$bin" bench -m "$m" --pp 0 --tg "$n" -r "$r" -t "$t" --no-bandwidth "$@" 2>&1 | grep "tg$n " |
       sed "s/^/$who t$t /"
   fi
 }
@@ -39,12 +43,11 @@ for t in 1 2; do $PRIO "$P" bench -m "$B" --pp 0 --tg 64 -r 2 -t $t 2>&1 | grep 
 # Co-tenant: per round, each run once without and once with `yes` running.
 YP=
 trap '[ -n "$YP" ] && kill $YP 2>/dev/null' EXIT
-cotenant_runs() {  # the runs of one half-round (llama.cpp on BIG left out: on a
-  # loaded machine its spinning threads take minutes per run there)
+cotenant_runs() {  # the runs of one half-round
   for t in 2 1; do
-    tg "" llama.cpp - "$S" 32 $t 2; tg "" new "$P" "$S" 32 $t 2; tg "" old "$O" "$S" 32 $t 2
+    tg "" llama.cpp - "$S" 64 $t 2; tg "" new "$P" "$S" 64 $t 2; tg "" old "$O" "$S" 64 $t 2
   done
-  tg "" new "$P" "$B" 16 2 1; tg "" old "$O" "$B" 16 2 1
+  tg "" llama.cpp - "$B" 16 2 1; tg "" new "$P" "$B" 16 2 1; tg "" old "$O" "$B" 16 2 1
 }
 for r in $(seq 1 "$CO_ROUNDS"); do
   round_banner "co-tenant round $r: alone"
