@@ -201,6 +201,30 @@ TEST(PagedAttention, TokenAloneEqualsTokenInBatchBitwise) {
   set_num_threads(threads);
 }
 
+// One sequence's decode token with one KV head (gemma3's shape: 4 query heads
+// on 1 KV head, head_dim 256): fewer (tile, KV head) items than threads, so
+// the query heads are split across items. Every thread count gives bitwise the
+// output of one thread, within the ref tolerance of CpuMatchesRef.
+TEST(PagedAttention, OneKvHeadDecodeSplitsQueryHeadsBitwise) {
+  const int threads = num_threads();
+  for (KvDtype dt : {KvDtype::F32, KvDtype::F16}) {
+    auto s = Scenario::make(4, 1, 256, 16, dt, {45}, {1}, 500);
+    set_num_threads(1);
+    const auto one = s.run_cpu();
+    for (int t : {2, 3, 4}) {
+      set_num_threads(t);
+      const auto got = s.run_cpu();
+      ASSERT_TRUE(BitwiseEqual(one.data(), got.data(), one.size())) << t << " threads, " << kv_dtype_name(dt);
+    }
+    const auto want = s.run_ref();
+    double vmax = 0;
+    for (float v : s.v_all) vmax = std::max(vmax, std::fabs(static_cast<double>(v)));
+    std::vector<double> tol(want.size(), (45 + 16) * 0x1.0p-22 * vmax * 4);
+    ASSERT_TRUE(WithinTol(one.data(), want.data(), tol.data(), one.size())) << kv_dtype_name(dt);
+  }
+  set_num_threads(threads);
+}
+
 // q8_0 KV against f32 KV. Per key, q8_0 moves each k by <= amax_k / 254, so a
 // score moves by ds <= scale * |q|_1 * max|k| / 254; softmax weights then
 // change by at most a factor e^(2 ds), and V adds <= max|v| / 254:

@@ -90,6 +90,32 @@ TEST(Rope, CpuBitwiseEqualsRef) {
   }
 }
 
+// cpu::rope reuses the cos/sin tables of its last two (positions, parameters)
+// sets: the same positions array with new contents, three bases taking turns
+// (more than it keeps), other frequency factors behind the same pointer and a
+// shorter batch must each give ref's result, bitwise.
+TEST(Rope, ReusedTablesFollowPositionsAndParameters) {
+  const int32_t heads = 2, hd = 16;
+  std::vector<int32_t> pos{3, 9, 27};
+  std::vector<float> factors(hd / 2, 1.0f);
+  const auto x = random_vec(static_cast<size_t>(3 * heads * hd), 21);
+  for (int rep = 0; rep < 4; ++rep) {
+    for (float base : {10000.0f, 500000.0f, 1000000.0f}) {
+      for (int64_t t : {int64_t{3}, int64_t{2}}) {
+        RopeScaling sc;
+        sc.freq_factors = rep % 2 ? factors.data() : nullptr;
+        auto a = x, b = x;
+        ref::rope(a.data(), pos.data(), t, heads, hd, hd, base, false, sc);
+        cpu::rope(b.data(), pos.data(), t, heads, hd, hd, base, false, sc);
+        ASSERT_TRUE(BitwiseEqual(b.data(), a.data(), static_cast<size_t>(t * heads * hd)))
+            << "rep " << rep << " base " << base << " t " << t;
+      }
+    }
+    pos[1] += 1;                    // same array, new contents
+    factors[rep % (hd / 2)] = 1.5f + static_cast<float>(rep);  // same pointer, new values
+  }
+}
+
 TEST(Elementwise, SiluMulAndAdd) {
   for (int64_t n : kSizes) {
     auto g = random_vec(static_cast<size_t>(n), 11, 4.0);

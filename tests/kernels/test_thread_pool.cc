@@ -1,7 +1,8 @@
 // The cpu/ thread pool: every item runs exactly once whatever the thread count,
 // the caller takes part, a slow participant's items are taken by the others,
 // shares run static ranges, nested and concurrent loops run inline (no
-// deadlock, same items), and workers are started once and reused.
+// deadlock, same items), workers are started once and reused, launches are
+// counted, and a stalled worker sends the next loops to the caller alone.
 #include "kernels/cpu/thread_pool.h"
 
 #include <gtest/gtest.h>
@@ -27,6 +28,10 @@ std::vector<int> run_counts(int64_t n, int nth) {
   return out;
 }
 
+// Ends a stall backoff window an earlier loop may have opened (a worker
+// preempted on a loaded machine), for the tests that need a worker to take part.
+void end_solo_window() { set_pool_solo_window(2'000, 64'000); }
+
 TEST(ThreadPool, EveryItemRunsExactlyOnce) {
   for (int nth : {1, 2, 3, 4, 7}) {
     for (int64_t n : {0, 1, 2, 3, 5, 16, 17, 100, 1001}) {
@@ -38,6 +43,7 @@ TEST(ThreadPool, EveryItemRunsExactlyOnce) {
 }
 
 TEST(ThreadPool, UsesSeveralThreadsAndTheCaller) {
+  end_solo_window();
   std::mutex mu;
   std::set<std::thread::id> ids;
   const std::thread::id caller = std::this_thread::get_id();
@@ -98,6 +104,7 @@ TEST(ThreadPool, SharesRunTheirStaticRangeOfEveryLoop) {
 }
 
 TEST(ThreadPool, ASlowParticipantsItemsAreTakenByTheOthers) {
+  end_solo_window();
   // The caller's range is items [0, 4); item 0 blocks until every other item
   // ran, which can only happen if the worker takes items 1..3 of the caller's range.
   std::atomic<int> done{0};
@@ -136,6 +143,7 @@ TEST(ThreadPool, ConcurrentCallersEachGetEveryItem) {
 }
 
 TEST(ThreadPool, WorkersAreReusedAcrossLoops) {
+  end_solo_window();
   parallel_for(100, 3, [](int64_t) {});
   const int w = pool_workers();
   EXPECT_GE(w, 2);
@@ -151,6 +159,65 @@ TEST(ThreadPool, WakesWorkersThatFellAsleep) {
     const std::vector<int> c = run_counts(50, 2);
     for (int v : c) ASSERT_EQ(v, 1);
   }
+}
+
+TEST(ThreadPool, CountsLaunchesOfTheCallingThread) {
+  set_pool_solo_window(0, 0);  // a stall (loaded machine) must not turn a launch into an inline loop here
+  const int64_t l0 = pool_launches();
+  parallel_for(100, 2, [](int64_t) {});  // one launch
+  EXPECT_EQ(pool_launches(), l0 + 1);
+  parallel_for(100, 1, [](int64_t) {});  // one thread: inline
+  parallel_for(1, 2, [](int64_t) {});    // one item: inline
+  EXPECT_EQ(pool_launches(), l0 + 1);
+  parallel_for(4, 2, [](int64_t) { parallel_for(8, 2, [](int64_t) {}); });  // nested loops run inline
+  EXPECT_EQ(pool_launches(), l0 + 2);
+  parallel_shares(2, [] {  // three loops, one launch
+    for (int j = 0; j < 3; ++j) parallel_for(16, 2, [](int64_t) {});
+  });
+  EXPECT_EQ(pool_launches(), l0 + 3);
+  end_solo_window();
+}
+
+TEST(ThreadPool, AStalledWorkerSendsTheNextLoopsToTheCaller) {
+  // A long window, so the check below does not depend on timing.
+  set_pool_solo_window(10'000'000, 10'000'000);
+  const int64_t s0 = pool_stalls();
+  const std::thread::id caller = std::this_thread::get_id();
+  // Item 0 (the caller's) waits until a worker has started item 1 and publishes
+  // how long that took (d0); the worker then stays in item 1 for 20 d0 + 20 ms,
+  // as if a co-tenant had preempted it there: the caller's wait is far longer
+  // than its own item, which is a stall.
+  std::atomic<bool> started{false};
+  std::atomic<int64_t> d0{-1};
+  parallel_for(2, 2, [&](int64_t i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (i == 0) {
+      while (!started.load() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
+        std::this_thread::yield();
+      d0.store(std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
+    } else {
+      started.store(true);
+      if (std::this_thread::get_id() == caller) return;  // the worker never came: no stall to make
+      while (d0.load() < 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
+        std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::microseconds(20 * std::max<int64_t>(d0.load(), 0) + 20'000));
+    }
+  });
+  ASSERT_EQ(pool_stalls(), s0 + 1);
+  // Inside the window every item runs on the caller.
+  std::mutex mu;
+  std::set<std::thread::id> ids;
+  const int64_t l0 = pool_launches();
+  parallel_for(64, 2, [&](int64_t) {
+    std::lock_guard<std::mutex> lock(mu);
+    ids.insert(std::this_thread::get_id());
+  });
+  EXPECT_EQ(ids, std::set<std::thread::id>{caller});
+  EXPECT_EQ(pool_launches(), l0);
+  // Resetting the window (the defaults) ends it: loops launch again.
+  end_solo_window();
+  parallel_for(64, 2, [](int64_t) {});
+  EXPECT_EQ(pool_launches(), l0 + 1);
 }
 
 }  // namespace

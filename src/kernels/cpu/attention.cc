@@ -228,13 +228,31 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
       ++n_tiles;
     }
   }
-  const int64_t items = static_cast<int64_t>(n_tiles) * nkv;
+  // Items: (tile, KV head, slice of the KV head's query heads). The query heads
+  // of a KV head are split only when tiles x KV heads are fewer than the
+  // threads (decode with one KV head: gemma3): each slice then reads the KV
+  // head's pages itself. Every head's op sequence is the same in any slice.
   const int nth = detail::threads();
+  const int64_t base_items = static_cast<int64_t>(n_tiles) * nkv;
+  int32_t hsplit = 1;
+  if (base_items < nth) {
+    const int64_t need = (nth + base_items - 1) / base_items;
+    hsplit = group;
+    for (int32_t d = static_cast<int32_t>(std::min<int64_t>(need, group)); d < group; ++d) {
+      if (group % d == 0) {
+        hsplit = d;
+        break;
+      }
+    }
+  }
+  const int32_t gs = group / hsplit;  // query heads per item
+  const int64_t items = base_items * hsplit;
   const size_t kvbuf = static_cast<size_t>(bs) * static_cast<size_t>(hd);
   const size_t per_token_floats = static_cast<size_t>(group) * (hd + 2);
   const size_t per_item_floats = 2 * kvbuf + static_cast<size_t>(group) * bs + kQueryTile * per_token_floats;
   detail::parallel_for(items, nth, [&](int64_t it) {
-    const int32_t tile = static_cast<int32_t>(it / nkv), kvh = static_cast<int32_t>(it % nkv);
+    const int32_t tile = static_cast<int32_t>(it / (nkv * hsplit));
+    const int32_t kvh = static_cast<int32_t>(it / hsplit % nkv), h0 = kvh * group + static_cast<int32_t>(it % hsplit) * gs;
     const int32_t s = tiles[3 * tile], t0 = tiles[3 * tile + 1], nt = tiles[3 * tile + 2] - t0;
     const int64_t seq_len = kv_len(batch, s, bs);
     // Token i sees keys [first[i], n_keys[i]): causal, and with a sliding window
@@ -257,9 +275,9 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
     float* state = sc + group * bs;           // per token: acc [group, hd], mrun [group], lrun [group]
     for (int32_t i = 0; i < nt; ++i) {
       float* st = state + i * per_token_floats;
-      std::fill(st, st + group * hd, 0.0f);
-      std::fill(st + group * hd, st + group * (hd + 1), -INFINITY);
-      std::fill(st + group * (hd + 1), st + group * (hd + 2), 0.0f);
+      std::fill(st, st + gs * hd, 0.0f);
+      std::fill(st + gs * hd, st + gs * (hd + 1), -INFINITY);
+      std::fill(st + gs * (hd + 1), st + gs * (hd + 2), 0.0f);
     }
     const int64_t head_off = static_cast<int64_t>(kvh) * hd;
     const size_t slice_off = kv_row_bytes(kv.dtype, head_off), slice_bytes = kv_row_bytes(kv.dtype, hd);
@@ -299,26 +317,26 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
         if (nki <= 0) continue;  // causal: this page starts after the token (or ends before its window)
         const float* const* kr = krow + lo;
         const float* const* vr = vrow + lo;
-        const float* qg = q + (static_cast<int64_t>(t0 + i) * n_heads + kvh * group) * hd;  // [group, hd]
+        const float* qg = q + (static_cast<int64_t>(t0 + i) * n_heads + h0) * hd;  // [gs, hd]
         float* acc = state + i * per_token_floats;
-        float* mrun = acc + group * hd;
-        float* lrun = mrun + group;
+        float* mrun = acc + gs * hd;
+        float* lrun = mrun + gs;
         switch (hd) {
-          case 8: page_v<1>(qg, kr, vr, nki, group, bs, scale, sc, acc, mrun, lrun); break;
-          case 16: page_v<2>(qg, kr, vr, nki, group, bs, scale, sc, acc, mrun, lrun); break;
-          case 32: page_v<4>(qg, kr, vr, nki, group, bs, scale, sc, acc, mrun, lrun); break;
-          case 64: page_v<8>(qg, kr, vr, nki, group, bs, scale, sc, acc, mrun, lrun); break;
-          case 128: page_v<16>(qg, kr, vr, nki, group, bs, scale, sc, acc, mrun, lrun); break;
-          case 256: page_v<32>(qg, kr, vr, nki, group, bs, scale, sc, acc, mrun, lrun); break;  // gemma3
-          default: page_generic(qg, kr, vr, nki, group, bs, hd, scale, sc, acc, mrun, lrun); break;
+          case 8: page_v<1>(qg, kr, vr, nki, gs, bs, scale, sc, acc, mrun, lrun); break;
+          case 16: page_v<2>(qg, kr, vr, nki, gs, bs, scale, sc, acc, mrun, lrun); break;
+          case 32: page_v<4>(qg, kr, vr, nki, gs, bs, scale, sc, acc, mrun, lrun); break;
+          case 64: page_v<8>(qg, kr, vr, nki, gs, bs, scale, sc, acc, mrun, lrun); break;
+          case 128: page_v<16>(qg, kr, vr, nki, gs, bs, scale, sc, acc, mrun, lrun); break;
+          case 256: page_v<32>(qg, kr, vr, nki, gs, bs, scale, sc, acc, mrun, lrun); break;  // gemma3
+          default: page_generic(qg, kr, vr, nki, gs, bs, hd, scale, sc, acc, mrun, lrun); break;
         }
       }
     }
     for (int32_t i = 0; i < nt; ++i) {
       const float* acc = state + i * per_token_floats;
-      const float* lrun = acc + group * (hd + 1);
-      for (int32_t g = 0; g < group; ++g) {
-        float* o = out + (static_cast<int64_t>(t0 + i) * n_heads + kvh * group + g) * hd;
+      const float* lrun = acc + gs * (hd + 1);
+      for (int32_t g = 0; g < gs; ++g) {
+        float* o = out + (static_cast<int64_t>(t0 + i) * n_heads + h0 + g) * hd;
         const float inv = n_keys[i] > first[i] ? 1.0f / lrun[g] : 0.0f;
         for (int32_t d = 0; d < hd; ++d) o[d] = acc[g * hd + d] * inv;
       }

@@ -2,6 +2,7 @@
 // whatever ISA matmul picked). Each row is reduced in a fixed lane order.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -35,27 +36,96 @@ void rmsnorm(const float* x, const float* weight, float eps, int64_t n_tokens, i
   }
 }
 
+namespace {
+
+// The cos and sin tables of one rope call (per token, per rotary pair), kept
+// for the next calls with the same positions and parameters: a decode step's
+// q and k of every layer share them (gemma3 alternates two bases), so the
+// double trig runs once per step instead of twice per layer. The values are
+// computed by the same code either way: results are bitwise unchanged.
+struct RopeTable {
+  // Key: everything the values depend on.
+  std::vector<int32_t> positions;
+  std::vector<float> freq_factors;  // empty: none
+  int32_t rope_dim = 0;
+  float theta_base = 0, freq_scale = 0, attn_factor = 0, ext_factor = 0, yarn_low = 0, yarn_high = 0;
+  bool valid = false;
+  // Values: [n_tokens, half] each.
+  std::vector<double> cs, sn;
+
+  bool matches(const int32_t* pos, int64_t n_tokens, int32_t rd, float base, const RopeScaling& s) const {
+    if (!valid || rd != rope_dim || base != theta_base || s.freq_scale != freq_scale ||
+        s.attn_factor != attn_factor || s.ext_factor != ext_factor || s.yarn_low != yarn_low ||
+        s.yarn_high != yarn_high || static_cast<int64_t>(positions.size()) != n_tokens ||
+        (s.freq_factors == nullptr) != freq_factors.empty())
+      return false;
+    if (!std::equal(positions.begin(), positions.end(), pos)) return false;
+    return s.freq_factors == nullptr || std::equal(freq_factors.begin(), freq_factors.end(), s.freq_factors);
+  }
+
+  void fill(const int32_t* pos, int64_t n_tokens, int32_t rd, float base, const RopeScaling& s) {
+    const int32_t half = rd / 2;
+    positions.assign(pos, pos + n_tokens);
+    if (s.freq_factors) {
+      freq_factors.assign(s.freq_factors, s.freq_factors + half);
+    } else {
+      freq_factors.clear();
+    }
+    rope_dim = rd;
+    theta_base = base;
+    freq_scale = s.freq_scale;
+    attn_factor = s.attn_factor;
+    ext_factor = s.ext_factor;
+    yarn_low = s.yarn_low;
+    yarn_high = s.yarn_high;
+    cs.resize(static_cast<size_t>(n_tokens * half));
+    sn.resize(static_cast<size_t>(n_tokens * half));
+    inv.resize(static_cast<size_t>(half));
+    for (int32_t i = 0; i < half; ++i) inv[i] = std::pow(static_cast<double>(base), -2.0 * i / rd);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      for (int32_t i = 0; i < half; ++i) {
+        double theta = pos[t] * inv[i];  // the op order of ref::rope
+        if (s.freq_factors) theta /= s.freq_factors[i];
+        const double mscale = rope_yarn(theta, i, s);
+        cs[t * half + i] = std::cos(theta) * mscale;
+        sn[t * half + i] = std::sin(theta) * mscale;
+      }
+    }
+    valid = true;
+  }
+
+  std::vector<double> inv;  // scratch: inverse frequencies
+};
+
+// The tables of the last two parameter sets seen on this thread (gemma3's
+// local and global layers alternate), most recent first. Per thread and grown
+// once, so a step allocates nothing after the first.
+const RopeTable& rope_table(const int32_t* pos, int64_t n_tokens, int32_t rd, float base, const RopeScaling& s) {
+  thread_local RopeTable tables[2];
+  thread_local int last = 0;
+  for (int j : {last, 1 - last}) {
+    if (tables[j].matches(pos, n_tokens, rd, base, s)) {
+      last = j;
+      return tables[j];
+    }
+  }
+  last = 1 - last;  // replace the older one
+  tables[last].fill(pos, n_tokens, rd, base, s);
+  return tables[last];
+}
+
+}  // namespace
+
 void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
           int32_t rope_dim, float theta_base, bool neox, const RopeScaling& scaling) {
-  // Same arithmetic as ref::rope (double trig and rotation), with the angles of
-  // a token computed once for all heads; results are bitwise equal to ref.
+  // Same arithmetic as ref::rope (double trig and rotation); the angles of a
+  // token are computed once for all heads (and reused across calls, see
+  // RopeTable): results are bitwise equal to ref.
   const int32_t half = rope_dim / 2;
-  // [3, half]: inverse frequencies, cos and sin of one token's angles. Per
-  // thread and grown once, so a step allocates nothing.
-  thread_local std::vector<double> buf;
-  if (buf.size() < static_cast<size_t>(3 * half)) buf.resize(static_cast<size_t>(3 * half));
-  double* inv = buf.data();
-  double* cs = inv + half;
-  double* sn = cs + half;
-  for (int32_t i = 0; i < half; ++i) inv[i] = std::pow(static_cast<double>(theta_base), -2.0 * i / rope_dim);
+  const RopeTable& tab = rope_table(positions, n_tokens, rope_dim, theta_base, scaling);
   for (int64_t t = 0; t < n_tokens; ++t) {
-    for (int32_t i = 0; i < half; ++i) {
-      double theta = positions[t] * inv[i];  // the op order of ref::rope
-      if (scaling.freq_factors) theta /= scaling.freq_factors[i];
-      const double mscale = rope_yarn(theta, i, scaling);
-      cs[i] = std::cos(theta) * mscale;
-      sn[i] = std::sin(theta) * mscale;
-    }
+    const double* cs = tab.cs.data() + t * half;
+    const double* sn = tab.sn.data() + t * half;
     for (int32_t h = 0; h < n_heads; ++h) {
       float* v = x + (t * n_heads + h) * head_dim;
       for (int32_t i = 0; i < half; ++i) {

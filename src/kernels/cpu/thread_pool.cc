@@ -24,6 +24,19 @@ constexpr int kMaxParticipants = 256;
 // few microseconds each), short against a scheduler time slice, so a worker
 // spinning next to a busy co-tenant wastes little of the core.
 constexpr int64_t kSpinMicros = 50;
+// Co-tenancy (see thread_pool.h, "stalls"): a wait for the workers is a stall
+// when it outlasts the spin window and kStallItems of the caller's own items
+// (a worker preempted inside an item, not one running a long item); after one,
+// loops run on the caller alone for a backoff window that doubles, from
+// kSoloMinMicros up to kSoloMaxMicros, while stalls come less than
+// kStallMemoryMicros apart, and starts over from the minimum otherwise.
+constexpr int64_t kStallItems = 8;
+constexpr int64_t kSoloMinMicros = 2'000, kSoloMaxMicros = 64'000, kStallMemoryMicros = 100'000;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 void futex_wait(std::atomic<uint32_t>* a, uint32_t expected) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(a), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
@@ -66,6 +79,11 @@ class Pool {
   bool try_run(int64_t n_items, int nth, void (*call)(void*, int64_t), void* ctx) {
     bool expected = false;
     if (!busy_.compare_exchange_strong(expected, true, std::memory_order_acquire)) return false;
+    const int64_t t0 = now_ns();
+    if (t0 < solo_until_ns_) {  // backing off after a stall: the caller runs the loop alone
+      busy_.store(false, std::memory_order_release);
+      return false;
+    }
     const int k = static_cast<int>(std::min<int64_t>({n_items, nth, kMaxParticipants}));
     grow(k - 1);
     for (int p = 0; p < k; ++p) {
@@ -81,19 +99,41 @@ class Pool {
     // seq_cst pairs with the workers' sleepers_ increment (see worker_wait).
     epoch_.store(e, std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(&epoch_);
-    work(0);  // ends when no item is left unclaimed
+    const int64_t mine = work(0);  // ends when no item is left unclaimed
     // Close the loop: a worker that has not joined yet (asleep, or descheduled
     // by a co-tenant) stays out, so the caller never waits for a thread that
     // has no item; it waits only for the joined ones still in an item.
     const uint64_t g = gate_.fetch_or(kClosed, std::memory_order_acq_rel);
-    wait_done(static_cast<uint32_t>(g & kJoinedMask));
+    const int64_t t1 = now_ns();
+    if (!wait_done(static_cast<uint32_t>(g & kJoinedMask))) {
+      // The wait outlasted the spin window: a stall if it also outlasted
+      // kStallItems of the caller's items (per item: its time over its items).
+      const int64_t t2 = now_ns();
+      if (mine > 0 && (t2 - t1) * mine > kStallItems * (t1 - t0)) note_stall(t2);
+    }
     busy_.store(false, std::memory_order_release);
     return true;
   }
 
+  // Test hooks (under busy_ like the loops).
+  int64_t stalls() {
+    lock();
+    const int64_t n = stalls_;
+    busy_.store(false, std::memory_order_release);
+    return n;
+  }
+  void set_solo_window(int64_t min_us, int64_t max_us) {
+    lock();
+    solo_min_ns_ = min_us * 1000;
+    solo_max_ns_ = max_us * 1000;
+    backoff_ns_ = solo_min_ns_;
+    solo_until_ns_ = 0;
+    last_stall_ns_ = INT64_MIN / 2;
+    busy_.store(false, std::memory_order_release);
+  }
+
   int workers() {
-    bool expected = false;
-    while (!busy_.compare_exchange_weak(expected, true, std::memory_order_acquire)) expected = false;
+    lock();
     const int n = static_cast<int>(workers_.size());
     busy_.store(false, std::memory_order_release);
     return n;
@@ -110,24 +150,46 @@ class Pool {
     }
   }
 
-  // Participant p: its own range first, then the others' leftovers.
-  void work(int p) {
+  void lock() {
+    bool expected = false;
+    while (!busy_.compare_exchange_weak(expected, true, std::memory_order_acquire)) expected = false;
+  }
+
+  // Participant p: its own range first, then the others' leftovers. Returns
+  // how many items it ran.
+  int64_t work(int p) {
     const int k = participants_;
+    int64_t ran = 0;
     for (int q = 0; q < k; ++q) {
       Range& r = ranges_[(p + q) % k];
       for (int64_t i = r.next.fetch_add(1, std::memory_order_relaxed); i < r.end;
-           i = r.next.fetch_add(1, std::memory_order_relaxed))
+           i = r.next.fetch_add(1, std::memory_order_relaxed), ++ran)
         call_(ctx_, i);
     }
+    return ran;
   }
 
-  // Waits until the `joined` workers of this loop have finished.
-  void wait_done(uint32_t joined) {
+  // Waits until the `joined` workers of this loop have finished; false if it
+  // had to sleep (they took longer than the spin window).
+  bool wait_done(uint32_t joined) {
     const auto done = [&] { return finished_.load(std::memory_order_acquire) == joined; };
-    if (spin_until(done)) return;
+    if (spin_until(done)) return true;
     caller_sleeping_.store(1, std::memory_order_seq_cst);
     for (uint32_t f; (f = finished_.load(std::memory_order_seq_cst)) != joined;) futex_wait(&finished_, f);
     caller_sleeping_.store(0, std::memory_order_relaxed);
+    return false;
+  }
+
+  // A worker held the caller up (preempted inside an item, most likely by a
+  // co-tenant): run the next loops on the caller alone for a while, so that
+  // decode degrades to one thread's speed instead of to the scheduler's time
+  // slice per loop. Repeated stalls lengthen the window.
+  void note_stall(int64_t now) {
+    ++stalls_;
+    backoff_ns_ = now - last_stall_ns_ < kStallMemoryMicros * 1000 ? std::min(2 * backoff_ns_, solo_max_ns_)
+                                                                   : solo_min_ns_;
+    last_stall_ns_ = now;
+    solo_until_ns_ = now + backoff_ns_;
   }
 
   // Joins the loop of epoch e if it is still open; false if it is closed (or
@@ -178,6 +240,10 @@ class Pool {
   void (*call_)(void*, int64_t) = nullptr;
   void* ctx_ = nullptr;
   int participants_ = 0;
+  // Stall backoff (caller side, under busy_).
+  int64_t solo_min_ns_ = kSoloMinMicros * 1000, solo_max_ns_ = kSoloMaxMicros * 1000;
+  int64_t backoff_ns_ = kSoloMinMicros * 1000, solo_until_ns_ = 0, last_stall_ns_ = INT64_MIN / 2;
+  int64_t stalls_ = 0;
   Range ranges_[kMaxParticipants];
   std::vector<std::thread> workers_;
 };
@@ -190,6 +256,9 @@ Pool& pool() {
 // The share (parallel_shares) active on this thread: share t_share of t_shares,
 // or t_shares == 0 for none.
 thread_local int t_share = 0, t_shares = 0;
+// Loops this thread has launched on the pool (pool_launches()): one plain
+// increment per launch, on the caller's own line.
+thread_local int64_t t_launches = 0;
 
 }  // namespace
 
@@ -202,7 +271,9 @@ void parallel_for_impl(int64_t n_items, int nth, void (*call)(void* ctx, int64_t
   }
   if (nth <= 1 || n_items == 1 || !pool().try_run(n_items, nth, call, ctx)) {
     for (int64_t i = 0; i < n_items; ++i) call(ctx, i);
+    return;
   }
+  ++t_launches;
 }
 
 void parallel_shares_impl(int nth, void (*call)(void* ctx), void* ctx) {
@@ -227,5 +298,11 @@ void parallel_shares_impl(int nth, void (*call)(void* ctx), void* ctx) {
 int pool_workers() { return pool().workers(); }
 
 int active_shares() { return t_shares; }
+
+int64_t pool_launches() { return t_launches; }
+
+int64_t pool_stalls() { return pool().stalls(); }
+
+void set_pool_solo_window(int64_t min_us, int64_t max_us) { pool().set_solo_window(min_us, max_us); }
 
 }  // namespace pagoda::kernels::cpu::detail

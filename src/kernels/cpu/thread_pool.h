@@ -24,6 +24,16 @@
 // a thread that has no item; on a crowded machine a loop degrades to fewer
 // threads instead of to the scheduler's wake-up latency.
 //
+// Stalls (co-tenancy): a worker that a busy co-tenant preempts inside an item
+// holds the caller up for the rest of the scheduler's time slice (ms), once per
+// loop it happens in. When the caller's wait outlasts the spin window and many
+// of its own items, the pool counts a stall and runs the following loops on the
+// caller alone for a window (2 ms, doubling up to 64 ms while stalls keep
+// coming within 100 ms of each other), then tries the workers again. On a quiet
+// machine no wait is that long and nothing changes; with a co-tenant, decode
+// runs at about one thread's speed instead of collapsing. Results never depend
+// on it (items compute the same on any thread).
+//
 // Concurrency: one loop runs on the pool at a time. A parallel_for issued while
 // another is in flight (from another thread, or nested inside an item) runs
 // inline on the calling thread, serially: same results, no deadlock.
@@ -78,5 +88,17 @@ void parallel_shares(int nth, F&& fn) {
 // Worker threads the pool has started so far (for tests: the pool starts
 // nth - 1 workers on first use and never more than the largest nth asked for).
 int pool_workers();
+
+// Loops the calling thread has run on the pool so far (parallel_for and
+// parallel_shares launches that woke workers; a loop run inline is not one):
+// each is one fork/join, i.e. one barrier. For tests and benchmarks that count
+// the barriers of a decode step.
+int64_t pool_launches();
+
+// Stalls counted so far (see above), and the backoff window's bounds in
+// microseconds (tests; the defaults are 2000 and 64000). Setting the window
+// also ends the current one.
+int64_t pool_stalls();
+void set_pool_solo_window(int64_t min_us, int64_t max_us);
 
 }  // namespace pagoda::kernels::cpu::detail
