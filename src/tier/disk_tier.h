@@ -2,9 +2,12 @@
 // least recently used first out when the total passes `--kv-disk-size`.
 //
 // One file per entry, named by TierKey::name() (32 hex digits). A store writes
-// ".tmp-<name>" and renames it over the name, so a crash leaves either no file
-// or a whole one; a torn or altered file is still caught by the entry's length
-// and checksum (decode_entry) and then dropped. The LRU index lives in memory
+// ".tmp-<name>", fsyncs it, and renames it over the name, so a crash leaves
+// either no file or a whole one; the directory is fsynced once per burst of
+// stores (flush(), when the worker's queue runs empty), which makes the renames
+// durable: an entry stored before a clean burst end survives a power cut. A
+// torn or altered file is still caught by the entry's length and checksum
+// (decode_entry) and then dropped. The LRU index lives in memory
 // and is rebuilt at start from the directory (oldest mtime first; a hit sets
 // the file's mtime, so recency survives restarts); stray tmp files and files
 // of other names are left out (tmp files are deleted).
@@ -29,6 +32,10 @@ struct DiskTierOptions {
   // Tests: every write fails with this errno (ENOSPC: a full disk; EROFS: a
   // read-only directory). 0: off.
   int inject_write_errno = 0;
+  // fsync each file before its rename and the directory after each burst
+  // (`--kv-disk-fsync off`: neither; a crash may then lose recent entries, a
+  // torn one is still detected).
+  bool fsync = true;
 };
 
 class DiskTier final : public TierBackend {
@@ -38,6 +45,7 @@ class DiskTier final : public TierBackend {
   TierGet get(const std::string& name) override;
   Put put(const std::string& name, const std::string& value) override;
   void drop(const std::string& name) override;
+  void flush() override;
 
   bool disabled() const { return disabled_; }
   uint64_t bytes_used() const { return bytes_; }
@@ -56,6 +64,7 @@ class DiskTier final : public TierBackend {
 
   DiskTierOptions opt_;
   bool disabled_ = false;
+  bool dir_dirty_ = false;  // renames since the last directory fsync
   uint64_t bytes_ = 0;
   std::list<std::string> lru_;
   std::unordered_map<std::string, Entry> index_;
