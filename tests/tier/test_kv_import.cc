@@ -2,6 +2,7 @@
 // (loaded blocks into the prefix cache), with every invariant after each call.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "kv/kv_manager.h"
@@ -9,12 +10,13 @@
 namespace pagoda::kv {
 namespace {
 
-KvManager make(int32_t num_blocks, double watermark = 0.0) {
+KvManager make(int32_t num_blocks, double watermark = 0.0, std::vector<KvGroupSpec> groups = {}) {
   KvConfig c;
   c.num_blocks = num_blocks;
   c.block_size = 4;
   c.watermark = watermark;
   c.model_fingerprint = 7;
+  c.groups = std::move(groups);
   return KvManager(c);
 }
 
@@ -27,13 +29,20 @@ std::vector<TokenId> prompt(int n, int base = 0) {
   return t;
 }
 
+// Sequence 1 computes all of p with the commit log on; the log.
+std::vector<KvManager::CommittedBlock> compute_logged(KvManager& kv, const std::vector<TokenId>& p,
+                                                      const std::string& salt) {
+  kv.set_commit_log(true);
+  const auto n = static_cast<int32_t>(p.size());
+  EXPECT_TRUE(kv.allocate(1, p, n, salt).ok());
+  kv.mark_computed(1, p, n);
+  return kv.take_committed();
+}
+
 TEST(KvTierHooks, CommitLogListsNewEntriesOnce) {
   KvManager kv = make(16);
-  kv.set_commit_log(true);
   const auto p = prompt(10);  // two full blocks
-  ASSERT_TRUE(kv.allocate(1, p, 10, "s").ok());
-  kv.mark_computed(1, p, 10);
-  auto log = kv.take_committed();
+  auto log = compute_logged(kv, p, "s");
   ASSERT_EQ(log.size(), 2u);
   EXPECT_EQ(log[0].block, kv.block_table(1)[0]);
   EXPECT_EQ(log[1].block, kv.block_table(1)[1]);
@@ -113,23 +122,12 @@ TEST(KvTierHooks, ImportNeverGoesBelowTheWatermarkOrEvictsItsOwnChain) {
 
 
 // One full group and one window-8 group, blocks of 4 tokens.
-KvManager make_groups(int32_t num_blocks) {
-  KvConfig c;
-  c.num_blocks = num_blocks;
-  c.block_size = 4;
-  c.watermark = 0.0;
-  c.model_fingerprint = 7;
-  c.groups = {KvGroupSpec{0}, KvGroupSpec{8}};
-  return KvManager(c);
-}
+KvManager make_groups(int32_t num_blocks) { return make(num_blocks, 0.0, {KvGroupSpec{0}, KvGroupSpec{8}}); }
 
 TEST(KvTierHooks, CommitLogListsEveryGroupsBlocks) {
   KvManager kv = make_groups(32);
-  kv.set_commit_log(true);
   const auto p = prompt(10);  // two full blocks
-  ASSERT_TRUE(kv.allocate(1, p, 10, "").ok());
-  kv.mark_computed(1, p, 10);
-  const auto log = kv.take_committed();
+  const auto log = compute_logged(kv, p, "");
   ASSERT_EQ(log.size(), 4u);  // block 0 of groups 0, 1; block 1 of groups 0, 1
   for (size_t n = 0; n < 4; ++n) {
     const auto i = static_cast<size_t>(n / 2);
