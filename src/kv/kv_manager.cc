@@ -532,7 +532,6 @@ int32_t KvManager::import_blocks(std::span<const TokenId> tokens, std::string_vi
     } else if (loaded(0, ii)) {
       b = import_one(key, parent, block_tokens, cache_salt, [&](BlockId blk) { fill(0, ii, blk); });
       if (b == kNullBlock) break;
-      pool_.incref(b);
       ++imported;
     } else {
       break;
@@ -566,7 +565,6 @@ int32_t KvManager::import_blocks(std::span<const TokenId> tokens, std::string_vi
       const BlockId b = import_one(group_key(keys[ui], g), i == 0 ? kRootEntry : entries[ui - 1],
                                    tokens.subspan(ui * bs, bs), cache_salt, [&](BlockId blk) { fill(g, i, blk); });
       if (b == kNullBlock) break;
-      pool_.incref(b);
       table[ui] = b;
       ++imported;
     }

@@ -332,7 +332,8 @@ class KvManager {
   BlockId take_block();  // pop + evict the key of a cached block
   const Seq& seq_ref(SeqId seq) const;
   // Takes a free block (above the watermark), fills it and commits it under
-  // `key`; kNullBlock when it cannot (watermark, refused insert).
+  // `key`; the block comes back held (ref 1) for the caller to release;
+  // kNullBlock when it cannot (watermark, refused insert).
   BlockId import_one(const Hash128& key, EntryId parent, std::span<const TokenId> tokens, std::string_view salt,
                      const std::function<void(BlockId)>& fill);
 

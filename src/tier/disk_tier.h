@@ -2,12 +2,15 @@
 // least recently used first out when the total passes `--kv-disk-size`.
 //
 // One file per entry, named by TierKey::name() (32 hex digits). A store writes
-// ".tmp-<name>", fsyncs it, and renames it over the name, so a crash leaves
-// either no file or a whole one; the directory is fsynced once per burst of
-// stores (flush(), when the worker's queue runs empty), which makes the renames
-// durable: an entry stored before a clean burst end survives a power cut. A
-// torn or altered file is still caught by the entry's length and checksum
-// (decode_entry) and then dropped. The LRU index lives in memory
+// ".tmp-<name>"; the data is made durable before the file is renamed to its
+// name, so a crash leaves either no file or a whole one, then the directory is
+// fsynced so that the names are durable too. Batched (an fsync costs ~20 ms on
+// the test machine): stores wait as tmp files until flush() (the worker's store
+// queue ran empty, 64 are waiting, a get() comes, or the tier is destroyed),
+// which runs one syncfs() for the batch, the renames, and one directory fsync.
+// A crash loses at most the waiting batch (its tmp files are deleted at the
+// next start). A torn or altered file is still caught by the entry's length
+// and checksum (decode_entry) and then dropped. The LRU index lives in memory
 // and is rebuilt at start from the directory (oldest mtime first; a hit sets
 // the file's mtime, so recency survives restarts); stray tmp files and files
 // of other names are left out (tmp files are deleted).
@@ -21,6 +24,7 @@
 #include <list>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "tier/tier.h"
 
@@ -32,15 +36,16 @@ struct DiskTierOptions {
   // Tests: every write fails with this errno (ENOSPC: a full disk; EROFS: a
   // read-only directory). 0: off.
   int inject_write_errno = 0;
-  // fsync each file before its rename and the directory after each burst
-  // (`--kv-disk-fsync off`: neither; a crash may then lose recent entries, a
-  // torn one is still detected).
+  // Durable stores, batched (above). `--kv-disk-fsync off`: each store is
+  // renamed at once, nothing is synced; a crash may then lose recent entries
+  // (a torn one is still detected).
   bool fsync = true;
 };
 
 class DiskTier final : public TierBackend {
  public:
   explicit DiskTier(DiskTierOptions opt);
+  ~DiskTier() override;
   const char* kind() const override { return "disk"; }
   TierGet get(const std::string& name) override;
   Put put(const std::string& name, const std::string& value) override;
@@ -64,7 +69,11 @@ class DiskTier final : public TierBackend {
 
   DiskTierOptions opt_;
   bool disabled_ = false;
-  bool dir_dirty_ = false;  // renames since the last directory fsync
+  struct Pending {
+    std::string name;
+    uint64_t size = 0;
+  };
+  std::vector<Pending> pending_;  // written as tmp files, not yet synced and renamed
   uint64_t bytes_ = 0;
   std::list<std::string> lru_;
   std::unordered_map<std::string, Entry> index_;

@@ -72,9 +72,45 @@ TEST(DiskTier, LeastRecentlyUsedGoesFirstBySize) {
   EXPECT_EQ(t.bytes_used(), 300u);
   // One entry of 250 bytes pushes out the three least recent (0, 2, 3 were read in that order).
   ASSERT_EQ(t.put(name_of(4), std::string(250, 'e')), TierBackend::Put::kStored);
+  t.flush();  // its batch (the TierSet worker flushes when its store queue runs empty)
   EXPECT_EQ(t.num_entries(), 1u);
   EXPECT_EQ(t.get(name_of(4)).status, TierGet::kHit);
   EXPECT_EQ(t.put(name_of(5), std::string(301, 'f')), TierBackend::Put::kSkipped);  // larger than the tier
+}
+
+TEST(DiskTier, SyncedStoresWaitAsTmpFilesUntilTheirBatchIsFlushed) {
+  TempDir d;
+  const auto exists = [&](const std::string& f) { return fs::exists(d.path + "/" + f); };
+  {
+    DiskTier t(opts(d.path, 1 << 20));  // fsync on (the default)
+    ASSERT_EQ(t.put(name_of(1), "a"), TierBackend::Put::kStored);
+    ASSERT_EQ(t.put(name_of(2), "b"), TierBackend::Put::kStored);
+    EXPECT_EQ(t.put(name_of(1), "a"), TierBackend::Put::kSkipped);  // waiting in the batch
+    EXPECT_FALSE(exists(name_of(1)));
+    EXPECT_TRUE(exists(".tmp-" + name_of(1)));
+    EXPECT_EQ(t.num_entries(), 0u);
+    t.flush();  // synced, renamed, the directory synced
+    EXPECT_TRUE(exists(name_of(1)));
+    EXPECT_TRUE(exists(name_of(2)));
+    EXPECT_FALSE(exists(".tmp-" + name_of(2)));
+    EXPECT_EQ(t.num_entries(), 2u);
+    // A batch is flushed by its 64th store, and before any read.
+    for (int i = 10; i < 73; ++i) ASSERT_EQ(t.put(name_of(i), "c"), TierBackend::Put::kStored);
+    EXPECT_EQ(t.num_entries(), 2u);
+    ASSERT_EQ(t.put(name_of(73), "c"), TierBackend::Put::kStored);
+    EXPECT_EQ(t.num_entries(), 66u);
+    ASSERT_EQ(t.put(name_of(74), "d"), TierBackend::Put::kStored);
+    EXPECT_EQ(t.get(name_of(74)).value, "d");
+    ASSERT_EQ(t.put(name_of(75), "e"), TierBackend::Put::kStored);
+  }  // the destructor flushes
+  EXPECT_EQ(read_file(d.path + "/" + name_of(75)), "e");
+  EXPECT_FALSE(exists(".tmp-" + name_of(75)));
+  // Without fsync a store is renamed at once.
+  DiskTierOptions o = opts(d.path, 1 << 20);
+  o.fsync = false;
+  DiskTier t(o);
+  ASSERT_EQ(t.put(name_of(80), "f"), TierBackend::Put::kStored);
+  EXPECT_TRUE(exists(name_of(80)));
 }
 
 TEST(DiskTier, RestartRebuildsTheIndexInMtimeOrder) {

@@ -156,7 +156,10 @@ TEST_F(TierGroups, RestartFromDiskIsBitwiseTheColdRunWithAndWithoutTheHybridMana
       const Out rp = run(*b, p);  // blocks 0..23 now in RAM, the rest from disk
       EXPECT_EQ(rp.cached, 148) << mode;
       expect_bitwise(cold_p, rp, mode + " restart, whole prompt");
-      EXPECT_EQ(b->stats().num_waiting_for_kv_load, 0);
+      const EngineStats st = b->stats();
+      EXPECT_EQ(st.num_waiting_for_kv_load, 0);
+      EXPECT_EQ(st.blocks_used, 0) << mode << ": imported blocks are all released";
+      EXPECT_GT(st.blocks_cached, 0) << mode;
     }
     {
       // The other layout never reads these entries (its blocks hold other layers).
