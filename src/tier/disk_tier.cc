@@ -90,15 +90,21 @@ void DiskTier::evict_to(uint64_t limit) {
   }
 }
 
+bool DiskTier::is_pending(const std::string& name) const {
+  return std::any_of(pending_.begin(), pending_.end(), [&](const Pending& p) { return p.name == name; });
+}
+
 TierGet DiskTier::get(const std::string& name) {
-  flush();  // a read sees every store before it
   TierGet g;
-  if (disabled_ || index_.count(name) == 0) return g;  // the index is the directory's content
-  const std::string p = path(name);
+  // A store waiting for its batch's sync is read from its tmp file (whole and
+  // closed; only its durability waits): a read never waits for a sync.
+  const bool pending = is_pending(name);
+  if (disabled_ || (!pending && index_.count(name) == 0)) return g;  // the index is the directory's content
+  const std::string p = pending ? opt_.dir + "/.tmp-" + name : path(name);
   const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno != ENOENT) g.status = TierGet::kError;
-    forget(name);
+    if (!pending) forget(name);
     return g;
   }
   struct stat st {};
@@ -133,9 +139,7 @@ static bool is_fatal_write_error(int e) {
 
 TierBackend::Put DiskTier::put(const std::string& name, const std::string& value) {
   if (disabled_) return Put::kSkipped;  // not an error each time: it was logged once
-  const bool waiting =
-      std::any_of(pending_.begin(), pending_.end(), [&](const Pending& p) { return p.name == name; });
-  if (waiting) return Put::kSkipped;
+  if (is_pending(name)) return Put::kSkipped;
   if (index_.count(name)) {  // already stored (the same prefix computed again)
     touch(name);
     return Put::kSkipped;

@@ -6,8 +6,9 @@
 // name, so a crash leaves either no file or a whole one, then the directory is
 // fsynced so that the names are durable too. Batched (an fsync costs ~20 ms on
 // the test machine): stores wait as tmp files until flush() (the worker's store
-// queue ran empty, 64 are waiting, a get() comes, or the tier is destroyed),
-// which runs one syncfs() for the batch, the renames, and one directory fsync.
+// queue ran empty, 64 are waiting, or the tier is destroyed), which runs one
+// syncfs() for the batch, the renames, and one directory fsync. A get() of a
+// waiting store reads its tmp file (it never waits for a sync).
 // A crash loses at most the waiting batch (its tmp files are deleted at the
 // next start). A torn or altered file is still caught by the entry's length
 // and checksum (decode_entry) and then dropped. The LRU index lives in memory
@@ -66,6 +67,7 @@ class DiskTier final : public TierBackend {
   void forget(const std::string& name);
   void evict_to(uint64_t limit);
   void disable(const char* what, int err);
+  bool is_pending(const std::string& name) const;
 
   DiskTierOptions opt_;
   bool disabled_ = false;
