@@ -124,10 +124,20 @@ bool KvTierLink::start(sched::NewRequest& r) {
   w.state.assign(ng, std::vector<int8_t>(static_cast<size_t>(k - first), kUnasked));
   w.bytes.assign(ng, std::vector<std::shared_ptr<const std::string>>(static_cast<size_t>(k - first)));
   // Group 0 past the RAM hit, and each window group's blocks of the full hit
-  // (a shorter hit may need more of them: decide() asks for those later).
+  // (a shorter hit may need more of them: decide() asks for those later); not
+  // the blocks RAM holds (with window groups, group 0's chain in RAM may go on
+  // past the hit every group serves).
+  const auto ram = kv_->cached_blocks(w.r.prompt, w.r.cache_salt);
+  for (size_t g = 0; g < ng; ++g) {
+    for (int32_t i = first; i < k; ++i) {
+      if (ram[g][static_cast<size_t>(i)]) w.state[g][static_cast<size_t>(i - first)] = kRam;
+    }
+  }
   for (int32_t g = 0; g < kv_->num_groups(); ++g) {
     const int32_t lo = std::max(first, kv_->first_needed_block(g, static_cast<int64_t>(k) * block_size_));
-    for (int32_t i = lo; i < k; ++i) request(w, g, i - first);
+    for (int32_t i = lo; i < k; ++i) {
+      if (w.state[static_cast<size_t>(g)][static_cast<size_t>(i - first)] == kUnasked) request(w, g, i - first);
+    }
   }
   order_.push_back(id);
   waits_.emplace(id, std::move(w));
@@ -137,7 +147,8 @@ bool KvTierLink::start(sched::NewRequest& r) {
 int32_t KvTierLink::decide(Wait& w) {
   const auto n = static_cast<int32_t>(w.state[0].size());
   int32_t e = 0;  // group 0's chain: hits from the RAM hit on
-  while (e < n && w.state[0][static_cast<size_t>(e)] == kHit) ++e;
+  auto have = [](int8_t s) { return s == kHit || s == kRam; };
+  while (e < n && have(w.state[0][static_cast<size_t>(e)])) ++e;
   if (e < n && w.state[0][static_cast<size_t>(e)] != kMiss) return -1;
   // The longest hit with only the misses known so far ruled out (blocks
   // before `first` are in RAM: the RAM hit needed every one a longer hit does).
@@ -150,7 +161,7 @@ int32_t KvTierLink::decide(Wait& w) {
     for (int32_t i = lo; i < h; ++i) {
       int8_t& s = w.state[static_cast<size_t>(g)][static_cast<size_t>(i - w.first)];
       if (s == kUnasked) request(w, g, i - w.first);
-      pending = pending || s != kHit;
+      pending = pending || !have(s);
     }
   }
   return pending ? -1 : h;

@@ -75,7 +75,8 @@ class KvTierLink {
   std::vector<KvTierStats> stats() const;
 
  private:
-  enum : int8_t { kUnasked = 0, kPending, kHit, kMiss };
+  // kRam: held in RAM when the request came (not loaded; the import finds it in the cache).
+  enum : int8_t { kUnasked = 0, kPending, kHit, kMiss, kRam };
   struct Wait {
     sched::NewRequest r;
     int32_t first = 0;          // first block index that may be loaded (the RAM hit's end)

@@ -495,6 +495,27 @@ std::vector<Hash128> KvManager::chain_keys(std::span<const TokenId> tokens, std:
   return keys;
 }
 
+std::vector<std::vector<int8_t>> KvManager::cached_blocks(std::span<const TokenId> tokens,
+                                                          std::string_view cache_salt) const {
+  const size_t bs = static_cast<size_t>(config_.block_size);
+  const size_t n = tokens.empty() ? 0 : (tokens.size() - 1) / bs;
+  std::vector<std::vector<int8_t>> held(groups_.size(), std::vector<int8_t>(n, 0));
+  if (!config_.enable_prefix_caching) return held;
+  Hash128 key{};
+  EntryId parent = kRootEntry;
+  for (size_t i = 0; i < n; ++i) {
+    const auto block_tokens = tokens.subspan(i * bs, bs);
+    key = cache_.key(key, block_tokens, cache_salt);
+    const BlockId b = cache_.find(key, parent, block_tokens, cache_salt);
+    if (b == kNullBlock) break;
+    held[0][i] = 1;
+    for (size_t g = 1; g < groups_.size(); ++g)
+      held[g][i] = cache_.find(group_key(key, static_cast<int32_t>(g)), parent, block_tokens, cache_salt) != kNullBlock;
+    parent = cache_.entry_of(b);
+  }
+  return held;
+}
+
 BlockId KvManager::import_one(const Hash128& key, EntryId parent, std::span<const TokenId> tokens,
                               std::string_view salt, const std::function<void(BlockId)>& fill) {
   if (pool_.num_free() <= watermark_blocks_) return kNullBlock;

@@ -258,6 +258,11 @@ class KvManager {
   // The keys of the full blocks of `tokens` a prefix hit may cover (never the
   // last token's block), in chain order. Changes nothing.
   std::vector<Hash128> chain_keys(std::span<const TokenId> tokens, std::string_view cache_salt) const;
+  // Which full blocks of `tokens` a hit may cover each group holds in the
+  // cache now ([group][block], 1: held): group 0 along its chain (nothing past
+  // its first miss), group g under its own key parented on group 0's chain.
+  // Changes nothing.
+  std::vector<std::vector<int8_t>> cached_blocks(std::span<const TokenId> tokens, std::string_view cache_salt) const;
   // First logical block a window group needs before computing from `start`:
   // the block of key start - W + 1; 0 for a full group.
   int32_t first_needed_block(int32_t group, int64_t start) const;

@@ -38,7 +38,7 @@ class TierBackend {
   // Drops an entry that failed verification (a corrupt file); best effort.
   virtual void drop(const std::string& name) = 0;
   // Called by the worker when its store queue runs empty: a backend may batch
-  // durability work there (the disk tier's directory fsync).
+  // durability work there (the disk tier syncs and renames its waiting batch).
   virtual void flush() {}
 };
 

@@ -159,6 +159,9 @@ TEST(KvTierHooks, GroupImportFollowsTheWindowRule) {
     EXPECT_NE(m.blocks(1)[3], kNullBlock);
     EXPECT_EQ(kv.stats().num_cached_evictable, 7);
     EXPECT_EQ(kv.check_invariants(), "");
+    // What RAM holds per group: what a tier load can skip.
+    EXPECT_EQ(kv.cached_blocks(p, ""), (std::vector<std::vector<int8_t>>{{1, 1, 1, 1, 1}, {0, 0, 0, 1, 1}}));
+    EXPECT_EQ(kv.cached_blocks(p, "other salt"), (std::vector<std::vector<int8_t>>{{0, 0, 0, 0, 0}, {0, 0, 0, 0, 0}}));
   }
   {
     // The window group lacks block 4: the hit falls to 4 blocks, whose window
