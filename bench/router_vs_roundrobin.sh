@@ -18,7 +18,7 @@ OUT=$(mktemp); trap 'rm -f "$OUT"' EXIT
 wait_up() { for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.1; done; return 1; }
 hits_queries() {  # port -> "hits queries"
   curl -sf "http://127.0.0.1:$1/metrics" | awk '
-    /^#/ {next} $1 ~ /prefix_cache_hits_total$/ {h += $2} $1 ~ /prefix_cache_queries_total$/ {q += $2}
+    /^#/ {next} $1 ~ /prefix_cache_hits_total({.*})?$/ {h += $2} $1 ~ /prefix_cache_queries_total({.*})?$/ {q += $2}
     END {printf "%d %d\n", h, q}'
 }
 one_run() {  # policy seed

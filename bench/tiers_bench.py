@@ -8,9 +8,13 @@
   redis     two replicas on one Redis: a prompt served by A, then by B.
   cluster   the same on a 3-node Redis Cluster, then one node killed while both
             replicas serve 16 requests: every request must end 200, no 5xx.
+  fsync     the cost of crash-safe disk writes (--kv-disk-fsync on vs off) on the
+            restart workload's cold half: wall time of the 16 requests, and of the
+            16 requests plus the server's exit (which drains every store), medians
+            of 3 interleaved rounds; then the restart's first request from that disk.
 
 Usage: bench/tiers_bench.py [--pagoda build/release/src/cli/pagoda] [--model M]
-                            [--scenarios restart,redis,cluster] [-t 2]
+                            [--scenarios restart,redis,cluster,fsync] [-t 2] [--disk-root DIR]
 Prints one line per measurement and a summary; exits 1 when a done-when bound fails.
 """
 import argparse
@@ -148,6 +152,38 @@ def scenario_restart(args, failures):
         shutil.rmtree(d, ignore_errors=True)
 
 
+def scenario_fsync(args, failures):
+    ps = prompts(16, PREFIX_TOKENS, 32, seed=5)
+    times = {"on": [], "off": []}
+    for rnd in range(3):
+        for mode in (["on", "off"] if rnd % 2 == 0 else ["off", "on"]):
+            d = tempfile.mkdtemp(prefix="pagoda-tiers-fsync-", dir=args.disk_root)
+            try:
+                flags = ["--kv-disk-dir", d, "--kv-disk-size", "4GiB", "--kv-disk-fsync", mode]
+                s = serve(args, flags).__enter__()
+                t0 = time.perf_counter()
+                cold = [stream_completion(s.port, p) for p in ps]
+                t1 = time.perf_counter()
+                stores = s.metrics().get('pagoda:kv_tier_stores_total{tier="disk"}', 0)
+                s.__exit__(None, None, None)  # SIGTERM; the engine's end drains the stores
+                t2 = time.perf_counter()
+                files = len([f for f in os.listdir(d) if not f.startswith(".")])
+                with serve(args, flags) as w:
+                    warm = stream_completion(w.port, ps[0])
+                times[mode].append((t1 - t0, t2 - t0))
+                print(f"fsync {mode} round {rnd}: 16 requests {t1 - t0:.2f} s, with drain and exit {t2 - t0:.2f} s, "
+                      f"stores {stores:.0f}, files {files}; "
+                      f"restart: cached {warm[2]}, same text {warm[1] == cold[0][1]}", flush=True)
+                check(warm[2] >= 2000 and warm[1] == cold[0][1] and all(c[3] == 200 for c in cold),
+                      f"fsync {mode}: the restart after it is served from disk, same output", failures)
+            finally:
+                shutil.rmtree(d, ignore_errors=True)
+    med = {k: (statistics.median(a for a, _ in v), statistics.median(b for _, b in v)) for k, v in times.items()}
+    print(f"fsync: median 16 requests on {med['on'][0]:.2f} s / off {med['off'][0]:.2f} s "
+          f"(ratio {med['on'][0] / med['off'][0]:.3f}); with drain and exit on {med['on'][1]:.2f} s / "
+          f"off {med['off'][1]:.2f} s (ratio {med['on'][1] / med['off'][1]:.3f})", flush=True)
+
+
 def two_replicas(args, url, label, failures, rounds=3, after=None):
     # Each round its own 2,048-token prefix: A computes it cold, then B asks for it.
     base = {"redis": 200, "cluster": 300}[label]
@@ -230,10 +266,12 @@ def main():
     ap.add_argument("--model", default=os.path.join(ROOT, "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--scenarios", default="restart,redis,cluster")
     ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--disk-root", default=None, help="where the fsync scenario's disk tiers live (default $TMPDIR)")
     args = ap.parse_args()
     failures = []
     for name in args.scenarios.split(","):
-        {"restart": scenario_restart, "redis": scenario_redis, "cluster": scenario_cluster}[name](args, failures)
+        {"restart": scenario_restart, "redis": scenario_redis, "cluster": scenario_cluster,
+         "fsync": scenario_fsync}[name](args, failures)
     print("summary: " + ("all done-when bounds met" if not failures else f"{len(failures)} failed: {failures}"))
     return 1 if failures else 0
 

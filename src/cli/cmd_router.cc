@@ -31,7 +31,10 @@ const char* kRouterHelp =
     "                           no new affinity request: the next on the ring does (default 0.5)\n"
     "  --health-interval S      seconds between GET /health rounds (default 2)\n"
     "  --request-timeout S      longest wait for a replica's head or next bytes (default 600)\n"
-    "  --max-in-flight N        requests being proxied beyond N get 503 (default 4096)\n"
+    "  --max-in-flight N        requests being proxied or queued beyond N get 503 (default 4096)\n"
+    "  --workers N              threads proxying at once (a stream holds one; default 256); more queue\n"
+    "  --upstream-keepalive N   idle keep-alive connections kept per replica (default 16; 0: a new\n"
+    "                           connection per request)\n"
     "Prompts shorter than one block go to the least-loaded replica. A request is retried on\n"
     "another replica when its replica fails (connection error, 5xx) before any byte of the\n"
     "answer was sent; a stream cut after that ends with an SSE error event and [DONE].\n";
@@ -70,6 +73,8 @@ int router_main(int argc, char** argv) {
   if (err.empty()) err = int_option(args, "--block-size", 1, 1 << 16, &cfg.block_size);
   if (err.empty()) err = int_option(args, "--affinity-blocks", 1, 1 << 20, &cfg.affinity_blocks);
   if (err.empty()) err = int_option(args, "--max-in-flight", 1, 1 << 20, &cfg.max_in_flight);
+  if (err.empty()) err = int_option(args, "--workers", 1, 1 << 14, &cfg.workers);
+  if (err.empty()) err = int_option(args, "--upstream-keepalive", 0, 1 << 14, &cfg.keepalive_per_replica);
   auto dbl = [&](const char* name, double lo, double hi, double* out) {
     if (!err.empty() || !args.value(name, &v)) return;
     double d = 0;

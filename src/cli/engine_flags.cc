@@ -234,6 +234,7 @@ const char* kEngineFlagsHelp =
     "    --trust-remote-code, --no-mmap, --mlock; -cb/--cont-batching and --jinja are always on\n"
     "  --kv-disk-dir DIR             KV tier on disk below the RAM prefix cache (survives restarts)\n"
     "  --kv-disk-size BYTES          what the disk tier may hold, least recently used out (default 4GiB)\n"
+    "  --kv-disk-fsync on|off        fsync each disk entry before its rename (default on: crash-durable)\n"
     "  --kv-redis redis://HOST:PORT[,HOST:PORT...]   KV tier in Redis or a Redis Cluster, shared by replicas\n"
     "  --kv-redis-ttl SECONDS        TTL of the Redis entries (default 0: none, Redis's maxmemory policy evicts)\n"
     PAGODA_SPECULATIVE_FLAGS_HELP;  // speculative_flags.h
@@ -404,6 +405,10 @@ std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
     int64_t b = 0;
     if (!parse_bytes(v, &b) || b <= 0) return "--kv-disk-size must be a positive byte size like 4GiB, got '" + v + "'";
     cfg->kv_disk_size = b;
+  }
+  if (args.value("--kv-disk-fsync", &v)) {
+    if (v != "on" && v != "off") return "--kv-disk-fsync must be on or off, got '" + v + "'";
+    cfg->kv_disk_fsync = v == "on";
   }
   if (args.value("--kv-redis", &v)) {
     if (v.empty()) return "--kv-redis needs redis://HOST:PORT[,HOST:PORT...]";

@@ -180,12 +180,12 @@ Status EngineImpl::init(const EngineConfig& c) {
   std::vector<int32_t> layer_windows;
   for (const model::LayerAttn& a : mc.layers) layer_windows.push_back(a.window);
   // Recompute rewrites every position each step: it needs every block, so one full group.
-  // Tiers too: their entries are one block of one group (engine/kv_tiers.h).
+  // Tiers store one entry per block per group (engine/kv_tiers.h).
   const bool tiers = kv_tiers_enabled(c);
   if (tiers && (c.recompute || !c.enable_prefix_caching))
     return errorf("KV tiers (--kv-disk-dir, --kv-redis) need prefix caching and the KV cache (no recompute)");
   const kv::KvGroupLayout layout =
-      kv::kv_group_layout(layer_windows, !c.disable_hybrid_kv_cache_manager && !c.recompute && !tiers);
+      kv::kv_group_layout(layer_windows, !c.disable_hybrid_kv_cache_manager && !c.recompute);
   const uint64_t bytes_per_block = kv::kv_group_bytes_per_block(shape, dtype_desc, c.block_size, layout);
   const int32_t max_chunk = std::max(1, c.max_num_batched_tokens);
   auto seq_blocks = [&](int64_t n) { return kv::kv_blocks_for_sequence(layout, n, c.block_size, max_chunk); };

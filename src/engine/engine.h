@@ -55,10 +55,10 @@ struct EngineConfig {
   // and window layers hold only their window (kv/sizing's kv_group_layout).
   bool disable_hybrid_kv_cache_manager = false;
   // KV tiers below the RAM prefix cache (issue 16, engine/kv_tiers.h). They
-  // need prefix caching and run the KV cache as one group (as
-  // disable_hybrid_kv_cache_manager). Empty: off.
+  // need prefix caching; one entry per block per KV group. Empty: off.
   std::string kv_disk_dir;           // one file per block, survives restarts
   int64_t kv_disk_size = 0;          // bytes the disk tier may hold (LRU beyond)
+  bool kv_disk_fsync = true;         // fsync each entry before its rename, the directory per burst
   int kv_disk_inject_errno = 0;      // tests: every disk write fails with this errno (ENOSPC, EROFS)
   std::string kv_redis;              // redis://HOST:PORT[,HOST:PORT...]: one node or a Redis Cluster
   int kv_redis_ttl = 0;              // seconds; 0: no TTL (Redis's maxmemory policy evicts)

@@ -45,6 +45,7 @@ Expected<std::unique_ptr<KvTierLink>> KvTierLink::create(const EngineConfig& c, 
     o.dir = c.kv_disk_dir;
     o.max_bytes = static_cast<uint64_t>(c.kv_disk_size);
     o.inject_write_errno = c.kv_disk_inject_errno;
+    o.fsync = c.kv_disk_fsync;
     backends.push_back(std::make_unique<tier::DiskTier>(o));
   }
   if (!c.kv_redis.empty()) {
@@ -59,7 +60,12 @@ Expected<std::unique_ptr<KvTierLink>> KvTierLink::create(const EngineConfig& c, 
   link->kv_ = kv;
   link->storage_ = storage;
   link->tiers_ = std::make_unique<tier::TierSet>(std::move(backends));
-  link->fingerprint_ = model_fingerprint;
+  // The group layout is part of what a block's bytes mean: with and without
+  // the hybrid manager, group 0's block holds other layers.
+  std::vector<uint64_t> layout = {model_fingerprint, static_cast<uint64_t>(kv->num_groups()), storage->block_bytes()};
+  for (int32_t g = 0; g < kv->num_groups(); ++g) layout.push_back(static_cast<uint64_t>(kv->group_window(g)));
+  const Hash128 lh = xxh3_128(layout.data(), layout.size() * sizeof(uint64_t));
+  link->fingerprint_ = lh.lo ^ lh.hi;
   link->kv_dtype_ = static_cast<uint32_t>(c.kv_dtype);
   link->block_size_ = kv->block_size();
   link->block_bytes_ = storage->block_bytes();
@@ -67,61 +73,98 @@ Expected<std::unique_ptr<KvTierLink>> KvTierLink::create(const EngineConfig& c, 
   return link;
 }
 
-tier::TierKey KvTierLink::key_for(const Hash128& chain, const std::string& salt) const {
+tier::TierKey KvTierLink::key_for(const Hash128& chain, const std::string& salt, int32_t group) const {
   tier::TierKey k;
   k.model_fingerprint = fingerprint_;
   k.kv_dtype = kv_dtype_;
   k.block_size = static_cast<uint32_t>(block_size_);
-  k.group = 0;
+  k.group = static_cast<uint32_t>(group);
   k.cache_salt = salt;
   k.chain = chain;
   return k;
 }
 
-bool KvTierLink::start(sched::NewRequest& r) {
-  const std::vector<Hash128> keys = kv_->chain_keys(r.prompt, r.cache_salt);
-  const int32_t first = kv_->match_prefix(r.prompt, r.cache_salt).num_blocks();
-  const auto n = static_cast<int32_t>(keys.size()) - first;
-  if (n <= 0) return false;
-  Wait w;
-  w.first = first;
-  w.state.assign(static_cast<size_t>(n), 0);
-  w.bytes.resize(static_cast<size_t>(n));
-  const sched::RequestId id = r.id;
+void KvTierLink::request(Wait& w, int32_t g, int32_t j) {
+  const auto ug = static_cast<size_t>(g);
+  const auto uj = static_cast<size_t>(j);
+  w.state[ug][uj] = kPending;
+  const auto i = static_cast<size_t>(w.first + j);
   const auto bs = static_cast<size_t>(block_size_);
-  for (int32_t j = 0; j < n; ++j) {
-    const auto i = static_cast<size_t>(first + j);
-    tier::TierKey key = key_for(keys[i], r.cache_salt);
-    std::string name = key.name();
-    std::vector<int32_t> tokens(r.prompt.begin() + static_cast<std::ptrdiff_t>(i * bs),
-                                r.prompt.begin() + static_cast<std::ptrdiff_t>((i + 1) * bs));
-    auto it = load_by_name_.find(name);
-    if (it != load_by_name_.end() && loads_[it->second].tokens == tokens) {  // already asked for by another request
-      loads_[it->second].waiters.emplace_back(id, j);
-      continue;
-    }
-    const uint64_t ticket = next_ticket_++;
-    load_by_name_[name] = ticket;
-    loads_[ticket] = Load{name, tokens, {{id, j}}};
-    tier::LoadRequest lr;
-    lr.ticket = ticket;
-    lr.key = std::move(key);
-    lr.tokens = std::move(tokens);
-    lr.kv_bytes = block_bytes_;
-    tiers_->load(std::move(lr));
+  tier::TierKey key = key_for(w.keys[i], w.r.cache_salt, g);
+  std::string name = key.name();
+  std::vector<int32_t> tokens(w.r.prompt.begin() + static_cast<std::ptrdiff_t>(i * bs),
+                              w.r.prompt.begin() + static_cast<std::ptrdiff_t>((i + 1) * bs));
+  auto it = load_by_name_.find(name);
+  if (it != load_by_name_.end() && loads_[it->second].tokens == tokens) {  // already asked for by another request
+    loads_[it->second].waiters.push_back({w.r.id, g, j});
+    return;
   }
+  const uint64_t ticket = next_ticket_++;
+  load_by_name_[name] = ticket;
+  loads_[ticket] = Load{name, tokens, {{w.r.id, g, j}}};
+  tier::LoadRequest lr;
+  lr.ticket = ticket;
+  lr.key = std::move(key);
+  lr.tokens = std::move(tokens);
+  lr.kv_bytes = block_bytes_;
+  tiers_->load(std::move(lr));
+}
+
+bool KvTierLink::start(sched::NewRequest& r) {
+  std::vector<Hash128> keys = kv_->chain_keys(r.prompt, r.cache_salt);
+  const int32_t first = kv_->match_prefix(r.prompt, r.cache_salt).num_blocks();
+  const auto k = static_cast<int32_t>(keys.size());
+  if (k - first <= 0) return false;
+  const sched::RequestId id = r.id;
+  Wait w;
   w.r = std::move(r);
-  waits_.emplace(id, std::move(w));
+  w.first = first;
+  w.keys = std::move(keys);
+  const auto ng = static_cast<size_t>(kv_->num_groups());
+  w.state.assign(ng, std::vector<int8_t>(static_cast<size_t>(k - first), kUnasked));
+  w.bytes.assign(ng, std::vector<std::shared_ptr<const std::string>>(static_cast<size_t>(k - first)));
+  // Group 0 past the RAM hit, and each window group's blocks of the full hit
+  // (a shorter hit may need more of them: decide() asks for those later); not
+  // the blocks RAM holds (with window groups, group 0's chain in RAM may go on
+  // past the hit every group serves).
+  const auto ram = kv_->cached_blocks(w.r.prompt, w.r.cache_salt);
+  for (size_t g = 0; g < ng; ++g) {
+    for (int32_t i = first; i < k; ++i) {
+      if (ram[g][static_cast<size_t>(i)]) w.state[g][static_cast<size_t>(i - first)] = kRam;
+    }
+  }
+  for (int32_t g = 0; g < kv_->num_groups(); ++g) {
+    const int32_t lo = std::max(first, kv_->first_needed_block(g, static_cast<int64_t>(k) * block_size_));
+    for (int32_t i = lo; i < k; ++i) {
+      if (w.state[static_cast<size_t>(g)][static_cast<size_t>(i - first)] == kUnasked) request(w, g, i - first);
+    }
+  }
   order_.push_back(id);
+  waits_.emplace(id, std::move(w));
   return true;
 }
 
-bool KvTierLink::ready(const Wait& w) const {
-  for (int8_t s : w.state) {
-    if (s == 0) return false;  // pending before the first miss
-    if (s == 2) return true;   // nothing after a miss is used
+int32_t KvTierLink::decide(Wait& w) {
+  const auto n = static_cast<int32_t>(w.state[0].size());
+  int32_t e = 0;  // group 0's chain: hits from the RAM hit on
+  auto have = [](int8_t s) { return s == kHit || s == kRam; };
+  while (e < n && have(w.state[0][static_cast<size_t>(e)])) ++e;
+  if (e < n && w.state[0][static_cast<size_t>(e)] != kMiss) return -1;
+  // The longest hit with only the misses known so far ruled out (blocks
+  // before `first` are in RAM: the RAM hit needed every one a longer hit does).
+  const int32_t h = kv_->longest_hit(w.first + e, [&](int32_t g, int32_t i) {
+    return i >= w.first && w.state[static_cast<size_t>(g)][static_cast<size_t>(i - w.first)] == kMiss;
+  });
+  bool pending = false;
+  for (int32_t g = 1; g < kv_->num_groups(); ++g) {
+    const int32_t lo = std::max(w.first, kv_->first_needed_block(g, static_cast<int64_t>(h) * block_size_));
+    for (int32_t i = lo; i < h; ++i) {
+      int8_t& s = w.state[static_cast<size_t>(g)][static_cast<size_t>(i - w.first)];
+      if (s == kUnasked) request(w, g, i - w.first);
+      pending = pending || !have(s);
+    }
   }
-  return true;
+  return pending ? -1 : h;
 }
 
 std::vector<sched::NewRequest> KvTierLink::take_ready() {
@@ -129,11 +172,13 @@ std::vector<sched::NewRequest> KvTierLink::take_ready() {
     auto it = loads_.find(res.ticket);
     if (it == loads_.end()) continue;
     auto bytes = res.hit ? std::make_shared<const std::string>(std::move(res.kv_bytes)) : nullptr;
-    for (const auto& [id, j] : it->second.waiters) {
-      auto wit = waits_.find(id);
+    for (const Load::Waiter& wt : it->second.waiters) {
+      auto wit = waits_.find(wt.id);
       if (wit == waits_.end()) continue;  // aborted while loading
-      wit->second.state[static_cast<size_t>(j)] = res.hit ? 1 : 2;
-      wit->second.bytes[static_cast<size_t>(j)] = bytes;
+      const auto g = static_cast<size_t>(wt.group);
+      const auto j = static_cast<size_t>(wt.j);
+      wit->second.state[g][j] = res.hit ? kHit : kMiss;
+      wit->second.bytes[g][j] = bytes;
     }
     auto nit = load_by_name_.find(it->second.name);
     if (nit != load_by_name_.end() && nit->second == res.ticket) load_by_name_.erase(nit);
@@ -147,15 +192,20 @@ std::vector<sched::NewRequest> KvTierLink::take_ready() {
       continue;
     }
     Wait& w = wit->second;
-    if (!ready(w)) {
+    const int32_t h = decide(w);
+    if (h < 0) {
       ++oit;
       continue;
     }
-    int32_t hits = 0;
-    while (hits < static_cast<int32_t>(w.state.size()) && w.state[static_cast<size_t>(hits)] == 1) ++hits;
-    imported_blocks_ += kv_->import_blocks(w.r.prompt, w.r.cache_salt, w.first, hits, [&](int32_t i, kv::BlockId b) {
-      storage_->import_block(b, *w.bytes[static_cast<size_t>(i - w.first)]);
-    });
+    auto loaded = [&](int32_t g, int32_t i) -> const std::string* {
+      if (i < w.first || i >= w.first + static_cast<int32_t>(w.state[0].size())) return nullptr;
+      return w.bytes[static_cast<size_t>(g)][static_cast<size_t>(i - w.first)].get();
+    };
+    if (h > w.first) {
+      imported_blocks_ += kv_->import_blocks(
+          w.r.prompt, w.r.cache_salt, h, [&](int32_t g, int32_t i) { return loaded(g, i) != nullptr; },
+          [&](int32_t g, int32_t i, kv::BlockId b) { storage_->import_block(b, *loaded(g, i)); });
+    }
     out.push_back(std::move(w.r));
     waits_.erase(wit);
     oit = order_.erase(oit);
@@ -169,7 +219,7 @@ void KvTierLink::store_committed() {
   std::string bytes;
   for (const kv::KvManager::CommittedBlock& cb : kv_->take_committed()) {
     storage_->export_block(cb.block, &bytes);
-    tiers_->store(key_for(cb.key, cb.salt), cb.tokens, bytes);
+    tiers_->store(key_for(cb.key, cb.salt, cb.group), cb.tokens, bytes);
   }
 }
 

@@ -14,10 +14,20 @@
 // and the request goes to the scheduler, whose RAM match takes them like any
 // other hit. A block whose load missed, and every block after it, is computed.
 //
+// KV groups (the hybrid manager's window groups): an entry is one block of one
+// group; stores cover every group's committed blocks. A load asks for group
+// 0's blocks past the RAM hit and each window group's blocks of the full hit's
+// window; the hit h is the longest prefix every group can serve
+// (KvManager::longest_hit: a window group needs only its blocks of the last W
+// tokens before h); when a miss lowers h, the window blocks the lower h needs
+// are asked for in turn. The request waits until every block h needs is back.
+//
 // Entries are keyed by a fingerprint of the model file (hyper-parameters,
-// tensor table and a sample of every tensor's bytes), the KV dtype, the block
-// size, the KV group (0: tiers run with one KV group), the cache salt and the
-// chain hash. Not thread-safe: the engine thread only.
+// tensor table and a sample of every tensor's bytes) mixed with the KV group
+// layout (group count, windows, bytes per block: a run with
+// --disable-hybrid-kv-cache-manager never reads a hybrid run's entries), the
+// KV dtype, the block size, the KV group, the cache salt and the chain hash.
+// Not thread-safe: the engine thread only.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -65,20 +75,32 @@ class KvTierLink {
   std::vector<KvTierStats> stats() const;
 
  private:
+  // kRam: held in RAM when the request came (not loaded; the import finds it in the cache).
+  enum : int8_t { kUnasked = 0, kPending, kHit, kMiss, kRam };
   struct Wait {
     sched::NewRequest r;
-    int32_t first = 0;  // first block index loaded (the RAM hit's end)
-    // [blocks to load] 0 pending, 1 hit, 2 miss; the hit's verified bytes.
-    std::vector<int8_t> state;
-    std::vector<std::shared_ptr<const std::string>> bytes;
+    int32_t first = 0;          // first block index that may be loaded (the RAM hit's end)
+    std::vector<Hash128> keys;  // chain keys of every block a hit may cover
+    // [group][block index - first] load state; the hit's verified bytes.
+    std::vector<std::vector<int8_t>> state;
+    std::vector<std::vector<std::shared_ptr<const std::string>>> bytes;
   };
   struct Load {
     std::string name;
     std::vector<int32_t> tokens;  // a request shares the load only with these tokens (no trust in a hash alone)
-    std::vector<std::pair<sched::RequestId, int32_t>> waiters;  // (request, block index - first)
+    struct Waiter {
+      sched::RequestId id;
+      int32_t group;
+      int32_t j;  // block index - first
+    };
+    std::vector<Waiter> waiters;
   };
-  bool ready(const Wait& w) const;
-  tier::TierKey key_for(const Hash128& chain, const std::string& salt) const;
+  // Asks for group g's block first + j of w (shares an in-flight load of the same entry).
+  void request(Wait& w, int32_t g, int32_t j);
+  // The hit w can import (blocks), or -1 while blocks it needs are still
+  // loading (those not yet asked for are asked for now).
+  int32_t decide(Wait& w);
+  tier::TierKey key_for(const Hash128& chain, const std::string& salt, int32_t group) const;
 
   kv::KvManager* kv_ = nullptr;
   runtime::KvStorage* storage_ = nullptr;

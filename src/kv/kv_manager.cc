@@ -26,6 +26,28 @@ int32_t KvManager::first_needed_block(int32_t group, int64_t start) const {
   return static_cast<int32_t>(std::max<int64_t>(0, start - w + 1) / config_.block_size);
 }
 
+int32_t KvManager::longest_hit(int32_t k, const std::function<bool(int32_t, int32_t)>& missing) const {
+  // A block missing at i rules out every j that needs it (j > i, and
+  // first_needed(j) <= i since it only grows with j), so the search continues
+  // at j = i.
+  int32_t j = k;
+  while (j > 0) {
+    int32_t miss = -1;
+    for (int32_t g = 1; g < num_groups() && miss < 0; ++g) {
+      const int32_t lo = first_needed_block(g, static_cast<int64_t>(j) * config_.block_size);
+      for (int32_t i = j - 1; i >= lo; --i) {
+        if (missing(g, i)) {
+          miss = i;
+          break;
+        }
+      }
+    }
+    if (miss < 0) break;
+    j = miss;
+  }
+  return j;
+}
+
 Hash128 KvManager::group_key(const Hash128& k, int32_t group) {
   if (group == 0) return k;
   // The same chain hash of the tokens, made distinct per group: one cache holds
@@ -87,35 +109,20 @@ PrefixMatch KvManager::match_prefix(std::span<const TokenId> tokens, std::string
   m.table_entries_.assign(ng, std::vector<EntryId>(static_cast<size_t>(k), kNoEntry));
   m.tables_[0] = std::move(walked);
   m.table_entries_[0] = m.entries_;
-  // The longest hit point j <= k every group serves. A block missing at i rules
-  // out every j that needs it (j > i, and first_needed(j) <= i since it only
-  // grows with j), so the search continues at j = i. Each (group, block) is
-  // looked up at most once.
+  // Each (group, block) is looked up at most once.
   std::vector<std::vector<int8_t>> looked(ng, std::vector<int8_t>(static_cast<size_t>(k), 0));
-  int32_t j = k;
-  while (j > 0) {
-    int32_t missing = -1;
-    for (size_t g = 1; g < ng && missing < 0; ++g) {
-      const int32_t lo = first_needed_block(static_cast<int32_t>(g), static_cast<int64_t>(j) * config_.block_size);
-      for (int32_t i = j - 1; i >= lo; --i) {
-        const auto ui = static_cast<size_t>(i);
-        if (!looked[g][ui]) {
-          looked[g][ui] = 1;
-          const EntryId parent_e = i == 0 ? kRootEntry : m.entries_[ui - 1];
-          const BlockId b = cache_.find(group_key(m.keys_[ui], static_cast<int32_t>(g)), parent_e,
-                                        tokens.subspan(ui * bs, bs), cache_salt);
-          m.tables_[g][ui] = b;
-          m.table_entries_[g][ui] = b == kNullBlock ? kNoEntry : cache_.entry_of(b);
-        }
-        if (m.tables_[g][ui] == kNullBlock) {
-          missing = i;
-          break;
-        }
-      }
+  const int32_t j = longest_hit(k, [&](int32_t g, int32_t i) {
+    const auto ui = static_cast<size_t>(i);
+    const auto ug = static_cast<size_t>(g);
+    if (!looked[ug][ui]) {
+      looked[ug][ui] = 1;
+      const EntryId parent_e = i == 0 ? kRootEntry : m.entries_[ui - 1];
+      const BlockId b = cache_.find(group_key(m.keys_[ui], g), parent_e, tokens.subspan(ui * bs, bs), cache_salt);
+      m.tables_[ug][ui] = b;
+      m.table_entries_[ug][ui] = b == kNullBlock ? kNoEntry : cache_.entry_of(b);
     }
-    if (missing < 0) break;
-    j = missing;
-  }
+    return m.tables_[ug][ui] == kNullBlock;
+  });
   if (j < k) {
     m.next_key_ = m.keys_[static_cast<size_t>(j)];
     m.has_next_key_ = true;
@@ -433,7 +440,12 @@ void KvManager::mark_computed(SeqId seq, std::span<const TokenId> tokens, int32_
     // blocks may be long released).
     for (size_t g = 1; g < s.tables.size() && config_.enable_prefix_caching; ++g) {
       const BlockId b = s.tables[g][i];
-      if (b != kNullBlock) cache_.insert(b, group_key(s.keys[i], static_cast<int32_t>(g)), parent_entry, block_tokens, s.salt);
+      if (b == kNullBlock) continue;
+      const auto gi = static_cast<int32_t>(g);
+      const EntryId eg = cache_.insert(b, group_key(s.keys[i], gi), parent_entry, block_tokens, s.salt);
+      if (commit_log_on_ && eg != kNoEntry && cache_.entry_of(b) == eg) {
+        commit_log_.push_back({b, s.keys[i], {block_tokens.begin(), block_tokens.end()}, s.salt, gi});
+      }
     }
     s.entries.push_back(e);
   }
@@ -543,40 +555,108 @@ std::vector<Hash128> KvManager::chain_keys(std::span<const TokenId> tokens, std:
   return keys;
 }
 
-int32_t KvManager::import_blocks(std::span<const TokenId> tokens, std::string_view cache_salt, int32_t first_block,
-                                 int32_t num_blocks, const std::function<void(int32_t, BlockId)>& fill) {
-  PAGODA_CHECK_MSG(num_groups() == 1, "tier import with %d KV groups", num_groups());
-  if (!config_.enable_prefix_caching || num_blocks <= 0) return 0;
+std::vector<std::vector<int8_t>> KvManager::cached_blocks(std::span<const TokenId> tokens,
+                                                          std::string_view cache_salt) const {
+  const size_t bs = static_cast<size_t>(config_.block_size);
+  const size_t n = tokens.empty() ? 0 : (tokens.size() - 1) / bs;
+  std::vector<std::vector<int8_t>> held(groups_.size(), std::vector<int8_t>(n, 0));
+  if (!config_.enable_prefix_caching) return held;
+  Hash128 key{};
+  EntryId parent = kRootEntry;
+  for (size_t i = 0; i < n; ++i) {
+    const auto block_tokens = tokens.subspan(i * bs, bs);
+    key = cache_.key(key, block_tokens, cache_salt);
+    const BlockId b = cache_.find(key, parent, block_tokens, cache_salt);
+    if (b == kNullBlock) break;
+    held[0][i] = 1;
+    for (size_t g = 1; g < groups_.size(); ++g)
+      held[g][i] = cache_.find(group_key(key, static_cast<int32_t>(g)), parent, block_tokens, cache_salt) != kNullBlock;
+    parent = cache_.entry_of(b);
+  }
+  return held;
+}
+
+BlockId KvManager::import_one(const Hash128& key, EntryId parent, std::span<const TokenId> tokens,
+                              std::string_view salt, const std::function<void(BlockId)>& fill) {
+  if (pool_.num_free() <= watermark_blocks_) return kNullBlock;
+  const BlockId b = take_block();
+  fill(b);
+  const EntryId e = cache_.insert(b, key, parent, tokens, salt);
+  if (e == kNoEntry || cache_.entry_of(b) != e) {  // refused (a collision): back to the pool, keyless
+    pool_.decref(b);
+    return kNullBlock;
+  }
+  return b;
+}
+
+int32_t KvManager::import_blocks(std::span<const TokenId> tokens, std::string_view cache_salt, int32_t num_blocks,
+                                 const std::function<bool(int32_t, int32_t)>& loaded,
+                                 const std::function<void(int32_t, int32_t, BlockId)>& fill) {
+  if (!config_.enable_prefix_caching || num_blocks <= 0 || tokens.empty()) return 0;
   ++generation_;
   const size_t bs = static_cast<size_t>(config_.block_size);
-  const auto end = std::min(static_cast<size_t>(first_block) + static_cast<size_t>(num_blocks),
-                            tokens.empty() ? 0 : (tokens.size() - 1) / bs);
-  std::vector<BlockId> pinned;  // the chain so far, held so that taking a block cannot evict it
-  Hash128 parent{};
-  EntryId parent_entry = kRootEntry;
+  const auto end = std::min(static_cast<size_t>(num_blocks), (tokens.size() - 1) / bs);
+  const auto ng = groups_.size();
+  std::vector<std::vector<BlockId>> pinned(ng);  // [group] held so that taking a block cannot evict them
+  std::vector<Hash128> keys;
+  std::vector<EntryId> entries;  // group 0's entry standing for the prefix through each block
   int32_t imported = 0;
+  // Group 0: the chain, from the cache or imported.
   for (size_t i = 0; i < end; ++i) {
     const auto block_tokens = tokens.subspan(i * bs, bs);
-    const Hash128 key = cache_.key(parent, block_tokens, cache_salt);
-    BlockId b = cache_.find(key, parent_entry, block_tokens, cache_salt);
-    if (b == kNullBlock) {
-      if (static_cast<int32_t>(i) < first_block || pool_.num_free() <= watermark_blocks_) break;
-      b = take_block();
-      fill(static_cast<int32_t>(i), b);
-      const EntryId e = cache_.insert(b, key, parent_entry, block_tokens, cache_salt);
-      if (e == kNoEntry || cache_.entry_of(b) != e) {  // refused (a collision): back to the pool, keyless
-        pool_.decref(b);
-        break;
-      }
+    const Hash128 key = cache_.key(keys.empty() ? Hash128{} : keys.back(), block_tokens, cache_salt);
+    const EntryId parent = entries.empty() ? kRootEntry : entries.back();
+    const auto ii = static_cast<int32_t>(i);
+    BlockId b = cache_.find(key, parent, block_tokens, cache_salt);
+    if (b != kNullBlock) {
+      pool_.incref(b);
+    } else if (loaded(0, ii)) {
+      b = import_one(key, parent, block_tokens, cache_salt, [&](BlockId blk) { fill(0, ii, blk); });
+      if (b == kNullBlock) break;
       ++imported;
     } else {
-      pool_.incref(b);
+      break;
     }
-    pinned.push_back(b);
-    parent_entry = cache_.entry_of(b);
-    parent = key;
+    pinned[0].push_back(b);
+    keys.push_back(key);
+    entries.push_back(cache_.entry_of(b));
   }
-  for (auto it = pinned.rbegin(); it != pinned.rend(); ++it) pool_.decref(*it);
+  // Window groups: the hit every group serves, then their blocks of it.
+  auto find_g = [&](int32_t g, int32_t i) {
+    const auto ui = static_cast<size_t>(i);
+    return cache_.find(group_key(keys[ui], g), i == 0 ? kRootEntry : entries[ui - 1], tokens.subspan(ui * bs, bs),
+                       cache_salt);
+  };
+  const int32_t h = longest_hit(static_cast<int32_t>(keys.size()),
+                                [&](int32_t g, int32_t i) { return find_g(g, i) == kNullBlock && !loaded(g, i); });
+  for (int32_t g = 1; g < num_groups(); ++g) {  // pin what the cache has first: imports cannot evict it then
+    auto& table = pinned[static_cast<size_t>(g)];
+    table.assign(static_cast<size_t>(h), kNullBlock);
+    for (int32_t i = first_needed_block(g, static_cast<int64_t>(h) * config_.block_size); i < h; ++i) {
+      const BlockId b = find_g(g, i);
+      if (b != kNullBlock) pool_.incref(b);
+      table[static_cast<size_t>(i)] = b;
+    }
+  }
+  for (int32_t g = 1; g < num_groups(); ++g) {
+    auto& table = pinned[static_cast<size_t>(g)];
+    for (int32_t i = first_needed_block(g, static_cast<int64_t>(h) * config_.block_size); i < h; ++i) {
+      const auto ui = static_cast<size_t>(i);
+      if (table[ui] != kNullBlock) continue;
+      const BlockId b = import_one(group_key(keys[ui], g), i == 0 ? kRootEntry : entries[ui - 1],
+                                   tokens.subspan(ui * bs, bs), cache_salt, [&](BlockId blk) { fill(g, i, blk); });
+      if (b == kNullBlock) break;
+      table[ui] = b;
+      ++imported;
+    }
+  }
+  // Released as free() does: group 0 last, each group's last block first.
+  for (size_t g = 1; g <= ng; ++g) {
+    const auto& blocks = pinned[g % ng];
+    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
+      if (*it != kNullBlock) pool_.decref(*it);
+    }
+  }
   return imported;
 }
 

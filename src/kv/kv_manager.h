@@ -267,33 +267,52 @@ class KvManager {
   int32_t num_committed_blocks(SeqId seq) const;  // leading full blocks already committed
   int32_t num_slots(SeqId seq) const;             // block_table(seq).size() * block_size
 
-  // --- tiers below RAM (tier/, issue 16); one KV group only ---
-  // A full block newly committed to the prefix cache, for write-through.
+  // --- tiers below RAM (tier/, issue 16) ---
+  // A full block of one KV group newly committed to the prefix cache, for
+  // write-through. `key` is the chain key (group 0's); the tier entry adds the group.
   struct CommittedBlock {
     BlockId block = kNullBlock;
     Hash128 key;
     std::vector<TokenId> tokens;
     std::string salt;
+    int32_t group = 0;
   };
   // When on, mark_computed logs every block it commits under a new entry
-  // (not a hit, not a duplicate); take_committed() hands the log over. The
-  // blocks' K/V are valid until the next allocation.
+  // (not a hit, not a duplicate), in every group; take_committed() hands the
+  // log over. The blocks' K/V are valid until the next allocation.
   void set_commit_log(bool on) { commit_log_on_ = on; }
   std::vector<CommittedBlock> take_committed() { return std::exchange(commit_log_, {}); }
   // The keys of the full blocks of `tokens` a prefix hit may cover (never the
   // last token's block), in chain order. Changes nothing.
   std::vector<Hash128> chain_keys(std::span<const TokenId> tokens, std::string_view cache_salt) const;
+  // Which full blocks of `tokens` a hit may cover each group holds in the
+  // cache now ([group][block], 1: held): group 0 along its chain (nothing past
+  // its first miss), group g under its own key parented on group 0's chain.
+  // Changes nothing.
+  std::vector<std::vector<int8_t>> cached_blocks(std::span<const TokenId> tokens, std::string_view cache_salt) const;
+  // First logical block a window group needs before computing from `start`:
+  // the block of key start - W + 1; 0 for a full group.
+  int32_t first_needed_block(int32_t group, int64_t start) const;
+  // The per-group prefix-hit rule: the longest hit point j <= k (blocks) such
+  // that no window group g >= 1 misses a block of [first_needed_block(g, j*bs), j)
+  // (group 0, the chain, is the caller's: k is where it ends). `missing(g, i)`
+  // may be called more than once per block. One group: k.
+  int32_t longest_hit(int32_t k, const std::function<bool(int32_t group, int32_t index)>& missing) const;
   // Puts blocks loaded from a tier into the prefix cache as cached-evictable
-  // blocks: walks the chain of `tokens` (as match_prefix) over the first
-  // first_block + num_blocks full blocks; a block of [first_block, ...) the
-  // cache lacks is taken from the free queue (never below the watermark, never
-  // one of this chain), filled by fill(index, block) with its K/V and committed
-  // under its key. Stops at the first block it cannot confirm, fit or commit.
-  // The chain's blocks are pinned during the walk and then released last block
-  // first (the head is evicted last). Returns the blocks imported.
-  // Precondition: num_groups() == 1.
-  int32_t import_blocks(std::span<const TokenId> tokens, std::string_view cache_salt, int32_t first_block,
-                        int32_t num_blocks, const std::function<void(int32_t index, BlockId block)>& fill);
+  // blocks, for a hit of up to num_blocks blocks of `tokens`: group 0's chain
+  // is walked as in match_prefix and each block the cache lacks but `loaded(0,
+  // i)` has is taken from the free queue (never below the watermark), filled
+  // by fill(0, i, block) and committed; the walk stops at a block neither has.
+  // Then the hit h is longest_hit over what the cache or `loaded` holds, and
+  // each window group's blocks of [first_needed_block(g, h*bs), h) the cache
+  // lacks are imported the same way. Blocks found or imported are pinned during
+  // the call and released last block first, group 0 last (the chain's head is
+  // evicted last). Best effort: a refused insert or the watermark stops a
+  // group's imports (the next match_prefix finds a shorter hit, never a wrong
+  // one). Returns the blocks imported, all groups.
+  int32_t import_blocks(std::span<const TokenId> tokens, std::string_view cache_salt, int32_t num_blocks,
+                        const std::function<bool(int32_t group, int32_t index)>& loaded,
+                        const std::function<void(int32_t group, int32_t index, BlockId block)>& fill);
 
   KvStats stats() const;
   // KvStats' prefix counters without stats()' O(blocks) census (per-step traces).
@@ -329,9 +348,6 @@ class KvManager {
   int64_t prefill_peak_blocks(int32_t group, int32_t target, int32_t max_chunk) const;
   // What s may still take from the pool before its prefill ends (0 once it has).
   int64_t prefill_reserve(const Seq& s) const;
-  // First logical block a window group needs before computing from `start`:
-  // the block of key start - W + 1; 0 for a full group.
-  int32_t first_needed_block(int32_t group, int64_t start) const;
   // The key of group g's block for chain key `k` (group 0: k itself).
   static Hash128 group_key(const Hash128& k, int32_t group);
   // Whether hit point j (blocks) is served by every group of m (its tables and
@@ -353,6 +369,11 @@ class KvManager {
   int32_t cow_blocks_needed(const Seq& s, int32_t num_new_tokens, int32_t* fresh) const;
   BlockId take_block();  // pop + evict the key of a cached block
   const Seq& seq_ref(SeqId seq) const;
+  // Takes a free block (above the watermark), fills it and commits it under
+  // `key`; the block comes back held (ref 1) for the caller to release;
+  // kNullBlock when it cannot (watermark, refused insert).
+  BlockId import_one(const Hash128& key, EntryId parent, std::span<const TokenId> tokens, std::string_view salt,
+                     const std::function<void(BlockId)>& fill);
 
   KvConfig config_;
   std::vector<KvGroupSpec> groups_;  // config_.groups, or one full group

@@ -16,6 +16,7 @@
 #include "router/ring.h"
 #include "server/openai_api.h"
 #include "server/text.h"
+#include "server/worker_pool.h"
 #include "tok/tokenizer.h"
 
 namespace pagoda::router {
@@ -101,10 +102,14 @@ struct Router::Impl {
   std::mutex fail_mu;
   std::map<int, uint64_t> failures;      // router-made error answers by status
 
-  // Proxy threads (one per request in flight) and the exchanges to cancel at stop.
+  // Keep-alive connections, one pool per replica (empty vector: none).
+  std::vector<std::unique_ptr<UpstreamPool>> pools;
+  // The proxy workers, and the requests queued or running on them with the
+  // exchanges to cancel at stop.
+  std::unique_ptr<server::WorkerPool> workers;
   std::mutex live_mu;
   std::condition_variable live_cv;
-  int live_threads = 0;
+  int live_threads = 0;  // requests queued or proxied
   bool stopping = false;
   std::set<std::shared_ptr<Exchange>> live;
 
@@ -121,6 +126,7 @@ struct Router::Impl {
     --in_flight[static_cast<size_t>(replica)];
   }
   void set_healthy(size_t r, bool ok, const std::string& why) {
+    if (!ok && !pools.empty()) pools[r]->clear();  // its kept connections are likely dead too
     if (healthy[r].exchange(ok) != ok) {
       if (ok) PAGODA_LOG_INFO("replica %s is healthy: back on the ring", urls[r].text.c_str());
       else PAGODA_LOG_WARN("replica %s is unhealthy (%s): off the ring", urls[r].text.c_str(), why.c_str());
@@ -236,7 +242,8 @@ void Router::Impl::proxy(const HttpRequest& req, Responder& res, Exchange& ex) {
           boundary = tail == "\n\n";
           res.write(std::string(piece));
           return true;
-        });
+        },
+        pools.empty() ? nullptr : pools[r].get());
     release(c.replica);
     if (result.cancelled) {
       // Client gone: nobody to answer. Router stopping: end what was started.
@@ -328,8 +335,8 @@ void Router::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
                              std::to_string(urls.size()) + "}";
     return res->send(n > 0 ? 200 : 503, "application/json", body);
   }
-  // Everything else waits on a replica: one thread per request in flight (they
-  // block on sockets, not on the CPU), bounded by max_in_flight.
+  // Everything else waits on a replica: on one of the proxy workers (they block
+  // on sockets, not on the CPU); queued while all are busy, bounded by max_in_flight.
   auto ex = std::make_shared<Exchange>();
   {
     std::lock_guard<std::mutex> l(live_mu);
@@ -343,9 +350,22 @@ void Router::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
     live.insert(ex);
   }
   res->on_disconnect([ex] { ex->cancel(); });
-  std::thread([this, req = std::move(req), res, ex]() mutable {
+  auto done = [this, ex] {
+    std::lock_guard<std::mutex> l(live_mu);
+    live.erase(ex);
+    // Last touch of *this: the destructor waits for live_threads to reach 0.
+    --live_threads;
+    live_cv.notify_all();
+  };
+  const bool queued = workers->try_post([this, req = std::move(req), res, ex, done]() mutable {
     try {
-      proxy(req, *res, *ex);
+      bool stopping_now = false;
+      {
+        std::lock_guard<std::mutex> l(live_mu);
+        stopping_now = stopping;
+      }
+      if (stopping_now) send_error(*res, 503, "the router is stopping", "service_unavailable", "stopping");
+      else proxy(req, *res, *ex);
     } catch (const std::exception& e) {
       PAGODA_LOG_ERROR("router: internal error on %s %s: %s", req.method.c_str(), req.target.c_str(), e.what());
       res->send(500, "application/json",
@@ -354,13 +374,12 @@ void Router::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
     // The responder holds the client's session, which refers to the HTTP server:
     // dropped before the count below lets the destructor take the server down.
     res.reset();
-    std::lock_guard<std::mutex> l(live_mu);
-    live.erase(ex);
-    // Last touch of *this: the destructor waits for live_threads to reach 0.
-    live.erase(ex);
-    --live_threads;
-    live_cv.notify_all();
-  }).detach();
+    done();
+  });
+  if (!queued) {
+    done();
+    send_error(*res, 503, "router is overloaded: its queue is full", "service_unavailable", "overloaded");
+  }
 }
 
 std::string Router::Impl::render_metrics() {
@@ -392,6 +411,12 @@ std::string Router::Impl::render_metrics() {
   for (RouteKind k : {RouteKind::kAffinity, RouteKind::kFallback, RouteKind::kLeastLoaded, RouteKind::kRoundRobin})
     line("pagoda:router_routing_decisions_total", std::string("kind=\"") + route_kind_name(k) + "\"",
          double(decisions[static_cast<size_t>(k)].load()));
+  head("pagoda:router_upstream_connections_total", "counter",
+       "Upstream calls by connection: opened (a new TCP connection) or reused (a kept-alive one).");
+  for (size_t r = 0; r < pools.size(); ++r) {
+    line("pagoda:router_upstream_connections_total", rep(r) + ",kind=\"opened\"", double(pools[r]->opened()));
+    line("pagoda:router_upstream_connections_total", rep(r) + ",kind=\"reused\"", double(pools[r]->reused()));
+  }
   head("pagoda:router_retries_total", "counter", "Requests sent again to another replica after one failed.");
   line("pagoda:router_retries_total", "", double(retries.load()));
   head("pagoda:router_stream_errors_total", "counter",
@@ -413,6 +438,8 @@ Expected<std::unique_ptr<Router>> Router::create(const RouterConfig& config) {
   if (config.affinity_blocks < 1) return make_error("--affinity-blocks must be at least 1");
   if (!(config.max_imbalance >= 0)) return make_error("--max-imbalance must be >= 0");
   if (!(config.health_interval_s > 0)) return make_error("--health-interval must be > 0");
+  if (config.workers < 1) return make_error("--workers must be at least 1");
+  if (config.keepalive_per_replica < 0) return make_error("--upstream-keepalive must be >= 0");
   std::unique_ptr<Router> router(new Router());
   router->impl_ = std::make_unique<Impl>();
   Impl* m = router->impl_.get();
@@ -430,6 +457,10 @@ Expected<std::unique_ptr<Router>> Router::create(const RouterConfig& config) {
   m->healthy = std::vector<std::atomic<bool>>(names.size());
   for (auto& h : m->healthy) h = true;
   m->requests = std::vector<std::atomic<uint64_t>>(names.size());
+  if (config.keepalive_per_replica > 0)
+    for (size_t r = 0; r < names.size(); ++r)
+      m->pools.push_back(std::make_unique<UpstreamPool>(static_cast<size_t>(config.keepalive_per_replica)));
+  m->workers = std::make_unique<server::WorkerPool>(config.workers, static_cast<size_t>(config.max_in_flight));
   if (!config.model_path.empty()) {
     PAGODA_ASSIGN_OR_RETURN(auto file, gguf::GgufFile::open(config.model_path));
     PAGODA_ASSIGN_OR_RETURN(auto tk, tok::Tokenizer::from_gguf(*file));
@@ -461,6 +492,7 @@ Router::~Router() {
     for (const auto& ex : m.live) ex->cancel();
     m.live_cv.wait(l, [&] { return m.live_threads == 0; });
   }
+  m.workers->stop();
   {
     std::lock_guard<std::mutex> l(m.health_mu);
     m.health_stop = true;

@@ -30,7 +30,9 @@ struct RouterConfig {
   double max_imbalance = 0.5;         // ring.h load_limit
   double health_interval_s = 2;       // between GET /health rounds
   UpstreamTimeouts timeouts;
-  int max_in_flight = 4096;           // requests being proxied beyond this get 503
+  int max_in_flight = 4096;           // requests being proxied or queued beyond this get 503
+  int workers = 256;                  // threads proxying at once (a stream holds one); more requests queue
+  int keepalive_per_replica = 16;     // idle keep-alive connections kept per replica (0: one per request)
   size_t max_response_bytes = size_t{256} << 20;  // a non-streamed answer larger than this is a 502
 };
 

@@ -1,9 +1,12 @@
 // A small blocking HTTP/1.1 client for the router's calls to its replicas
-// (Boost.Beast). One UpstreamCall is one request on a fresh connection, run on the
-// calling thread over a private io_context, so every step has a deadline and
+// (Boost.Beast). One UpstreamCall is one request, run on the calling thread over
+// its connection's private io_context, so every step has a deadline and
 // cancel() from any other thread (a client that went away, the router stopping)
-// ends it at once. The response body is handed over piece by piece as it arrives,
-// which is what passes a replica's SSE stream through without buffering it.
+// ends it at once. The response body is handed over piece by piece as it
+// arrives, which is what passes a replica's SSE stream through without
+// buffering it. With an UpstreamPool the connection is kept alive: taken from
+// the replica's idle connections when one is there, given back when the
+// response was read whole and the replica keeps the connection open.
 #pragma once
 #include <atomic>
 #include <functional>
@@ -53,6 +56,32 @@ struct UpstreamResult {
   bool cancelled = false;
 };
 
+// One TCP connection to a replica with its own io_context (opaque).
+struct UpstreamConn;
+
+// The idle keep-alive connections to one replica: at most max_idle kept, the
+// most recently used taken first. Thread-safe.
+class UpstreamPool {
+ public:
+  explicit UpstreamPool(size_t max_idle);
+  ~UpstreamPool();
+  UpstreamPool(const UpstreamPool&) = delete;
+  UpstreamPool& operator=(const UpstreamPool&) = delete;
+  std::unique_ptr<UpstreamConn> take();            // nullptr when none is idle
+  void give(std::unique_ptr<UpstreamConn> conn);   // closed and dropped beyond max_idle
+  void clear();                                    // drops every idle connection (the replica failed)
+  size_t idle() const;
+  uint64_t opened() const { return opened_.load(); }  // connections made for calls through this pool
+  uint64_t reused() const { return reused_.load(); }  // calls that ran on an idle connection
+
+ private:
+  friend class UpstreamCall;
+  size_t max_idle_;
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<UpstreamConn>> idle_;
+  std::atomic<uint64_t> opened_{0}, reused_{0};
+};
+
 class UpstreamCall {
  public:
   UpstreamCall();
@@ -63,9 +92,13 @@ class UpstreamCall {
   // Runs the request once. on_head(status, content_type) comes when the head is
   // read; on_body gets each piece of the decoded body (chunked framing removed).
   // Either may return false to stop reading (the result then has an error).
+  // pool: keep-alive connections to url's replica (nullptr: a fresh connection,
+  // closed at the end). A kept connection the replica closed meanwhile fails
+  // before any byte of the answer; the request is then sent once more on a
+  // fresh connection.
   UpstreamResult run(const ReplicaUrl& url, const UpstreamRequest& req, const UpstreamTimeouts& t,
                      const std::function<bool(int status, const std::string& content_type)>& on_head,
-                     const std::function<bool(std::string_view piece)>& on_body);
+                     const std::function<bool(std::string_view piece)>& on_body, UpstreamPool* pool = nullptr);
   // Any thread, any time (before, during or after run): the call fails as soon as
   // possible with cancelled = true.
   void cancel();

@@ -16,6 +16,8 @@ namespace pagoda::tier {
 
 namespace fs = std::filesystem;
 
+constexpr size_t kMaxPending = 64;  // stores in one synced batch at most
+
 bool is_entry_name(const std::string& name) {
   return name.size() == 32 &&
          std::all_of(name.begin(), name.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
@@ -88,14 +90,21 @@ void DiskTier::evict_to(uint64_t limit) {
   }
 }
 
+bool DiskTier::is_pending(const std::string& name) const {
+  return std::any_of(pending_.begin(), pending_.end(), [&](const Pending& p) { return p.name == name; });
+}
+
 TierGet DiskTier::get(const std::string& name) {
   TierGet g;
-  if (disabled_ || index_.count(name) == 0) return g;  // the index is the directory's content
-  const std::string p = path(name);
+  // A store waiting for its batch's sync is read from its tmp file (whole and
+  // closed; only its durability waits): a read never waits for a sync.
+  const bool pending = is_pending(name);
+  if (disabled_ || (!pending && index_.count(name) == 0)) return g;  // the index is the directory's content
+  const std::string p = pending ? opt_.dir + "/.tmp-" + name : path(name);
   const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno != ENOENT) g.status = TierGet::kError;
-    forget(name);
+    if (!pending) forget(name);
     return g;
   }
   struct stat st {};
@@ -130,6 +139,7 @@ static bool is_fatal_write_error(int e) {
 
 TierBackend::Put DiskTier::put(const std::string& name, const std::string& value) {
   if (disabled_) return Put::kSkipped;  // not an error each time: it was logged once
+  if (is_pending(name)) return Put::kSkipped;
   if (index_.count(name)) {  // already stored (the same prefix computed again)
     touch(name);
     return Put::kSkipped;
@@ -153,6 +163,11 @@ TierBackend::Put DiskTier::put(const std::string& name, const std::string& value
         off += static_cast<size_t>(n);
       }
       if (::close(fd) != 0 && err == 0) err = errno;
+      if (err == 0 && opt_.fsync) {  // synced and renamed with its batch
+        pending_.push_back({name, value.size()});
+        if (pending_.size() >= kMaxPending) flush();
+        return Put::kStored;
+      }
       if (err == 0 && ::rename(tmp.c_str(), path(name).c_str()) != 0) err = errno;
     }
   }
@@ -166,6 +181,43 @@ TierBackend::Put DiskTier::put(const std::string& name, const std::string& value
   bytes_ += value.size();
   evict_to(opt_.max_bytes);
   return Put::kStored;
+}
+
+DiskTier::~DiskTier() { flush(); }
+
+void DiskTier::flush() {
+  if (pending_.empty()) return;
+  std::vector<Pending> batch;
+  batch.swap(pending_);
+  // The data of the whole batch before any of its names: one syncfs (the
+  // filesystem's dirty data) instead of one fdatasync per file.
+  const int dfd = ::open(opt_.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0 || ::syncfs(dfd) != 0) {
+    for (const Pending& p : batch) {
+      const int fd = ::open((opt_.dir + "/.tmp-" + p.name).c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd >= 0) {
+        ::fdatasync(fd);
+        ::close(fd);
+      }
+    }
+  }
+  for (const Pending& p : batch) {
+    const std::string tmp = opt_.dir + "/.tmp-" + p.name;
+    if (::rename(tmp.c_str(), path(p.name).c_str()) != 0) {
+      const int err = errno;
+      ::unlink(tmp.c_str());
+      if (is_fatal_write_error(err)) disable("cannot rename an entry", err);
+      continue;
+    }
+    lru_.push_back(p.name);
+    index_[p.name] = Entry{p.size, std::prev(lru_.end())};
+    bytes_ += p.size;
+  }
+  evict_to(opt_.max_bytes);
+  if (dfd >= 0) {
+    ::fsync(dfd);  // the names; best effort (the entries are whole either way)
+    ::close(dfd);
+  }
 }
 
 void DiskTier::drop(const std::string& name) {

@@ -37,6 +37,9 @@ class TierBackend {
   virtual Put put(const std::string& name, const std::string& value) = 0;
   // Drops an entry that failed verification (a corrupt file); best effort.
   virtual void drop(const std::string& name) = 0;
+  // Called by the worker when its store queue runs empty: a backend may batch
+  // durability work there (the disk tier syncs and renames its waiting batch).
+  virtual void flush() {}
 };
 
 // Load latency histogram bounds in seconds (the tier metrics' buckets).

@@ -147,6 +147,11 @@ void TierSet::run(size_t i) {
       } else if (put == TierBackend::Put::kError) {
         ++t.stats.errors;
       }
+      if (t.stores.empty()) {  // the end of a burst (still busy: drain() waits for it)
+        l.unlock();
+        t.backend->flush();
+        l.lock();
+      }
     }
     t.busy = false;
     done_cv_.notify_all();

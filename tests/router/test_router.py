@@ -177,7 +177,8 @@ class RouterTest(unittest.TestCase):
 
 class FakeReplica:
     """A replica stand-in on a free loopback port: GET /health answers 200; POST
-    /v1/completions answers by `mode`: "ok" (200 JSON naming the replica), "503", or
+    /v1/completions answers by `mode`: "ok" (200 JSON naming the replica), "ok-close" (the
+    same, then the connection closed while the router may keep it), "503", or
     "cut" (a chunked SSE stream that closes mid-event, as a replica that dies)."""
 
     def __init__(self, name):
@@ -209,6 +210,10 @@ class FakeReplica:
                     return self.reply(200, {"replica": fake.name})
                 if fake.mode == "503":
                     return self.reply(503, {"error": {"message": "busy " + fake.name}})
+                if fake.mode == "ok-close":  # closes the connection without saying so (no Connection: close)
+                    self.reply(200, {"replica": fake.name})
+                    self.close_connection = True
+                    return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")
@@ -277,6 +282,31 @@ class RouterFaultTest(unittest.TestCase):
         status, body = post_json(self.router.url + "/v1/completions", {"prompt": [1, 2], "max_tokens": 1})
         self.assertEqual(status, 503)
         self.assertTrue(body["error"]["message"].startswith("busy "), body)
+
+    def test_connections_are_kept_alive_and_a_closed_one_is_replaced(self):
+        def total(m, kind):
+            return sum(m['pagoda:router_upstream_connections_total{replica="%s",kind="%s"}' % (f.url, kind)]
+                       for f in self.fakes)
+        m0 = self.router.metrics()
+        for i in range(8):
+            status, body = post_json(self.router.url + "/v1/completions", {"prompt": [1, 2 + i], "max_tokens": 1})
+            self.assertEqual(status, 200, body)
+        m1 = self.router.metrics()
+        # One after another: at most one new connection per replica, every other call reuses one.
+        self.assertLessEqual(total(m1, "opened") - total(m0, "opened"), 2)
+        self.assertEqual(total(m1, "opened") + total(m1, "reused") - total(m0, "opened") - total(m0, "reused"), 8)
+        # Replicas that close each connection after answering: the kept one fails before any
+        # byte of an answer and the request goes again on a new connection, to the same replica.
+        for f in self.fakes:
+            f.mode = "ok-close"
+        for i in range(6):
+            status, body = post_json(self.router.url + "/v1/completions", {"prompt": [1, 2 + i], "max_tokens": 1})
+            self.assertEqual(status, 200, body)
+        m2 = self.router.metrics()
+        self.assertEqual(m2["pagoda:router_retries_total"], m1["pagoda:router_retries_total"])
+        self.assertGreaterEqual(total(m2, "opened") - total(m1, "opened"), 4)
+        for f in self.fakes:
+            self.assertEqual(m2["pagoda:router_replica_healthy" + self.rep(f)], 1)
 
     def test_cut_stream_ends_with_an_error_event_and_the_replica_returns(self):
         for f in self.fakes:

@@ -41,6 +41,8 @@ TEST(DiskTier, PutGetAndOneFilePerEntry) {
   EXPECT_EQ(t.get("00000000000000000000000000000001").status, TierGet::kMiss);
   EXPECT_EQ(t.put("00000000000000000000000000000001", "hello"), TierBackend::Put::kStored);
   EXPECT_EQ(t.put("00000000000000000000000000000001", "hello"), TierBackend::Put::kSkipped);  // already there
+  t.flush();  // synced and renamed (the TierSet worker does it when its store queue runs empty)
+  EXPECT_EQ(t.put("00000000000000000000000000000001", "hello"), TierBackend::Put::kSkipped);
   const TierGet g = t.get("00000000000000000000000000000001");
   EXPECT_EQ(g.status, TierGet::kHit);
   EXPECT_EQ(g.value, "hello");
@@ -62,8 +64,10 @@ TEST(DiskTier, LeastRecentlyUsedGoesFirstBySize) {
   TempDir d;
   DiskTier t(opts(d.path, 300));  // three entries of 100 bytes
   for (int i = 0; i < 3; ++i) ASSERT_EQ(t.put(name_of(i), std::string(100, 'a' + i)), TierBackend::Put::kStored);
+  t.flush();  // each batch (the TierSet worker flushes when its store queue runs empty)
   EXPECT_EQ(t.get(name_of(0)).status, TierGet::kHit);  // 0 is now the most recent: 1 is the oldest
   ASSERT_EQ(t.put(name_of(3), std::string(100, 'd')), TierBackend::Put::kStored);
+  t.flush();
   EXPECT_EQ(t.get(name_of(1)).status, TierGet::kMiss);
   EXPECT_FALSE(fs::exists(d.path + "/" + name_of(1)));
   EXPECT_EQ(t.get(name_of(0)).status, TierGet::kHit);
@@ -72,9 +76,47 @@ TEST(DiskTier, LeastRecentlyUsedGoesFirstBySize) {
   EXPECT_EQ(t.bytes_used(), 300u);
   // One entry of 250 bytes pushes out the three least recent (0, 2, 3 were read in that order).
   ASSERT_EQ(t.put(name_of(4), std::string(250, 'e')), TierBackend::Put::kStored);
+  t.flush();
   EXPECT_EQ(t.num_entries(), 1u);
   EXPECT_EQ(t.get(name_of(4)).status, TierGet::kHit);
   EXPECT_EQ(t.put(name_of(5), std::string(301, 'f')), TierBackend::Put::kSkipped);  // larger than the tier
+}
+
+TEST(DiskTier, SyncedStoresWaitAsTmpFilesUntilTheirBatchIsFlushed) {
+  TempDir d;
+  const auto exists = [&](const std::string& f) { return fs::exists(d.path + "/" + f); };
+  {
+    DiskTier t(opts(d.path, 1 << 20));  // fsync on (the default)
+    ASSERT_EQ(t.put(name_of(1), "a"), TierBackend::Put::kStored);
+    ASSERT_EQ(t.put(name_of(2), "b"), TierBackend::Put::kStored);
+    EXPECT_EQ(t.put(name_of(1), "a"), TierBackend::Put::kSkipped);  // waiting in the batch
+    EXPECT_FALSE(exists(name_of(1)));
+    EXPECT_TRUE(exists(".tmp-" + name_of(1)));
+    EXPECT_EQ(t.num_entries(), 0u);
+    t.flush();  // synced, renamed, the directory synced
+    EXPECT_TRUE(exists(name_of(1)));
+    EXPECT_TRUE(exists(name_of(2)));
+    EXPECT_FALSE(exists(".tmp-" + name_of(2)));
+    EXPECT_EQ(t.num_entries(), 2u);
+    // A batch is flushed by its 64th store.
+    for (int i = 10; i < 73; ++i) ASSERT_EQ(t.put(name_of(i), "c"), TierBackend::Put::kStored);
+    EXPECT_EQ(t.num_entries(), 2u);
+    ASSERT_EQ(t.put(name_of(73), "c"), TierBackend::Put::kStored);
+    EXPECT_EQ(t.num_entries(), 66u);
+    ASSERT_EQ(t.put(name_of(74), "d"), TierBackend::Put::kStored);
+    EXPECT_EQ(t.get(name_of(74)).value, "d");  // read from its tmp file, no sync
+    EXPECT_EQ(t.num_entries(), 66u);
+    EXPECT_FALSE(exists(name_of(74)));
+    ASSERT_EQ(t.put(name_of(75), "e"), TierBackend::Put::kStored);
+  }  // the destructor flushes
+  EXPECT_EQ(read_file(d.path + "/" + name_of(75)), "e");
+  EXPECT_FALSE(exists(".tmp-" + name_of(75)));
+  // Without fsync a store is renamed at once.
+  DiskTierOptions o = opts(d.path, 1 << 20);
+  o.fsync = false;
+  DiskTier t(o);
+  ASSERT_EQ(t.put(name_of(80), "f"), TierBackend::Put::kStored);
+  EXPECT_TRUE(exists(name_of(80)));
 }
 
 TEST(DiskTier, RestartRebuildsTheIndexInMtimeOrder) {

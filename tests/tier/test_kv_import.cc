@@ -2,6 +2,7 @@
 // (loaded blocks into the prefix cache), with every invariant after each call.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "kv/kv_manager.h"
@@ -9,14 +10,18 @@
 namespace pagoda::kv {
 namespace {
 
-KvManager make(int32_t num_blocks, double watermark = 0.0) {
+KvManager make(int32_t num_blocks, double watermark = 0.0, std::vector<KvGroupSpec> groups = {}) {
   KvConfig c;
   c.num_blocks = num_blocks;
   c.block_size = 4;
   c.watermark = watermark;
   c.model_fingerprint = 7;
+  c.groups = std::move(groups);
   return KvManager(c);
 }
+
+// A tier that holds every block asked for.
+bool all(int32_t, int32_t) { return true; }
 
 std::vector<TokenId> prompt(int n, int base = 0) {
   std::vector<TokenId> t;
@@ -24,13 +29,20 @@ std::vector<TokenId> prompt(int n, int base = 0) {
   return t;
 }
 
+// Sequence 1 computes all of p with the commit log on; the log.
+std::vector<KvManager::CommittedBlock> compute_logged(KvManager& kv, const std::vector<TokenId>& p,
+                                                      const std::string& salt) {
+  kv.set_commit_log(true);
+  const auto n = static_cast<int32_t>(p.size());
+  EXPECT_TRUE(kv.allocate(1, p, n, salt).ok());
+  kv.mark_computed(1, p, n);
+  return kv.take_committed();
+}
+
 TEST(KvTierHooks, CommitLogListsNewEntriesOnce) {
   KvManager kv = make(16);
-  kv.set_commit_log(true);
   const auto p = prompt(10);  // two full blocks
-  ASSERT_TRUE(kv.allocate(1, p, 10, "s").ok());
-  kv.mark_computed(1, p, 10);
-  auto log = kv.take_committed();
+  auto log = compute_logged(kv, p, "s");
   ASSERT_EQ(log.size(), 2u);
   EXPECT_EQ(log[0].block, kv.block_table(1)[0]);
   EXPECT_EQ(log[1].block, kv.block_table(1)[1]);
@@ -51,7 +63,10 @@ TEST(KvTierHooks, ImportedBlocksAreCachedEvictableAndHit) {
   const auto p = prompt(13);  // three full blocks a hit may cover
   ASSERT_EQ(kv.chain_keys(p, "").size(), 3u);
   std::vector<std::pair<int32_t, BlockId>> filled;
-  const int32_t n = kv.import_blocks(p, "", 0, 3, [&](int32_t i, BlockId b) { filled.emplace_back(i, b); });
+  const int32_t n = kv.import_blocks(p, "", 3, all, [&](int32_t g, int32_t i, BlockId b) {
+    EXPECT_EQ(g, 0);
+    filled.emplace_back(i, b);
+  });
   EXPECT_EQ(n, 3);
   ASSERT_EQ(filled.size(), 3u);
   EXPECT_EQ(kv.check_invariants(), "");
@@ -76,13 +91,15 @@ TEST(KvTierHooks, ImportContinuesTheRamChainAndStopsWhereItCannot) {
   kv.mark_computed(1, p, 8);
   ASSERT_TRUE(kv.free(1));
   int calls = 0;
-  EXPECT_EQ(kv.import_blocks(p, "", 2, 2, [&](int32_t i, BlockId) { EXPECT_GE(i, 2); ++calls; }), 2);
+  auto from2 = [](int32_t, int32_t i) { return i >= 2; };
+  EXPECT_EQ(kv.import_blocks(p, "", 4, from2, [&](int32_t, int32_t i, BlockId) { EXPECT_GE(i, 2); ++calls; }), 2);
   EXPECT_EQ(calls, 2);
   EXPECT_EQ(kv.match_prefix(p, "").num_blocks(), 4);
   EXPECT_EQ(kv.check_invariants(), "");
   // A chain whose RAM part is gone cannot be continued: nothing imported.
   const auto q = prompt(21, 100);
-  EXPECT_EQ(kv.import_blocks(q, "", 1, 2, [&](int32_t, BlockId) { ADD_FAILURE(); }), 0);
+  auto from1 = [](int32_t, int32_t i) { return i >= 1; };
+  EXPECT_EQ(kv.import_blocks(q, "", 3, from1, [&](int32_t, int32_t, BlockId) { ADD_FAILURE(); }), 0);
   EXPECT_EQ(kv.check_invariants(), "");
 }
 
@@ -92,15 +109,90 @@ TEST(KvTierHooks, ImportNeverGoesBelowTheWatermarkOrEvictsItsOwnChain) {
   ASSERT_EQ(kv.watermark_blocks(), 1);
   const auto p = prompt(4 * 8 + 1);  // eight full blocks
   int calls = 0;
-  EXPECT_EQ(kv.import_blocks(p, "", 0, 8, [&](int32_t, BlockId) { ++calls; }), 4);
+  EXPECT_EQ(kv.import_blocks(p, "", 8, all, [&](int32_t, int32_t, BlockId) { ++calls; }), 4);
   EXPECT_EQ(calls, 4);
   EXPECT_EQ(kv.match_prefix(p, "").num_blocks(), 4);
   EXPECT_EQ(kv.check_invariants(), "");
   // A second import of another prompt evicts the first chain's blocks, tail first.
   const auto q = prompt(4 * 2 + 1, 500);
-  EXPECT_EQ(kv.import_blocks(q, "", 0, 2, [&](int32_t, BlockId) {}), 2);
+  EXPECT_EQ(kv.import_blocks(q, "", 2, all, [&](int32_t, int32_t, BlockId) {}), 2);
   EXPECT_EQ(kv.match_prefix(q, "").num_blocks(), 2);
   EXPECT_EQ(kv.check_invariants(), "");
+}
+
+
+// One full group and one window-8 group, blocks of 4 tokens.
+KvManager make_groups(int32_t num_blocks) { return make(num_blocks, 0.0, {KvGroupSpec{0}, KvGroupSpec{8}}); }
+
+TEST(KvTierHooks, CommitLogListsEveryGroupsBlocks) {
+  KvManager kv = make_groups(32);
+  const auto p = prompt(10);  // two full blocks
+  const auto log = compute_logged(kv, p, "");
+  ASSERT_EQ(log.size(), 4u);  // block 0 of groups 0, 1; block 1 of groups 0, 1
+  for (size_t n = 0; n < 4; ++n) {
+    const auto i = static_cast<size_t>(n / 2);
+    const auto g = static_cast<int32_t>(n % 2);
+    EXPECT_EQ(log[n].group, g);
+    EXPECT_EQ(log[n].block, kv.block_table(1, g)[i]);
+    EXPECT_EQ(log[n].key, kv.chain_keys(p, "")[i]);  // the chain key; the tier entry adds the group
+    EXPECT_EQ(log[n].tokens, prompt(4, static_cast<int>(4 * i)));
+  }
+  EXPECT_NE(log[0].block, log[1].block);
+  EXPECT_EQ(kv.check_invariants(), "");
+}
+
+TEST(KvTierHooks, GroupImportFollowsTheWindowRule) {
+  const auto p = prompt(21);  // five full blocks a hit may cover
+  {
+    // Group 0's five blocks and the window group's blocks 3, 4 (keys 13..19,
+    // the window of the token at 20): the whole hit.
+    KvManager kv = make_groups(32);
+    std::vector<std::pair<int32_t, int32_t>> filled;
+    const int32_t n = kv.import_blocks(p, "", 5, [](int32_t g, int32_t i) { return g == 0 || i >= 3; },
+                                       [&](int32_t g, int32_t i, BlockId) { filled.emplace_back(g, i); });
+    EXPECT_EQ(n, 7);
+    EXPECT_EQ(filled, (std::vector<std::pair<int32_t, int32_t>>{{0, 0}, {0, 1}, {0, 2}, {0, 3}, {0, 4}, {1, 3}, {1, 4}}));
+    const PrefixMatch m = kv.match_prefix(p, "");
+    EXPECT_EQ(m.num_blocks(), 5);
+    EXPECT_EQ(m.blocks(1)[0], kNullBlock);
+    EXPECT_EQ(m.blocks(1)[2], kNullBlock);
+    EXPECT_NE(m.blocks(1)[3], kNullBlock);
+    EXPECT_EQ(kv.stats().num_cached_evictable, 7);
+    EXPECT_EQ(kv.check_invariants(), "");
+    // What RAM holds per group: what a tier load can skip.
+    EXPECT_EQ(kv.cached_blocks(p, ""), (std::vector<std::vector<int8_t>>{{1, 1, 1, 1, 1}, {0, 0, 0, 1, 1}}));
+    EXPECT_EQ(kv.cached_blocks(p, "other salt"), (std::vector<std::vector<int8_t>>{{0, 0, 0, 0, 0}, {0, 0, 0, 0, 0}}));
+  }
+  {
+    // The window group lacks block 4: the hit falls to 4 blocks, whose window
+    // (keys 9..15) needs blocks 2 and 3 of it.
+    KvManager kv = make_groups(32);
+    std::vector<std::pair<int32_t, int32_t>> filled;
+    const int32_t n = kv.import_blocks(p, "", 5, [](int32_t g, int32_t i) { return g == 0 || i != 4; },
+                                       [&](int32_t g, int32_t i, BlockId) { filled.emplace_back(g, i); });
+    EXPECT_EQ(n, 7);
+    EXPECT_EQ(filled, (std::vector<std::pair<int32_t, int32_t>>{{0, 0}, {0, 1}, {0, 2}, {0, 3}, {0, 4}, {1, 2}, {1, 3}}));
+    EXPECT_EQ(kv.match_prefix(p, "").num_blocks(), 4);
+    EXPECT_EQ(kv.check_invariants(), "");
+  }
+  {
+    // Nothing of the window group: no hit point but 0 is served.
+    KvManager kv = make_groups(32);
+    EXPECT_EQ(kv.import_blocks(p, "", 5, [](int32_t g, int32_t) { return g == 0; }, [](int32_t, int32_t, BlockId) {}), 5);
+    EXPECT_EQ(kv.match_prefix(p, "").num_blocks(), 0);
+    EXPECT_EQ(kv.check_invariants(), "");
+  }
+}
+
+TEST(KvTierHooks, LongestHitSkipsBlocksOutsideTheWindow) {
+  KvManager kv = make_groups(32);
+  // A window block missing at 1 does not matter to a hit of 5 (window 3..4).
+  EXPECT_EQ(kv.longest_hit(5, [](int32_t, int32_t i) { return i == 1; }), 5);
+  // Missing at 3: hits 4 and 5 need it; 3 needs 1, 2 (keys 5..11).
+  EXPECT_EQ(kv.longest_hit(5, [](int32_t, int32_t i) { return i == 3; }), 3);
+  EXPECT_EQ(kv.longest_hit(5, [](int32_t, int32_t i) { return i == 3 || i == 2; }), 2);
+  KvManager one = make(16);
+  EXPECT_EQ(one.longest_hit(5, [](int32_t, int32_t) { return true; }), 5);
 }
 
 }  // namespace
