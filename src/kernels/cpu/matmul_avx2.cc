@@ -301,6 +301,11 @@ constexpr int64_t kFloatLanes = 8;
 
 #include "kernels/cpu/matmul_driver.inc"
 
+template <GgmlType kType>
+void matmul_q32_t(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  matmul_q32_rows<kType>(w, x, n_tokens, y);  // AVX2 ignores w.packed (see pack.h)
+}
+
 }  // namespace
 
 void matmul_avx2(const WeightView& w, const float* x, int64_t n_tokens, float* y) { matmul_isa(w, x, n_tokens, y); }
