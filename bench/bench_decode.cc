@@ -4,10 +4,12 @@
 // 2048x2048, gate/up 8192x2048, down 2048x8192). Several layer copies are
 // cycled (>= 256 MiB) so that every call streams from DRAM, as a real decode
 // does. One line per type; a kernel regression shows without a model.
-//   usage: bench_decode [-t 1,2] [-r REPS] [--cpu-time] [TYPE...]   (types: q4_0 q8_0 q4_k ...)
+//   usage: bench_decode [-t 1,2] [-r REPS] [-n TOKENS] [--cpu-time] [TYPE...]   (types: q4_0 q8_0 q4_k ...)
 // --cpu-time divides by the process's CPU seconds instead of wall seconds: on a
 // machine shared with other busy processes it shows the kernel's own speed
 // (GB per CPU-second; at 1 thread, per core), not the scheduler's share.
+// -n TOKENS (default 1) runs the batched path instead (GB/s is then weight bytes
+// over the time of a TOKENS-token matmul: only for comparing lines of one run).
 // Prints the median over REPS passes (each pass = every matrix of every copy
 // once) of weight bytes / wall time. Types the CPU backend packs at load (Q4_0,
 // Q4_1, Q8_0 on AVX-512) get a second line, "pk", through the packed copy; its
@@ -89,6 +91,7 @@ GgmlType parse_type(const char* s) {
 std::vector<int> g_threads;
 int g_reps = 7;
 bool g_cpu_time = false;  // --cpu-time: divide by the process's CPU seconds, not wall seconds
+int64_t g_tokens = 1;     // -n: tokens per matmul (1 = decode; larger: the batched path, for pk vs rows)
 
 double process_cpu_seconds() {
   timespec ts{};
@@ -99,7 +102,7 @@ double process_cpu_seconds() {
 // Prints the median GB/s per thread count and a hash of the outputs.
 void measure(const std::vector<WeightView>& views, size_t layer_bytes, int copies) {
   Rng rng(7);
-  std::vector<float> x(8192), y(8192);
+  std::vector<float> x(static_cast<size_t>(8192 * g_tokens)), y(static_cast<size_t>(8192 * g_tokens));
   for (auto& v : x) v = static_cast<float>(rng.normal());
   uint32_t hash = 0;
   bool same = true;  // every thread count gave the same outputs
@@ -109,7 +112,7 @@ void measure(const std::vector<WeightView>& views, size_t layer_bytes, int copie
     for (int r = -1; r < g_reps; ++r) {  // r == -1: warm-up
       Timer timer;
       const double c0 = process_cpu_seconds();
-      for (const WeightView& w : views) cpu::matmul(w, x.data(), 1, y.data());
+      for (const WeightView& w : views) cpu::matmul(w, x.data(), g_tokens, y.data());
       const double s = g_cpu_time ? process_cpu_seconds() - c0 : timer.seconds();
       if (r >= 0) gbs.push_back(static_cast<double>(layer_bytes) * copies / s / 1e9);
     }
@@ -141,10 +144,12 @@ int run(int argc, char** argv) {
         threads.push_back(std::max(1, std::atoi(tok)));
     } else if (std::strcmp(argv[i], "-r") == 0 && i + 1 < argc) {
       reps = std::max(1, std::atoi(argv[++i]));
+    } else if (std::strcmp(argv[i], "-n") == 0 && i + 1 < argc) {
+      g_tokens = std::max(1, std::atoi(argv[++i]));
     } else if (std::strcmp(argv[i], "--cpu-time") == 0) {
       g_cpu_time = true;
     } else if (std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0) {
-      std::puts("usage: bench_decode [-t 1,2] [-r REPS] [--cpu-time] [TYPE...]");
+      std::puts("usage: bench_decode [-t 1,2] [-r REPS] [-n TOKENS] [--cpu-time] [TYPE...]");
       return 0;
     } else {
       types.push_back(parse_type(argv[i]));

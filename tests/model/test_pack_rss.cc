@@ -70,6 +70,9 @@ TEST(PackRss, LoadedModelHoldsOneCopyOfItsWeights) {
   }
   EXPECT_EQ(w.token_embd.packed, w.output.packed);  // tied: one copy
   const auto packed = static_cast<int64_t>(w.packed->buf.size());
+  std::printf("file %.1f MiB, packed %.1f MiB, released %.1f MiB, VmRSS +%.1f MiB over the load\n", file / 1048576.0,
+              packed / 1048576.0, static_cast<double>(w.packed->released_bytes) / 1048576.0,
+              (after - before) / 1048576.0);
   EXPECT_GT(packed, file * 9 / 10);  // the packed copy is about the file's size
   // Nearly all of it given back (whole pages inside each matrix).
   EXPECT_GT(static_cast<int64_t>(w.packed->released_bytes), packed * 9 / 10);
