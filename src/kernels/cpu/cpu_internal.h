@@ -36,10 +36,16 @@ enum class ActMode {
   // unsigned operand) and starts each lane's integer sum at this correction, so the
   // lane sum is exactly sum(w * q).
   kLaneCorr128,
+  // u8 quants q + 128; xs unused: Q8_0 on AVX-512 in the staged (many-token) path,
+  // whose records hold s8 weights and the correction -128 * sum(w) per lane (fewer
+  // live registers in the 4 x 4 tile than a per-token correction: pp512 stays as fast).
+  kOffsetU8,
 };
-// The mode for weights of type t (an is_q32_type) on the given ISA.
-inline ActMode act_mode_for(GgmlType t, bool avx512) {
-  if (t == GgmlType::Q8_0) return avx512 ? ActMode::kLaneCorr128 : ActMode::kSigned;
+// The mode for weights of type t (an is_q32_type) on the given ISA and path.
+// direct: the few-token path (decoded in registers), else the staged path. Both
+// give each lane the same exact integer sum, so the outputs are the same bitwise.
+inline ActMode act_mode_for(GgmlType t, bool avx512, bool direct) {
+  if (t == GgmlType::Q8_0) return !avx512 ? ActMode::kSigned : direct ? ActMode::kLaneCorr128 : ActMode::kOffsetU8;
   return t == GgmlType::Q4_1 || t == GgmlType::Q5_1 ? ActMode::kQ8_1 : ActMode::kSigned;
 }
 

@@ -143,6 +143,7 @@ void quantize_act(const float* x, int64_t n_tokens, int64_t cols, int g, ActMode
   const size_t rec = act_record_bytes(g);
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+  const __m256i flip = _mm256_set1_epi8(mode == ActMode::kOffsetU8 ? static_cast<char>(0x80) : 0);
   for (int64_t t = 0; t < n_tokens; ++t) {
     uint8_t* row = out + static_cast<size_t>(t * ng) * rec;
     if (nb % g != 0) std::memset(row + (ng - 1) * rec, 0, rec);
@@ -165,10 +166,11 @@ void quantize_act(const float* x, int64_t n_tokens, int64_t cols, int g, ActMode
       const __m256i p01 = _mm256_packs_epi32(i0, i1), p23 = _mm256_packs_epi32(i2, i3);
       __m256i q = _mm256_packs_epi16(p01, p23);
       q = _mm256_permutevar8x32_epi32(q, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      const __m256i qo = _mm256_xor_si256(q, flip);
       uint8_t* r = row + (i / g) * rec;
       const int b = static_cast<int>(i % g);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(r + 16 * b), _mm256_castsi256_si128(q));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(r + 16 * g + 16 * b), _mm256_extracti128_si256(q, 1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(r + 16 * b), _mm256_castsi256_si128(qo));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(r + 16 * g + 16 * b), _mm256_extracti128_si256(qo, 1));
       // d as ggml stores it (f16, round to nearest even), used by every dot product.
       const float d16 = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(d), _MM_FROUND_TO_NEAREST_INT)));
       const __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16);
@@ -177,7 +179,7 @@ void quantize_act(const float* x, int64_t n_tokens, int64_t cols, int g, ActMode
       __m128i sx = _mm_setzero_si128();
       if (mode == ActMode::kLaneCorr128) {
         sx = _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(s4, 7));
-      } else {
+      } else if (mode != ActMode::kOffsetU8) {
         s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
         const float sum = static_cast<float>(_mm_cvtsi128_si32(s4));  // |sum| <= 32 * 127: exact

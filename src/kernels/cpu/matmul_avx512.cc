@@ -152,12 +152,19 @@ inline WGroup load_group(const uint8_t* rec) {
 }
 
 // The one op sequence every output goes through, per group (see file comment).
-template <bool kOffset>
+// kMode 0: s8 x; 1: Q8_0 direct (u8 weights w + 128, s8 x, the lane correction
+// -128 * sum(x) from the activation record first); 2: Q8_0 staged (u8 x + 128,
+// s8 weights, the record's correction -128 * sum(w) first). 1 and 2 give each
+// lane the same exact integer sum(w * x), so the floats after are identical.
+template <int kMode>
 inline __m512 group_dot(__m512 acc, const WGroup& w, const uint8_t* xt) {
   __m512i is;
-  if constexpr (kOffset) {  // q8_0: u8 weights w + 128, s8 x, the lane correction first
+  if constexpr (kMode == 1) {
     is = _mm512_dpbusd_epi32(_mm512_load_si512(xt + 192), w.lo, _mm512_load_si512(xt));
     is = _mm512_dpbusd_epi32(is, w.hi, _mm512_load_si512(xt + 64));
+  } else if constexpr (kMode == 2) {
+    is = _mm512_dpbusd_epi32(w.wm, _mm512_load_si512(xt), w.lo);
+    is = _mm512_dpbusd_epi32(is, _mm512_load_si512(xt + 64), w.hi);
   } else {
     is = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.lo, _mm512_load_si512(xt));
     is = _mm512_dpbusd_epi32(is, w.hi, _mm512_load_si512(xt + 64));
@@ -165,16 +172,30 @@ inline __m512 group_dot(__m512 acc, const WGroup& w, const uint8_t* xt) {
   // d_w * d_x first, then one fma per lane: ggml's per-block order.
   const __m512 dd = _mm512_mul_ps(w.wd, _mm512_load_ps(reinterpret_cast<const float*>(xt + 128)));
   acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), dd, acc);
-  if constexpr (!kOffset)
+  if constexpr (kMode == 0)
     acc = _mm512_fmadd_ps(_mm512_castsi512_ps(w.wm), _mm512_load_ps(reinterpret_cast<const float*>(xt + 192)), acc);
   return acc;
+}
+
+// A decoded group as the staged path's record holds it: Q8_0 back to s8
+// weights with wm = -128 * sum(w) per lane (mode 2 above); others unchanged.
+template <GgmlType kType>
+inline WGroup staged(WGroup w) {
+  if constexpr (kType == GgmlType::Q8_0) {
+    const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
+    w.lo = _mm512_xor_si512(w.lo, c128);
+    w.hi = _mm512_xor_si512(w.hi, c128);
+    const __m512i corr = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, w.lo), c128, w.hi);
+    w.wm = _mm512_sub_epi32(_mm512_setzero_si512(), corr);
+  }
+  return w;
 }
 
 // ---- Integer micro-kernels -------------------------------------------------------
 // Packed: w[r] are packed records of row r; x[t] activation records; out[t * kR + r].
 // The micro-kernel loop shared by the packed and the direct kernels: T tokens
 // times kR rows, group by group; load(r, g) gives row r's weight group g.
-template <int T, bool kOffset, class LoadGroup>
+template <int T, int kMode, class LoadGroup>
 inline void qkernel_rows(LoadGroup load, const uint8_t* const* x, int64_t ng, float* out) {
   __m512 acc[kR][T];
   for (int r = 0; r < kR; ++r)
@@ -183,16 +204,17 @@ inline void qkernel_rows(LoadGroup load, const uint8_t* const* x, int64_t ng, fl
     const size_t o = static_cast<size_t>(g) * kRec;
     for (int r = 0; r < kR; ++r) {
       const WGroup wg = load(r, g);
-      for (int t = 0; t < T; ++t) acc[r][t] = group_dot<kOffset>(acc[r][t], wg, x[t] + o);
+      for (int t = 0; t < T; ++t) acc[r][t] = group_dot<kMode>(acc[r][t], wg, x[t] + o);
     }
   }
   for (int r = 0; r < kR; ++r)
     for (int t = 0; t < T; ++t) out[t * kR + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
+// Staged records (Q8_0: mode 2).
 template <int T, bool kOffset>
 void qkernel(const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) {
-  qkernel_rows<T, kOffset>([w](int r, int64_t g) { return load_group(w[r] + static_cast<size_t>(g) * kRec); }, x, ng, out);
+  qkernel_rows<T, kOffset ? 2 : 0>([w](int r, int64_t g) { return load_group(w[r] + static_cast<size_t>(g) * kRec); }, x, ng, out);
 }
 
 template <bool kOffset>
@@ -210,9 +232,9 @@ void qkernel_n(int nt, const uint8_t* const* w, const uint8_t* const* x, int64_t
 template <GgmlType kType, int T>
 void qkernel_direct(const uint8_t* const* rows, int64_t nb, const uint8_t* const* x, int64_t ng, size_t prefetch,
                     float* out) {
-  constexpr bool kOffset = kType == GgmlType::Q8_0;
+  constexpr int kMode = kType == GgmlType::Q8_0 ? 1 : 0;  // direct
   constexpr size_t kGroupBytes = Layout<kType>::kBB * kG;
-  qkernel_rows<T, kOffset>(
+  qkernel_rows<T, kMode>(
       [rows, nb, prefetch](int r, int64_t g) {
         for (size_t b = 0; b < kGroupBytes; b += 64)
           _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + g * kGroupBytes + b), _MM_HINT_T0);
@@ -268,10 +290,10 @@ constexpr size_t kPackedPrefetch = 16384;
 // (quants and scales alike; past the buffer's end a prefetch is harmless).
 template <GgmlType kType, int T>
 void qkernel_packed(const uint8_t* tile, const PackLayout& l, const uint8_t* const* x, float* out) {
-  constexpr bool kOffset = kType == GgmlType::Q8_0;
+  constexpr int kMode = kType == GgmlType::Q8_0 ? 1 : 0;  // direct
   const size_t step = (l.tile_bytes + static_cast<size_t>(l.ng) - 1) / static_cast<size_t>(l.ng);
   const size_t scales_off = l.scales_off;
-  qkernel_rows<T, kOffset>(
+  qkernel_rows<T, kMode>(
       [tile, scales_off, step](int r, int64_t g) {
         if (r == 0) {
           const char* p = reinterpret_cast<const char*>(tile + kPackedPrefetch + static_cast<size_t>(g) * step);
