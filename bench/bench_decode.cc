@@ -4,14 +4,23 @@
 // 2048x2048, gate/up 8192x2048, down 2048x8192). Several layer copies are
 // cycled (>= 256 MiB) so that every call streams from DRAM, as a real decode
 // does. One line per type; a kernel regression shows without a model.
-//   usage: bench_decode [-t 1,2] [-r REPS] [TYPE...]   (types: q4_0 q8_0 q4_k ...)
+//   usage: bench_decode [-t 1,2] [-r REPS] [-n TOKENS] [--cpu-time] [TYPE...]   (types: q4_0 q8_0 q4_k ...)
+// --cpu-time divides by the process's CPU seconds instead of wall seconds: on a
+// machine shared with other busy processes it shows the kernel's own speed
+// (GB per CPU-second; at 1 thread, per core), not the scheduler's share.
+// -n TOKENS (default 1) runs the batched path instead (GB/s is then weight bytes
+// over the time of a TOKENS-token matmul: only for comparing lines of one run).
 // Prints the median over REPS passes (each pass = every matrix of every copy
-// once) of weight bytes / wall time.
+// once) of weight bytes / wall time. Types the CPU backend packs at load (Q4_0,
+// Q4_1, Q8_0 on AVX-512) get a second line, "pk", through the packed copy; its
+// hash must equal the unpacked line's (packed weights give bitwise the same outputs).
 #include <algorithm>
 #include <cinttypes>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <strings.h>
 #include <string>
 #include <vector>
@@ -22,6 +31,7 @@
 #include "base/rng.h"
 #include "base/timer.h"
 #include "kernels/api.h"
+#include "kernels/backend.h"
 
 namespace pagoda::kernels {
 namespace {
@@ -78,9 +88,54 @@ GgmlType parse_type(const char* s) {
   std::exit(2);
 }
 
+std::vector<int> g_threads;
+int g_reps = 7;
+bool g_cpu_time = false;  // --cpu-time: divide by the process's CPU seconds, not wall seconds
+int64_t g_tokens = 1;     // -n: tokens per matmul (1 = decode; larger: the batched path, for pk vs rows)
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Prints the median GB/s per thread count and a hash of the outputs.
+void measure(const std::vector<WeightView>& views, size_t layer_bytes, int copies) {
+  Rng rng(7);
+  std::vector<float> x(static_cast<size_t>(8192 * g_tokens)), y(static_cast<size_t>(8192 * g_tokens));
+  for (auto& v : x) v = static_cast<float>(rng.normal());
+  uint32_t hash = 0;
+  bool same = true;  // every thread count gave the same outputs
+  for (size_t ti = 0; ti < g_threads.size(); ++ti) {
+    set_num_threads(g_threads[ti]);
+    std::vector<double> gbs;
+    for (int r = -1; r < g_reps; ++r) {  // r == -1: warm-up
+      Timer timer;
+      const double c0 = process_cpu_seconds();
+      for (const WeightView& w : views) cpu::matmul(w, x.data(), g_tokens, y.data());
+      const double s = g_cpu_time ? process_cpu_seconds() - c0 : timer.seconds();
+      if (r >= 0) gbs.push_back(static_cast<double>(layer_bytes) * copies / s / 1e9);
+    }
+    uint32_t h = 0;  // the outputs (first of each matrix), the same for every thread count
+    for (const WeightView& w : views) {
+      cpu::matmul(w, x.data(), 1, y.data());
+      uint32_t bits;
+      std::memcpy(&bits, &y[0], 4);
+      h = h * 31 + bits;
+    }
+    if (ti == 0) hash = h;
+    same = same && h == hash;
+    std::sort(gbs.begin(), gbs.end());
+    std::printf(" %9.2f |", gbs[gbs.size() / 2]);
+  }
+  std::printf(" %08x%s |\n", hash, same ? "" : " DIFFERS between thread counts");
+  std::fflush(stdout);
+}
+
 int run(int argc, char** argv) {
-  std::vector<int> threads = {1, 2};
-  int reps = 7;
+  std::vector<int>& threads = g_threads;
+  threads = {1, 2};
+  int& reps = g_reps;
   std::vector<GgmlType> types;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "-t") == 0 && i + 1 < argc) {
@@ -89,8 +144,12 @@ int run(int argc, char** argv) {
         threads.push_back(std::max(1, std::atoi(tok)));
     } else if (std::strcmp(argv[i], "-r") == 0 && i + 1 < argc) {
       reps = std::max(1, std::atoi(argv[++i]));
+    } else if (std::strcmp(argv[i], "-n") == 0 && i + 1 < argc) {
+      g_tokens = std::max(1, std::atoi(argv[++i]));
+    } else if (std::strcmp(argv[i], "--cpu-time") == 0) {
+      g_cpu_time = true;
     } else if (std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0) {
-      std::puts("usage: bench_decode [-t 1,2] [-r REPS] [TYPE...]");
+      std::puts("usage: bench_decode [-t 1,2] [-r REPS] [-n TOKENS] [--cpu-time] [TYPE...]");
       return 0;
     } else {
       types.push_back(parse_type(argv[i]));
@@ -98,14 +157,12 @@ int run(int argc, char** argv) {
   }
   if (types.empty()) types.assign(std::begin(kDefaultTypes), std::end(kDefaultTypes));
 
-  std::printf("decode matvec (1 token), Llama-3.2-1B layer shapes, isa %s, median of %d passes\n", cpu::isa_name(),
-              reps);
-  std::printf("| type   | MB/layer | copies |");
+  std::printf("decode matvec (1 token), Llama-3.2-1B layer shapes, isa %s, median of %d passes%s\n", cpu::isa_name(),
+              reps, g_cpu_time ? ", GB per CPU-second" : "");
+  std::printf("| type      | MB/layer | copies |");
   for (int t : threads) std::printf(" GB/s %dt |", t);
   std::printf(" hash     |\n");
   Rng rng(42);
-  std::vector<float> x(8192), y(8192);
-  for (auto& v : x) v = static_cast<float>(rng.normal());
   for (GgmlType type : types) {
     size_t layer_bytes = 0;
     for (const Shape& s : kLayer) layer_bytes += ggml_row_bytes(type, static_cast<size_t>(s.cols)) * s.rows;
@@ -122,33 +179,26 @@ int run(int argc, char** argv) {
         off += rb * s.rows;
       }
     }
-    std::printf("| %-6s | %8.1f | %6d |", ggml_type_info(type).name, layer_bytes / 1e6, copies);
-    uint32_t hash = 0;
-    bool same = true;  // every thread count gave the same outputs
-    for (size_t ti = 0; ti < threads.size(); ++ti) {
-      const int nth = threads[ti];
-      set_num_threads(nth);
-      std::vector<double> gbs;
-      for (int r = -1; r < reps; ++r) {  // r == -1: warm-up
-        Timer timer;
-        for (const WeightView& w : views) cpu::matmul(w, x.data(), 1, y.data());
-        const double s = timer.seconds();
-        if (r >= 0) gbs.push_back(static_cast<double>(layer_bytes) * copies / s / 1e9);
+    // Each type once as the GGUF rows and, when the CPU backend packs it
+    // (kernels::pack_weight, issue 22), once more through the packed copy.
+    std::unique_ptr<PackedBuffer> packed;
+    for (int pass = 0; pass < 2; ++pass) {
+      if (pass == 1) {
+        size_t total = 0;
+        for (const WeightView& w : views) total += (packed_weight_bytes(w) + 63) / 64 * 64;
+        if (total == 0) break;
+        packed = std::make_unique<PackedBuffer>(total);
+        size_t off = 0;
+        for (WeightView& w : views) {
+          pack_weight(w, packed->data() + off);
+          w.packed = packed->data() + off;
+          off += (packed_weight_bytes(w) + 63) / 64 * 64;
+        }
       }
-      uint32_t h = 0;  // the outputs (first of each matrix), the same for every thread count
-      for (const WeightView& w : views) {
-        cpu::matmul(w, x.data(), 1, y.data());
-        uint32_t bits;
-        std::memcpy(&bits, &y[0], 4);
-        h = h * 31 + bits;
-      }
-      if (ti == 0) hash = h;
-      same = same && h == hash;
-      std::sort(gbs.begin(), gbs.end());
-      std::printf(" %9.2f |", gbs[gbs.size() / 2]);
+      const std::string name = std::string(ggml_type_info(type).name) + (pass == 1 ? " pk" : "");
+      std::printf("| %-9s | %8.1f | %6d |", name.c_str(), layer_bytes / 1e6, copies);
+      measure(views, layer_bytes, copies);
     }
-    std::printf(" %08x%s |\n", hash, same ? "" : " DIFFERS between thread counts");
-    std::fflush(stdout);
   }
   return 0;
 }

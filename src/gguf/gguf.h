@@ -108,6 +108,8 @@ class GgufFile {
   uint64_t data_offset() const { return data_offset_; }
   size_t file_size() const { return size_; }
   const std::string& path() const { return path_; }
+  // True when opened from a file (a read-only private mmap), false for from_memory.
+  bool mapped() const { return mapped_; }
 
   const std::map<std::string, Value>& metadata() const { return kv_; }
   const Value* find(const std::string& key) const;

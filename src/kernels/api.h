@@ -31,6 +31,10 @@ struct WeightView {
   int64_t rows = 0;       // output features
   int64_t cols = 0;       // input features (multiple of the type's block size)
   size_t row_bytes = 0;   // stride between rows
+  // Optional decode-packed copy of the same matrix (cpu/pack.h; set by the model
+  // loader through kernels::pack_weight); the AVX-512 CPU matmul reads it instead
+  // of `data`, every other path ignores it. `data` stays valid either way.
+  const void* packed = nullptr;
 };
 
 // ---- KV cache (one layer) ----------------------------------------------------

@@ -4,6 +4,7 @@
 // never an edit to a model file. One indirect call per op per layer; the
 // functions allocate nothing per call (scratch is per-thread and grows once).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/api.h"
@@ -38,5 +39,33 @@ struct Backend {
 
 // The table of a backend; static storage, valid for the program's lifetime.
 const Backend& backend(BackendKind kind);
+
+// Decode-packed weights (cpu/pack.h, issue 22). Bytes of the CPU backend's packed
+// copy of w: 0 when it does not pack w (types other than Q4_0 / Q4_1 / Q8_0, or
+// the CPU matmul in use is not the AVX-512 one).
+size_t packed_weight_bytes(const WeightView& w);
+// Writes that copy to dst (64-byte aligned, packed_weight_bytes(w) bytes; uses
+// the thread pool). The caller then sets w.packed = dst and keeps dst alive.
+void pack_weight(const WeightView& w, uint8_t* dst);
+
+// Memory for packed copies: anonymous, 2 MiB aligned, transparent huge pages
+// asked for (madvise), since decode streams all of it every token and 4 KiB
+// pages cost a TLB miss every 4 KiB. Zero-filled; not copyable.
+class PackedBuffer {
+ public:
+  PackedBuffer() = default;
+  explicit PackedBuffer(size_t bytes);
+  ~PackedBuffer();
+  PackedBuffer(const PackedBuffer&) = delete;
+  PackedBuffer& operator=(const PackedBuffer&) = delete;
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  uint8_t* map_ = nullptr;  // the whole mapping (data_ is 2 MiB aligned inside it)
+  size_t map_bytes_ = 0;
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
 
 }  // namespace pagoda::kernels

@@ -95,6 +95,7 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::shared_ptr<const gguf::Gg
   PAGODA_ASSIGN_OR_RETURN(m->weights_, m->arch_->bind_weights(*m->file_, m->config_));
   m->fingerprint_ = compute_fingerprint(*m->file_, m->config_);
   m->weight_bytes_per_token_ = model::weight_bytes_per_token(m->weights_, m->config_);
+  model::pack_decode_weights(*m->file_, m->weights_);  // after the fingerprint read the originals
   return m;
 }
 

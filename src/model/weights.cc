@@ -1,9 +1,16 @@
 #include "model/weights.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
 #include <string>
 
 #include "base/ggml_quant.h"
+#include "kernels/backend.h"
 
 namespace pagoda::model {
 
@@ -134,6 +141,7 @@ Expected<const float*> bind_rope_factors(const gguf::GgufFile& f, const std::str
 
 kernels::WeightView row_slice(const kernels::WeightView& w, int64_t row0, int64_t rows) {
   kernels::WeightView s = w;
+  s.packed = nullptr;  // slices are bound before packing; a packed copy is per view
   s.data = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(row0) * w.row_bytes;
   s.rows = rows;
   return s;
@@ -150,6 +158,45 @@ uint64_t weight_bytes_per_token(const ModelWeights& w, const ModelConfig& c) {
     if (l.post_attn_norm) total += 2 * vec;
   }
   return total;
+}
+
+void pack_decode_weights(const gguf::GgufFile& file, ModelWeights& w) {
+  if (const char* env = std::getenv("PAGODA_PACK"); env != nullptr && std::strcmp(env, "0") == 0) return;
+  std::vector<kernels::WeightView*> views = {&w.output};
+  if (w.token_embd.data == w.output.data) views.push_back(&w.token_embd);  // tied: same copy
+  for (LayerWeights& l : w.layers)
+    for (kernels::WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) views.push_back(v);
+  // One copy per distinct matrix (same data, shape and type), 64-byte aligned offsets.
+  std::map<const void*, size_t> offset;
+  std::vector<kernels::WeightView*> first;  // the view each copy is packed from
+  size_t total = 0;
+  for (kernels::WeightView* v : views) {
+    const size_t n = v->data ? kernels::packed_weight_bytes(*v) : 0;
+    if (n == 0 || offset.count(v->data)) continue;
+    offset[v->data] = total;
+    first.push_back(v);
+    total += (n + 63) / 64 * 64;
+  }
+  if (total == 0) return;
+  auto packed = std::make_shared<PackedWeights>(total);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  for (kernels::WeightView* v : first) {
+    kernels::pack_weight(*v, packed->buf.data() + offset[v->data]);
+    ++packed->matrices;
+    if (!file.mapped() || page <= 0) continue;
+    // Whole pages inside the matrix only (neighbouring tensors keep theirs).
+    const auto p = reinterpret_cast<uintptr_t>(v->data), pg = static_cast<uintptr_t>(page);
+    const uintptr_t lo = (p + pg - 1) / pg * pg, hi = (p + matrix_bytes(*v)) / pg * pg;
+    if (hi > lo && ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) == 0) packed->released_bytes += hi - lo;
+  }
+  for (kernels::WeightView* v : views) {
+    const auto it = offset.find(v->data);
+    if (it == offset.end()) continue;
+    for (const kernels::WeightView* f : first)  // only a view of the very matrix packed
+      if (f->data == v->data && f->type == v->type && f->rows == v->rows && f->cols == v->cols)
+        v->packed = packed->buf.data() + it->second;
+  }
+  w.packed = std::move(packed);
 }
 
 }  // namespace pagoda::model

@@ -4,12 +4,14 @@
 // [rows = output features, cols = input features] (GGUF dims reversed).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
 #include "gguf/gguf.h"
 #include "kernels/api.h"
+#include "kernels/backend.h"
 #include "model/config.h"
 
 namespace pagoda::model {
@@ -33,12 +35,21 @@ struct LayerWeights {
   const float* post_ffn_norm = nullptr;   // [n_embd] norm of the FFN output
 };
 
+// The decode-packed copies of a model's matrices (pack_decode_weights), one buffer.
+struct PackedWeights {
+  explicit PackedWeights(size_t bytes) : buf(bytes) {}
+  kernels::PackedBuffer buf;
+  uint64_t matrices = 0;        // distinct matrices packed
+  uint64_t released_bytes = 0;  // bytes of the file mapping given back (MADV_DONTNEED)
+};
+
 struct ModelWeights {
   kernels::WeightView token_embd;    // [n_vocab, n_embd]; rows dequantized one token at a time
   const float* output_norm = nullptr;  // [n_embd]
   kernels::WeightView output;        // [n_vocab, n_embd]; == token_embd when tied
   std::vector<LayerWeights> layers;  // [n_layers]
   const float* rope_freqs = nullptr; // [rope_dim / 2] rope frequency divisors (llama 3.x, phi3 LongRoPE) or null
+  std::shared_ptr<const PackedWeights> packed;  // owner of the views' .packed copies, or null
 };
 
 // Helpers for the architectures' bind_weights (model/arch.h). Errors name the
@@ -70,5 +81,15 @@ Expected<const float*> bind_rope_factors(const gguf::GgufFile& file, const std::
 kernels::WeightView row_slice(const kernels::WeightView& w, int64_t row0, int64_t rows);
 
 uint64_t weight_bytes_per_token(const ModelWeights& w, const ModelConfig& c);
+
+// Packs every matrix the CPU backend packs (kernels::packed_weight_bytes: Q4_0,
+// Q4_1, Q8_0 on the AVX-512 path) into one buffer owned by w.packed and points
+// the views' .packed at it (a tied output and token_embd share one copy). When
+// `file` is mmapped, the originals' whole pages are then given back with
+// MADV_DONTNEED, so resident memory holds one copy of the weights, not two. The
+// mapping is read-only and private: a later read of an original (get_rows of a
+// tied embedding, the Ref backend, the AVX2 path) faults its page in again from
+// the file, so `data` stays valid. Packing is skipped when PAGODA_PACK=0.
+void pack_decode_weights(const gguf::GgufFile& file, ModelWeights& w);
 
 }  // namespace pagoda::model

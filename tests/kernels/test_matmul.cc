@@ -11,7 +11,9 @@
 
 #include "base/fp16.h"
 #include "base/ggml_quant.h"
+#include "base/aligned.h"
 #include "kernels/api.h"
+#include "kernels/backend.h"
 #include "kernels/kernel_test_util.h"
 
 namespace pagoda::kernels {
@@ -199,6 +201,35 @@ TEST(Matmul, MatchesReferenceOverOddShapes) {
 }
 
 class MatmulTest : public ::testing::TestWithParam<std::string> {};
+
+// The decode-packed copies (kernels::pack_weight; AVX-512 only) against the
+// scalar reference with the same tolerance, direct and staged token counts.
+TEST(Matmul, PackedMatchesReference) {
+  IsaScope scope("avx2");
+  if (!cpu::set_isa("avx512-vnni")) GTEST_SKIP() << "packed weights are read by the AVX-512 path only";
+  uint64_t seed = 9000;
+  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
+    for (int64_t rows : {1, 7, 37}) {
+      for (int64_t cols : cols_for(type)) {
+        auto w = make_weight(type, rows, cols, seed++);
+        AlignedBuffer<uint8_t> buf(packed_weight_bytes(w.view));
+        ASSERT_GT(buf.size(), 0u);
+        pack_weight(w.view, buf.data());
+        WeightView pw = w.view;
+        pw.packed = buf.data();
+        for (int64_t n : {1, 3, 13}) {
+          const auto x = random_vec(static_cast<size_t>(n * cols), seed++);
+          std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size(), -1.0f);
+          ref::matmul(w.view, x.data(), n, want.data());
+          cpu::matmul(pw, x.data(), n, got.data());
+          const auto tol = tolerances(w.view, x, n);
+          ASSERT_TRUE(WithinTol(got.data(), want.data(), tol.data(), got.size()))
+              << ggml_type_info(type).name << " rows=" << rows << " cols=" << cols << " n=" << n;
+        }
+      }
+    }
+  }
+}
 
 // The tolerance above must not be vacuous: a wrong weight row must fail it.
 TEST_P(MatmulTest, ToleranceCatchesAWrongRow) {

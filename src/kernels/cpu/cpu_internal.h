@@ -7,7 +7,7 @@
 //   hi[16G] int8   values 16..31 of each block
 //   xd[4G]  float  d of block b in lanes 4b..4b+3
 //   xs[4G]  float  lane 4b: the block's sum term (see ActMode), lanes 4b+1..4b+3: 0
-// With `offset_u8` the lo/hi bytes hold q + 128 (u8) instead of q.
+//                  (kLaneCorr128: int32 per lane instead, see ActMode)
 // Packed weight records use the same shape (lo, hi, wd, wm / correction), so
 // lane l of every vector always refers to the same 8 values: this fixed lane
 // map is what keeps the float reduction order identical for every tile shape.
@@ -31,11 +31,21 @@ inline int64_t act_groups(int64_t cols, int g) { return (cols / 32 + g - 1) / g;
 enum class ActMode {
   kSigned,    // s8 quants; xs = d * sum(q) (exact): Q4_0, Q5_0 (and Q8_0 on AVX2, xs unused)
   kQ8_1,      // s8 quants; xs = f16(d_f32 * sum(q)) like ggml's block_q8_1 s: Q4_1, Q5_1
-  kOffsetU8,  // u8 quants q + 128; xs unused: Q8_0 on AVX-512 (dpbusd wants unsigned x)
+  // s8 quants; xs lane 4b + j holds int32 -128 * (q[4j..4j+3] + q[16+4j..16+4j+3]) of
+  // block b: Q8_0 on AVX-512, whose kernel holds the weights as w + 128 (u8, dpbusd's
+  // unsigned operand) and starts each lane's integer sum at this correction, so the
+  // lane sum is exactly sum(w * q).
+  kLaneCorr128,
+  // u8 quants q + 128; xs unused: Q8_0 on AVX-512 in the staged (many-token) path,
+  // whose records hold s8 weights and the correction -128 * sum(w) per lane (fewer
+  // live registers in the 4 x 4 tile than a per-token correction: pp512 stays as fast).
+  kOffsetU8,
 };
-// The mode for weights of type t (an is_q32_type) on the given ISA.
-inline ActMode act_mode_for(GgmlType t, bool avx512) {
-  if (t == GgmlType::Q8_0) return avx512 ? ActMode::kOffsetU8 : ActMode::kSigned;
+// The mode for weights of type t (an is_q32_type) on the given ISA and path.
+// direct: the few-token path (decoded in registers), else the staged path. Both
+// give each lane the same exact integer sum, so the outputs are the same bitwise.
+inline ActMode act_mode_for(GgmlType t, bool avx512, bool direct) {
+  if (t == GgmlType::Q8_0) return !avx512 ? ActMode::kSigned : direct ? ActMode::kLaneCorr128 : ActMode::kOffsetU8;
   return t == GgmlType::Q4_1 || t == GgmlType::Q5_1 ? ActMode::kQ8_1 : ActMode::kSigned;
 }
 

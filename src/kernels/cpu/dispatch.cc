@@ -178,21 +178,26 @@ void quantize_act(const float* x, int64_t n_tokens, int64_t cols, int g, ActMode
       _mm_storeu_si128(reinterpret_cast<__m128i*>(r + 16 * g + 16 * b), _mm256_extracti128_si256(qo, 1));
       // d as ggml stores it (f16, round to nearest even), used by every dot product.
       const float d16 = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(d), _MM_FROUND_TO_NEAREST_INT)));
-      float sterm = 0.0f;
-      if (mode != ActMode::kOffsetU8) {
-        const __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16);
-        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+      const __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16);
+      // s4 lane j: q[4j..4j+3] + q[16+4j..16+4j+3], the 8 values of dot-product lane j.
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+      __m128i sx = _mm_setzero_si128();
+      if (mode == ActMode::kLaneCorr128) {
+        sx = _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(s4, 7));
+      } else if (mode != ActMode::kOffsetU8) {
         s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
         const float sum = static_cast<float>(_mm_cvtsi128_si32(s4));  // |sum| <= 32 * 127: exact
+        float sterm = 0.0f;
         if (mode == ActMode::kQ8_1) {
           sterm = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(d * sum), _MM_FROUND_TO_NEAREST_INT)));
         } else {
           sterm = d16 * sum;  // 11 x 12 significant bits: exact
         }
+        sx = _mm_castps_si128(_mm_setr_ps(sterm, 0.0f, 0.0f, 0.0f));
       }
       _mm_storeu_ps(reinterpret_cast<float*>(r + 32 * g + 16 * b), _mm_set1_ps(d16));
-      _mm_storeu_ps(reinterpret_cast<float*>(r + 48 * g + 16 * b), _mm_setr_ps(sterm, 0.0f, 0.0f, 0.0f));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(r + 48 * g + 16 * b), sx);
     }
   }
 }

@@ -299,7 +299,16 @@ void row_to_f32(const WeightView& w, int64_t r, float* out) {
 constexpr bool kAvx512 = false;
 constexpr int64_t kFloatLanes = 8;
 
+// A decoded group is staged as it is (the AVX-512 file re-encodes Q8_0).
+template <GgmlType kType>
+inline const WGroup& staged(const WGroup& w) { return w; }
+
 #include "kernels/cpu/matmul_driver.inc"
+
+template <GgmlType kType>
+void matmul_q32_t(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  matmul_q32_rows<kType>(w, x, n_tokens, y);  // AVX2 ignores w.packed (see pack.h)
+}
 
 }  // namespace
 

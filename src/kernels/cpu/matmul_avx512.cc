@@ -15,6 +15,7 @@
 #include "base/check.h"
 #include "base/ggml_quant.h"
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/pack.h"
 
 namespace pagoda::kernels::cpu::detail {
 namespace {
@@ -53,9 +54,10 @@ template <> struct Layout<GgmlType::Q5_0> { static constexpr size_t kBB = 22, kQ
 template <> struct Layout<GgmlType::Q5_1> { static constexpr size_t kBB = 24, kQs = 8, kQh = 4; static constexpr bool kMin = true; static constexpr float kImplicit = 0.0f; };
 template <> struct Layout<GgmlType::Q8_0> { static constexpr size_t kBB = 34, kQs = 2, kQh = 0; static constexpr bool kMin = false; static constexpr float kImplicit = 0.0f; };
 
-// One decoded group of 4 blocks of one row: lo, hi (u8 values 0..31, or s8 for
-// q8_0), wd (d per lane), wm (m per lane; for q8_0 the int32 correction
-// -128 * sum(w) of the lane, so that dpbusd(corr, q + 128, w) = sum(q * w)).
+// One decoded group of 4 blocks of one row: lo, hi (u8 values 0..31, or w + 128
+// for q8_0), wd (d per lane), wm (m per lane; unused for q8_0, whose activation
+// record carries the int32 correction -128 * sum(x) of each lane, so that
+// dpbusd(corr, w + 128, x) = sum(w * x): see ActMode::kLaneCorr128).
 struct WGroup {
   __m512i lo, hi;
   __m512 wd;
@@ -95,11 +97,10 @@ inline WGroup decode_group(const uint8_t* const* blk, const uint8_t* group, bool
     const __m512i c = _mm512_inserti64x4(
         _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[2] + 2))),
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[3] + 2)), 1);
-    w.lo = _mm512_shuffle_i64x2(a, c, _MM_SHUFFLE(2, 0, 2, 0));
-    w.hi = _mm512_shuffle_i64x2(a, c, _MM_SHUFFLE(3, 1, 3, 1));
     const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
-    const __m512i corr = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, w.lo), c128, w.hi);
-    w.wm = _mm512_sub_epi32(_mm512_setzero_si512(), corr);
+    w.lo = _mm512_xor_si512(_mm512_shuffle_i64x2(a, c, _MM_SHUFFLE(2, 0, 2, 0)), c128);
+    w.hi = _mm512_xor_si512(_mm512_shuffle_i64x2(a, c, _MM_SHUFFLE(3, 1, 3, 1)), c128);
+    w.wm = _mm512_setzero_si512();
   } else {
     const __m512i nib = _mm512_set1_epi8(0x0F);
     const __m512i v = load4x128(blk[0] + L::kQs, blk[1] + L::kQs, blk[2] + L::kQs, blk[3] + L::kQs);
@@ -151,10 +152,17 @@ inline WGroup load_group(const uint8_t* rec) {
 }
 
 // The one op sequence every output goes through, per group (see file comment).
-template <bool kOffset>
+// kMode 0: s8 x; 1: Q8_0 direct (u8 weights w + 128, s8 x, the lane correction
+// -128 * sum(x) from the activation record first); 2: Q8_0 staged (u8 x + 128,
+// s8 weights, the record's correction -128 * sum(w) first). 1 and 2 give each
+// lane the same exact integer sum(w * x), so the floats after are identical.
+template <int kMode>
 inline __m512 group_dot(__m512 acc, const WGroup& w, const uint8_t* xt) {
   __m512i is;
-  if constexpr (kOffset) {
+  if constexpr (kMode == 1) {
+    is = _mm512_dpbusd_epi32(_mm512_load_si512(xt + 192), w.lo, _mm512_load_si512(xt));
+    is = _mm512_dpbusd_epi32(is, w.hi, _mm512_load_si512(xt + 64));
+  } else if constexpr (kMode == 2) {
     is = _mm512_dpbusd_epi32(w.wm, _mm512_load_si512(xt), w.lo);
     is = _mm512_dpbusd_epi32(is, _mm512_load_si512(xt + 64), w.hi);
   } else {
@@ -164,16 +172,30 @@ inline __m512 group_dot(__m512 acc, const WGroup& w, const uint8_t* xt) {
   // d_w * d_x first, then one fma per lane: ggml's per-block order.
   const __m512 dd = _mm512_mul_ps(w.wd, _mm512_load_ps(reinterpret_cast<const float*>(xt + 128)));
   acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), dd, acc);
-  if constexpr (!kOffset)
+  if constexpr (kMode == 0)
     acc = _mm512_fmadd_ps(_mm512_castsi512_ps(w.wm), _mm512_load_ps(reinterpret_cast<const float*>(xt + 192)), acc);
   return acc;
+}
+
+// A decoded group as the staged path's record holds it: Q8_0 back to s8
+// weights with wm = -128 * sum(w) per lane (mode 2 above); others unchanged.
+template <GgmlType kType>
+inline WGroup staged(WGroup w) {
+  if constexpr (kType == GgmlType::Q8_0) {
+    const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
+    w.lo = _mm512_xor_si512(w.lo, c128);
+    w.hi = _mm512_xor_si512(w.hi, c128);
+    const __m512i corr = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, w.lo), c128, w.hi);
+    w.wm = _mm512_sub_epi32(_mm512_setzero_si512(), corr);
+  }
+  return w;
 }
 
 // ---- Integer micro-kernels -------------------------------------------------------
 // Packed: w[r] are packed records of row r; x[t] activation records; out[t * kR + r].
 // The micro-kernel loop shared by the packed and the direct kernels: T tokens
 // times kR rows, group by group; load(r, g) gives row r's weight group g.
-template <int T, bool kOffset, class LoadGroup>
+template <int T, int kMode, class LoadGroup>
 inline void qkernel_rows(LoadGroup load, const uint8_t* const* x, int64_t ng, float* out) {
   __m512 acc[kR][T];
   for (int r = 0; r < kR; ++r)
@@ -182,16 +204,17 @@ inline void qkernel_rows(LoadGroup load, const uint8_t* const* x, int64_t ng, fl
     const size_t o = static_cast<size_t>(g) * kRec;
     for (int r = 0; r < kR; ++r) {
       const WGroup wg = load(r, g);
-      for (int t = 0; t < T; ++t) acc[r][t] = group_dot<kOffset>(acc[r][t], wg, x[t] + o);
+      for (int t = 0; t < T; ++t) acc[r][t] = group_dot<kMode>(acc[r][t], wg, x[t] + o);
     }
   }
   for (int r = 0; r < kR; ++r)
     for (int t = 0; t < T; ++t) out[t * kR + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
+// Staged records (Q8_0: mode 2).
 template <int T, bool kOffset>
 void qkernel(const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) {
-  qkernel_rows<T, kOffset>([w](int r, int64_t g) { return load_group(w[r] + static_cast<size_t>(g) * kRec); }, x, ng, out);
+  qkernel_rows<T, kOffset ? 2 : 0>([w](int r, int64_t g) { return load_group(w[r] + static_cast<size_t>(g) * kRec); }, x, ng, out);
 }
 
 template <bool kOffset>
@@ -209,9 +232,9 @@ void qkernel_n(int nt, const uint8_t* const* w, const uint8_t* const* x, int64_t
 template <GgmlType kType, int T>
 void qkernel_direct(const uint8_t* const* rows, int64_t nb, const uint8_t* const* x, int64_t ng, size_t prefetch,
                     float* out) {
-  constexpr bool kOffset = kType == GgmlType::Q8_0;
+  constexpr int kMode = kType == GgmlType::Q8_0 ? 1 : 0;  // direct
   constexpr size_t kGroupBytes = Layout<kType>::kBB * kG;
-  qkernel_rows<T, kOffset>(
+  qkernel_rows<T, kMode>(
       [rows, nb, prefetch](int r, int64_t g) {
         for (size_t b = 0; b < kGroupBytes; b += 64)
           _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + g * kGroupBytes + b), _MM_HINT_T0);
@@ -219,6 +242,84 @@ void qkernel_direct(const uint8_t* const* rows, int64_t nb, const uint8_t* const
       },
       x, ng, out);
 }
+
+// ---- Packed weights (pack.h) ------------------------------------------------------
+static_assert(kR == kPackRows && kG == kPackBlocks, "pack.h's tile is the kernel's row tile and group");
+
+// Row r (0..3) of a packed tile, group g: the same registers decode_row_group
+// gives from the GGUF row (same values in the same lanes).
+template <GgmlType kType>
+inline WGroup packed_group(const uint8_t* tile, size_t scales_off, int64_t g, int r) {
+  constexpr size_t qb = pack_quant_bytes(kType), sb = pack_scale_bytes(kType);
+  const uint8_t* q = tile + (static_cast<size_t>(g) * kPackRows + r) * qb;
+  const uint8_t* s = tile + scales_off + static_cast<size_t>(g) * sb;
+  // lane l of row r takes d of block l / 4: scale 4r + l / 4.
+  const __m512i idx =
+      _mm512_add_epi32(_mm512_set1_epi32(4 * r), _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+  WGroup w;
+  w.wd = _mm512_permutexvar_ps(idx, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s))));
+  if constexpr (kType == GgmlType::Q8_0) {
+    w.lo = _mm512_load_si512(q);
+    w.hi = _mm512_load_si512(q + 64);
+    w.wm = _mm512_setzero_si512();
+  } else {
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    const __m512i v = _mm512_load_si512(q);
+    w.lo = _mm512_and_si512(v, nib);
+    w.hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+    if constexpr (kType == GgmlType::Q4_1) {
+      const __m512 m = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s + 32)));
+      w.wm = _mm512_castps_si512(_mm512_permutexvar_ps(idx, m));
+    } else {
+      w.wm = _mm512_castps_si512(_mm512_mul_ps(w.wd, _mm512_set1_ps(Layout<kType>::kImplicit)));
+    }
+  }
+  return w;
+}
+
+// How far ahead (bytes) the packed direct kernel prefetches its tile's stream.
+// How far ahead (bytes) the packed direct kernel prefetches its stream. This
+// machine's hardware prefetchers do not keep one core's stream ahead: without it
+// bench_decode reads Q4_0 at a third of the speed; 8-16 KB ahead into L1 (T0)
+// measured best (T1 / T2 / NTA and 2-4 KB were slower; see docs/benchmarks.md).
+constexpr size_t kPackedPrefetch = 16384;
+
+// Direct kernel over one packed tile (kR rows), T tokens; out[t * kR + r].
+// Prefetches the stream kPackedPrefetch bytes ahead: each group the
+// tile_bytes / ng bytes that lie that far ahead of its share of the tile
+// (quants and scales alike; past the buffer's end a prefetch is harmless).
+template <GgmlType kType, int T>
+void qkernel_packed(const uint8_t* tile, const PackLayout& l, const uint8_t* const* x, float* out) {
+  constexpr int kMode = kType == GgmlType::Q8_0 ? 1 : 0;  // direct
+  const size_t step = (l.tile_bytes + static_cast<size_t>(l.ng) - 1) / static_cast<size_t>(l.ng);
+  const size_t scales_off = l.scales_off;
+  qkernel_rows<T, kMode>(
+      [tile, scales_off, step](int r, int64_t g) {
+        if (r == 0) {
+          const char* p = reinterpret_cast<const char*>(tile + kPackedPrefetch + static_cast<size_t>(g) * step);
+          for (size_t b = 0; b < step; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+        }
+        return packed_group<kType>(tile, scales_off, g, r);
+      },
+      x, l.ng, out);
+}
+
+// Weight source of matmul_q32_src (matmul_driver.inc) over a packed copy.
+template <GgmlType kType>
+struct PackedSource {
+  const uint8_t* base;
+  PackLayout l;
+  WGroup group(int64_t row, int64_t g) const {
+    return packed_group<kType>(base + static_cast<size_t>(row / kPackRows) * l.tile_bytes, l.scales_off, g,
+                               static_cast<int>(row % kPackRows));
+  }
+  // row0 is a multiple of kR (chunks are kChunkRows rows); padded rows are zero.
+  template <int T>
+  void direct(int64_t row0, int64_t /*last*/, const uint8_t* const* xp, int64_t ng, float* out) const {
+    (void)ng;  // == l.ng
+    qkernel_packed<kType, T>(base + static_cast<size_t>(row0 / kPackRows) * l.tile_bytes, l, xp, out);
+  }
+};
 
 // ---- Float micro-kernel (F32 rows; F16/BF16/K-quants are converted first) --------
 // The float micro-kernel loop shared by fkernel and hkernel_direct: T tokens
@@ -335,6 +436,19 @@ constexpr bool kAvx512 = true;
 constexpr int64_t kFloatLanes = 16;
 
 #include "kernels/cpu/matmul_driver.inc"
+
+template <GgmlType kType>
+void matmul_q32_t(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
+  if constexpr (kType == GgmlType::Q4_0 || kType == GgmlType::Q4_1 || kType == GgmlType::Q8_0) {
+    if (w.packed != nullptr) {
+      static_assert(kChunkRows % kPackRows == 0);
+      const PackedSource<kType> src{static_cast<const uint8_t*>(w.packed), pack_layout(kType, w.rows, w.cols)};
+      matmul_q32_src<kType>(w, src, x, n_tokens, y);
+      return;
+    }
+  }
+  matmul_q32_rows<kType>(w, x, n_tokens, y);
+}
 
 }  // namespace
 

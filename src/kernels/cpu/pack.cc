@@ -1,0 +1,108 @@
+// Packs Q4_0 / Q4_1 / Q8_0 matrices into the decode layout of pack.h (once, at
+// model load; plain byte copies, so any ISA can run it).
+#include "kernels/cpu/pack.h"
+
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "base/check.h"
+#include "base/ggml_quant.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_internal.h"
+
+namespace pagoda::kernels {
+namespace {
+
+using cpu::detail::kPackBlocks;
+using cpu::detail::kPackRows;
+
+struct PackJob {
+  const WeightView* w;
+  cpu::detail::PackLayout l;
+  uint8_t* dst;
+};
+
+// Byte offsets of a block's f16 d, f16 m (Q4_1) and quants.
+struct BlockFields {
+  size_t bytes, m, qs;
+};
+BlockFields fields_of(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_0: return {18, 0, 2};
+    case GgmlType::Q4_1: return {20, 2, 4};
+    default: return {34, 0, 2};  // Q8_0
+  }
+}
+
+void pack_tile(void* ctx, int64_t tile) {
+  const PackJob& job = *static_cast<const PackJob*>(ctx);
+  const WeightView& w = *job.w;
+  const GgmlType t = w.type;
+  const BlockFields f = fields_of(t);
+  const size_t qb = cpu::detail::pack_quant_bytes(t), sb = cpu::detail::pack_scale_bytes(t);
+  const int64_t nb = w.cols / 32;
+  uint8_t* out = job.dst + static_cast<size_t>(tile) * job.l.tile_bytes;
+  std::memset(out, 0, job.l.tile_bytes);
+  for (int r = 0; r < kPackRows; ++r) {
+    const int64_t row = tile * kPackRows + r;
+    const bool live = row < w.rows;
+    const uint8_t* src = live ? static_cast<const uint8_t*>(w.data) + static_cast<size_t>(row) * w.row_bytes : nullptr;
+    for (int64_t g = 0; g < job.l.ng; ++g) {
+      uint8_t* q = out + (static_cast<size_t>(g) * kPackRows + r) * qb;
+      uint8_t* s = out + job.l.scales_off + static_cast<size_t>(g) * sb;
+      for (int b = 0; b < kPackBlocks; ++b) {
+        const int64_t blk = g * kPackBlocks + b;
+        const uint8_t* bp = live && blk < nb ? src + static_cast<size_t>(blk) * f.bytes : nullptr;
+        if (t == GgmlType::Q8_0) {
+          // u8 = q + 128 (a padded block: q = 0); bytes 0..15 to lo, 16..31 to hi.
+          for (int i = 0; i < 16; ++i) {
+            q[16 * b + i] = static_cast<uint8_t>((bp ? bp[f.qs + i] : 0) ^ 0x80);
+            q[64 + 16 * b + i] = static_cast<uint8_t>((bp ? bp[f.qs + 16 + i] : 0) ^ 0x80);
+          }
+        } else if (bp) {
+          std::memcpy(q + 16 * b, bp + f.qs, 16);
+        }
+        if (bp) {
+          std::memcpy(s + 2 * (4 * r + b), bp, 2);                        // d
+          if (t == GgmlType::Q4_1) std::memcpy(s + 32 + 2 * (4 * r + b), bp + f.m, 2);  // m
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+size_t packed_weight_bytes(const WeightView& w) {
+  if (!cpu::detail::is_packable_type(w.type) || cpu::detail::isa() != cpu::detail::Isa::kAvx512) return 0;
+  if (w.rows <= 0 || w.cols <= 0 || w.cols % 32 != 0) return 0;
+  return cpu::detail::pack_layout(w.type, w.rows, w.cols).total();
+}
+
+void pack_weight(const WeightView& w, uint8_t* dst) {
+  PAGODA_CHECK(cpu::detail::is_packable_type(w.type) && w.cols % 32 == 0 && w.rows > 0);
+  PAGODA_CHECK(reinterpret_cast<uintptr_t>(dst) % 64 == 0);
+  PackJob job{&w, cpu::detail::pack_layout(w.type, w.rows, w.cols), dst};
+  parallel_for(job.l.tiles, pack_tile, &job);
+}
+
+PackedBuffer::PackedBuffer(size_t bytes) : size_(bytes) {
+  if (bytes == 0) return;
+  constexpr size_t kHuge = size_t{2} << 20;
+  map_bytes_ = (bytes + kHuge - 1) / kHuge * kHuge + kHuge;
+  void* p = ::mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  PAGODA_CHECK_MSG(p != MAP_FAILED, "cannot map %zu bytes for packed weights", map_bytes_);
+  map_ = static_cast<uint8_t*>(p);
+  data_ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(map_) + kHuge - 1) / kHuge * kHuge);
+  // Advice only: without THP (or with it off) the buffer is plain 4 KiB pages.
+  const char* env = std::getenv("PAGODA_PACK_THP");
+  if (env == nullptr || std::strcmp(env, "0") != 0) (void)::madvise(data_, map_bytes_ - kHuge, MADV_HUGEPAGE);
+}
+
+PackedBuffer::~PackedBuffer() {
+  if (map_ != nullptr) ::munmap(map_, map_bytes_);
+}
+
+}  // namespace pagoda::kernels
