@@ -102,7 +102,7 @@ struct SchedulerConfig {
   // inter-token latency when a wave arrives; max_num_batched_tokens stays the
   // hard cap. false: prefill gets all the cap leaves (a fixed budget).
   bool auto_budget = false;
-  AutoBudgetConfig auto_budget_config;
+  AutoBudgetConfig auto_budget_config = {};
 };
 
 // The sampled result for one scheduled request (those with wants_logits).
