@@ -28,7 +28,13 @@ double StepCostModel::cost(int n) const {
   for (int i = b; i >= 1 && lo < 0; --i) {
     if (ms_[i] > 0 && n_[i] <= x) lo = i;
   }
-  for (int i = b; i < kNumBins && hi < 0; ++i) {
+  // A small step (exact bins) is not interpolated towards a large one: below
+  // about a hundred tokens the kernels work in register tiles (a verify step of
+  // 1 + k tokens costs in steps of 4), above it the weights go through the
+  // packed GEMM, so a line between the two regimes underprices small steps
+  // (speculative decoding would draft too long before measuring them).
+  const int last = n <= kExactTokens ? kExactTokens : kNumBins - 1;
+  for (int i = b; i <= last && hi < 0; ++i) {
     if (ms_[i] > 0 && n_[i] >= x) hi = i;
   }
   if (lo >= 0 && hi >= 0) {

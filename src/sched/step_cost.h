@@ -34,6 +34,8 @@ class StepCostModel {
   // between the nearest measured sizes, else from the largest measured one at
   // the slope between it and the smallest (with one size measured: half its
   // cost per token), else (below every measurement) the smallest's cost.
+  // Sizes up to kExactTokens look only at exact bins (no line from a small
+  // step to a large prefill: the kernels' regimes differ).
   // Relative units (decode = 1) before any measurement.
   double cost(int n) const;
   bool measured() const { return num_records_ > 0; }

@@ -33,6 +33,11 @@ TEST(StepCost, WideBinsInterpolateAndExtrapolate) {
   EXPECT_DOUBLE_EQ(c.cost(516), 290.0);   // between the two measured sizes
   EXPECT_DOUBLE_EQ(c.cost(2016), 1040.0); // above: the slope from the smallest measured size
   EXPECT_DOUBLE_EQ(c.cost(4), 40.0);      // below every measurement: the smallest's cost
+  // Up to 128 tokens only exact bins count: above 16 the slope of half a token's
+  // cost (16 alone measured), not the line towards the 1016-token prefill.
+  EXPECT_DOUBLE_EQ(c.cost(56), 40.0 + 40 * 1.25);
+  c.record(96, 120.0);
+  EXPECT_DOUBLE_EQ(c.cost(56), 80.0);     // between 16 and 96
   // A wide bin keeps the average size it saw: 1016 and 1000 share one bin.
   c.record(1000, 540.0);
   EXPECT_LT(c.cost(1012), 540.0);  // the bin's point moved to 0.8 x 1016 + 0.2 x 1000 = 1012.8
@@ -50,7 +55,7 @@ TEST(StepCost, WideBinsInterpolateAndExtrapolate) {
 TEST(StepCost, AutoPrefillBudgetBounds) {
   StepCostModel c;
   c.record(2, 20.0);
-  c.record(1002, 520.0);  // 0.5 ms a token
+  c.record(102, 70.0);  // 0.5 ms a token
   const AutoBudgetConfig cfg{.target_factor = 2.0, .min_prefill_tokens = 16};
   // cost(2 + p) <= 40: p <= 40.
   EXPECT_EQ(auto_prefill_budget(c, cfg, 2, 2048), 40);
@@ -81,7 +86,7 @@ TEST(StepBudget, AWaveIsSpreadOverStepsNextToRunningDecodes) {
     sc.auto_budget_config = AutoBudgetConfig{.target_factor = 2.0, .min_prefill_tokens = 16};
     Harness h(sc, kv_config(257, 16));
     h.sched().record_step_time(2, 20.0);
-    h.sched().record_step_time(1002, 520.0);
+    h.sched().record_step_time(102, 70.0);  // 0.5 ms a token
     ASSERT_TRUE(h.add(1, iota_tokens(1, 10), 40).ok());
     ASSERT_TRUE(h.add(2, iota_tokens(100, 10), 40).ok());
     StepPlan first = h.step();  // nothing decodes yet: both prompts whole
