@@ -14,7 +14,10 @@ acceptance rate from /metrics (spec_decode_*), and whether the texts were identi
 Medians over the rounds.
 
 usage: spec_decode_openai.py [--binary build/release/src/cli/pagoda] [--model M.gguf]
-         [--rounds 3] [--prompts 6] [--max-tokens 200] [--spec JSON] [--threads 2]
+         [--rounds 3] [--prompts 6] [--max-tokens 200] [--spec JSON] [--threads 2] [--stream]
+With --stream the answers are streamed and the decode-only rate (tokens after the first over
+the time after the first token) is reported too: the wall rate includes each prompt's prefill,
+which speculation does not speed up.
 """
 import argparse
 import glob
@@ -59,24 +62,43 @@ def random_prompts(n, seed):
     return [" ".join(rng.choice(WORDS) for _ in range(60)) for _ in range(n)]
 
 
-def run(srv, prompts, max_tokens, ignore_eos):
+def run(srv, prompts, max_tokens, ignore_eos, stream=False):
     import openai
     client = openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=600)
     model = client.models.list().data[0].id
-    ask = lambda p: client.chat.completions.create(  # noqa: E731
-        model=model, messages=[{"role": "user", "content": p}], max_tokens=max_tokens, temperature=0,
-        extra_body={"ignore_eos": ignore_eos})
+
+    def ask(p):
+        """(text, completion tokens, seconds from the first content chunk to the end or None)."""
+        kw = dict(model=model, messages=[{"role": "user", "content": p}], max_tokens=max_tokens, temperature=0,
+                  extra_body={"ignore_eos": ignore_eos})
+        if not stream:
+            r = client.chat.completions.create(**kw)
+            return r.choices[0].message.content, r.usage.completion_tokens, None
+        parts, n, t_first = [], 0, None
+        for ch in client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kw):
+            if ch.choices and ch.choices[0].delta.content:
+                if t_first is None:
+                    t_first = time.perf_counter()
+                parts.append(ch.choices[0].delta.content)
+            if ch.usage:
+                n = ch.usage.completion_tokens
+        return "".join(parts), n, (time.perf_counter() - t_first) if t_first else None
+
     ask(prompts[0])  # warm-up
-    texts, tokens, t0 = [], 0, time.perf_counter()
+    texts, tokens, t0, decode_s, decode_tokens = [], 0, time.perf_counter(), 0.0, 0
     for p in prompts:
-        r = ask(p)
-        texts.append(r.choices[0].message.content)
-        tokens += r.usage.completion_tokens
+        text, n, after_first = ask(p)
+        texts.append(text)
+        tokens += n
+        if after_first is not None:
+            decode_s += after_first
+            decode_tokens += n - 1
     wall = time.perf_counter() - t0
     m = srv.metrics()
     acc = m.get("pagoda:spec_decode_num_accepted_tokens_total", 0.0)
     drafted = m.get("pagoda:spec_decode_num_draft_tokens_total", 0.0)
     return {"tok_s": tokens / wall, "tokens": tokens, "texts": texts,
+            "decode_tok_s": decode_tokens / decode_s if decode_s > 0 else float("nan"),
             "accept": acc / drafted if drafted else float("nan"), "drafts": m.get("pagoda:spec_decode_num_drafts_total", 0.0)}
 
 
@@ -91,6 +113,8 @@ def main():
     ap.add_argument("--spec", default='{"method":"ngram","num_speculative_tokens":8,"prompt_lookup_max":4,'
                                       '"prompt_lookup_min":2}')
     ap.add_argument("--workloads", default="copy,random")
+    ap.add_argument("--stream", action="store_true",
+                    help="stream the answers; also report decode tok/s (after each first token: no prefill)")
     a = ap.parse_args()
     base = ["-t", str(a.threads), "--max-num-seqs", "1"]
     rows = {}
@@ -104,23 +128,27 @@ def main():
             for cfg in order:
                 extra = base + (["--speculative-config", a.spec] if cfg == "spec" else [])
                 with PagodaServer(a.binary, a.model, extra) as srv:
-                    got[cfg] = run(srv, prompts, a.max_tokens, ignore_eos=(wl == "random"))
+                    got[cfg] = run(srv, prompts, a.max_tokens, ignore_eos=(wl == "random"), stream=a.stream)
                 res[cfg].append(got[cfg])
             same = same and got["plain"]["texts"] == got["spec"]["texts"]
             print(f"{wl} round {rnd}: plain {got['plain']['tok_s']:.1f} tok/s, spec {got['spec']['tok_s']:.1f} tok/s "
                   f"({got['spec']['tok_s'] / got['plain']['tok_s']:.2f}x), acceptance {got['spec']['accept']:.2f}, "
-                  f"same text {got['plain']['texts'] == got['spec']['texts']}", file=sys.stderr)
+                  f"same text {got['plain']['texts'] == got['spec']['texts']}, decode tok/s plain "
+                  f"{got['plain']['decode_tok_s']:.1f} spec {got['spec']['decode_tok_s']:.1f}", file=sys.stderr)
         med = lambda cfg: statistics.median(r["tok_s"] for r in res[cfg])  # noqa: E731
         ratios = [s["tok_s"] / p["tok_s"] for p, s in zip(res["plain"], res["spec"])]
         rows[wl] = {"plain_tok_s": med("plain"), "spec_tok_s": med("spec"), "speedup": statistics.median(ratios),
                     "acceptance": statistics.median(r["accept"] for r in res["spec"]),
-                    "output_tokens": res["plain"][0]["tokens"], "identical_text": same}
+                    "output_tokens": res["plain"][0]["tokens"], "identical_text": same,
+                    "decode_speedup": statistics.median(s["decode_tok_s"] / p["decode_tok_s"]
+                                                        for p, s in zip(res["plain"], res["spec"]))}
     print(json.dumps(rows, indent=1))
-    print("\n| workload | plain tok/s | spec tok/s | speedup (median of per-round ratios) | acceptance | identical |")
-    print("|---|---|---|---|---|---|")
+    print("\n| workload | plain tok/s | spec tok/s | speedup (median of per-round ratios) | decode-only speedup "
+          "| acceptance | output tokens | identical |")
+    print("|---|---|---|---|---|---|---|---|")
     for wl, r in rows.items():
-        print(f"| {wl} | {r['plain_tok_s']:.1f} | {r['spec_tok_s']:.1f} | {r['speedup']:.2f}x | {r['acceptance']:.2f} | "
-              f"{r['identical_text']} |")
+        print(f"| {wl} | {r['plain_tok_s']:.1f} | {r['spec_tok_s']:.1f} | {r['speedup']:.2f}x | "
+              f"{r['decode_speedup']:.2f}x | {r['acceptance']:.2f} | {r['output_tokens']} | {r['identical_text']} |")
 
 
 if __name__ == "__main__":

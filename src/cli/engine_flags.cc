@@ -224,7 +224,10 @@ const char* kEngineFlagsHelp =
     "  --disable-hybrid-kv-cache-manager   every layer keeps a full-context KV table (sliding windows\n"
     "                          only masked); default: window layers hold only their window\n"
     "  --max-num-seqs N              running requests per step (default 64); or -np/--parallel\n"
-    "  --max-num-batched-tokens N    token budget per step (default 2048)\n"
+    "  --max-num-batched-tokens auto|N   token budget per step (default auto: decodes first, then\n"
+    "                                prefill up to what keeps the step within --step-time-factor F\n"
+    "                                (default 2) x a pure decode step's measured time, at least\n"
+    "                                --min-prefill-chunk N (default 64) tokens, at most 2048 in all)\n"
     "  --schedule-policy fcfs|lpm    admission order: arrival, or longest cached prefix first (default fcfs)\n"
     "  --gpu-memory-utilization F    fraction of RAM for weights + KV cache: the KV pool gets\n"
     "                                F x RAM minus the model file (vLLM's flag; CPU meaning)\n"
@@ -387,9 +390,23 @@ std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
     if (!to_int(v, 1, 4096, &n)) return "--max-num-seqs must be an integer in 1..4096, got '" + v + "'";
     cfg->max_num_seqs = static_cast<int>(n);
   }
+  cfg->auto_batched_tokens = true;  // the default: the step budget follows the measured step times
   if (args.value("--max-num-batched-tokens", &v)) {
-    if (!to_int(v, 1, 1 << 20, &n)) return "--max-num-batched-tokens must be a positive integer, got '" + v + "'";
-    cfg->max_num_batched_tokens = static_cast<int>(n);
+    if (v != "auto") {
+      if (!to_int(v, 1, 1 << 20, &n))
+        return "--max-num-batched-tokens must be auto or a positive integer, got '" + v + "'";
+      cfg->max_num_batched_tokens = static_cast<int>(n);
+      cfg->auto_batched_tokens = false;
+    }
+  }
+  if (args.value("--step-time-factor", &v)) {
+    double f = 0;
+    if (!parse_f64(v, &f) || !(f >= 1 && f <= 100)) return "--step-time-factor must be a number in 1..100, got '" + v + "'";
+    cfg->auto_step_factor = f;
+  }
+  if (args.value("--min-prefill-chunk", &v)) {
+    if (!to_int(v, 1, 1 << 20, &n)) return "--min-prefill-chunk must be a positive integer, got '" + v + "'";
+    cfg->auto_min_prefill_tokens = static_cast<int>(n);
   }
   if (args.value("--schedule-policy", &v)) {
     if (v == "fcfs") cfg->schedule_lpm = false;

@@ -143,7 +143,7 @@ class EngineImpl final : public Engine {
   int64_t spec_num_draft_tokens_ = 0;
   int64_t spec_num_accepted_tokens_ = 0;
   std::vector<int64_t> spec_accepted_per_pos_;  // [num_speculative_tokens]
-  StepCostModel step_cost_;  // measured forward times by step size (speculative decoding)
+  AcceptanceEstimate spec_recent_;  // over every verified draft: a new choice's starting estimate
 };
 
 Status EngineImpl::init(const EngineConfig& c) {
@@ -152,6 +152,10 @@ Status EngineImpl::init(const EngineConfig& c) {
     return errorf("block size must be in 1..256, got %d", c.block_size);
   if (c.threads < 1) return errorf("threads must be >= 1, got %d", c.threads);
   if (std::string e = check_speculative_config(c.speculative); !e.empty()) return errorf("speculative decoding: %s", e.c_str());
+  if (c.auto_batched_tokens && !(c.auto_step_factor >= 1.0 && c.auto_step_factor <= 100.0))
+    return errorf("the auto step-time factor must be in 1..100, got %g", c.auto_step_factor);
+  if (c.auto_batched_tokens && c.auto_min_prefill_tokens < 1)
+    return errorf("the auto minimum prefill chunk must be >= 1 token, got %d", c.auto_min_prefill_tokens);
   if (c.speculative.enabled() && c.recompute) return errorf("speculative decoding needs the KV cache (not with recompute)");
   spec_accepted_per_pos_.assign(static_cast<size_t>(c.speculative.num_speculative_tokens), 0);
   kernels::set_num_threads(c.threads);
@@ -254,6 +258,9 @@ Status EngineImpl::init(const EngineConfig& c) {
   sc.max_model_len = static_cast<int32_t>(ctx);
   sc.vocab_size = mc.n_vocab;
   sc.policy = c.schedule_lpm ? sched::SchedulePolicy::kLpm : sched::SchedulePolicy::kFcfs;
+  sc.auto_budget = c.auto_batched_tokens;
+  sc.auto_budget_config.target_factor = c.auto_step_factor;
+  sc.auto_budget_config.min_prefill_tokens = c.auto_min_prefill_tokens;
   sched_ = std::make_unique<sched::Scheduler>(sc, kv_.get());
   if (tiers) {
     PAGODA_ASSIGN_OR_RETURN(tiers_, KvTierLink::create(c, tier_model_fingerprint(*file_, model_->fingerprint()),
@@ -339,6 +346,9 @@ Expected<RequestId> EngineImpl::add_request(const RequestParams& p) {
     spi.seed = base_seed + static_cast<uint64_t>(i);
     choices_.emplace(std::piecewise_construct, std::forward_as_tuple(subs[static_cast<size_t>(i)]),
                      std::forward_as_tuple(id, i, static_cast<int32_t>(p.prompt.size()), spi, p, *tok_, start));
+    // A new sequence's first drafts are sized by what recent sequences accepted
+    // (the workload's rate), not the fixed prior: short outputs gain from step one.
+    choices_.at(subs[static_cast<size_t>(i)]).acceptance = spec_recent_;
   }
   requests_[id] = std::move(subs);
   if (p.grammar) constrained_choices_ += p.n;
@@ -534,7 +544,7 @@ void EngineImpl::propose_drafts() {
     if (draft.empty()) continue;
     // Only as many tokens as are expected to pay for their share of the step.
     const int k = sc.adaptive_length
-                      ? best_draft_length(step_cost_, ch.acceptance.alpha(), batch, static_cast<int>(draft.size()))
+                      ? best_draft_length(sched_->step_cost(), ch.acceptance.alpha(), batch, static_cast<int>(draft.size()))
                       : static_cast<int>(draft.size());
     if (k == 0) {
       ch.acceptance.decay();
@@ -589,6 +599,7 @@ void EngineImpl::verify_choice(const sched::ScheduledSeq& seq, const runtime::St
   spec_num_accepted_tokens_ += accepted;
   ch.throttle.record(static_cast<int>(k), accepted);
   ch.acceptance.record(static_cast<int>(k), accepted);
+  spec_recent_.record(static_cast<int>(k), accepted);
   out.finished = ch.stop_reason != FinishReason::kNone;
   push_event(sid, seq, ch, std::move(ev), events, event_of);
   outputs->push_back(std::move(out));
@@ -626,10 +637,8 @@ std::vector<TokenEvent> EngineImpl::step() {
   const sched::StepPlan& run_plan = cfg_.recompute ? recompute_plan_ : plan;
   const auto t_forward = std::chrono::steady_clock::now();
   auto logits = runner_->execute(run_plan);
-  if (cfg_.speculative.enabled()) {
-    step_cost_.record(run_plan.num_tokens(),
-                      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_forward).count());
-  }
+  sched_->record_step_time(run_plan.num_tokens(),
+                           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_forward).count());
   if (!logits.ok()) {
     PAGODA_LOG_ERROR("forward pass failed: %s", logits.message().c_str());
     fail_plan(plan, "forward pass failed: " + logits.message(), &events);

@@ -47,7 +47,14 @@ struct EngineConfig {
   // path's. Turns prefix caching off; requests must have n == 1.
   bool recompute = false;
   int max_num_seqs = 64;
-  int max_num_batched_tokens = 2048;
+  int max_num_batched_tokens = 2048; // the hard cap of tokens per step
+  // --max-num-batched-tokens auto (the CLI's default; off here so engine tests
+  // never depend on step timing): prefill gets what keeps a step within
+  // auto_step_factor x a pure decode step's measured time, at least
+  // auto_min_prefill_tokens (sched/step_cost.h). Outputs do not change.
+  bool auto_batched_tokens = false;
+  double auto_step_factor = 2.0;
+  int auto_min_prefill_tokens = 64;
   double watermark = 0.01;           // admission keeps this fraction of blocks free
   bool schedule_lpm = false;         // admit longest cached prefix first (else arrival order)
   // vLLM's flag: one KV cache group, every layer keeps a full-context table

@@ -40,27 +40,6 @@ std::vector<int32_t> ngram_propose(std::span<const int32_t> tokens, int min_n, i
   return {tokens.begin() + best_e, tokens.begin() + end};
 }
 
-void StepCostModel::record(int n, double ms) {
-  if (n < 1 || n > kMaxTokens || !(ms > 0)) return;
-  double& m = ms_[n];
-  m = m == 0 ? ms : 0.8 * m + 0.2 * ms;  // recent steps weigh more: the machine's load changes
-}
-
-double StepCostModel::cost(int n) const {
-  n = std::clamp(n, 1, kMaxTokens);
-  if (ms_[n] > 0) return ms_[n];
-  int lo = n - 1, hi = n + 1;
-  while (lo >= 1 && ms_[lo] == 0) --lo;
-  while (hi <= kMaxTokens && ms_[hi] == 0) ++hi;
-  if (lo >= 1 && hi <= kMaxTokens) return ms_[lo] + (ms_[hi] - ms_[lo]) * (n - lo) / (hi - lo);
-  if (lo < 1 && hi > kMaxTokens) return 1.0 + 0.5 * (n - 1);  // nothing measured
-  if (lo < 1) return ms_[hi];                                   // below every measurement
-  // Above every measurement: the slope from 1 token (or half a decode per token).
-  const double base = ms_[1] > 0 ? ms_[1] : ms_[lo];
-  const double slope = lo > 1 && ms_[1] > 0 ? std::max(0.0, (ms_[lo] - ms_[1]) / (lo - 1)) : 0.5 * base;
-  return ms_[lo] + slope * (n - lo);
-}
-
 void AcceptanceEstimate::record(int k, int accepted) {
   accepted_ = 0.9 * accepted_ + accepted;
   rejected_ = 0.9 * rejected_ + (accepted < k ? 1.0 : 0.0);

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "sched/step_cost.h"
+
 namespace pagoda::engine {
 
 // vLLM's --speculative-config for method "ngram".
@@ -38,26 +40,12 @@ std::string check_speculative_config(const SpeculativeConfig& c);
 // Empty when no n-gram of at least min_n repeats. O(tokens x max_n).
 std::vector<int32_t> ngram_propose(std::span<const int32_t> tokens, int min_n, int max_n, int k);
 
-// The forward pass's cost by step size: an average of measured step times
-// per number of tokens in the step (1..kMaxTokens), for choosing how many
-// draft tokens pay. A verify step of 1 + k tokens costs more than a decode
-// (how much depends on the kernels: on AVX-512 with 2 threads two tokens cost
-// about one, nine about five), so a draft is worth its length only when
+// The forward pass's cost by step size (sched/step_cost.h), for choosing how
+// many draft tokens pay. A verify step of 1 + k tokens costs more than a
+// decode (how much depends on the kernels: on AVX-512 with 2 threads two tokens
+// cost about one, nine about five), so a draft is worth its length only when
 // enough of it is expected to be accepted.
-class StepCostModel {
- public:
-  static constexpr int kMaxTokens = 128;
-  // Records one forward of n tokens that took ms milliseconds.
-  void record(int n, double ms);
-  // Estimated milliseconds for n tokens: the measured average, else linear
-  // between the nearest measured sizes, else from the largest measured one at
-  // the slope between it and 1 token (half a decode per token when unknown).
-  // Relative units (decode = 1) before any measurement.
-  double cost(int n) const;
-
- private:
-  double ms_[kMaxTokens + 1] = {};
-};
+using sched::StepCostModel;
 
 // Per-sequence acceptance estimate: the chance that the next draft token is
 // accepted given the previous ones were (geometric model), from decayed

@@ -200,6 +200,14 @@ int32_t Scheduler::draft_len(const Request& r, int32_t budget) const {
   return std::max(0, std::min({static_cast<int32_t>(r.draft.size()), budget - 1, room}));
 }
 
+void Scheduler::limit_prefill(int32_t decode_tokens, int32_t* budget) {
+  const int32_t prefill = auto_prefill_budget(step_cost_, config_.auto_budget_config, decode_tokens,
+                                              config_.max_num_batched_tokens);
+  if (prefill >= *budget) return;
+  *budget = prefill;
+  prefill_limited_ = true;
+}
+
 std::vector<Scheduler::Candidate> Scheduler::admission_order() const {
   std::vector<Candidate> out;
   out.reserve(waiting_.size());
@@ -238,6 +246,7 @@ StepPlan Scheduler::schedule() {
   // admission order. A snapshot, as preemption edits running_.
   const std::vector<RequestId> order = running_;
   for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1 && config_.auto_budget) limit_prefill(config_.max_num_batched_tokens - budget, &budget);
     for (RequestId id : order) {
       if (budget <= 0) break;
       Request& r = req(id);
@@ -326,6 +335,11 @@ StepPlan Scheduler::schedule() {
       std::erase_if(waiting_, [&](RequestId id) { return admitted.count(id) > 0; });
     }
   }
+
+  // The auto budget held prefill back this step: it was lower than what the cap
+  // left, and the chunks and admissions used all of it.
+  if (prefill_limited_ && budget == 0) ++stats_.num_budget_capped_steps;
+  prefill_limited_ = false;
 
   plan.seqs.reserve(slices.size());
   for (Slice& s : slices) {

@@ -17,6 +17,10 @@
 //      the match decides the dedup check and the chunk, can_allocate turns it
 //      into the Admission that allocate consumes, with no change to the
 //      KvManager in between.
+// Steps 2-3 share what the decodes leave of the budget; with auto_budget, at
+// most auto_prefill_budget of it (sched/step_cost.h: a step with prefill stays
+// within a multiple of a pure decode step's measured time, and advances at
+// least a minimum chunk), so a wave of arrivals does not stall running streams.
 // When a running request cannot get a block, the most recently admitted
 // running request is preempted by recompute: its blocks are freed (full ones
 // stay cached), it goes to the FRONT of the waiting queue, and its outputs so
@@ -74,6 +78,7 @@
 #include "base/status.h"
 #include "kv/kv_manager.h"
 #include "sched/request.h"
+#include "sched/step_cost.h"
 #include "sched/step_plan.h"
 
 namespace pagoda::sched {
@@ -93,6 +98,13 @@ struct SchedulerConfig {
   int32_t max_dedup_defer_steps = 16;     // 0 disables in-flight prefix dedup
   SchedulePolicy policy = SchedulePolicy::kFcfs;
   int32_t max_lpm_overtake_steps = 16;    // kLpm: steps a request may be overtaken before it goes first
+  // --max-num-batched-tokens auto (sched/step_cost.h): after the decodes, prefill
+  // chunks and admissions get auto_prefill_budget(step_cost(), auto_budget, decode
+  // tokens, max_num_batched_tokens) tokens, so running streams keep their
+  // inter-token latency when a wave arrives; max_num_batched_tokens stays the
+  // hard cap. false: prefill gets all the cap leaves (a fixed budget).
+  bool auto_budget = false;
+  AutoBudgetConfig auto_budget_config = {};
 };
 
 // The sampled result for one scheduled request (those with wants_logits).
@@ -123,6 +135,9 @@ struct SchedulerStats {
   int64_t num_aborted = 0;
   int64_t num_rejected = 0;     // add_request errors
   int64_t num_forks = 0;        // children created by fork (n > 1)
+  // auto_budget: steps whose prefill used all of an auto budget that was lower
+  // than what the cap left (prefill held back to keep the step-time target).
+  int64_t num_budget_capped_steps = 0;
 };
 
 class Scheduler {
@@ -159,6 +174,11 @@ class Scheduler {
   bool set_draft(RequestId id, std::span<const TokenId> draft);
 
   StepPlan schedule();
+  // The measured forward time of a step of num_tokens tokens (the engine calls
+  // it after each forward; tests feed fixed numbers). Read by auto_budget and
+  // by speculative decoding's draft lengths.
+  void record_step_time(int32_t num_tokens, double ms) { step_cost_.record(num_tokens, ms); }
+  const StepCostModel& step_cost() const { return step_cost_; }
   // Applies a step's results: advances num_computed_tokens (committing full
   // blocks to the prefix cache), appends sampled tokens, finishes requests
   // (engine stop flag, max_tokens, max_model_len) and frees their blocks.
@@ -199,6 +219,8 @@ class Scheduler {
     std::vector<kv::BlockCopy> copies;
     int32_t num_draft = 0;  // of num_tokens, draft tokens after the one real token
   };
+  // auto_budget: lowers *budget (what the cap leaves after decode_tokens) to the prefill budget.
+  void limit_prefill(int32_t decode_tokens, int32_t* budget);
   // Draft tokens a decode of r may carry this step with `budget` tokens left.
   int32_t draft_len(const Request& r, int32_t budget) const;
   bool schedule_running(Request& r, int32_t num_tokens, std::vector<Slice>* slices, int32_t* budget,
@@ -222,6 +244,8 @@ class Scheduler {
   std::unordered_map<RequestId, RequestId> pending_children_;  // child id not forked yet -> parent
   uint64_t next_arrival_ = 0;
   SchedulerStats stats_;
+  StepCostModel step_cost_;
+  bool prefill_limited_ = false;  // this schedule(): the auto budget lowered prefill's share
 };
 
 }  // namespace pagoda::sched
