@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/synth_model.h"
 #include "gguf/synth.h"
 #include "kernels/api.h"
 #include "kernels/cpu/thread_pool.h"
@@ -30,19 +31,8 @@ constexpr int kLayers = 2;
 class PoolDecode : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    path_ = new std::string(::testing::TempDir() + "pagoda_pool_decode_" + std::to_string(::getpid()) + ".gguf");
-    const gguf::SynthShape* s = gguf::find_synth_preset("smollm2-135m");
-    ASSERT_NE(s, nullptr);
-    gguf::SynthOptions o;
-    o.shape = *s;
-    o.type = GgmlType::Q4_0;
-    o.n_layers_override = kLayers;
-    o.seed = 22;
-    const Status st = gguf::synth_model_file(o, *path_);
-    ASSERT_TRUE(st.ok()) << st.message();
-    auto m = model::Model::load(*path_);
-    ASSERT_TRUE(m.ok()) << m.message();
-    model_ = std::move(m).value().release();
+    path_ = new std::string;
+    testing_common::load_synth_preset("pagoda_pool_decode", "smollm2-135m", GgmlType::Q4_0, kLayers, 22, path_, &model_);
   }
   static void TearDownTestSuite() {
     delete model_;

@@ -27,6 +27,7 @@
 #include "base/rng.h"
 #include "common/expect_config.h"
 #include "common/reference_jsonl.h"
+#include "common/synth_model.h"
 #include "gguf/synth.h"
 #include "kernels/api.h"
 #include "kv/kv_manager.h"
@@ -272,20 +273,8 @@ class PrefixBitwiseSynthSmolLM2 : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     kernels::set_num_threads(1);
-    path_ = new std::string(::testing::TempDir() + "pagoda_prefix_synth_smollm2_" + std::to_string(::getpid()) +
-                            ".gguf");
-    const gguf::SynthShape* s = gguf::find_synth_preset("smollm2-135m");
-    ASSERT_NE(s, nullptr) << "no smollm2-135m synth preset";
-    gguf::SynthOptions o;
-    o.shape = *s;
-    o.type = GgmlType::Q4_1;
-    o.n_layers_override = kSynthLayers;
-    o.seed = 4;
-    Status st = gguf::synth_model_file(o, *path_);
-    ASSERT_TRUE(st.ok()) << st.message();
-    auto m = model::Model::load(*path_);
-    ASSERT_TRUE(m.ok()) << m.message();
-    model_ = std::move(m).value().release();
+    path_ = new std::string;
+    testing_common::load_synth_preset("pagoda_prefix_synth_smollm2", "smollm2-135m", GgmlType::Q4_1, kSynthLayers, 4, path_, &model_);
   }
   static void TearDownTestSuite() {
     delete model_;
