@@ -7,7 +7,7 @@
 // One warm-up, then `-r` repetitions: t/s mean and standard deviation as llama-bench
 // gives them, and the achieved weight-read bandwidth of decode as a fraction of the
 // read bandwidth this machine delivers to the same thread count (measured here, after
-// the runs: a multi-threaded streaming read of 1 GiB, best of 3 passes).
+// the runs: a multi-threaded streaming read of 1 GiB, best of 10 passes with 64-byte loads).
 // --ctx-sweep: ms per decode step at several contexts, with the KV cache and
 // with full recomputation (the "KV cache vs recompute" table).
 // Everything runs through engine::Engine (the path of run and serve): one
