@@ -15,7 +15,7 @@ OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
 run() {  # workload config
   local wl="$1" cfg="$2" args=()
-  [ "$wl" = copy ] && args=(--workload copy --num-prompts 4 --output-len 256)
+  [ "$wl" = copy ] && args=(--workload copy --num-prompts 8 --output-len 256)
   [ "$wl" = random ] && args=(--workload random --num-prompts 4 --input-len 128 --output-len 128)
   [ "$cfg" = spec ] && args+=(--speculative-config "$SPEC")
   "$P" bench -m "$MODEL" -t "$THREADS" --max-concurrency 1 --json "${args[@]}" 2>/dev/null |

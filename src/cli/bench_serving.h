@@ -210,6 +210,7 @@ struct ServingConfig {
   bool append_result = false;      // --append-result: one more JSON line in the file (implies saving)
   std::string result_dir, result_filename;
   std::string report_path;         // --report FILE.html: the run's time series (cli/run_report.h)
+  std::string save_prompts_path;   // --save-prompts FILE.jsonl: write the workload (--dataset format), run nothing
   MetricSelection selection;
 };
 // argv[0] is the subcommand. Returns "" or an error naming the flag; *help on -h.

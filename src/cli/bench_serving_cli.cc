@@ -10,6 +10,8 @@
 #include <functional>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "base/timer.h"
 #include "cli/bench_copy_workload.h"
 #include "cli/bench_http_client.h"
@@ -68,6 +70,8 @@ const char* kServingHelp =
     "  --json                        print one JSON object instead of the text block\n"
     "  --report FILE.html            write the run's time series (KV usage, hit rate, running/waiting,\n"
     "                                preemptions, tokens/s) as a self-contained HTML report\n"
+    "  --save-prompts FILE.jsonl     write the workload's requests as --dataset lines ({\"prompt\": text,\n"
+    "                                \"max_tokens\": O}; copy: the chat message) and exit without a run\n"
     "server mode:\n"
     "  --server URL                  e.g. http://127.0.0.1:8080 (the same as --base-url)\n"
     "  --model-name NAME             \"model\" field (default: first id of GET /v1/models)\n"
@@ -220,6 +224,7 @@ std::string parse_serving_args(int argc, char** argv, ServingConfig* c, bool* he
   const bool ignore_eos = args.flag("--ignore-eos");
   c->as_json = args.flag("--json");
   args.value("--report", &c->report_path);
+  args.value("--save-prompts", &c->save_prompts_path);
   // The leftover check, a positional model path, and --gpu-memory-utilization's KV
   // budget (F x RAM minus the model file), as serve applies them.
   keep(finish_engine_flags(args, &c->engine));
@@ -335,6 +340,14 @@ int bench_serving_main(int argc, char** argv) {
     // A chat message is text: token-id workloads send their prompts decoded.
     for (bench::BenchRequest& r : reqs)
       if (r.text.empty()) r.text = tk->decode(r.prompt);
+  }
+  if (!c.save_prompts_path.empty()) {  // e.g. bench/spec_decode_openai.py's copy workload
+    std::ofstream out(c.save_prompts_path);
+    for (const bench::BenchRequest& r : reqs)
+      out << nlohmann::json{{"prompt", r.text.empty() ? tk->decode(r.prompt) : r.text}, {"max_tokens", r.max_tokens}}.dump()
+          << "\n";
+    if (!out.flush()) return fail("cannot write " + c.save_prompts_path);
+    return 0;
   }
 
   Progress progress;

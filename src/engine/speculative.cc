@@ -41,13 +41,18 @@ std::vector<int32_t> ngram_propose(std::span<const int32_t> tokens, int min_n, i
 }
 
 void AcceptanceEstimate::record(int k, int accepted) {
-  accepted_ = 0.9 * accepted_ + accepted;
-  rejected_ = 0.9 * rejected_ + (accepted < k ? 1.0 : 0.0);
+  Counts& c = state_[last_whole_];
+  c.accepted = 0.9 * c.accepted + accepted;
+  c.rejected = 0.9 * c.rejected + (accepted < k ? 1.0 : 0.0);
+  last_whole_ = accepted >= k ? 1 : 0;
 }
 
 void AcceptanceEstimate::decay() {
-  accepted_ = 0.95 * accepted_ + 0.05;
-  rejected_ = 0.95 * rejected_ + 0.05;
+  for (Counts& c : state_) {
+    c.accepted = 0.95 * c.accepted + 0.05;
+    c.rejected = 0.95 * c.rejected + 0.05;
+  }
+  last_whole_ = 0;  // no draft this step: the run (if any) is over
 }
 
 int best_draft_length(const StepCostModel& cost, double alpha, int batch, int max_k) {

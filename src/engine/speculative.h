@@ -49,20 +49,30 @@ using sched::StepCostModel;
 
 // Per-sequence acceptance estimate: the chance that the next draft token is
 // accepted given the previous ones were (geometric model), from decayed
-// counts of accepted tokens and of drafts that ended in a rejection.
+// counts of accepted tokens and of drafts that ended in a rejection. Kept in
+// two states, by how the sequence's previous draft ended: after a draft taken
+// whole the output is most likely still copying a span (the next draft is
+// taken whole too), after a rejection it has left one. One pooled estimate
+// mixes the two and trims the drafts of a copy run to ~3 tokens (session 9:
+// 1.63x vs 1.84x untrimmed on the copy workload).
 class AcceptanceEstimate {
  public:
-  double alpha() const { return (accepted_ + 1.0) / (accepted_ + rejected_ + 2.0); }
+  double alpha() const { return state_[last_whole_].alpha(); }
   void record(int k, int accepted);
   // A step without a draft: the estimate drifts back towards the prior, so a
   // sequence that stopped drafting tries again later.
   void decay();
 
  private:
-  // The prior (alpha 0.6): a repeated n-gram is a fair bet, so a new sequence
-  // tries a short draft and learns from it.
-  double accepted_ = 2.0;
-  double rejected_ = 1.0;
+  struct Counts {
+    // The prior (alpha 0.6): a repeated n-gram is a fair bet, so a new
+    // sequence tries a short draft and learns from it.
+    double accepted = 2.0;
+    double rejected = 1.0;
+    double alpha() const { return (accepted + 1.0) / (accepted + rejected + 2.0); }
+  };
+  Counts state_[2];       // [0]: after a rejected draft (or none yet), [1]: after a draft taken whole
+  int last_whole_ = 0;
 };
 
 // The draft length in 0..max_k that maximises expected tokens per unit of

@@ -211,6 +211,31 @@ class AppendResult(unittest.TestCase):
                 self.assertEqual((j["backend"], j["completed"], j["total_output_tokens"]), ("offline", 2, 4))
 
 
+class SavePrompts(unittest.TestCase):
+    def test_copy_workload_messages(self):
+        """--save-prompts writes the copy workload's chat messages (--dataset lines) and runs nothing;
+        the same seed gives the same lines, each asking to repeat its fenced block renamed."""
+        with tempfile.TemporaryDirectory() as d:
+            runs = []
+            for name in ["a.jsonl", "b.jsonl"]:
+                path = os.path.join(d, name)
+                p = bench("-m", STORIES, "--workload", "copy", "--num-prompts", "3", "--output-len", "50",
+                          "--seed", "4", "--save-prompts", path)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertEqual(p.stdout, "")  # no run, no report
+                with open(path) as f:
+                    runs.append([json.loads(line) for line in f])
+            self.assertEqual(runs[0], runs[1])
+            self.assertEqual(len(runs[0]), 3)
+            for r in runs[0]:
+                self.assertEqual(r["max_tokens"], 50)
+                ask, block = r["prompt"].split("```python\n")
+                name = block.split(" ", 1)[0]
+                self.assertIn(f"rename `{name}` to `{name}_v2`", ask)
+                self.assertTrue(block.endswith("```\n") and block.count("\n") >= 5, block)
+            self.assertEqual(len({r["prompt"] for r in runs[0]}), 3)
+
+
 class Progress(unittest.TestCase):
     # 30 requests arriving at 15/s: a run of about two seconds, offline.
     ARGS = ["-m", STORIES, "-t", "1", "--dataset-name", "random", "--num-prompts", "30", "--request-rate", "15",

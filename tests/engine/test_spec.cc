@@ -96,6 +96,19 @@ TEST(SpecNgram, DraftLengthFollowsMeasuredStepCostsAndAcceptance) {
   EXPECT_LT(a.alpha(), 0.15);
   for (int i = 0; i < 200; ++i) a.decay();
   EXPECT_NEAR(a.alpha(), 0.5, 1e-3);  // drifts back to an even bet: the sequence tries again
+  // Two states, by how the previous draft ended. Here a draft after a
+  // rejection is always taken whole and one after a whole draft always
+  // rejected: each state learns its own rate.
+  engine::AcceptanceEstimate b;
+  for (int i = 0; i < 30; ++i) {
+    b.record(8, 8);  // after a rejection (or no draft yet)
+    b.record(8, 0);  // after a whole draft
+  }
+  EXPECT_GT(b.alpha(), 0.9);  // the last draft was rejected
+  b.record(8, 8);
+  EXPECT_LT(b.alpha(), 0.15);  // the last draft was taken whole
+  b.decay();                   // a step without a draft ends the run
+  EXPECT_GT(b.alpha(), 0.85);
 }
 
 TEST(SpecConfig, BadConfigsAreRefusedByTheEngine) {
