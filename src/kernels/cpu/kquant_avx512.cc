@@ -726,34 +726,54 @@ struct KpSrc {
   size_t prefetch;  // bytes ahead to prefetch (0: none)
   const uint8_t* q = nullptr;
   alignas(64) uint8_t buf[kMetaBytes<Fmt>];  // written by meta() before any read
-  const uint8_t* meta(int64_t b) {
+  const uint8_t* meta(int64_t b) { return meta_to(b, buf); }
+  const uint8_t* meta_to(int64_t b, uint8_t* out) {
     const uint8_t* p = pk + static_cast<size_t>(b) * kKpBytes<Fmt>;
     if (prefetch != 0) prefetch_block(p + prefetch, kKpBytes<Fmt>);
-    write_meta<Fmt>([p](size_t off) { return _mm512_load_si512(p + 64 * kp_slot<Fmt>(static_cast<int>(off))); }, buf);
+    write_meta<Fmt>([p](size_t off) { return _mm512_load_si512(p + 64 * kp_slot<Fmt>(static_cast<int>(off))); }, out);
     q = p + kKpQ<Fmt>;
-    return buf;
+    return out;
+  }
+  // Super-block b in the per-call layout of pack_rows (kSbBytes<Fmt> at out):
+  // the same bits, so RepackedSrc over it gives the same integers.
+  void expand(int64_t b, uint8_t* out) {
+    meta_to(b, out + kPackQ);
+    for (int k = 0; k < Fmt::kSub; ++k) {
+      __m512i w[kG];
+      granules(k, w);
+      for (int g = 0; g < kG; ++g) _mm512_store_si512(out + 64 * (kG * k + g), w[g]);
+    }
+  }
+  // Bit `from` of every byte of v moved to bit `to` (other bits: garbage).
+  static __m512i move_bits(__m512i v, int from, int to) {
+    return from < to ? _mm512_slli_epi16(v, to - from) : from > to ? _mm512_srli_epi16(v, from - to) : v;
   }
   void granules(int k, __m512i* w) const {
+    // w = (nibble source & 0x0F) | high bits (already at bits 4.., the rest 0): one vpternlogd
+    constexpr int kLowOrHigh = 0xEC;  // (A & C) | B for A, B, C = 0xF0, 0xCC, 0xAA
     const __m512i nib = _mm512_set1_epi8(0x0F);
     if constexpr (std::is_same_v<Fmt, Q6K>) {
+      const __m512i m2 = _mm512_set1_epi8(0x30);
 #pragma GCC unroll 4
       for (int g = 0; g < kG; ++g) {  // granule G = 4k + g: ql half G / 32, dword i, nibble (G % 32) / 16
         const int G = 4 * k + g, h = G / 32, i = G % 16, hi = (G % 32) / 16;
         const __m512i ql = _mm512_load_si512(q + 64 * (16 * h + i));
         const __m512i qh = _mm512_load_si512(q + 64 * (32 + 8 * h + i % 8));
-        const int sh = (i < 8 ? 0 : 2) + 4 * hi;
-        const __m512i lo = _mm512_and_si512(hi ? _mm512_srli_epi16(ql, 4) : ql, nib);
-        w[g] = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, sh), _mm512_set1_epi8(3)), 4));
+        const __m512i hb = _mm512_and_si512(move_bits(qh, (i < 8 ? 0 : 2) + 4 * hi, 4), m2);
+        w[g] = _mm512_ternarylogic_epi32(hi ? _mm512_srli_epi16(ql, 4) : ql, hb, nib, kLowOrHigh);
       }
     } else {  // Q4_K / Q5_K: sub-block k = 2j + h is nibble h of vectors 8j..8j+7
       const int j = k / 2, h = k % 2;
+      const __m512i m1 = _mm512_set1_epi8(0x10);
 #pragma GCC unroll 8
       for (int g = 0; g < kG; ++g) {
         const __m512i v = _mm512_load_si512(q + 64 * (8 * j + g));
-        w[g] = _mm512_and_si512(h ? _mm512_srli_epi16(v, 4) : v, nib);
         if constexpr (std::is_same_v<Fmt, Q5K>) {  // bit k of qh bytes 4g.. is the value's bit 4
-          const __m512i qh = _mm512_load_si512(q + 64 * (32 + g));
-          w[g] = _mm512_or_si512(w[g], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, k), _mm512_set1_epi8(1)), 4));
+          const __m512i hb = _mm512_and_si512(move_bits(_mm512_load_si512(q + 64 * (32 + g)), k, 4), m1);
+          w[g] = _mm512_ternarylogic_epi32(h ? _mm512_srli_epi16(v, 4) : v, hb, nib, kLowOrHigh);
+        } else {
+          (void)m1;
+          w[g] = _mm512_and_si512(h ? _mm512_srli_epi16(v, 4) : v, nib);
         }
       }
     }
@@ -852,10 +872,20 @@ void chunk_fn(const uint8_t* w0, size_t row_bytes, int64_t nr, const uint8_t* ac
 // into the thread's next chunk; prefetches past the end never fault).
 constexpr size_t kKpPrefetch = 4096;
 
+// Few tokens read the packed chunk directly; more than one token tile first
+// expand it (once per call and chunk) to the per-call layout, so that the
+// nibbles and scales are unpacked once, not once per tile.
 template <class Fmt>
 void kp_chunk_fn(const uint8_t* pk, int64_t nr, const uint8_t* act, int64_t n_tokens, int64_t nb, float* y,
                  int64_t ldy) {
-  gemm_chunk<Fmt>(KpSrc<Fmt>{pk, n_tokens < kGemmMinTokens ? kKpPrefetch : 0}, nr, act, n_tokens, nb, y, ldy);
+  KpSrc<Fmt> src(pk, n_tokens < kGemmMinTokens ? kKpPrefetch : 0);
+  if (n_tokens <= kGemmT) {
+    gemm_chunk<Fmt>(src, nr, act, n_tokens, nb, y, ldy);
+    return;
+  }
+  uint8_t* ex = scratch(1, static_cast<size_t>(nb) * kSbBytes<Fmt>);
+  for (int64_t b = 0; b < nb; ++b) src.expand(b, ex + static_cast<size_t>(b) * kSbBytes<Fmt>);
+  gemm_chunk<Fmt>(RepackedSrc<Fmt>{ex}, nr, act, n_tokens, nb, y, ldy);
 }
 
 template <class Fmt>
