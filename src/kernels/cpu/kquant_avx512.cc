@@ -622,6 +622,7 @@ inline __m512i bcast32(const uint8_t* p) { return _mm512_set1_epi32(static_cast<
 template <class Fmt>
 struct RepackedSrc {
   static constexpr int kG = 64 / Fmt::kSub;  // granules per sub-block
+  static constexpr bool kUnrollK = false;
   const uint8_t* pk;
   const uint8_t* p = nullptr;
   // Super-block b's meta part (called once per super-block, in order).
@@ -721,6 +722,7 @@ static_assert(80 + 64 <= Q4K::kBytes && 112 + 64 <= Q5K::kBytes && 128 + 64 <= Q
 template <class Fmt>
 struct KpSrc {
   static constexpr int kG = 64 / Fmt::kSub;
+  static constexpr bool kUnrollK = true;
   KpSrc(const uint8_t* chunk, size_t ahead) : pk(chunk), prefetch(ahead) {}
   const uint8_t* pk;
   size_t prefetch;  // bytes ahead to prefetch (0: none)
@@ -791,8 +793,7 @@ void gemm_tile(Src src, int64_t nb, const uint8_t* x0, size_t xrow, float* y, in
     const uint8_t* xb = x0 + static_cast<size_t>(b) * kActKBytes;
     __m512i s1[T];
     for (int t = 0; t < T; ++t) s1[t] = _mm512_setzero_si512();
-#pragma GCC unroll 16
-    for (int k = 0; k < Fmt::kSub; ++k) {
+    const auto sub_block = [&](int k) __attribute__((always_inline)) {
       __m512i w[kG];
       src.granules(k, w);
       const __m512i sc = _mm512_load_si512(meta + 64 * k);
@@ -817,6 +818,15 @@ void gemm_tile(Src src, int64_t nb, const uint8_t* x0, size_t xrow, float* y, in
           s1[t] = _mm512_add_epi32(s1[t], _mm512_mullo_epi32(is, sc));
         }
       }
+    };
+    // KpSrc unpacks with shifts that depend on k: unrolled, they are immediates.
+    // The repacked source keeps the loop (a fully unrolled 8-token super-block
+    // is ~1700 instructions, more than the op cache holds).
+    if constexpr (Src::kUnrollK) {
+#pragma GCC unroll 16
+      for (int k = 0; k < Fmt::kSub; ++k) sub_block(k);
+    } else {
+      for (int k = 0; k < Fmt::kSub; ++k) sub_block(k);
     }
     const __m512 d16 = _mm512_load_ps(meta + kMetaD<Fmt>), m16 = _mm512_load_ps(meta + kMetaD<Fmt> + 64);
 #pragma GCC unroll 8
