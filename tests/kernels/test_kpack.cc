@@ -10,39 +10,19 @@
 #include <algorithm>
 #include <vector>
 
-#include "base/aligned.h"
-#include "kernels/backend.h"
-#include "kernels/kernel_test_util.h"
+#include "kernels/kpack_test_util.h"
 
 namespace pagoda::kernels {
 namespace {
 
 using testing::BitwiseEqual;
+using testing::KPacked;
+using testing::make_packed;
 using testing::make_weight;
 using testing::random_vec;
+using testing::repack;
 
 const GgmlType kKPacked[] = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
-
-// A weight and its packed copy (view.packed set).
-struct KPacked {
-  testing::RandomWeight src;
-  AlignedBuffer<uint8_t> copy;
-  WeightView view;
-};
-
-// (Re)packs k.src into k.copy and points k.view at both.
-void repack(KPacked& k) {
-  k.copy.resize(packed_weight_bytes(k.src.view));
-  if (k.copy.size() != 0) pack_weight(k.src.view, k.copy.data());
-  k.view = k.src.view;
-  k.view.packed = k.copy.data();
-}
-
-KPacked make_packed(GgmlType type, int64_t rows, int64_t cols, uint64_t seed) {
-  KPacked k{make_weight(type, rows, cols, seed), {}, {}};
-  repack(k);
-  return k;
-}
 
 class KPackTest : public ::testing::Test {
  protected:

@@ -17,9 +17,9 @@
 #include "base/rng.h"
 #include "base/ggml_quant.h"
 #include "kernels/api.h"
-#include "kernels/backend.h"
 #include "kernels/cpu/kquant.h"
 #include "kernels/kernel_test_util.h"
+#include "kernels/kpack_test_util.h"
 
 namespace pagoda::kernels {
 namespace {
@@ -334,17 +334,13 @@ TEST(KQuant, PackedCopyMatchesReference) {
     for (int64_t rows : {3, 33}) {
       for (int64_t n_tokens : {1, 2, 5, 17}) {
         const int64_t cols = 768;
-        auto w = make_weight(type, rows, cols, seed++);
-        AlignedBuffer<uint8_t> copy(packed_weight_bytes(w.view));
-        ASSERT_GT(copy.size(), 0u);
-        pack_weight(w.view, copy.data());
-        WeightView pv = w.view;
-        pv.packed = copy.data();
+        const KPacked k = make_packed(type, rows, cols, seed++);
+        ASSERT_GT(k.copy.size(), 0u);
         const auto x = random_vec(static_cast<size_t>(n_tokens * cols), seed++);
         std::vector<float> want(static_cast<size_t>(n_tokens * rows)), got(want.size(), -1.0f);
-        ref::matmul(w.view, x.data(), n_tokens, want.data());
-        cpu::matmul(pv, x.data(), n_tokens, got.data());
-        const auto tol = ref_tolerances(w.view, x, n_tokens);
+        ref::matmul(k.src.view, x.data(), n_tokens, want.data());  // the GGUF rows
+        cpu::matmul(k.view, x.data(), n_tokens, got.data());       // the packed copy
+        const auto tol = ref_tolerances(k.src.view, x, n_tokens);
         ASSERT_TRUE(WithinTol(got.data(), want.data(), tol.data(), got.size()))
             << ggml_type_info(type).name << " rows=" << rows << " n_tokens=" << n_tokens;
       }
