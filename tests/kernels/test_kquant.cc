@@ -19,6 +19,7 @@
 #include "kernels/api.h"
 #include "kernels/cpu/kquant.h"
 #include "kernels/kernel_test_util.h"
+#include "kernels/kpack_test_util.h"
 
 namespace pagoda::kernels {
 namespace {
@@ -321,6 +322,31 @@ TEST(KQuant, MatchesReferenceOverOddShapes) {
 }
 
 class KQuantIsa : public ::testing::TestWithParam<std::string> {};
+
+// The load-time packed copy (kernels::pack_weight: Q4_K, Q5_K, Q6_K on the
+// AVX-512 path) against the scalar reference, few-token and GEMM paths.
+// (test_kpack.cc: bitwise equal to the GGUF rows.)
+TEST(KQuant, PackedCopyMatchesReference) {
+  if (!cpu::set_isa("avx512-vnni")) GTEST_SKIP() << "K-quants are packed for the AVX-512 path only";
+  IsaScope scope("avx512-vnni");
+  uint64_t seed = 900;
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    for (int64_t rows : {3, 33}) {
+      for (int64_t n_tokens : {1, 2, 5, 17}) {
+        const int64_t cols = 768;
+        const KPacked k = make_packed(type, rows, cols, seed++);
+        ASSERT_GT(k.copy.size(), 0u);
+        const auto x = random_vec(static_cast<size_t>(n_tokens * cols), seed++);
+        std::vector<float> want(static_cast<size_t>(n_tokens * rows)), got(want.size(), -1.0f);
+        ref::matmul(k.src.view, x.data(), n_tokens, want.data());  // the GGUF rows
+        cpu::matmul(k.view, x.data(), n_tokens, got.data());       // the packed copy
+        const auto tol = ref_tolerances(k.src.view, x, n_tokens);
+        ASSERT_TRUE(WithinTol(got.data(), want.data(), tol.data(), got.size()))
+            << ggml_type_info(type).name << " rows=" << rows << " n_tokens=" << n_tokens;
+      }
+    }
+  }
+}
 
 // The tolerance above is not vacuous: other weights of the same kind fail it.
 TEST_P(KQuantIsa, ToleranceCatchesAWrongRow) {

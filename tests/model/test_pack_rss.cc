@@ -1,5 +1,6 @@
 // Decode-packed weights and resident memory (issue 22): after Model::load packs
-// the Q4_0 matrices of a ~100 MB synth model (kernels::pack_weight) and gives
+// the matrices of a ~100 MB synth model (kernels::pack_weight; a Q4_0 file and
+// a Q4_K_M file, whose Q4_K and Q6_K matrices take the K-quant layout) and gives
 // the mapped originals' pages back (MADV_DONTNEED), the process holds about
 // one copy of the weights: VmRSS grows by at most file + 64 MiB (no KV cache is
 // allocated here). Without the release it would grow by about two copies
@@ -29,9 +30,7 @@ int64_t vm_rss_bytes() {
   return -1;
 }
 
-TEST(PackRss, LoadedModelHoldsOneCopyOfItsWeights) {
-  if (!kernels::cpu::set_isa("avx512-vnni")) GTEST_SKIP() << "only the AVX-512 path packs weights";
-  kernels::cpu::set_isa("auto");
+void expect_one_copy(GgmlType type, bool q4_k_m) {
   gguf::SynthOptions opt;
   opt.shape.name = "pack-rss";
   opt.shape.arch = "llama";
@@ -43,8 +42,9 @@ TEST(PackRss, LoadedModelHoldsOneCopyOfItsWeights) {
   opt.shape.n_ff = 4096;
   opt.shape.n_vocab = 4096;
   opt.shape.n_ctx = 256;
-  opt.type = GgmlType::Q4_0;
-  const std::string path = ::testing::TempDir() + "/pagoda_pack_rss_q4_0.gguf";
+  opt.type = type;
+  opt.q4_k_m = q4_k_m;
+  const std::string path = ::testing::TempDir() + "/pagoda_pack_rss_" + ggml_type_info(type).name + ".gguf";
   {
     const Status s = gguf::synth_model_file(opt, path);
     ASSERT_TRUE(s.ok()) << s.message();
@@ -80,6 +80,18 @@ TEST(PackRss, LoadedModelHoldsOneCopyOfItsWeights) {
   EXPECT_GE(after - before, packed * 9 / 10);
   EXPECT_LE(after - before, file + (int64_t{64} << 20))
       << "VmRSS grew by " << (after - before) / (1 << 20) << " MiB for a " << file / (1 << 20) << " MiB file";
+}
+
+TEST(PackRss, LoadedModelHoldsOneCopyOfItsWeights) {
+  if (!kernels::cpu::set_isa("avx512-vnni")) GTEST_SKIP() << "only the AVX-512 path packs weights";
+  kernels::cpu::set_isa("auto");
+  expect_one_copy(GgmlType::Q4_0, false);
+}
+
+TEST(PackRss, KQuantModelHoldsOneCopyOfItsWeights) {
+  if (!kernels::cpu::set_isa("avx512-vnni")) GTEST_SKIP() << "only the AVX-512 path packs weights";
+  kernels::cpu::set_isa("auto");
+  expect_one_copy(GgmlType::Q4_K, true);
 }
 
 }  // namespace

@@ -55,12 +55,24 @@ constexpr int kKTileMaxR = 4;
 constexpr int64_t kKChunkRows = 16;
 using KChunkFn = void (*)(const uint8_t* w0, size_t row_bytes, int64_t nr, const uint8_t* act, int64_t n_tokens,
                           int64_t nb, float* y, int64_t ldy);
+// The load-time packed copy (WeightView::packed, issue 22): chunk c of
+// kKChunkRows rows is nb * packed_sb_bytes bytes at c * nb * packed_sb_bytes.
+// KPackFn writes one chunk (rows nr..15 repeat row nr - 1) from the GGUF rows;
+// KPackedChunkFn is KChunkFn reading that chunk instead (bitwise the same y).
+using KPackFn = void (*)(const uint8_t* w0, size_t row_bytes, int64_t nr, int64_t nb, uint8_t* dst);
+using KPackedChunkFn = void (*)(const uint8_t* pk, int64_t nr, const uint8_t* act, int64_t n_tokens, int64_t nb,
+                                float* y, int64_t ldy);
 struct KTileSet {
   int max_t = 0;                  // tokens per tile, at most kKTileMaxT
   int rows[kKTileMaxT] = {};      // R for T = 1..max_t tokens (each at most kKTileMaxR)
   KTileFn fn[kKTileMaxT] = {};    // the tile for T = 1..max_t tokens
   KChunkFn chunk = nullptr;       // if set, the driver hands it whole row chunks instead of tiles
+  KPackFn pack = nullptr;               // if set, the type has a load-time packed layout
+  KPackedChunkFn packed_chunk = nullptr;
+  size_t packed_sb_bytes = 0;           // bytes per super-block of a 16-row chunk
 };
+// Bytes of w's packed copy for the AVX-512 kernels (0: not packed).
+size_t kpacked_bytes(const WeightView& w);
 
 // The tiles of each ISA for a K-quant weight type (static tables).
 const KTileSet& ktiles_avx2(GgmlType t);

@@ -347,8 +347,15 @@ void matmul_kquant(const WeightView& w, const float* x, int64_t n_tokens, float*
   const bool big = w.rows * w.cols * n_tokens >= kMinParallelMacs;
   const size_t prefetch = n_tokens <= 2 ? kPrefetchRows * w.row_bytes : 0;
   const auto* wdata = static_cast<const uint8_t*>(w.data);
+  // The packed copy (pack.cc) is made for the AVX-512 tiles only.
+  const auto* packed = tiles.packed_chunk != nullptr ? static_cast<const uint8_t*>(w.packed) : nullptr;
   parallel_for(n_chunks, big ? nth : 1, [=](int64_t ch) {
     const int64_t r0 = ch * kChunkRows, nr = std::min(kChunkRows, w.rows - r0);
+    if (packed != nullptr) {
+      tiles.packed_chunk(packed + static_cast<size_t>(ch * nb) * tiles.packed_sb_bytes, nr, act, n_tokens, nb,
+                         y + r0, w.rows);
+      return;
+    }
     if (tiles.chunk != nullptr) {
       tiles.chunk(wdata + r0 * w.row_bytes, w.row_bytes, nr, act, n_tokens, nb, y + r0, w.rows);
       return;

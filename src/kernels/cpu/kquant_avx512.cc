@@ -39,6 +39,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <type_traits>
 #include <utility>
 
@@ -411,14 +412,17 @@ constexpr size_t kPackQ = 4096;
 // pairs replaces vpmulld + vpaddd. (Q5_K's halves reach 16 * 31 * 127.)
 template <class Fmt>
 constexpr bool kHalves = std::is_same_v<Fmt, Q4K>;
+// The scale part ("meta", after the quants) on its own: sc at 0, mp at
+// kMetaMp, d and dmin at kMetaD (write_meta writes it; the load-time packed
+// layout below rebuilds it per super-block from the rows' raw header dwords).
 template <class Fmt>
-constexpr size_t kPackSc = kPackQ;
+constexpr size_t kMetaMp = 64 * Fmt::kSub;
 template <class Fmt>
-constexpr size_t kPackMp = kPackQ + 64 * Fmt::kSub;
+constexpr size_t kMetaD = kMetaMp<Fmt> + 512;
 template <class Fmt>
-constexpr size_t kPackD = kPackMp<Fmt> + 512;
+constexpr size_t kMetaBytes = kMetaD<Fmt> + 128;
 template <class Fmt>
-constexpr size_t kSbBytes = kPackD<Fmt> + 128;
+constexpr size_t kSbBytes = kPackQ + kMetaBytes<Fmt>;
 
 // In place: m[r] lane c -> m[c] lane r (16 x 16 int32).
 inline void transpose16(__m512i* m) {
@@ -487,6 +491,95 @@ inline void pack_q6(const uint8_t* const* blk, uint8_t* q) {
   }
 }
 
+// Writes the meta part (kMetaBytes<Fmt>) of 16 rows' super-block from their
+// header dwords: gather(off) returns the 16 rows' dwords at byte offset off of
+// the block (lane r = row r).
+template <class Fmt, class Gather>
+inline void write_meta(Gather gather, uint8_t* meta) {
+  const __m512i byte = _mm512_set1_epi32(0xFF);
+  (void)byte;
+  // sc_k = byte k % 4 of words[k / 4]; mp_m = (min_m or scale pair) as int16 pairs
+  __m512i words[4];
+  if constexpr (std::is_same_v<Fmt, IQ4XS>) {  // f16 d | scales_h << 16, then scales_l
+    const __m512i dh = gather(0), sl = gather(4);
+    _mm512_store_ps(meta + kMetaD<Fmt>, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dh)));
+    _mm512_store_ps(meta + kMetaD<Fmt> + 64, _mm512_setzero_ps());
+    const __m512i sh = _mm512_srli_epi32(dh, 16), four = _mm512_set1_epi32(0xF), three = _mm512_set1_epi32(3);
+    for (int k = 0; k < 8; ++k) {  // int32 scale k - 32 (gemm_tile multiplies it), (sc, sc) int16 pairs in mp
+      const __m512i sc = _mm512_sub_epi32(
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(sl, 4 * k), four),
+                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(sh, 2 * k), three), 4)),
+          _mm512_set1_epi32(32));
+      _mm512_store_si512(meta + 64 * k, sc);
+      _mm512_store_si512(meta + kMetaMp<Fmt> + 64 * k,
+                         _mm512_or_si512(_mm512_and_si512(sc, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(sc, 16)));
+    }
+  } else if constexpr (Fmt::kSub == 8) {  // Q4_K, Q5_K
+    const __m512i dd = gather(0);  // f16 d | f16 dmin << 16
+    _mm512_store_ps(meta + kMetaD<Fmt>, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
+    _mm512_store_ps(meta + kMetaD<Fmt> + 64, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
+    // unpack_k4_scales on 16 rows at once
+    const __m512i a = gather(4), bb = gather(8), c = gather(12);
+    const __m512i m6 = _mm512_set1_epi32(0x3F3F3F3F), m4 = _mm512_set1_epi32(0x0F0F0F0F),
+                  m2 = _mm512_set1_epi32(0x03030303);
+    words[0] = _mm512_and_si512(a, m6);
+    words[1] = _mm512_or_si512(_mm512_and_si512(c, m4),
+                               _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a, 6), m2), 4));
+    words[2] = _mm512_and_si512(bb, m6);
+    words[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(c, 4), m4),
+                               _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(bb, 6), m2), 4));
+    for (int k = 0; k < 8; ++k) {
+      const __m512i sck = _mm512_and_si512(_mm512_srli_epi32(words[k / 4], 8 * (k % 4)), byte);
+      // Q4_K: (scale, scale) int16 pairs for vpdpwssd (see gemm_tile); Q5_K: int32 scale
+      _mm512_store_si512(meta + 64 * k,
+                         kHalves<Fmt> ? _mm512_or_si512(sck, _mm512_slli_epi32(sck, 16)) : sck);
+      const __m512i mn = _mm512_and_si512(_mm512_srli_epi32(words[2 + k / 4], 8 * (k % 4)), byte);
+      _mm512_store_si512(meta + kMetaMp<Fmt> + 64 * k, _mm512_or_si512(mn, _mm512_slli_epi32(mn, 16)));
+    }
+  } else {  // 16 sub-blocks: words = the 16 scales as int8, pw = the bytes paired into mp
+    __m512i pw[4];
+    if constexpr (Fmt::kMins) {  // Q2_K: scale | min << 4 in bytes 0..15, f16 d, dmin at 80
+      const __m512i dd = gather(80);
+      _mm512_store_ps(meta + kMetaD<Fmt>, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
+      _mm512_store_ps(meta + kMetaD<Fmt> + 64, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
+      const __m512i m4 = _mm512_set1_epi32(0x0F0F0F0F);
+      for (int j = 0; j < 4; ++j) {
+        const __m512i raw = gather(4 * j);
+        words[j] = _mm512_and_si512(raw, m4);
+        pw[j] = _mm512_and_si512(_mm512_srli_epi32(raw, 4), m4);
+      }
+    } else {
+      // f16 d at kDOff (read as the high half of the dword 2 bytes before: stays inside the block)
+      const __m512i dd = _mm512_srli_epi32(gather(Fmt::kDOff - 2), 16);
+      _mm512_store_ps(meta + kMetaD<Fmt>, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
+      _mm512_store_ps(meta + kMetaD<Fmt> + 64, _mm512_setzero_ps());
+      if constexpr (std::is_same_v<Fmt, Q3K>) {  // unpack_q3_scales on 16 rows at once
+        const __m512i a = gather(96), bb = gather(100), c = gather(104);
+        const __m512i m4 = _mm512_set1_epi32(0x0F0F0F0F), m2 = _mm512_set1_epi32(0x03030303);
+        const auto hi2 = [&](int sh) { return _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(c, sh), m2), 4); };
+        words[0] = _mm512_or_si512(_mm512_and_si512(a, m4), hi2(0));
+        words[1] = _mm512_or_si512(_mm512_and_si512(bb, m4), hi2(2));
+        words[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(a, 4), m4), hi2(4));
+        words[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(bb, 4), m4), hi2(6));
+        for (int j = 0; j < 4; ++j) words[j] = _mm512_sub_epi8(words[j], _mm512_set1_epi8(32));
+      } else {
+        for (int j = 0; j < 4; ++j) words[j] = gather(192 + 4 * j);
+      }
+      for (int j = 0; j < 4; ++j) pw[j] = words[j];
+    }
+    for (int k = 0; k < 16; ++k)  // int8 scale k, sign-extended
+      _mm512_store_si512(meta + 64 * k,
+                         _mm512_srai_epi32(_mm512_slli_epi32(words[k / 4], 24 - 8 * (k % 4)), 24));
+    const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+    for (int m = 0; m < 8; ++m) {  // (pw_2m, pw_2m+1) as int16: bytes 2m%4, 2m%4+1 of pw[m / 2]
+      const __m512i w = _mm512_srli_epi32(pw[m / 2], 16 * (m % 2));  // the pair in the low 16 bits
+      const __m512i s0 = _mm512_and_si512(_mm512_srai_epi32(_mm512_slli_epi32(w, 24), 24), lo16);
+      const __m512i s1 = _mm512_slli_epi32(_mm512_srai_epi32(_mm512_slli_epi32(w, 16), 24), 16);
+      _mm512_store_si512(meta + kMetaMp<Fmt> + 64 * m, _mm512_or_si512(s0, s1));
+    }
+  }
+}
+
 // Packs rows 0..nr-1 (row nr-1 repeated up to 16) of nb super-blocks. pk: [nb, kSbBytes<Fmt>]
 // Precondition: 15 * row_bytes < 2^31 (gather offsets are int32).
 template <class Fmt>
@@ -495,93 +588,13 @@ void pack_rows(const uint8_t* w0, size_t row_bytes, int64_t nr, int64_t nb, uint
   alignas(64) int32_t ridx[16];
   for (int r = 0; r < 16; ++r) ridx[r] = static_cast<int32_t>(std::min<int64_t>(r, nr - 1) * static_cast<int64_t>(row_bytes));
   const __m512i vidx = _mm512_load_si512(ridx);
-  const __m512i byte = _mm512_set1_epi32(0xFF);
   for (int64_t b = 0; b < nb; ++b) {
     uint8_t* p = pk + static_cast<size_t>(b) * kSbBytes<Fmt>;
     const uint8_t* b0 = w0 + static_cast<size_t>(b) * Fmt::kBytes;  // row 0's block
     const uint8_t* blk[16];
     for (int r = 0; r < 16; ++r) blk[r] = b0 + ridx[r];
     const auto gather = [&](size_t off) { return _mm512_i32gather_epi32(vidx, b0 + off, 1); };
-    // sc_k = byte k % 4 of words[k / 4]; mp_m = (min_m or scale pair) as int16 pairs
-    __m512i words[4];
-    if constexpr (std::is_same_v<Fmt, IQ4XS>) {  // f16 d | scales_h << 16, then scales_l
-      const __m512i dh = gather(0), sl = gather(4);
-      _mm512_store_ps(p + kPackD<Fmt>, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dh)));
-      _mm512_store_ps(p + kPackD<Fmt> + 64, _mm512_setzero_ps());
-      const __m512i sh = _mm512_srli_epi32(dh, 16), four = _mm512_set1_epi32(0xF), three = _mm512_set1_epi32(3);
-      for (int k = 0; k < 8; ++k) {  // int32 scale k - 32 (gemm_tile multiplies it), (sc, sc) int16 pairs in mp
-        const __m512i sc = _mm512_sub_epi32(
-            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(sl, 4 * k), four),
-                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(sh, 2 * k), three), 4)),
-            _mm512_set1_epi32(32));
-        _mm512_store_si512(p + kPackSc<Fmt> + 64 * k, sc);
-        _mm512_store_si512(p + kPackMp<Fmt> + 64 * k,
-                           _mm512_or_si512(_mm512_and_si512(sc, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(sc, 16)));
-      }
-    } else if constexpr (Fmt::kSub == 8) {  // Q4_K, Q5_K
-      const __m512i dd = gather(0);  // f16 d | f16 dmin << 16
-      _mm512_store_ps(p + kPackD<Fmt>, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
-      _mm512_store_ps(p + kPackD<Fmt> + 64, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
-      // unpack_k4_scales on 16 rows at once
-      const __m512i a = gather(4), bb = gather(8), c = gather(12);
-      const __m512i m6 = _mm512_set1_epi32(0x3F3F3F3F), m4 = _mm512_set1_epi32(0x0F0F0F0F),
-                    m2 = _mm512_set1_epi32(0x03030303);
-      words[0] = _mm512_and_si512(a, m6);
-      words[1] = _mm512_or_si512(_mm512_and_si512(c, m4),
-                                 _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a, 6), m2), 4));
-      words[2] = _mm512_and_si512(bb, m6);
-      words[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(c, 4), m4),
-                                 _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(bb, 6), m2), 4));
-      for (int k = 0; k < 8; ++k) {
-        const __m512i sck = _mm512_and_si512(_mm512_srli_epi32(words[k / 4], 8 * (k % 4)), byte);
-        // Q4_K: (scale, scale) int16 pairs for vpdpwssd (see gemm_tile); Q5_K: int32 scale
-        _mm512_store_si512(p + kPackSc<Fmt> + 64 * k,
-                           kHalves<Fmt> ? _mm512_or_si512(sck, _mm512_slli_epi32(sck, 16)) : sck);
-        const __m512i mn = _mm512_and_si512(_mm512_srli_epi32(words[2 + k / 4], 8 * (k % 4)), byte);
-        _mm512_store_si512(p + kPackMp<Fmt> + 64 * k, _mm512_or_si512(mn, _mm512_slli_epi32(mn, 16)));
-      }
-    } else {  // 16 sub-blocks: words = the 16 scales as int8, pw = the bytes paired into mp
-      __m512i pw[4];
-      if constexpr (Fmt::kMins) {  // Q2_K: scale | min << 4 in bytes 0..15, f16 d, dmin at 80
-        const __m512i dd = gather(80);
-        _mm512_store_ps(p + kPackD<Fmt>, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
-        _mm512_store_ps(p + kPackD<Fmt> + 64, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
-        const __m512i m4 = _mm512_set1_epi32(0x0F0F0F0F);
-        for (int j = 0; j < 4; ++j) {
-          const __m512i raw = gather(4 * j);
-          words[j] = _mm512_and_si512(raw, m4);
-          pw[j] = _mm512_and_si512(_mm512_srli_epi32(raw, 4), m4);
-        }
-      } else {
-        // f16 d at kDOff (read as the high half of the dword 2 bytes before: stays inside the block)
-        const __m512i dd = _mm512_srli_epi32(gather(Fmt::kDOff - 2), 16);
-        _mm512_store_ps(p + kPackD<Fmt>, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
-        _mm512_store_ps(p + kPackD<Fmt> + 64, _mm512_setzero_ps());
-        if constexpr (std::is_same_v<Fmt, Q3K>) {  // unpack_q3_scales on 16 rows at once
-          const __m512i a = gather(96), bb = gather(100), c = gather(104);
-          const __m512i m4 = _mm512_set1_epi32(0x0F0F0F0F), m2 = _mm512_set1_epi32(0x03030303);
-          const auto hi2 = [&](int sh) { return _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(c, sh), m2), 4); };
-          words[0] = _mm512_or_si512(_mm512_and_si512(a, m4), hi2(0));
-          words[1] = _mm512_or_si512(_mm512_and_si512(bb, m4), hi2(2));
-          words[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(a, 4), m4), hi2(4));
-          words[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(bb, 4), m4), hi2(6));
-          for (int j = 0; j < 4; ++j) words[j] = _mm512_sub_epi8(words[j], _mm512_set1_epi8(32));
-        } else {
-          for (int j = 0; j < 4; ++j) words[j] = gather(192 + 4 * j);
-        }
-        for (int j = 0; j < 4; ++j) pw[j] = words[j];
-      }
-      for (int k = 0; k < 16; ++k)  // int8 scale k, sign-extended
-        _mm512_store_si512(p + kPackSc<Fmt> + 64 * k,
-                           _mm512_srai_epi32(_mm512_slli_epi32(words[k / 4], 24 - 8 * (k % 4)), 24));
-      const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
-      for (int m = 0; m < 8; ++m) {  // (pw_2m, pw_2m+1) as int16: bytes 2m%4, 2m%4+1 of pw[m / 2]
-        const __m512i w = _mm512_srli_epi32(pw[m / 2], 16 * (m % 2));  // the pair in the low 16 bits
-        const __m512i s0 = _mm512_and_si512(_mm512_srai_epi32(_mm512_slli_epi32(w, 24), 24), lo16);
-        const __m512i s1 = _mm512_slli_epi32(_mm512_srai_epi32(_mm512_slli_epi32(w, 16), 24), 16);
-        _mm512_store_si512(p + kPackMp<Fmt> + 64 * m, _mm512_or_si512(s0, s1));
-      }
-    }
+    write_meta<Fmt>(gather, p + kPackQ);
     if constexpr (std::is_same_v<Fmt, Q4K>) {
       pack_q4_half(blk, 0, p);
       pack_q4_half(blk, 1, p);
@@ -605,23 +618,185 @@ void pack_rows(const uint8_t* w0, size_t row_bytes, int64_t nr, int64_t nb, uint
 
 inline __m512i bcast32(const uint8_t* p) { return _mm512_set1_epi32(static_cast<int>(load_u32(p))); }
 
-// T tokens (records x0 + t * xrow) x the 16 packed rows; y[t * ldy + r] for the rows in mask.
-template <class Fmt, int T>
-void gemm_tile(const uint8_t* pk, int64_t nb, const uint8_t* x0, size_t xrow, float* y, int64_t ldy,
-               __mmask16 mask) {
+// Weight source of gemm_tile over the per-call repacked super-blocks above.
+template <class Fmt>
+struct RepackedSrc {
+  static constexpr int kG = 64 / Fmt::kSub;  // granules per sub-block
+  static constexpr bool kUnrollK = false;
+  const uint8_t* pk;
+  const uint8_t* p = nullptr;
+  // Super-block b's meta part (called once per super-block, in order).
+  const uint8_t* meta(int64_t b) {
+    p = pk + static_cast<size_t>(b) * kSbBytes<Fmt>;
+    return p + kPackQ;
+  }
+  // The kG granule vectors (u8 quants of the 16 rows) of sub-block k.
+  void granules(int k, __m512i* w) const {
+#pragma GCC unroll 8
+    for (int g = 0; g < kG; ++g) w[g] = _mm512_load_si512(p + 64 * (kG * k + g));
+  }
+};
+
+// ---- Load-time packed layout (issue 22) -------------------------------------------
+// kernels::pack_weight packs a Q4_K / Q5_K / Q6_K matrix once at load into
+// chunks of 16 rows (kKChunkRows; the last chunk repeats its last row), each
+// chunk nb super-blocks of kKpBytes<Fmt> bytes, front to back. A super-block
+// holds the same bits as the 16 rows' GGUF blocks, transposed so that every
+// load is one aligned 64-byte vector with row r in dword lane r:
+//   hdr   KpFmt<Fmt>::kHdr dwords of each row's block header (Q4_K/Q5_K: f16
+//         d|dmin and the 12 scale bytes; Q6_K: the 16 int8 scales and f16 d),
+//         one vector per dword; write_meta rebuilds the meta part from them
+//   q     the quant bytes as 64-byte row slices transposed 16 x 16 dwords:
+//         Q4_K/Q5_K qs: vector 8j + g = qs bytes 32j + 4g.. (low nibbles:
+//         values 64j + 4g.., high: + 32); Q5_K then qh bytes 4g.. (g < 8);
+//         Q6_K ql: vector 16h + i = bytes 64h + 4i.., then qh: vector 32 + i =
+//         qh bytes 4i..
+// Sizes: Q4_K 2304 = 16 x 144 and Q5_K 2816 = 16 x 176 (exactly the rows'
+// bytes), Q6_K 3392 = 16 x 210 + 32 (f16 d's dword padded). The integer sums
+// S1 and S2 are exact whichever layout they come from and the float step is
+// float_step, so the packed path gives bitwise the outputs of the unpacked one.
+template <class Fmt>
+struct KpFmt;
+template <>
+struct KpFmt<Q4K> {
+  static constexpr int kHdr[] = {0, 4, 8, 12};
+  static constexpr int kSeg[][2] = {{16, 16}, {80, 16}};  // (byte offset, dwords) of each transposed slice
+};
+template <>
+struct KpFmt<Q5K> {
+  static constexpr int kHdr[] = {0, 4, 8, 12};
+  static constexpr int kSeg[][2] = {{48, 16}, {112, 16}, {16, 8}};
+};
+template <>
+struct KpFmt<Q6K> {
+  static constexpr int kHdr[] = {206, 192, 196, 200, 204};
+  static constexpr int kSeg[][2] = {{0, 16}, {64, 16}, {128, 16}};
+};
+template <class Fmt>
+constexpr int kp_vectors() {
+  int n = static_cast<int>(std::size(KpFmt<Fmt>::kHdr));
+  for (const auto& seg : KpFmt<Fmt>::kSeg) n += seg[1];
+  return n;
+}
+template <class Fmt>
+constexpr size_t kKpBytes = 64 * static_cast<size_t>(kp_vectors<Fmt>());
+template <class Fmt>
+constexpr size_t kKpQ = 64 * std::size(KpFmt<Fmt>::kHdr);  // offset of the quant vectors
+template <class Fmt>
+constexpr int kp_slot(int off) {
+  for (int i = 0; i < static_cast<int>(std::size(KpFmt<Fmt>::kHdr)); ++i)
+    if (KpFmt<Fmt>::kHdr[i] == off) return i;
+  return -1;
+}
+static_assert(kKpBytes<Q4K> == 16 * Q4K::kBytes && kKpBytes<Q5K> == 16 * Q5K::kBytes);
+static_assert(kKpBytes<Q6K> == 16 * Q6K::kBytes + 32);
+
+// Packs rows 0..nr-1 (row nr-1 repeated up to 16) of nb super-blocks into dst
+// ([nb, kKpBytes<Fmt>], 64-byte aligned).
+template <class Fmt>
+void kp_pack(const uint8_t* w0, size_t row_bytes, int64_t nr, int64_t nb, uint8_t* dst) {
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* p = dst + static_cast<size_t>(b) * kKpBytes<Fmt>;
+    const uint8_t* blk[16];
+    for (int r = 0; r < 16; ++r)
+      blk[r] = w0 + static_cast<size_t>(std::min<int64_t>(r, nr - 1)) * row_bytes + static_cast<size_t>(b) * Fmt::kBytes;
+    __m512i m[16];
+    for (const int off : KpFmt<Fmt>::kHdr) {
+      for (int r = 0; r < 16; ++r) m[r] = _mm512_castsi128_si512(_mm_cvtsi32_si128(static_cast<int>(load_u32(blk[r] + off))));
+      transpose16(m);
+      _mm512_store_si512(p, m[0]);
+      p += 64;
+    }
+    for (const auto& seg : KpFmt<Fmt>::kSeg) {
+      for (int r = 0; r < 16; ++r) m[r] = load512(blk[r] + seg[0]);  // stays inside the block (static_assert below)
+      transpose16(m);
+      for (int i = 0; i < seg[1]; ++i, p += 64) _mm512_store_si512(p, m[i]);
+    }
+  }
+}
+static_assert(80 + 64 <= Q4K::kBytes && 112 + 64 <= Q5K::kBytes && 128 + 64 <= Q6K::kBytes);
+
+// Weight source of gemm_tile over the load-time packed super-blocks: the meta
+// part is rebuilt per super-block into buf (write_meta, as pack_rows does from
+// the GGUF rows), the granules are unpacked from nibbles (+ high bits).
+template <class Fmt>
+struct KpSrc {
+  static constexpr int kG = 64 / Fmt::kSub;
+  static constexpr bool kUnrollK = true;
+  KpSrc(const uint8_t* chunk, size_t ahead) : pk(chunk), prefetch(ahead) {}
+  const uint8_t* pk;
+  size_t prefetch;  // bytes ahead to prefetch (0: none)
+  const uint8_t* q = nullptr;
+  alignas(64) uint8_t buf[kMetaBytes<Fmt>];  // written by meta() before any read
+  const uint8_t* meta(int64_t b) { return meta_to(b, buf); }
+  const uint8_t* meta_to(int64_t b, uint8_t* out) {
+    const uint8_t* p = pk + static_cast<size_t>(b) * kKpBytes<Fmt>;
+    if (prefetch != 0) prefetch_block(p + prefetch, kKpBytes<Fmt>);
+    write_meta<Fmt>([p](size_t off) { return _mm512_load_si512(p + 64 * kp_slot<Fmt>(static_cast<int>(off))); }, out);
+    q = p + kKpQ<Fmt>;
+    return out;
+  }
+  // Super-block b in the per-call layout of pack_rows (kSbBytes<Fmt> at out):
+  // the same bits, so RepackedSrc over it gives the same integers.
+  void expand(int64_t b, uint8_t* out) {
+    meta_to(b, out + kPackQ);
+    for (int k = 0; k < Fmt::kSub; ++k) {
+      __m512i w[kG];
+      granules(k, w);
+      for (int g = 0; g < kG; ++g) _mm512_store_si512(out + 64 * (kG * k + g), w[g]);
+    }
+  }
+  // Bit `from` of every byte of v moved to bit `to` (other bits: garbage).
+  static __m512i move_bits(__m512i v, int from, int to) {
+    return from < to ? _mm512_slli_epi16(v, to - from) : from > to ? _mm512_srli_epi16(v, from - to) : v;
+  }
+  void granules(int k, __m512i* w) const {
+    // w = (nibble source & 0x0F) | high bits (already at bits 4.., the rest 0): one vpternlogd
+    constexpr int kLowOrHigh = 0xEC;  // (A & C) | B for A, B, C = 0xF0, 0xCC, 0xAA
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    if constexpr (std::is_same_v<Fmt, Q6K>) {
+      const __m512i m2 = _mm512_set1_epi8(0x30);
+#pragma GCC unroll 4
+      for (int g = 0; g < kG; ++g) {  // granule G = 4k + g: ql half G / 32, dword i, nibble (G % 32) / 16
+        const int G = 4 * k + g, h = G / 32, i = G % 16, hi = (G % 32) / 16;
+        const __m512i ql = _mm512_load_si512(q + 64 * (16 * h + i));
+        const __m512i qh = _mm512_load_si512(q + 64 * (32 + 8 * h + i % 8));
+        const __m512i hb = _mm512_and_si512(move_bits(qh, (i < 8 ? 0 : 2) + 4 * hi, 4), m2);
+        w[g] = _mm512_ternarylogic_epi32(hi ? _mm512_srli_epi16(ql, 4) : ql, hb, nib, kLowOrHigh);
+      }
+    } else {  // Q4_K / Q5_K: sub-block k = 2j + h is nibble h of vectors 8j..8j+7
+      const int j = k / 2, h = k % 2;
+      const __m512i m1 = _mm512_set1_epi8(0x10);
+#pragma GCC unroll 8
+      for (int g = 0; g < kG; ++g) {
+        const __m512i v = _mm512_load_si512(q + 64 * (8 * j + g));
+        if constexpr (std::is_same_v<Fmt, Q5K>) {  // bit k of qh bytes 4g.. is the value's bit 4
+          const __m512i hb = _mm512_and_si512(move_bits(_mm512_load_si512(q + 64 * (32 + g)), k, 4), m1);
+          w[g] = _mm512_ternarylogic_epi32(h ? _mm512_srli_epi16(v, 4) : v, hb, nib, kLowOrHigh);
+        } else {
+          (void)m1;
+          w[g] = _mm512_and_si512(h ? _mm512_srli_epi16(v, 4) : v, nib);
+        }
+      }
+    }
+  }
+};
+
+// T tokens (records x0 + t * xrow) x the 16 rows of src; y[t * ldy + r] for the rows in mask.
+template <class Fmt, int T, class Src>
+void gemm_tile(Src src, int64_t nb, const uint8_t* x0, size_t xrow, float* y, int64_t ldy, __mmask16 mask) {
   constexpr int kG = 64 / Fmt::kSub;  // granules per sub-block
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* p = pk + static_cast<size_t>(b) * kSbBytes<Fmt>;
+    const uint8_t* meta = src.meta(b);
     const uint8_t* xb = x0 + static_cast<size_t>(b) * kActKBytes;
     __m512i s1[T];
     for (int t = 0; t < T; ++t) s1[t] = _mm512_setzero_si512();
-    for (int k = 0; k < Fmt::kSub; ++k) {
+    const auto sub_block = [&](int k) __attribute__((always_inline)) {
       __m512i w[kG];
-#pragma GCC unroll 8
-      for (int g = 0; g < kG; ++g) w[g] = _mm512_load_si512(p + 64 * (kG * k + g));
-      const __m512i sc = _mm512_load_si512(p + kPackSc<Fmt> + 64 * k);
+      src.granules(k, w);
+      const __m512i sc = _mm512_load_si512(meta + 64 * k);
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const uint8_t* xa = xb + static_cast<size_t>(t) * xrow + 4 * kG * k;
@@ -643,31 +818,51 @@ void gemm_tile(const uint8_t* pk, int64_t nb, const uint8_t* x0, size_t xrow, fl
           s1[t] = _mm512_add_epi32(s1[t], _mm512_mullo_epi32(is, sc));
         }
       }
+    };
+    // KpSrc unpacks with shifts that depend on k: unrolled, they are immediates.
+    // The repacked source keeps the loop (a fully unrolled 8-token super-block
+    // is ~1700 instructions, more than the op cache holds).
+    if constexpr (Src::kUnrollK) {
+#pragma GCC unroll 16
+      for (int k = 0; k < Fmt::kSub; ++k) sub_block(k);
+    } else {
+      for (int k = 0; k < Fmt::kSub; ++k) sub_block(k);
     }
-    const __m512 d16 = _mm512_load_ps(p + kPackD<Fmt>), m16 = _mm512_load_ps(p + kPackD<Fmt> + 64);
+    const __m512 d16 = _mm512_load_ps(meta + kMetaD<Fmt>), m16 = _mm512_load_ps(meta + kMetaD<Fmt> + 64);
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const uint8_t* xr = xb + static_cast<size_t>(t) * xrow;
       __m512i s2 = _mm512_setzero_si512();
 #pragma GCC unroll 8
       for (int m = 0; m < 8; ++m)
-        s2 = _mm512_dpwssd_epi32(s2, _mm512_load_si512(p + kPackMp<Fmt> + 64 * m), bcast32(xr + kActKBsums + 4 * m));
+        s2 = _mm512_dpwssd_epi32(s2, _mm512_load_si512(meta + kMetaMp<Fmt> + 64 * m), bcast32(xr + kActKBsums + 4 * m));
       acc[t] = float_step<Fmt>(acc[t], s1[t], s2, d16, m16, load_f32(xr + kActKD));
     }
   }
   for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * ldy, mask, acc[t]);
 }
 
-template <class Fmt, int... Ts>
-void gemm_tile_n(int nt, const uint8_t* pk, int64_t nb, const uint8_t* x0, size_t xrow, float* y, int64_t ldy,
+template <class Fmt, class Src, int... Ts>
+void gemm_tile_n(int nt, const Src& src, int64_t nb, const uint8_t* x0, size_t xrow, float* y, int64_t ldy,
                  __mmask16 mask, std::integer_sequence<int, Ts...>) {
-  ((nt == Ts + 1 ? gemm_tile<Fmt, Ts + 1>(pk, nb, x0, xrow, y, ldy, mask) : void()), ...);
+  ((nt == Ts + 1 ? gemm_tile<Fmt, Ts + 1>(src, nb, x0, xrow, y, ldy, mask) : void()), ...);
+}
+
+// All tokens in tiles of up to kGemmT over one 16-row source.
+template <class Fmt, class Src>
+void gemm_chunk(const Src& src, int64_t nr, const uint8_t* act, int64_t n_tokens, int64_t nb, float* y, int64_t ldy) {
+  const size_t xrow = static_cast<size_t>(nb) * kActKBytes;
+  const __mmask16 mask = static_cast<__mmask16>((1u << nr) - 1u);
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += kGemmT) {
+    const int nt = static_cast<int>(std::min<int64_t>(kGemmT, n_tokens - t0));
+    gemm_tile_n<Fmt>(nt, src, nb, act + static_cast<size_t>(t0) * xrow, xrow, y + t0 * ldy, ldy, mask,
+                     std::make_integer_sequence<int, kGemmT>());
+  }
 }
 
 template <class Fmt>
 void chunk_fn(const uint8_t* w0, size_t row_bytes, int64_t nr, const uint8_t* act, int64_t n_tokens, int64_t nb,
               float* y, int64_t ldy) {
-  const size_t xrow = static_cast<size_t>(nb) * kActKBytes;
   static_assert(kGemmMinTokens <= 4, "the few-token path has tiles of 1..3 tokens");
   if (n_tokens < kGemmMinTokens) {
     switch (n_tokens) {
@@ -679,18 +874,39 @@ void chunk_fn(const uint8_t* w0, size_t row_bytes, int64_t nr, const uint8_t* ac
   }
   uint8_t* pk = scratch(1, static_cast<size_t>(nb) * kSbBytes<Fmt>);
   pack_rows<Fmt>(w0, row_bytes, nr, nb, pk);
-  const __mmask16 mask = static_cast<__mmask16>((1u << nr) - 1u);
-  for (int64_t t0 = 0; t0 < n_tokens; t0 += kGemmT) {
-    const int nt = static_cast<int>(std::min<int64_t>(kGemmT, n_tokens - t0));
-    gemm_tile_n<Fmt>(nt, pk, nb, act + static_cast<size_t>(t0) * xrow, xrow, y + t0 * ldy, ldy, mask,
-                     std::make_integer_sequence<int, kGemmT>());
+  gemm_chunk<Fmt>(RepackedSrc<Fmt>{pk}, nr, act, n_tokens, nb, y, ldy);
+}
+
+// How far ahead (bytes) the few-token packed path prefetches its stream (the
+// pool hands each thread a contiguous range of chunks, so the stream runs on
+// into the thread's next chunk; prefetches past the end never fault).
+constexpr size_t kKpPrefetch = 4096;
+
+// Few tokens read the packed chunk directly; more than one token tile first
+// expand it (once per call and chunk) to the per-call layout, so that the
+// nibbles and scales are unpacked once, not once per tile.
+template <class Fmt>
+void kp_chunk_fn(const uint8_t* pk, int64_t nr, const uint8_t* act, int64_t n_tokens, int64_t nb, float* y,
+                 int64_t ldy) {
+  KpSrc<Fmt> src(pk, n_tokens < kGemmMinTokens ? kKpPrefetch : 0);
+  if (n_tokens <= kGemmT) {
+    gemm_chunk<Fmt>(src, nr, act, n_tokens, nb, y, ldy);
+    return;
   }
+  uint8_t* ex = scratch(1, static_cast<size_t>(nb) * kSbBytes<Fmt>);
+  for (int64_t b = 0; b < nb; ++b) src.expand(b, ex + static_cast<size_t>(b) * kSbBytes<Fmt>);
+  gemm_chunk<Fmt>(RepackedSrc<Fmt>{ex}, nr, act, n_tokens, nb, y, ldy);
 }
 
 template <class Fmt>
 KTileSet chunk_set() {
   KTileSet s;
   s.chunk = chunk_fn<Fmt>;
+  if constexpr (std::is_same_v<Fmt, Q4K> || std::is_same_v<Fmt, Q5K> || std::is_same_v<Fmt, Q6K>) {
+    s.packed_chunk = kp_chunk_fn<Fmt>;
+    s.pack = kp_pack<Fmt>;
+    s.packed_sb_bytes = kKpBytes<Fmt>;
+  }
   return s;
 }
 

@@ -1,9 +1,11 @@
 // Packs Q4_0 / Q4_1 / Q8_0 matrices into the decode layout of pack.h (once, at
-// model load; plain byte copies, so any ISA can run it).
+// model load; plain byte copies, so any ISA can run it), and Q4_K / Q5_K / Q6_K
+// into the AVX-512 K-quant layout (kquant_avx512.cc, KTileSet::pack).
 #include "kernels/cpu/pack.h"
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -11,6 +13,7 @@
 #include "base/ggml_quant.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/kquant.h"
 
 namespace pagoda::kernels {
 namespace {
@@ -73,17 +76,49 @@ void pack_tile(void* ctx, int64_t tile) {
   }
 }
 
+struct KPackJob {
+  const WeightView* w;
+  cpu::detail::KPackFn pack;
+  size_t chunk_bytes;
+  uint8_t* dst;
+};
+
+void kpack_chunk(void* ctx, int64_t chunk) {
+  const KPackJob& job = *static_cast<const KPackJob*>(ctx);
+  const WeightView& w = *job.w;
+  const int64_t r0 = chunk * cpu::detail::kKChunkRows, nr = std::min(cpu::detail::kKChunkRows, w.rows - r0);
+  job.pack(static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * w.row_bytes, w.row_bytes, nr, w.cols / 256,
+           job.dst + static_cast<size_t>(chunk) * job.chunk_bytes);
+}
+
+int64_t kchunks(const WeightView& w) { return (w.rows + cpu::detail::kKChunkRows - 1) / cpu::detail::kKChunkRows; }
+
 }  // namespace
 
+namespace cpu::detail {
+size_t kpacked_bytes(const WeightView& w) {
+  if (!is_kquant_type(w.type) || isa() != Isa::kAvx512 || w.rows <= 0 || w.cols <= 0 || w.cols % 256 != 0) return 0;
+  return static_cast<size_t>(kchunks(w) * (w.cols / 256)) * ktiles_avx512(w.type).packed_sb_bytes;
+}
+}  // namespace cpu::detail
+
 size_t packed_weight_bytes(const WeightView& w) {
+  if (cpu::detail::is_kquant_type(w.type)) return cpu::detail::kpacked_bytes(w);
   if (!cpu::detail::is_packable_type(w.type) || cpu::detail::isa() != cpu::detail::Isa::kAvx512) return 0;
   if (w.rows <= 0 || w.cols <= 0 || w.cols % 32 != 0) return 0;
   return cpu::detail::pack_layout(w.type, w.rows, w.cols).total();
 }
 
 void pack_weight(const WeightView& w, uint8_t* dst) {
-  PAGODA_CHECK(cpu::detail::is_packable_type(w.type) && w.cols % 32 == 0 && w.rows > 0);
   PAGODA_CHECK(reinterpret_cast<uintptr_t>(dst) % 64 == 0);
+  if (cpu::detail::is_kquant_type(w.type)) {
+    PAGODA_CHECK(cpu::detail::kpacked_bytes(w) > 0);
+    const cpu::detail::KTileSet& ts = cpu::detail::ktiles_avx512(w.type);
+    KPackJob job{&w, ts.pack, static_cast<size_t>(w.cols / 256) * ts.packed_sb_bytes, dst};
+    parallel_for(kchunks(w), kpack_chunk, &job);
+    return;
+  }
+  PAGODA_CHECK(cpu::detail::is_packable_type(w.type) && w.cols % 32 == 0 && w.rows > 0);
   PackJob job{&w, cpu::detail::pack_layout(w.type, w.rows, w.cols), dst};
   parallel_for(job.l.tiles, pack_tile, &job);
 }
