@@ -23,7 +23,8 @@ namespace {
 constexpr int kG = 4;             // blocks of 32 per record
 constexpr size_t kRec = 64 * kG;  // record bytes
 constexpr int kR = 4;             // rows per tile
-constexpr int kT = 4;             // tokens per tile (max)
+constexpr int kT = 4;             // tokens per float tile (max)
+constexpr int kQT = 8;            // tokens per integer tile (max): one accumulator each
 constexpr int64_t kChunkRows = 16;
 // Below this many multiply-adds a fork/join costs more than it saves.
 constexpr int64_t kMinParallelMacs = 1 << 16;
@@ -151,13 +152,13 @@ inline WGroup load_group(const uint8_t* rec) {
           _mm512_load_ps(reinterpret_cast<const float*>(rec + 128)), _mm512_load_si512(rec + 192)};
 }
 
-// The one op sequence every output goes through, per group (see file comment).
+// The exact integer lane sums of one group (16 lanes: block b's lanes 4b..4b+3).
 // kMode 0: s8 x; 1: Q8_0 direct (u8 weights w + 128, s8 x, the lane correction
 // -128 * sum(x) from the activation record first); 2: Q8_0 staged (u8 x + 128,
 // s8 weights, the record's correction -128 * sum(w) first). 1 and 2 give each
-// lane the same exact integer sum(w * x), so the floats after are identical.
+// lane the same exact integer sum(w * x), so everything after is identical.
 template <int kMode>
-inline __m512 group_dot(__m512 acc, const WGroup& w, const uint8_t* xt) {
+inline __m512i group_isum(const WGroup& w, const uint8_t* xt) {
   __m512i is;
   if constexpr (kMode == 1) {
     is = _mm512_dpbusd_epi32(_mm512_load_si512(xt + 192), w.lo, _mm512_load_si512(xt));
@@ -169,12 +170,23 @@ inline __m512 group_dot(__m512 acc, const WGroup& w, const uint8_t* xt) {
     is = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.lo, _mm512_load_si512(xt));
     is = _mm512_dpbusd_epi32(is, w.hi, _mm512_load_si512(xt + 64));
   }
-  // d_w * d_x first, then one fma per lane: ggml's per-block order.
-  const __m512 dd = _mm512_mul_ps(w.wd, _mm512_load_ps(reinterpret_cast<const float*>(xt + 128)));
-  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), dd, acc);
-  if constexpr (kMode == 0)
-    acc = _mm512_fmadd_ps(_mm512_castsi512_ps(w.wm), _mm512_load_ps(reinterpret_cast<const float*>(xt + 192)), acc);
-  return acc;
+  return is;
+}
+
+// Four rows' lane sums a, b, c, d -> one vector whose lane 4k + r holds row r's
+// block k sum (exact integers: the order of the adds does not matter).
+inline __m512i block_sums4(__m512i a, __m512i b, __m512i c, __m512i d) {
+  const __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+  const __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+}
+
+// Lane 4k + r of the result: lane 4k (any of 4k..4k+3) of v[r] (row r's block k).
+inline __m512 rows_lanes4(const __m512 (&v)[4]) {
+  __m512 o = v[0];
+  o = _mm512_mask_mov_ps(o, 0x2222, v[1]);
+  o = _mm512_mask_mov_ps(o, 0x4444, v[2]);
+  return _mm512_mask_mov_ps(o, 0x8888, v[3]);
 }
 
 // A decoded group as the staged path's record holds it: Q8_0 back to s8
@@ -192,23 +204,48 @@ inline WGroup staged(WGroup w) {
 }
 
 // ---- Integer micro-kernels -------------------------------------------------------
-// Packed: w[r] are packed records of row r; x[t] activation records; out[t * kR + r].
-// The micro-kernel loop shared by the packed and the direct kernels: T tokens
-// times kR rows, group by group; load(r, g) gives row r's weight group g.
+// The micro-kernel loop shared by the staged, direct and packed kernels: kR (= 4)
+// rows times T tokens, group by group; load(r, g) gives row r's weight group g;
+// x[t] activation records; out[t * kR + r].
+//
+// Batch invariance: per group, each row's exact integer lane sums are reduced to
+// block sums (block_sums4), so one vector holds the 4 rows x 4 blocks of a token
+// (lane 4k + r); then acc = fma(cvt(bsum), wd * xd, acc) [+ fma(wm, xs, acc)] per
+// lane and, at the end, y[t, r] = (l_r + l_8+r) + (l_4+r + l_12+r). Every output
+// sees that same op sequence whatever T, tile or thread it lands in (rows past
+// the end are duplicates, whose lanes are dropped).
 template <int T, int kMode, class LoadGroup>
 inline void qkernel_rows(LoadGroup load, const uint8_t* const* x, int64_t ng, float* out) {
-  __m512 acc[kR][T];
-  for (int r = 0; r < kR; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  static_assert(kR == 4, "block_sums4 / rows_lanes4 take 4 rows");
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t g = 0; g < ng; ++g) {
     const size_t o = static_cast<size_t>(g) * kRec;
-    for (int r = 0; r < kR; ++r) {
-      const WGroup wg = load(r, g);
-      for (int t = 0; t < T; ++t) acc[r][t] = group_dot<kMode>(acc[r][t], wg, x[t] + o);
+    WGroup w[kR];
+    for (int r = 0; r < kR; ++r) w[r] = load(r, g);
+    const __m512 wd = rows_lanes4({w[0].wd, w[1].wd, w[2].wd, w[3].wd});
+    __m512 wm = _mm512_setzero_ps();
+    if constexpr (kMode == 0)
+      wm = rows_lanes4({_mm512_castsi512_ps(w[0].wm), _mm512_castsi512_ps(w[1].wm), _mm512_castsi512_ps(w[2].wm),
+                        _mm512_castsi512_ps(w[3].wm)});
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* xt = x[t] + o;
+      const __m512i bs = block_sums4(group_isum<kMode>(w[0], xt), group_isum<kMode>(w[1], xt),
+                                     group_isum<kMode>(w[2], xt), group_isum<kMode>(w[3], xt));
+      // d_w * d_x first, then one fma per lane: ggml's per-block order.
+      const __m512 dd = _mm512_mul_ps(wd, _mm512_load_ps(reinterpret_cast<const float*>(xt + 128)));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(bs), dd, acc[t]);
+      if constexpr (kMode == 0) {  // the block's sum term sits in lane 4k: spread it over 4k..4k+3
+        const __m512 xs = _mm512_permute_ps(_mm512_load_ps(reinterpret_cast<const float*>(xt + 192)), 0);
+        acc[t] = _mm512_fmadd_ps(wm, xs, acc[t]);
+      }
     }
   }
-  for (int r = 0; r < kR; ++r)
-    for (int t = 0; t < T; ++t) out[t * kR + r] = _mm512_reduce_add_ps(acc[r][t]);
+  for (int t = 0; t < T; ++t) {
+    const __m512 h = _mm512_add_ps(acc[t], _mm512_shuffle_f32x4(acc[t], acc[t], _MM_SHUFFLE(1, 0, 3, 2)));
+    const __m512 q = _mm512_add_ps(h, _mm512_shuffle_f32x4(h, h, _MM_SHUFFLE(2, 3, 0, 1)));
+    _mm_storeu_ps(out + t * kR, _mm512_castps512_ps128(q));
+  }
 }
 
 // Staged records (Q8_0: mode 2).
@@ -217,15 +254,6 @@ void qkernel(const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float
   qkernel_rows<T, kOffset ? 2 : 0>([w](int r, int64_t g) { return load_group(w[r] + static_cast<size_t>(g) * kRec); }, x, ng, out);
 }
 
-template <bool kOffset>
-void qkernel_n(int nt, const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) {
-  switch (nt) {
-    case 1: qkernel<1, kOffset>(w, x, ng, out); break;
-    case 2: qkernel<2, kOffset>(w, x, ng, out); break;
-    case 3: qkernel<3, kOffset>(w, x, ng, out); break;
-    default: qkernel<4, kOffset>(w, x, ng, out); break;
-  }
-}
 
 // Direct (few tokens): decode each group in registers and use it at once.
 // rows: kR row pointers; out[t * kR + r].
@@ -307,6 +335,7 @@ void qkernel_packed(const uint8_t* tile, const PackLayout& l, const uint8_t* con
 // Weight source of matmul_q32_src (matmul_driver.inc) over a packed copy.
 template <GgmlType kType>
 struct PackedSource {
+  static constexpr bool kAlwaysDirect = true;
   const uint8_t* base;
   PackLayout l;
   WGroup group(int64_t row, int64_t g) const {
