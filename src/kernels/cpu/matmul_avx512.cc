@@ -204,8 +204,26 @@ inline WGroup staged(WGroup w) {
 }
 
 // ---- Integer micro-kernels -------------------------------------------------------
-// The micro-kernel loop shared by the staged, direct and packed kernels: kR (= 4)
-// rows times T tokens, group by group; load(r, g) gives row r's weight group g;
+// One group of a kR (= 4) row tile: each row's decoded quants (w[r].lo / hi, and
+// for mode 2 its integer correction w[r].wm), and the tile's scales in the block-sum
+// lane map: lane 4k + r of wd (wm) = row r's d (m, or Q4_0/Q5_0's implicit offset
+// times d) of block k.
+struct TileGroup {
+  WGroup w[kR];
+  __m512 wd, wm;
+};
+
+// A tile group from 4 rows' decoded groups (lane 4k + j of w[r].wd is its block k's d).
+inline TileGroup tile_of(const WGroup& w0, const WGroup& w1, const WGroup& w2, const WGroup& w3) {
+  TileGroup tg{{w0, w1, w2, w3}, {}, {}};
+  tg.wd = rows_lanes4({w0.wd, w1.wd, w2.wd, w3.wd});
+  tg.wm = rows_lanes4({_mm512_castsi512_ps(w0.wm), _mm512_castsi512_ps(w1.wm), _mm512_castsi512_ps(w2.wm),
+                       _mm512_castsi512_ps(w3.wm)});
+  return tg;
+}
+
+// The micro-kernel loop shared by the staged, direct and packed kernels: kR rows
+// times T tokens, group by group; load(g) gives the tile's group g (TileGroup);
 // x[t] activation records; out[t * kR + r].
 //
 // Batch invariance: per group, each row's exact integer lane sums are reduced to
@@ -214,30 +232,24 @@ inline WGroup staged(WGroup w) {
 // lane and, at the end, y[t, r] = (l_r + l_8+r) + (l_4+r + l_12+r). Every output
 // sees that same op sequence whatever T, tile or thread it lands in (rows past
 // the end are duplicates, whose lanes are dropped).
-template <int T, int kMode, class LoadGroup>
-inline void qkernel_rows(LoadGroup load, const uint8_t* const* x, int64_t ng, float* out) {
+template <int T, int kMode, class LoadTile>
+inline void qkernel_rows(LoadTile load, const uint8_t* const* x, int64_t ng, float* out) {
   static_assert(kR == 4, "block_sums4 / rows_lanes4 take 4 rows");
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t g = 0; g < ng; ++g) {
     const size_t o = static_cast<size_t>(g) * kRec;
-    WGroup w[kR];
-    for (int r = 0; r < kR; ++r) w[r] = load(r, g);
-    const __m512 wd = rows_lanes4({w[0].wd, w[1].wd, w[2].wd, w[3].wd});
-    __m512 wm = _mm512_setzero_ps();
-    if constexpr (kMode == 0)
-      wm = rows_lanes4({_mm512_castsi512_ps(w[0].wm), _mm512_castsi512_ps(w[1].wm), _mm512_castsi512_ps(w[2].wm),
-                        _mm512_castsi512_ps(w[3].wm)});
+    const TileGroup tg = load(g);
     for (int t = 0; t < T; ++t) {
       const uint8_t* xt = x[t] + o;
-      const __m512i bs = block_sums4(group_isum<kMode>(w[0], xt), group_isum<kMode>(w[1], xt),
-                                     group_isum<kMode>(w[2], xt), group_isum<kMode>(w[3], xt));
+      const __m512i bs = block_sums4(group_isum<kMode>(tg.w[0], xt), group_isum<kMode>(tg.w[1], xt),
+                                     group_isum<kMode>(tg.w[2], xt), group_isum<kMode>(tg.w[3], xt));
       // d_w * d_x first, then one fma per lane: ggml's per-block order.
-      const __m512 dd = _mm512_mul_ps(wd, _mm512_load_ps(reinterpret_cast<const float*>(xt + 128)));
+      const __m512 dd = _mm512_mul_ps(tg.wd, _mm512_load_ps(reinterpret_cast<const float*>(xt + 128)));
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(bs), dd, acc[t]);
       if constexpr (kMode == 0) {  // the block's sum term sits in lane 4k: spread it over 4k..4k+3
         const __m512 xs = _mm512_permute_ps(_mm512_load_ps(reinterpret_cast<const float*>(xt + 192)), 0);
-        acc[t] = _mm512_fmadd_ps(wm, xs, acc[t]);
+        acc[t] = _mm512_fmadd_ps(tg.wm, xs, acc[t]);
       }
     }
   }
@@ -251,7 +263,12 @@ inline void qkernel_rows(LoadGroup load, const uint8_t* const* x, int64_t ng, fl
 // Staged records (Q8_0: mode 2).
 template <int T, bool kOffset>
 void qkernel(const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) {
-  qkernel_rows<T, kOffset ? 2 : 0>([w](int r, int64_t g) { return load_group(w[r] + static_cast<size_t>(g) * kRec); }, x, ng, out);
+  qkernel_rows<T, kOffset ? 2 : 0>(
+      [w](int64_t g) {
+        const size_t o = static_cast<size_t>(g) * kRec;
+        return tile_of(load_group(w[0] + o), load_group(w[1] + o), load_group(w[2] + o), load_group(w[3] + o));
+      },
+      x, ng, out);
 }
 
 
@@ -263,10 +280,12 @@ void qkernel_direct(const uint8_t* const* rows, int64_t nb, const uint8_t* const
   constexpr int kMode = kType == GgmlType::Q8_0 ? 1 : 0;  // direct
   constexpr size_t kGroupBytes = Layout<kType>::kBB * kG;
   qkernel_rows<T, kMode>(
-      [rows, nb, prefetch](int r, int64_t g) {
-        for (size_t b = 0; b < kGroupBytes; b += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + g * kGroupBytes + b), _MM_HINT_T0);
-        return decode_row_group<kType>(rows[r], nb, g);
+      [rows, nb, prefetch](int64_t g) {
+        for (int r = 0; r < kR; ++r)
+          for (size_t b = 0; b < kGroupBytes; b += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + g * kGroupBytes + b), _MM_HINT_T0);
+        return tile_of(decode_row_group<kType>(rows[0], nb, g), decode_row_group<kType>(rows[1], nb, g),
+                       decode_row_group<kType>(rows[2], nb, g), decode_row_group<kType>(rows[3], nb, g));
       },
       x, ng, out);
 }
@@ -305,7 +324,40 @@ inline WGroup packed_group(const uint8_t* tile, size_t scales_off, int64_t g, in
   return w;
 }
 
-// How far ahead (bytes) the packed direct kernel prefetches its tile's stream.
+// Group g of a packed tile as the kernel's TileGroup: the same values in the
+// same lanes as tile_of over the 4 rows' packed_group (or decode_row_group), so
+// packed and unpacked weights give bitwise the same outputs.
+template <GgmlType kType>
+inline TileGroup packed_tile_group(const uint8_t* tile, size_t scales_off, int64_t g) {
+  constexpr size_t qb = pack_quant_bytes(kType), sb = pack_scale_bytes(kType);
+  const uint8_t* q = tile + static_cast<size_t>(g) * kPackRows * qb;
+  const uint8_t* s = tile + scales_off + static_cast<size_t>(g) * sb;
+  TileGroup tg;
+  for (int r = 0; r < kR; ++r) {
+    if constexpr (kType == GgmlType::Q8_0) {
+      tg.w[r].lo = _mm512_load_si512(q + r * qb);
+      tg.w[r].hi = _mm512_load_si512(q + r * qb + 64);
+    } else {
+      const __m512i nib = _mm512_set1_epi8(0x0F);
+      const __m512i v = _mm512_load_si512(q + r * qb);
+      tg.w[r].lo = _mm512_and_si512(v, nib);
+      tg.w[r].hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+    }
+    tg.w[r].wm = _mm512_setzero_si512();  // only the staged mode reads it
+  }
+  // packed scale 4r + k (row r, block k) -> lane 4k + r
+  const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  tg.wd = _mm512_permutexvar_ps(tr, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s))));
+  if constexpr (kType == GgmlType::Q4_1) {
+    tg.wm = _mm512_permutexvar_ps(tr, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s + 32))));
+  } else if constexpr (kType == GgmlType::Q8_0) {
+    tg.wm = _mm512_setzero_ps();
+  } else {
+    tg.wm = _mm512_mul_ps(tg.wd, _mm512_set1_ps(Layout<kType>::kImplicit));
+  }
+  return tg;
+}
+
 // How far ahead (bytes) the packed direct kernel prefetches its stream. This
 // machine's hardware prefetchers do not keep one core's stream ahead: without it
 // bench_decode reads Q4_0 at a third of the speed; 8-16 KB ahead into L1 (T0)
@@ -322,12 +374,10 @@ void qkernel_packed(const uint8_t* tile, const PackLayout& l, const uint8_t* con
   const size_t step = (l.tile_bytes + static_cast<size_t>(l.ng) - 1) / static_cast<size_t>(l.ng);
   const size_t scales_off = l.scales_off;
   qkernel_rows<T, kMode>(
-      [tile, scales_off, step](int r, int64_t g) {
-        if (r == 0) {
-          const char* p = reinterpret_cast<const char*>(tile + kPackedPrefetch + static_cast<size_t>(g) * step);
-          for (size_t b = 0; b < step; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
-        }
-        return packed_group<kType>(tile, scales_off, g, r);
+      [tile, scales_off, step](int64_t g) {
+        const char* p = reinterpret_cast<const char*>(tile + kPackedPrefetch + static_cast<size_t>(g) * step);
+        for (size_t b = 0; b < step; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+        return packed_tile_group<kType>(tile, scales_off, g);
       },
       x, l.ng, out);
 }
