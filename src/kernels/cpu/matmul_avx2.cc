@@ -21,6 +21,7 @@ constexpr int kR = 4;
 constexpr int kT = 4;
 constexpr int kQT = kT;  // tokens per integer tile
 constexpr int64_t kChunkRows = 16;
+constexpr int64_t kGemmChunkRows = kChunkRows;
 // Tokens up to which groups are decoded in registers instead of packed per chunk.
 constexpr int64_t kDirectMaxTokens = 2;
 // How far ahead (in rows) the direct paths prefetch weights (DRAM latency).
