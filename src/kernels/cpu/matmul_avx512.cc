@@ -2,10 +2,11 @@
 // when the CPU supports them (see dispatch.cc).
 //
 // Batch invariance: every output y[t, r] is produced by the same sequence of
-// vector ops on the same lane map, whatever tile (4 rows x 1..4 tokens) it lands
-// in: per group acc = fma(cvt(isum), wd * xd, acc) [+ fma(wm, xs, acc)], then a
-// fixed horizontal sum. Tiles differ only in how many independent accumulators
-// run side by side. Threads split row chunks.
+// vector ops on the same lane map, whatever tile (4 rows x 1..kQT tokens) it
+// lands in: per group the row's exact block sums, then acc = fma(cvt(bsum),
+// wd * xd, acc) [+ fma(wm, xs, acc)] in its 4 lanes, then a fixed sum of those
+// lanes (see qkernel_rows). Tiles differ only in how many independent
+// accumulators run side by side. Threads split row chunks.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -505,10 +506,11 @@ void row_to_f32(const WeightView& w, int64_t r, float* out) {
   if (c < k) dequantize_row(w.type, src + ggml_row_bytes(w.type, static_cast<size_t>(c)), out + c, k - c);
 }
 
-// Tokens up to which groups are decoded in registers (in tiles of kT tokens)
-// instead of packed once per chunk: packing every weight costs about as much
-// as a few direct tiles, so a speculative verify step (1 + k tokens) stays
-// direct (1 thread, SmolLM2 Q4_1: 4 tokens about 1.5x one, 9 about 3x).
+// Tokens up to which GGUF rows (not packed: Q5_0 / Q5_1, PAGODA_PACK=0) are
+// decoded in registers (in tiles of kQT tokens) instead of staged once per
+// chunk: staging every weight costs about as much as a few direct tiles, so a
+// speculative verify step (1 + k tokens) stays direct. Packed tiles are always
+// read directly (PackedSource::kAlwaysDirect).
 constexpr int64_t kDirectMaxTokens = 12;
 
 
