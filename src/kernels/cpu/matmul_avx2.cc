@@ -19,7 +19,9 @@ constexpr int kG = 2;
 constexpr size_t kRec = 64 * kG;
 constexpr int kR = 4;
 constexpr int kT = 4;
+constexpr int kQT = kT;  // tokens per integer tile
 constexpr int64_t kChunkRows = 16;
+constexpr int64_t kGemmChunkRows = kChunkRows;
 // Tokens up to which groups are decoded in registers instead of packed per chunk.
 constexpr int64_t kDirectMaxTokens = 2;
 // How far ahead (in rows) the direct paths prefetch weights (DRAM latency).
@@ -172,15 +174,6 @@ void qkernel_direct(const uint8_t* const* rows, int64_t nb, const uint8_t* const
       x, ng, out);
 }
 
-template <bool kQ8>
-void qkernel_n(int nt, const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) {
-  switch (nt) {
-    case 1: qkernel<1, kQ8>(w, x, ng, out); break;
-    case 2: qkernel<2, kQ8>(w, x, ng, out); break;
-    case 3: qkernel<3, kQ8>(w, x, ng, out); break;
-    default: qkernel<4, kQ8>(w, x, ng, out); break;
-  }
-}
 
 // Lanes [0, n) of an AVX2 mask: all ones, then zeros (n in [0, 8]).
 inline __m256i lane_mask(int64_t n) {

@@ -2,10 +2,11 @@
 // when the CPU supports them (see dispatch.cc).
 //
 // Batch invariance: every output y[t, r] is produced by the same sequence of
-// vector ops on the same lane map, whatever tile (4 rows x 1..4 tokens) it lands
-// in: per group acc = fma(cvt(isum), wd * xd, acc) [+ fma(wm, xs, acc)], then a
-// fixed horizontal sum. Tiles differ only in how many independent accumulators
-// run side by side. Threads split row chunks.
+// vector ops on the same lane map, whatever tile (4 rows x 1..kQT tokens) it
+// lands in: per group the row's exact block sums, then acc = fma(cvt(bsum),
+// wd * xd, acc) [+ fma(wm, xs, acc)] in its 4 lanes, then a fixed sum of those
+// lanes (see qkernel_rows). Tiles differ only in how many independent
+// accumulators run side by side. Threads split row chunks.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -23,8 +24,10 @@ namespace {
 constexpr int kG = 4;             // blocks of 32 per record
 constexpr size_t kRec = 64 * kG;  // record bytes
 constexpr int kR = 4;             // rows per tile
-constexpr int kT = 4;             // tokens per tile (max)
+constexpr int kT = 4;             // tokens per float tile (max)
+constexpr int kQT = 8;            // tokens per integer tile (max): one accumulator each
 constexpr int64_t kChunkRows = 16;
+constexpr int64_t kGemmChunkRows = 64;  // measured: pp512 1B Q4_0 ~15% over 16 (2 threads)
 // Below this many multiply-adds a fork/join costs more than it saves.
 constexpr int64_t kMinParallelMacs = 1 << 16;
 // How far ahead (in rows) the direct (few-token) paths prefetch weights: one
@@ -151,13 +154,13 @@ inline WGroup load_group(const uint8_t* rec) {
           _mm512_load_ps(reinterpret_cast<const float*>(rec + 128)), _mm512_load_si512(rec + 192)};
 }
 
-// The one op sequence every output goes through, per group (see file comment).
+// The exact integer lane sums of one group (16 lanes: block b's lanes 4b..4b+3).
 // kMode 0: s8 x; 1: Q8_0 direct (u8 weights w + 128, s8 x, the lane correction
 // -128 * sum(x) from the activation record first); 2: Q8_0 staged (u8 x + 128,
 // s8 weights, the record's correction -128 * sum(w) first). 1 and 2 give each
-// lane the same exact integer sum(w * x), so the floats after are identical.
+// lane the same exact integer sum(w * x), so everything after is identical.
 template <int kMode>
-inline __m512 group_dot(__m512 acc, const WGroup& w, const uint8_t* xt) {
+inline __m512i group_isum(const WGroup& w, const uint8_t* xt) {
   __m512i is;
   if constexpr (kMode == 1) {
     is = _mm512_dpbusd_epi32(_mm512_load_si512(xt + 192), w.lo, _mm512_load_si512(xt));
@@ -169,12 +172,23 @@ inline __m512 group_dot(__m512 acc, const WGroup& w, const uint8_t* xt) {
     is = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.lo, _mm512_load_si512(xt));
     is = _mm512_dpbusd_epi32(is, w.hi, _mm512_load_si512(xt + 64));
   }
-  // d_w * d_x first, then one fma per lane: ggml's per-block order.
-  const __m512 dd = _mm512_mul_ps(w.wd, _mm512_load_ps(reinterpret_cast<const float*>(xt + 128)));
-  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), dd, acc);
-  if constexpr (kMode == 0)
-    acc = _mm512_fmadd_ps(_mm512_castsi512_ps(w.wm), _mm512_load_ps(reinterpret_cast<const float*>(xt + 192)), acc);
-  return acc;
+  return is;
+}
+
+// Four rows' lane sums a, b, c, d -> one vector whose lane 4k + r holds row r's
+// block k sum (exact integers: the order of the adds does not matter).
+inline __m512i block_sums4(__m512i a, __m512i b, __m512i c, __m512i d) {
+  const __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+  const __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+}
+
+// Lane 4k + r of the result: lane 4k (any of 4k..4k+3) of v[r] (row r's block k).
+inline __m512 rows_lanes4(const __m512 (&v)[4]) {
+  __m512 o = v[0];
+  o = _mm512_mask_mov_ps(o, 0x2222, v[1]);
+  o = _mm512_mask_mov_ps(o, 0x4444, v[2]);
+  return _mm512_mask_mov_ps(o, 0x8888, v[3]);
 }
 
 // A decoded group as the staged path's record holds it: Q8_0 back to s8
@@ -192,40 +206,73 @@ inline WGroup staged(WGroup w) {
 }
 
 // ---- Integer micro-kernels -------------------------------------------------------
-// Packed: w[r] are packed records of row r; x[t] activation records; out[t * kR + r].
-// The micro-kernel loop shared by the packed and the direct kernels: T tokens
-// times kR rows, group by group; load(r, g) gives row r's weight group g.
-template <int T, int kMode, class LoadGroup>
-inline void qkernel_rows(LoadGroup load, const uint8_t* const* x, int64_t ng, float* out) {
-  __m512 acc[kR][T];
-  for (int r = 0; r < kR; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+// One group of a kR (= 4) row tile: each row's decoded quants (w[r].lo / hi, and
+// for mode 2 its integer correction w[r].wm), and the tile's scales in the block-sum
+// lane map: lane 4k + r of wd (wm) = row r's d (m, or Q4_0/Q5_0's implicit offset
+// times d) of block k.
+struct TileGroup {
+  WGroup w[kR];
+  __m512 wd, wm;
+};
+
+// A tile group from 4 rows' decoded groups (lane 4k + j of w[r].wd is its block k's d).
+inline TileGroup tile_of(const WGroup& w0, const WGroup& w1, const WGroup& w2, const WGroup& w3) {
+  TileGroup tg{{w0, w1, w2, w3}, {}, {}};
+  tg.wd = rows_lanes4({w0.wd, w1.wd, w2.wd, w3.wd});
+  tg.wm = rows_lanes4({_mm512_castsi512_ps(w0.wm), _mm512_castsi512_ps(w1.wm), _mm512_castsi512_ps(w2.wm),
+                       _mm512_castsi512_ps(w3.wm)});
+  return tg;
+}
+
+// The micro-kernel loop shared by the staged, direct and packed kernels: kR rows
+// times T tokens, group by group; load(g) gives the tile's group g (TileGroup);
+// x[t] activation records; out[t * kR + r].
+//
+// Batch invariance: per group, each row's exact integer lane sums are reduced to
+// block sums (block_sums4), so one vector holds the 4 rows x 4 blocks of a token
+// (lane 4k + r); then acc = fma(cvt(bsum), wd * xd, acc) [+ fma(wm, xs, acc)] per
+// lane and, at the end, y[t, r] = (l_r + l_8+r) + (l_4+r + l_12+r). Every output
+// sees that same op sequence whatever T, tile or thread it lands in (rows past
+// the end are duplicates, whose lanes are dropped).
+template <int T, int kMode, class LoadTile>
+inline void qkernel_rows(LoadTile load, const uint8_t* const* x, int64_t ng, float* out) {
+  static_assert(kR == 4, "block_sums4 / rows_lanes4 take 4 rows");
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t g = 0; g < ng; ++g) {
     const size_t o = static_cast<size_t>(g) * kRec;
-    for (int r = 0; r < kR; ++r) {
-      const WGroup wg = load(r, g);
-      for (int t = 0; t < T; ++t) acc[r][t] = group_dot<kMode>(acc[r][t], wg, x[t] + o);
+    const TileGroup tg = load(g);
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* xt = x[t] + o;
+      const __m512i bs = block_sums4(group_isum<kMode>(tg.w[0], xt), group_isum<kMode>(tg.w[1], xt),
+                                     group_isum<kMode>(tg.w[2], xt), group_isum<kMode>(tg.w[3], xt));
+      // d_w * d_x first, then one fma per lane: ggml's per-block order.
+      const __m512 dd = _mm512_mul_ps(tg.wd, _mm512_load_ps(reinterpret_cast<const float*>(xt + 128)));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(bs), dd, acc[t]);
+      if constexpr (kMode == 0) {  // the block's sum term sits in lane 4k: spread it over 4k..4k+3
+        const __m512 xs = _mm512_permute_ps(_mm512_load_ps(reinterpret_cast<const float*>(xt + 192)), 0);
+        acc[t] = _mm512_fmadd_ps(tg.wm, xs, acc[t]);
+      }
     }
   }
-  for (int r = 0; r < kR; ++r)
-    for (int t = 0; t < T; ++t) out[t * kR + r] = _mm512_reduce_add_ps(acc[r][t]);
+  for (int t = 0; t < T; ++t) {
+    const __m512 h = _mm512_add_ps(acc[t], _mm512_shuffle_f32x4(acc[t], acc[t], _MM_SHUFFLE(1, 0, 3, 2)));
+    const __m512 q = _mm512_add_ps(h, _mm512_shuffle_f32x4(h, h, _MM_SHUFFLE(2, 3, 0, 1)));
+    _mm_storeu_ps(out + t * kR, _mm512_castps512_ps128(q));
+  }
 }
 
 // Staged records (Q8_0: mode 2).
 template <int T, bool kOffset>
 void qkernel(const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) {
-  qkernel_rows<T, kOffset ? 2 : 0>([w](int r, int64_t g) { return load_group(w[r] + static_cast<size_t>(g) * kRec); }, x, ng, out);
+  qkernel_rows<T, kOffset ? 2 : 0>(
+      [w](int64_t g) {
+        const size_t o = static_cast<size_t>(g) * kRec;
+        return tile_of(load_group(w[0] + o), load_group(w[1] + o), load_group(w[2] + o), load_group(w[3] + o));
+      },
+      x, ng, out);
 }
 
-template <bool kOffset>
-void qkernel_n(int nt, const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) {
-  switch (nt) {
-    case 1: qkernel<1, kOffset>(w, x, ng, out); break;
-    case 2: qkernel<2, kOffset>(w, x, ng, out); break;
-    case 3: qkernel<3, kOffset>(w, x, ng, out); break;
-    default: qkernel<4, kOffset>(w, x, ng, out); break;
-  }
-}
 
 // Direct (few tokens): decode each group in registers and use it at once.
 // rows: kR row pointers; out[t * kR + r].
@@ -235,10 +282,12 @@ void qkernel_direct(const uint8_t* const* rows, int64_t nb, const uint8_t* const
   constexpr int kMode = kType == GgmlType::Q8_0 ? 1 : 0;  // direct
   constexpr size_t kGroupBytes = Layout<kType>::kBB * kG;
   qkernel_rows<T, kMode>(
-      [rows, nb, prefetch](int r, int64_t g) {
-        for (size_t b = 0; b < kGroupBytes; b += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + g * kGroupBytes + b), _MM_HINT_T0);
-        return decode_row_group<kType>(rows[r], nb, g);
+      [rows, nb, prefetch](int64_t g) {
+        for (int r = 0; r < kR; ++r)
+          for (size_t b = 0; b < kGroupBytes; b += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + g * kGroupBytes + b), _MM_HINT_T0);
+        return tile_of(decode_row_group<kType>(rows[0], nb, g), decode_row_group<kType>(rows[1], nb, g),
+                       decode_row_group<kType>(rows[2], nb, g), decode_row_group<kType>(rows[3], nb, g));
       },
       x, ng, out);
 }
@@ -277,7 +326,40 @@ inline WGroup packed_group(const uint8_t* tile, size_t scales_off, int64_t g, in
   return w;
 }
 
-// How far ahead (bytes) the packed direct kernel prefetches its tile's stream.
+// Group g of a packed tile as the kernel's TileGroup: the same values in the
+// same lanes as tile_of over the 4 rows' packed_group (or decode_row_group), so
+// packed and unpacked weights give bitwise the same outputs.
+template <GgmlType kType>
+inline TileGroup packed_tile_group(const uint8_t* tile, size_t scales_off, int64_t g) {
+  constexpr size_t qb = pack_quant_bytes(kType), sb = pack_scale_bytes(kType);
+  const uint8_t* q = tile + static_cast<size_t>(g) * kPackRows * qb;
+  const uint8_t* s = tile + scales_off + static_cast<size_t>(g) * sb;
+  TileGroup tg;
+  for (int r = 0; r < kR; ++r) {
+    if constexpr (kType == GgmlType::Q8_0) {
+      tg.w[r].lo = _mm512_load_si512(q + r * qb);
+      tg.w[r].hi = _mm512_load_si512(q + r * qb + 64);
+    } else {
+      const __m512i nib = _mm512_set1_epi8(0x0F);
+      const __m512i v = _mm512_load_si512(q + r * qb);
+      tg.w[r].lo = _mm512_and_si512(v, nib);
+      tg.w[r].hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+    }
+    tg.w[r].wm = _mm512_setzero_si512();  // only the staged mode reads it
+  }
+  // packed scale 4r + k (row r, block k) -> lane 4k + r
+  const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  tg.wd = _mm512_permutexvar_ps(tr, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s))));
+  if constexpr (kType == GgmlType::Q4_1) {
+    tg.wm = _mm512_permutexvar_ps(tr, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s + 32))));
+  } else if constexpr (kType == GgmlType::Q8_0) {
+    tg.wm = _mm512_setzero_ps();
+  } else {
+    tg.wm = _mm512_mul_ps(tg.wd, _mm512_set1_ps(Layout<kType>::kImplicit));
+  }
+  return tg;
+}
+
 // How far ahead (bytes) the packed direct kernel prefetches its stream. This
 // machine's hardware prefetchers do not keep one core's stream ahead: without it
 // bench_decode reads Q4_0 at a third of the speed; 8-16 KB ahead into L1 (T0)
@@ -294,12 +376,10 @@ void qkernel_packed(const uint8_t* tile, const PackLayout& l, const uint8_t* con
   const size_t step = (l.tile_bytes + static_cast<size_t>(l.ng) - 1) / static_cast<size_t>(l.ng);
   const size_t scales_off = l.scales_off;
   qkernel_rows<T, kMode>(
-      [tile, scales_off, step](int r, int64_t g) {
-        if (r == 0) {
-          const char* p = reinterpret_cast<const char*>(tile + kPackedPrefetch + static_cast<size_t>(g) * step);
-          for (size_t b = 0; b < step; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
-        }
-        return packed_group<kType>(tile, scales_off, g, r);
+      [tile, scales_off, step](int64_t g) {
+        const char* p = reinterpret_cast<const char*>(tile + kPackedPrefetch + static_cast<size_t>(g) * step);
+        for (size_t b = 0; b < step; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+        return packed_tile_group<kType>(tile, scales_off, g);
       },
       x, l.ng, out);
 }
@@ -307,6 +387,7 @@ void qkernel_packed(const uint8_t* tile, const PackLayout& l, const uint8_t* con
 // Weight source of matmul_q32_src (matmul_driver.inc) over a packed copy.
 template <GgmlType kType>
 struct PackedSource {
+  static constexpr bool kAlwaysDirect = true;
   const uint8_t* base;
   PackLayout l;
   WGroup group(int64_t row, int64_t g) const {
@@ -425,10 +506,11 @@ void row_to_f32(const WeightView& w, int64_t r, float* out) {
   if (c < k) dequantize_row(w.type, src + ggml_row_bytes(w.type, static_cast<size_t>(c)), out + c, k - c);
 }
 
-// Tokens up to which groups are decoded in registers (in tiles of kT tokens)
-// instead of packed once per chunk: packing every weight costs about as much
-// as a few direct tiles, so a speculative verify step (1 + k tokens) stays
-// direct (1 thread, SmolLM2 Q4_1: 4 tokens about 1.5x one, 9 about 3x).
+// Tokens up to which GGUF rows (not packed: Q5_0 / Q5_1, PAGODA_PACK=0) are
+// decoded in registers (in tiles of kQT tokens) instead of staged once per
+// chunk: staging every weight costs about as much as a few direct tiles, so a
+// speculative verify step (1 + k tokens) stays direct. Packed tiles are always
+// read directly (PackedSource::kAlwaysDirect).
 constexpr int64_t kDirectMaxTokens = 12;
 
 
@@ -441,7 +523,7 @@ template <GgmlType kType>
 void matmul_q32_t(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
   if constexpr (kType == GgmlType::Q4_0 || kType == GgmlType::Q4_1 || kType == GgmlType::Q8_0) {
     if (w.packed != nullptr) {
-      static_assert(kChunkRows % kPackRows == 0);
+      static_assert(kChunkRows % kPackRows == 0 && kGemmChunkRows % kPackRows == 0);
       const PackedSource<kType> src{static_cast<const uint8_t*>(w.packed), pack_layout(kType, w.rows, w.cols)};
       matmul_q32_src<kType>(w, src, x, n_tokens, y);
       return;
