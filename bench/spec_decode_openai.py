@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Speculative decoding through `pagoda serve`, measured with the official openai client.
 
-Single stream (one request at a time), greedy. Two workloads:
+Single stream (one request at a time), greedy. Workloads (--workloads, comma-separated):
   copy    `pagoda bench --workload copy`'s chat messages ("Repeat the following Python code
           exactly, with one change: rename X to X_v2" over a short generated block of Python
           data, which SmolLM2-135M copies verbatim in most prompts, often without the rename;
           the share it copied is reported as "copied verbatim"): the answer copies its prompt;
+  copy-long  the same over `--workload copy-long`'s 16-entry dict: answers of about 110 tokens
+          (copy's are about 50, so each request's prefill weighs less);
   random  a prompt of random English words; the answer copies nothing (ignore_eos, so
           every request generates max_tokens).
 For each round, a plain server and a speculative one (--speculative-config) are started
@@ -40,11 +42,12 @@ WORDS = ("river stone quiet paper window orange market silver travel garden simp
          "minute bright forest engine letter summer doctor animal planet rocket valley").split()
 
 
-def copy_prompts(binary, model, n, seed, max_tokens):
-    """`pagoda bench --workload copy`'s chat messages (src/cli/bench_copy_workload.cc), via --save-prompts."""
+def copy_prompts(binary, model, n, seed, max_tokens, workload):
+    """`pagoda bench --workload copy` or `copy-long`'s chat messages (src/cli/bench_copy_workload.cc), via
+    --save-prompts."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "copy.jsonl")
-        subprocess.run([binary, "bench", "-m", model, "--workload", "copy", "--num-prompts", str(n), "--seed",
+        subprocess.run([binary, "bench", "-m", model, "--workload", workload, "--num-prompts", str(n), "--seed",
                         str(seed), "--output-len", str(max_tokens), "--save-prompts", path], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return [json.loads(line)["prompt"] for line in open(path)]
@@ -122,8 +125,8 @@ def main():
     base = ["-t", str(a.threads), "--max-num-seqs", "1"]
     rows = {}
     for wl in a.workloads.split(","):
-        prompts = (copy_prompts(a.binary, a.model, a.prompts, 7, a.max_tokens) if wl == "copy"
-                   else random_prompts(a.prompts, 7))
+        copy = wl.startswith("copy")
+        prompts = copy_prompts(a.binary, a.model, a.prompts, 7, a.max_tokens, wl) if copy else random_prompts(a.prompts, 7)
         res = {"plain": [], "spec": []}
         same = True
         for rnd in range(a.rounds):
@@ -132,7 +135,7 @@ def main():
             for cfg in order:
                 extra = base + (["--speculative-config", a.spec] if cfg == "spec" else [])
                 with PagodaServer(a.binary, a.model, extra) as srv:
-                    got[cfg] = run(srv, prompts, a.max_tokens, ignore_eos=(wl == "random"), stream=a.stream)
+                    got[cfg] = run(srv, prompts, a.max_tokens, ignore_eos=not copy, stream=a.stream)
                 res[cfg].append(got[cfg])
             same = same and got["plain"]["texts"] == got["spec"]["texts"]
             print(f"{wl} round {rnd}: plain {got['plain']['tok_s']:.1f} tok/s, spec {got['spec']['tok_s']:.1f} tok/s "
@@ -145,7 +148,7 @@ def main():
                     "acceptance": statistics.median(r["accept"] for r in res["spec"]),
                     "output_tokens": res["plain"][0]["tokens"], "identical_text": same,
                     "verbatim": sum(copied_verbatim(p, t) for p, t in zip(prompts, res["plain"][0]["texts"])) / len(prompts)
-                    if wl == "copy" else float("nan"),
+                    if copy else float("nan"),
                     "decode_speedup": statistics.median(s["decode_tok_s"] / p["decode_tok_s"]
                                                         for p, s in zip(res["plain"], res["spec"]))}
     print(json.dumps(rows, indent=1))

@@ -61,6 +61,7 @@ const char* kServingHelp =
     "    --prefix-len P --suffix-len Q --output-len O   (default 256 / 32 / 128)\n"
     "  --workload copy               \"repeat this code with one change\" chat prompts (bench_copy_workload.h;\n"
     "                                --num-prompts, --output-len; ends at end of generation)\n"
+    "  --workload copy-long          the same over a 16-entry dict (answers of about 110 tokens)\n"
     "  --dataset FILE.jsonl          lines of {\"prompt\": str, \"max_tokens\": int} (first --num-prompts lines)\n"
     "common:\n"
     "  --max-concurrency C           at most C requests in flight (default: unlimited; server mode: 256)\n"
@@ -235,8 +236,8 @@ std::string parse_serving_args(int argc, char** argv, ServingConfig* c, bool* he
   if (!jsonl.empty() && (c->vllm_dataset || c->workload != "jsonl"))
     return "give one of --dataset, --workload and --dataset-name";
   if (c->workload != "random" && c->workload != "shared-prefix" && c->workload != "copy" &&
-      c->workload != "sharegpt" && c->workload != "jsonl")
-    return "--workload must be random, shared-prefix or copy, got '" + c->workload + "'";
+      c->workload != "copy-long" && c->workload != "sharegpt" && c->workload != "jsonl")
+    return "--workload must be random, shared-prefix, copy or copy-long, got '" + c->workload + "'";
   if (c->workload == "sharegpt" && c->dataset_path.empty()) return "--dataset-name sharegpt needs --dataset-path FILE.json";
   if (c->vllm_dataset && c->workload != "sharegpt" && !c->dataset_path.empty())
     return "--dataset-path goes with --dataset-name sharegpt, not " + dataset_name;
@@ -322,8 +323,9 @@ int bench_serving_main(int argc, char** argv) {
                  : bench::load_sharegpt(c.dataset_path, *tk, c.num_prompts, c.sharegpt_output_len, seed, c.shuffle);
     if (!d.ok()) return fail(d.message());
     reqs = std::move(d).value();
-  } else if (c.workload == "copy") {  // bench_copy_workload.cc
-    auto w = bench::make_copy_workload(*tk, c.num_prompts, c.output_len, seed);
+  } else if (c.workload == "copy" || c.workload == "copy-long") {  // bench_copy_workload.cc
+    auto w = bench::make_copy_workload(*tk, c.num_prompts, c.output_len, seed,
+                                       c.workload == "copy" ? bench::CopyLength::kShort : bench::CopyLength::kLong);
     if (!w.ok()) return fail(w.message());
     reqs = std::move(w).value();
   } else {
