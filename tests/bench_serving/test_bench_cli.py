@@ -11,6 +11,7 @@ import io
 import json
 import os
 import pty
+import re
 import select
 import subprocess
 import sys
@@ -234,6 +235,32 @@ class SavePrompts(unittest.TestCase):
                 self.assertIn(f"rename `{name}` to `{name}_v2`", ask)
                 self.assertTrue(block.endswith("```\n") and block.count("\n") >= 5, block)
             self.assertEqual(len({r["prompt"] for r in runs[0]}), 3)
+
+    def test_copy_long_workload_messages(self):
+        """--workload copy-long: the same request over a dict of 16 distinct keys with integer values."""
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "a.jsonl")
+            p = bench("-m", STORIES, "--workload", "copy-long", "--num-prompts", "4", "--output-len", "200",
+                      "--seed", "4", "--save-prompts", path)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(path) as f:
+                rows = [json.loads(line) for line in f]
+            self.assertEqual(len(rows), 4)
+            for r in rows:
+                self.assertEqual(r["max_tokens"], 200)
+                ask, block = r["prompt"].split("```python\n")
+                name = block.split(" ", 1)[0]
+                self.assertIn(f"rename `{name}` to `{name}_v2`", ask)
+                lines = block.split("\n")
+                self.assertEqual(lines[0], name + " = {")
+                entries = [re.fullmatch(r'    "(\w+)": (\d+),', line) for line in lines[1:17]]
+                self.assertTrue(all(entries), block)
+                self.assertEqual(len({m.group(1) for m in entries}), 16)  # distinct keys
+                self.assertEqual(lines[17:], ["}", "```", ""])
+            self.assertEqual(len({r["prompt"] for r in rows}), 4)
+        p = bench("-m", STORIES, "--workload", "copy-longer", "--num-prompts", "1")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("--workload must be random, shared-prefix, copy or copy-long", p.stderr)
 
 
 class Progress(unittest.TestCase):
