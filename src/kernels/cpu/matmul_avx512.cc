@@ -10,7 +10,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -520,182 +519,12 @@ constexpr int64_t kFloatLanes = 16;
 
 #include "kernels/cpu/matmul_driver.inc"
 
-// ---- Wide GEMM over packed tiles (many tokens; issue 23) ---------------------------
-// A tile of kR rows x up to kWT tokens with the lane map 4r + k (row r, block
-// k of the group), so that one vpdpbusd per 4-value slice gives each lane its
-// block's exact partial sum directly (no per-token block_sums4 reduction):
-//   weights: vector j (j < 4: values 4j..4j+3 of every block, j >= 4: values
-//            16 + 4(j - 4)..), lane 4r + k = row r, block k (rebuilt from
-//            the packed tile's nibbles per group: wide_weights)
-//   activations: the 4 blocks' dword j side by side (16 bytes), broadcast to
-//            the four 128-bit lanes (wide records: to_wide_records)
-//   scales: the packed tile's 16 f16 d already sit in lane 4r + b.
-// Float sequence: exactly qkernel_rows'. There lane 4k + r accumulates row r's
-// blocks at position k of every group: acc = fma(float(isum), d_w * d_x, acc),
-// then fma(wm, xs, acc), and y = (l_r + l_8+r) + (l_4+r + l_12+r); here lane
-// 4r + k runs the same ops on the same values (isum is an exact integer
-// however it is summed), and y = (l_4r + l_4r+2) + (l_4r+1 + l_4r+3). So the
-// wide path gives bitwise what the direct path gives for any token count:
-// Matmul.BatchInvariantBitwise, PackTest.PackedEqualsRowsBitwise.
-constexpr int kWT = 8;  // tokens per wide tile (measured: 8 beats 4, 6 and 16 on 1B shapes)
-// Calls with at least this many tokens take the wide path (packed Q4_0 /
-// Q4_1); fewer stay direct.
-constexpr int64_t kWideMinTokens = 16;
-// Wide activation record (one per group): lo at 0 (16j + 4k: block k, values
-// 4j..4j+3), hi at 64 (values 16 + 4j..), the 4 blocks' d at 128, xs at 144.
-constexpr size_t kWideRec = 160;
-
-// Rewrites n standard records (cpu_internal.h, kG = 4) in place as wide
-// records, front to back (record i moves from 256i to 160i, each read whole
-// before it is written).
-void to_wide_records(uint8_t* p, int64_t n) {
-  const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  const __m512i every4 = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-  for (int64_t i = 0; i < n; ++i) {
-    const uint8_t* src = p + static_cast<size_t>(i) * kRec;
-    const __m512i lo = _mm512_permutexvar_epi32(tr, _mm512_load_si512(src));
-    const __m512i hi = _mm512_permutexvar_epi32(tr, _mm512_load_si512(src + 64));
-    const __m128i xd = _mm512_castsi512_si128(_mm512_permutexvar_epi32(every4, _mm512_load_si512(src + 128)));
-    const __m128i xs = _mm512_castsi512_si128(_mm512_permutexvar_epi32(every4, _mm512_load_si512(src + 192)));
-    uint8_t* dst = p + static_cast<size_t>(i) * kWideRec;
-    _mm512_storeu_si512(dst, lo);
-    _mm512_storeu_si512(dst + 64, hi);
-    _mm_store_si128(reinterpret_cast<__m128i*>(dst + 128), xd);
-    _mm_store_si128(reinterpret_cast<__m128i*>(dst + 144), xs);
-  }
-}
-
-// Group g of a packed tile (Q4_0 / Q4_1) in the wide lane map: w[8] u8 quants,
-// wd, wm (m, or Q4_0's implicit -8 times d).
-template <GgmlType kType>
-inline void wide_weights(const uint8_t* tile, size_t scales_off, int64_t g, __m512i* w, __m512* wd, __m512* wm) {
-  constexpr size_t qb = pack_quant_bytes(kType), sb = pack_scale_bytes(kType);
-  static_assert(qb == 64, "nibble-packed types");
-  const uint8_t* q = tile + static_cast<size_t>(g) * kPackRows * qb;
-  const uint8_t* s = tile + scales_off + static_cast<size_t>(g) * sb;
-  const __m512i v0 = _mm512_load_si512(q), v1 = _mm512_load_si512(q + 64);
-  const __m512i v2 = _mm512_load_si512(q + 128), v3 = _mm512_load_si512(q + 192);
-  const __m512i nib = _mm512_set1_epi8(0x0F);
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
-    // lane 4r + k <- dword 4k + j of row r (rows 0, 1 from v0 / v1; rows 2, 3 from v2 / v3)
-    const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(j),
-                                         _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28));
-    const __m512i v = _mm512_mask_blend_epi32(0xFF00, _mm512_permutex2var_epi32(v0, idx, v1),
-                                              _mm512_permutex2var_epi32(v2, idx, v3));
-    w[j] = _mm512_and_si512(v, nib);
-    w[4 + j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
-  }
-  *wd = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s)));
-  if constexpr (kType == GgmlType::Q4_1) {
-    *wm = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s + 32)));
-  } else {
-    *wm = _mm512_mul_ps(*wd, _mm512_set1_ps(Layout<kType>::kImplicit));
-  }
-}
-
-inline __m512i bcast_x4(const uint8_t* p) {
-  return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
-}
-
-// One packed tile (kR rows) x T tokens of wide records x[t]; out[t * kR + r].
-template <GgmlType kType, int T>
-void wide_kernel(const uint8_t* tile, size_t scales_off, const uint8_t* const* x, int64_t ng, float* out) {
-  __m512 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t g = 0; g < ng; ++g) {
-    __m512i w[8];
-    __m512 wd, wm;
-    wide_weights<kType>(tile, scales_off, g, w, &wd, &wm);
-    const size_t o = static_cast<size_t>(g) * kWideRec;
-#pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) {
-      const uint8_t* xt = x[t] + o;
-      // two independent chains (values 0..15, 16..31): half the dependent latency
-      __m512i is0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], bcast_x4(xt));
-      __m512i is1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[4], bcast_x4(xt + 64));
-#pragma GCC unroll 4
-      for (int j = 1; j < 4; ++j) {
-        is0 = _mm512_dpbusd_epi32(is0, w[j], bcast_x4(xt + 16 * j));
-        is1 = _mm512_dpbusd_epi32(is1, w[4 + j], bcast_x4(xt + 64 + 16 * j));
-      }
-      const __m512i is = _mm512_add_epi32(is0, is1);
-      const __m512 xd = _mm512_castsi512_ps(bcast_x4(xt + 128));
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(wd, xd), acc[t]);
-      acc[t] = _mm512_fmadd_ps(wm, _mm512_castsi512_ps(bcast_x4(xt + 144)), acc[t]);
-    }
-  }
-  // lanes 4r .. 4r+3 -> (l0 + l2) + (l1 + l3) of row r
-  for (int t = 0; t < T; ++t) {
-    const __m512 h = _mm512_add_ps(acc[t], _mm512_permute_ps(acc[t], _MM_SHUFFLE(1, 0, 3, 2)));
-    const __m512 q = _mm512_add_ps(h, _mm512_permute_ps(h, _MM_SHUFFLE(2, 3, 0, 1)));
-    const __m128 r4 = _mm512_castps512_ps128(
-        _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), q));
-    _mm_storeu_ps(out + t * kR, r4);
-  }
-}
-
-// PAGODA_WIDE_GEMM=0 at start-up keeps packed Q4_0 / Q4_1 on the direct
-// kernels for every token count (the path before the wide GEMM): for speed
-// comparisons in one binary; the outputs are bitwise the same either way.
-bool wide_enabled() {
-  static const bool v = [] {
-    const char* env = std::getenv("PAGODA_WIDE_GEMM");
-    return env == nullptr || std::strcmp(env, "0") != 0;
-  }();
-  return v;
-}
-
-// Calls f(std::integral_constant<int, nt>) for nt in 1..kWT.
-template <int T = 1, class F>
-inline void with_wtile(int nt, F&& f) {
-  if constexpr (T < kWT) {
-    if (nt != T) return with_wtile<T + 1>(nt, f);
-  }
-  f(std::integral_constant<int, T>{});
-}
-
-// The many-token matmul over packed Q4_0 / Q4_1 tiles (kWideMinTokens tokens
-// or more): row chunks split over threads; each tile of kWT tokens passes over
-// the chunk's row tiles (its wide records stay in L1 / L2).
-template <GgmlType kType>
-void matmul_wide(const WeightView& w, const PackLayout& l, const float* x, int64_t n_tokens, float* y) {
-  const int64_t ng = act_groups(w.cols, kG);
-  uint8_t* act = scratch(0, static_cast<size_t>(n_tokens * ng) * kRec);
-  quantize_act(x, n_tokens, w.cols, kG, act_mode_for(kType, true, true), act);
-  to_wide_records(act, n_tokens * ng);
-  const size_t xrow = static_cast<size_t>(ng) * kWideRec;
-  const int nth = threads();
-  const int64_t chunk = w.rows >= 8 * nth * kGemmChunkRows ? kGemmChunkRows : kChunkRows;
-  const int64_t n_chunks = (w.rows + chunk - 1) / chunk;
-  const bool big = w.rows * w.cols * n_tokens >= kMinParallelMacs;
-  const uint8_t* base = static_cast<const uint8_t*>(w.packed);
-  parallel_for(n_chunks, big ? nth : 1, [=](int64_t ch) {
-    const int64_t r0 = ch * chunk, nr = std::min(chunk, w.rows - r0);
-    float out[kWT * kR];
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kWT) {
-      const int nt = static_cast<int>(std::min<int64_t>(kWT, n_tokens - t0));
-      const uint8_t* xp[kWT];
-      for (int t = 0; t < kWT; ++t) xp[t] = act + static_cast<size_t>(t0 + std::min(t, nt - 1)) * xrow;
-      for (int64_t i0 = 0; i0 < nr; i0 += kR) {
-        const uint8_t* tile = base + static_cast<size_t>((r0 + i0) / kPackRows) * l.tile_bytes;
-        with_wtile(nt, [&](auto tc) { wide_kernel<kType, decltype(tc)::value>(tile, l.scales_off, xp, ng, out); });
-        for (int t = 0; t < nt; ++t)
-          for (int r = 0; r < kR && i0 + r < nr; ++r) y[(t0 + t) * w.rows + r0 + i0 + r] = out[t * kR + r];
-      }
-    }
-  });
-}
-
 template <GgmlType kType>
 void matmul_q32_t(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
   if constexpr (kType == GgmlType::Q4_0 || kType == GgmlType::Q4_1 || kType == GgmlType::Q8_0) {
     if (w.packed != nullptr) {
       static_assert(kChunkRows % kPackRows == 0 && kGemmChunkRows % kPackRows == 0);
       const PackedSource<kType> src{static_cast<const uint8_t*>(w.packed), pack_layout(kType, w.rows, w.cols)};
-      if constexpr (kType != GgmlType::Q8_0) {
-        if (n_tokens >= kWideMinTokens && wide_enabled()) return matmul_wide<kType>(w, src.l, x, n_tokens, y);
-      }
       matmul_q32_src<kType>(w, src, x, n_tokens, y);
       return;
     }
