@@ -15,6 +15,7 @@
 #include "base/fp16.h"
 #include "base/rng.h"
 #include "kernels/api.h"
+#include "kernels/backend.h"
 
 namespace pagoda::kernels {
 namespace {
@@ -22,6 +23,7 @@ namespace {
 // Valid random weights of `type`, replicated into `copies` copies.
 struct WeightSet {
   AlignedBuffer<uint8_t> bytes;
+  AlignedBuffer<uint8_t> packed;  // the load-time packed copy of copy 0 (PAGODA_BENCH_PACK=1), else empty
   size_t bytes_per_copy = 0;
   int copies = 1;
   WeightView view(int i) const {
@@ -31,6 +33,7 @@ struct WeightSet {
     v.rows = rows;
     v.cols = cols;
     v.row_bytes = ggml_row_bytes(type, static_cast<size_t>(cols));
+    if (packed.size() > 0 && i % copies == 0) v.packed = packed.data();
     return v;
   }
   GgmlType type;
@@ -69,6 +72,14 @@ std::unique_ptr<WeightSet> make_set(GgmlType type, int64_t rows, int64_t cols, s
     }
   }
   for (int c = 1; c < s->copies; ++c) std::memcpy(p + c * s->bytes_per_copy, p, s->bytes_per_copy);
+  // PAGODA_BENCH_PACK=1: GEMM shapes (one copy) read the packed copy a model load makes.
+  if (s->copies == 1 && std::getenv("PAGODA_BENCH_PACK") != nullptr) {
+    const WeightView v = s->view(0);
+    if (const size_t n = packed_weight_bytes(v); n > 0) {
+      s->packed.resize(n);
+      pack_weight(v, s->packed.data());
+    }
+  }
   return s;
 }
 
@@ -146,6 +157,21 @@ void KQuantMatmulArgs(benchmark::internal::Benchmark* b) {
   if (real_time()) b->UseRealTime();
 }
 BENCHMARK(BM_Matmul)->Name("BM_MatmulKQuant")->Apply(KQuantMatmulArgs);
+
+// Q4_0 / Q4_1 prefill GEMM at the llama-3.2-1b shapes (issue 23); run with
+// PAGODA_BENCH_PACK=1 for the packed path a loaded model takes.
+void Q4GemmArgs(benchmark::internal::Benchmark* b) {
+  const int64_t shapes[][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};
+  for (auto t : {GgmlType::Q4_0, GgmlType::Q4_1})
+    for (auto& s : shapes)
+      for (int64_t n : {16, 64, 512})
+        for (int64_t thr : {1, 2}) b->Args({static_cast<int64_t>(t), s[0], s[1], n, thr});
+  b->ArgNames({"type", "rows", "cols", "n", "thr"});
+  b->Unit(benchmark::kMillisecond);
+  b->MinTime(0.2);
+  if (real_time()) b->UseRealTime();
+}
+BENCHMARK(BM_Matmul)->Name("BM_MatmulQ4Gemm")->Apply(Q4GemmArgs);
 
 // Paged attention, SmolLM2 layer shape (9 heads, 3 kv heads, head_dim 64, pages
 // of 16). args: kv dtype, context length, new tokens per sequence, sequences.
