@@ -248,32 +248,43 @@ RangeMaxima range_scales(const float* x, int n_sub, int len, float levels, float
   return m;
 }
 
-// The 16 bytes of a Q4_0 / Q4_1 block from its 32 values x: element j in the
-// low nibble of qs[j], j + 16 in the high one, each (x - min) * id + bias
-// truncated and capped at 15 (ggml's rounding: bias 8.5 for Q4_0's signed
-// levels, 0.5 for Q4_1; min 0 for Q4_0, where x - 0 is x exactly).
-void pack_q4_nibbles(const float* x, float min, float id, float bias, uint8_t* qs) {
+// The 16 nibble bytes of a Q4_0 / Q4_1 / Q5_0 / Q5_1 block from its 32 values
+// x, and for Q5 (qh non-null) the fifth bits: element j in the low nibble of
+// qs[j] (fifth bit: qh bit j), j + 16 in the high one (qh bit j + 16), each
+// (x - min) * id + bias truncated and capped at top (ggml's rounding: bias
+// 8.5 / 16.5 for the _0 types' signed levels, 0.5 for the _1 types; min 0 for
+// the _0 types, where x - 0 is x exactly).
+void pack_legacy_quants(const float* x, float min, float id, float bias, int top, uint8_t* qs, uint8_t* qh) {
+  uint32_t h = 0;
   for (int j = 0; j < 16; ++j) {
     const float x0 = (x[j] - min) * id;
     const float x1 = (x[16 + j] - min) * id;
-    const uint8_t xi0 = static_cast<uint8_t>(std::min<int>(15, static_cast<int8_t>(x0 + bias)));
-    const uint8_t xi1 = static_cast<uint8_t>(std::min<int>(15, static_cast<int8_t>(x1 + bias)));
-    qs[j] = static_cast<uint8_t>(xi0 | (xi1 << 4));
+    const auto xi0 = static_cast<uint32_t>(std::min<int>(top, static_cast<int8_t>(x0 + bias)));
+    const auto xi1 = static_cast<uint32_t>(std::min<int>(top, static_cast<int8_t>(x1 + bias)));
+    qs[j] = static_cast<uint8_t>((xi0 & 0x0F) | ((xi1 & 0x0F) << 4));
+    h |= ((xi0 >> 4) & 1) << j | ((xi1 >> 4) & 1) << (j + 16);
   }
+  if (qh != nullptr) std::memcpy(qh, &h, sizeof h);
 }
 
-void quant_q4_0(const float* x, BlockQ4_0* y, int64_t nb) {
-  constexpr int qk = kQK4_0;
+// Q4_0 (kBits 4) / Q5_0 (kBits 5): d = the signed absmax / -2^(kBits-1).
+template <class B, int kBits>
+void quant_legacy_signed(const float* x, B* y, int64_t nb) {
+  constexpr int qk = 32, half = 1 << (kBits - 1);
   for (int64_t i = 0; i < nb; ++i) {
-    const float d = signed_absmax(x + i * qk, qk) / -8;
+    const float d = signed_absmax(x + i * qk, qk) / -half;
     const float id = d ? 1.0f / d : 0.0f;
     y[i].d = fp32_to_fp16(d);
-    pack_q4_nibbles(x + i * qk, 0.0f, id, 8.5f, y[i].qs);
+    uint8_t* qh = nullptr;
+    if constexpr (kBits == 5) qh = y[i].qh;
+    pack_legacy_quants(x + i * qk, 0.0f, id, half + 0.5f, 2 * half - 1, y[i].qs, qh);
   }
 }
 
-void quant_q4_1(const float* x, BlockQ4_1* y, int64_t nb) {
-  constexpr int qk = kQK4_1;
+// Q4_1 (kBits 4) / Q5_1 (kBits 5): d = (max - min) / (2^kBits - 1), m = min.
+template <class B, int kBits>
+void quant_legacy_min(const float* x, B* y, int64_t nb) {
+  constexpr int qk = 32, top = (1 << kBits) - 1;
   for (int64_t i = 0; i < nb; ++i) {
     float min = FLT_MAX, max = -FLT_MAX;
     for (int j = 0; j < qk; ++j) {
@@ -281,13 +292,21 @@ void quant_q4_1(const float* x, BlockQ4_1* y, int64_t nb) {
       if (v < min) min = v;
       if (v > max) max = v;
     }
-    const float d = (max - min) / ((1 << 4) - 1);
+    const float d = (max - min) / top;
     const float id = d ? 1.0f / d : 0.0f;
     y[i].d = fp32_to_fp16(d);
     y[i].m = fp32_to_fp16(min);
-    pack_q4_nibbles(x + i * qk, min, id, 0.5f, y[i].qs);
+    uint8_t* qh = nullptr;
+    if constexpr (kBits == 5) qh = y[i].qh;
+    pack_legacy_quants(x + i * qk, min, id, 0.5f, top, y[i].qs, qh);
   }
 }
+static_assert(kQK4_0 == 32 && kQK4_1 == 32 && kQK5_0 == 32 && kQK5_1 == 32);
+
+void quant_q4_0(const float* x, BlockQ4_0* y, int64_t nb) { quant_legacy_signed<BlockQ4_0, 4>(x, y, nb); }
+void quant_q4_1(const float* x, BlockQ4_1* y, int64_t nb) { quant_legacy_min<BlockQ4_1, 4>(x, y, nb); }
+void quant_q5_0(const float* x, BlockQ5_0* y, int64_t nb) { quant_legacy_signed<BlockQ5_0, 5>(x, y, nb); }
+void quant_q5_1(const float* x, BlockQ5_1* y, int64_t nb) { quant_legacy_min<BlockQ5_1, 5>(x, y, nb); }
 
 void quant_q8_0(const float* x, BlockQ8_0* y, int64_t nb) {
   constexpr int qk = kQK8_0;
@@ -533,8 +552,8 @@ Codec codec(GgmlType t) {
               qnt<uint16_t, convert_elems<float, uint16_t, fp32_to_bf16>>};
     case GgmlType::Q4_0: return {deq<BlockQ4_0, dequant_q4_0>, qnt<BlockQ4_0, quant_q4_0>};
     case GgmlType::Q4_1: return {deq<BlockQ4_1, dequant_q4_1>, qnt<BlockQ4_1, quant_q4_1>};
-    case GgmlType::Q5_0: return {deq<BlockQ5_0, dequant_q5_0>, nullptr};
-    case GgmlType::Q5_1: return {deq<BlockQ5_1, dequant_q5_1>, nullptr};
+    case GgmlType::Q5_0: return {deq<BlockQ5_0, dequant_q5_0>, qnt<BlockQ5_0, quant_q5_0>};
+    case GgmlType::Q5_1: return {deq<BlockQ5_1, dequant_q5_1>, qnt<BlockQ5_1, quant_q5_1>};
     case GgmlType::Q8_0: return {deq<BlockQ8_0, dequant_q8_0>, qnt<BlockQ8_0, quant_q8_0>};
     case GgmlType::Q2_K: return {deq<BlockQ2_K, dequant_q2_k>, qnt<BlockQ2_K, quant_q2_k>};
     case GgmlType::Q3_K: return {deq<BlockQ3_K, dequant_q3_k>, qnt<BlockQ3_K, quant_q3_k>};

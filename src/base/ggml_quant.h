@@ -20,11 +20,12 @@ bool dequantize_supported(GgmlType type);
 // unsupported type, a negative n or n not a multiple of the type's block size.
 bool dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
 
-// True for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q2_K, Q3_K, Q4_K, Q6_K, IQ4_NL, IQ4_XS.
+// True for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q6_K, IQ4_NL, IQ4_XS.
 bool quantize_supported(GgmlType type);
 
-// dst has room for ggml_row_bytes(type, n) bytes. F16, BF16, Q8_0, Q4_0 and
-// Q4_1 reproduce ggml's quantize_row_*_ref byte for byte; Q2_K, Q3_K, Q4_K, Q6_K,
+// dst has room for ggml_row_bytes(type, n) bytes. F16, BF16, Q8_0, Q4_0, Q4_1,
+// Q5_0 and Q5_1 reproduce ggml's quantize_row_*_ref byte for byte (Q5_1: ggml
+// does not cap its levels at 31, which only a rounding overshoot could reach); Q2_K, Q3_K, Q4_K, Q6_K,
 // IQ4_NL and IQ4_XS are simple (one pass, no iterative scale search) but produce
 // valid blocks.
 // Returns false (writing nothing) for an unsupported type or a bad n.

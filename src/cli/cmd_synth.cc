@@ -22,8 +22,8 @@ void synth_usage(FILE* out) {
                "  --preset  ");
   for (const auto& p : gguf::synth_presets()) std::fprintf(out, "%s ", p.name.c_str());
   std::fprintf(out,
-               "\n  --type    f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q2_k | q3_k | q4_k | q4_k_m | q6_k | iq4_nl |\n"
-               "            iq4_xs   (norms and biases stay f32; k-quant files keep rows that are not a multiple\n"
+               "\n  --type    f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_k | q3_k | q4_k | q4_k_m | q6_k |\n"
+               "            iq4_nl | iq4_xs   (norms and biases stay f32; k-quant files keep rows that are not a multiple\n"
                "            of 256 as q4_0 (q2_k, q3_k) / q4_1 (q4_k) / q8_0 (q6_k) / iq4_nl (iq4_xs); q4_k_m is\n"
                "            llama.cpp's mix: q4_k with q6_k attn_v and ffn_down in half the layers)\n"
                "  --layers  keep only the first N layers (default: the preset's)\n"
@@ -34,6 +34,7 @@ bool parse_type(const std::string& s, GgmlType* t) {
   static const std::pair<const char*, GgmlType> kTypes[] = {{"f32", GgmlType::F32},   {"f16", GgmlType::F16},
                                                             {"bf16", GgmlType::BF16}, {"q8_0", GgmlType::Q8_0},
                                                             {"q4_0", GgmlType::Q4_0}, {"q4_1", GgmlType::Q4_1},
+                                                            {"q5_0", GgmlType::Q5_0}, {"q5_1", GgmlType::Q5_1},
                                                             {"q4_k", GgmlType::Q4_K}, {"q6_k", GgmlType::Q6_K},
                                                             {"q2_k", GgmlType::Q2_K}, {"q3_k", GgmlType::Q3_K},
                                                             {"iq4_nl", GgmlType::IQ4_NL}, {"iq4_xs", GgmlType::IQ4_XS}};

@@ -202,8 +202,8 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
                   (long long)s.n_head, (long long)s.n_head_kv);
   const GgmlType t = opt.type;
   if (llama_file_type(t) < 0 || !quantize_supported(t))
-    return errorf("synth: weight type %s is not supported (use f32, f16, bf16, q8_0, q4_0, q4_1, q2_k, q3_k, q4_k, "
-                  "q6_k, iq4_nl or iq4_xs)",
+    return errorf("synth: weight type %s is not supported (use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, "
+                  "q3_k, q4_k, q6_k, iq4_nl or iq4_xs)",
                   ggml_type_info(t).name);
   const int64_t hd = s.head_dim();
   const auto stored_type = [&](GgmlType type, int64_t cols) {
@@ -286,12 +286,13 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
                                          static_cast<float>(s.weight_std)));
   };
   const int64_t q_dim = s.n_head * hd, kv_dim = s.n_head_kv * hd;
-  // Like llama.cpp's quantize, 4-bit files keep the output projection at higher
+  // Like llama.cpp's quantize, 4- and 5-bit files keep the output projection at higher
   // precision: output.weight, or token_embd when tied, is stored as Q8_0
   // (llama.cpp picks Q6_K when n_embd is a multiple of 256, Q8_0 otherwise).
   // K-quant files get Q6_K there, as llama.cpp's Q4_K_S/M (Q8_0 when n_embd
   // is not a multiple of 256 and k_quant_fallback is set).
-  const bool four_bit = t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::IQ4_NL;
+  const bool four_bit = t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q5_1 ||
+                        t == GgmlType::IQ4_NL;
   const bool k_quant = t == GgmlType::Q2_K || t == GgmlType::Q3_K || t == GgmlType::Q4_K || t == GgmlType::Q6_K ||
                        t == GgmlType::IQ4_XS;
   const GgmlType out_type = k_quant ? GgmlType::Q6_K : four_bit ? GgmlType::Q8_0 : t;

@@ -61,7 +61,7 @@ const SynthShape* find_synth_preset(const std::string& name);
 
 struct SynthOptions {
   SynthShape shape;                  // a preset, or any custom (small) shape for tests
-  GgmlType type = GgmlType::Q8_0;    // F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q2_K, Q3_K, Q4_K, Q6_K, IQ4_NL, IQ4_XS (norms/biases F32)
+  GgmlType type = GgmlType::Q8_0;    // F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q6_K, IQ4_NL, IQ4_XS (norms/biases F32)
   int64_t n_layers_override = -1;    // >0: use this many layers instead of shape.n_layer
   // Rows a K-quant type cannot hold (row length not a multiple of 256) are
   // stored in synth_weight_type's fallback instead of failing.

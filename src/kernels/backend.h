@@ -41,8 +41,8 @@ struct Backend {
 const Backend& backend(BackendKind kind);
 
 // Decode-packed weights (cpu/pack.h, issue 22). Bytes of the CPU backend's packed
-// copy of w: 0 when it does not pack w (types other than Q4_0 / Q4_1 / Q8_0, or
-// the CPU matmul in use is not the AVX-512 one).
+// copy of w: 0 when it does not pack w (types other than Q4_0 / Q4_1 / Q5_0 /
+// Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K, or the CPU matmul in use is not the AVX-512 one).
 size_t packed_weight_bytes(const WeightView& w);
 // Writes that copy to dst (64-byte aligned, packed_weight_bytes(w) bytes; uses
 // the thread pool). The caller then sets w.packed = dst and keeps dst alive.

@@ -385,11 +385,45 @@ TEST(Quantize, Q4_1HandCheckedBlock) {
   for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], x[j]);
 }
 
+// Q5_0 / Q5_1 (synth files of those types, issue 22): levels that land exactly
+// on 0..31, so the blocks are known byte for byte (ggml's quantize_row_q5_*_ref
+// gives the same) and dequantize back exactly; the fifth bits are qh.
+TEST(Quantize, Q5HandCheckedBlocks) {
+  float x0[32], x1[32];
+  for (int j = 0; j < 32; ++j) {
+    x0[j] = static_cast<float>(j - 16);  // signed absmax -16: d = 1, q = j
+    x1[j] = 0.5f * static_cast<float>(j) - 1.0f;  // min -1, max 14.5: d = 0.5, q = j
+  }
+  BlockQ5_0 b0;
+  BlockQ5_1 b1;
+  ASSERT_TRUE(quantize_row(GgmlType::Q5_0, x0, &b0, 32));
+  ASSERT_TRUE(quantize_row(GgmlType::Q5_1, x1, &b1, 32));
+  EXPECT_EQ(fp16_to_fp32(b0.d), 1.0f);
+  EXPECT_EQ(fp16_to_fp32(b1.d), 0.5f);
+  EXPECT_EQ(fp16_to_fp32(b1.m), -1.0f);
+  uint32_t qh0, qh1;
+  std::memcpy(&qh0, b0.qh, 4);
+  std::memcpy(&qh1, b1.qh, 4);
+  EXPECT_EQ(qh0, 0xFFFF0000u);  // values 16..31 have the fifth bit
+  EXPECT_EQ(qh1, 0xFFFF0000u);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(b0.qs[j], j | (j << 4)) << j;
+    EXPECT_EQ(b1.qs[j], j | (j << 4)) << j;
+  }
+  float y0[32], y1[32];
+  ASSERT_TRUE(dequantize_row(GgmlType::Q5_0, &b0, y0, 32));
+  ASSERT_TRUE(dequantize_row(GgmlType::Q5_1, &b1, y1, 32));
+  for (int j = 0; j < 32; ++j) {
+    EXPECT_EQ(y0[j], x0[j]) << j;
+    EXPECT_EQ(y1[j], x1[j]) << j;
+  }
+}
+
 TEST(Quantize, AllZeroBlocksStayZero) {
   std::vector<float> x(512, 0.0f), y(512, 1.0f);
   std::vector<uint8_t> q(2048);
-  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
-                     GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS}) {
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q2_K,
+                     GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS}) {
     ASSERT_TRUE(quantize_row(t, x.data(), q.data(), 512));
     ASSERT_TRUE(dequantize_row(t, q.data(), y.data(), 512));
     for (float v : y) ASSERT_EQ(v, 0.0f) << ggml_type_info(t).name;
@@ -408,6 +442,7 @@ TEST(Quantize, RoundTripErrorBounds) {
       {GgmlType::F16, 1.0 / 2048, 1.0 / 2048},   {GgmlType::BF16, 1.0 / 256, 1.0 / 256},
       {GgmlType::Q8_0, 0.5 / 127 + 0.001, 0.008}, {GgmlType::Q4_0, 1.0 / 8 + 0.002, 0.12},
       {GgmlType::Q4_1, 2.0 / 30 + 0.004, 0.12},   {GgmlType::Q4_K, 0.2, 0.15},
+      {GgmlType::Q5_0, 1.0 / 16 + 0.002, 0.06},   {GgmlType::Q5_1, 2.0 / 62 + 0.004, 0.06},
       {GgmlType::Q6_K, 0.05, 0.035},
       // 2 and 3 bits of normal data: ~0.34 and ~0.17 std rms error is what 4 / 8 levels allow
       // (Lloyd-Max: 0.34, 0.19); a wrong bit layout or scale would be off by ~1 std.
@@ -446,7 +481,7 @@ TEST(Quantize, RoundTripErrorBounds) {
 TEST(Quantize, RejectsUnsupported) {
   float x[32] = {};
   uint8_t q[64];
-  EXPECT_FALSE(quantize_row(GgmlType::Q5_0, x, q, 32));
+  EXPECT_FALSE(quantize_row(GgmlType::Q5_K, x, q, 256));
   EXPECT_FALSE(quantize_row(GgmlType::Q8_0, x, q, 31));
   EXPECT_TRUE(quantize_supported(GgmlType::Q6_K));
   EXPECT_TRUE(quantize_supported(GgmlType::Q2_K));

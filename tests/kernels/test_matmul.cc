@@ -208,7 +208,7 @@ TEST(Matmul, PackedMatchesReference) {
   IsaScope scope("avx2");
   if (!cpu::set_isa("avx512-vnni")) GTEST_SKIP() << "packed weights are read by the AVX-512 path only";
   uint64_t seed = 9000;
-  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
+  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0}) {
     for (int64_t rows : {1, 7, 37}) {
       for (int64_t cols : cols_for(type)) {
         auto w = make_weight(type, rows, cols, seed++);

@@ -1,6 +1,6 @@
 // Decode-packed weights and resident memory (issue 22): after Model::load packs
-// the matrices of a ~100 MB synth model (kernels::pack_weight; a Q4_0 file and
-// a Q4_K_M file, whose Q4_K and Q6_K matrices take the K-quant layout) and gives
+// the matrices of a ~100 MB synth model (kernels::pack_weight; a Q4_0 file, a
+// Q5_0 file, and a Q4_K_M file, whose Q4_K and Q6_K matrices take the K-quant layout) and gives
 // the mapped originals' pages back (MADV_DONTNEED), the process holds about
 // one copy of the weights: VmRSS grows by at most file + 64 MiB (no KV cache is
 // allocated here). Without the release it would grow by about two copies
@@ -86,6 +86,13 @@ TEST(PackRss, LoadedModelHoldsOneCopyOfItsWeights) {
   if (!kernels::cpu::set_isa("avx512-vnni")) GTEST_SKIP() << "only the AVX-512 path packs weights";
   kernels::cpu::set_isa("auto");
   expect_one_copy(GgmlType::Q4_0, false);
+}
+
+// Q5_0 (its tied output/embedding is Q8_0, as in llama.cpp's files).
+TEST(PackRss, Q5ModelHoldsOneCopyOfItsWeights) {
+  if (!kernels::cpu::set_isa("avx512-vnni")) GTEST_SKIP() << "only the AVX-512 path packs weights";
+  kernels::cpu::set_isa("auto");
+  expect_one_copy(GgmlType::Q5_0, false);
 }
 
 TEST(PackRss, KQuantModelHoldsOneCopyOfItsWeights) {

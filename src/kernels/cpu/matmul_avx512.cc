@@ -295,33 +295,60 @@ void qkernel_direct(const uint8_t* const* rows, int64_t nb, const uint8_t* const
 // ---- Packed weights (pack.h) ------------------------------------------------------
 static_assert(kR == kPackRows && kG == kPackBlocks, "pack.h's tile is the kernel's row tile and group");
 
+// Row r's quants of a packed group: q its nibble bytes (or Q8_0's two u8
+// vectors), qh the group's qh line (Q5_0 / Q5_1: row r's two u64 masks at
+// 16r, pack.h). lo / hi as decode_group makes them from the GGUF blocks: the
+// nibbles (a value's high bit added where its mask bit is set: lo < 16, so
+// adding 16 is decode_group's or), or Q8_0's bytes.
+template <GgmlType kType>
+inline void packed_quants(const uint8_t* q, const uint8_t* qh, int r, __m512i& lo, __m512i& hi) {
+  if constexpr (kType == GgmlType::Q8_0) {
+    lo = _mm512_load_si512(q);
+    hi = _mm512_load_si512(q + 64);
+  } else {
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    const __m512i v = _mm512_load_si512(q);
+    lo = _mm512_and_si512(v, nib);
+    hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+    if constexpr (pack_has_qh(kType)) {
+      uint64_t klo, khi;
+      std::memcpy(&klo, qh + 16 * r, 8);
+      std::memcpy(&khi, qh + 16 * r + 8, 8);
+      const __m512i bit4 = _mm512_set1_epi8(0x10);
+      lo = _mm512_mask_add_epi8(lo, klo, lo, bit4);
+      hi = _mm512_mask_add_epi8(hi, khi, hi, bit4);
+    } else {
+      (void)qh;
+      (void)r;
+    }
+  }
+}
+
+// A packed group's 16 f16 scales at p (lane 4r + b = row r, block b) as f32,
+// permuted by idx.
+inline __m512 packed_scales(const uint8_t* p, __m512i idx) {
+  return _mm512_permutexvar_ps(idx, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p))));
+}
+
 // Row r (0..3) of a packed tile, group g: the same registers decode_row_group
 // gives from the GGUF row (same values in the same lanes).
 template <GgmlType kType>
 inline WGroup packed_group(const uint8_t* tile, size_t scales_off, int64_t g, int r) {
-  constexpr size_t qb = pack_quant_bytes(kType), sb = pack_scale_bytes(kType);
-  const uint8_t* q = tile + (static_cast<size_t>(g) * kPackRows + r) * qb;
+  constexpr size_t qb = pack_quant_bytes(kType), sb = pack_scale_bytes(kType), gb = pack_group_bytes(kType);
+  const uint8_t* q = tile + static_cast<size_t>(g) * gb;
   const uint8_t* s = tile + scales_off + static_cast<size_t>(g) * sb;
   // lane l of row r takes d of block l / 4: scale 4r + l / 4.
   const __m512i idx =
       _mm512_add_epi32(_mm512_set1_epi32(4 * r), _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
   WGroup w;
-  w.wd = _mm512_permutexvar_ps(idx, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s))));
+  w.wd = packed_scales(s, idx);
+  packed_quants<kType>(q + r * qb, q + kPackRows * qb, r, w.lo, w.hi);
   if constexpr (kType == GgmlType::Q8_0) {
-    w.lo = _mm512_load_si512(q);
-    w.hi = _mm512_load_si512(q + 64);
     w.wm = _mm512_setzero_si512();
+  } else if constexpr (pack_has_min(kType)) {
+    w.wm = _mm512_castps_si512(packed_scales(s + 32, idx));
   } else {
-    const __m512i nib = _mm512_set1_epi8(0x0F);
-    const __m512i v = _mm512_load_si512(q);
-    w.lo = _mm512_and_si512(v, nib);
-    w.hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
-    if constexpr (kType == GgmlType::Q4_1) {
-      const __m512 m = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s + 32)));
-      w.wm = _mm512_castps_si512(_mm512_permutexvar_ps(idx, m));
-    } else {
-      w.wm = _mm512_castps_si512(_mm512_mul_ps(w.wd, _mm512_set1_ps(Layout<kType>::kImplicit)));
-    }
+    w.wm = _mm512_castps_si512(_mm512_mul_ps(w.wd, _mm512_set1_ps(Layout<kType>::kImplicit)));
   }
   return w;
 }
@@ -331,27 +358,19 @@ inline WGroup packed_group(const uint8_t* tile, size_t scales_off, int64_t g, in
 // packed and unpacked weights give bitwise the same outputs.
 template <GgmlType kType>
 inline TileGroup packed_tile_group(const uint8_t* tile, size_t scales_off, int64_t g) {
-  constexpr size_t qb = pack_quant_bytes(kType), sb = pack_scale_bytes(kType);
-  const uint8_t* q = tile + static_cast<size_t>(g) * kPackRows * qb;
+  constexpr size_t qb = pack_quant_bytes(kType), sb = pack_scale_bytes(kType), gb = pack_group_bytes(kType);
+  const uint8_t* q = tile + static_cast<size_t>(g) * gb;
   const uint8_t* s = tile + scales_off + static_cast<size_t>(g) * sb;
   TileGroup tg;
   for (int r = 0; r < kR; ++r) {
-    if constexpr (kType == GgmlType::Q8_0) {
-      tg.w[r].lo = _mm512_load_si512(q + r * qb);
-      tg.w[r].hi = _mm512_load_si512(q + r * qb + 64);
-    } else {
-      const __m512i nib = _mm512_set1_epi8(0x0F);
-      const __m512i v = _mm512_load_si512(q + r * qb);
-      tg.w[r].lo = _mm512_and_si512(v, nib);
-      tg.w[r].hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
-    }
+    packed_quants<kType>(q + r * qb, q + kPackRows * qb, r, tg.w[r].lo, tg.w[r].hi);
     tg.w[r].wm = _mm512_setzero_si512();  // only the staged mode reads it
   }
   // packed scale 4r + k (row r, block k) -> lane 4k + r
   const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  tg.wd = _mm512_permutexvar_ps(tr, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s))));
-  if constexpr (kType == GgmlType::Q4_1) {
-    tg.wm = _mm512_permutexvar_ps(tr, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s + 32))));
+  tg.wd = packed_scales(s, tr);
+  if constexpr (pack_has_min(kType)) {
+    tg.wm = packed_scales(s + 32, tr);
   } else if constexpr (kType == GgmlType::Q8_0) {
     tg.wm = _mm512_setzero_ps();
   } else {
@@ -506,7 +525,7 @@ void row_to_f32(const WeightView& w, int64_t r, float* out) {
   if (c < k) dequantize_row(w.type, src + ggml_row_bytes(w.type, static_cast<size_t>(c)), out + c, k - c);
 }
 
-// Tokens up to which GGUF rows (not packed: Q5_0 / Q5_1, PAGODA_PACK=0) are
+// Tokens up to which GGUF rows (not packed: PAGODA_PACK=0, row slices) are
 // decoded in registers (in tiles of kQT tokens) instead of staged once per
 // chunk: staging every weight costs about as much as a few direct tiles, so a
 // speculative verify step (1 + k tokens) stays direct. Packed tiles are always
@@ -521,7 +540,7 @@ constexpr int64_t kFloatLanes = 16;
 
 template <GgmlType kType>
 void matmul_q32_t(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
-  if constexpr (kType == GgmlType::Q4_0 || kType == GgmlType::Q4_1 || kType == GgmlType::Q8_0) {
+  if constexpr (is_packable_type(kType)) {
     if (w.packed != nullptr) {
       static_assert(kChunkRows % kPackRows == 0 && kGemmChunkRows % kPackRows == 0);
       const PackedSource<kType> src{static_cast<const uint8_t*>(w.packed), pack_layout(kType, w.rows, w.cols)};

@@ -1,6 +1,7 @@
-// Packs Q4_0 / Q4_1 / Q8_0 matrices into the decode layout of pack.h (once, at
-// model load; plain byte copies, so any ISA can run it), and Q4_K / Q5_K / Q6_K
-// into the AVX-512 K-quant layout (kquant_avx512.cc, KTileSet::pack).
+// Packs Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 matrices into the decode layout of
+// pack.h (once, at model load; plain byte copies, so any ISA can run it), and
+// Q4_K / Q5_K / Q6_K into the AVX-512 K-quant layout (kquant_avx512.cc,
+// KTileSet::pack).
 #include "kernels/cpu/pack.h"
 
 #include <sys/mman.h>
@@ -27,16 +28,26 @@ struct PackJob {
   uint8_t* dst;
 };
 
-// Byte offsets of a block's f16 d, f16 m (Q4_1) and quants.
+// Byte offsets of a block's f16 d, f16 m (Q4_1 / Q5_1), u32 qh (Q5_0 / Q5_1) and quants.
 struct BlockFields {
-  size_t bytes, m, qs;
+  size_t bytes, m, qh, qs;
 };
 BlockFields fields_of(GgmlType t) {
   switch (t) {
-    case GgmlType::Q4_0: return {18, 0, 2};
-    case GgmlType::Q4_1: return {20, 2, 4};
-    default: return {34, 0, 2};  // Q8_0
+    case GgmlType::Q4_0: return {18, 0, 0, 2};
+    case GgmlType::Q4_1: return {20, 2, 0, 4};
+    case GgmlType::Q5_0: return {22, 0, 2, 6};
+    case GgmlType::Q5_1: return {24, 2, 4, 8};
+    default: return {34, 0, 0, 2};  // Q8_0
   }
+}
+
+// Block b's qh (bit j = high bit of value j) into row r's two u64 masks of a
+// group's qh line (pack.h): bits 0..15 to the values-0..15 mask, bits 16..31
+// to the values-16..31 mask, each at bits 16b..16b+15 (little-endian u16s).
+void put_qh(uint8_t* line, int r, int b, const uint8_t* qh) {
+  std::memcpy(line + 16 * r + 2 * b, qh, 2);
+  std::memcpy(line + 16 * r + 8 + 2 * b, qh + 2, 2);
 }
 
 void pack_tile(void* ctx, int64_t tile) {
@@ -45,6 +56,8 @@ void pack_tile(void* ctx, int64_t tile) {
   const GgmlType t = w.type;
   const BlockFields f = fields_of(t);
   const size_t qb = cpu::detail::pack_quant_bytes(t), sb = cpu::detail::pack_scale_bytes(t);
+  const size_t gb = cpu::detail::pack_group_bytes(t);
+  const bool has_min = cpu::detail::pack_has_min(t), has_qh = cpu::detail::pack_has_qh(t);
   const int64_t nb = w.cols / 32;
   uint8_t* out = job.dst + static_cast<size_t>(tile) * job.l.tile_bytes;
   std::memset(out, 0, job.l.tile_bytes);
@@ -53,7 +66,7 @@ void pack_tile(void* ctx, int64_t tile) {
     const bool live = row < w.rows;
     const uint8_t* src = live ? static_cast<const uint8_t*>(w.data) + static_cast<size_t>(row) * w.row_bytes : nullptr;
     for (int64_t g = 0; g < job.l.ng; ++g) {
-      uint8_t* q = out + (static_cast<size_t>(g) * kPackRows + r) * qb;
+      uint8_t* q = out + static_cast<size_t>(g) * gb + static_cast<size_t>(r) * qb;
       uint8_t* s = out + job.l.scales_off + static_cast<size_t>(g) * sb;
       for (int b = 0; b < kPackBlocks; ++b) {
         const int64_t blk = g * kPackBlocks + b;
@@ -66,10 +79,11 @@ void pack_tile(void* ctx, int64_t tile) {
           }
         } else if (bp) {
           std::memcpy(q + 16 * b, bp + f.qs, 16);
+          if (has_qh) put_qh(out + static_cast<size_t>(g) * gb + kPackRows * qb, r, b, bp + f.qh);
         }
         if (bp) {
-          std::memcpy(s + 2 * (4 * r + b), bp, 2);                        // d
-          if (t == GgmlType::Q4_1) std::memcpy(s + 32 + 2 * (4 * r + b), bp + f.m, 2);  // m
+          std::memcpy(s + 2 * (4 * r + b), bp, 2);                                // d
+          if (has_min) std::memcpy(s + 32 + 2 * (4 * r + b), bp + f.m, 2);  // m
         }
       }
     }
