@@ -1,4 +1,5 @@
-// Load-time packed K-quants (issue 22): Q4_K / Q5_K / Q6_K matrices packed by
+// Load-time packed K-quants (issue 22): Q2_K / Q3_K / Q4_K / Q5_K / Q6_K /
+// IQ4_XS matrices packed by
 // kernels::pack_weight into 16-row chunks (kquant_avx512.cc, "load-time packed
 // layout") give bitwise the outputs of the GGUF rows for every token count
 // (the few-token and the GEMM paths both read the packed chunks), row counts
@@ -22,7 +23,8 @@ using testing::make_weight;
 using testing::random_vec;
 using testing::repack;
 
-const GgmlType kKPacked[] = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+const GgmlType kKPacked[] = {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
+                             GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS};
 
 class KPackTest : public ::testing::Test {
  protected:
@@ -44,7 +46,8 @@ TEST_F(KPackTest, PackedEqualsRowsBitwise) {
         ASSERT_GT(k.copy.size(), 0u) << ggml_type_info(type).name;
         for (int threads : {1, 2}) {
           set_num_threads(threads);
-          for (int64_t n : {1, 2, 3, 4, 5, 9, 17}) {  // few-token path below 4, GEMM tiles of 8 from 4
+          // few-token path below 4, GEMM tiles of 8 from 4 (read in place up to 8, expanded above)
+          for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 17, 64}) {
             const auto x = random_vec(static_cast<size_t>(n * cols), seed++, 2.0);
             std::vector<float> rows_y(static_cast<size_t>(n * rows)), packed_y(rows_y.size(), -1.0f);
             cpu::matmul(k.src.view, x.data(), n, rows_y.data());
@@ -125,16 +128,15 @@ TEST_F(KPackTest, TheCopyIsWhatIsRead) {
 }
 
 TEST_F(KPackTest, PackedSizes) {
-  // Q4_K and Q5_K: exactly the rows' bytes for whole 16-row chunks; Q6_K: 32
-  // bytes more per 16-row super-block; the other K types are not packed.
+  // Q2_K, Q4_K, Q5_K and IQ4_XS: exactly the rows' bytes for whole 16-row
+  // chunks; Q3_K and Q6_K: 32 bytes more per 16-row super-block (f16 d's dword).
   const int64_t rows = 32, cols = 2048;
   for (GgmlType type : kKPacked) {
     const auto w = make_weight(type, rows, cols, 5);
-    const size_t extra = type == GgmlType::Q6_K ? 32u * (cols / 256) * (rows / 16) : 0u;
+    const bool pad = type == GgmlType::Q6_K || type == GgmlType::Q3_K;
+    const size_t extra = pad ? 32u * (cols / 256) * (rows / 16) : 0u;
     EXPECT_EQ(packed_weight_bytes(w.view), ggml_row_bytes(type, cols) * rows + extra) << ggml_type_info(type).name;
   }
-  for (GgmlType type : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_XS})
-    EXPECT_EQ(packed_weight_bytes(make_weight(type, rows, cols, 6).view), 0u) << ggml_type_info(type).name;
   // A partial chunk is padded to 16 rows.
   EXPECT_EQ(packed_weight_bytes(make_weight(GgmlType::Q4_K, 17, 256, 7).view), 2u * 16u * 144u);
   ASSERT_TRUE(cpu::set_isa("avx2"));

@@ -323,16 +323,16 @@ TEST(KQuant, MatchesReferenceOverOddShapes) {
 
 class KQuantIsa : public ::testing::TestWithParam<std::string> {};
 
-// The load-time packed copy (kernels::pack_weight: Q4_K, Q5_K, Q6_K on the
+// The load-time packed copy (kernels::pack_weight: every K type on the
 // AVX-512 path) against the scalar reference, few-token and GEMM paths.
 // (test_kpack.cc: bitwise equal to the GGUF rows.)
 TEST(KQuant, PackedCopyMatchesReference) {
   if (!cpu::set_isa("avx512-vnni")) GTEST_SKIP() << "K-quants are packed for the AVX-512 path only";
   IsaScope scope("avx512-vnni");
   uint64_t seed = 900;
-  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+  for (GgmlType type : kKTypes) {
     for (int64_t rows : {3, 33}) {
-      for (int64_t n_tokens : {1, 2, 5, 17}) {
+      for (int64_t n_tokens : {1, 2, 5, 8, 17, 64}) {
         const int64_t cols = 768;
         const KPacked k = make_packed(type, rows, cols, seed++);
         ASSERT_GT(k.copy.size(), 0u);

@@ -121,10 +121,10 @@ TEST_F(PackTest, BatchInvariantThroughPackedCopy) {
 }
 
 TEST(Pack, OnlyPackedTypesOnTheAvx512PathHaveACopy) {
-  const auto q2k = testing::make_weight(GgmlType::Q2_K, 4, 256, 1);  // K types: test_kpack.cc
+  const auto iq4nl = testing::make_weight(GgmlType::IQ4_NL, 4, 256, 1);  // K types: test_kpack.cc
   const auto f32 = testing::make_weight(GgmlType::F32, 4, 32, 2);
   const auto q40 = testing::make_weight(GgmlType::Q4_0, 5, 160, 3);
-  EXPECT_EQ(packed_weight_bytes(q2k.view), 0u);
+  EXPECT_EQ(packed_weight_bytes(iq4nl.view), 0u);
   EXPECT_EQ(packed_weight_bytes(f32.view), 0u);
   ASSERT_TRUE(cpu::set_isa("avx2"));
   EXPECT_EQ(packed_weight_bytes(q40.view), 0u);

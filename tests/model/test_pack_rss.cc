@@ -1,6 +1,7 @@
 // Decode-packed weights and resident memory (issue 22): after Model::load packs
 // the matrices of a ~100 MB synth model (kernels::pack_weight; a Q4_0 file, a
-// Q5_0 file, and a Q4_K_M file, whose Q4_K and Q6_K matrices take the K-quant layout) and gives
+// Q5_0 file, a Q4_K_M file, whose Q4_K and Q6_K matrices take the K-quant layout,
+// and a Q3_K file) and gives
 // the mapped originals' pages back (MADV_DONTNEED), the process holds about
 // one copy of the weights: VmRSS grows by at most file + 64 MiB (no KV cache is
 // allocated here). Without the release it would grow by about two copies
@@ -9,6 +10,7 @@
 // only one that packs) is not available.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -30,13 +32,13 @@ int64_t vm_rss_bytes() {
   return -1;
 }
 
-void expect_one_copy(GgmlType type, bool q4_k_m) {
+void expect_one_copy(GgmlType type, bool q4_k_m, int n_layer = 10) {
   gguf::SynthOptions opt;
   opt.shape.name = "pack-rss";
   opt.shape.arch = "llama";
   opt.shape.pre = "smollm";
   opt.shape.n_embd = 1024;
-  opt.shape.n_layer = 10;
+  opt.shape.n_layer = n_layer;
   opt.shape.n_head = 16;
   opt.shape.n_head_kv = 16;
   opt.shape.n_ff = 4096;
@@ -44,7 +46,8 @@ void expect_one_copy(GgmlType type, bool q4_k_m) {
   opt.shape.n_ctx = 256;
   opt.type = type;
   opt.q4_k_m = q4_k_m;
-  const std::string path = ::testing::TempDir() + "/pagoda_pack_rss_" + ggml_type_info(type).name + ".gguf";
+  const std::string path = ::testing::TempDir() + "/pagoda_pack_rss_" + ggml_type_info(type).name + "_" +
+                           std::to_string(::getpid()) + ".gguf";  // concurrent runs do not clash
   {
     const Status s = gguf::synth_model_file(opt, path);
     ASSERT_TRUE(s.ok()) << s.message();
@@ -63,7 +66,7 @@ void expect_one_copy(GgmlType type, bool q4_k_m) {
 
   const auto& w = (*m)->weights();
   ASSERT_NE(w.packed, nullptr);
-  EXPECT_EQ(w.packed->matrices, 1u + 7u * 10u);  // the tied output/embedding + 7 per layer
+  EXPECT_EQ(w.packed->matrices, 1u + 7u * static_cast<size_t>(n_layer));  // the tied output/embedding + 7 per layer
   for (const LayerWeights& l : w.layers) {
     EXPECT_NE(l.wq.packed, nullptr);
     EXPECT_NE(l.w_down.packed, nullptr);
@@ -99,6 +102,13 @@ TEST(PackRss, KQuantModelHoldsOneCopyOfItsWeights) {
   if (!kernels::cpu::set_isa("avx512-vnni")) GTEST_SKIP() << "only the AVX-512 path packs weights";
   kernels::cpu::set_isa("auto");
   expect_one_copy(GgmlType::Q4_K, true);
+}
+
+// Q3_K (session 10): 14 layers, so that the smaller file is still > 90 MiB.
+TEST(PackRss, Q3KModelHoldsOneCopyOfItsWeights) {
+  if (!kernels::cpu::set_isa("avx512-vnni")) GTEST_SKIP() << "only the AVX-512 path packs weights";
+  kernels::cpu::set_isa("auto");
+  expect_one_copy(GgmlType::Q3_K, false, 14);
 }
 
 }  // namespace

@@ -519,11 +519,9 @@ template <class Fmt>
 KTileSet chunk_set() {
   KTileSet s;
   s.chunk = chunk_fn<Fmt>;
-  if constexpr (std::is_same_v<Fmt, Q4K> || std::is_same_v<Fmt, Q5K> || std::is_same_v<Fmt, Q6K>) {
-    s.packed_chunk = kp_chunk_fn<Fmt>;
-    s.pack = kp_pack<Fmt>;
-    s.packed_sb_bytes = kKpBytes<Fmt>;
-  }
+  s.packed_chunk = kp_chunk_fn<Fmt>;
+  s.pack = kp_pack<Fmt>;
+  s.packed_sb_bytes = kKpBytes<Fmt>;
   return s;
 }
 
