@@ -69,14 +69,9 @@ int main(int argc, char** argv) {
       kernels::kv_write(kv[static_cast<size_t>(l)], row.data(), row.data(), &slot, 1);
     }
   }
-  kernels::BatchView batch;
-  batch.n_tokens = B;
-  batch.n_seqs = B;
-  batch.positions = positions.data();
-  batch.q_indptr = q_indptr.data();
-  batch.kv_indptr = kv_indptr.data();
-  batch.kv_indices = indices.data();
-  batch.kv_last_page_len = last.data();
+  const kernels::BatchView batch{.n_tokens = B, .n_seqs = B, .positions = positions.data(), .q_indptr = q_indptr.data(),
+                                 .kv_indptr = kv_indptr.data(), .kv_indices = indices.data(),
+                                 .kv_last_page_len = last.data()};
   std::vector<float> q(static_cast<size_t>(B) * kHeads * kHd), out(q.size());
   for (float& x : q) x = static_cast<float>(rng.uniform() * 2 - 1);
   const float scale = 1.0f / std::sqrt(static_cast<float>(kHd));
