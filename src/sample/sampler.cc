@@ -1,18 +1,69 @@
 #include "sample/sampler.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <limits>
 #include <numeric>
 
 namespace pagoda::sample {
 
-int32_t argmax(std::span<const float> logits) {
+namespace {
+
+int32_t argmax_scalar(std::span<const float> logits) {
   int32_t best = 0;
   for (size_t i = 1; i < logits.size(); ++i) {
     if (logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
   }
   return best;
+}
+
+}  // namespace
+
+// The first index of the largest value, as the scalar loop above: 8 lanes each
+// keep their first maximum (strict >), then the lanes' maxima are merged, ties
+// to the lowest index. A NaN anywhere (which the scalar loop skips, or sticks
+// to at index 0) takes the scalar loop, so the answer is always its answer.
+int32_t argmax(std::span<const float> logits) {
+  const size_t n = logits.size();
+  if (n < 16 || n > static_cast<size_t>(INT32_MAX)) return argmax_scalar(logits);
+  const float* l = logits.data();
+  __m256 best = _mm256_loadu_ps(l);
+  __m256i best_i = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), idx = best_i;
+  __m256 nan = _mm256_cmp_ps(best, best, _CMP_UNORD_Q);
+  const __m256i step = _mm256_set1_epi32(8);
+  size_t i = 8;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(l + i);
+    idx = _mm256_add_epi32(idx, step);
+    const __m256 gt = _mm256_cmp_ps(v, best, _CMP_GT_OQ);
+    best = _mm256_blendv_ps(best, v, gt);
+    best_i = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(best_i), _mm256_castsi256_ps(idx), gt));
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  }
+  if (_mm256_movemask_ps(nan) != 0) return argmax_scalar(logits);
+  alignas(32) float bv[8];
+  alignas(32) int32_t bi[8];
+  _mm256_store_ps(bv, best);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(bi), best_i);
+  int32_t r = bi[0];
+  float m = bv[0];
+  for (int j = 1; j < 8; ++j) {
+    if (bv[j] > m || (bv[j] == m && bi[j] < r)) {
+      m = bv[j];
+      r = bi[j];
+    }
+  }
+  for (; i < n; ++i) {
+    if (std::isnan(l[i])) return argmax_scalar(logits);
+    if (l[i] > m) {
+      m = l[i];
+      r = static_cast<int32_t>(i);
+    }
+  }
+  return r;
 }
 
 bool mask_allows_any(std::span<const uint32_t> allowed, size_t n) {
@@ -49,11 +100,16 @@ void Sampler::accept(int32_t token) {
   }
 }
 
+bool Sampler::has_penalties() const {
+  const float rp = params_.repetition_penalty;
+  return (rp != 1.0f && rp > 0.0f) || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
+}
+
 void Sampler::apply_penalties(std::span<float> l) {
+  if (!has_penalties()) return;
   const float rp = params_.repetition_penalty;
   const float pres = params_.presence_penalty, freq = params_.frequency_penalty;
   const bool rep = rp != 1.0f && rp > 0.0f;
-  if (!rep && pres == 0.0f && freq == 0.0f) return;
   for (size_t i = 0; i < l.size(); ++i) {
     if (!seen_[i]) continue;
     if (rep) l[i] = l[i] > 0 ? l[i] / rp : l[i] * rp;
@@ -192,6 +248,14 @@ Sampler::VerifyResult Sampler::verify(std::span<const float> logits, int32_t dra
 
 SampleResult Sampler::sample(std::span<const float> logits, std::span<const uint32_t> allowed) {
   const size_t n = logits.size();
+  if (greedy() && allowed.empty() && !has_penalties() && !params_.logprobs) {
+    // Plain greedy: prepare() would copy the logits unchanged; take their argmax.
+    ensure_vocab(n);
+    SampleResult r;
+    r.token = argmax(logits);
+    accept(r.token);
+    return r;
+  }
   prepare(logits, allowed);
   const float* l = work_.data();
   SampleResult r;

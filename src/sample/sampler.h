@@ -56,6 +56,7 @@ class Sampler {
   const std::vector<int32_t>& generated() const { return generated_; }
 
  private:
+  bool has_penalties() const;
   void apply_penalties(std::span<float> l);
   // work_ = logits, masked (allowed non-empty) and penalised.
   void prepare(std::span<const float> logits, std::span<const uint32_t> allowed);

@@ -252,6 +252,44 @@ TEST(PagedAttention, Q8KvCloseToF32Kv) {
   EXPECT_FALSE(BitwiseEqual(a.data(), b.data(), a.size()));
 }
 
+// Both ISAs' paths (AVX2 staged pages; AVX-512 token by token in chunks of up
+// to 16 keys, attention_avx512.cc) against ref, on every head size the AVX-512
+// path takes, query-head groups of 1..7 (7: a pass of 4 heads then one of 3),
+// and pages of 5 (chunks = pages), 16, 32 and 48 keys (several chunks per
+// page), with and without a window; and each path's output is bitwise the same
+// with 1 or 2 threads and with the blocks shuffled.
+TEST(PagedAttention, BothIsasMatchRefEveryChunking) {
+  const Shape shapes[] = {{9, 3, 64}, {7, 1, 64}, {8, 4, 16}, {4, 2, 32}, {4, 1, 128}, {4, 1, 256}, {8, 8, 12}};
+  uint64_t seed = 900;
+  for (const char* isa : {"avx2", "avx512-vnni"}) {
+    IsaScope scope("avx2");
+    if (!cpu::set_isa(isa)) continue;  // no AVX-512 on this machine
+    for (const Shape& sh : shapes) {
+      for (KvDtype dt : kDtypes) {
+        for (int32_t bs : {5, 16, 32, 48}) {
+          auto s = Scenario::make(sh.n_heads, sh.n_kv, sh.hd, bs, dt, {37, 20, 97, 1}, {1, 20, 9, 1}, seed++);
+          double vmax = 0;
+          for (float v : s.v_all) vmax = std::max(vmax, std::fabs(static_cast<double>(v)));
+          std::vector<double> tol(s.q.size(), (97 + 16) * 0x1.0p-22 * vmax * 4);
+          for (int32_t w : {0, 19}) {
+            const auto want = s.run_ref(w), got = s.run_cpu(w);
+            ASSERT_TRUE(WithinTol(got.data(), want.data(), tol.data(), got.size()))
+                << isa << " hd=" << sh.hd << " heads=" << sh.n_heads << "/" << sh.n_kv << " "
+                << kv_dtype_name(dt) << " bs=" << bs << " window=" << w;
+          }
+          set_num_threads(2);
+          const auto two = s.run_cpu();
+          set_num_threads(1);
+          s.build(/*shuffle_blocks=*/true, seed);
+          const auto shuffled = s.run_cpu();
+          ASSERT_TRUE(BitwiseEqual(two.data(), shuffled.data(), two.size()))
+              << isa << " hd=" << sh.hd << " " << kv_dtype_name(dt) << " bs=" << bs;
+        }
+      }
+    }
+  }
+}
+
 // Sliding window (gemma3's local layers): a token at position p sees keys
 // p - W < j <= p. cpu matches ref, including windows that start mid-page, span
 // several pages, or cover the whole sequence (then equal to no window, bitwise).

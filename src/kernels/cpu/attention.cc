@@ -17,6 +17,7 @@
 #include "base/check.h"
 #include "base/fp16.h"
 #include "kernels/api.h"
+#include "kernels/cpu/attention_avx512.h"
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -250,6 +251,10 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
   const size_t kvbuf = static_cast<size_t>(bs) * static_cast<size_t>(hd);
   const size_t per_token_floats = static_cast<size_t>(group) * (hd + 2);
   const size_t per_item_floats = 2 * kvbuf + static_cast<size_t>(group) * bs + kQueryTile * per_token_floats;
+  // The AVX-512 path where it takes the dtype and head size: the choice depends
+  // only on the ISA and the cache's shape, so a token's op sequence never
+  // depends on the batch.
+  const bool avx512 = detail::isa() == detail::Isa::kAvx512 && detail::attend_token_avx512_supports(kv.dtype, hd);
   detail::parallel_for(items, nth, [&](int64_t it) {
     const int32_t tile = static_cast<int32_t>(it / (nkv * hsplit));
     const int32_t kvh = static_cast<int32_t>(it / hsplit % nkv), h0 = kvh * group + static_cast<int32_t>(it % hsplit) * gs;
@@ -268,6 +273,14 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
       min_first = std::min(min_first, first[i]);
     }
     const int32_t* pages = batch.kv_indices + batch.kv_indptr[s];
+    if (avx512) {  // token by token, K/V decoded in registers (attention_avx512.cc)
+      for (int32_t i = 0; i < nt; ++i) {
+        const int64_t at = (static_cast<int64_t>(t0 + i) * n_heads + h0) * hd;
+        detail::attend_token_avx512({.q = q + at, .out = out + at, .n_heads = gs, .kv = &kv, .kv_head = kvh,
+                                     .pages = pages, .first = first[i], .n_keys = n_keys[i], .scale = scale});
+      }
+      return;
+    }
     float* buf = reinterpret_cast<float*>(detail::scratch(3, per_item_floats * sizeof(float)));
     float* kbuf = buf;                        // [bs, hd] decoded K of one page
     float* vbuf = kbuf + kvbuf;               // [bs, hd] decoded V of one page

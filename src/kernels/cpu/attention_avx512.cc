@@ -1,0 +1,223 @@
+// AVX-512 attention of one token over its paged keys, for one KV head and the
+// query heads sharing it (GQA): every K/V row is decoded to f32 in registers
+// (no staging) and serves all those heads. Keys go in chunks of up to 16
+// logical positions that never cross a page (page-relative offsets 0, 16, 32,
+// ...), so the chunking depends only on the logical positions and the page size.
+// Per head and chunk: 16 dot products (one fixed multiply-add chain over the
+// head's 16-lane vectors, then one fixed reduction tree that puts key j's score
+// in lane j), the chunk max, one rescale of the running output when the max
+// moved, exp, then p * V in key order (online softmax). Every float op of a
+// head depends only on its query, its keys and its position, never on the other
+// heads, other tokens, physical block ids or the thread count.
+#include "kernels/cpu/attention_avx512.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/vec_math.h"
+
+namespace pagoda::kernels::cpu::detail {
+namespace {
+
+constexpr int kChunk = 16;    // keys per chunk (lanes of a score vector)
+constexpr int kMaxBatch = 4;  // query heads sharing one pass over the keys
+constexpr int kPrefetchChunks = 1;  // chunks read ahead (1, 2, 4, 8 and L2 hints measured alike)
+
+// Vector i (values 16i .. 16i+15) of a K/V head slice, as f32 (exact conversions).
+template <KvDtype DT>
+inline __m512 load16(const uint8_t* p, int i) {
+  if constexpr (DT == KvDtype::F32) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(p) + 16 * i);
+  } else {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i));
+    if constexpr (DT == KvDtype::F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));  // bf16
+  }
+}
+
+template <KvDtype DT>
+constexpr int elem_bytes() {
+  return DT == KvDtype::F32 ? 4 : 2;
+}
+
+// Lane j of the result = the sum of t[j]'s 16 lanes, always by the same tree:
+// pairs within 128-bit lanes, then quads, then across the four 128-bit lanes.
+inline __m512 hsum16x16(const __m512* t) {
+  __m512 x[8], z[4];
+  for (int i = 0; i < 8; ++i) {
+    x[i] = _mm512_add_ps(_mm512_unpacklo_ps(t[2 * i], t[2 * i + 1]), _mm512_unpackhi_ps(t[2 * i], t[2 * i + 1]));
+  }
+  for (int i = 0; i < 4; ++i) {
+    z[i] = _mm512_add_ps(_mm512_shuffle_ps(x[2 * i], x[2 * i + 1], 0x44), _mm512_shuffle_ps(x[2 * i], x[2 * i + 1], 0xEE));
+  }
+  const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[1], 0x44), _mm512_shuffle_f32x4(z[0], z[1], 0xEE));
+  const __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(z[2], z[3], 0x44), _mm512_shuffle_f32x4(z[2], z[3], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88), _mm512_shuffle_f32x4(s01, s23, 0xDD));
+}
+
+// e^x lane by lane with vec_math's exp8 (the same op sequence per lane).
+inline __m512 exp16(__m512 x) {
+  const __m256 lo = exp8(_mm512_castps512_ps256(x));
+  const __m256 hi = exp8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+}
+
+// The chunk of keys starting at c0 (a chunk start): its end, never past the page
+// or the token's last key.
+inline int64_t chunk_end(int64_t c0, int32_t bs, int64_t n_keys) {
+  const int64_t page_end = (c0 / bs + 1) * bs;
+  return std::min({c0 + kChunk, page_end, n_keys});
+}
+
+// Heads [g0, g0 + HB) of the token, head_dim = 16 * NV, over all its keys.
+template <KvDtype DT, int NV, int HB>
+void attend_heads(const TokenAttn& a, int32_t g0) {
+  constexpr int32_t hd = 16 * NV;
+  const KvLayerView& kv = *a.kv;
+  const int32_t bs = kv.block_size;
+  const size_t head_off = static_cast<size_t>(a.kv_head) * hd * elem_bytes<DT>();
+  alignas(64) float acc[HB][hd];
+  alignas(64) float p[HB][kChunk];
+  float mrun[HB], lrun[HB];
+  for (int g = 0; g < HB; ++g) {
+    std::fill(acc[g], acc[g] + hd, 0.0f);
+    mrun[g] = -INFINITY;
+    lrun[g] = 0.0f;
+  }
+  const __m512 scale = _mm512_set1_ps(a.scale);
+  const int64_t page0 = a.first / bs * bs;
+  const auto row = [&](const uint8_t* pool, int64_t key) {
+    const int64_t slot = static_cast<int64_t>(a.pages[key / bs]) * bs + key % bs;
+    return pool + static_cast<size_t>(slot) * kv.row_bytes + head_off;
+  };
+  // Prefetches the token's keys of the chunk starting at c (its K and V rows).
+  const auto prefetch_chunk = [&](int64_t c) {
+    const int64_t e = chunk_end(c, bs, a.n_keys);
+    for (int64_t key = std::max(c, a.first); key < e; ++key) {
+      const uint8_t* kr = row(kv.k, key);
+      const uint8_t* vr = row(kv.v, key);
+      for (int b = 0; b < hd * elem_bytes<DT>(); b += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(kr + b), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(vr + b), _MM_HINT_T0);
+      }
+    }
+  };
+  // Chunk starts; `ahead` runs kPrefetchChunks chunks in front of the one computed.
+  const int64_t start = page0 + (a.first - page0) / kChunk * kChunk;
+  int64_t ahead = start;
+  for (int n = 0; n < kPrefetchChunks && ahead < a.n_keys; ++n) {
+    prefetch_chunk(ahead);
+    ahead = chunk_end(ahead, bs, a.n_keys);
+  }
+  for (int64_t c0 = start; c0 < a.n_keys;) {
+    const int64_t c1 = chunk_end(c0, bs, a.n_keys);
+    if (ahead < a.n_keys) {
+      prefetch_chunk(ahead);
+      ahead = chunk_end(ahead, bs, a.n_keys);
+    }
+    const int lo = static_cast<int>(std::max<int64_t>(a.first, c0) - c0), hi = static_cast<int>(c1 - c0);
+    const __mmask16 valid = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
+    const uint8_t* krow[kChunk];
+    const uint8_t* vrow[kChunk];
+    for (int j = lo; j < hi; ++j) {
+      krow[j] = row(kv.k, c0 + j);
+      vrow[j] = row(kv.v, c0 + j);
+    }
+    bool rescale[HB];
+    float corr[HB];
+    for (int g = 0; g < HB; ++g) {
+      const float* qg = a.q + static_cast<int64_t>(g0 + g) * hd;
+      __m512 qv[NV];
+      for (int i = 0; i < NV; ++i) qv[i] = _mm512_loadu_ps(qg + 16 * i);
+      __m512 t[kChunk];
+      for (int j = 0; j < kChunk; ++j) {
+        if (j < lo || j >= hi) {
+          t[j] = _mm512_setzero_ps();
+          continue;
+        }
+        __m512 s = _mm512_mul_ps(qv[0], load16<DT>(krow[j], 0));
+        for (int i = 1; i < NV; ++i) s = _mm512_fmadd_ps(qv[i], load16<DT>(krow[j], i), s);
+        t[j] = s;
+      }
+      const __m512 sc = _mm512_mul_ps(hsum16x16(t), scale);
+      const float bm = _mm512_mask_reduce_max_ps(valid, sc);
+      const float m_new = bm > mrun[g] ? bm : mrun[g];
+      rescale[g] = m_new > mrun[g];  // rescale only when the max moved (exp(0) == 1 exactly otherwise)
+      corr[g] = 1.0f;
+      if (rescale[g]) {
+        corr[g] = exp1(mrun[g] - m_new);
+        lrun[g] *= corr[g];
+        mrun[g] = m_new;
+      }
+      const __m512 e = _mm512_maskz_mov_ps(valid, exp16(_mm512_sub_ps(sc, _mm512_set1_ps(m_new))));
+      lrun[g] += _mm512_reduce_add_ps(e);
+      _mm512_store_ps(p[g], e);
+    }
+    // p * V in key order, each V vector decoded once for all the heads.
+    for (int i = 0; i < NV; ++i) {
+      __m512 o[HB];
+      for (int g = 0; g < HB; ++g) {
+        o[g] = _mm512_load_ps(acc[g] + 16 * i);
+        if (rescale[g]) o[g] = _mm512_mul_ps(o[g], _mm512_set1_ps(corr[g]));
+      }
+      for (int j = lo; j < hi; ++j) {
+        const __m512 vv = load16<DT>(vrow[j], i);
+        for (int g = 0; g < HB; ++g) o[g] = _mm512_fmadd_ps(_mm512_set1_ps(p[g][j]), vv, o[g]);
+      }
+      for (int g = 0; g < HB; ++g) _mm512_store_ps(acc[g] + 16 * i, o[g]);
+    }
+    c0 = c1;
+  }
+  for (int g = 0; g < HB; ++g) {
+    const float inv = a.n_keys > a.first ? 1.0f / lrun[g] : 0.0f;
+    float* o = a.out + static_cast<int64_t>(g0 + g) * hd;
+    for (int32_t d = 0; d < hd; ++d) o[d] = acc[g][d] * inv;
+  }
+}
+
+// All the token's heads, up to kMaxBatch (fewer for wide heads: their running
+// outputs stay in registers) per pass over the keys.
+template <KvDtype DT, int NV>
+void attend_all(const TokenAttn& a) {
+  constexpr int kBatch = std::max(1, std::min(kMaxBatch, 16 / NV));
+  int32_t g = 0;
+  for (; g + kBatch <= a.n_heads; g += kBatch) attend_heads<DT, NV, kBatch>(a, g);
+  switch (a.n_heads - g) {  // the rest: fewer than kBatch heads
+    case 0: break;
+    case 1: attend_heads<DT, NV, 1>(a, g); break;
+    case 2: if constexpr (kBatch > 2) attend_heads<DT, NV, 2>(a, g); break;
+    default: if constexpr (kBatch > 3) attend_heads<DT, NV, 3>(a, g); break;
+  }
+}
+
+template <KvDtype DT>
+void attend_dtype(const TokenAttn& a) {
+  switch (a.kv->head_dim) {
+    case 16: attend_all<DT, 1>(a); break;
+    case 32: attend_all<DT, 2>(a); break;
+    case 64: attend_all<DT, 4>(a); break;
+    case 128: attend_all<DT, 8>(a); break;
+    case 256: attend_all<DT, 16>(a); break;
+    default: break;  // attend_token_avx512_supports said no
+  }
+}
+
+}  // namespace
+
+bool attend_token_avx512_supports(KvDtype dtype, int32_t head_dim) {
+  const bool dt = dtype == KvDtype::F32 || dtype == KvDtype::F16 || dtype == KvDtype::BF16;
+  return dt && (head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256);
+}
+
+void attend_token_avx512(const TokenAttn& a) {
+  switch (a.kv->dtype) {
+    case KvDtype::F32: attend_dtype<KvDtype::F32>(a); break;
+    case KvDtype::F16: attend_dtype<KvDtype::F16>(a); break;
+    case KvDtype::BF16: attend_dtype<KvDtype::BF16>(a); break;
+    default: break;  // attend_token_avx512_supports said no
+  }
+}
+
+}  // namespace pagoda::kernels::cpu::detail
