@@ -11,9 +11,10 @@
 // -n TOKENS (default 1) runs the batched path instead (GB/s is then weight bytes
 // over the time of a TOKENS-token matmul: only for comparing lines of one run).
 // Prints the median over REPS passes (each pass = every matrix of every copy
-// once) of weight bytes / wall time. Types the CPU backend packs at load (Q4_0,
-// Q4_1, Q8_0 on AVX-512) get a second line, "pk", through the packed copy; its
-// hash must equal the unpacked line's (packed weights give bitwise the same outputs).
+// once) of weight bytes / wall time. Types the CPU backend packs at load (on
+// AVX-512: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K and IQ4_XS) get a second
+// line, "pk", through the packed copy; its hash must equal the unpacked line's
+// (packed weights give bitwise the same outputs).
 #include <algorithm>
 #include <cinttypes>
 #include <ctime>

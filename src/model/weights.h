@@ -83,7 +83,7 @@ kernels::WeightView row_slice(const kernels::WeightView& w, int64_t row0, int64_
 uint64_t weight_bytes_per_token(const ModelWeights& w, const ModelConfig& c);
 
 // Packs every matrix the CPU backend packs (kernels::packed_weight_bytes: Q4_0,
-// Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K on the AVX-512 path) into one buffer
+// Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ4_XS on the AVX-512 path) into one buffer
 // owned by w.packed and points the views' .packed at it (a tied output and
 // token_embd share one copy). When `file` is mmapped, the originals' whole pages
 // are then given back with MADV_DONTNEED, so resident memory holds one copy of
