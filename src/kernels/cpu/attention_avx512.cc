@@ -88,16 +88,21 @@ void attend_heads(const TokenAttn& a, int32_t g0) {
   }
   const __m512 scale = _mm512_set1_ps(a.scale);
   const int64_t page0 = a.first / bs * bs;
-  const auto row = [&](const uint8_t* pool, int64_t key) {
-    const int64_t slot = static_cast<int64_t>(a.pages[key / bs]) * bs + key % bs;
-    return pool + static_cast<size_t>(slot) * kv.row_bytes + head_off;
+  // Byte offset of the chunk starting at c0's first row: a chunk never crosses
+  // a page, so its rows are consecutive slots of one page (one page lookup and
+  // one division per chunk, not per key).
+  const auto chunk_off = [&](int64_t c0) {
+    const int64_t slot = static_cast<int64_t>(a.pages[c0 / bs]) * bs + c0 % bs;
+    return static_cast<size_t>(slot) * kv.row_bytes + head_off;
   };
   // Prefetches the token's keys of the chunk starting at c (its K and V rows).
   const auto prefetch_chunk = [&](int64_t c) {
     const int64_t e = chunk_end(c, bs, a.n_keys);
+    const size_t off = chunk_off(c);
     for (int64_t key = std::max(c, a.first); key < e; ++key) {
-      const uint8_t* kr = row(kv.k, key);
-      const uint8_t* vr = row(kv.v, key);
+      const size_t o = off + static_cast<size_t>(key - c) * kv.row_bytes;
+      const uint8_t* kr = kv.k + o;
+      const uint8_t* vr = kv.v + o;
       for (int b = 0; b < hd * elem_bytes<DT>(); b += 64) {
         _mm_prefetch(reinterpret_cast<const char*>(kr + b), _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char*>(vr + b), _MM_HINT_T0);
@@ -121,9 +126,10 @@ void attend_heads(const TokenAttn& a, int32_t g0) {
     const __mmask16 valid = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
     const uint8_t* krow[kChunk];
     const uint8_t* vrow[kChunk];
+    const size_t off = chunk_off(c0);
     for (int j = lo; j < hi; ++j) {
-      krow[j] = row(kv.k, c0 + j);
-      vrow[j] = row(kv.v, c0 + j);
+      krow[j] = kv.k + off + static_cast<size_t>(j) * kv.row_bytes;
+      vrow[j] = kv.v + off + static_cast<size_t>(j) * kv.row_bytes;
     }
     bool rescale[HB];
     float corr[HB];
