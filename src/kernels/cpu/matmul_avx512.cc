@@ -537,11 +537,18 @@ constexpr bool kAvx512 = true;
 constexpr int64_t kFloatLanes = 16;
 
 #include "kernels/cpu/matmul_driver.inc"
+#include "kernels/cpu/gemm_panel_avx512.inc"
 
 template <GgmlType kType>
 void matmul_q32_t(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
   if constexpr (is_packable_type(kType)) {
     if (w.packed != nullptr) {
+      if constexpr (panel_type(kType)) {
+        if (n_tokens >= kPanelMinTokens) {
+          matmul_panels<kType>(w, x, n_tokens, y);
+          return;
+        }
+      }
       static_assert(kChunkRows % kPackRows == 0 && kGemmChunkRows % kPackRows == 0);
       const PackedSource<kType> src{static_cast<const uint8_t*>(w.packed), pack_layout(kType, w.rows, w.cols)};
       matmul_q32_src<kType>(w, src, x, n_tokens, y);
