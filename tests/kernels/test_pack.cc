@@ -72,6 +72,37 @@ TEST_F(PackTest, PackedEqualsRowsBitwise) {
   }
 }
 
+// Packed Q4_0 / Q4_1 at 16 or more tokens go through the 16-row panel GEMM
+// (gemm_panel_avx512.inc): bitwise the GGUF rows' outputs for row counts that
+// leave a partial panel (or a partial tile), groups with zero-padded tail blocks
+// (cols % 128 != 0), token counts off the 4-token register tile, and 1 or 2
+// threads (chunks of several panels at 2 threads for the larger shapes).
+TEST_F(PackTest, PanelGemmEqualsRowsBitwise) {
+  testing::IsaScope scope("avx512-vnni");
+  uint64_t seed = 900;
+  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1}) {
+    for (int64_t rows : {16, 17, 30, 64, 211}) {
+      for (int64_t cols : {32, 64, 96, 576, 640}) {
+        auto w = make_weight(type, rows, cols, seed++);
+        Packed p = pack(w.view);
+        for (int threads : {1, 2}) {
+          set_num_threads(threads);
+          for (int64_t n : {16, 18, 23, 40}) {
+            const auto x = random_vec(static_cast<size_t>(n * cols), seed++, 2.0);
+            std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size(), -1.0f);
+            cpu::matmul(w.view, x.data(), n, want.data());
+            cpu::matmul(p.view, x.data(), n, got.data());
+            ASSERT_TRUE(BitwiseEqual(got.data(), want.data(), got.size()))
+                << ggml_type_info(type).name << " rows=" << rows << " cols=" << cols << " n=" << n
+                << " threads=" << threads;
+          }
+        }
+      }
+    }
+  }
+  set_num_threads(1);
+}
+
 // The packed copy holds the matrix, not something near it: one flipped quant
 // byte in the source changes exactly its row's outputs after repacking.
 TEST_F(PackTest, APackedByteChangeShowsInItsRowOnly) {
