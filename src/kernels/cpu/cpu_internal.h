@@ -40,13 +40,22 @@ enum class ActMode {
   // whose records hold s8 weights and the correction -128 * sum(w) per lane (fewer
   // live registers in the 4 x 4 tile than a per-token correction: pp512 stays as fast).
   kOffsetU8,
+  // s8 quants; xs lane 4b holds int32 -8 * sum(q) (kImplicit16: -16 * sum(q)) of
+  // block b, lanes 4b+1..4b+3 zero: Q4_0 (Q5_0) on AVX-512, whose kernels hold the
+  // weights as stored (u8 0..15, 0..31) and start block b's integer sum at this
+  // correction, so the block sum is exactly sum((w - 8) * q) (sum((w - 16) * q)),
+  // as ggml's own integer dot, and one fma per block adds it: no float offset term.
+  kImplicit8,
+  kImplicit16,
 };
 // The mode for weights of type t (an is_q32_type) on the given ISA and path.
 // direct: the few-token path (decoded in registers), else the staged path. Both
 // give each lane the same exact integer sum, so the outputs are the same bitwise.
 inline ActMode act_mode_for(GgmlType t, bool avx512, bool direct) {
   if (t == GgmlType::Q8_0) return !avx512 ? ActMode::kSigned : direct ? ActMode::kLaneCorr128 : ActMode::kOffsetU8;
-  return t == GgmlType::Q4_1 || t == GgmlType::Q5_1 ? ActMode::kQ8_1 : ActMode::kSigned;
+  if (t == GgmlType::Q4_1 || t == GgmlType::Q5_1) return ActMode::kQ8_1;
+  if (avx512) return t == GgmlType::Q4_0 ? ActMode::kImplicit8 : ActMode::kImplicit16;
+  return ActMode::kSigned;
 }
 
 // Quantizes x [n_tokens, cols] (cols % 32 == 0) to q8 records (see above), bit

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 
@@ -187,9 +188,12 @@ void quantize_act(const float* x, int64_t n_tokens, int64_t cols, int g, ActMode
       } else if (mode != ActMode::kOffsetU8) {
         s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
-        const float sum = static_cast<float>(_mm_cvtsi128_si32(s4));  // |sum| <= 32 * 127: exact
+        const int32_t isum = _mm_cvtsi128_si32(s4);
+        const float sum = static_cast<float>(isum);  // |sum| <= 32 * 127: exact
         float sterm = 0.0f;
-        if (mode == ActMode::kQ8_1) {
+        if (mode == ActMode::kImplicit8 || mode == ActMode::kImplicit16) {  // int32 in lane 0
+          sterm = std::bit_cast<float>(isum * (mode == ActMode::kImplicit8 ? -8 : -16));
+        } else if (mode == ActMode::kQ8_1) {
           sterm = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(d * sum), _MM_FROUND_TO_NEAREST_INT)));
         } else {
           sterm = d16 * sum;  // 11 x 12 significant bits: exact

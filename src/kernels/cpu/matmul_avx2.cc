@@ -155,9 +155,9 @@ inline void qkernel_rows(LoadGroup load, const uint8_t* const* x, int64_t ng, fl
     for (int t = 0; t < T; ++t) out[t * kR + r] = hsum8(acc[r][t]);
 }
 
-template <int T, bool kQ8>
+template <GgmlType kType, int T>
 void qkernel(const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) {
-  qkernel_rows<T, kQ8>([w](int r, int64_t g) { return load_group(w[r] + static_cast<size_t>(g) * kRec); }, x, ng, out);
+  qkernel_rows<T, kType == GgmlType::Q8_0>([w](int r, int64_t g) { return load_group(w[r] + static_cast<size_t>(g) * kRec); }, x, ng, out);
 }
 
 // Direct (few tokens): decode each group in registers and use it at once.

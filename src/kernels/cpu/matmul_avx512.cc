@@ -57,6 +57,14 @@ template <> struct Layout<GgmlType::Q5_0> { static constexpr size_t kBB = 22, kQ
 template <> struct Layout<GgmlType::Q5_1> { static constexpr size_t kBB = 24, kQs = 8, kQh = 4; static constexpr bool kMin = true; static constexpr float kImplicit = 0.0f; };
 template <> struct Layout<GgmlType::Q8_0> { static constexpr size_t kBB = 34, kQs = 2, kQh = 0; static constexpr bool kMin = false; static constexpr float kImplicit = 0.0f; };
 
+// The integer mode (group_isum) of type kType's direct and staged kernels: Q8_0
+// and the implicit-offset types (Q4_0, Q5_0) start each block's integer sum at
+// the activation record's correction (mode 1; Q8_0 staged: mode 2), so their
+// block sums are exact and one fma per block adds them; Q4_1 / Q5_1 (mode 0)
+// add their m term with a second fma.
+template <GgmlType kType>
+constexpr int kIntMode = kType == GgmlType::Q8_0 || Layout<kType>::kImplicit != 0.0f ? 1 : 0;
+
 // One decoded group of 4 blocks of one row: lo, hi (u8 values 0..31, or w + 128
 // for q8_0), wd (d per lane), wm (m per lane; unused for q8_0, whose activation
 // record carries the int32 correction -128 * sum(x) of each lane, so that
@@ -124,7 +132,7 @@ inline WGroup decode_group(const uint8_t* const* blk, const uint8_t* group, bool
       const __m512i perm_m = _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7);
       w.wm = _mm512_castps_si512(_mm512_permutexvar_ps(perm_m, dm));
     } else {
-      w.wm = _mm512_castps_si512(_mm512_mul_ps(w.wd, _mm512_set1_ps(L::kImplicit)));
+      w.wm = _mm512_setzero_si512();  // the offset is in the activation's correction (kIntMode)
     }
   }
   return w;
@@ -155,10 +163,13 @@ inline WGroup load_group(const uint8_t* rec) {
 }
 
 // The exact integer lane sums of one group (16 lanes: block b's lanes 4b..4b+3).
-// kMode 0: s8 x; 1: Q8_0 direct (u8 weights w + 128, s8 x, the lane correction
-// -128 * sum(x) from the activation record first); 2: Q8_0 staged (u8 x + 128,
-// s8 weights, the record's correction -128 * sum(w) first). 1 and 2 give each
-// lane the same exact integer sum(w * x), so everything after is identical.
+// kMode 0: s8 x; 1: the activation record's correction first, then u8 weights
+// times s8 x: Q8_0 direct (weights w + 128, lane correction -128 * sum(x), so
+// each lane holds sum(w * x)) and Q4_0 / Q5_0 (weights as stored, block
+// correction -8 or -16 * sum(x) in lane 4b, so the block sums are exactly
+// sum((w - 8) * x) or sum((w - 16) * x)); 2: Q8_0 staged (u8 x + 128, s8
+// weights, the record's correction -128 * sum(w) first). For Q8_0, 1 and 2 give
+// each lane the same exact integer sum(w * x), so everything after is identical.
 template <int kMode>
 inline __m512i group_isum(const WGroup& w, const uint8_t* xt) {
   __m512i is;
@@ -263,9 +274,9 @@ inline void qkernel_rows(LoadTile load, const uint8_t* const* x, int64_t ng, flo
 }
 
 // Staged records (Q8_0: mode 2).
-template <int T, bool kOffset>
+template <GgmlType kType, int T>
 void qkernel(const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) {
-  qkernel_rows<T, kOffset ? 2 : 0>(
+  qkernel_rows<T, kType == GgmlType::Q8_0 ? 2 : kIntMode<kType>>(
       [w](int64_t g) {
         const size_t o = static_cast<size_t>(g) * kRec;
         return tile_of(load_group(w[0] + o), load_group(w[1] + o), load_group(w[2] + o), load_group(w[3] + o));
@@ -279,7 +290,7 @@ void qkernel(const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float
 template <GgmlType kType, int T>
 void qkernel_direct(const uint8_t* const* rows, int64_t nb, const uint8_t* const* x, int64_t ng, size_t prefetch,
                     float* out) {
-  constexpr int kMode = kType == GgmlType::Q8_0 ? 1 : 0;  // direct
+  constexpr int kMode = kIntMode<kType>;
   constexpr size_t kGroupBytes = Layout<kType>::kBB * kG;
   qkernel_rows<T, kMode>(
       [rows, nb, prefetch](int64_t g) {
@@ -343,13 +354,8 @@ inline WGroup packed_group(const uint8_t* tile, size_t scales_off, int64_t g, in
   WGroup w;
   w.wd = packed_scales(s, idx);
   packed_quants<kType>(q + r * qb, q + kPackRows * qb, r, w.lo, w.hi);
-  if constexpr (kType == GgmlType::Q8_0) {
-    w.wm = _mm512_setzero_si512();
-  } else if constexpr (pack_has_min(kType)) {
-    w.wm = _mm512_castps_si512(packed_scales(s + 32, idx));
-  } else {
-    w.wm = _mm512_castps_si512(_mm512_mul_ps(w.wd, _mm512_set1_ps(Layout<kType>::kImplicit)));
-  }
+  // m (Q4_1 / Q5_1); Q8_0 and the implicit offsets need none (kIntMode).
+  w.wm = pack_has_min(kType) ? _mm512_castps_si512(packed_scales(s + 32, idx)) : _mm512_setzero_si512();
   return w;
 }
 
@@ -369,13 +375,7 @@ inline TileGroup packed_tile_group(const uint8_t* tile, size_t scales_off, int64
   // packed scale 4r + k (row r, block k) -> lane 4k + r
   const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   tg.wd = packed_scales(s, tr);
-  if constexpr (pack_has_min(kType)) {
-    tg.wm = packed_scales(s + 32, tr);
-  } else if constexpr (kType == GgmlType::Q8_0) {
-    tg.wm = _mm512_setzero_ps();
-  } else {
-    tg.wm = _mm512_mul_ps(tg.wd, _mm512_set1_ps(Layout<kType>::kImplicit));
-  }
+  tg.wm = pack_has_min(kType) ? packed_scales(s + 32, tr) : _mm512_setzero_ps();  // m, or none (kIntMode)
   return tg;
 }
 
@@ -391,7 +391,7 @@ constexpr size_t kPackedPrefetch = 16384;
 // (quants and scales alike; past the buffer's end a prefetch is harmless).
 template <GgmlType kType, int T>
 void qkernel_packed(const uint8_t* tile, const PackLayout& l, const uint8_t* const* x, float* out) {
-  constexpr int kMode = kType == GgmlType::Q8_0 ? 1 : 0;  // direct
+  constexpr int kMode = kIntMode<kType>;
   const size_t step = (l.tile_bytes + static_cast<size_t>(l.ng) - 1) / static_cast<size_t>(l.ng);
   const size_t scales_off = l.scales_off;
   qkernel_rows<T, kMode>(
