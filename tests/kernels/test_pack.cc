@@ -72,7 +72,7 @@ TEST_F(PackTest, PackedEqualsRowsBitwise) {
   }
 }
 
-// Packed Q4_0 / Q4_1 at 16 or more tokens go through the 16-row panel GEMM
+// Packed Q4_0 / Q4_1 / Q8_0 at 16 or more tokens go through the 16-row panel GEMM
 // (gemm_panel_avx512.inc): bitwise the GGUF rows' outputs for row counts that
 // leave a partial panel (or a partial tile), groups with zero-padded tail blocks
 // (cols % 128 != 0), token counts off the 4-token register tile, and 1 or 2
@@ -80,7 +80,7 @@ TEST_F(PackTest, PackedEqualsRowsBitwise) {
 TEST_F(PackTest, PanelGemmEqualsRowsBitwise) {
   testing::IsaScope scope("avx512-vnni");
   uint64_t seed = 900;
-  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1}) {
+  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
     for (int64_t rows : {16, 17, 30, 64, 211}) {
       for (int64_t cols : {32, 64, 96, 576, 640}) {
         auto w = make_weight(type, rows, cols, seed++);

@@ -47,6 +47,9 @@ enum class ActMode {
   // as ggml's own integer dot, and one fma per block adds it: no float offset term.
   kImplicit8,
   kImplicit16,
+  // The same with -128 * sum(q): Q8_0 on AVX-512 in the panel GEMM, whose
+  // weights are w + 128 (u8), so its block sums are exactly sum(w * q).
+  kImplicit128,
 };
 // The mode for weights of type t (an is_q32_type) on the given ISA and path.
 // direct: the few-token path (decoded in registers), else the staged path. Both

@@ -191,8 +191,9 @@ void quantize_act(const float* x, int64_t n_tokens, int64_t cols, int g, ActMode
         const int32_t isum = _mm_cvtsi128_si32(s4);
         const float sum = static_cast<float>(isum);  // |sum| <= 32 * 127: exact
         float sterm = 0.0f;
-        if (mode == ActMode::kImplicit8 || mode == ActMode::kImplicit16) {  // int32 in lane 0
-          sterm = std::bit_cast<float>(isum * (mode == ActMode::kImplicit8 ? -8 : -16));
+        if (mode == ActMode::kImplicit8 || mode == ActMode::kImplicit16 || mode == ActMode::kImplicit128) {
+          const int32_t off = mode == ActMode::kImplicit8 ? -8 : mode == ActMode::kImplicit16 ? -16 : -128;
+          sterm = std::bit_cast<float>(isum * off);  // int32 in lane 0
         } else if (mode == ActMode::kQ8_1) {
           sterm = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(d * sum), _MM_FROUND_TO_NEAREST_INT)));
         } else {
