@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <vector>
 
 #include "base/aligned.h"
@@ -47,47 +48,19 @@ class PackTest : public ::testing::Test {
   }
 };
 
-TEST_F(PackTest, PackedEqualsRowsBitwise) {
-  testing::IsaScope scope("avx512-vnni");
-  uint64_t seed = 1;
-  for (GgmlType type : kPacked) {
-    for (int64_t rows : {1, 3, 4, 5, 19, 37}) {
-      for (int64_t cols : {32, 96, 128, 160, 416}) {
+// For every type x rows x cols x thread count x token count: the packed copy's
+// outputs are bitwise the GGUF rows' outputs.
+void expect_packed_equals_rows(std::initializer_list<GgmlType> types, std::initializer_list<int64_t> row_counts,
+                               std::initializer_list<int64_t> col_counts, std::initializer_list<int64_t> tokens,
+                               uint64_t seed) {
+  for (GgmlType type : types) {
+    for (int64_t rows : row_counts) {
+      for (int64_t cols : col_counts) {
         auto w = make_weight(type, rows, cols, seed++);
         Packed p = pack(w.view);
         for (int threads : {1, 2}) {
           set_num_threads(threads);
-          for (int64_t n : {1, 2, 3, 4, 5, 12, 13, 21}) {  // direct up to 12, staged beyond
-            const auto x = random_vec(static_cast<size_t>(n * cols), seed++, 2.0);
-            std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size(), -1.0f);
-            cpu::matmul(w.view, x.data(), n, want.data());
-            cpu::matmul(p.view, x.data(), n, got.data());
-            ASSERT_TRUE(BitwiseEqual(got.data(), want.data(), got.size()))
-                << ggml_type_info(type).name << " rows=" << rows << " cols=" << cols << " n=" << n
-                << " threads=" << threads;
-          }
-        }
-      }
-    }
-  }
-}
-
-// Packed Q4_0 / Q4_1 / Q8_0 at 16 or more tokens go through the 16-row panel GEMM
-// (gemm_panel_avx512.inc): bitwise the GGUF rows' outputs for row counts that
-// leave a partial panel (or a partial tile), groups with zero-padded tail blocks
-// (cols % 128 != 0), token counts off the 4-token register tile, and 1 or 2
-// threads (chunks of several panels at 2 threads for the larger shapes).
-TEST_F(PackTest, PanelGemmEqualsRowsBitwise) {
-  testing::IsaScope scope("avx512-vnni");
-  uint64_t seed = 900;
-  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
-    for (int64_t rows : {16, 17, 30, 64, 211}) {
-      for (int64_t cols : {32, 64, 96, 576, 640}) {
-        auto w = make_weight(type, rows, cols, seed++);
-        Packed p = pack(w.view);
-        for (int threads : {1, 2}) {
-          set_num_threads(threads);
-          for (int64_t n : {16, 18, 23, 40}) {
+          for (int64_t n : tokens) {
             const auto x = random_vec(static_cast<size_t>(n * cols), seed++, 2.0);
             std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size(), -1.0f);
             cpu::matmul(w.view, x.data(), n, want.data());
@@ -101,6 +74,24 @@ TEST_F(PackTest, PanelGemmEqualsRowsBitwise) {
     }
   }
   set_num_threads(1);
+}
+
+TEST_F(PackTest, PackedEqualsRowsBitwise) {
+  testing::IsaScope scope("avx512-vnni");
+  // direct up to 12 tokens, staged beyond (panels from 16: below)
+  expect_packed_equals_rows({GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}, {1, 3, 4, 5, 19, 37},
+                            {32, 96, 128, 160, 416}, {1, 2, 3, 4, 5, 12, 13, 21}, 1);
+}
+
+// Packed Q4_0 / Q4_1 / Q8_0 at 16 or more tokens go through the 16-row panel GEMM
+// (gemm_panel_avx512.inc): bitwise the GGUF rows' outputs for row counts that
+// leave a partial panel (or a partial tile), groups with zero-padded tail blocks
+// (cols % 128 != 0), token counts off the 4-token register tile, and 1 or 2
+// threads (chunks of several panels at 2 threads for the larger shapes).
+TEST_F(PackTest, PanelGemmEqualsRowsBitwise) {
+  testing::IsaScope scope("avx512-vnni");
+  expect_packed_equals_rows({GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}, {16, 17, 30, 64, 211},
+                            {32, 64, 96, 576, 640}, {16, 18, 23, 40}, 900);
 }
 
 // The packed copy holds the matrix, not something near it: one flipped quant
