@@ -144,7 +144,9 @@ uint8_t* scratch(int slot, size_t bytes) {
   return bufs[slot].data();
 }
 
-void quantize_act(const float* x, int64_t n_tokens, int64_t cols, int g, ActMode mode, uint8_t* out) {
+namespace {
+
+void quantize_act_rows(const float* x, int64_t n_tokens, int64_t cols, int g, ActMode mode, uint8_t* out) {
   const int64_t nb = cols / 32, ng = act_groups(cols, g);
   const size_t rec = act_record_bytes(g);
   const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -205,6 +207,24 @@ void quantize_act(const float* x, int64_t n_tokens, int64_t cols, int g, ActMode
       _mm_storeu_si128(reinterpret_cast<__m128i*>(r + 48 * g + 16 * b), sx);
     }
   }
+}
+
+}  // namespace
+
+// Many tokens (a prefill, a batched step): tokens split over the pool in blocks
+// of kTokens; each token's record is computed exactly as alone.
+void quantize_act(const float* x, int64_t n_tokens, int64_t cols, int g, ActMode mode, uint8_t* out) {
+  constexpr int64_t kTokens = 16;
+  const int nth = threads();
+  if (n_tokens < 2 * kTokens || nth <= 1) {
+    quantize_act_rows(x, n_tokens, cols, g, mode, out);
+    return;
+  }
+  const size_t row = static_cast<size_t>(act_groups(cols, g)) * act_record_bytes(g);
+  parallel_for((n_tokens + kTokens - 1) / kTokens, nth, [=](int64_t i) {
+    const int64_t t0 = i * kTokens;
+    quantize_act_rows(x + t0 * cols, std::min(kTokens, n_tokens - t0), cols, g, mode, out + static_cast<size_t>(t0) * row);
+  });
 }
 
 }  // namespace detail
