@@ -122,6 +122,7 @@ void attend_heads(const TokenAttn& a, int32_t g0) {
       prefetch_chunk(ahead);
       ahead = chunk_end(ahead, bs, a.n_keys);
     }
+    if (a.ahead != nullptr) a.ahead->step();
     const int lo = static_cast<int>(std::max<int64_t>(a.first, c0) - c0), hi = static_cast<int>(c1 - c0);
     const __mmask16 valid = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
     const uint8_t* krow[kChunk];
@@ -161,18 +162,25 @@ void attend_heads(const TokenAttn& a, int32_t g0) {
       lrun[g] += _mm512_reduce_add_ps(e);
       _mm512_store_ps(p[g], e);
     }
-    // p * V in key order, each V vector decoded once for all the heads.
-    for (int i = 0; i < NV; ++i) {
-      __m512 o[HB];
-      for (int g = 0; g < HB; ++g) {
-        o[g] = _mm512_load_ps(acc[g] + 16 * i);
-        if (rescale[g]) o[g] = _mm512_mul_ps(o[g], _mm512_set1_ps(corr[g]));
+    // p * V in key order, each V vector decoded once for all the heads. All
+    // HB * NV running output vectors stay in registers over the chunk, so the
+    // key loop has HB * NV independent multiply-add chains (each vector's own
+    // chain still takes the keys in order).
+    __m512 o[HB][NV];
+    for (int g = 0; g < HB; ++g) {
+      for (int i = 0; i < NV; ++i) {
+        o[g][i] = _mm512_load_ps(acc[g] + 16 * i);
+        if (rescale[g]) o[g][i] = _mm512_mul_ps(o[g][i], _mm512_set1_ps(corr[g]));
       }
-      for (int j = lo; j < hi; ++j) {
+    }
+    for (int j = lo; j < hi; ++j) {
+      for (int i = 0; i < NV; ++i) {
         const __m512 vv = load16<DT>(vrow[j], i);
-        for (int g = 0; g < HB; ++g) o[g] = _mm512_fmadd_ps(_mm512_set1_ps(p[g][j]), vv, o[g]);
+        for (int g = 0; g < HB; ++g) o[g][i] = _mm512_fmadd_ps(_mm512_set1_ps(p[g][j]), vv, o[g][i]);
       }
-      for (int g = 0; g < HB; ++g) _mm512_store_ps(acc[g] + 16 * i, o[g]);
+    }
+    for (int g = 0; g < HB; ++g) {
+      for (int i = 0; i < NV; ++i) _mm512_store_ps(acc[g] + 16 * i, o[g][i]);
     }
     c0 = c1;
   }
@@ -211,6 +219,36 @@ void attend_dtype(const TokenAttn& a) {
 }
 
 }  // namespace
+
+RowPrefetch::RowPrefetch(const KvLayerView& kv, const int32_t* pages, int64_t first, int64_t n_keys, int64_t steps)
+    : kv_(&kv), pages_(pages), first_(first), n_keys_(n_keys), page_(first / kv.block_size - 1) {
+  if (n_keys <= first) {
+    page_ = n_keys;  // nothing to read
+    return;
+  }
+  const int64_t lines = ((n_keys - first) * static_cast<int64_t>(kv.row_bytes) + 63) / 64 + (n_keys - first) / kv.block_size + 2;
+  per_step_ = lines / std::max<int64_t>(1, steps) + 1;
+  next_page();
+}
+
+void RowPrefetch::next_page() {
+  const int64_t bs = kv_->block_size;
+  ++page_;
+  if (page_ * bs >= n_keys_) return;
+  const int64_t s0 = std::max(first_, page_ * bs) - page_ * bs, s1 = std::min(n_keys_, (page_ + 1) * bs) - page_ * bs;
+  const size_t base = static_cast<size_t>(pages_[page_]) * static_cast<size_t>(bs) * kv_->row_bytes;
+  off_ = (base + static_cast<size_t>(s0) * kv_->row_bytes) & ~size_t{63};
+  end_ = base + static_cast<size_t>(s1) * kv_->row_bytes;
+}
+
+void RowPrefetch::step() {
+  for (int64_t n = 0; n < per_step_ && page_ * kv_->block_size < n_keys_; ++n) {
+    _mm_prefetch(reinterpret_cast<const char*>(kv_->k + off_), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(kv_->v + off_), _MM_HINT_T0);
+    off_ += 64;
+    if (off_ >= end_) next_page();
+  }
+}
 
 bool attend_token_avx512_supports(KvDtype dtype, int32_t head_dim) {
   const bool dt = dtype == KvDtype::F32 || dtype == KvDtype::F16 || dtype == KvDtype::BF16;
