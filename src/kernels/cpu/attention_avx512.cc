@@ -132,23 +132,32 @@ void attend_heads(const TokenAttn& a, int32_t g0) {
       krow[j] = kv.k + off + static_cast<size_t>(j) * kv.row_bytes;
       vrow[j] = kv.v + off + static_cast<size_t>(j) * kv.row_bytes;
     }
+    // Scores: key by key, each K vector decoded once for all the heads (the
+    // queries stay in registers); head g's dot product with key j is its own
+    // chain q0*k0, then + q1*k1, ... as if alone.
+    __m512 qv[HB][NV];
+    for (int g = 0; g < HB; ++g) {
+      for (int i = 0; i < NV; ++i) qv[g][i] = _mm512_loadu_ps(a.q + static_cast<int64_t>(g0 + g) * hd + 16 * i);
+    }
+    __m512 t[HB][kChunk];
+    for (int j = 0; j < kChunk; ++j) {
+      if (j < lo || j >= hi) {
+        for (int g = 0; g < HB; ++g) t[g][j] = _mm512_setzero_ps();
+        continue;
+      }
+      __m512 sj[HB];
+      const __m512 k0 = load16<DT>(krow[j], 0);
+      for (int g = 0; g < HB; ++g) sj[g] = _mm512_mul_ps(qv[g][0], k0);
+      for (int i = 1; i < NV; ++i) {
+        const __m512 ki = load16<DT>(krow[j], i);
+        for (int g = 0; g < HB; ++g) sj[g] = _mm512_fmadd_ps(qv[g][i], ki, sj[g]);
+      }
+      for (int g = 0; g < HB; ++g) t[g][j] = sj[g];
+    }
     bool rescale[HB];
     float corr[HB];
     for (int g = 0; g < HB; ++g) {
-      const float* qg = a.q + static_cast<int64_t>(g0 + g) * hd;
-      __m512 qv[NV];
-      for (int i = 0; i < NV; ++i) qv[i] = _mm512_loadu_ps(qg + 16 * i);
-      __m512 t[kChunk];
-      for (int j = 0; j < kChunk; ++j) {
-        if (j < lo || j >= hi) {
-          t[j] = _mm512_setzero_ps();
-          continue;
-        }
-        __m512 s = _mm512_mul_ps(qv[0], load16<DT>(krow[j], 0));
-        for (int i = 1; i < NV; ++i) s = _mm512_fmadd_ps(qv[i], load16<DT>(krow[j], i), s);
-        t[j] = s;
-      }
-      const __m512 sc = _mm512_mul_ps(hsum16x16(t), scale);
+      const __m512 sc = _mm512_mul_ps(hsum16x16(t[g]), scale);
       const float bm = _mm512_mask_reduce_max_ps(valid, sc);
       const float m_new = bm > mrun[g] ? bm : mrun[g];
       rescale[g] = m_new > mrun[g];  // rescale only when the max moved (exp(0) == 1 exactly otherwise)
