@@ -283,6 +283,14 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
       // Whole-row items of decode (a one-token tile): the next item's token
       // (usually this thread's next, items go out in contiguous ranges) is read
       // into cache during this one when it is another sequence's.
+      // The first item of a thread's range (the pool hands out contiguous
+      // ranges) had no item before it to read its rows: it asks for all of
+      // them at once, so that they stream in rather than miss one by one.
+      const int64_t k_parts = std::min<int64_t>(items, nth);
+      if (whole_rows && nt == 1 && (item * k_parts) % items < k_parts) {
+        detail::RowPrefetch own(kv, pages, first[0], n_keys[0], 1);
+        own.step();
+      }
       detail::RowPrefetch ahead;
       const bool read_ahead = whole_rows && nt == 1 && item + 1 < items && tiles[3 * tile + 3] != s;
       if (read_ahead) {
