@@ -7,6 +7,10 @@
 // the running output, then p * V in key order (online softmax). Every float op
 // depends only on the token's own query, its position and the logical key
 // sequence, never on physical block ids, other tokens or the thread count.
+// On the AVX-512 path with at least two tiles per thread an item is a whole
+// tile (every KV head), and a decode item reads the next item's K/V rows into
+// cache while it computes (attention_avx512.h, RowPrefetch): only the work
+// partition and the prefetches change, never a head's op sequence.
 #include <immintrin.h>
 
 #include <algorithm>
