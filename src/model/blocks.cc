@@ -1,10 +1,47 @@
 #include "model/blocks.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "model/model.h"
 
 namespace pagoda::model {
+namespace {
+
+// The row-wise ops between the matmuls (norms, the gated activation, the
+// residual add, the KV write) on the kernels' thread pool, split at token
+// boundaries: each token row's values are computed by the same code whatever
+// the split (every op here is row by row or element by element, and the gated activation
+// is split only when n_ff is a multiple of its 8-lane vectors), so results
+// are bitwise those of one call. Batches under kMinSplitTokens run as one call
+// (a pool launch would cost more than it gives back).
+constexpr int64_t kMinSplitTokens = 8;
+
+template <class F>
+void over_tokens(int64_t n_tokens, F&& fn) {  // fn(t0, t1): rows [t0, t1)
+  const int64_t parts = n_tokens >= kMinSplitTokens ? std::min<int64_t>(n_tokens, kernels::num_threads()) : 1;
+  if (parts <= 1) {
+    fn(int64_t{0}, n_tokens);
+    return;
+  }
+  kernels::parallel_for(parts, [&](int64_t i) { fn(n_tokens * i / parts, n_tokens * (i + 1) / parts); });
+}
+
+// x = rmsnorm(x) * weight, rows [0, T) of width n, on the pool.
+void rmsnorm_rows(const ForwardPass& p, const float* x, const float* weight, int64_t T, int64_t n, float* y) {
+  over_tokens(T, [&](int64_t t0, int64_t t1) { p.k.rmsnorm(x + t0 * n, weight, p.c.rms_eps, t1 - t0, n, y + t0 * n); });
+}
+
+// x += post_norm(proj) (the norm only where the layer has one), rows of width E.
+void add_residual(const ForwardPass& p, const float* post_norm, float* x, float* proj, int64_t T) {
+  const int64_t E = p.c.n_embd;
+  over_tokens(T, [&](int64_t t0, int64_t t1) {
+    if (post_norm) p.k.rmsnorm(proj + t0 * E, post_norm, p.c.rms_eps, t1 - t0, E, proj + t0 * E);
+    p.k.add(x + t0 * E, proj + t0 * E, (t1 - t0) * E);
+  });
+}
+
+}  // namespace
 
 void embed_tokens(const ForwardPass& p) {
   p.k.get_rows(p.w.token_embd, p.batch.token_ids, p.batch.n_tokens, p.ws.x.data());
@@ -26,7 +63,7 @@ void attention_block(const ForwardPass& p, int32_t l) {
   float* att = ws.att.data();    // [T, n_heads, head_dim]
   float* proj = ws.proj.data();  // [T, E]
 
-  p.k.rmsnorm(x, w.attn_norm, c.rms_eps, T, c.n_embd, xn);
+  rmsnorm_rows(p, x, w.attn_norm, T, c.n_embd, xn);
   const kernels::WeightView* qkv_w[] = {&w.wq, &w.wk, &w.wv};
   float* const qkv_y[] = {q, k, v};
   p.k.matmul_multi(qkv_w, 3, xn, T, qkv_y);  // one launch at decode sizes
@@ -47,11 +84,11 @@ void attention_block(const ForwardPass& p, int32_t l) {
   p.k.rope(k, p.batch.positions, T, c.n_kv_heads, c.head_dim, c.rope_dim, la.rope_base, c.rope_neox, rs);
   // The layer's KV group (hybrid manager): its own slots and block tables.
   const kernels::BatchView gb = kernels::group_view(p.batch, kv.group);
-  p.k.kv_write(kv, k, v, gb.slot_mapping, T);
+  const int64_t kvd = c.kv_dim();
+  over_tokens(T, [&](int64_t t0, int64_t t1) { p.k.kv_write(kv, k + t0 * kvd, v + t0 * kvd, gb.slot_mapping + t0, t1 - t0); });
   p.k.paged_attention(q, kv, gb, c.n_heads, c.attn_scale, att, la.window);
   p.k.matmul(w.wo, att, T, proj);
-  if (w.post_attn_norm) p.k.rmsnorm(proj, w.post_attn_norm, c.rms_eps, T, c.n_embd, proj);
-  p.k.add(x, proj, T * c.n_embd);
+  add_residual(p, w.post_attn_norm, x, proj, T);
 }
 
 void swiglu_ffn_block(const ForwardPass& p, int32_t l) {
@@ -65,18 +102,19 @@ void swiglu_ffn_block(const ForwardPass& p, int32_t l) {
   float* up = ws.up.data();      // [T, F]
   float* proj = ws.proj.data();  // [T, E]
 
-  p.k.rmsnorm(x, w.ffn_norm, c.rms_eps, T, c.n_embd, xn);
+  rmsnorm_rows(p, x, w.ffn_norm, T, c.n_embd, xn);
   const kernels::WeightView* gate_up_w[] = {&w.w_gate, &w.w_up};
   float* const gate_up_y[] = {gate, up};
   p.k.matmul_multi(gate_up_w, 2, xn, T, gate_up_y);  // one launch at decode sizes
-  if (c.ffn_act == FfnAct::GeluTanh) {
-    p.k.gelu_mul(gate, up, T * c.n_ff);
+  const int64_t F = c.n_ff;
+  const auto act = c.ffn_act == FfnAct::GeluTanh ? p.k.gelu_mul : p.k.silu_mul;
+  if (F % 8 != 0) {  // a split would move elements between the vector loop and the scalar tail
+    act(gate, up, T * F);
   } else {
-    p.k.silu_mul(gate, up, T * c.n_ff);
+    over_tokens(T, [&](int64_t t0, int64_t t1) { act(gate + t0 * F, up + t0 * F, (t1 - t0) * F); });
   }
   p.k.matmul(w.w_down, gate, T, proj);
-  if (w.post_ffn_norm) p.k.rmsnorm(proj, w.post_ffn_norm, c.rms_eps, T, c.n_embd, proj);
-  p.k.add(x, proj, T * c.n_embd);
+  add_residual(p, w.post_ffn_norm, x, proj, T);
 }
 
 void output_logits(const ForwardPass& p) {

@@ -364,6 +364,57 @@ TEST(PagedAttentionWindow, TokenAloneEqualsTokenInBatchBitwise) {
   set_num_threads(threads);
 }
 
+// Decode of many sequences (SmolLM2's 32-stream shape, scaled down): with at
+// least two tiles per thread an AVX-512 item is a whole token (every KV head)
+// and reads the next sequence's rows ahead (attention.cc). Each decode token is
+// bitwise the same as alone (one item per KV head, nothing read ahead), at 1 to
+// 4 threads, with and without a window, blocks shuffled, both ISAs, and a
+// prefill chunk in the middle of the batch; and within the ref tolerance.
+TEST(PagedAttention, ManySequencesDecodeEqualsEachTokenAloneBitwise) {
+  const std::vector<int32_t> lens{1, 17, 40, 64, 100, 3, 60, 33, 16, 15, 80, 47, 129};
+  std::vector<int32_t> fresh(lens.size(), 1);
+  fresh[6] = 20;  // a prefill chunk between decode tokens
+  uint64_t seed = 1200;
+  for (const char* isa : {"avx2", "avx512-vnni"}) {
+    IsaScope scope("avx2");
+    if (!cpu::set_isa(isa)) continue;  // no AVX-512 on this machine
+    for (KvDtype dt : kDtypes) {
+      auto batch = Scenario::make(9, 3, 64, 16, dt, lens, fresh, seed++);
+      batch.build(/*shuffle_blocks=*/true, seed);
+      double vmax = 0;
+      for (float v : batch.v_all) vmax = std::max(vmax, std::fabs(static_cast<double>(v)));
+      std::vector<double> tol(batch.q.size(), (129 + 16) * 0x1.0p-22 * vmax * 4);
+      for (int32_t w : {0, 21}) {
+        set_num_threads(1);
+        const auto one = batch.run_cpu(w);
+        const auto want = batch.run_ref(w);
+        ASSERT_TRUE(WithinTol(one.data(), want.data(), tol.data(), one.size())) << isa << " " << kv_dtype_name(dt);
+        for (int t : {2, 3, 4}) {
+          set_num_threads(t);
+          const auto got = batch.run_cpu(w);
+          ASSERT_TRUE(BitwiseEqual(one.data(), got.data(), one.size()))
+              << isa << " " << t << " threads, " << kv_dtype_name(dt) << " window=" << w;
+        }
+        set_num_threads(1);
+        const int64_t row = 3 * 64, width = 9 * 64;
+        int64_t key0 = 0;
+        for (size_t sq = 0; sq < lens.size(); key0 += lens[sq], ++sq) {
+          if (fresh[sq] != 1) continue;
+          const int32_t tok = batch.q_indptr[sq];
+          Scenario alone(9, 3, 64, 16, dt, {lens[sq]}, {1});
+          alone.k_all.assign(batch.k_all.begin() + key0 * row, batch.k_all.begin() + (key0 + lens[sq]) * row);
+          alone.v_all.assign(batch.v_all.begin() + key0 * row, batch.v_all.begin() + (key0 + lens[sq]) * row);
+          alone.q.assign(batch.q.begin() + tok * width, batch.q.begin() + (tok + 1) * width);
+          alone.build(true, seed + sq);
+          const auto solo = alone.run_cpu(w);
+          ASSERT_TRUE(BitwiseEqual(solo.data(), one.data() + tok * width, width))
+              << isa << " " << kv_dtype_name(dt) << " seq " << sq << " window=" << w;
+        }
+      }
+    }
+  }
+}
+
 // KV cache groups: a window group's table has the null block before the
 // window of the step's first token. paged_attention (cpu and ref) must start at
 // the page of the first key in the window and never read those entries: here

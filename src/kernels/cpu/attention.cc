@@ -7,6 +7,10 @@
 // the running output, then p * V in key order (online softmax). Every float op
 // depends only on the token's own query, its position and the logical key
 // sequence, never on physical block ids, other tokens or the thread count.
+// On the AVX-512 path with at least two tiles per thread an item is a whole
+// tile (every KV head), and a decode item reads the next item's K/V rows into
+// cache while it computes (attention_avx512.h, RowPrefetch): only the work
+// partition and the prefetches change, never a head's op sequence.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -247,15 +251,21 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
     }
   }
   const int32_t gs = group / hsplit;  // query heads per item
-  const int64_t items = base_items * hsplit;
+  // With enough tiles (decode of many sequences, prefill) an AVX-512 item is a
+  // whole tile, every KV head: the first KV head's pass prefetches whole rows
+  // (one contiguous run per page) and the others find them in cache.
+  const bool avx512 = detail::isa() == detail::Isa::kAvx512 && detail::attend_token_avx512_supports(kv.dtype, hd);
+  const bool whole_rows = avx512 && hsplit == 1 && n_tiles >= 2 * nth;
+  const int32_t kv_per_item = whole_rows ? nkv : 1;
+  const int64_t items = base_items * hsplit / kv_per_item;
   const size_t kvbuf = static_cast<size_t>(bs) * static_cast<size_t>(hd);
   const size_t per_token_floats = static_cast<size_t>(group) * (hd + 2);
   const size_t per_item_floats = 2 * kvbuf + static_cast<size_t>(group) * bs + kQueryTile * per_token_floats;
   // The AVX-512 path where it takes the dtype and head size: the choice depends
   // only on the ISA and the cache's shape, so a token's op sequence never
   // depends on the batch.
-  const bool avx512 = detail::isa() == detail::Isa::kAvx512 && detail::attend_token_avx512_supports(kv.dtype, hd);
-  detail::parallel_for(items, nth, [&](int64_t it) {
+  detail::parallel_for(items, nth, [&](int64_t item) {
+    const int64_t it = item * kv_per_item;  // the (tile, KV head, slice) item it starts at
     const int32_t tile = static_cast<int32_t>(it / (nkv * hsplit));
     const int32_t kvh = static_cast<int32_t>(it / hsplit % nkv), h0 = kvh * group + static_cast<int32_t>(it % hsplit) * gs;
     const int32_t s = tiles[3 * tile], t0 = tiles[3 * tile + 1], nt = tiles[3 * tile + 2] - t0;
@@ -274,10 +284,34 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
     }
     const int32_t* pages = batch.kv_indices + batch.kv_indptr[s];
     if (avx512) {  // token by token, K/V decoded in registers (attention_avx512.cc)
+      // Whole-row items of decode (a one-token tile): the next item's token
+      // (usually this thread's next, items go out in contiguous ranges) is read
+      // into cache during this one when it is another sequence's.
+      // The first item of a thread's range (the pool hands out contiguous
+      // ranges) had no item before it to read its rows: it asks for all of
+      // them at once, so that they stream in rather than miss one by one.
+      const int64_t k_parts = std::min<int64_t>(items, nth);
+      if (whole_rows && nt == 1 && (item * k_parts) % items < k_parts) {
+        detail::RowPrefetch own(kv, pages, first[0], n_keys[0], 1);
+        own.step();
+      }
+      detail::RowPrefetch ahead;
+      const bool read_ahead = whole_rows && nt == 1 && item + 1 < items && tiles[3 * tile + 3] != s;
+      if (read_ahead) {
+        const int32_t s2 = tiles[3 * tile + 3];
+        const int64_t pos2 = batch.positions[tiles[3 * tile + 4]];
+        const int64_t n2 = std::min<int64_t>(kv_len(batch, s2, bs), pos2 + 1);
+        const int64_t first2 = window > 0 ? std::max<int64_t>(0, pos2 - window + 1) : 0;
+        const int64_t steps = ((n_keys[0] - first[0]) / 16 + 1) * nkv;  // chunks of this item (about)
+        ahead = detail::RowPrefetch(kv, batch.kv_indices + batch.kv_indptr[s2], first2, n2, steps);
+      }
       for (int32_t i = 0; i < nt; ++i) {
-        const int64_t at = (static_cast<int64_t>(t0 + i) * n_heads + h0) * hd;
-        detail::attend_token_avx512({.q = q + at, .out = out + at, .n_heads = gs, .kv = &kv, .kv_head = kvh,
-                                     .pages = pages, .first = first[i], .n_keys = n_keys[i], .scale = scale});
+        for (int32_t k = 0; k < kv_per_item; ++k) {
+          const int64_t at = (static_cast<int64_t>(t0 + i) * n_heads + h0 + k * group) * hd;
+          detail::attend_token_avx512({.q = q + at, .out = out + at, .n_heads = gs, .kv = &kv, .kv_head = kvh + k,
+                                       .pages = pages, .first = first[i], .n_keys = n_keys[i], .scale = scale,
+                                       .ahead = read_ahead ? &ahead : nullptr});
+        }
       }
       return;
     }

@@ -122,6 +122,7 @@ void attend_heads(const TokenAttn& a, int32_t g0) {
       prefetch_chunk(ahead);
       ahead = chunk_end(ahead, bs, a.n_keys);
     }
+    if (a.ahead != nullptr) a.ahead->step();
     const int lo = static_cast<int>(std::max<int64_t>(a.first, c0) - c0), hi = static_cast<int>(c1 - c0);
     const __mmask16 valid = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
     const uint8_t* krow[kChunk];
@@ -131,23 +132,32 @@ void attend_heads(const TokenAttn& a, int32_t g0) {
       krow[j] = kv.k + off + static_cast<size_t>(j) * kv.row_bytes;
       vrow[j] = kv.v + off + static_cast<size_t>(j) * kv.row_bytes;
     }
+    // Scores: key by key, each K vector decoded once for all the heads (the
+    // queries stay in registers); head g's dot product with key j is its own
+    // chain q0*k0, then + q1*k1, ... as if alone.
+    __m512 qv[HB][NV];
+    for (int g = 0; g < HB; ++g) {
+      for (int i = 0; i < NV; ++i) qv[g][i] = _mm512_loadu_ps(a.q + static_cast<int64_t>(g0 + g) * hd + 16 * i);
+    }
+    __m512 t[HB][kChunk];
+    for (int j = 0; j < kChunk; ++j) {
+      if (j < lo || j >= hi) {
+        for (int g = 0; g < HB; ++g) t[g][j] = _mm512_setzero_ps();
+        continue;
+      }
+      __m512 sj[HB];
+      const __m512 k0 = load16<DT>(krow[j], 0);
+      for (int g = 0; g < HB; ++g) sj[g] = _mm512_mul_ps(qv[g][0], k0);
+      for (int i = 1; i < NV; ++i) {
+        const __m512 ki = load16<DT>(krow[j], i);
+        for (int g = 0; g < HB; ++g) sj[g] = _mm512_fmadd_ps(qv[g][i], ki, sj[g]);
+      }
+      for (int g = 0; g < HB; ++g) t[g][j] = sj[g];
+    }
     bool rescale[HB];
     float corr[HB];
     for (int g = 0; g < HB; ++g) {
-      const float* qg = a.q + static_cast<int64_t>(g0 + g) * hd;
-      __m512 qv[NV];
-      for (int i = 0; i < NV; ++i) qv[i] = _mm512_loadu_ps(qg + 16 * i);
-      __m512 t[kChunk];
-      for (int j = 0; j < kChunk; ++j) {
-        if (j < lo || j >= hi) {
-          t[j] = _mm512_setzero_ps();
-          continue;
-        }
-        __m512 s = _mm512_mul_ps(qv[0], load16<DT>(krow[j], 0));
-        for (int i = 1; i < NV; ++i) s = _mm512_fmadd_ps(qv[i], load16<DT>(krow[j], i), s);
-        t[j] = s;
-      }
-      const __m512 sc = _mm512_mul_ps(hsum16x16(t), scale);
+      const __m512 sc = _mm512_mul_ps(hsum16x16(t[g]), scale);
       const float bm = _mm512_mask_reduce_max_ps(valid, sc);
       const float m_new = bm > mrun[g] ? bm : mrun[g];
       rescale[g] = m_new > mrun[g];  // rescale only when the max moved (exp(0) == 1 exactly otherwise)
@@ -161,18 +171,25 @@ void attend_heads(const TokenAttn& a, int32_t g0) {
       lrun[g] += _mm512_reduce_add_ps(e);
       _mm512_store_ps(p[g], e);
     }
-    // p * V in key order, each V vector decoded once for all the heads.
-    for (int i = 0; i < NV; ++i) {
-      __m512 o[HB];
-      for (int g = 0; g < HB; ++g) {
-        o[g] = _mm512_load_ps(acc[g] + 16 * i);
-        if (rescale[g]) o[g] = _mm512_mul_ps(o[g], _mm512_set1_ps(corr[g]));
+    // p * V in key order, each V vector decoded once for all the heads. All
+    // HB * NV running output vectors stay in registers over the chunk, so the
+    // key loop has HB * NV independent multiply-add chains (each vector's own
+    // chain still takes the keys in order).
+    __m512 o[HB][NV];
+    for (int g = 0; g < HB; ++g) {
+      for (int i = 0; i < NV; ++i) {
+        o[g][i] = _mm512_load_ps(acc[g] + 16 * i);
+        if (rescale[g]) o[g][i] = _mm512_mul_ps(o[g][i], _mm512_set1_ps(corr[g]));
       }
-      for (int j = lo; j < hi; ++j) {
+    }
+    for (int j = lo; j < hi; ++j) {
+      for (int i = 0; i < NV; ++i) {
         const __m512 vv = load16<DT>(vrow[j], i);
-        for (int g = 0; g < HB; ++g) o[g] = _mm512_fmadd_ps(_mm512_set1_ps(p[g][j]), vv, o[g]);
+        for (int g = 0; g < HB; ++g) o[g][i] = _mm512_fmadd_ps(_mm512_set1_ps(p[g][j]), vv, o[g][i]);
       }
-      for (int g = 0; g < HB; ++g) _mm512_store_ps(acc[g] + 16 * i, o[g]);
+    }
+    for (int g = 0; g < HB; ++g) {
+      for (int i = 0; i < NV; ++i) _mm512_store_ps(acc[g] + 16 * i, o[g][i]);
     }
     c0 = c1;
   }
@@ -211,6 +228,36 @@ void attend_dtype(const TokenAttn& a) {
 }
 
 }  // namespace
+
+RowPrefetch::RowPrefetch(const KvLayerView& kv, const int32_t* pages, int64_t first, int64_t n_keys, int64_t steps)
+    : kv_(&kv), pages_(pages), first_(first), n_keys_(n_keys), page_(first / kv.block_size - 1) {
+  if (n_keys <= first) {
+    page_ = n_keys;  // nothing to read
+    return;
+  }
+  const int64_t lines = ((n_keys - first) * static_cast<int64_t>(kv.row_bytes) + 63) / 64 + (n_keys - first) / kv.block_size + 2;
+  per_step_ = lines / std::max<int64_t>(1, steps) + 1;
+  next_page();
+}
+
+void RowPrefetch::next_page() {
+  const int64_t bs = kv_->block_size;
+  ++page_;
+  if (page_ * bs >= n_keys_) return;
+  const int64_t s0 = std::max(first_, page_ * bs) - page_ * bs, s1 = std::min(n_keys_, (page_ + 1) * bs) - page_ * bs;
+  const size_t base = static_cast<size_t>(pages_[page_]) * static_cast<size_t>(bs) * kv_->row_bytes;
+  off_ = (base + static_cast<size_t>(s0) * kv_->row_bytes) & ~size_t{63};
+  end_ = base + static_cast<size_t>(s1) * kv_->row_bytes;
+}
+
+void RowPrefetch::step() {
+  for (int64_t n = 0; n < per_step_ && page_ * kv_->block_size < n_keys_; ++n) {
+    _mm_prefetch(reinterpret_cast<const char*>(kv_->k + off_), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(kv_->v + off_), _MM_HINT_T0);
+    off_ += 64;
+    if (off_ >= end_) next_page();
+  }
+}
 
 bool attend_token_avx512_supports(KvDtype dtype, int32_t head_dim) {
   const bool dt = dtype == KvDtype::F32 || dtype == KvDtype::F16 || dtype == KvDtype::BF16;

@@ -8,6 +8,29 @@
 
 namespace pagoda::kernels::cpu::detail {
 
+// Reads another token's K/V rows (every KV head: whole rows, one contiguous run
+// per page) into cache a few lines at a time, while the current token computes:
+// decode reads each sequence's keys once per layer from scattered pages, and
+// one thread's demand misses alone reach only a third of what it can stream
+// with the reads issued ahead. Only prefetches: never changes a result.
+class RowPrefetch {
+ public:
+  RowPrefetch() = default;
+  // Keys [first, n_keys) of the sequence whose pages are pages[]; `steps`: the
+  // calls of step() expected before the rows are needed (each then reads an
+  // even share of the lines).
+  RowPrefetch(const KvLayerView& kv, const int32_t* pages, int64_t first, int64_t n_keys, int64_t steps);
+  void step();
+
+ private:
+  void next_page();
+  const KvLayerView* kv_ = nullptr;
+  const int32_t* pages_ = nullptr;
+  int64_t first_ = 0, n_keys_ = 0, page_ = 0;  // page_: the logical page being read
+  size_t off_ = 0, end_ = 0;                   // byte range left in that page's run
+  int64_t per_step_ = 0;                       // lines (of K, and as many of V) per step()
+};
+
 // One token's heads [0, n_heads) of one KV head: q [n_heads, head_dim] in, out
 // [n_heads, head_dim] out, over the token's keys [first, n_keys) (logical
 // positions; pages[] maps them to blocks).
@@ -20,6 +43,7 @@ struct TokenAttn {
   const int32_t* pages = nullptr;
   int64_t first = 0, n_keys = 0;
   float scale = 1.0f;
+  RowPrefetch* ahead = nullptr;  // stepped once per chunk when set
 };
 
 // Whether attend_token_avx512 takes this KV dtype and head size (f32, f16 and
