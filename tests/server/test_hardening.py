@@ -212,9 +212,9 @@ class TokenizeOffIoThreads(unittest.TestCase):
             self.assertGreaterEqual(len(lat), 20, "tokenizing ended too soon to measure")
             lat.sort()
             p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
-            # A /health queued behind a tokenize waits for a whole 8 MB body (seconds on
-            # 2 cores); served by a free I/O thread it takes ms. 300 ms leaves room for a
-            # loaded CI machine (108 ms seen at load 7 with the old 100 ms bound).
+            # A /health queued behind a tokenize waits for a whole 8 MB body's
+            # tokenization; served by a free I/O thread it takes ms. 300 ms leaves room
+            # for a loaded CI machine (108 ms seen at load 7 with the old 100 ms bound).
             self.assertLess(p99, 0.300, f"/health p99 {p99 * 1000:.1f} ms over {len(lat)} probes")
 
 
