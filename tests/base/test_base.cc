@@ -2,9 +2,11 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "base/checked_math.h"
 #include "base/fp16.h"
+#include "base/ggml_quant.h"
 #include "base/hash.h"
 #include "base/rng.h"
 #include "base/status.h"
@@ -57,4 +59,24 @@ TEST(Status, PropagatesErrors) {
   Status s = g();
   EXPECT_FALSE(s.ok());
   EXPECT_EQ(s.message(), "bad 3");
+}
+
+// The F16 row quantizer (the KV cache's writes; vectorized with F16C) gives
+// exactly fp32_to_fp16 for every value: random normals at many scales, the
+// edges of the half range (overflow to inf, subnormals, underflow to 0), signed
+// zeros, infinities, and a NaN (its group of 8 falls back to the scalar code),
+// at lengths that leave a tail.
+TEST(Fp16, RowQuantizerEqualsScalarConversion) {
+  Rng rng(17);
+  std::vector<float> x;
+  for (int i = 0; i < 4000; ++i) x.push_back(static_cast<float>(rng.normal() * std::pow(2.0, rng.uniform() * 60 - 40)));
+  for (float v : {65504.0f, 65520.0f, 65519.99f, 1e6f, 6.1e-5f, 5.96e-8f, 2.9e-8f, 3e-8f, 1e-10f, 0.0f, -0.0f,
+                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN(), 1.0f, -2.5f, 0.33333334f})
+    x.push_back(v);
+  for (size_t n : {x.size(), x.size() - 3, size_t{5}}) {
+    std::vector<uint16_t> got(n);
+    ASSERT_TRUE(quantize_row(GgmlType::F16, x.data(), got.data(), static_cast<int64_t>(n)));
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], fp32_to_fp16(x[i])) << "x=" << x[i] << " i=" << i;
+  }
 }
