@@ -25,7 +25,7 @@ tg() {  # tg WHO BIN THREADS
   if [ "$who" = llama.cpp ]; then
     line=$(locked "$L" -m "$M" -p 0 -n 128 -t "$t" -r 3 -o md 2>/dev/null | grep "tg128")
   else
-    line=$(locked "$bin" bench -m "$M" --pp 0 --tg 128 -r 3 -t "$t" --no-bandwidth 2>&1 | grep "tg128 ")
+    line=$(locked "$bin" bench -m "$M" --pp 0 --tg 128 -r 3 -t "$t" --no-bandwidth 2>&1 | grep "^|.*tg128 ")
   fi
   echo "$who t$t $(echo "$line" | awk -F'|' '{print $(NF-1)}') tok/s  steal $(( $(steal) - s0 ))"
 }
