@@ -34,9 +34,9 @@
 // stalls keep coming within 100 ms of each other), then tries the workers
 // again. A long wait without such a switch is not a stall: on a virtual machine
 // the hypervisor takes a vCPU away for milliseconds now and then (steal time),
-// which no co-tenant in this machine causes and running alone would not avoid
-// (session 11 measured 10-130 long waits per 2-thread 1B decode run, 76-90% of
-// them with no preemption; each used to cost a 2-64 ms solo window). On a quiet
+// which no co-tenant in this machine causes (session 11 measured 10-130 long
+// waits per 2-thread 1B decode run, 76-90% of them with no preemption; each
+// used to cost a 2-64 ms solo window). On a quiet
 // machine nothing changes; with a co-tenant, decode runs at about one thread's
 // speed instead of collapsing. Results never depend on it (items compute the
 // same on any thread).
