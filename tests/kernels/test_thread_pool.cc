@@ -2,7 +2,8 @@
 // the caller takes part, a slow participant's items are taken by the others,
 // shares run static ranges, nested and concurrent loops run inline (no
 // deadlock, same items), workers are started once and reused, launches are
-// counted, and a stalled worker sends the next loops to the caller alone.
+// counted, and a worker preempted while the caller waited for it sends the next
+// loops to the caller alone (a long wait without preemption does not).
 #include "kernels/cpu/thread_pool.h"
 
 #include <gtest/gtest.h>
@@ -178,16 +179,21 @@ TEST(ThreadPool, CountsLaunchesOfTheCallingThread) {
   end_solo_window();
 }
 
-TEST(ThreadPool, AStalledWorkerSendsTheNextLoopsToTheCaller) {
-  // A long window, so the check below does not depend on timing.
-  set_pool_solo_window(10'000'000, 10'000'000);
-  const int64_t s0 = pool_stalls();
+// A fake involuntary-switch counter (set_pool_preemption_probe): an item bumps
+// it to stage "the scheduler took this worker's core", whatever the machine does.
+std::atomic<int64_t> g_fake_switches{0};
+int64_t fake_switches() { return g_fake_switches.load(); }
+
+// One 2-item loop in which the worker holds the caller up: item 0 (the
+// caller's) waits until a worker has started item 1 and publishes how long
+// that took (d0); the worker then stays in item 1 for 20 d0 + 20 ms (a sleep,
+// so the caller's wait outlasts the spin window and far more than its own
+// item: a long wait). With `preempt`, item 1 also bumps the fake switch
+// counter, as if a co-tenant had taken the worker's core there. False if no
+// worker came (the caller ran both items: nothing was staged).
+bool hold_up_the_caller(bool preempt) {
   const std::thread::id caller = std::this_thread::get_id();
-  // Item 0 (the caller's) waits until a worker has started item 1 and publishes
-  // how long that took (d0); the worker then stays in item 1 for 20 d0 + 20 ms,
-  // as if a co-tenant had preempted it there: the caller's wait is far longer
-  // than its own item, which is a stall.
-  std::atomic<bool> started{false};
+  std::atomic<bool> started{false}, staged{false};
   std::atomic<int64_t> d0{-1};
   parallel_for(2, 2, [&](int64_t i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -200,11 +206,16 @@ TEST(ThreadPool, AStalledWorkerSendsTheNextLoopsToTheCaller) {
       if (std::this_thread::get_id() == caller) return;  // the worker never came: no stall to make
       while (d0.load() < 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
         std::this_thread::yield();
+      if (preempt) g_fake_switches.fetch_add(1);
       std::this_thread::sleep_for(std::chrono::microseconds(20 * std::max<int64_t>(d0.load(), 0) + 20'000));
+      staged.store(true);
     }
   });
-  ASSERT_EQ(pool_stalls(), s0 + 1);
-  // Inside the window every item runs on the caller.
+  return staged.load();
+}
+
+// The threads that ran a 64-item loop, and whether it launched.
+std::set<std::thread::id> threads_of_a_loop(bool* launched) {
   std::mutex mu;
   std::set<std::thread::id> ids;
   const int64_t l0 = pool_launches();
@@ -212,12 +223,48 @@ TEST(ThreadPool, AStalledWorkerSendsTheNextLoopsToTheCaller) {
     std::lock_guard<std::mutex> lock(mu);
     ids.insert(std::this_thread::get_id());
   });
-  EXPECT_EQ(ids, std::set<std::thread::id>{caller});
-  EXPECT_EQ(pool_launches(), l0);
+  *launched = pool_launches() == l0 + 1;
+  return ids;
+}
+
+TEST(ThreadPool, APreemptedWorkerSendsTheNextLoopsToTheCaller) {
+  // A long window, so the check below does not depend on timing.
+  set_pool_solo_window(10'000'000, 10'000'000);
+  set_pool_preemption_probe(&fake_switches);
+  parallel_for(64, 2, [](int64_t) {});  // the workers take their baseline from the fake probe
+  set_pool_solo_window(10'000'000, 10'000'000);  // (in case that loop stalled on a loaded machine)
+  const int64_t s0 = pool_stalls(), w0 = pool_long_waits();
+  ASSERT_TRUE(hold_up_the_caller(/*preempt=*/true));
+  EXPECT_EQ(pool_long_waits(), w0 + 1);
+  ASSERT_EQ(pool_stalls(), s0 + 1);
+  // Inside the window every item runs on the caller, without a launch.
+  bool launched = true;
+  EXPECT_EQ(threads_of_a_loop(&launched), std::set<std::thread::id>{std::this_thread::get_id()});
+  EXPECT_FALSE(launched);
   // Resetting the window (the defaults) ends it: loops launch again.
   end_solo_window();
+  threads_of_a_loop(&launched);
+  EXPECT_TRUE(launched);
+  set_pool_preemption_probe(nullptr);
+}
+
+TEST(ThreadPool, ALongWaitWithoutPreemptionIsNoStall) {
+  // The same hold-up with the worker's switch count unchanged (the hypervisor
+  // took its vCPU, say): a long wait, not a stall, and no solo window opens
+  // however long the window would be.
+  set_pool_solo_window(10'000'000, 10'000'000);
+  set_pool_preemption_probe(&fake_switches);
   parallel_for(64, 2, [](int64_t) {});
-  EXPECT_EQ(pool_launches(), l0 + 1);
+  set_pool_solo_window(10'000'000, 10'000'000);
+  const int64_t s0 = pool_stalls(), w0 = pool_long_waits();
+  ASSERT_TRUE(hold_up_the_caller(/*preempt=*/false));
+  EXPECT_EQ(pool_long_waits(), w0 + 1);
+  EXPECT_EQ(pool_stalls(), s0);
+  bool launched = false;
+  threads_of_a_loop(&launched);
+  EXPECT_TRUE(launched);
+  set_pool_preemption_probe(nullptr);
+  end_solo_window();
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <immintrin.h>
 #include <linux/futex.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -24,11 +25,13 @@ constexpr int kMaxParticipants = 256;
 // few microseconds each), short against a scheduler time slice, so a worker
 // spinning next to a busy co-tenant wastes little of the core.
 constexpr int64_t kSpinMicros = 50;
-// Co-tenancy (see thread_pool.h, "stalls"): a wait for the workers is a stall
-// when it outlasts the spin window and kStallItems of the caller's own items
-// (a worker preempted inside an item, not one running a long item); after one,
-// loops run on the caller alone for a backoff window that doubles, from
-// kSoloMinMicros up to kSoloMaxMicros, while stalls come less than
+// Co-tenancy (see thread_pool.h, "stalls"): a wait for the workers is a long
+// wait when it outlasts the spin window and kStallItems of the caller's own
+// items (a worker held up inside an item, not one running a long item), and a
+// stall when a worker it waited for was also switched out by this machine's
+// scheduler (an involuntary context switch: another process wanted its core);
+// after one, loops run on the caller alone for a backoff window that doubles,
+// from kSoloMinMicros up to kSoloMaxMicros, while stalls come less than
 // kStallMemoryMicros apart, and starts over from the minimum otherwise.
 constexpr int64_t kStallItems = 8;
 constexpr int64_t kSoloMinMicros = 2'000, kSoloMaxMicros = 64'000, kStallMemoryMicros = 100'000;
@@ -36,6 +39,15 @@ constexpr int64_t kSoloMinMicros = 2'000, kSoloMaxMicros = 64'000, kStallMemoryM
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+// The calling thread's involuntary context switches so far: how often the
+// scheduler took its core for another runnable task. A vCPU the hypervisor
+// deschedules (steal time) or an interrupt does not count here.
+int64_t own_involuntary_switches() {
+  rusage ru{};
+  if (getrusage(RUSAGE_THREAD, &ru) != 0) return 0;
+  return static_cast<int64_t>(ru.ru_nivcsw);
 }
 
 void futex_wait(std::atomic<uint32_t>* a, uint32_t expected) {
@@ -94,6 +106,7 @@ class Pool {
     ctx_ = ctx;
     participants_ = k;
     finished_.store(0, std::memory_order_relaxed);
+    preempted_.store(0, std::memory_order_relaxed);
     const uint32_t e = epoch_.load(std::memory_order_relaxed) + 1;
     gate_.store(static_cast<uint64_t>(e) << 32, std::memory_order_release);  // open, nobody joined
     // seq_cst pairs with the workers' sleepers_ increment (see worker_wait).
@@ -106,10 +119,18 @@ class Pool {
     const uint64_t g = gate_.fetch_or(kClosed, std::memory_order_acq_rel);
     const int64_t t1 = now_ns();
     if (!wait_done(static_cast<uint32_t>(g & kJoinedMask))) {
-      // The wait outlasted the spin window: a stall if it also outlasted
-      // kStallItems of the caller's items (per item: its time over its items).
+      // The wait outlasted the spin window: a long wait if it also outlasted
+      // kStallItems of the caller's items (per item: its time over its items),
+      // and a stall if a worker was preempted by another task meanwhile (see
+      // worker_main). A long wait with no preemption (the hypervisor took the
+      // worker's vCPU for a while, an interrupt, a page fault) is not one:
+      // there is no co-tenant that running alone would get out of the way of,
+      // and the closed gate already keeps an absent worker out of later loops.
       const int64_t t2 = now_ns();
-      if (mine > 0 && (t2 - t1) * mine > kStallItems * (t1 - t0)) note_stall(t2);
+      if (mine > 0 && (t2 - t1) * mine > kStallItems * (t1 - t0)) {
+        ++long_waits_;
+        if (preempted_.load(std::memory_order_acquire) != 0) note_stall(t2);
+      }
     }
     busy_.store(false, std::memory_order_release);
     return true;
@@ -121,6 +142,15 @@ class Pool {
     const int64_t n = stalls_;
     busy_.store(false, std::memory_order_release);
     return n;
+  }
+  int64_t long_waits() {
+    lock();
+    const int64_t n = long_waits_;
+    busy_.store(false, std::memory_order_release);
+    return n;
+  }
+  void set_preemption_probe(int64_t (*probe)()) {
+    probe_.store(probe ? probe : &own_involuntary_switches, std::memory_order_release);
   }
   void set_solo_window(int64_t min_us, int64_t max_us) {
     lock();
@@ -202,11 +232,29 @@ class Pool {
   }
 
   void worker_main(int idx, uint32_t seen) {
+    // This worker's involuntary switches as of its last look (by `probe`).
+    int64_t (*probe)() = nullptr;
+    int64_t switches = 0;
     for (;;) {
       seen = worker_wait(seen);
       if (stop_.load()) return;
       if (!join(seen)) continue;
-      if (idx < participants_) work(idx);
+      if (int64_t (*p)() = probe_.load(std::memory_order_acquire); p != probe) {  // first loop, or a test's probe
+        probe = p;
+        switches = p();
+      }
+      // A worker with items: if the caller went to sleep waiting (its wait
+      // outlasted the spin window), tell it whether this worker lost its core
+      // to another task since it last looked (one getrusage, only on such
+      // loops). Published before finished_.
+      if (idx < participants_) {
+        work(idx);
+        if (caller_sleeping_.load(std::memory_order_seq_cst) != 0) {
+          const int64_t now = probe();
+          if (now != switches) preempted_.store(1, std::memory_order_relaxed);
+          switches = now;
+        }
+      }
       // seq_cst pairs with wait_done's caller_sleeping_ store.
       finished_.fetch_add(1, std::memory_order_seq_cst);
       if (caller_sleeping_.load(std::memory_order_seq_cst) != 0) futex_wake_all(&finished_);
@@ -235,6 +283,8 @@ class Pool {
   alignas(64) std::atomic<uint64_t> gate_{0};
   alignas(64) std::atomic<uint32_t> finished_{0};  // joined workers done with this loop
   std::atomic<uint32_t> caller_sleeping_{0};
+  std::atomic<uint32_t> preempted_{0};  // a joined worker of this loop was preempted (see worker_main)
+  std::atomic<int64_t (*)()> probe_{&own_involuntary_switches};
   alignas(64) std::atomic<int> sleepers_{0};        // workers asleep on epoch_
   // The loop in flight (written before the epoch bump, read after it).
   void (*call_)(void*, int64_t) = nullptr;
@@ -243,7 +293,7 @@ class Pool {
   // Stall backoff (caller side, under busy_).
   int64_t solo_min_ns_ = kSoloMinMicros * 1000, solo_max_ns_ = kSoloMaxMicros * 1000;
   int64_t backoff_ns_ = kSoloMinMicros * 1000, solo_until_ns_ = 0, last_stall_ns_ = INT64_MIN / 2;
-  int64_t stalls_ = 0;
+  int64_t stalls_ = 0, long_waits_ = 0;
   Range ranges_[kMaxParticipants];
   std::vector<std::thread> workers_;
 };
@@ -302,6 +352,10 @@ int active_shares() { return t_shares; }
 int64_t pool_launches() { return t_launches; }
 
 int64_t pool_stalls() { return pool().stalls(); }
+
+int64_t pool_long_waits() { return pool().long_waits(); }
+
+void set_pool_preemption_probe(int64_t (*probe)()) { pool().set_preemption_probe(probe); }
 
 void set_pool_solo_window(int64_t min_us, int64_t max_us) { pool().set_solo_window(min_us, max_us); }
 

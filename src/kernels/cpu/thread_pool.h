@@ -27,12 +27,19 @@
 // Stalls (co-tenancy): a worker that a busy co-tenant preempts inside an item
 // holds the caller up for the rest of the scheduler's time slice (ms), once per
 // loop it happens in. When the caller's wait outlasts the spin window and many
-// of its own items, the pool counts a stall and runs the following loops on the
-// caller alone for a window (2 ms, doubling up to 64 ms while stalls keep
-// coming within 100 ms of each other), then tries the workers again. On a quiet
-// machine no wait is that long and nothing changes; with a co-tenant, decode
-// runs at about one thread's speed instead of collapsing. Results never depend
-// on it (items compute the same on any thread).
+// of its own items (a "long wait"), and a worker it waited for was switched out
+// by the scheduler for another task meanwhile (its involuntary context switches
+// went up since it last looked), the pool counts a stall and runs the following
+// loops on the caller alone for a window (2 ms, doubling up to 64 ms while
+// stalls keep coming within 100 ms of each other), then tries the workers
+// again. A long wait without such a switch is not a stall: on a virtual machine
+// the hypervisor takes a vCPU away for milliseconds now and then (steal time),
+// which no co-tenant in this machine causes (session 11 measured 10-130 long
+// waits per 2-thread 1B decode run, 76-90% of them with no preemption; each
+// used to cost a 2-64 ms solo window). On a quiet
+// machine nothing changes; with a co-tenant, decode runs at about one thread's
+// speed instead of collapsing. Results never depend on it (items compute the
+// same on any thread).
 //
 // Concurrency: one loop runs on the pool at a time. A parallel_for issued while
 // another is in flight (from another thread, or nested inside an item) runs
@@ -100,5 +107,16 @@ int64_t pool_launches();
 // also ends the current one.
 int64_t pool_stalls();
 void set_pool_solo_window(int64_t min_us, int64_t max_us);
+
+// Long waits counted so far: stalls plus the long waits in which no worker was
+// preempted (for tests and benchmarks).
+int64_t pool_long_waits();
+
+// Replaces how a worker reads its own involuntary context switch count (for
+// tests: a fake counter that an item bumps, so preemption can be staged without
+// depending on the scheduler); nullptr restores the default (getrusage's
+// ru_nivcsw of the calling thread). A worker takes its baseline from the new
+// probe at the start of the next loop it joins.
+void set_pool_preemption_probe(int64_t (*probe)());
 
 }  // namespace pagoda::kernels::cpu::detail
