@@ -9,6 +9,7 @@
 #include <numeric>
 #include <vector>
 
+#include "base/hash.h"
 #include "base/rng.h"
 #include "kernels/api.h"
 #include "kernels/kernel_test_util.h"
@@ -441,6 +442,32 @@ TEST(PagedAttentionWindow, NeverReadsThePagesBeforeTheWindow) {
     EXPECT_TRUE(BitwiseEqual(cpu_out.data(), full_cpu.data(), cpu_out.size())) << kv_dtype_name(dt);
     EXPECT_TRUE(BitwiseEqual(ref_out.data(), full_ref.data(), ref_out.size())) << kv_dtype_name(dt);
   }
+}
+
+// The AVX-512 path's outputs, pinned: one hash over prefill and decode batches
+// of every head size it takes, three KV dtypes, pages of 5, 16 and 48 keys, with
+// and without a window. Its op sequence per (token, head) is the batch-invariance
+// contract (decode of a token = the same token inside a prefill), so a kernel
+// change that moves any bit must be deliberate: the hash here changes with it.
+// (Session 13 folded the score reduction tree in as keys come and gave exp its
+// 16-lane form; the hash was taken before that change and held after it.)
+TEST(PagedAttention, Avx512OutputsArePinned) {
+  IsaScope scope("avx2");
+  if (!cpu::set_isa("avx512-vnni")) GTEST_SKIP() << "no AVX-512 on this machine";
+  const Shape shapes[] = {{9, 3, 64}, {7, 1, 64}, {8, 4, 16}, {4, 2, 32}, {4, 1, 128}, {4, 1, 256}};
+  uint64_t h = 0, seed = 4200;
+  for (const Shape& sh : shapes) {
+    for (KvDtype dt : {KvDtype::F32, KvDtype::F16, KvDtype::BF16}) {
+      for (int32_t bs : {5, 16, 48}) {
+        auto s = Scenario::make(sh.n_heads, sh.n_kv, sh.hd, bs, dt, {37, 20, 97, 1}, {1, 20, 9, 1}, seed++);
+        for (int32_t w : {0, 19}) {
+          const auto out = s.run_cpu(w);
+          h = xxh3_64(out.data(), out.size() * sizeof(float), h);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(h, 0x7d9e8d0fa29203dfull) << std::hex << "hash 0x" << h;
 }
 
 }  // namespace

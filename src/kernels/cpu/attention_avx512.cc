@@ -42,26 +42,27 @@ constexpr int elem_bytes() {
   return DT == KvDtype::F32 ? 4 : 2;
 }
 
-// Lane j of the result = the sum of t[j]'s 16 lanes, always by the same tree:
-// pairs within 128-bit lanes, then quads, then across the four 128-bit lanes.
-inline __m512 hsum16x16(const __m512* t) {
-  __m512 x[8], z[4];
-  for (int i = 0; i < 8; ++i) {
-    x[i] = _mm512_add_ps(_mm512_unpacklo_ps(t[2 * i], t[2 * i + 1]), _mm512_unpackhi_ps(t[2 * i], t[2 * i + 1]));
-  }
-  for (int i = 0; i < 4; ++i) {
-    z[i] = _mm512_add_ps(_mm512_shuffle_ps(x[2 * i], x[2 * i + 1], 0x44), _mm512_shuffle_ps(x[2 * i], x[2 * i + 1], 0xEE));
-  }
-  const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[1], 0x44), _mm512_shuffle_f32x4(z[0], z[1], 0xEE));
-  const __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(z[2], z[3], 0x44), _mm512_shuffle_f32x4(z[2], z[3], 0xEE));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88), _mm512_shuffle_f32x4(s01, s23, 0xDD));
-}
-
-// e^x lane by lane with vec_math's exp8 (the same op sequence per lane).
+// e^x lane by lane: vec_math's exp8 op sequence on 16 lanes (every op is
+// lane-wise and the kernels build with -ffp-contract=off, so each lane is
+// bitwise what exp8 gives it; tests/kernels compare the two).
 inline __m512 exp16(__m512 x) {
-  const __m256 lo = exp8(_mm512_castps512_ps256(x));
-  const __m256 hi = exp8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
-  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+  const __m512 hi = _mm512_set1_ps(88.3762626647949f), lo = _mm512_set1_ps(-87.3f);
+  const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+  __m512 v = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+  const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896341f)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  v = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), v);
+  v = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), v);
+  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+  y = _mm512_fmadd_ps(y, v, _mm512_set1_ps(1.3981999507e-3f));
+  y = _mm512_fmadd_ps(y, v, _mm512_set1_ps(8.3334519073e-3f));
+  y = _mm512_fmadd_ps(y, v, _mm512_set1_ps(4.1665795894e-2f));
+  y = _mm512_fmadd_ps(y, v, _mm512_set1_ps(1.6666665459e-1f));
+  y = _mm512_fmadd_ps(y, v, _mm512_set1_ps(5.0000001201e-1f));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(v, v), _mm512_add_ps(v, _mm512_set1_ps(1.0f)));
+  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(fx), _mm512_set1_epi32(127)), 23);
+  y = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~under), y);
 }
 
 // The chunk of keys starting at c0 (a chunk start): its end, never past the page
@@ -139,25 +140,48 @@ void attend_heads(const TokenAttn& a, int32_t g0) {
     for (int g = 0; g < HB; ++g) {
       for (int i = 0; i < NV; ++i) qv[g][i] = _mm512_loadu_ps(a.q + static_cast<int64_t>(g0 + g) * hd + 16 * i);
     }
-    __m512 t[HB][kChunk];
-    for (int j = 0; j < kChunk; ++j) {
+    // The scores of key j, or zeros when j is outside [lo, hi).
+    const auto score = [&](int j, __m512* sj) {
       if (j < lo || j >= hi) {
-        for (int g = 0; g < HB; ++g) t[g][j] = _mm512_setzero_ps();
-        continue;
+        for (int g = 0; g < HB; ++g) sj[g] = _mm512_setzero_ps();
+        return;
       }
-      __m512 sj[HB];
       const __m512 k0 = load16<DT>(krow[j], 0);
       for (int g = 0; g < HB; ++g) sj[g] = _mm512_mul_ps(qv[g][0], k0);
       for (int i = 1; i < NV; ++i) {
         const __m512 ki = load16<DT>(krow[j], i);
         for (int g = 0; g < HB; ++g) sj[g] = _mm512_fmadd_ps(qv[g][i], ki, sj[g]);
       }
-      for (int g = 0; g < HB; ++g) t[g][j] = sj[g];
+    };
+    // Lane j of a head's score vector = the sum of its key-j products' 16 lanes,
+    // always by the same tree: pairs within 128-bit lanes (keys 2i, 2i+1), then
+    // quads (two such pairs), then across the four 128-bit lanes (keys 0-7 and
+    // 8-15, then both). It is folded in as the keys come, so that a few partial
+    // vectors per head are live at once rather than all 16 keys' (which spilled).
+    __m512 x[HB][2], z[HB][2], s8[HB][2];
+    for (int i = 0; i < kChunk / 2; ++i) {
+      __m512 ka[HB], kb[HB];
+      score(2 * i, ka);
+      score(2 * i + 1, kb);
+      for (int g = 0; g < HB; ++g) {
+        x[g][i & 1] = _mm512_add_ps(_mm512_unpacklo_ps(ka[g], kb[g]), _mm512_unpackhi_ps(ka[g], kb[g]));
+      }
+      if (i & 1) {
+        for (int g = 0; g < HB; ++g) {
+          z[g][(i >> 1) & 1] = _mm512_add_ps(_mm512_shuffle_ps(x[g][0], x[g][1], 0x44), _mm512_shuffle_ps(x[g][0], x[g][1], 0xEE));
+        }
+      }
+      if ((i & 3) == 3) {
+        for (int g = 0; g < HB; ++g) {
+          s8[g][i >> 2] = _mm512_add_ps(_mm512_shuffle_f32x4(z[g][0], z[g][1], 0x44), _mm512_shuffle_f32x4(z[g][0], z[g][1], 0xEE));
+        }
+      }
     }
     bool rescale[HB];
     float corr[HB];
     for (int g = 0; g < HB; ++g) {
-      const __m512 sc = _mm512_mul_ps(hsum16x16(t[g]), scale);
+      const __m512 sum = _mm512_add_ps(_mm512_shuffle_f32x4(s8[g][0], s8[g][1], 0x88), _mm512_shuffle_f32x4(s8[g][0], s8[g][1], 0xDD));
+      const __m512 sc = _mm512_mul_ps(sum, scale);
       const float bm = _mm512_mask_reduce_max_ps(valid, sc);
       const float m_new = bm > mrun[g] ? bm : mrun[g];
       rescale[g] = m_new > mrun[g];  // rescale only when the max moved (exp(0) == 1 exactly otherwise)
