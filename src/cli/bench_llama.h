@@ -78,6 +78,11 @@ struct Result {
   double read_gb_per_s = 0;       // the machine's read bandwidth at n_threads; 0: not measured
   std::string tokens_hash;        // tg: xxh3 of the greedy tokens, "0x..."; "" otherwise
   bool tokens_consistent = true;  // the same tokens in every repetition
+  // tg: the CPU thread pool's stalls (a worker preempted by another process held
+  // a loop up; the pool then ran loops on the caller alone for a while) and
+  // long waits (stalls plus waits with no preemption: the host took a vCPU)
+  // over the timed repetitions; text output only.
+  int64_t pool_stalls = 0, pool_long_waits = 0;
 
   double avg_ns() const;
   double stddev_ns() const;

@@ -423,9 +423,15 @@ int run_bench(int argc, char** argv) {
                       " of " + std::to_string(want_cached) + " tokens)");
         s = p->prefill_s;
       } else if (t.n_prompt == 0) {
+        const engine::ThreadPoolCounts pool0 = engine::thread_pool_counts();
         auto d = time_decode(*eng, tg_prompt, t.n_gen, &generated);
         if (!d.ok()) return fail(d.message());
         s = *d;
+        if (rep >= 0) {
+          const engine::ThreadPoolCounts pool1 = engine::thread_pool_counts();
+          r.pool_stalls += pool1.stalls - pool0.stalls;
+          r.pool_long_waits += pool1.long_waits - pool0.long_waits;
+        }
         const uint64_t h = xxh3_64(generated.data(), generated.size() * sizeof(int32_t));
         if (rep == (o.warmup ? -1 : 0)) hash = h;
         r.tokens_consistent = r.tokens_consistent && h == hash;
@@ -486,6 +492,9 @@ int run_bench(int argc, char** argv) {
                   r.read_gb_per_s, r.inst.n_threads);
     std::printf("\n%s tokens hash: %s%s\n", name.c_str(), r.tokens_hash.c_str(),
                 r.tokens_consistent ? "" : " (DIFFERED between repetitions!)");
+    if (r.inst.n_threads > 1)
+      std::printf("%s, %" PRId64 " threads: thread pool %" PRId64 " stalls, %" PRId64 " long waits\n", name.c_str(),
+                  r.inst.n_threads, r.pool_stalls, r.pool_long_waits);
   }
   if (!rows.empty()) std::fputs(sweep_table(rows).c_str(), stdout);
   return consistent ? 0 : 1;

@@ -760,4 +760,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   return std::unique_ptr<Engine>(std::move(e));
 }
 
+ThreadPoolCounts thread_pool_counts() {
+  const kernels::PoolCounts c = kernels::pool_counts();
+  return {c.stalls, c.long_waits};
+}
+
 }  // namespace pagoda::engine

@@ -203,6 +203,14 @@ struct ModelInfo {
   int64_t kv_blocks_per_context = 0;
 };
 
+// The CPU thread pool's co-tenancy counters so far, process-wide
+// (kernels::pool_counts): stalls and long waits. `pagoda bench` reports them
+// per multi-thread tg test.
+struct ThreadPoolCounts {
+  int64_t stalls = 0, long_waits = 0;
+};
+ThreadPoolCounts thread_pool_counts();
+
 class Engine {
  public:
   static Expected<std::unique_ptr<Engine>> create(const EngineConfig& config);

@@ -147,6 +147,14 @@ inline double rope_yarn(double& theta, int32_t i, const RopeScaling& s) {
 // CPUs the process may run on.
 void set_num_threads(int n);
 int num_threads();
+// The pool's co-tenancy counters so far, process-wide (cpu/thread_pool.h,
+// "stalls"): stalls (a worker preempted by another process held a loop up for
+// at least 500 us; loops then ran on the caller alone for a while) and long
+// waits (stalls plus waits in which no worker was preempted).
+struct PoolCounts {
+  int64_t stalls = 0, long_waits = 0;
+};
+PoolCounts pool_counts();
 // Host work between kernel calls (e.g. the engine's per-choice grammar masks):
 // call(ctx, i) once for every i in [0, n_items), on the same pool and threads as
 // the kernels, so no second team of threads competes with them for the cores.

@@ -31,7 +31,7 @@ std::vector<int> run_counts(int64_t n, int nth) {
 
 // Ends a stall backoff window an earlier loop may have opened (a worker
 // preempted on a loaded machine), for the tests that need a worker to take part.
-void end_solo_window() { set_pool_solo_window(2'000, 64'000); }
+void end_solo_window() { set_pool_solo_window(2'000, 1'024'000); }
 
 TEST(ThreadPool, EveryItemRunsExactlyOnce) {
   for (int nth : {1, 2, 3, 4, 7}) {
@@ -263,6 +263,33 @@ TEST(ThreadPool, ALongWaitWithoutPreemptionIsNoStall) {
   bool launched = false;
   threads_of_a_loop(&launched);
   EXPECT_TRUE(launched);
+  set_pool_preemption_probe(nullptr);
+  end_solo_window();
+}
+
+TEST(ThreadPool, APreemptionShorterThanTheStallMinimumIsNoStall) {
+  // The preempted hold-up (20 ms) against a minimum longer than it: a long wait,
+  // not a stall (as a system daemon's brief wake-up on the worker's core), so
+  // the workers keep their loops; with the minimum at 0 the same hold-up is one.
+  set_pool_solo_window(10'000'000, 10'000'000);
+  set_pool_preemption_probe(&fake_switches);
+  parallel_for(64, 2, [](int64_t) {});
+  set_pool_solo_window(10'000'000, 10'000'000);
+  set_pool_stall_min_wait(10'000'000);
+  int64_t s0 = pool_stalls(), w0 = pool_long_waits();
+  ASSERT_TRUE(hold_up_the_caller(/*preempt=*/true));
+  EXPECT_EQ(pool_long_waits(), w0 + 1);
+  EXPECT_EQ(pool_stalls(), s0);
+  bool launched = false;
+  threads_of_a_loop(&launched);
+  EXPECT_TRUE(launched);
+  set_pool_stall_min_wait(0);
+  s0 = pool_stalls();
+  w0 = pool_long_waits();
+  ASSERT_TRUE(hold_up_the_caller(/*preempt=*/true));
+  EXPECT_EQ(pool_long_waits(), w0 + 1);
+  EXPECT_EQ(pool_stalls(), s0 + 1);
+  set_pool_stall_min_wait(500);
   set_pool_preemption_probe(nullptr);
   end_solo_window();
 }

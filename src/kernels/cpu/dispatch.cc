@@ -72,6 +72,8 @@ std::atomic<int>& thread_state() {
 void set_num_threads(int n) { thread_state().store(n < 1 ? 1 : n); }
 int num_threads() { return thread_state().load(); }
 
+PoolCounts pool_counts() { return {cpu::detail::pool_stalls(), cpu::detail::pool_long_waits()}; }
+
 void parallel_for(int64_t n_items, void (*call)(void* ctx, int64_t item), void* ctx) {
   cpu::detail::parallel_for_impl(n_items, num_threads(), call, ctx);
 }

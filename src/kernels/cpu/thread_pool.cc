@@ -28,13 +28,22 @@ constexpr int64_t kSpinMicros = 50;
 // Co-tenancy (see thread_pool.h, "stalls"): a wait for the workers is a long
 // wait when it outlasts the spin window and kStallItems of the caller's own
 // items (a worker held up inside an item, not one running a long item), and a
-// stall when a worker it waited for was also switched out by this machine's
-// scheduler (an involuntary context switch: another process wanted its core);
-// after one, loops run on the caller alone for a backoff window that doubles,
-// from kSoloMinMicros up to kSoloMaxMicros, while stalls come less than
-// kStallMemoryMicros apart, and starts over from the minimum otherwise.
+// stall when it also lasted kStallMinMicros and a worker it waited for was
+// switched out by this machine's scheduler meanwhile (an involuntary context
+// switch: another process wanted its core). A busy co-tenant holds the core
+// for a scheduler slice (3-4 ms measured with `yes` here); a system daemon's
+// wake-up takes it for tens to hundreds of microseconds (15 of 25 such
+// preemptions in a quiet 2-thread SmolLM2 decode, session 13), which is no
+// reason to give up the second core. After a stall, loops run on the caller
+// alone for a backoff window that doubles, from kSoloMinMicros up to
+// kSoloMaxMicros, while each stall comes less than kStallMemoryMicros after
+// the previous window ended (a co-tenant that is still there when the workers
+// are tried again), and starts over from the minimum otherwise. Each retry of
+// a co-tenant still there costs about one slice, so windows up to a second
+// keep that under 1% of a long decode.
 constexpr int64_t kStallItems = 8;
-constexpr int64_t kSoloMinMicros = 2'000, kSoloMaxMicros = 64'000, kStallMemoryMicros = 100'000;
+constexpr int64_t kStallMinMicros = 500;
+constexpr int64_t kSoloMinMicros = 2'000, kSoloMaxMicros = 1'024'000, kStallMemoryMicros = 100'000;
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -129,7 +138,7 @@ class Pool {
       const int64_t t2 = now_ns();
       if (mine > 0 && (t2 - t1) * mine > kStallItems * (t1 - t0)) {
         ++long_waits_;
-        if (preempted_.load(std::memory_order_acquire) != 0) note_stall(t2);
+        if (preempted_.load(std::memory_order_acquire) != 0 && t2 - t1 >= stall_min_ns_) note_stall(t2);
       }
     }
     busy_.store(false, std::memory_order_release);
@@ -152,13 +161,17 @@ class Pool {
   void set_preemption_probe(int64_t (*probe)()) {
     probe_.store(probe ? probe : &own_involuntary_switches, std::memory_order_release);
   }
+  void set_stall_min_wait(int64_t us) {
+    lock();
+    stall_min_ns_ = us * 1000;
+    busy_.store(false, std::memory_order_release);
+  }
   void set_solo_window(int64_t min_us, int64_t max_us) {
     lock();
     solo_min_ns_ = min_us * 1000;
     solo_max_ns_ = max_us * 1000;
     backoff_ns_ = solo_min_ns_;
     solo_until_ns_ = 0;
-    last_stall_ns_ = INT64_MIN / 2;
     busy_.store(false, std::memory_order_release);
   }
 
@@ -216,9 +229,9 @@ class Pool {
   // slice per loop. Repeated stalls lengthen the window.
   void note_stall(int64_t now) {
     ++stalls_;
-    backoff_ns_ = now - last_stall_ns_ < kStallMemoryMicros * 1000 ? std::min(2 * backoff_ns_, solo_max_ns_)
+    // solo_until_ns_ is still the previous window's end.
+    backoff_ns_ = now - solo_until_ns_ < kStallMemoryMicros * 1000 ? std::min(2 * backoff_ns_, solo_max_ns_)
                                                                    : solo_min_ns_;
-    last_stall_ns_ = now;
     solo_until_ns_ = now + backoff_ns_;
   }
 
@@ -292,7 +305,7 @@ class Pool {
   int participants_ = 0;
   // Stall backoff (caller side, under busy_).
   int64_t solo_min_ns_ = kSoloMinMicros * 1000, solo_max_ns_ = kSoloMaxMicros * 1000;
-  int64_t backoff_ns_ = kSoloMinMicros * 1000, solo_until_ns_ = 0, last_stall_ns_ = INT64_MIN / 2;
+  int64_t backoff_ns_ = kSoloMinMicros * 1000, solo_until_ns_ = 0, stall_min_ns_ = kStallMinMicros * 1000;
   int64_t stalls_ = 0, long_waits_ = 0;
   Range ranges_[kMaxParticipants];
   std::vector<std::thread> workers_;
@@ -358,5 +371,7 @@ int64_t pool_long_waits() { return pool().long_waits(); }
 void set_pool_preemption_probe(int64_t (*probe)()) { pool().set_preemption_probe(probe); }
 
 void set_pool_solo_window(int64_t min_us, int64_t max_us) { pool().set_solo_window(min_us, max_us); }
+
+void set_pool_stall_min_wait(int64_t us) { pool().set_stall_min_wait(us); }
 
 }  // namespace pagoda::kernels::cpu::detail

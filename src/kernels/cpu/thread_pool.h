@@ -27,12 +27,13 @@
 // Stalls (co-tenancy): a worker that a busy co-tenant preempts inside an item
 // holds the caller up for the rest of the scheduler's time slice (ms), once per
 // loop it happens in. When the caller's wait outlasts the spin window and many
-// of its own items (a "long wait"), and a worker it waited for was switched out
-// by the scheduler for another task meanwhile (its involuntary context switches
-// went up since it last looked), the pool counts a stall and runs the following
-// loops on the caller alone for a window (2 ms, doubling up to 64 ms while
-// stalls keep coming within 100 ms of each other), then tries the workers
-// again. A long wait without such a switch is not a stall: on a virtual machine
+// of its own items (a "long wait"), lasted at least 500 us, and a worker it
+// waited for was switched out by the scheduler for another task meanwhile (its
+// involuntary context switches went up since it last looked), the pool counts a
+// stall and runs the following loops on the caller alone for a window (2 ms,
+// doubling up to 1024 ms while each stall comes within 100 ms of the previous
+// window's end), then tries the workers again. A shorter preemption (a system
+// daemon's wake-up, tens to hundreds of us) is not a stall either (session 13). A long wait without such a switch is not a stall: on a virtual machine
 // the hypervisor takes a vCPU away for milliseconds now and then (steal time),
 // which no co-tenant in this machine causes (session 11 measured 10-130 long
 // waits per 2-thread 1B decode run, 76-90% of them with no preemption; each
@@ -103,10 +104,13 @@ int pool_workers();
 int64_t pool_launches();
 
 // Stalls counted so far (see above), and the backoff window's bounds in
-// microseconds (tests; the defaults are 2000 and 64000). Setting the window
+// microseconds (tests; the defaults are 2000 and 1024000). Setting the window
 // also ends the current one.
 int64_t pool_stalls();
 void set_pool_solo_window(int64_t min_us, int64_t max_us);
+// The shortest wait, in microseconds, that a preemption makes a stall (tests;
+// the default is 500).
+void set_pool_stall_min_wait(int64_t us);
 
 // Long waits counted so far: stalls plus the long waits in which no worker was
 // preempted (for tests and benchmarks).
