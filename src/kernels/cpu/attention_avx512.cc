@@ -42,28 +42,26 @@ constexpr int elem_bytes() {
   return DT == KvDtype::F32 ? 4 : 2;
 }
 
-// e^x lane by lane: vec_math's exp8 op sequence on 16 lanes (every op is
-// lane-wise and the kernels build with -ffp-contract=off, so each lane is
-// bitwise what exp8 gives it; tests/kernels compare the two).
-inline __m512 exp16(__m512 x) {
-  const __m512 hi = _mm512_set1_ps(88.3762626647949f), lo = _mm512_set1_ps(-87.3f);
-  const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-  __m512 v = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
-  const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896341f)),
-                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  v = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), v);
-  v = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), v);
-  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-  y = _mm512_fmadd_ps(y, v, _mm512_set1_ps(1.3981999507e-3f));
-  y = _mm512_fmadd_ps(y, v, _mm512_set1_ps(8.3334519073e-3f));
-  y = _mm512_fmadd_ps(y, v, _mm512_set1_ps(4.1665795894e-2f));
-  y = _mm512_fmadd_ps(y, v, _mm512_set1_ps(1.6666665459e-1f));
-  y = _mm512_fmadd_ps(y, v, _mm512_set1_ps(5.0000001201e-1f));
-  y = _mm512_fmadd_ps(y, _mm512_mul_ps(v, v), _mm512_add_ps(v, _mm512_set1_ps(1.0f)));
-  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(fx), _mm512_set1_epi32(127)), 23);
-  y = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
-  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~under), y);
-}
+// vec_math's exp_lanes on 16 lanes: each lane bitwise what exp8 gives it.
+struct Avx512Ops {
+  using V = __m512;
+  static V set1(float a) { return _mm512_set1_ps(a); }
+  static V min(V a, V b) { return _mm512_min_ps(a, b); }
+  static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V fnmadd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
+  static V round(V a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static V pow2(V n) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+  }
+  static V zero_below(V x, V lo, V y) {
+    return _mm512_maskz_mov_ps(static_cast<__mmask16>(~_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ)), y);
+  }
+};
+
+inline __m512 exp16(__m512 x) { return exp_lanes<Avx512Ops>(x); }
 
 // The chunk of keys starting at c0 (a chunk start): its end, never past the page
 // or the token's last key.

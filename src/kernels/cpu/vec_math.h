@@ -5,26 +5,49 @@
 
 namespace pagoda::kernels::cpu::detail {
 
-// e^x, ~2 ulp on [-87, 88]; exactly 0 below -87.3 (also for -inf); saturates at e^88.37.
-inline __m256 exp8(__m256 x) {
-  const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-87.3f);
-  const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  __m256 v = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-  const __m256 fx = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  v = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), v);
-  v = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), v);
-  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-  y = _mm256_fmadd_ps(y, v, _mm256_set1_ps(1.3981999507e-3f));
-  y = _mm256_fmadd_ps(y, v, _mm256_set1_ps(8.3334519073e-3f));
-  y = _mm256_fmadd_ps(y, v, _mm256_set1_ps(4.1665795894e-2f));
-  y = _mm256_fmadd_ps(y, v, _mm256_set1_ps(1.6666665459e-1f));
-  y = _mm256_fmadd_ps(y, v, _mm256_set1_ps(5.0000001201e-1f));
-  y = _mm256_fmadd_ps(y, _mm256_mul_ps(v, v), _mm256_add_ps(v, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
-  y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-  return _mm256_andnot_ps(under, y);
+// e^x, ~2 ulp on [-87, 88]; exactly 0 below -87.3 (also for -inf); saturates at
+// e^88.37. One op sequence for every vector width: O supplies the lane-wise ops
+// of one width (Avx2Ops here, 8 lanes; attention_avx512.cc's, 16), so each lane
+// gets bitwise the same result whichever width computes it (the kernels build
+// with -ffp-contract=off, so no multiply and add are fused behind our back).
+template <class O>
+inline typename O::V exp_lanes(typename O::V x) {
+  using V = typename O::V;
+  const V hi = O::set1(88.3762626647949f), lo = O::set1(-87.3f);
+  V v = O::min(O::max(x, lo), hi);
+  const V fx = O::round(O::mul(v, O::set1(1.44269504088896341f)));
+  v = O::fnmadd(fx, O::set1(0.693359375f), v);
+  v = O::fnmadd(fx, O::set1(-2.12194440e-4f), v);
+  V y = O::set1(1.9875691500e-4f);
+  y = O::fmadd(y, v, O::set1(1.3981999507e-3f));
+  y = O::fmadd(y, v, O::set1(8.3334519073e-3f));
+  y = O::fmadd(y, v, O::set1(4.1665795894e-2f));
+  y = O::fmadd(y, v, O::set1(1.6666665459e-1f));
+  y = O::fmadd(y, v, O::set1(5.0000001201e-1f));
+  y = O::fmadd(y, O::mul(v, v), O::add(v, O::set1(1.0f)));
+  y = O::mul(y, O::pow2(fx));
+  return O::zero_below(x, lo, y);
 }
+
+struct Avx2Ops {
+  using V = __m256;
+  static V set1(float a) { return _mm256_set1_ps(a); }
+  static V min(V a, V b) { return _mm256_min_ps(a, b); }
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V fnmadd(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }
+  static V round(V a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  // 2^n for integral n in [-127, 128] (the exponent field).
+  static V pow2(V n) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+  }
+  // y, with the lanes where x < lo (ordered) set to +0.
+  static V zero_below(V x, V lo, V y) { return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), y); }
+};
+
+inline __m256 exp8(__m256 x) { return exp_lanes<Avx2Ops>(x); }
 
 inline float exp1(float x) { return _mm256_cvtss_f32(exp8(_mm256_set1_ps(x))); }
 
