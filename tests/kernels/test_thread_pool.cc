@@ -294,5 +294,36 @@ TEST(ThreadPool, APreemptionShorterThanTheStallMinimumIsNoStall) {
   end_solo_window();
 }
 
+TEST(ThreadPool, AStallRightAfterAWindowDoublesTheNext) {
+  // A co-tenant still there when the workers are tried again: a stall within
+  // 100 ms of the previous window's end doubles the window (300 -> 600 ms), so
+  // 350 ms after that second stall the loops still run on the caller alone
+  // (with no doubling the window would have ended 50 ms before). Margins of
+  // 250 ms either way, for a loaded machine.
+  set_pool_preemption_probe(&fake_switches);
+  parallel_for(64, 2, [](int64_t) {});
+  set_pool_solo_window(300'000, 10'000'000);
+  const int64_t s0 = pool_stalls();
+  ASSERT_TRUE(hold_up_the_caller(/*preempt=*/true));
+  ASSERT_EQ(pool_stalls(), s0 + 1);
+  bool launched = false;
+  const auto t_first = std::chrono::steady_clock::now();
+  while (!launched && std::chrono::steady_clock::now() - t_first < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    threads_of_a_loop(&launched);  // the first loop that launches is the first after the window
+  }
+  ASSERT_TRUE(launched);
+  ASSERT_TRUE(hold_up_the_caller(/*preempt=*/true));
+  ASSERT_EQ(pool_stalls(), s0 + 2);
+  const auto t_second = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(350));
+  if (std::chrono::steady_clock::now() - t_second < std::chrono::milliseconds(550)) {  // else: overslept, no verdict
+    threads_of_a_loop(&launched);
+    EXPECT_FALSE(launched);
+  }
+  set_pool_preemption_probe(nullptr);
+  end_solo_window();
+}
+
 }  // namespace
 }  // namespace pagoda::kernels::cpu::detail

@@ -166,19 +166,22 @@ void attend_heads(const TokenAttn& a, int32_t g0) {
       }
       if (i & 1) {
         for (int g = 0; g < HB; ++g) {
-          z[g][(i >> 1) & 1] = _mm512_add_ps(_mm512_shuffle_ps(x[g][0], x[g][1], 0x44), _mm512_shuffle_ps(x[g][0], x[g][1], 0xEE));
+          const __m512 x0 = x[g][0], x1 = x[g][1];
+          z[g][(i >> 1) & 1] = _mm512_add_ps(_mm512_shuffle_ps(x0, x1, 0x44), _mm512_shuffle_ps(x0, x1, 0xEE));
         }
       }
       if ((i & 3) == 3) {
         for (int g = 0; g < HB; ++g) {
-          s8[g][i >> 2] = _mm512_add_ps(_mm512_shuffle_f32x4(z[g][0], z[g][1], 0x44), _mm512_shuffle_f32x4(z[g][0], z[g][1], 0xEE));
+          const __m512 z0 = z[g][0], z1 = z[g][1];
+          s8[g][i >> 2] = _mm512_add_ps(_mm512_shuffle_f32x4(z0, z1, 0x44), _mm512_shuffle_f32x4(z0, z1, 0xEE));
         }
       }
     }
     bool rescale[HB];
     float corr[HB];
     for (int g = 0; g < HB; ++g) {
-      const __m512 sum = _mm512_add_ps(_mm512_shuffle_f32x4(s8[g][0], s8[g][1], 0x88), _mm512_shuffle_f32x4(s8[g][0], s8[g][1], 0xDD));
+      const __m512 s0 = s8[g][0], s1 = s8[g][1];
+      const __m512 sum = _mm512_add_ps(_mm512_shuffle_f32x4(s0, s1, 0x88), _mm512_shuffle_f32x4(s0, s1, 0xDD));
       const __m512 sc = _mm512_mul_ps(sum, scale);
       const float bm = _mm512_mask_reduce_max_ps(valid, sc);
       const float m_new = bm > mrun[g] ? bm : mrun[g];

@@ -32,8 +32,9 @@
 // involuntary context switches went up since it last looked), the pool counts a
 // stall and runs the following loops on the caller alone for a window (2 ms,
 // doubling up to 1024 ms while each stall comes within 100 ms of the previous
-// window's end), then tries the workers again. A shorter preemption (a system
-// daemon's wake-up, tens to hundreds of us) is not a stall either (session 13). A long wait without such a switch is not a stall: on a virtual machine
+// window's end), then tries the workers again. A shorter preemption (a kernel
+// thread's wake-up, tens to hundreds of us) is not a stall (session 13), and
+// neither is a long wait without such a switch: on a virtual machine
 // the hypervisor takes a vCPU away for milliseconds now and then (steal time),
 // which no co-tenant in this machine causes (session 11 measured 10-130 long
 // waits per 2-thread 1B decode run, 76-90% of them with no preemption; each

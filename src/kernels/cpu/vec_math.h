@@ -1,5 +1,6 @@
-// Internal to kernels/cpu: AVX2 math helpers with a fixed op sequence (so the
-// result of a lane depends only on that lane's input).
+// Internal to kernels/cpu: math helpers with a fixed op sequence (so the result
+// of a lane depends only on that lane's input): AVX2 ones, and exp_lanes for
+// any vector width.
 #pragma once
 #include <immintrin.h>
 
