@@ -2,7 +2,7 @@
 # Single-stream decode at 1 and 2 threads: this pagoda, an older pagoda binary and
 # llama.cpp's llama-bench, interleaved rounds; then the same with a co-tenant
 # (`yes > /dev/null`) running, against the same runs without it in the same round.
-# What docs/benchmarks.md's "Session 6 lead re-measure" and "Session 8: thread
+# What docs/benchmarks-history.md's "Session 6 lead re-measure" and "Session 8: thread
 # scaling" ran (SMALL = SmolLM2-135M-Instruct Q4_1, BIG = a synth Llama-3.2-1B Q4_0
 # from `pagoda synth --preset llama-3.2-1b --type q4_0`).
 # Usage: bench/decode_threads_vs_llamacpp.sh LLAMA_BIN_DIR OLD_PAGODA ROUNDS SMALL BIG

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Decode's weight reads against the machine's sustained read bandwidth at the
-# same moment (issue 22, docs/benchmarks.md "Session 13"): on these VMs the
+# same moment (issue 22, docs/benchmarks-history.md "Session 13"): on these VMs the
 # bandwidth the host gives 2 threads swings from second to second, so a probe
 # taken minutes (or even one run) away from a decode says little about it.
 # Each pair brackets one short decode between two sustained-bandwidth probes:

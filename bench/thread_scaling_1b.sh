@@ -1,5 +1,5 @@
 #!/bin/bash
-# 2-thread decode scaling against the memory wall (issue 22, docs/benchmarks.md
+# 2-thread decode scaling against the memory wall (issue 22, docs/benchmarks-history.md
 # "Session 11: thread scaling"): per round, the machine's sustained read
 # bandwidth at 1 and 2 threads (bench_sustained_bandwidth: median of 40 passes
 # over a model-sized buffer, plain threads and through the pool), then tg128 at

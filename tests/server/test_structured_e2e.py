@@ -6,7 +6,7 @@ Usage: test_structured_e2e.py PAGODA_BINARY DEFAULT_MODEL [--full]
   CI (default): the 20 schemas of structured_schemas.py x {greedy, temperature
       1.0 seed 0}, 40 requests; hostile schemas; tools.
   --full: 20 schemas x {greedy, temperature 1.0} x 3 seeds = 120 requests (the
-      acceptance run whose result docs/benchmarks.md quotes).
+      acceptance run whose result docs/benchmarks-history.md quotes).
 Skips (exit 77) when the model file or the Python packages are missing.
 """
 import concurrent.futures as cf

@@ -382,7 +382,7 @@ inline TileGroup packed_tile_group(const uint8_t* tile, size_t scales_off, int64
 // How far ahead (bytes) the packed direct kernel prefetches its stream. This
 // machine's hardware prefetchers do not keep one core's stream ahead: without it
 // bench_decode reads Q4_0 at a third of the speed; 8-16 KB ahead into L1 (T0)
-// measured best (T1 / T2 / NTA and 2-4 KB were slower; see docs/benchmarks.md).
+// measured best (T1 / T2 / NTA and 2-4 KB were slower; see docs/benchmarks-history.md).
 constexpr size_t kPackedPrefetch = 16384;
 
 // Direct kernel over one packed tile (kR rows), T tokens; out[t * kR + r].
