@@ -125,7 +125,10 @@ class Structured(ServerTestCase):
             self.assertEqual(st, 200 if limit is None else 400, (what, body))
             if limit:
                 self.assertIn(limit, body["error"]["message"], what)
-            self.assertLess(dt, 5.0, f"{what}: {dt:.2f} s")
+            # What fails fast is the limit named above (checked exactly); the time bound only
+            # catches an exponential blow-up, with room for a slow, loaded 2-core machine
+            # (6 s seen for the 3000 properties on a Zen 1 under load 12; under 1 s when quiet).
+            self.assertLess(dt, 30.0, f"{what}: {dt:.2f} s")
 
     def test_tools_required_and_named(self):
         weather = {"type": "object", "properties": {
