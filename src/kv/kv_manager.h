@@ -30,6 +30,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -40,16 +41,13 @@
 #include "base/hash.h"
 #include "base/status.h"
 #include "kv/block_pool.h"
+#include "kv/group_manager.h"
 #include "kv/prefix_cache.h"
 #include "kv/types.h"
 
 namespace pagoda::kv {
 
-// One KV cache group: 0 = full context, else the sliding window in tokens (a
-// token at p sees keys p - window < j <= p).
-struct KvGroupSpec {
-  int32_t sliding_window = 0;
-};
+struct PoolPlan;
 
 struct KvConfig {
   int32_t num_blocks = 0;          // including the null block 0; usable = num_blocks - 1
@@ -60,6 +58,9 @@ struct KvConfig {
   // [n_groups]; empty = one full-context group. Group 0 anchors the prefix
   // chain (put full-context groups first).
   std::vector<KvGroupSpec> groups;
+  // num_blocks, block_size and groups from a pool plan (kv/pool_plan.h); the
+  // rest as defaulted here.
+  static KvConfig from_plan(const PoolPlan& plan);
 };
 
 struct KvStats {
@@ -154,12 +155,14 @@ class KvManager {
 
   const KvConfig& config() const { return config_; }
   int32_t block_size() const { return config_.block_size; }
-  int32_t num_usable_blocks() const { return pool_.num_usable_blocks(); }
-  int32_t num_free_blocks() const { return pool_.num_free(); }  // incl. cached-evictable
+  int32_t num_usable_blocks() const { return blocks_->pool.num_usable_blocks(); }
+  int32_t num_free_blocks() const { return blocks_->pool.num_free(); }  // incl. cached-evictable
   int32_t watermark_blocks() const { return watermark_blocks_; }
   int32_t num_blocks_for(int64_t num_tokens) const { return blocks_for_tokens(num_tokens, config_.block_size); }
   int32_t num_groups() const { return static_cast<int32_t>(groups_.size()); }
-  int32_t group_window(int32_t group) const { return groups_[static_cast<size_t>(group)].sliding_window; }
+  int32_t group_window(int32_t group) const { return groups_[static_cast<size_t>(group)]->spec().sliding_window; }
+  // Group g's manager: its tables and its kind's rules (kv/group_manager.h).
+  const GroupManager& group(int32_t g) const { return *groups_[static_cast<size_t>(g)]; }
   // Blocks of all groups a sequence of num_tokens tokens holds at most when it
   // is computed in chunks of up to max_chunk tokens (kv/sizing's
   // kv_group_blocks_for_sequence summed over groups). One full group: num_blocks_for.
@@ -325,16 +328,14 @@ class KvManager {
   std::string check_invariants() const;
 
   // For tests.
-  const BlockPool& pool() const { return pool_; }
-  const PrefixCache& cache() const { return cache_; }
-  PrefixCache& mutable_cache_for_testing() { return cache_; }
+  const BlockPool& pool() const { return blocks_->pool; }
+  const PrefixCache& cache() const { return blocks_->cache; }
+  PrefixCache& mutable_cache_for_testing() { return blocks_->cache; }
 
  private:
+  // A sequence's state shared by its groups; each group's table is its
+  // GroupManager's.
   struct Seq {
-    // [n_groups][logical blocks]; every table has the same length. Window
-    // groups: kNullBlock before first_live[g] (released or never taken).
-    std::vector<std::vector<BlockId>> tables;
-    std::vector<int32_t> first_live;  // [n_groups] first entry that may be a real block
     int32_t num_computed = 0;
     std::string salt;
     // Keys of its leading full blocks: the first entries.size() are committed,
@@ -344,10 +345,8 @@ class KvManager {
     int32_t target = 0;     // admission's target_tokens (0: no prefill reservation)
     int32_t max_chunk = 1;  // admission's max_chunk
   };
-  // Blocks group g may hold at the peak of a prefill to `target` in chunks of max_chunk.
-  int64_t prefill_peak_blocks(int32_t group, int32_t target, int32_t max_chunk) const;
   // What s may still take from the pool before its prefill ends (0 once it has).
-  int64_t prefill_reserve(const Seq& s) const;
+  int64_t prefill_reserve(SeqId id, const Seq& s) const;
   // The key of group g's block for chain key `k` (group 0: k itself).
   static Hash128 group_key(const Hash128& k, int32_t group);
   // Whether hit point j (blocks) is served by every group of m (its tables and
@@ -356,30 +355,29 @@ class KvManager {
   // Truncates m to its first j blocks, nulling window-group entries before
   // their needed range.
   void truncate_match(PrefixMatch* m, int32_t j) const;
-  // Window groups give back the blocks before first_needed_block(start);
-  // releasable_blocks counts those that reach the free queue (ref 1).
-  void release_out_of_window(Seq* s, int64_t start);
-  int32_t releasable_blocks(const Seq& s, int64_t start) const;
   // Blocks allocate() takes from the free queue for this match.
   int32_t blocks_needed(const PrefixMatch& m, int32_t num_new_tokens) const;
   // Ok when m was made by this KvManager at its current generation.
   Status check_current(const PrefixMatch& m, const char* what) const;
   // Hashes s's keys up to its first num_blocks full blocks of `tokens`.
   void extend_keys(Seq* s, std::span<const TokenId> tokens, size_t num_blocks) const;
-  int32_t cow_blocks_needed(const Seq& s, int32_t num_new_tokens, int32_t* fresh) const;
-  BlockId take_block();  // pop + evict the key of a cached block
+  // Over all groups: *fresh = new table entries, the result = shared blocks to copy.
+  int32_t cow_blocks_needed(SeqId seq, const Seq& s, int32_t num_new_tokens, int32_t* fresh) const;
+  // Blocks the groups' release rules give back before a step from `start`.
+  int32_t releasable_blocks(SeqId seq, int64_t start) const;
   const Seq& seq_ref(SeqId seq) const;
   // Takes a free block (above the watermark), fills it and commits it under
   // `key`; the block comes back held (ref 1) for the caller to release;
   // kNullBlock when it cannot (watermark, refused insert).
   BlockId import_one(const Hash128& key, EntryId parent, std::span<const TokenId> tokens, std::string_view salt,
                      const std::function<void(BlockId)>& fill);
+  // The invariants of one sequence's tables (check_invariants); "" when they hold.
+  std::string check_seq(SeqId id, const Seq& s, std::vector<int32_t>* refs, std::vector<int32_t>* group_of) const;
 
   KvConfig config_;
-  std::vector<KvGroupSpec> groups_;  // config_.groups, or one full group
   int32_t watermark_blocks_ = 0;
-  BlockPool pool_;
-  PrefixCache cache_;
+  std::unique_ptr<SharedBlocks> blocks_;  // the pool and the prefix cache every group draws from
+  std::vector<std::unique_ptr<GroupManager>> groups_;  // [n_groups]: config_.groups, or one full group
   std::unordered_map<SeqId, Seq> seqs_;
   // Bumped by every change to sequences, the pool or the cache: a PrefixMatch
   // or Admission made at another generation must be revalidated / remade.
@@ -387,8 +385,6 @@ class KvManager {
   mutable int64_t prefix_lookups_ = 0;  // a statistic: lookups stay const
   int64_t prefix_query_tokens_ = 0;
   int64_t prefix_hit_tokens_ = 0;
-  int64_t num_evictions_ = 0;
-  int64_t num_cow_copies_ = 0;
   bool commit_log_on_ = false;
   std::vector<CommittedBlock> commit_log_;
 };
