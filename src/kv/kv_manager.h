@@ -1,9 +1,13 @@
 // KvManager: per-sequence block tables over a BlockPool, with automatic prefix
 // caching. Pure bookkeeping on integer ids; the runner owns the K/V bytes.
 //
-// The KvManager is the one owner of a sequence's cache state: its block table,
-// its num_computed_tokens (the tokens whose K/V are in its blocks) and the keys
-// of its full blocks. The scheduler keeps the tokens and asks for the rest.
+// The KvManager is the one owner of a sequence's cache state, with one
+// GroupManager per KV group (kv/group_manager.h) owning that group's block
+// tables: the KvManager keeps its num_computed_tokens (the tokens whose K/V are
+// in its blocks) and the keys of its full blocks, and coordinates the groups.
+// The scheduler keeps the tokens and asks for the rest. Files: kv_manager.cc
+// (admission, append, commit, fork, free, truncate), kv_prefix.cc (prefix
+// walks), kv_import.cc (tier import), kv_check.cc (stats, invariants).
 // Life of a sequence:
 //   match_prefix             the one walk of the prefix cache for its tokens
 //   can_allocate / allocate  check the match against the pool (an Admission),
@@ -19,8 +23,9 @@
 //
 // KV cache groups (vLLM's hybrid KV cache manager). Layers of one attention
 // kind (full context, or sliding window W) share a group; every group has one
-// block table per sequence over the ONE pool, and every block has the same
-// bytes (the runner gives each group's layers the same number of layer slots).
+// block table per sequence over the ONE pool (its GroupManager's), and every
+// block has the same bytes (the runner gives each group's layers the same
+// number of layer slots; kv::plan_pool sizes both).
 // Logical entry i of a table covers tokens [i*bs, (i+1)*bs) in every group. A
 // window group holds only what its layers read: before a step computing from
 // position `start`, every block whose tokens all lie before start - W + 1 (the
