@@ -27,34 +27,37 @@ PoolRequest request(bool hybrid) {
   return r;
 }
 
-TEST(PoolPlan, HybridLayoutFromBudget) {
-  PoolRequest r = request(true);
+// The plan of request(hybrid) for a budget of 10 KiB + 5 bytes.
+PoolPlan budget_plan(bool hybrid) {
+  PoolRequest r = request(hybrid);
   r.budget_bytes = 10 * 1024 + 5;
   auto p = plan_pool(r);
-  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_TRUE(p.ok()) << p.message();
+  return p.ok() ? *p : PoolPlan{};
+}
+
+TEST(PoolPlan, HybridLayoutFromBudget) {
+  const PoolPlan p = budget_plan(true);
   // G = 2 layers of each kind: one full group, one window group.
-  EXPECT_EQ(p->layout.group_size, 2);
-  EXPECT_EQ(p->layout.windows, (std::vector<int32_t>{0, 8}));
-  EXPECT_EQ(p->layout.layer_group, (std::vector<int32_t>{0, 1, 0, 1}));
-  EXPECT_EQ(p->layout.layer_slot, (std::vector<int32_t>{0, 0, 1, 1}));
-  EXPECT_EQ(p->block_size, 4);
-  EXPECT_EQ(p->block_bytes, 2u * 4 * 128);
-  EXPECT_EQ(p->num_blocks, 10);
-  EXPECT_EQ(p->bytes_total(), 10u * 1024);
+  EXPECT_EQ(p.layout.group_size, 2);
+  EXPECT_EQ(p.layout.windows, (std::vector<int32_t>{0, 8}));
+  EXPECT_EQ(p.layout.layer_group, (std::vector<int32_t>{0, 1, 0, 1}));
+  EXPECT_EQ(p.layout.layer_slot, (std::vector<int32_t>{0, 0, 1, 1}));
+  EXPECT_EQ(p.block_size, 4);
+  EXPECT_EQ(p.block_bytes, 2u * 4 * 128);
+  EXPECT_EQ(p.num_blocks, 10);
+  EXPECT_EQ(p.bytes_total(), 10u * 1024);
   // ceil(n/4) + min(ceil(n/4), ceil((8 + 4 - 2)/4) + 1 = 4) <= 9 blocks: n <= 20.
-  EXPECT_EQ(p->max_tokens, 20);
+  EXPECT_EQ(p.max_tokens, 20);
 }
 
 TEST(PoolPlan, OneGroupWithoutHybrid) {
-  PoolRequest r = request(false);
-  r.budget_bytes = 10 * 1024 + 5;
-  auto p = plan_pool(r);
-  ASSERT_TRUE(p.ok()) << p.message();
-  EXPECT_EQ(p->layout.group_size, 4);
-  EXPECT_EQ(p->layout.windows, (std::vector<int32_t>{0}));
-  EXPECT_EQ(p->block_bytes, 4u * 4 * 128);
-  EXPECT_EQ(p->num_blocks, 5);
-  EXPECT_EQ(p->max_tokens, 16);  // 4 usable blocks of 4 tokens
+  const PoolPlan p = budget_plan(false);
+  EXPECT_EQ(p.layout.group_size, 4);
+  EXPECT_EQ(p.layout.windows, (std::vector<int32_t>{0}));
+  EXPECT_EQ(p.block_bytes, 4u * 4 * 128);
+  EXPECT_EQ(p.num_blocks, 5);
+  EXPECT_EQ(p.max_tokens, 16);  // 4 usable blocks of 4 tokens
 }
 
 TEST(PoolPlan, SizeFromBlocksOrOneContext) {
