@@ -17,6 +17,7 @@
 #include "grammar/token_index.h"
 #include "kernels/api.h"
 #include "kv/kv_manager.h"
+#include "kv/pool_plan.h"
 #include "kv/sizing.h"
 #include "model/model.h"
 #include "runtime/model_runner.h"
@@ -188,68 +189,41 @@ Status EngineImpl::init(const EngineConfig& c) {
   const bool tiers = kv_tiers_enabled(c);
   if (tiers && (c.recompute || !c.enable_prefix_caching))
     return errorf("KV tiers (--kv-disk-dir, --kv-redis) need prefix caching and the KV cache (no recompute)");
-  const kv::KvGroupLayout layout =
-      kv::kv_group_layout(layer_windows, !c.disable_hybrid_kv_cache_manager && !c.recompute);
-  const uint64_t bytes_per_block = kv::kv_group_bytes_per_block(shape, dtype_desc, c.block_size, layout);
-  const int32_t max_chunk = std::max(1, c.max_num_batched_tokens);
-  auto seq_blocks = [&](int64_t n) { return kv::kv_blocks_for_sequence(layout, n, c.block_size, max_chunk); };
-
+  // The one pool plan (kv::plan_pool) both the runner's storage and the KvManager are built from.
+  kv::PoolRequest pr;
+  pr.shape = shape;
+  pr.dtype = dtype_desc;
+  pr.layer_windows = std::move(layer_windows);
+  pr.hybrid = !c.disable_hybrid_kv_cache_manager && !c.recompute;
+  pr.block_size = c.block_size;
+  pr.max_chunk = std::max(1, c.max_num_batched_tokens);
   int64_t ctx = c.context_length > 0 ? c.context_length : (mc.n_ctx_train > 0 ? mc.n_ctx_train : 2048);
-  int64_t num_blocks = c.num_kv_blocks;
   if (c.kv_pool_one_context) {
-    num_blocks = seq_blocks(ctx) + 1;  // + the null block
-  } else if (num_blocks <= 0) {
-    const int64_t budget = c.kv_cache_memory > 0 ? c.kv_cache_memory : kDefaultKvCacheMemory;
-    num_blocks = kv::num_blocks_for_budget(static_cast<uint64_t>(budget), bytes_per_block);
+    pr.one_context_tokens = ctx;
+  } else {
+    pr.num_blocks = c.num_kv_blocks;
+    pr.budget_bytes = static_cast<uint64_t>(c.kv_cache_memory > 0 ? c.kv_cache_memory : kDefaultKvCacheMemory);
   }
-  if (num_blocks < 2)
-    return errorf("the KV cache budget holds %lld blocks of %llu bytes; at least 2 are needed",
-                  static_cast<long long>(num_blocks), static_cast<unsigned long long>(bytes_per_block));
-  num_blocks = std::min<int64_t>(num_blocks, INT32_MAX / 2);
-  // The longest sequence the pool holds (one full group: (num_blocks - 1) x
-  // block_size); seq_blocks grows with n, so bisect.
-  int64_t pool_tokens = 0;
-  for (int64_t lo = 0, hi = int64_t{INT32_MAX} / 2; lo <= hi;) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    if (seq_blocks(mid) <= num_blocks - 1) {
-      pool_tokens = mid;
-      lo = mid + 1;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  if (ctx > pool_tokens) {
+  PAGODA_ASSIGN_OR_RETURN(const kv::PoolPlan pool, kv::plan_pool(pr));
+  const kv::KvGroupLayout& layout = pool.layout;
+  if (ctx > pool.max_tokens) {
     PAGODA_LOG_WARN("context %lld capped to the KV pool's %lld tokens", static_cast<long long>(ctx),
-                    static_cast<long long>(pool_tokens));
-    ctx = pool_tokens;
+                    static_cast<long long>(pool.max_tokens));
+    ctx = pool.max_tokens;
   }
 
   runtime::RunnerOptions ro;
-  ro.num_blocks = static_cast<int32_t>(num_blocks);
-  ro.block_size = c.block_size;
+  ro.use_pool(pool);
   ro.kv_dtype = c.kv_dtype;
   ro.max_tokens_per_step = c.max_num_batched_tokens;
   ro.backend = c.ref_kernels ? model::KernelBackend::Ref : model::KernelBackend::Cpu;
-  if (layout.num_groups() > 1 || layout.group_size != mc.n_layers) {
-    ro.num_kv_groups = layout.num_groups();
-    ro.n_layer_slots = layout.group_size;
-    ro.layer_group = layout.layer_group;
-    ro.layer_slot = layout.layer_slot;
-  }
   PAGODA_ASSIGN_OR_RETURN(runner_, runtime::ModelRunner::create(*model_, ro));
-  if (runner_->kv().bytes_total() != static_cast<uint64_t>(num_blocks) * bytes_per_block)
-    return errorf("internal: KV storage of %llu bytes, kv/sizing says %lld blocks x %llu",
-                  static_cast<unsigned long long>(runner_->kv().bytes_total()), static_cast<long long>(num_blocks),
-                  static_cast<unsigned long long>(bytes_per_block));
 
-  kv::KvConfig kc;
-  kc.num_blocks = static_cast<int32_t>(num_blocks);
-  kc.block_size = c.block_size;
+  kv::KvConfig kc = kv::KvConfig::from_plan(pool);
   kc.watermark = c.watermark;
   kc.model_fingerprint = model_->fingerprint();
   // Recomputing rewrites a sequence's blocks every step: none may be shared.
   kc.enable_prefix_caching = c.enable_prefix_caching && !c.recompute;
-  for (int32_t w : layout.windows) kc.groups.push_back(kv::KvGroupSpec{w});
   kv_ = std::make_unique<kv::KvManager>(kc);
 
   sched::SchedulerConfig sc;
@@ -278,13 +252,13 @@ Status EngineImpl::init(const EngineConfig& c) {
   info_.isa = kernels::cpu::isa_name();
   info_.kv_dtype = c.kv_dtype;
   info_.kv_bytes_per_token = static_cast<int64_t>(kv::kv_bytes_per_token(shape, dtype_desc));
-  info_.kv_bytes_per_block = static_cast<int64_t>(bytes_per_block);
-  info_.num_kv_blocks = static_cast<int>(num_blocks);
+  info_.kv_bytes_per_block = static_cast<int64_t>(pool.block_bytes);
+  info_.num_kv_blocks = pool.num_blocks;
   info_.block_size = c.block_size;
   info_.kv_group_size = layout.group_size;
   info_.kv_group_windows.assign(layout.windows.begin(), layout.windows.end());
   info_.kv_blocks_per_context = kv::kv_blocks_for_sequence(layout, ctx, c.block_size);  // decoding: window + one block
-  info_.kv_cache_tokens = pool_tokens;
+  info_.kv_cache_tokens = pool.max_tokens;
   info_.kv_cache_bytes = static_cast<int64_t>(runner_->kv().bytes_total());
   return Status::Ok();
 }

@@ -1,9 +1,13 @@
 // KvManager: per-sequence block tables over a BlockPool, with automatic prefix
 // caching. Pure bookkeeping on integer ids; the runner owns the K/V bytes.
 //
-// The KvManager is the one owner of a sequence's cache state: its block table,
-// its num_computed_tokens (the tokens whose K/V are in its blocks) and the keys
-// of its full blocks. The scheduler keeps the tokens and asks for the rest.
+// The KvManager is the one owner of a sequence's cache state, with one
+// GroupManager per KV group (kv/group_manager.h) owning that group's block
+// tables: the KvManager keeps its num_computed_tokens (the tokens whose K/V are
+// in its blocks) and the keys of its full blocks, and coordinates the groups.
+// The scheduler keeps the tokens and asks for the rest. Files: kv_manager.cc
+// (admission, append, commit, fork, free, truncate), kv_prefix.cc (prefix
+// walks), kv_import.cc (tier import), kv_check.cc (stats, invariants).
 // Life of a sequence:
 //   match_prefix             the one walk of the prefix cache for its tokens
 //   can_allocate / allocate  check the match against the pool (an Admission),
@@ -19,8 +23,9 @@
 //
 // KV cache groups (vLLM's hybrid KV cache manager). Layers of one attention
 // kind (full context, or sliding window W) share a group; every group has one
-// block table per sequence over the ONE pool, and every block has the same
-// bytes (the runner gives each group's layers the same number of layer slots).
+// block table per sequence over the ONE pool (its GroupManager's), and every
+// block has the same bytes (the runner gives each group's layers the same
+// number of layer slots; kv::plan_pool sizes both).
 // Logical entry i of a table covers tokens [i*bs, (i+1)*bs) in every group. A
 // window group holds only what its layers read: before a step computing from
 // position `start`, every block whose tokens all lie before start - W + 1 (the
@@ -30,6 +35,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -40,16 +46,13 @@
 #include "base/hash.h"
 #include "base/status.h"
 #include "kv/block_pool.h"
+#include "kv/group_manager.h"
 #include "kv/prefix_cache.h"
 #include "kv/types.h"
 
 namespace pagoda::kv {
 
-// One KV cache group: 0 = full context, else the sliding window in tokens (a
-// token at p sees keys p - window < j <= p).
-struct KvGroupSpec {
-  int32_t sliding_window = 0;
-};
+struct PoolPlan;
 
 struct KvConfig {
   int32_t num_blocks = 0;          // including the null block 0; usable = num_blocks - 1
@@ -60,6 +63,9 @@ struct KvConfig {
   // [n_groups]; empty = one full-context group. Group 0 anchors the prefix
   // chain (put full-context groups first).
   std::vector<KvGroupSpec> groups;
+  // num_blocks, block_size and groups from a pool plan (kv/pool_plan.h); the
+  // rest as defaulted here.
+  static KvConfig from_plan(const PoolPlan& plan);
 };
 
 struct KvStats {
@@ -154,12 +160,14 @@ class KvManager {
 
   const KvConfig& config() const { return config_; }
   int32_t block_size() const { return config_.block_size; }
-  int32_t num_usable_blocks() const { return pool_.num_usable_blocks(); }
-  int32_t num_free_blocks() const { return pool_.num_free(); }  // incl. cached-evictable
+  int32_t num_usable_blocks() const { return blocks_->pool.num_usable_blocks(); }
+  int32_t num_free_blocks() const { return blocks_->pool.num_free(); }  // incl. cached-evictable
   int32_t watermark_blocks() const { return watermark_blocks_; }
   int32_t num_blocks_for(int64_t num_tokens) const { return blocks_for_tokens(num_tokens, config_.block_size); }
   int32_t num_groups() const { return static_cast<int32_t>(groups_.size()); }
-  int32_t group_window(int32_t group) const { return groups_[static_cast<size_t>(group)].sliding_window; }
+  int32_t group_window(int32_t group) const { return groups_[static_cast<size_t>(group)]->spec().sliding_window; }
+  // Group g's manager: its tables and its kind's rules (kv/group_manager.h).
+  const GroupManager& group(int32_t g) const { return *groups_[static_cast<size_t>(g)]; }
   // Blocks of all groups a sequence of num_tokens tokens holds at most when it
   // is computed in chunks of up to max_chunk tokens (kv/sizing's
   // kv_group_blocks_for_sequence summed over groups). One full group: num_blocks_for.
@@ -325,16 +333,14 @@ class KvManager {
   std::string check_invariants() const;
 
   // For tests.
-  const BlockPool& pool() const { return pool_; }
-  const PrefixCache& cache() const { return cache_; }
-  PrefixCache& mutable_cache_for_testing() { return cache_; }
+  const BlockPool& pool() const { return blocks_->pool; }
+  const PrefixCache& cache() const { return blocks_->cache; }
+  PrefixCache& mutable_cache_for_testing() { return blocks_->cache; }
 
  private:
+  // A sequence's state shared by its groups; each group's table is its
+  // GroupManager's.
   struct Seq {
-    // [n_groups][logical blocks]; every table has the same length. Window
-    // groups: kNullBlock before first_live[g] (released or never taken).
-    std::vector<std::vector<BlockId>> tables;
-    std::vector<int32_t> first_live;  // [n_groups] first entry that may be a real block
     int32_t num_computed = 0;
     std::string salt;
     // Keys of its leading full blocks: the first entries.size() are committed,
@@ -344,10 +350,8 @@ class KvManager {
     int32_t target = 0;     // admission's target_tokens (0: no prefill reservation)
     int32_t max_chunk = 1;  // admission's max_chunk
   };
-  // Blocks group g may hold at the peak of a prefill to `target` in chunks of max_chunk.
-  int64_t prefill_peak_blocks(int32_t group, int32_t target, int32_t max_chunk) const;
   // What s may still take from the pool before its prefill ends (0 once it has).
-  int64_t prefill_reserve(const Seq& s) const;
+  int64_t prefill_reserve(SeqId id, const Seq& s) const;
   // The key of group g's block for chain key `k` (group 0: k itself).
   static Hash128 group_key(const Hash128& k, int32_t group);
   // Whether hit point j (blocks) is served by every group of m (its tables and
@@ -356,30 +360,29 @@ class KvManager {
   // Truncates m to its first j blocks, nulling window-group entries before
   // their needed range.
   void truncate_match(PrefixMatch* m, int32_t j) const;
-  // Window groups give back the blocks before first_needed_block(start);
-  // releasable_blocks counts those that reach the free queue (ref 1).
-  void release_out_of_window(Seq* s, int64_t start);
-  int32_t releasable_blocks(const Seq& s, int64_t start) const;
   // Blocks allocate() takes from the free queue for this match.
   int32_t blocks_needed(const PrefixMatch& m, int32_t num_new_tokens) const;
   // Ok when m was made by this KvManager at its current generation.
   Status check_current(const PrefixMatch& m, const char* what) const;
   // Hashes s's keys up to its first num_blocks full blocks of `tokens`.
   void extend_keys(Seq* s, std::span<const TokenId> tokens, size_t num_blocks) const;
-  int32_t cow_blocks_needed(const Seq& s, int32_t num_new_tokens, int32_t* fresh) const;
-  BlockId take_block();  // pop + evict the key of a cached block
+  // Over all groups: *fresh = new table entries, the result = shared blocks to copy.
+  int32_t cow_blocks_needed(SeqId seq, const Seq& s, int32_t num_new_tokens, int32_t* fresh) const;
+  // Blocks the groups' release rules give back before a step from `start`.
+  int32_t releasable_blocks(SeqId seq, int64_t start) const;
   const Seq& seq_ref(SeqId seq) const;
   // Takes a free block (above the watermark), fills it and commits it under
   // `key`; the block comes back held (ref 1) for the caller to release;
   // kNullBlock when it cannot (watermark, refused insert).
   BlockId import_one(const Hash128& key, EntryId parent, std::span<const TokenId> tokens, std::string_view salt,
                      const std::function<void(BlockId)>& fill);
+  // The invariants of one sequence's tables (check_invariants); "" when they hold.
+  std::string check_seq(SeqId id, const Seq& s, std::vector<int32_t>* refs, std::vector<int32_t>* group_of) const;
 
   KvConfig config_;
-  std::vector<KvGroupSpec> groups_;  // config_.groups, or one full group
   int32_t watermark_blocks_ = 0;
-  BlockPool pool_;
-  PrefixCache cache_;
+  std::unique_ptr<SharedBlocks> blocks_;  // the pool and the prefix cache every group draws from
+  std::vector<std::unique_ptr<GroupManager>> groups_;  // [n_groups]: config_.groups, or one full group
   std::unordered_map<SeqId, Seq> seqs_;
   // Bumped by every change to sequences, the pool or the cache: a PrefixMatch
   // or Admission made at another generation must be revalidated / remade.
@@ -387,8 +390,6 @@ class KvManager {
   mutable int64_t prefix_lookups_ = 0;  // a statistic: lookups stay const
   int64_t prefix_query_tokens_ = 0;
   int64_t prefix_hit_tokens_ = 0;
-  int64_t num_evictions_ = 0;
-  int64_t num_cow_copies_ = 0;
   bool commit_log_on_ = false;
   std::vector<CommittedBlock> commit_log_;
 };

@@ -2,13 +2,34 @@
 
 namespace pagoda::runtime {
 
+void RunnerOptions::use_pool(const kv::PoolPlan& plan) {
+  num_blocks = plan.num_blocks;
+  block_size = plan.block_size;
+  const kv::KvGroupLayout& layout = plan.layout;
+  if (layout.num_groups() > 1 || layout.group_size != layout.num_layers()) {
+    num_kv_groups = layout.num_groups();
+    n_layer_slots = layout.group_size;
+    layer_group = layout.layer_group;
+    layer_slot = layout.layer_slot;
+  } else {
+    num_kv_groups = 1;
+    n_layer_slots = 0;
+    layer_group.clear();
+    layer_slot.clear();
+  }
+}
+
+KvStorageSpec kv_storage_spec(const model::ModelConfig& c, const RunnerOptions& options) {
+  return KvStorageSpec{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
+                       .num_blocks = options.num_blocks, .block_size = options.block_size,
+                       .dtype = options.kv_dtype, .n_layer_slots = options.n_layer_slots,
+                       .layer_group = options.layer_group, .layer_slot = options.layer_slot};
+}
+
 Expected<std::unique_ptr<ModelRunner>> ModelRunner::create(const model::Model& model,
                                                            const RunnerOptions& options) {
   const model::ModelConfig& c = model.config();
-  const KvStorageSpec spec{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
-                           .num_blocks = options.num_blocks, .block_size = options.block_size,
-                           .dtype = options.kv_dtype, .n_layer_slots = options.n_layer_slots,
-                           .layer_group = options.layer_group, .layer_slot = options.layer_slot};
+  const KvStorageSpec spec = kv_storage_spec(c, options);
   for (int32_t g : options.layer_group) {
     if (g >= options.num_kv_groups) return errorf("runner: layer in KV group %d of %d", g, options.num_kv_groups);
   }

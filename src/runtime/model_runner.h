@@ -14,6 +14,7 @@
 #include "base/status.h"
 #include "kernels/api.h"
 #include "kernels/backend.h"
+#include "kv/pool_plan.h"
 #include "model/model.h"
 #include "plan/batch.h"
 #include "runtime/kv_storage.h"
@@ -33,7 +34,14 @@ struct RunnerOptions {
   int32_t n_layer_slots = 0;
   std::vector<int32_t> layer_group;  // [n_layers]
   std::vector<int32_t> layer_slot;   // [n_layers]
+  // The KV storage's blocks, block size and groups from the engine's pool plan
+  // (kv::plan_pool): the same plan the KvManager is built from. A plan of one
+  // group of every layer leaves the groups empty (slot l for layer l).
+  void use_pool(const kv::PoolPlan& plan);
 };
+
+// The storage a runner of `options` allocates for a model of `config`.
+KvStorageSpec kv_storage_spec(const model::ModelConfig& config, const RunnerOptions& options);
 
 // Blocks needed to hold `n_ctx` tokens of one sequence, plus the null block.
 inline int32_t blocks_for_context(int64_t n_ctx, int32_t block_size) {
