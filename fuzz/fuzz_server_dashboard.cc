@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "fuzz_check.h"
 #include "server/async_engine.h"
 #include "server/dashboard.h"
 #include "server/http.h"
@@ -32,12 +33,7 @@ using namespace pagoda::server;
 
 namespace {
 
-void check(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "fuzz_server_dashboard: %s\n", what);
-    std::abort();
-  }
-}
+void check(bool ok, const char* what) { pagoda::fuzz::check(ok, "fuzz_server_dashboard", what); }
 
 // Records the one answer of a request.
 class Recorder : public Responder {

@@ -1,5 +1,6 @@
 #include "server/openai_api.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -113,6 +114,10 @@ std::optional<ApiError> parse_logit_bias(const json& j, const RequestLimits& lim
       return bad("'logit_bias' value for token " + key + " is outside [-100, 100]", "logit_bias");
     out->emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
   }
+  std::sort(out->begin(), out->end());
+  for (size_t i = 1; i < out->size(); ++i)
+    if ((*out)[i].first == (*out)[i - 1].first)
+      return bad("'logit_bias' names token id " + std::to_string((*out)[i].first) + " twice", "logit_bias");
   return std::nullopt;
 }
 

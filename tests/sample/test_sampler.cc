@@ -262,7 +262,7 @@ TEST(Sampler, LogitBiasForcesAndForbidsTokens) {
   lp.logprobs = true;
   lp.logit_bias = {{3, -1.0f}};
   Sampler sl(lp);
-  const TokenLogprob r = sl.sample(logits);
+  const SampleResult r = sl.sample(logits);
   EXPECT_EQ(r.token, 0);  // 2.0 ties 3 - 1 = 2.0: the lowest id
   const double z = std::exp(2.0) + std::exp(1.0) + std::exp(0.5) + std::exp(2.0);
   EXPECT_NEAR(r.logprob, 2.0 - std::log(z), 1e-5);

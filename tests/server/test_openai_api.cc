@@ -249,7 +249,7 @@ TEST(OpenAiApi, LogitBiasIsParsedAndChecked) {
                            R"({"prompt":"a","logit_bias":{"1.5":1}})", R"({"prompt":"a","logit_bias":{"":1}})",
                            R"({"prompt":"a","logit_bias":{"4294967296":1}})",
                            R"({"prompt":"a","logit_bias":{"1":100.5}})", R"({"prompt":"a","logit_bias":{"1":"2"}})",
-                           R"({"prompt":"a","logit_bias":[1]})"})
+                           R"({"prompt":"a","logit_bias":[1]})", R"({"prompt":"a","logit_bias":{"5":1,"05":2}})"})
     EXPECT_EQ(err(Endpoint::kCompletions, body).param, "logit_bias") << body;
   RequestLimits small;
   small.max_logit_bias = 2;
