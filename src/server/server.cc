@@ -229,6 +229,7 @@ void Server::Impl::handle_generate(Endpoint ep, const HttpRequest& req, const st
     return send_error(*res, not_found("The model `" + r.model + "` does not exist.", "model_not_found"));
 
   const engine::ModelInfo& info = engine->model_info();
+  if (auto e = check_logit_bias(r.params, info.vocab_size)) return send_error(*res, *e);
   // Tokenize every prompt. What the engine validates (empty prompt, token ids,
   // context length, n) is not checked here: add_request's error becomes the 400.
   std::vector<std::vector<int32_t>> prompts;
@@ -262,7 +263,6 @@ void Server::Impl::handle_generate(Endpoint ep, const HttpRequest& req, const st
       return send_error(*res, *e);
   }
   if (num_waiting() > cfg.max_waiting) return send_error(*res, waiting_limit());
-  if (auto e = check_logit_bias(r.params, info.vocab_size)) return send_error(*res, *e);
   if (cfg.prefix_cache_salt_per_key && !key.empty()) r.params.cache_salt = key_tag(key) + "/" + r.params.cache_salt;
 
   GenerationSetup gs;

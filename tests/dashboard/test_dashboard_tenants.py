@@ -29,10 +29,14 @@ BINARY, DATA = sys.argv[1], sys.argv[2]
 K1, K2, ADMIN = "tenant-one-key", "tenant-two-key", "dashboard-admin"
 NUM_BLOCKS = 96  # --num-kv-blocks
 # Words of stories260K's vocabulary, different for each tenant.
-K1_PROMPTS = ["The little cat was very happy. The cat liked to play with the ball in the garden every day.",
-              "The cat and the dog went to the park. The cat saw a big tree and the dog saw a bird."]
-K2_PROMPTS = ["Lily had a red car. Lily wanted to drive the car to the sea with her mom and dad today.",
-              "Tom found a shiny box. Tom opened the box and there was a toy boat inside for Tom."]
+K1_PROMPTS = ["The little cat was very happy. The cat liked to play with the ball in the garden every day. "
+              "The cat ran after the ball and the cat was happy in the garden.",
+              "The cat and the dog went to the park. The cat saw a big tree and the dog saw a bird. "
+              "The dog and the cat played in the park all day."]
+K2_PROMPTS = ["Lily had a red car. Lily wanted to drive the car to the sea with her mom and dad today. "
+              "Lily and her car went to the sea and Lily was glad.",
+              "Tom found a shiny box. Tom opened the box and there was a toy boat inside for Tom. "
+              "Tom put the boat in the box and Tom smiled."]
 K1_WORDS, K2_WORDS = {"cat", "dog", "ball", "garden", "park"}, {"Lily", "car", "sea", "Tom", "box", "boat"}
 
 
@@ -77,7 +81,7 @@ class Tenants(OneServerPerClass, unittest.TestCase):
 
     def test_block_walk_finds_no_other_tenant_text(self):
         mine1, mine2, admin = self.blocks(K1), self.blocks(K2), self.blocks(ADMIN)
-        self.assertGreaterEqual(len(mine1), 4)  # two prompts of two or more full blocks each
+        self.assertGreaterEqual(len(mine1), 4)  # two prompts of two or more full 16-token blocks each
         self.assertGreaterEqual(len(mine2), 4)
         self.assertEqual(set(mine1) & set(mine2), set())
         self.assertEqual(admin, {**mine1, **mine2})  # the admin sees every tenant, nothing else is cached
