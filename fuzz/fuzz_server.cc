@@ -9,18 +9,14 @@
 #include <string>
 #include <variant>
 
+#include "fuzz_check.h"
 #include "server/openai_api.h"
 
 using namespace pagoda::server;
 
 namespace {
 
-void check(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "fuzz_server: %s\n", what);
-    std::abort();
-  }
-}
+void check(bool ok, const char* what) { pagoda::fuzz::check(ok, "fuzz_server", what); }
 
 void check_error(const ApiError& e) {
   check(e.status >= 400 && e.status < 600, "error status");

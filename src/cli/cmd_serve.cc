@@ -19,12 +19,15 @@ const char* kHelp =
     "usage: pagoda serve [MODEL] [options]\n"
     "  --host ADDR                   listen address (default 127.0.0.1)\n"
     "  --port N                      listen port (default 8080; 0 picks a free one)\n"
-    "  --max-waiting N               answer 503 when more requests wait (default 1024)\n"
+    "  --max-waiting N               answer 503 when more requests wait, to be parsed or in the\n"
+    "                                engine's queue (default 1024)\n"
     "  --max-connections N           open connections beyond N get 503 (default: sized to the\n"
     "                                descriptor limit, RLIMIT_NOFILE minus max(32, 1/8))\n"
     "  --api-key KEY[,KEY...]        require 'Authorization: Bearer KEY' on every route but /health\n"
     "  --metrics-without-key         leave /metrics open when --api-key is set\n"
-    "  --prefix-cache-salt-per-key   prefix cache entries of one API key are never hits for another\n"
+    "  --prefix-cache-salt-per-key   prefix cache entries of one API key are never hits for another;\n"
+    "                                the dashboard shows each key only its own requests and blocks\n"
+    "  --dashboard-admin-key KEY     a key that opens the /dashboard routes and sees every tenant\n"
     "  --parse-special-in-prompts    control-token text in prompts becomes control tokens (default:\n"
     "                                plain text, so a user cannot forge a turn)\n"
     "  --api-key-file FILE           the keys of --api-key, one per line ('#' comments, blank lines skipped)\n"
@@ -152,6 +155,10 @@ int serve_main(int argc, char** argv) {
   }
   scfg.metrics_without_key = args.flag("--metrics-without-key");
   scfg.prefix_cache_salt_per_key = args.flag("--prefix-cache-salt-per-key");
+  if (err.empty() && args.value("--dashboard-admin-key", &v)) {
+    if (v.empty()) err = "--dashboard-admin-key needs a non-empty key";
+    scfg.dashboard_admin_key = v;
+  }
   scfg.parse_special_in_prompts = args.flag("--parse-special-in-prompts");
   if (err.empty() && (args.value("--served-model-name", &v) || args.value("--alias", &v, "-a"))) scfg.served_model_name = v;
   if (err.empty() && args.value("--chat-template-file", &v)) {

@@ -92,6 +92,7 @@ class EngineImpl final : public Engine {
   const tok::Tokenizer& tokenizer() const override { return *tok_; }
   void snapshot(DashboardSnapshot* out, const SnapshotOptions& options) const override;
   std::vector<int32_t> cached_block_tokens(int32_t block) const override;
+  std::string cached_block_salt(int32_t block) const override;
 
  private:
   void fail_plan(const sched::StepPlan& plan, const std::string& msg, std::vector<TokenEvent>* events);
@@ -269,6 +270,9 @@ Expected<RequestId> EngineImpl::add_request(const RequestParams& p) {
   for (int32_t t : p.forced_tokens)
     if (t < 0 || t >= info_.vocab_size)
       return errorf("forced token id %d is outside the vocabulary (size %d)", t, info_.vocab_size);
+  for (const auto& [t, bias] : p.logit_bias)
+    if (t < 0 || t >= info_.vocab_size)
+      return errorf("logit_bias token id %d is outside the vocabulary (size %d)", t, info_.vocab_size);
   if (p.n < 1 || p.n > 64) return errorf("n must be in 1..64, got %d", p.n);
   if (cfg_.recompute && p.n != 1) return errorf("n = %d needs the KV cache (the engine recomputes: n must be 1)", p.n);
   if (!p.forced_tokens.empty() && p.logprobs >= 0) return errorf("forced tokens come without logprobs");
@@ -293,6 +297,7 @@ Expected<RequestId> EngineImpl::add_request(const RequestParams& p) {
   sp.ignore_eos = p.ignore_eos;
   sp.logprobs = p.logprobs >= 0;
   sp.top_logprobs = std::max(0, p.logprobs);
+  sp.logit_bias = p.logit_bias;
   // Queue the request first; only when it is accepted draw the seed and commit
   // ids, so a refused request leaves the engine exactly as it was.
   const RequestId id = next_id_;
@@ -724,6 +729,12 @@ std::vector<int32_t> EngineImpl::cached_block_tokens(int32_t block) const {
   if (block <= 0 || block >= kv_->pool().num_blocks() || !c.contains(block)) return {};
   std::span<const kv::TokenId> t = c.tokens_of(block);
   return {t.begin(), t.end()};
+}
+
+std::string EngineImpl::cached_block_salt(int32_t block) const {
+  const kv::PrefixCache& c = kv_->cache();
+  if (block <= 0 || block >= kv_->pool().num_blocks() || !c.contains(block)) return "";
+  return std::string(c.salt_of(block));
 }
 
 }  // namespace

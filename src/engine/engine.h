@@ -99,6 +99,9 @@ struct RequestParams {
   int n = 1;
   int logprobs = -1;                 // -1: off; k >= 0: chosen token logprob + top-k alternatives
   std::string cache_salt;            // tenant isolation for the prefix cache
+  // OpenAI's logit_bias: (token id, bias) added to the logits before sampling
+  // (sample::SamplingParams::logit_bias); ids outside the vocabulary are refused.
+  std::vector<std::pair<int32_t, float>> logit_bias;
   // Teacher forcing: output token i < forced_tokens.size() is forced_tokens[i]
   // whatever the sampler would pick (the sampler still records it, so penalties
   // count it); the event carries the greedy pick in `argmax`. Not with logprobs.
@@ -236,6 +239,9 @@ class Engine {
   // The token ids of cached block `block` (its prefix-cache record); empty when
   // the block holds no prefix key or is out of range.
   virtual std::vector<int32_t> cached_block_tokens(int32_t block) const = 0;
+  // The cache salt a cached block was committed under ("" when none or not cached):
+  // the dashboard shows a tenant only its own blocks' text.
+  virtual std::string cached_block_salt(int32_t block) const = 0;
 };
 
 }  // namespace pagoda::engine

@@ -62,17 +62,33 @@ void fill_snapshot(const sched::Scheduler& sched, const kv::KvManager& kv, const
   out->requests.clear();
   out->prefix_nodes.clear();
   out->block_state[0] = static_cast<uint8_t>(BlockState::kNull);
+  // A cached block is visible when its salt is the tenant's (always, unfiltered).
+  auto visible_cached = [&](kv::BlockId b) { return cache.contains(b) && salt_visible(opt, cache.salt_of(b)); };
   int32_t cached_blocks = 0;
   for (kv::BlockId b = 1; b < nb; ++b) {
-    const bool keyed = cache.contains(b);
+    const bool keyed = visible_cached(b);
     cached_blocks += keyed ? 1 : 0;
     BlockState st = pool.ref_count(b) > 0 ? BlockState::kUsed : keyed ? BlockState::kCached : BlockState::kFree;
+    // Another tenant's: cached under its salt, or used (until a request of this
+    // tenant is found holding it below).
+    if (opt.only_tenant && (st == BlockState::kUsed || (st == BlockState::kFree && cache.contains(b))))
+      st = BlockState::kOther;
     out->block_state[static_cast<size_t>(b)] = static_cast<uint8_t>(st);
   }
   out->prefix_cached_blocks = cached_blocks;
+  auto mark_own = [&](sched::RequestId sid) {
+    if (!opt.only_tenant || !kv.has_seq(sid)) return;
+    for (int32_t g = 0; g < kv.num_groups(); ++g)
+      for (kv::BlockId b : kv.block_table(sid, g))
+        if (b != kv::kNullBlock) out->block_state[static_cast<size_t>(b)] = static_cast<uint8_t>(BlockState::kUsed);
+  };
+  auto own = [&](sched::RequestId sid) -> const sched::Request* {
+    const sched::Request* r = sched.find(sid);
+    return r && salt_visible(opt, r->cache_salt) ? r : nullptr;
+  };
 
   auto add_request = [&](sched::RequestId sid, size_t queue_pos, int seats_free) {
-    const sched::Request* r = sched.find(sid);
+    const sched::Request* r = own(sid);
     if (!r) return;
     SnapshotRequest q;
     q.seq_id = sid;
@@ -100,11 +116,19 @@ void fill_snapshot(const sched::Scheduler& sched, const kv::KvManager& kv, const
     }
     out->requests.push_back(std::move(q));
   };
-  for (sched::RequestId sid : sched.running_ids()) add_request(sid, 0, 0);
   const std::vector<sched::RequestId> waiting = sched.waiting_ids();
+  // Every block a request of the tenant holds is its own, listed or not.
+  for (const auto* ids : {&sched.running_ids(), &waiting})
+    for (sched::RequestId sid : *ids)
+      if (own(sid)) mark_own(sid);
+  for (sched::RequestId sid : sched.running_ids()) add_request(sid, 0, 0);
   const int seats_free = sched.config().max_num_seqs - sched.num_running();
-  for (size_t i = 0; i < waiting.size() && static_cast<int>(i) < opt.max_waiting_listed; ++i)
+  int listed = 0;
+  for (size_t i = 0; i < waiting.size() && listed < opt.max_waiting_listed; ++i) {
+    if (!own(waiting[i])) continue;
     add_request(waiting[i], i, seats_free);
+    ++listed;
+  }
 
   // The prefix tree: the most hit cached blocks, then their ancestors (hits
   // only grow towards the root, so they are mostly listed already).
@@ -112,7 +136,7 @@ void fill_snapshot(const sched::Scheduler& sched, const kv::KvManager& kv, const
     std::vector<kv::BlockId> keyed;
     keyed.reserve(static_cast<size_t>(cached_blocks));
     for (kv::BlockId b = 1; b < nb; ++b)
-      if (cache.contains(b)) keyed.push_back(b);
+      if (visible_cached(b)) keyed.push_back(b);
     const size_t k = std::min(keyed.size(), static_cast<size_t>(opt.max_prefix_nodes));
     auto more_hits = [&](kv::BlockId a, kv::BlockId b) {
       const int64_t ha = cache.hits_of(a), hb = cache.hits_of(b);
@@ -125,7 +149,7 @@ void fill_snapshot(const sched::Scheduler& sched, const kv::KvManager& kv, const
     // Ancestors of the listed blocks (bounded: at most 2 x max_prefix_nodes in all).
     for (size_t i = 0; i < keyed.size() && keyed.size() < 2 * k; ++i) {
       const kv::BlockId p = cache.block_of_entry(cache.parent_of(keyed[i]));
-      if (p != kv::kNullBlock && depth.emplace(p, -1).second) keyed.push_back(p);
+      if (p != kv::kNullBlock && visible_cached(p) && depth.emplace(p, -1).second) keyed.push_back(p);
     }
     // Depths by walking each chain up to the root (or a parent not cached).
     auto depth_of = [&](kv::BlockId b) -> int32_t {

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace pagoda::engine {
@@ -23,6 +24,9 @@ enum class BlockState : uint8_t {
   // built in parallel and not wired into the snapshot yet, so nothing sets it.
   kTier = 3,
   kNull = 4,  // block 0: never handed out
+  // Used or cached by another tenant (a tenant's filtered view only): neither
+  // its owner nor its prefix is shown.
+  kOther = 5,
 };
 
 struct SnapshotOptions {
@@ -31,7 +35,18 @@ struct SnapshotOptions {
   int max_prefix_nodes = 256;
   // Waiting requests beyond this are counted (num_waiting) but not listed.
   int max_waiting_listed = 128;
+  // One tenant's view (a server with per-key cache salts): only requests whose
+  // cache salt starts with tenant_salt_prefix are listed, only cached blocks
+  // under such a salt are in the prefix tree and the grid, and every other
+  // used or cached block reads kOther. false: everything (an admin, no tenants).
+  bool only_tenant = false;
+  std::string tenant_salt_prefix;
 };
+
+// Does a cache salt belong to the tenant of `opt` (always, when not filtered)?
+inline bool salt_visible(const SnapshotOptions& opt, std::string_view salt) {
+  return !opt.only_tenant || salt.substr(0, opt.tenant_salt_prefix.size()) == opt.tenant_salt_prefix;
+}
 
 struct SnapshotRequest {
   uint64_t id = 0;        // engine RequestId
@@ -68,7 +83,7 @@ struct DashboardSnapshot {
   int num_running = 0;
   int num_waiting = 0;                    // all of them, listed or not
   std::vector<PrefixNode> prefix_nodes;   // parents before children
-  int32_t prefix_cached_blocks = 0;       // cached blocks in all (listed or not)
+  int32_t prefix_cached_blocks = 0;       // cached blocks in all (listed or not; the tenant's when filtered)
   // Counters for the time series (EngineStats' fields, copied).
   int64_t blocks_total = 0, blocks_used = 0, blocks_cached = 0, blocks_free = 0;
   int64_t prefix_queries_tokens = 0, prefix_hits_tokens = 0;

@@ -25,6 +25,8 @@ Expected<std::shared_ptr<const Grammar>> compile_constraint(const ConstraintSpec
       return Grammar::from_regex(spec.text, opts);
     case ConstraintKind::kChoice:
       return Grammar::from_choices(spec.choices, opts);
+    case ConstraintKind::kGbnf:
+      return Grammar::from_gbnf(spec.text, opts);
     case ConstraintKind::kNone:
       break;
   }
@@ -40,7 +42,7 @@ std::string GrammarCache::key_of(const ConstraintSpec& spec) {
     put(key, j.is_discarded() ? spec.text : j.dump());
     put(key, spec.prefix);
     put(key, spec.suffix);
-  } else if (spec.kind == ConstraintKind::kRegex) {
+  } else if (spec.kind == ConstraintKind::kRegex || spec.kind == ConstraintKind::kGbnf) {
     put(key, spec.text);
   } else if (spec.kind == ConstraintKind::kChoice) {
     for (const auto& c : spec.choices) put(key, c);

@@ -25,11 +25,11 @@
 
 namespace pagoda::grammar {
 
-enum class ConstraintKind : uint8_t { kNone, kJsonSchema, kJsonObject, kRegex, kChoice };
+enum class ConstraintKind : uint8_t { kNone, kJsonSchema, kJsonObject, kRegex, kChoice, kGbnf };
 
 struct ConstraintSpec {
   ConstraintKind kind = ConstraintKind::kNone;
-  std::string text;                  // schema JSON (kJsonSchema) or regex (kRegex)
+  std::string text;                  // schema JSON (kJsonSchema), regex (kRegex) or GBNF (kGbnf)
   std::vector<std::string> choices;  // kChoice
   // kJsonSchema: literal text around the value (a tool call's markup).
   std::string prefix, suffix;

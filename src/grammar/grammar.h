@@ -1,6 +1,6 @@
 // Compiled constraint grammars for constrained decoding (issue 18).
 //
-// Every constraint (JSON schema, json_object, regex, choice list) compiles to one
+// Every constraint (JSON schema, json_object, regex, choice list, GBNF) compiles to one
 // context-free grammar over BYTES: rules, each a list of alternatives, each a
 // sequence of elements that are either a byte class or a reference to a rule.
 // Loops are written right-recursively and a rule reference at the end of an
@@ -103,6 +103,9 @@ class Grammar {
   // Whole-output regex (anchored at both ends; ^ and $ at the ends are allowed).
   static Expected<std::shared_ptr<const Grammar>> from_regex(std::string_view regex,
                                                              const GrammarOptions& opts = {});
+  // A GBNF grammar (llama.cpp's format, vLLM's guided_grammar; see gbnf.cc), from its
+  // `root` rule. Errors name the line.
+  static Expected<std::shared_ptr<const Grammar>> from_gbnf(std::string_view text, const GrammarOptions& opts = {});
   // Exactly one of the given strings.
   static Expected<std::shared_ptr<const Grammar>> from_choices(const std::vector<std::string>& choices,
                                                                const GrammarOptions& opts = {});

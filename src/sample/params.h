@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pagoda::sample {
@@ -55,6 +56,10 @@ struct SamplingParams {
   bool ignore_eos = false;
   bool logprobs = false;            // report the chosen token's logprob
   int32_t top_logprobs = 0;         // and this many most likely alternatives
+  // OpenAI's logit_bias: (token id, bias) added to that token's logit before the
+  // penalties and every later stage. Ids must be inside the vocabulary (the
+  // engine checks); an id past the logits row is skipped.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 // llama.cpp CLI defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05.

@@ -142,6 +142,8 @@ void Sampler::prepare(std::span<const float> logits, std::span<const uint32_t> a
         if (!((bits >> (i - w * 32)) & 1)) work_[i] = kNegInf;
     }
   }
+  for (const auto& [id, bias] : params_.logit_bias)
+    if (id >= 0 && static_cast<size_t>(id) < n) work_[static_cast<size_t>(id)] += bias;
   apply_penalties(work_);
 }
 
@@ -248,7 +250,7 @@ Sampler::VerifyResult Sampler::verify(std::span<const float> logits, int32_t dra
 
 SampleResult Sampler::sample(std::span<const float> logits, std::span<const uint32_t> allowed) {
   const size_t n = logits.size();
-  if (greedy() && allowed.empty() && !has_penalties() && !params_.logprobs) {
+  if (greedy() && allowed.empty() && !has_penalties() && !params_.logprobs && params_.logit_bias.empty()) {
     // Plain greedy: prepare() would copy the logits unchanged; take their argmax.
     ensure_vocab(n);
     SampleResult r;

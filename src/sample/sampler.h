@@ -3,7 +3,7 @@
 // preemption: the sampler lives with the request, not with the step).
 //
 // Pipeline over the logits of one step (llama.cpp's order):
-//   penalties -> [greedy: argmax] -> top-k -> top-p -> min-p -> temperature -> draw
+//   logit_bias -> penalties -> [greedy: argmax] -> top-k -> top-p -> min-p -> temperature -> draw
 // top-p and min-p use the probabilities at temperature 1, as llama.cpp does.
 // Logprobs are the log-softmax of the processed logits (after penalties and,
 // when sampling, temperature; before the top-k/top-p/min-p truncation).
@@ -58,7 +58,7 @@ class Sampler {
  private:
   bool has_penalties() const;
   void apply_penalties(std::span<float> l);
-  // work_ = logits, masked (allowed non-empty) and penalised.
+  // work_ = logits, masked (allowed non-empty), biased (logit_bias) and penalised.
   void prepare(std::span<const float> logits, std::span<const uint32_t> allowed);
   bool greedy() const;
   // The sampling distribution over work_: cand_ (top-k/p, min-p survivors;

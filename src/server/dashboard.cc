@@ -11,14 +11,29 @@
 
 namespace pagoda::server {
 
-// One snapshot taken on the engine thread, with the response ids of its requests.
+// Snapshots taken in one inspection on the engine thread, one per viewer asked
+// for, with the response ids of their requests.
 struct DashboardHub::Taken {
+  struct View {
+    std::string key;  // DashboardViewer::key()
+    engine::DashboardSnapshot snap;
+    std::vector<std::string> tags;
+  };
   uint64_t serial = 0;
-  engine::DashboardSnapshot snap;
-  std::vector<std::string> tags;
+  std::vector<View> views;
   double t = 0;
-  double engine_us = 0;  // engine-thread time the snapshot took (the dashboard's cost to serving)
+  double engine_us = 0;  // engine-thread time the snapshots took (the dashboard's cost to serving)
 };
+
+namespace {
+// One snapshot for `opts` with the response id of each listed request.
+void take_view(const EngineView& v, const engine::SnapshotOptions& opts, engine::DashboardSnapshot* snap,
+               std::vector<std::string>* tags) {
+  v.engine.snapshot(snap, opts);
+  tags->reserve(snap->requests.size());
+  for (const auto& r : snap->requests) tags->push_back(v.tag_of(r.id));
+}
+}  // namespace
 
 DashboardHub::DashboardHub(AsyncEngine* engine, const TextCodec* text, DashboardConfig cfg)
     : engine_(engine), text_(text), cfg_(std::move(cfg)), t0_(now_seconds()) {
@@ -46,7 +61,8 @@ void DashboardHub::stop() {
   for (auto& s : subs) s.res->end_stream();
 }
 
-std::shared_ptr<DashboardHub::Taken> DashboardHub::take(double timeout_s) {
+std::shared_ptr<DashboardHub::Taken> DashboardHub::take(const std::vector<DashboardViewer>& viewers,
+                                                         double timeout_s) {
   uint64_t serial = 0;
   bool ask = false;
   {
@@ -58,15 +74,17 @@ std::shared_ptr<DashboardHub::Taken> DashboardHub::take(double timeout_s) {
     serial = asked_;
   }
   if (ask) {
-    const engine::SnapshotOptions opts = cfg_.snapshot;
-    engine_->inspect([this, serial, opts](const EngineView& v) {
+    const engine::SnapshotOptions base = cfg_.snapshot;
+    engine_->inspect([this, serial, base, viewers](const EngineView& v) {
       auto tk = std::make_shared<Taken>();
       tk->serial = serial;
       tk->t = now();
       const double t0 = now_seconds();
-      v.engine.snapshot(&tk->snap, opts);
-      tk->tags.reserve(tk->snap.requests.size());
-      for (const auto& r : tk->snap.requests) tk->tags.push_back(v.tag_of(r.id));
+      tk->views.resize(viewers.size());
+      for (size_t i = 0; i < viewers.size(); ++i) {
+        tk->views[i].key = viewers[i].key();
+        take_view(v, viewers[i].options(base), &tk->views[i].snap, &tk->views[i].tags);
+      }
       tk->engine_us = (now_seconds() - t0) * 1e6;
       {
         std::lock_guard<std::mutex> l(mu_);
@@ -116,28 +134,44 @@ void DashboardHub::loop() {
       }
       next_sample = t + cfg_.series_period_s;
     }
-    bool any_due = false;
+    // The distinct viewers of the due subscribers: one snapshot each.
+    std::vector<DashboardViewer> viewers;
     {
       std::lock_guard<std::mutex> l(mu_);
-      for (const auto& s : subs_) any_due = any_due || s.next_due <= t;
+      for (const auto& s : subs_) {
+        if (s.next_due > t) continue;
+        bool seen = false;
+        for (const auto& v : viewers) seen = seen || v.key() == s.viewer.key();
+        if (!seen) viewers.push_back(s.viewer);
+      }
     }
-    if (!any_due) continue;
-    std::shared_ptr<Taken> tk = take(1.0);
+    if (viewers.empty()) continue;
+    std::shared_ptr<Taken> tk = take(viewers, 1.0);
     if (!tk) continue;  // the engine is stopping (or stuck in a long step): try at the next tick
-    // The snapshot's JSON without its closing brace; each subscriber gets its own series tail.
+    // Each view's JSON without its closing brace; each subscriber gets its own series tail.
     const double enc0 = now_seconds();
-    std::string body = snapshot_json(tk->snap, tk->tags, tk->t);
-    body.pop_back();
-    // The two costs of watching: engine-thread time (this snapshot) and this
-    // thread's time encoding and queueing the previous event.
-    body += ",\"snapshot_us\":" + std::to_string(static_cast<int64_t>(tk->engine_us)) +
-            ",\"encode_us\":" + std::to_string(static_cast<int64_t>(last_encode_us));
+    std::vector<std::string> bodies;
+    for (const auto& view : tk->views) {
+      std::string body = snapshot_json(view.snap, view.tags, tk->t);
+      body.pop_back();
+      // The two costs of watching: engine-thread time (these snapshots) and this
+      // thread's time encoding and queueing the previous event.
+      body += ",\"snapshot_us\":" + std::to_string(static_cast<int64_t>(tk->engine_us)) +
+              ",\"encode_us\":" + std::to_string(static_cast<int64_t>(last_encode_us));
+      bodies.push_back(std::move(body));
+    }
     std::vector<std::pair<std::shared_ptr<Responder>, std::string>> out;
     {
       std::lock_guard<std::mutex> l(mu_);
       const double after = now();
       for (auto& s : subs_) {
         if (s.next_due > t) continue;
+        // A snapshot asked for before this subscriber's viewer was due may lack it:
+        // it stays due, and the next take asks for it.
+        size_t k = 0;
+        while (k < tk->views.size() && tk->views[k].key != s.viewer.key()) ++k;
+        if (k == tk->views.size()) continue;
+        const std::string& body = bodies[k];
         size_t next = 0;
         const std::vector<SeriesPoint> pts = series_from(s.series_sent, &next);
         s.series_sent = next;
@@ -151,7 +185,7 @@ void DashboardHub::loop() {
   }
 }
 
-void DashboardHub::handle(const HttpRequest& req, std::shared_ptr<Responder> res) {
+void DashboardHub::handle(const HttpRequest& req, std::shared_ptr<Responder> res, const DashboardViewer& viewer) {
   const bool head = req.method == "HEAD";
   if (req.target == "/dashboard") {
     return res->send(200, "text/html; charset=utf-8", head ? std::string() : dashboard_page(),
@@ -176,6 +210,7 @@ void DashboardHub::handle(const HttpRequest& req, std::shared_ptr<Responder> res
     s.res = res;
     s.period = 1.0 / hz;
     s.gone = std::make_shared<std::atomic<bool>>(false);
+    s.viewer = viewer;
     {
       std::lock_guard<std::mutex> l(mu_);
       if (stop_) return res->end_stream();
@@ -192,12 +227,11 @@ void DashboardHub::handle(const HttpRequest& req, std::shared_ptr<Responder> res
   if (req.target == "/dashboard/snapshot") {
     // Taken and encoded on the engine thread: a one-off look (tests, curl),
     // not the periodic stream, so the I/O thread never waits for a step.
-    const engine::SnapshotOptions opts = cfg_.snapshot;
+    const engine::SnapshotOptions opts = viewer.options(cfg_.snapshot);
     engine_->inspect([this, res, opts](const EngineView& v) {
       engine::DashboardSnapshot snap;
-      v.engine.snapshot(&snap, opts);
       std::vector<std::string> tags;
-      for (const auto& r : snap.requests) tags.push_back(v.tag_of(r.id));
+      take_view(v, opts, &snap, &tags);
       std::string body = snapshot_json(snap, tags, now());
       body.pop_back();
       size_t next = 0;
@@ -219,8 +253,12 @@ void DashboardHub::handle(const HttpRequest& req, std::shared_ptr<Responder> res
       return res->send(400, "application/json", error_body(e));
     }
     const TextCodec* text = text_;
-    engine_->inspect([res, text, b](const EngineView& view) {
+    const engine::SnapshotOptions opts = viewer.options(cfg_.snapshot);
+    engine_->inspect([res, text, b, opts](const EngineView& view) {
       std::vector<int32_t> ids = view.engine.cached_block_tokens(static_cast<int32_t>(b));
+      // Another tenant's block reads as not cached: the answer says nothing of it.
+      if (!ids.empty() && !engine::salt_visible(opts, view.engine.cached_block_salt(static_cast<int32_t>(b))))
+        ids.clear();
       if (ids.empty()) {
         ApiError e{404, "block " + std::to_string(b) + " holds no cached prefix", "NotFoundError", "id", "not_found"};
         return res->send(404, "application/json", error_body(e));

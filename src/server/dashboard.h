@@ -61,7 +61,7 @@ enum GridCode : uint8_t {
   kGridTier = 2,  // lower tier (issue 16): not set yet, see engine::BlockState::kTier
   kGridNull = 3,
   kGridShared = 4,       // held by several requests
-  kGridUsedUnknown = 5,  // held, by no listed request (a waiting request beyond the list cap)
+  kGridUsedUnknown = 5,  // held, by no listed request (a waiting request beyond the list cap), or another tenant's
   kGridRequest0 = 6,     // held by requests[k]: 6 + k % 250
 };
 // The grid bytes of a snapshot (one per block, null block included).
@@ -85,6 +85,20 @@ const std::string& dashboard_page();
 std::string report_html(const std::string& title, const std::vector<SeriesPoint>& points,
                         const std::string& summary_json);
 
+// Whose picture a dashboard request gets: everything (no tenants, or the admin
+// key), or one tenant's (per-key cache salts): its own requests, blocks, prefix
+// tree and block text only (engine::SnapshotOptions::only_tenant).
+struct DashboardViewer {
+  bool all = true;
+  std::string salt_prefix;  // when !all: the tenant's cache salts start with this
+  std::string key() const { return all ? "*" : "t:" + salt_prefix; }
+  engine::SnapshotOptions options(engine::SnapshotOptions base) const {
+    base.only_tenant = !all;
+    base.tenant_salt_prefix = all ? std::string() : salt_prefix;
+    return base;
+  }
+};
+
 class DashboardHub {
  public:
   DashboardHub(AsyncEngine* engine, const TextCodec* text, DashboardConfig cfg = {});
@@ -92,8 +106,8 @@ class DashboardHub {
   DashboardHub(const DashboardHub&) = delete;
   DashboardHub& operator=(const DashboardHub&) = delete;
 
-  // Answers a GET on a /dashboard route (after authorization).
-  void handle(const HttpRequest& req, std::shared_ptr<Responder> res);
+  // Answers a GET on a /dashboard route (after authorization) with `viewer`'s picture.
+  void handle(const HttpRequest& req, std::shared_ptr<Responder> res, const DashboardViewer& viewer = {});
   // Ends every event stream and joins the thread; call before the engine stops.
   void stop();
   int num_subscribers() const;
@@ -107,11 +121,13 @@ class DashboardHub {
     // Set by the responder's on_disconnect, which holds only a weak_ptr to it
     // (never the hub): a late callback touches nothing that is gone.
     std::shared_ptr<std::atomic<bool>> gone;
+    DashboardViewer viewer;
   };
   void loop();
-  // Asks the engine thread for a snapshot; waits up to timeout_s. nullptr on timeout or stop.
+  // Asks the engine thread for one snapshot per viewer (in one inspection); waits up
+  // to timeout_s. nullptr on timeout or stop.
   struct Taken;
-  std::shared_ptr<Taken> take(double timeout_s);
+  std::shared_ptr<Taken> take(const std::vector<DashboardViewer>& viewers, double timeout_s);
   // Series points from absolute index `from` (clamped to what is kept).
   std::vector<SeriesPoint> series_from(size_t from, size_t* next) const;
   double now() const;

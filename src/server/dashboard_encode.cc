@@ -50,6 +50,7 @@ std::vector<uint8_t> grid_codes(const engine::DashboardSnapshot& s) {
       case engine::BlockState::kCached: g[b] = kGridCached; break;
       case engine::BlockState::kTier: g[b] = kGridTier; break;
       case engine::BlockState::kNull: g[b] = kGridNull; break;
+      case engine::BlockState::kOther: g[b] = kGridUsedUnknown; break;  // another tenant's: no owner, no prefix
       case engine::BlockState::kUsed: {
         const int32_t o = b < s.block_owner.size() ? s.block_owner[b] : -1;
         g[b] = static_cast<uint8_t>(o == -2 ? int{kGridShared} : o < 0 ? int{kGridUsedUnknown} : kGridRequest0 + o % 250);

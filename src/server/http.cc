@@ -48,7 +48,39 @@ const char* http_status_text(int s) {
   }
 }
 
+HeadScan scan_request_head(std::string_view b) {
+  const size_t end = b.find("\r\n\r\n");
+  const size_t limit = end == std::string_view::npos ? b.size() : end + 2;
+  // A line break followed by a space or tab inside the head starts a continuation line.
+  for (size_t i = b.find("\r\n"); i != std::string_view::npos && i + 2 < limit; i = b.find("\r\n", i + 2))
+    if (b[i + 2] == ' ' || b[i + 2] == '\t') return HeadScan::kObsFold;
+  return end == std::string_view::npos ? HeadScan::kIncomplete : HeadScan::kComplete;
+}
+
+std::string check_transfer_encoding(const std::vector<std::string>& values) {
+  if (values.empty()) return "";
+  if (values.size() > 1) return "Transfer-Encoding given more than once";
+  std::string v = values[0];
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.pop_back();
+  size_t i = 0;
+  while (i < v.size() && (v[i] == ' ' || v[i] == '\t')) ++i;
+  v = v.substr(i);
+  if (beast::iequals(v, "chunked")) return "";
+  return "Transfer-Encoding '" + v.substr(0, 64) + "' is not supported (only 'chunked')";
+}
+
 namespace {
+
+// A 400 body naming the offending part of the request (HTTP framing: a header).
+std::string bad_request_body(const std::string& message, const std::string& param) {
+  std::string m;
+  for (char c : message) {
+    if (c == '"' || c == '\\') m += '\\';
+    m += (static_cast<unsigned char>(c) < 0x20) ? ' ' : c;
+  }
+  return "{\"error\":{\"message\":\"" + m + "\",\"type\":\"invalid_request_error\",\"param\":" +
+         (param.empty() ? std::string("null") : "\"" + param + "\"") + ",\"code\":null}}";
+}
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
@@ -103,10 +135,38 @@ class Session : public std::enable_shared_from_this<Session> {
     cors_origin_.clear();
     parser_.emplace();
     parser_->body_limit(cfg_.body_limit);
-    parser_->header_limit(64 * 1024);
+    parser_->header_limit(kHeaderLimit);
     stream_.expires_after(std::chrono::seconds(cfg_.header_timeout_s));
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+    read_head();
+  }
+
+  // Reads until the head is whole (or over the header limit, which the parser then
+  // reports) so its raw lines can be checked for obs-fold, then lets Beast parse it
+  // and read the body from the same buffer.
+  void read_head() {
+    const auto data = buffer_.data();
+    const std::string_view bytes(static_cast<const char*>(data.data()), data.size());
+    const HeadScan scan = scan_request_head(bytes.substr(0, kHeaderLimit));
+    if (scan == HeadScan::kObsFold)
+      return reject(400, bad_request_body("malformed HTTP request: obs-fold (a header line starting with a space "
+                                          "or tab) is not accepted", "header"));
+    if (scan == HeadScan::kComplete || bytes.size() >= kHeaderLimit) {
+      http::async_read(stream_, buffer_, *parser_,
+                       [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+      return;
+    }
+    stream_.async_read_some(buffer_.prepare(8192), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      if (ec) return self->on_read(ec);
+      self->buffer_.commit(n);
+      self->read_head();
+    });
+  }
+
+  // Answers a request that cannot be read further and closes after it.
+  void reject(int status, std::string body) {
+    keep_alive_ = false;
+    in_response_ = true;
+    send_full(status, "application/json", std::move(body), {});
   }
 
   void on_read(beast::error_code ec) {
@@ -114,25 +174,20 @@ class Session : public std::enable_shared_from_this<Session> {
         ec == asio::error::operation_aborted || closed_)
       return close();
     if (ec == http::error::body_limit) {
-      keep_alive_ = false;
-      in_response_ = true;
-      send_full(413, "application/json",
-                "{\"error\":{\"message\":\"request body exceeds the limit of " + std::to_string(cfg_.body_limit) +
-                    " bytes\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"payload_too_large\"}}",
-                {});
-      return;
+      return reject(413, "{\"error\":{\"message\":\"request body exceeds the limit of " +
+                             std::to_string(cfg_.body_limit) +
+                             " bytes\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"payload_too_large\"}}");
     }
-    if (ec) {
-      // Malformed HTTP: answer 400 and close.
-      keep_alive_ = false;
-      in_response_ = true;
-      send_full(400, "application/json",
-                "{\"error\":{\"message\":\"malformed HTTP request: " + ec.message() +
-                    "\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}",
-                {});
-      return;
-    }
+    // Malformed HTTP: answer 400 and close.
+    if (ec) return reject(400, bad_request_body("malformed HTTP request: " + ec.message(), ""));
     auto msg = parser_->release();
+    {
+      std::vector<std::string> te;
+      for (const auto& f : msg)
+        if (f.name() == http::field::transfer_encoding) te.emplace_back(f.value());
+      const std::string bad = check_transfer_encoding(te);
+      if (!bad.empty()) return reject(400, bad_request_body(bad, "Transfer-Encoding"));
+    }
     HttpRequest req;
     req.method = std::string(msg.method_string());
     std::string target(msg.target());
@@ -279,6 +334,7 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.socket().close(ec);
   }
 
+  static constexpr size_t kHeaderLimit = 64 * 1024;
   beast::tcp_stream stream_;
   const HttpConfig& cfg_;
   const Handler& handler_;

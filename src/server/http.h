@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace pagoda::server {
@@ -69,6 +70,16 @@ struct HttpConfig {
 std::string cors_allow_origin(const std::vector<std::string>& allowed, const std::string& origin);
 // What max_connections = 0 resolves to for the current RLIMIT_NOFILE.
 int default_max_connections();
+
+// The request head at the front of `bytes` (RFC 9112 section 5.2: a server must reject
+// obs-fold, a header line continued by one starting with a space or tab; Beast would
+// join it silently). kIncomplete: no empty line yet.
+enum class HeadScan { kIncomplete, kComplete, kObsFold };
+HeadScan scan_request_head(std::string_view bytes);
+// A request's Transfer-Encoding is accepted only as exactly "chunked" (any case, one
+// field): "gzip, chunked" would otherwise be read as plain chunked and the coding
+// ignored. "" when fine, else the 400's message.
+std::string check_transfer_encoding(const std::vector<std::string>& values);
 
 class HttpServer {
  public:

@@ -1,6 +1,9 @@
 #include "server/openai_api.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "grammar/json_text.h"
@@ -84,6 +87,37 @@ std::optional<ApiError> parse_token_list(const json& a, std::vector<int32_t>* ou
     if (v < 0 || v > INT32_MAX) return bad("token id out of range in 'prompt'", "prompt");
     out->push_back(static_cast<int32_t>(v));
   }
+  return std::nullopt;
+}
+
+// OpenAI's logit_bias: {"token id": bias in [-100, 100]}; the ids are checked against
+// the vocabulary once the model is known (check_logit_bias).
+std::optional<ApiError> parse_logit_bias(const json& j, const RequestLimits& limits,
+                                         std::vector<std::pair<int32_t, float>>* out) {
+  auto it = j.find("logit_bias");
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object()) return bad("'logit_bias' must be an object of token id -> bias", "logit_bias");
+  if (it->size() > limits.max_logit_bias)
+    return bad("'logit_bias' has " + std::to_string(it->size()) + " entries; the limit is " +
+                   std::to_string(limits.max_logit_bias),
+               "logit_bias");
+  for (const auto& [key, val] : it->items()) {
+    char* end = nullptr;
+    errno = 0;
+    const long long id = std::strtoll(key.c_str(), &end, 10);
+    if (key.empty() || *end != '\0' || errno != 0 || id < 0 || id > INT32_MAX)
+      return bad("'logit_bias' keys must be token ids (non-negative integers), got '" + key.substr(0, 32) + "'",
+                 "logit_bias");
+    if (!val.is_number()) return bad("'logit_bias' values must be numbers", "logit_bias");
+    const double b = val.get<double>();
+    if (!(b >= -100.0 && b <= 100.0))
+      return bad("'logit_bias' value for token " + key + " is outside [-100, 100]", "logit_bias");
+    out->emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
+  }
+  std::sort(out->begin(), out->end());
+  for (size_t i = 1; i < out->size(); ++i)
+    if ((*out)[i].first == (*out)[i - 1].first)
+      return bad("'logit_bias' names token id " + std::to_string((*out)[i].first) + " twice", "logit_bias");
   return std::nullopt;
 }
 
@@ -263,6 +297,14 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, const std::stri
   if (present) p.top_k = v < 0 ? 0 : static_cast<int>(v);
   PAGODA_API_TRY(get_int(j, "n", 1, 16, &v, &present));
   if (present) p.n = static_cast<int>(v);
+  // best_of (vLLM, completions): best_of candidates ranked by cumulative logprob are
+  // not implemented; a value that would change the answer is refused, never ignored.
+  PAGODA_API_TRY(get_int(j, "best_of", 1, 16, &v, &present));
+  if (present && v != p.n)
+    return bad("'best_of' is " + std::to_string(v) + ", but only best_of equal to n (" + std::to_string(p.n) +
+                   ") is supported",
+               "best_of");
+  PAGODA_API_TRY(parse_logit_bias(j, limits, &p.logit_bias));
   PAGODA_API_TRY(get_int(j, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &v,
                          &present));
   if (present) { p.seed = static_cast<uint64_t>(v); p.has_seed = true; }
@@ -315,13 +357,22 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, const std::stri
   return r;
 }
 
+std::optional<ApiError> check_logit_bias(const engine::RequestParams& p, int vocab_size) {
+  for (const auto& [id, b] : p.logit_bias)
+    if (id >= vocab_size)
+      return bad("'logit_bias' names token id " + std::to_string(id) + ", outside the vocabulary (size " +
+                     std::to_string(vocab_size) + ")",
+                 "logit_bias");
+  return std::nullopt;
+}
+
 bool is_known_field(Endpoint ep, const std::string& field) {
   // Every field parse_request (and parse_output_constraint) reads.
   static const char* const kCommon[] = {
       "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "min_p", "presence_penalty",
       "frequency_penalty", "repetition_penalty", "top_k", "n", "seed", "ignore_eos", "return_token_ids",
       "cache_salt", "stream", "stop", "stream_options", "response_format", "guided_json", "guided_regex",
-      "guided_choice"};
+      "guided_choice", "guided_grammar", "logit_bias", "best_of"};
   static const char* const kCompletions[] = {"prompt", "echo", "logprobs"};
   static const char* const kChat[] = {"messages", "logprobs", "top_logprobs", "tools", "tool_choice"};
   for (const char* k : kCommon)

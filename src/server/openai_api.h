@@ -48,6 +48,7 @@ struct RequestLimits {
   // entry costs ~100 bytes as JSON, so the default bounds one response near 100 MB;
   // it still admits n = 16 x 4k tokens with 15 alternatives, or one 8k chat with 20.
   int64_t max_output_entries = int64_t{1} << 20;
+  size_t max_logit_bias = 1024;        // entries of one logit_bias map
 };
 
 enum class Endpoint { kCompletions, kChat };
@@ -68,8 +69,8 @@ struct ParsedRequest {
   bool return_token_ids = false;                   // vLLM extension: "token_ids" / "prompt_token_ids" in choices
   engine::RequestParams params;                    // sampling; prompt filled in later
   OutputConstraint constraint;                     // structured output / tools (compiled by the server)
-  // Top-level fields the body has and pagoda does not implement (logit_bias,
-  // best_of, user, a misspelt name, ...): accepted, ignored, and named in a
+  // Top-level fields the body has and pagoda does not implement (user, a
+  // misspelt name, ...): accepted, ignored, and named in a
   // warning by the server (once per field name).
   std::vector<std::string> ignored_fields;
 };
@@ -81,6 +82,8 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, const std::stri
 // to the context end): nullopt when prompts x n x max_tokens x (1 + logprobs) fits.
 std::optional<ApiError> check_output_cost(size_t num_prompts, const engine::RequestParams& p, int64_t max_tokens,
                                           const RequestLimits& limits);
+// 400 naming logit_bias when one of its ids is outside the model's vocabulary.
+std::optional<ApiError> check_logit_bias(const engine::RequestParams& p, int vocab_size);
 // True when arrays/objects in `body` nest deeper than max_depth (strings skipped).
 // Linear, no allocation: runs before the JSON parser builds anything.
 bool json_too_deep(const std::string& body, int max_depth);

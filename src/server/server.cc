@@ -118,7 +118,17 @@ struct Server::Impl {
     res.send(e.status, "application/json", error_body(e), extra);
   }
   // nullopt: authorized (the matched key in *key, "" without auth); else the error.
-  std::optional<ApiError> authorize(const HttpRequest& req, std::string* key) const;
+  // The dashboard's routes also take the admin key.
+  std::optional<ApiError> authorize(const HttpRequest& req, bool dashboard_route, std::string* key) const;
+  // The dashboard picture for the key a request was authorized with.
+  DashboardViewer dashboard_viewer(const std::string& key) const;
+  // Requests waiting: to be parsed, to be added to the engine, and in its queue.
+  int64_t num_waiting() const {
+    return static_cast<int64_t>(workers->num_queued()) + engine->num_pending() + engine->stats().num_waiting;
+  }
+  ApiError waiting_limit() const {
+    return overloaded("server is overloaded: more than " + std::to_string(cfg.max_waiting) + " requests are waiting");
+  }
   void handle_generate(Endpoint ep, const HttpRequest& req, const std::string& key, std::shared_ptr<Responder> res,
                        double t_start);
   // The compiled grammar of a request's constraint (nullptr when unconstrained).
@@ -127,21 +137,33 @@ struct Server::Impl {
   void handle_detokenize(const HttpRequest& req, Responder& res);
 };
 
-std::optional<ApiError> Server::Impl::authorize(const HttpRequest& req, std::string* key) const {
+std::optional<ApiError> Server::Impl::authorize(const HttpRequest& req, bool dashboard_route, std::string* key) const {
   key->clear();
-  if (cfg.api_keys.empty()) return std::nullopt;
+  const bool admin = dashboard_route && !cfg.dashboard_admin_key.empty();
+  if (cfg.api_keys.empty() && !admin) return std::nullopt;
   const std::string given = bearer_token(req.header("authorization"));
   bool ok = false;
-  for (const auto& k : cfg.api_keys) {
+  auto check = [&](const std::string& k) {
     // Every key is compared (no early exit), so timing does not say which one matched.
     if (constant_time_equal(given, k) && !ok) {
       ok = true;
       *key = k;
     }
-  }
+  };
+  if (admin) check(cfg.dashboard_admin_key);
+  for (const auto& k : cfg.api_keys) check(k);
   if (ok) return std::nullopt;
   return ApiError{401, "invalid or missing API key (send 'Authorization: Bearer KEY')", "authentication_error", "",
                   "invalid_api_key"};
+}
+
+DashboardViewer Server::Impl::dashboard_viewer(const std::string& key) const {
+  DashboardViewer v;
+  if (cfg.prefix_cache_salt_per_key && !key.empty() && key != cfg.dashboard_admin_key) {
+    v.all = false;
+    v.salt_prefix = key_tag(key) + "/";  // every salt of this key's requests starts so (handle_generate)
+  }
+  return v;
 }
 
 // ---- Generation (worker thread) -------------------------------------------------
@@ -171,6 +193,7 @@ std::variant<std::shared_ptr<const grammar::CompiledGrammar>, ApiError> Server::
     const char* field = forced_call                                             ? "tools"
                         : spec.kind == grammar::ConstraintKind::kRegex          ? "guided_regex"
                         : spec.kind == grammar::ConstraintKind::kChoice         ? "guided_choice"
+                        : spec.kind == grammar::ConstraintKind::kGbnf           ? "guided_grammar"
                                                                                 : "response_format";
     return ApiError{400, std::string(forced_call ? "tool call schema: " : "invalid output constraint: ") + cg.message(),
                     "invalid_request_error", field, "invalid_value"};
@@ -206,6 +229,7 @@ void Server::Impl::handle_generate(Endpoint ep, const HttpRequest& req, const st
     return send_error(*res, not_found("The model `" + r.model + "` does not exist.", "model_not_found"));
 
   const engine::ModelInfo& info = engine->model_info();
+  if (auto e = check_logit_bias(r.params, info.vocab_size)) return send_error(*res, *e);
   // Tokenize every prompt. What the engine validates (empty prompt, token ids,
   // context length, n) is not checked here: add_request's error becomes the 400.
   std::vector<std::vector<int32_t>> prompts;
@@ -238,10 +262,7 @@ void Server::Impl::handle_generate(Endpoint ep, const HttpRequest& req, const st
     if (auto e = check_output_cost(prompts.size(), r.params, r.params.max_tokens, cfg.limits))
       return send_error(*res, *e);
   }
-  engine::EngineStats st = engine->stats();
-  if (st.num_waiting + engine->num_pending() > cfg.max_waiting)
-    return send_error(*res, overloaded("server is overloaded: more than " + std::to_string(cfg.max_waiting) +
-                                       " requests are waiting"));
+  if (num_waiting() > cfg.max_waiting) return send_error(*res, waiting_limit());
   if (cfg.prefix_cache_salt_per_key && !key.empty()) r.params.cache_salt = key_tag(key) + "/" + r.params.cache_salt;
 
   GenerationSetup gs;
@@ -350,10 +371,10 @@ void Server::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
     if (!qkey.empty()) req.headers["authorization"] = "Bearer " + qkey;
   }
   if (!(req.target == "/metrics" && cfg.metrics_without_key)) {
-    if (auto e = authorize(req, &key)) return send_error(*res, *e);
+    if (auto e = authorize(req, dashboard_route, &key)) return send_error(*res, *e);
   }
   if (req.target == "/metrics") return res->send(200, "text/plain; version=0.0.4", metrics.render());
-  if (dashboard_route) return dashboard->handle(req, res);
+  if (dashboard_route) return dashboard->handle(req, res, dashboard_viewer(key));
   if (req.target == "/v1/models") {
     const auto& info = engine->model_info();
     json m = {{"id", model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "pagoda"},
@@ -375,9 +396,9 @@ void Server::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
                 error_body(ApiError{500, std::string("internal error: ") + e.what(), "internal_error", "", ""}));
     }
   };
-  if (!workers->try_post(std::move(job)))
-    send_error(*res, overloaded("server is overloaded: " + std::to_string(cfg.worker_queue) +
-                                " requests are waiting to be parsed"));
+  // A request waiting to be parsed is a waiting request: the one limit is max_waiting
+  // (the queue holds one more, so it is never full first).
+  if (num_waiting() > cfg.max_waiting || !workers->try_post(std::move(job))) send_error(*res, waiting_limit());
 }
 
 // ---- Server ------------------------------------------------------------------
@@ -425,7 +446,8 @@ Expected<std::unique_ptr<Server>> Server::create(const ServerConfig& config, std
         1);
   }
   impl->engine = std::make_unique<AsyncEngine>(std::move(eng), &impl->metrics, config.log_stats_interval_s);
-  impl->workers = std::make_unique<WorkerPool>(config.worker_threads, static_cast<size_t>(std::max(1, config.worker_queue)));
+  const int64_t queue = config.worker_queue > 0 ? config.worker_queue : int64_t{config.max_waiting} + 1;
+  impl->workers = std::make_unique<WorkerPool>(config.worker_threads, static_cast<size_t>(std::max<int64_t>(1, queue)));
   impl->dashboard = std::make_unique<DashboardHub>(impl->engine.get(), impl->text.get());
   return s;
 }

@@ -20,6 +20,10 @@ struct ServerConfig {
   // The prefix cache salt of every request starts with a hash of its API key, so
   // one tenant's cached prompts are never hits (nor timing probes) for another.
   bool prefix_cache_salt_per_key = false;
+  // With per-key salts the dashboard shows each key only its own requests, blocks,
+  // prefix tree and block text; this key (--dashboard-admin-key) sees everything.
+  // It opens the /dashboard routes only (not the API). "": no admin.
+  std::string dashboard_admin_key;
   // Control-token text in completion prompts given as text (and, once tok/ supports
   // it, in chat content) becomes control tokens. Off: it is plain text (vLLM's default).
   bool parse_special_in_prompts = false;
@@ -27,7 +31,9 @@ struct ServerConfig {
   std::string chat_template;      // Jinja source replacing the model's own ("": the model's)
   int max_waiting = 1024;         // more waiting requests than this -> 503
   int worker_threads = 2;         // parsing / tokenizing threads
-  int worker_queue = 64;          // jobs waiting for a worker beyond this -> 503
+  // Jobs waiting for a worker (parse, tokenize) beyond this -> 503; 0: max_waiting.
+  // Requests waiting to be parsed count against max_waiting like the engine's.
+  int worker_queue = 0;
   RequestLimits limits;
   // Structured outputs: limits on what one constraint may compile to (hostile
   // schemas and regexes fail with a 400 naming the limit), and how many distinct

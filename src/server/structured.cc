@@ -100,7 +100,7 @@ const char* tool_syntax_name(ToolSyntax s) {
 std::optional<ApiError> parse_output_constraint(const nlohmann::json& body, bool chat, const std::string& raw,
                                                 OutputConstraint* out) {
   static const char* kKeys[] = {"response_format", "guided_json", "guided_regex", "guided_choice", "tools",
-                                "tool_choice"};
+                                "tool_choice",     "guided_grammar"};
   bool any = false;
   for (const char* k : kKeys) {
     auto it = body.find(k);
@@ -165,8 +165,15 @@ std::optional<ApiError> parse_output_constraint(const nlohmann::json& body, bool
     }
     spec.kind = grammar::ConstraintKind::kChoice;
   }
+  if (auto it = j.find("guided_grammar"); it != j.end() && !it->is_null()) {
+    take("guided_grammar");
+    if (!it->is_string()) return bad("'guided_grammar' must be a GBNF grammar (a string)", "guided_grammar");
+    spec.kind = grammar::ConstraintKind::kGbnf;
+    spec.text = it->get<std::string>();
+  }
   if (given > 1)
-    return bad("at most one of response_format (json), guided_json, guided_regex and guided_choice may be given",
+    return bad("at most one of response_format (json), guided_json, guided_regex, guided_choice and guided_grammar "
+               "may be given",
                which);
 
   ToolSetup& t = out->tools;

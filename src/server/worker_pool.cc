@@ -25,6 +25,11 @@ bool WorkerPool::try_post(std::function<void()> job) {
   return true;
 }
 
+size_t WorkerPool::num_queued() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return queue_.size();
+}
+
 void WorkerPool::stop() {
   {
     std::lock_guard<std::mutex> l(mu_);

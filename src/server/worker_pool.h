@@ -23,10 +23,11 @@ class WorkerPool {
   // False (and the job is dropped) when the queue is full or the pool stopped.
   bool try_post(std::function<void()> job);
   void stop();  // idempotent; waits for queued and running jobs
+  size_t num_queued() const;  // jobs waiting for a worker now
 
  private:
   void loop();
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
   size_t max_queued_;

@@ -51,7 +51,7 @@ class LogsAndHttp(unittest.TestCase):
         ids = []
         for _ in range(2):
             r = self.srv.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0,
-                                                  "logit_bias": {"50": 1}, "best_of": 1})
+                                                  "user": "u1", "suffix": "x"})
             ids.append(r["id"])
         deadline = time.time() + 10
         while time.time() < deadline and not any(re.search(STATS, x) for x in self.srv.log):
@@ -67,7 +67,7 @@ class LogsAndHttp(unittest.TestCase):
         self.assertGreaterEqual(len(stats), 1, "".join(lines))
         self.assertRegex(stats[0], r" info\s+Avg prompt throughput")
         # Exactly one warning per ignored field name, for two requests that sent them.
-        for field in ("logit_bias", "best_of"):
+        for field in ("user", "suffix"):
             warn = [x for x in lines if f"request field '{field}' is not supported" in x]
             self.assertEqual(len(warn), 1, field)
             self.assertRegex(warn[0], r" warning ")

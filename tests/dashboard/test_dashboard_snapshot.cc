@@ -45,10 +45,11 @@ std::vector<int32_t> tokens(int n, int first) {
   return t;
 }
 
-// The states as a string, one letter per block: N null, F free, U used, C cached.
+// The states as a string, one letter per block: N null, F free, U used, C cached,
+// O another tenant's.
 std::string states(const DashboardSnapshot& s) {
   std::string out;
-  for (uint8_t b : s.block_state) out += "FUCTN"[b];
+  for (uint8_t b : s.block_state) out += "FUCTNO"[b];
   return out;
 }
 
@@ -158,6 +159,82 @@ TEST(DashboardSnapshot, ForkedChoicesShareBlocks) {
   EXPECT_EQ(s.requests[0].block_tables, s.requests[1].block_tables);
   EXPECT_EQ(s.block_owner[1], -2);
   EXPECT_EQ(server::grid_codes(s)[1], server::kGridShared);
+}
+
+// One tenant's view (issue 35): a server with per-key salts asks for the
+// requests and blocks under its key's salt prefix only.
+DashboardSnapshot take_tenant(const engine::Engine& e, const std::string& prefix) {
+  engine::SnapshotOptions o;
+  o.only_tenant = true;
+  o.tenant_salt_prefix = prefix;
+  DashboardSnapshot s;
+  e.snapshot(&s, o);
+  return s;
+}
+
+std::vector<int32_t> node_blocks(const DashboardSnapshot& s) {
+  std::vector<int32_t> out;
+  for (const auto& n : s.prefix_nodes) out.push_back(n.block);
+  return out;
+}
+
+TEST(DashboardSnapshot, TenantSeesOnlyItsRequestsBlocksAndTree) {
+  auto e = make(12, 4);
+  ASSERT_TRUE(e);
+  engine::RequestParams a = greedy(tokens(40, 10), 3), b = greedy(tokens(24, 100), 3);
+  a.cache_salt = "tagA/user-salt";  // the server's key tag, then the request's own salt
+  b.cache_salt = "tagB/";
+  auto ida = e->add_request(a);
+  auto idb = e->add_request(b);
+  ASSERT_TRUE(ida.ok() && idb.ok());
+  // Waiting: each tenant lists only its own request.
+  DashboardSnapshot sa = take_tenant(*e, "tagA/"), sb = take_tenant(*e, "tagB/");
+  ASSERT_EQ(sa.requests.size(), 1u);
+  EXPECT_EQ(sa.requests[0].id, *ida);
+  EXPECT_EQ(sa.requests[0].why, "admitted at the next step");
+  ASSERT_EQ(sb.requests.size(), 1u);
+  EXPECT_EQ(sb.requests[0].id, *idb);
+  EXPECT_EQ(sb.requests[0].why, "queued behind 1 request(s)");  // its place in the one queue
+
+  e->step();  // both admitted: A in blocks 1, 2, 3 (1, 2 committed), B in 4, 5 (4 committed)
+  EXPECT_EQ(states(take(*e)), "NUUUUUFFFFFFF");
+  sa = take_tenant(*e, "tagA/");
+  sb = take_tenant(*e, "tagB/");
+  EXPECT_EQ(states(sa), "NUUUOOFFFFFFF");
+  EXPECT_EQ(states(sb), "NOOOUUFFFFFFF");
+  ASSERT_EQ(sa.requests.size(), 1u);
+  EXPECT_EQ(sa.requests[0].block_tables, (std::vector<std::vector<int32_t>>{{1, 2, 3}}));
+  ASSERT_EQ(sb.requests.size(), 1u);
+  EXPECT_EQ(sb.requests[0].block_tables, (std::vector<std::vector<int32_t>>{{4, 5}}));
+  EXPECT_EQ(node_blocks(sa), (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(node_blocks(sb), (std::vector<int32_t>{4}));
+  EXPECT_EQ(sa.prefix_cached_blocks, 2);
+  EXPECT_EQ(sb.prefix_cached_blocks, 1);
+  // Another tenant's blocks have no owner and no colour of a request.
+  EXPECT_EQ(sa.block_owner[4], -1);
+  EXPECT_EQ(server::grid_codes(sa)[4], server::kGridUsedUnknown);
+  EXPECT_EQ(server::grid_codes(sa)[1], server::kGridRequest0);
+  EXPECT_EQ(e->cached_block_salt(1), "tagA/user-salt");
+  EXPECT_EQ(e->cached_block_salt(4), "tagB/");
+  EXPECT_EQ(e->cached_block_salt(3), "");  // partial: not cached
+
+  for (int i = 0; i < 3; ++i) e->step();  // both finish; 1, 2 and 4 stay cached
+  EXPECT_EQ(states(take(*e)), "NCCFCFFFFFFFF");
+  sa = take_tenant(*e, "tagA/");
+  sb = take_tenant(*e, "tagB/");
+  EXPECT_EQ(states(sa), "NCCFOFFFFFFFF");
+  EXPECT_EQ(states(sb), "NOOFCFFFFFFFF");
+  EXPECT_TRUE(sa.requests.empty());
+  EXPECT_EQ(node_blocks(sa), (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(node_blocks(sb), (std::vector<int32_t>{4}));
+  // A third tenant sees nothing of either; the unfiltered view (an admin) sees all.
+  DashboardSnapshot sc = take_tenant(*e, "tagC/");
+  EXPECT_EQ(states(sc), "NOOFOFFFFFFFF");
+  EXPECT_TRUE(sc.prefix_nodes.empty());
+  EXPECT_EQ(sc.prefix_cached_blocks, 0);
+  EXPECT_EQ(node_blocks(take(*e)), (std::vector<int32_t>{1, 4, 2}));
+  // The counters stay the pool's (what /metrics shows every key).
+  EXPECT_EQ(sc.blocks_cached, 3);
 }
 
 TEST(DashboardEncode, Base64AndQuery) {

@@ -67,6 +67,24 @@ TEST_F(EngineSampling, TwoGreedyChoicesEqualReference) {
   EXPECT_EQ(r.c0.text, r.c1.text);
 }
 
+// Issue 35: logit_bias reaches the sampler of every choice. +100 on a token greedy
+// never picks makes it every output token; the unbiased run is the reference.
+TEST_F(EngineSampling, LogitBiasForcesAToken) {
+  const Reference ref = load_references().at(2);
+  const std::vector<int32_t> want(ref.generated_tokens.begin(), ref.generated_tokens.begin() + 8);
+  int32_t forced = 57;
+  while (std::find(want.begin(), want.end(), forced) != want.end()) ++forced;
+  RequestParams p = greedy(ref.prompt_tokens, 8);
+  p.n = 2;
+  p.logit_bias = {{forced, 100.0f}};
+  const TwoChoices r = run_n2(e.get(), p);
+  EXPECT_EQ(r.c0.tokens, std::vector<int32_t>(8, forced));
+  EXPECT_EQ(r.c1.tokens, std::vector<int32_t>(8, forced));
+  RequestParams plain = greedy(ref.prompt_tokens, 8);
+  plain.n = 2;
+  EXPECT_EQ(run_n2(e.get(), plain).c0.tokens, want);  // no bias: the reference
+}
+
 // ---------------------------------------------------------- stop strings
 
 TEST(EngineStop, StopStringCutsTextBeforeIt) {
@@ -327,6 +345,11 @@ TEST(EngineErrors, RejectedRequestsChangeNothing) {
   RequestParams n65 = greedy(ref.prompt_tokens, 10);
   n65.n = 65;
   bad.push_back(n65);
+  for (int32_t id : {512, -1}) {  // logit_bias outside the vocabulary
+    RequestParams lb = greedy(ref.prompt_tokens, 10);
+    lb.logit_bias = {{3, 1.0f}, {id, 5.0f}};
+    bad.push_back(lb);
+  }
   for (size_t i = 0; i < bad.size(); ++i) {
     auto r = e->add_request(bad[i]);
     EXPECT_FALSE(r.ok()) << "bad request " << i << " accepted";

@@ -243,3 +243,32 @@ TEST(SamplerMask, AllowsAny) {
   EXPECT_TRUE(mask_allows_any(mask_of({0}, 40), 1));
   EXPECT_FALSE(mask_allows_any({}, 10));
 }
+
+// Issue 35 item 7: logit_bias is applied before every stage (greedy, sampling,
+// logprobs), and a biased-out token is never drawn.
+TEST(Sampler, LogitBiasForcesAndForbidsTokens) {
+  const std::vector<float> logits = {2.0f, 1.0f, 0.5f, 3.0f};
+  SamplingParams g = greedy();
+  g.logit_bias = {{2, 100.0f}};
+  Sampler s(g);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(s.sample(logits).token, 2);
+  SamplingParams t;
+  t.seed = 11;
+  t.logit_bias = {{3, -100.0f}, {1, 100.0f}};
+  Sampler st(t);
+  EXPECT_EQ(histogram(st, logits, 200), (std::vector<int>{0, 200, 0, 0}));
+  // The logprobs are those of the biased logits: log-softmax of {2, 1, 0.5, 3 - 1}.
+  SamplingParams lp = greedy();
+  lp.logprobs = true;
+  lp.logit_bias = {{3, -1.0f}};
+  Sampler sl(lp);
+  const SampleResult r = sl.sample(logits);
+  EXPECT_EQ(r.token, 0);  // 2.0 ties 3 - 1 = 2.0: the lowest id
+  const double z = std::exp(2.0) + std::exp(1.0) + std::exp(0.5) + std::exp(2.0);
+  EXPECT_NEAR(r.logprob, 2.0 - std::log(z), 1e-5);
+  // An id past the row is skipped (the engine refuses such requests first).
+  SamplingParams past = greedy();
+  past.logit_bias = {{9, 100.0f}};
+  Sampler sp(past);
+  EXPECT_EQ(sp.sample(logits).token, 3);
+}

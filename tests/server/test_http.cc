@@ -204,3 +204,33 @@ TEST(Http, CorsAllowOrigin) {
   EXPECT_EQ(cors_allow_origin({}, "http://a.example"), "");
   EXPECT_EQ(cors_allow_origin({"*"}, ""), "");  // no Origin: not a cross-origin call, no header
 }
+
+namespace pagoda::server {
+namespace {
+
+// Issue 35 item 7: obs-fold and codings other than chunked are refused, not guessed at.
+TEST(Http, ScanRequestHeadFindsObsFold) {
+  EXPECT_EQ(scan_request_head("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), HeadScan::kComplete);
+  EXPECT_EQ(scan_request_head("GET / HTTP/1.1\r\nHost: x\r\n"), HeadScan::kIncomplete);
+  EXPECT_EQ(scan_request_head("GET / HTTP/1.1\r\nHost: x\r\n\r\n body may start with a space"),
+            HeadScan::kComplete);
+  EXPECT_EQ(scan_request_head("GET / HTTP/1.1\r\nX-A: a\r\n b\r\n\r\n"), HeadScan::kObsFold);
+  EXPECT_EQ(scan_request_head("GET / HTTP/1.1\r\nX-A: a\r\n\tb\r\n\r\n"), HeadScan::kObsFold);
+  // Seen before the head is whole: refused without waiting for the rest.
+  EXPECT_EQ(scan_request_head("GET / HTTP/1.1\r\nX-A: a\r\n b"), HeadScan::kObsFold);
+  EXPECT_EQ(scan_request_head("GET / HTTP/1.1\r\nX-A: a \t b\r\n\r\n"), HeadScan::kComplete);
+  EXPECT_EQ(scan_request_head(""), HeadScan::kIncomplete);
+}
+
+TEST(Http, OnlyChunkedTransferEncoding) {
+  EXPECT_EQ(check_transfer_encoding({}), "");
+  EXPECT_EQ(check_transfer_encoding({"chunked"}), "");
+  EXPECT_EQ(check_transfer_encoding({" Chunked\t"}), "");
+  for (const char* te : {"gzip, chunked", "chunked, chunked", "gzip", "identity", "chunked;q=1", ""})
+    EXPECT_NE(check_transfer_encoding({te}), "") << te;
+  EXPECT_NE(check_transfer_encoding({"chunked", "chunked"}), "");
+  EXPECT_NE(check_transfer_encoding({"gzip, chunked"}).find("gzip, chunked"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pagoda::server

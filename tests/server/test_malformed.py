@@ -52,6 +52,13 @@ def request(port, method, path, body=None, headers=None, raw=None, timeout=60):
     return r.status, data
 
 
+def post(port, path, body):
+    status, data = request(port, "POST", path, body=body)
+    if status != 200:
+        raise AssertionError(f"{status}: {data[:300]!r}")
+    return json.loads(data)
+
+
 C, CH = "/v1/completions", "/v1/chat/completions"
 OK_C = {"prompt": "Once upon a time", "max_tokens": 2}
 CASES = [
@@ -136,6 +143,29 @@ CASES = [
     ("detokenize past vocab", "POST", "/detokenize", {"tokens": [10**6]}, 400),
 ]
 
+# Issue 35 item 7: fields that were accepted and ignored. Each is refused with a 400
+# naming the field (param): (name, path, body, param).
+REFUSED_FIELDS = [
+    ("guided_grammar with an undefined rule", C, dict(OK_C, guided_grammar='root ::= "yes" | answer'),
+     "guided_grammar"),
+    ("guided_grammar without root", C, dict(OK_C, guided_grammar='a ::= "a"'), "guided_grammar"),
+    ("chat guided_grammar not a string", CH, {"messages": [{"role": "user", "content": "hi"}], "guided_grammar": 5},
+     "guided_grammar"),
+    ("guided_grammar not a string", C, dict(OK_C, guided_grammar=["root"]), "guided_grammar"),
+    ("guided_grammar left-recursive", C, dict(OK_C, guided_grammar='root ::= root "a" | "a"'), "guided_grammar"),
+    ("best_of above n", C, dict(OK_C, best_of=3), "best_of"),
+    ("best_of above n = 2", C, dict(OK_C, best_of=3, n=2), "best_of"),
+    ("best_of string", C, dict(OK_C, best_of="2"), "best_of"),
+    ("logit_bias past the vocabulary (512 tokens)", C, dict(OK_C, logit_bias={"512": 5}), "logit_bias"),
+    ("chat logit_bias past the vocabulary", CH,
+     {"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"100000": -5}}, "logit_bias"),
+    ("logit_bias negative id", C, dict(OK_C, logit_bias={"-1": 5}), "logit_bias"),
+    ("logit_bias id not a number", C, dict(OK_C, logit_bias={"abc": 5}), "logit_bias"),
+    ("logit_bias value past 100", C, dict(OK_C, logit_bias={"5": 101}), "logit_bias"),
+    ("logit_bias value a string", C, dict(OK_C, logit_bias={"5": "x"}), "logit_bias"),
+    ("logit_bias a list", C, dict(OK_C, logit_bias=[5]), "logit_bias"),
+]
+
 
 class Malformed(OneServerPerClass, unittest.TestCase):
     SERVER = (BINARY, STORIES, ["--num-kv-blocks", "128"])
@@ -159,6 +189,82 @@ class Malformed(OneServerPerClass, unittest.TestCase):
         # Still serving afterwards.
         status, data = request(self.srv.port, "POST", C, OK_C)
         self.assertEqual(status, 200, data)
+
+    def test_ignored_fields_are_refused(self):
+        before = self.srv.metrics()["pagoda:prompt_tokens_total"]
+        for name, path, body, param in REFUSED_FIELDS:
+            with self.subTest(name=name):
+                status, data = request(self.srv.port, "POST", path, body=body)
+                self.assertEqual(status, 400, f"{name}: {data[:300]!r}")
+                self.assertEqual(json.loads(data)["error"]["param"], param, data[:300])
+        # Refused before the engine: nothing was prefilled.
+        self.assertEqual(self.srv.metrics()["pagoda:prompt_tokens_total"], before)
+        # best_of equal to n is what vLLM does without best_of: accepted.
+        status, data = request(self.srv.port, "POST", C, dict(OK_C, best_of=2, n=2))
+        self.assertEqual(status, 200, data[:300])
+        self.assertEqual(len(json.loads(data)["choices"]), 2)
+
+    def test_logit_bias_forces_a_token(self):
+        # Greedy and sampled: +100 on one id beats every logit of stories260K, so every
+        # output token is that id; without the bias greedy picks others.
+        plain = post(self.srv.port, C, {"prompt": "Once upon a time", "max_tokens": 6, "temperature": 0,
+                                        "return_token_ids": True, "ignore_eos": True})
+        forced = 57
+        self.assertNotEqual(set(plain["choices"][0]["token_ids"]), {forced})
+        for extra in ({"temperature": 0}, {"temperature": 1.0, "seed": 3}, {"temperature": 0, "logprobs": 2}):
+            with self.subTest(**extra):
+                out = post(self.srv.port, C, dict({"prompt": "Once upon a time", "max_tokens": 6, "ignore_eos": True,
+                                                   "return_token_ids": True, "logit_bias": {str(forced): 100}},
+                                                  **extra))
+                self.assertEqual(out["choices"][0]["token_ids"], [forced] * 6)
+        # A large negative bias on greedy's first pick moves it elsewhere.
+        first = plain["choices"][0]["token_ids"][0]
+        out = post(self.srv.port, C, {"prompt": "Once upon a time", "max_tokens": 1, "temperature": 0,
+                                      "return_token_ids": True, "logit_bias": {str(first): -100}})
+        self.assertNotEqual(out["choices"][0]["token_ids"][0], first)
+
+    def test_guided_grammar_constrains_the_output(self):
+        import re
+        grammar = 'root ::= answer " " [a-c]{2,3} "."\nanswer ::= "yes" | "no"  # GBNF, as vLLM takes it\n'
+        for path, body in ((C, {"prompt": "Once upon a time"}),):  # stories260K has no chat template
+            for extra in ({"temperature": 0}, {"temperature": 1.0, "seed": 5}):
+                with self.subTest(path=path, **extra):
+                    out = post(self.srv.port, path, dict(body, max_tokens=40, guided_grammar=grammar, **extra))
+                    ch = out["choices"][0]
+                    text = ch["text"] if path == C else ch["message"]["content"]
+                    self.assertRegex(text, r"^(yes|no) [a-c]{2,3}\.$")
+                    self.assertEqual(ch["finish_reason"], "stop")
+
+    def test_transfer_encoding_other_than_chunked(self):
+        body = json.dumps(OK_C).encode()
+        chunked = hex(len(body))[2:].encode() + b"\r\n" + body + b"\r\n0\r\n\r\n"
+        for te in (b"gzip, chunked", b"identity, chunked", b"chunked, chunked", b"gzip"):
+            with self.subTest(te=te):
+                raw = (f"POST {C} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n".encode() +
+                       b"Transfer-Encoding: " + te + b"\r\n\r\n" + chunked)
+                status, data = request(self.srv.port, None, None, raw=raw)
+                self.assertEqual(status, 400, data[:300])
+                self.assertEqual(json.loads(data)["error"]["param"], "Transfer-Encoding")
+        for te in (b"chunked", b"Chunked"):
+            with self.subTest(te=te):
+                raw = (f"POST {C} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n".encode() +
+                       b"Transfer-Encoding: " + te + b"\r\nConnection: close\r\n\r\n" + chunked)
+                out = raw_exchange(self.srv.port, raw)
+                self.assertTrue(out.startswith(b"HTTP/1.1 200"), out[:300])
+
+    def test_obs_fold_header(self):
+        body = json.dumps(OK_C)
+        for fold in (" ", "\t"):
+            with self.subTest(fold=repr(fold)):
+                raw = (f"POST {C} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Note: a\r\n{fold}b\r\n"
+                       f"Content-Length: {len(body)}\r\n\r\n{body}").encode()
+                status, data = request(self.srv.port, None, None, raw=raw)
+                self.assertEqual(status, 400, data[:300])
+                self.assertIn("obs-fold", json.loads(data)["error"]["message"])
+        # Whitespace inside a value is not a fold.
+        raw = (f"POST {C} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Note: a \t b\r\n"
+               f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n{body}").encode()
+        self.assertTrue(raw_exchange(self.srv.port, raw).startswith(b"HTTP/1.1 200"))
 
     def test_body_limit(self):
         # Announce a 10 MiB body and send only its start: the server must refuse on the header.
@@ -273,6 +379,63 @@ class ApiKeyAndQueue(unittest.TestCase):
             statuses = sorted(s for s, _ in results)
             self.assertIn(503, statuses)
             self.assertIn(200, statuses)
+
+
+class Burst(unittest.TestCase):
+    """Issue 35 item 2: a burst far above the worker threads is queued, not refused.
+    200 concurrent streamed requests at the default limits (--max-waiting 1024), 30%
+    of them dropped after their first event: no 503, every kept stream ends in [DONE],
+    and the dropped ones are aborted (nothing left running)."""
+
+    def test_200_concurrent_streams_get_no_503(self):
+        with PagodaServer(BINARY, STORIES, []) as srv:
+            n = 200
+            results = [None] * n
+            start = threading.Barrier(n)
+
+            def go(i):
+                drop = i % 10 < 3
+                body = json.dumps({"prompt": "Once upon a time", "max_tokens": 8 if not drop else 64,
+                                   "ignore_eos": True, "stream": True, "temperature": 0})
+                req = (f"POST {C} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n{body}").encode()
+                start.wait()
+                s = socket.create_connection(("127.0.0.1", srv.port), timeout=300)
+                try:
+                    s.sendall(req)
+                    data = b""
+                    while True:
+                        chunk = s.recv(65536)
+                        if not chunk:
+                            break
+                        data += chunk
+                        if drop and b"data: {" in data:
+                            break  # went away mid-stream
+                    results[i] = (drop, data)
+                finally:
+                    s.close()
+
+            threads = [threading.Thread(target=go, args=(i,)) for i in range(n)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            statuses = [int(d.split(b" ")[1]) if d.startswith(b"HTTP/1.1") else 0 for _, d in results]
+            self.assertEqual(statuses.count(503), 0, [d[:200] for _, d in results if b" 503 " in d[:20]][:3])
+            self.assertEqual(statuses, [200] * n)
+            for drop, data in results:
+                if not drop:
+                    self.assertIn(b"data: [DONE]", data)
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                m = srv.metrics()
+                if m["pagoda:num_requests_running"] == 0 and m["pagoda:num_requests_waiting"] == 0:
+                    break
+                time.sleep(0.1)
+            m = srv.metrics()
+            self.assertEqual(m["pagoda:num_requests_running"], 0)
+            self.assertEqual(m["pagoda:num_requests_waiting"], 0)
+            self.assertEqual(m["pagoda:kv_cache_usage_perc"], 0)
 
 
 if __name__ == "__main__":

@@ -172,8 +172,8 @@ TEST(Metrics, RendersPrometheusText) {
 // once per name); every field the parser reads is not.
 TEST(OpenAiApi, IgnoredFieldsAreListed) {
   auto r = ok(Endpoint::kCompletions,
-              R"({"prompt":"hi","logit_bias":{"5":1},"best_of":2,"user":"u","max_tokens":3,"temprature":1})");
-  EXPECT_EQ(r.ignored_fields, (std::vector<std::string>{"best_of", "logit_bias", "temprature", "user"}));
+              R"({"prompt":"hi","logit_bias":{"5":1},"best_of":1,"user":"u","max_tokens":3,"temprature":1})");
+  EXPECT_EQ(r.ignored_fields, (std::vector<std::string>{"temprature", "user"}));
   auto c = ok(Endpoint::kChat, R"({"messages":[{"role":"user","content":"x"}],"tools":[],"top_logprobs":null,
                                    "logprobs":false,"parallel_tool_calls":true,"echo":true})");
   // echo is a completions field: on chat it is ignored, and said so.
@@ -230,4 +230,54 @@ TEST(Metrics, PrefixAndModelNameLabel) {
   }
   EXPECT_GT(lines, 100u);
   EXPECT_EQ(m.counter("pagoda:request_success_total", "stop"), 2);  // updates keep the pagoda name
+}
+
+// Issue 35 item 7: fields that were accepted and ignored are read or refused.
+TEST(OpenAiApi, LogitBiasIsParsedAndChecked) {
+  auto r = ok(Endpoint::kCompletions, R"({"prompt":"hi","logit_bias":{"5":1.5,"0":-100,"17":100}})");
+  EXPECT_EQ(r.params.logit_bias,
+            (std::vector<std::pair<int32_t, float>>{{0, -100.0f}, {5, 1.5f}, {17, 100.0f}}));
+  EXPECT_FALSE(check_logit_bias(r.params, 18).has_value());
+  auto e = check_logit_bias(r.params, 17);  // id 17 is past a vocabulary of 17
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->status, 400);
+  EXPECT_EQ(e->param, "logit_bias");
+  EXPECT_NE(e->message.find("17"), std::string::npos);
+  EXPECT_TRUE(ok(Endpoint::kChat, R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"3":2}})")
+                  .params.logit_bias.size() == 1);
+  for (const char* body : {R"({"prompt":"a","logit_bias":{"-1":1}})", R"({"prompt":"a","logit_bias":{"x":1}})",
+                           R"({"prompt":"a","logit_bias":{"1.5":1}})", R"({"prompt":"a","logit_bias":{"":1}})",
+                           R"({"prompt":"a","logit_bias":{"4294967296":1}})",
+                           R"({"prompt":"a","logit_bias":{"1":100.5}})", R"({"prompt":"a","logit_bias":{"1":"2"}})",
+                           R"({"prompt":"a","logit_bias":[1]})", R"({"prompt":"a","logit_bias":{"5":1,"05":2}})"})
+    EXPECT_EQ(err(Endpoint::kCompletions, body).param, "logit_bias") << body;
+  RequestLimits small;
+  small.max_logit_bias = 2;
+  auto big = parse_request(Endpoint::kCompletions, R"({"prompt":"a","logit_bias":{"1":1,"2":1,"3":1}})", small);
+  ASSERT_TRUE(std::holds_alternative<ApiError>(big));
+  EXPECT_EQ(std::get<ApiError>(big).param, "logit_bias");
+}
+
+TEST(OpenAiApi, BestOfOnlyEqualToN) {
+  EXPECT_EQ(ok(Endpoint::kCompletions, R"({"prompt":"a","best_of":1})").params.n, 1);
+  EXPECT_EQ(ok(Endpoint::kCompletions, R"({"prompt":"a","best_of":3,"n":3})").params.n, 3);
+  EXPECT_EQ(err(Endpoint::kCompletions, R"({"prompt":"a","best_of":2})").param, "best_of");
+  EXPECT_EQ(err(Endpoint::kCompletions, R"({"prompt":"a","best_of":2,"n":3})").param, "best_of");
+  EXPECT_EQ(err(Endpoint::kCompletions, R"({"prompt":"a","best_of":"2"})").param, "best_of");
+}
+
+TEST(OpenAiApi, GuidedGrammarIsAConstraint) {
+  auto r = ok(Endpoint::kCompletions, R"({"prompt":"a","guided_grammar":"root ::= \"yes\""})");
+  EXPECT_EQ(r.constraint.spec.kind, pagoda::grammar::ConstraintKind::kGbnf);
+  EXPECT_EQ(r.constraint.spec.text, "root ::= \"yes\"");
+  EXPECT_TRUE(r.ignored_fields.empty());
+  EXPECT_EQ(ok(Endpoint::kChat, R"({"messages":[{"role":"user","content":"x"}],"guided_grammar":"root ::= \"a\""})")
+                .constraint.spec.kind,
+            pagoda::grammar::ConstraintKind::kGbnf);
+  EXPECT_EQ(err(Endpoint::kCompletions, R"({"prompt":"a","guided_grammar":5})").param, "guided_grammar");
+  // One constraint at a time.
+  EXPECT_EQ(err(Endpoint::kCompletions, R"({"prompt":"a","guided_regex":"a","guided_grammar":"root ::= \"a\""})").status,
+            400);
+  // null is absent, as for the other guided_* fields.
+  EXPECT_TRUE(ok(Endpoint::kCompletions, R"({"prompt":"a","guided_grammar":null})").constraint.spec.empty());
 }

@@ -72,7 +72,7 @@ function gridLegend(s) {
   const item = (rgb, label, k) => '<span><i style="background:' + css(rgb) + '"></i>' + label + " " + (counts[k] || 0) + "</span>";
   $("grid-legend").innerHTML = item(FIXED[GRID_FREE], "free", GRID_FREE) + item(FIXED[GRID_CACHED], "cached-evictable", GRID_CACHED) +
     item(requestRgb(0), "used (colour = request)", "req") + item(FIXED[GRID_SHARED], "shared", GRID_SHARED) +
-    item(FIXED[GRID_TIER], "lower tier", GRID_TIER);
+    item(FIXED[GRID_TIER], "lower tier", GRID_TIER) + item(FIXED[GRID_UNKNOWN], "used, not listed or another tenant's", GRID_UNKNOWN);
 }
 
 $("grid").addEventListener("mousemove", (e) => {
@@ -83,7 +83,7 @@ $("grid").addEventListener("mousemove", (e) => {
   if (c < 0 || c >= L.n || e.clientX - r.left >= L.cols * L.size) return hideTip();
   const code = state.cells[c], b = c + 1;
   const names = {[GRID_FREE]: "free", [GRID_CACHED]: "cached-evictable", [GRID_TIER]: "lower tier",
-                 [GRID_NULL]: "null block", [GRID_SHARED]: "shared", [GRID_UNKNOWN]: "used"};
+                 [GRID_NULL]: "null block", [GRID_SHARED]: "shared", [GRID_UNKNOWN]: "used (not listed, or another tenant's)"};
   const owners = state.owners.get(b) || [];
   showTip(e, "block " + b + ": " + (names[code] || "used") +
           (owners.length ? "\nheld by " + owners.join(", ") : ""));
