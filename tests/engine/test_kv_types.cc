@@ -83,8 +83,10 @@ void check_invariance(const std::string& path, KvTypes types, int32_t bos, int32
   SCOPED_TRACE(name(types) + ", " + path);
   Rng rng(39);
   std::vector<RequestParams> reqs;
+  const int lens[] = {29, 45, 61, 22};  // 13 past a block boundary (the decodes cross it), and 6
   for (int i = 0; i < n_req; ++i) {
-    RequestParams p = greedy(random_prompt(&rng, bos, 3, vocab - 1, 20, 60), max_tokens);
+    const int n = lens[i % 4];
+    RequestParams p = greedy(random_prompt(&rng, bos, 3, vocab - 1, n, n), max_tokens);
     p.return_logits = true;
     reqs.push_back(p);
   }
@@ -119,9 +121,12 @@ void check_invariance(const std::string& path, KvTypes types, int32_t bos, int32
     const auto got = run_all(e.get(), reqs);
     for (int i = 0; i < n_req; ++i) expect_same(got[i], alone[i], "chunked, request " + std::to_string(i));
   }
-  {  // a pool too small for all at once: the latest admitted are preempted and recomputed
+  {  // a pool that holds every prompt but not its growth: decodes preempt the latest admitted
     EngineConfig c = config(0);
-    c.num_kv_blocks = 1 + 2 * ((60 + max_tokens + 15) / 16) + 1;
+    int blocks = 1;  // the null block
+    for (const RequestParams& p : reqs) blocks += static_cast<int>((p.prompt.size() + 15) / 16);
+    c.num_kv_blocks = blocks;
+    c.watermark = 0;
     auto e = make_engine(c);
     ASSERT_TRUE(e);
     const auto got = run_all(e.get(), reqs);
@@ -142,13 +147,13 @@ void check_invariance(const std::string& path, KvTypes types, int32_t bos, int32
 }
 
 TEST(KvTypes, StoriesEveryPairBitwiseAloneBatchedChunkedPreemptedAndHit) {
-  for (KvTypes t : pairs()) check_invariance(stories_path(), t, kBos, kVocab, 4, scaled(12, 6));
+  for (KvTypes t : pairs()) check_invariance(stories_path(), t, kBos, kVocab, 4, scaled(12, 8));
 }
 
 TEST(KvTypes, SynthSmolLM2WholeBlockSlicesBitwise) {
   const std::vector<KvTypes> sample = quick_mode() ? std::vector<KvTypes>{KvTypes(KvDtype::Q8_0, KvDtype::Q4_0)}
                                                    : pairs();
-  for (KvTypes t : sample) check_invariance(synth_smollm_path(), t, 1, 49152, 3, 4);
+  for (KvTypes t : sample) check_invariance(synth_smollm_path(), t, 1, 49152, 3, 6);
 }
 
 // Different types give different outputs (the cache really stores each type),
