@@ -176,7 +176,9 @@ TEST(KvStorage, MixedKvTypesHaveTheirOwnRowSizes) {
     EXPECT_EQ(layers[l].row_bytes, 68u);
     EXPECT_EQ(layers[l].v_row_bytes, 36u);
     EXPECT_EQ(layers[l].v, layers[l].k + rows * 68);
-    if (l + 1 < layers.size()) EXPECT_EQ(layers[l + 1].k, layers[l].v + rows * 36);
+    if (l + 1 < layers.size()) {
+      EXPECT_EQ(layers[l + 1].k, layers[l].v + rows * 36);
+    }
   }
   // Fill every pool, then copy block 1 to 3 and move block 2 to 4 through export/import.
   for (const kernels::KvLayerView& l : layers) {
