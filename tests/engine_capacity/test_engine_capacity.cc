@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -196,7 +197,14 @@ TEST(PlannerOnGguf, DoublingContextOrConcurrencyDoublesKvMemory) {
 // engine's allocator and its capacity line; K and V of different types cost K
 // bytes + V bytes. (`pagoda inspect`'s per-type bytes: ctest cli_inspect_kv_types.)
 TEST(PlannerOnGguf, Q4_0HoldsAtLeast1_75xTheTokensOfQ8_0) {
-  const std::string m = exists(smollm_path()) ? smollm_path() : stories_path();
+  // SmolLM2 (head_dim 64): the planner sizes rows per KV head and the engine per
+  // token (all heads in one row); they agree when a head is whole 32-value blocks.
+  const std::string m = smollm_path();
+  if (!exists(m)) {
+    const char* ci = std::getenv("CI");
+    if (ci != nullptr && std::string(ci) == "true") FAIL() << m << " is missing (scripts/setup fetches it)";
+    GTEST_SKIP() << m << " is missing";
+  }
   const uint64_t budget = 8u << 20;
   std::vector<int64_t> tokens;
   for (KvTypes t : {KvTypes(KvDtype::Q8_0), KvTypes(KvDtype::Q4_0), KvTypes(KvDtype::Q8_0, KvDtype::Q4_0)}) {
