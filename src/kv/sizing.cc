@@ -114,7 +114,8 @@ Expected<KvDtype> parse_kv_dtype(const std::string& s) {
     return kv_dtype_pair(*k, *v);
   }
   const std::string l = lower(s);
-  for (pagoda::KvDtype d : {pagoda::KvDtype::Q4_1, pagoda::KvDtype::IQ4_NL, pagoda::KvDtype::Q5_0, pagoda::KvDtype::Q5_1})
+  for (pagoda::KvDtype d : {pagoda::KvDtype::Q4_0, pagoda::KvDtype::Q4_1, pagoda::KvDtype::IQ4_NL, pagoda::KvDtype::Q5_0,
+                            pagoda::KvDtype::Q5_1})
     if (l == pagoda::kv_dtype_name(d)) return kv_dtype_of(d);
   if (l == "f32" || l == "fp32") return kv_dtype_f32();
   if (l == "f16" || l == "fp16") return kv_dtype_f16();
@@ -122,7 +123,7 @@ Expected<KvDtype> parse_kv_dtype(const std::string& s) {
   if (l == "fp8" || l == "fp8_e4m3" || l == "fp8_e5m2") return kv_dtype_fp8();
   if (l == "int8" || l == "i8") return kv_dtype_int8();
   if (l == "q8_0" || l == "q8") return kv_dtype_q8_0();
-  if (l == "q4" || l == "q4_0") return kv_dtype_q4();
+  if (l == "q4") return kv_dtype_q4();
   return errorf("unknown KV cache dtype '%s' (f32, f16, bf16, fp8, int8, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1)",
                 s.c_str());
 }
