@@ -30,9 +30,10 @@ int main(int argc, char** argv) {
   const std::string dts = argc > 6 ? argv[6] : "f16";
   const bool huge = argc > 7 && std::atoi(argv[7]) != 0;
   KvDtype dt = KvDtype::F16;
-  if (dts == "f32") dt = KvDtype::F32;
-  else if (dts == "bf16") dt = KvDtype::BF16;
-  else if (dts == "q8_0") dt = KvDtype::Q8_0;
+  if (!kv_dtype_from_name(dts, &dt)) {
+    std::fprintf(stderr, "dtype: one of %s\n", kv_dtype_names());
+    return 2;
+  }
   if (B <= 0 || L <= 0 || threads <= 0 || reps <= 0 || layers <= 0) {
     std::fprintf(stderr, "bad arguments\n");
     return 2;
@@ -63,7 +64,7 @@ int main(int argc, char** argv) {
   std::vector<kernels::KvLayerView> kv(static_cast<size_t>(layers));
   for (int32_t l = 0; l < layers; ++l) {
     uint8_t* kp = base + 2 * pool * static_cast<size_t>(l);
-    kv[static_cast<size_t>(l)] = kernels::KvLayerView{kp, kp + pool, dt, kBs, kKv, kHd, row_bytes};
+    kv[static_cast<size_t>(l)] = kernels::KvLayerView{kp, kp + pool, dt, kBs, kKv, kHd, row_bytes, 0, dt, row_bytes};
     for (int64_t slot = 0; slot < static_cast<int64_t>(pages) * kBs; ++slot) {
       for (float& x : row) x = static_cast<float>(rng.uniform() * 2 - 1);
       kernels::kv_write(kv[static_cast<size_t>(l)], row.data(), row.data(), &slot, 1);

@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   std::iota(perm.begin(), perm.end(), 0);
   for (int32_t i = pool_pages - 1; i > 0; --i) std::swap(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(rng.uniform_int(0, i))]);
   std::vector<int32_t> indices(perm.begin(), perm.begin() + n_pages);
-  const kernels::KvLayerView kv{kmem.data(), vmem.data(), dt, kBs, n_kv, kHd, row_bytes};
+  const kernels::KvLayerView kv{kmem.data(), vmem.data(), dt, kBs, n_kv, kHd, row_bytes, 0, dt, row_bytes};
   std::vector<float> row(static_cast<size_t>(n_kv) * kHd);
   for (int32_t t = 0; t < L; ++t) {
     const int64_t slot = static_cast<int64_t>(indices[static_cast<size_t>(t / kBs)]) * kBs + t % kBs;

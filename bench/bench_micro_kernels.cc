@@ -188,6 +188,8 @@ void BM_PagedAttention(benchmark::State& st) {
   kv.n_kv_heads = n_kv;
   kv.head_dim = hd;
   kv.row_bytes = kv_row_bytes(dtype, n_kv * hd);
+  kv.v_dtype = dtype;
+  kv.v_row_bytes = kv.row_bytes;
   const size_t slots = static_cast<size_t>(pages_per_seq) * n_seqs * bs;
   AlignedBuffer<uint8_t> kbuf(slots * kv.row_bytes), vbuf(slots * kv.row_bytes);
   kv.k = kbuf.data();
@@ -236,7 +238,7 @@ void BM_PagedAttention(benchmark::State& st) {
 BENCHMARK(BM_PagedAttention)
     ->ArgNames({"dtype", "ctx", "nq", "seqs", "thr"})
     ->Args({0, 512, 1, 1, 1})->Args({1, 512, 1, 1, 1})->Args({3, 512, 1, 1, 1})
-    ->Args({0, 2048, 1, 1, 1})->Args({3, 2048, 1, 1, 1})
+    ->Args({0, 2048, 1, 1, 1})->Args({3, 2048, 1, 1, 1})->Args({4, 2048, 1, 1, 1})->Args({6, 2048, 1, 1, 1})
     ->Args({0, 512, 1, 32, 1})->Args({3, 512, 1, 32, 1})->Args({0, 512, 1, 32, 2})
     ->Args({0, 512, 512, 1, 1})->Args({1, 512, 512, 1, 1})->Args({0, 512, 512, 1, 2})
     ->Unit(benchmark::kMicrosecond)->MinTime(0.2)->Apply([](benchmark::internal::Benchmark* b) {

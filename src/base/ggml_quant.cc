@@ -487,14 +487,64 @@ void quant_iq4_group(const float* x, float dl, uint8_t* qs) {
     qs[j] = static_cast<uint8_t>(nearest_iq4(x[j] * id) | (nearest_iq4(x[j + 16] * id) << 4));
 }
 
-// IQ4_NL: the value of largest magnitude maps to the codebook end -127 (ggml
-// also searches nearby scales; these blocks are valid but not its bytes).
+// IQ4_XS's group scale: the value of largest magnitude maps to the codebook
+// end -127 (one pass, valid blocks but not ggml's bytes).
 float iq4_group_scale(const float* x) { return signed_absmax(x, 32) / static_cast<float>(kIq4NlValues[0]); }
 
+// ggml's best_index_int8: the codebook entry nearest to x (ties: the upper one),
+// by bisection as ggml does.
+int iq4_best_index(float x) {
+  const int8_t* val = kIq4NlValues;
+  if (x <= val[0]) return 0;
+  if (x >= val[15]) return 15;
+  int ml = 0, mu = 15;
+  while (mu - ml > 1) {
+    const int mav = (ml + mu) / 2;
+    if (x < val[mav]) mu = mav;
+    else ml = mav;
+  }
+  return x - val[mu - 1] < val[mu] - x ? mu - 1 : mu;
+}
+
+// IQ4_NL: ggml's quantize_row_iq4_nl_ref (quantize_row_iq4_nl_impl with one
+// 32-value block, no importance weights and ntry = -1, the path llama.cpp's KV
+// cache writes take): the value of largest magnitude maps to the codebook end
+// -127, each value takes its nearest entry against that scale, and the stored
+// d is the least-squares scale of those entries (weights x^2). The float
+// operations are ggml's, in its order (this file has no FP contraction). A
+// block of zeros (|max| < 1e-15) gets d = 0 and, as in ggml, the previous
+// block's indices (ggml: whatever its buffer held; here 0 for a row's first).
 void quant_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t nb) {
+  const int8_t* values = kIq4NlValues;
+  uint8_t L[32] = {};
   for (int64_t i = 0; i < nb; ++i, x += 32) {
-    y[i].d = fp32_to_fp16(iq4_group_scale(x));
-    quant_iq4_group(x, fp16_to_fp32(y[i].d), y[i].qs);
+    float weight[32];
+    for (int j = 0; j < 32; ++j) weight[j] = x[j] * x[j];
+    float amax = 0, max = 0;
+    for (int j = 0; j < 32; ++j) {
+      const float ax = std::fabs(x[j]);
+      if (ax > amax) {
+        amax = ax;
+        max = x[j];
+      }
+    }
+    float scale = 0;
+    if (!(amax < 1e-15f)) {  // ggml's GROUP_MAX_EPS
+      const float d = max / values[0];
+      const float id = 1 / d;
+      float sumqx = 0, sumq2 = 0;
+      for (int j = 0; j < 32; ++j) {
+        const int l = iq4_best_index(id * x[j]);
+        L[j] = static_cast<uint8_t>(l);
+        const float q = values[l];
+        const float w = weight[j];
+        sumqx += w * q * x[j];
+        sumq2 += w * q * q;
+      }
+      scale = sumqx / sumq2;
+    }
+    y[i].d = fp32_to_fp16(scale);
+    for (int j = 0; j < 16; ++j) y[i].qs[j] = static_cast<uint8_t>(L[j] | (L[j + 16] << 4));
   }
 }
 

@@ -24,9 +24,10 @@ bool dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
 bool quantize_supported(GgmlType type);
 
 // dst has room for ggml_row_bytes(type, n) bytes. F16, BF16, Q8_0, Q4_0, Q4_1,
-// Q5_0 and Q5_1 reproduce ggml's quantize_row_*_ref byte for byte (Q5_1: ggml
-// does not cap its levels at 31, which only a rounding overshoot could reach); Q2_K, Q3_K, Q4_K, Q6_K,
-// IQ4_NL and IQ4_XS are simple (one pass, no iterative scale search) but produce
+// Q5_0, Q5_1 and IQ4_NL reproduce ggml's quantize_row_*_ref byte for byte (Q5_1: ggml
+// does not cap its levels at 31, which only a rounding overshoot could reach;
+// IQ4_NL: its _ref path, ntry -1, one least-squares scale); Q2_K, Q3_K, Q4_K, Q6_K
+// and IQ4_XS are simple (one pass, no iterative scale search) but produce
 // valid blocks.
 // Returns false (writing nothing) for an unsupported type or a bad n.
 bool quantize_row(GgmlType type, const float* src, void* dst, int64_t n);

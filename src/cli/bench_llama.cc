@@ -297,7 +297,7 @@ std::vector<std::string> values(const Result& r, const std::string& build_commit
   const std::string cpu = cpu_model_name();
   return {build_commit, "0", cpu, "", "CPU", r.model.filename, r.model.type, std::to_string(r.model.size),
           std::to_string(r.model.n_params), std::to_string(i.n_batch), std::to_string(i.n_ubatch),
-          std::to_string(i.n_threads), "0x0", "0", "50", r.type_kv, r.type_kv, "0", "0", "none", "0", "0", "0",
+          std::to_string(i.n_threads), "0x0", "0", "50", r.type_k, r.type_v, "0", "0", "none", "0", "0", "0",
           "none", "0.00", "none", "auto", "auto", "0", "0", "0", "0", "0", "0", std::to_string(i.n_prompt),
           std::to_string(i.n_gen), std::to_string(i.n_depth), r.test_time, u64(r.avg_ns()), u64(r.stddev_ns()), fixed6(r.avg_ts()),
           fixed6(r.stddev_ts()), std::to_string(r.weight_bytes_per_token), fixed6(r.weight_gb_per_s()),
@@ -380,7 +380,7 @@ std::string markdown(const std::vector<Result>& results, const Options& o, const
   std::vector<Col> cols = {{"model", -30}, {"size", 10}, {"params", 10}, {"backend", -10}, {"threads", 7}};
   const bool show_nb = o.n_batch.size() > 1 || o.n_batch[0] != kDefaultBatch;
   const bool show_nub = o.n_ubatch.size() > 1 || o.n_ubatch[0] != kDefaultUbatch;
-  const bool show_kv = o.kv_dtype != KvDtype::F16;
+  const bool show_kv = o.kv_dtype != KvTypes(KvDtype::F16);
   if (show_nb) cols.push_back({"n_batch", 7});
   if (show_nub) cols.push_back({"n_ubatch", 8});
   if (show_kv) {
@@ -414,7 +414,8 @@ std::string markdown(const std::vector<Result>& results, const Options& o, const
       else if (c.name == "threads") v = std::to_string(r.inst.n_threads);
       else if (c.name == "n_batch") v = std::to_string(r.inst.n_batch);
       else if (c.name == "n_ubatch") v = std::to_string(r.inst.n_ubatch);
-      else if (c.name == "type_k" || c.name == "type_v") v = r.type_kv;
+      else if (c.name == "type_k") v = r.type_k;
+      else if (c.name == "type_v") v = r.type_v;
       else if (c.name == "test") v = test_name(r.inst.n_prompt, r.inst.n_gen, r.inst.n_depth);
       else if (c.name == "t/s") {
         std::snprintf(buf, sizeof buf, "%.2f \xC2\xB1 %.2f", r.avg_ts(), r.stddev_ts());

@@ -27,7 +27,7 @@ struct Options {
   int64_t reps = 5;
   Format format = Format::kMarkdown;
   bool legacy_json = false;  // --json: pagoda's one-object summary (one pp and one tg test)
-  KvDtype kv_dtype = KvDtype::F16;
+  KvTypes kv_dtype = KvDtype::F16;
   int64_t block_size = 16;
   int64_t seed = 1234;
   bool ctx_sweep = false;
@@ -70,7 +70,7 @@ struct ModelDesc {
 struct Result {
   Instance inst;
   ModelDesc model;
-  std::string type_kv;            // the KV dtype ("f16", "q8_0", ...), as type_k and type_v
+  std::string type_k, type_v;     // the K and V types ("f16", "q8_0", ...)
   std::string test_time;          // RFC 3339, UTC
   std::vector<uint64_t> samples_ns;
   // pagoda's extras

@@ -68,13 +68,13 @@ bool KvDtypeFlags::take(const std::string& flag, const char* value, bool* ok) {
   return true;
 }
 
-std::string KvDtypeFlags::resolve(KvDtype* out) const {
+std::string KvDtypeFlags::resolve(KvTypes* out) const {
   if (dtype_) *out = *dtype_;
   if (!k_ && !v_) return "";
   return kv_dtype_from_ctk_ctv(k_ ? &*k_ : nullptr, v_ ? &*v_ : nullptr, out);
 }
 
-std::string read_kv_dtype_flags(Args& args, KvDtype* out) {
+std::string read_kv_dtype_flags(Args& args, KvTypes* out) {
   KvDtypeFlags kv_flags;
   std::string v;
   for (const char* name : {"--kv-dtype", "--kv-cache-dtype", "-ctk", "--cache-type-k", "-ctv", "--cache-type-v"}) {

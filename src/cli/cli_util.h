@@ -34,7 +34,7 @@ class KvDtypeFlags {
   bool take(const std::string& flag, const char* value, bool* ok);
   // After the last flag: "" or an error; *out gets the dtype asked for, and
   // stays as it is when none was.
-  std::string resolve(KvDtype* out) const;
+  std::string resolve(KvTypes* out) const;
 
  private:
   std::optional<KvDtype> dtype_;
@@ -43,7 +43,7 @@ class KvDtypeFlags {
 
 // Reads --kv-dtype / --kv-cache-dtype / -ctk / -ctv from `args` (through KvDtypeFlags)
 // into *out, left as it is when none is given. Returns "" or an error naming the flag.
-std::string read_kv_dtype_flags(Args& args, KvDtype* out);
+std::string read_kv_dtype_flags(Args& args, KvTypes* out);
 
 // The whole file at `path` into *out (bytes as they are); false when it cannot be read.
 bool read_file(const std::string& path, std::string* out);

@@ -272,7 +272,7 @@ std::string legacy_json(const llb::Options& o, const std::vector<llb::Result>& r
   j["arch"] = info.architecture;
   j["threads"] = o.n_threads[0];
   j["isa"] = info.isa;
-  j["kv_dtype"] = kv_dtype_name(o.kv_dtype);
+  j["kv_dtype"] = kv_types_name(o.kv_dtype);
   j["reps"] = o.reps;
   j["pp_tokens"] = pp ? pp->inst.n_prompt : 0;
   j["tg_tokens"] = tg ? tg->inst.n_gen : 0;
@@ -389,7 +389,8 @@ int run_bench(int argc, char** argv) {
     llb::Result r;
     r.inst = t;
     r.model = descs[t.model];
-    r.type_kv = kv_dtype_name(o.kv_dtype);
+    r.type_k = kv_dtype_name(o.kv_dtype.k);
+    r.type_v = kv_dtype_name(o.kv_dtype.v);
     r.test_time = bench::time_string("%FT%TZ", /*utc=*/true);  // RFC 3339, as llama-bench
     r.weight_bytes_per_token = info.weight_bytes_per_token;
     // Separate streams so the tg prompt (and its hash) does not depend on -p.
@@ -481,7 +482,7 @@ int run_bench(int argc, char** argv) {
     return consistent ? 0 : 1;
   }
   std::printf("cpu: %s, isa: %s, kv: %s, block size %" PRId64 ", %" PRId64 " reps%s\n", cpu_model_name().c_str(),
-              first_info->isa, kv_dtype_name(o.kv_dtype), o.block_size, o.reps, o.warmup ? " + 1 warm-up" : "");
+              first_info->isa, kv_types_name(o.kv_dtype).c_str(), o.block_size, o.reps, o.warmup ? " + 1 warm-up" : "");
   for (const llb::Result& r : results) {
     if (r.inst.n_prompt != 0) continue;
     const std::string name = llb::test_name(0, r.inst.n_gen);

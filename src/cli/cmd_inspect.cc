@@ -111,7 +111,7 @@ int run_inspect(int argc, char** argv) {
     int64_t per_token = -1;
     if (have_kv) {
       const int64_t k_n = n_head_kv * head_dim_k, v_n = n_head_kv * head_dim_v;
-      const bool ok = d != KvDtype::Q8_0 || (k_n % 32 == 0 && v_n % 32 == 0);
+      const bool ok = !kv_dtype_is_quantized(d) || (k_n % 32 == 0 && v_n % 32 == 0);
       if (ok)
         per_token = layer_factor * static_cast<int64_t>(kv_row_bytes(d, k_n) + kv_row_bytes(d, v_n));
     }

@@ -91,7 +91,7 @@ struct RunOptions {
   bool have_seed = false;
   int threads = 0;
   int64_t ctx = 0;
-  KvDtype kv_dtype = KvDtype::F16;
+  KvTypes kv_dtype = KvDtype::F16;
   int32_t block_size = 16;
   bool no_kv_cache = false;
   bool ref_kernels = false;
@@ -416,7 +416,7 @@ int run_run(int argc, char** argv) {
                     {"prefill_tokens_per_s", prefill_tps},
                     {"decode_tokens_per_s", decode_tps}};
     j["kv_bytes"] = kv_bytes;
-    j["kv_dtype"] = kv_dtype_name(o.kv_dtype);
+    j["kv_dtype"] = kv_types_name(o.kv_dtype);
     j["kv_cache"] = !o.no_kv_cache;
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
@@ -432,7 +432,7 @@ int run_run(int argc, char** argv) {
                o.no_kv_cache ? " (no KV cache: recomputed every step)" : "");
   std::fprintf(stderr, "kv cache: %s held (%" PRId64 " tokens in %d blocks of %d, %s), %s reserved for %" PRId64 " tokens\n",
                human_bytes(static_cast<double>(kv_bytes)).c_str(), kv_tokens, kv_blocks, info.block_size,
-               kv_dtype_name(o.kv_dtype), human_bytes(static_cast<double>(info.kv_cache_bytes)).c_str(), ctx);
+               kv_types_name(o.kv_dtype).c_str(), human_bytes(static_cast<double>(info.kv_cache_bytes)).c_str(), ctx);
   return 0;
 }
 

@@ -188,8 +188,11 @@ int serve_main(int argc, char** argv) {
   PAGODA_LOG_INFO("pagoda %s: model %s (%s), context %d tokens, KV %lld bytes per token, %d threads", version_string(),
                   info.name.c_str(), info.architecture.c_str(), info.context_length,
                   static_cast<long long>(info.kv_bytes_per_token), ecfg.threads);
-  PAGODA_LOG_INFO("KV cache: %d blocks x %d tokens = %lld tokens, %.1f MiB", info.num_kv_blocks, info.block_size,
-                  static_cast<long long>(info.kv_cache_tokens), info.kv_cache_bytes / 1048576.0);
+  const std::string kv_types = info.kv_dtype.same() ? kv_dtype_name(info.kv_dtype.k)
+                                                   : "K " + std::string(kv_dtype_name(info.kv_dtype.k)) + ", V " +
+                                                         kv_dtype_name(info.kv_dtype.v);
+  PAGODA_LOG_INFO("KV cache: %d blocks x %d tokens = %lld tokens, %.1f MiB, %s", info.num_kv_blocks, info.block_size,
+                  static_cast<long long>(info.kv_cache_tokens), info.kv_cache_bytes / 1048576.0, kv_types.c_str());
   // One arithmetic with the allocator: blocks (all KV groups) a context-length
   // sequence holds (kv/sizing's kv_blocks_for_sequence; sliding-window groups
   // only their window).

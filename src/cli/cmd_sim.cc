@@ -36,7 +36,8 @@ data/hardware.json). Prints the serving metrics `pagoda bench` prints.
   --gpu G                    device from data/hardware.json (default: cpu-local)
   --gpu-mem BYTES            override the device memory
   --tp N                     tensor parallel degree (default 1)
-  --kv-dtype T               f32|f16|bf16|fp8|int8|q8_0|q4 (default bf16; f16 for a .gguf)
+  --kv-dtype T               f32|f16|bf16|fp8|int8|q8_0|q4_0|q4_1|iq4_nl|q5_0|q5_1, or K/V as
+                              q8_0/q4_0 (default bf16; f16 for a .gguf); -ctk / -ctv set K's / V's
   --weights-dtype T          f32|bf16|fp16|fp8|int8|q8_0|q4 (default bf16; a .gguf: the file's bytes)
   --utilization U            fraction of device memory (default 0.9)
   --kv-cache-memory BYTES    a given KV budget per device instead
@@ -224,7 +225,7 @@ int run_sim(int argc, char** argv) {
     std::printf("%s\n", sim::metrics_to_json(res->metrics).c_str());
   } else {
     std::printf("model %s on %s x tp %d, KV %s, %lld KV blocks of %d tokens, %s workload, %zu requests",
-                in.model.name.c_str(), in.hw.name.c_str(), in.tp, in.kv_dtype.name,
+                in.model.name.c_str(), in.hw.name.c_str(), in.tp, kv::kv_dtype_label(in.kv_dtype).c_str(),
                 static_cast<long long>(res->metrics.num_blocks), in.block_size, workload.c_str(), reqs->size());
     if (max_concurrency > 0) std::printf(", max concurrency %d", max_concurrency);
     std::printf("\n%s", sim::format_metrics(res->metrics).c_str());

@@ -28,7 +28,8 @@ and how much context fit after the weights.
   --gpu G                 device from data/hardware.json (see --list)
   --gpu-mem BYTES         device memory instead of (or overriding) --gpu, e.g. 80GiB
   --tp N                  tensor parallel degree (default 1)
-  --kv-dtype T            f32|f16|bf16|fp8|int8|q8_0|q4 (default bf16; f16 for a .gguf)
+  --kv-dtype T            f32|f16|bf16|fp8|int8|q8_0|q4_0|q4_1|iq4_nl|q5_0|q5_1, or K/V as
+                          q8_0/q4_0 (default bf16; f16 for a .gguf); -ctk / -ctv set K's / V's
   --weights-dtype T       f32|bf16|fp16|fp8|int8|q8_0|q4 (default bf16; a .gguf: the file's bytes)
   --context L             tokens per request (default min(8192, model max))
   --concurrency C         concurrent requests (default 1)
@@ -126,14 +127,14 @@ int run_size(int argc, char** argv) {
     const uint64_t per_req = kv::kv_bytes_for_sequence(rank, in.kv_dtype, in.context);
     const uint64_t per_block = kv::kv_bytes_per_block(rank, in.kv_dtype, in.block_size);
     if (json) {
-      nlohmann::json j = {{"model", in.model.name}, {"kv_dtype", in.kv_dtype.name}, {"tp", in.tp},
+      nlohmann::json j = {{"model", in.model.name}, {"kv_dtype", kv::kv_dtype_label(in.kv_dtype)}, {"tp", in.tp},
                           {"context", in.context}, {"kv_bytes_per_token", per_token},
                           {"kv_bytes_per_token_per_gpu", per_token_gpu}, {"kv_bytes_per_request", per_req},
                           {"kv_bytes_per_block", per_block}};
       std::printf("%s\n", j.dump(2).c_str());
     } else {
       std::printf("model               %s (%s)\n", in.model.name.c_str(), in.model.source.c_str());
-      std::printf("KV dtype            %s\n", in.kv_dtype.name);
+      std::printf("KV dtype            %s\n", kv::kv_dtype_label(in.kv_dtype).c_str());
       std::printf("KV bytes per token  %llu (%d layers x %llu per layer)\n", static_cast<unsigned long long>(per_token),
                   shape.num_layers, static_cast<unsigned long long>(kv::kv_bytes_per_token_per_layer(shape, in.kv_dtype)));
       if (in.tp > 1) std::printf("  per GPU (tp %d)    %llu\n", in.tp, static_cast<unsigned long long>(per_token_gpu));

@@ -198,15 +198,14 @@ bool parse_kv_dtype_name(const std::string& s, KvDtype* out) {
   return kv_dtype_from_name(s, out);
 }
 
-std::string kv_dtype_from_ctk_ctv(const std::string* k, const std::string* v, KvDtype* out) {
+std::string kv_dtype_from_ctk_ctv(const std::string* k, const std::string* v, KvTypes* out) {
   const std::string kn = k ? *k : "f16", vn = v ? *v : "f16";
   KvDtype kd{}, vd{};
-  if (!parse_kv_dtype_name(kn, &kd)) return "bad value '" + kn + "' for -ctk (f32, f16, bf16 or q8_0)";
-  if (!parse_kv_dtype_name(vn, &vd)) return "bad value '" + vn + "' for -ctv (f32, f16, bf16 or q8_0)";
-  if (kd != vd)
-    return "pagoda keeps K and V in one dtype: give -ctk and -ctv the same type (or use --kv-dtype); got K '" + kn +
-           "', V '" + vn + "'";
-  *out = kd;
+  if (!parse_kv_dtype_name(kn, &kd))
+    return "bad value '" + kn + "' for -ctk/--cache-type-k (" + kv_dtype_names() + ")";
+  if (!parse_kv_dtype_name(vn, &vd))
+    return "bad value '" + vn + "' for -ctv/--cache-type-v (" + kv_dtype_names() + ")";
+  *out = KvTypes(kd, vd);
   return "";
 }
 
@@ -346,7 +345,7 @@ std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
     cfg->context_length = static_cast<int>(n);
   }
   // --kv-dtype or vLLM's --kv-cache-dtype (wins), else llama.cpp's -ctk / -ctv.
-  KvDtype kv{};
+  KvTypes kv{};
   bool have_kv = false;
   std::string k_name, v_name;
   const bool have_k = args.value("--cache-type-k", &k_name, "-ctk");
@@ -357,8 +356,10 @@ std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
     have_kv = true;
   }
   if (args.value("--kv-dtype", &v, "--kv-cache-dtype")) {
-    if (!parse_kv_dtype_name(v, &kv))
-      return "--kv-dtype/--kv-cache-dtype must be f32, f16, bf16, q8_0 or auto, got '" + v + "'";
+    KvDtype both{};
+    if (!parse_kv_dtype_name(v, &both))
+      return "--kv-dtype/--kv-cache-dtype must be one of " + std::string(kv_dtype_names()) + " or auto, got '" + v + "'";
+    kv = both;
     have_kv = true;
   }
   if (have_kv) cfg->kv_dtype = kv;

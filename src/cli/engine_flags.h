@@ -60,13 +60,13 @@ class Args {
 // Parses a byte size: "123", "512MiB", "2GiB", "1.5GB" (GB = 1e9, GiB = 2^30).
 bool parse_bytes(const std::string& s, int64_t* out);
 
-// pagoda's KV dtype names (f32, f16, bf16, q8_0; base/kv_dtype.h) and vLLM's "auto" (f16 here).
+// pagoda's KV dtype names (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1;
+// base/kv_dtype.h) and vLLM's "auto" (f16 here).
 bool parse_kv_dtype_name(const std::string& s, KvDtype* out);
 
-// llama.cpp's -ctk / -ctv (each f16 unless given; nullptr = not given) as
-// pagoda's single KV dtype. Returns "" or an error message: an unknown name,
-// or K and V differing (pagoda keeps K and V in one dtype).
-std::string kv_dtype_from_ctk_ctv(const std::string* k, const std::string* v, KvDtype* out);
+// llama.cpp's -ctk / -ctv (each f16 unless given; nullptr = not given) as the
+// cache's K and V types. Returns "" or an error naming the flag of an unknown name.
+std::string kv_dtype_from_ctk_ctv(const std::string* k, const std::string* v, KvTypes* out);
 
 // Reads the engine flags into cfg. Returns "" or an error message. GPU flags of
 // vLLM and llama.cpp are accepted: --gpu-memory-utilization F sizes the KV pool

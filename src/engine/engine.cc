@@ -172,9 +172,11 @@ Status EngineImpl::init(const EngineConfig& c) {
   // row of n_kv_heads x head_dim values (q8_0 quantizes across heads), so for
   // kv/sizing the cache is one "head" of that width per layer.
   const int64_t kv_dim = static_cast<int64_t>(mc.n_kv_heads) * mc.head_dim;
-  if (c.kv_dtype == KvDtype::Q8_0 && kv_dim % 32 != 0)
-    return errorf("--kv-dtype q8_0 needs n_kv_heads x head_dim to be a multiple of 32 (this model: %lld)",
-                  static_cast<long long>(kv_dim));
+  for (KvDtype d : {c.kv_dtype.k, c.kv_dtype.v}) {
+    if (kv_dtype_is_quantized(d) && kv_dim % 32 != 0)
+      return errorf("KV cache type %s needs n_kv_heads x head_dim to be a multiple of 32 (this model: %lld)",
+                    kv_dtype_name(d), static_cast<long long>(kv_dim));
+  }
   kv::KvShape shape;
   shape.kind = kv::AttentionKind::kMQA;
   shape.num_layers = mc.n_layers;

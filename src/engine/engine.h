@@ -27,12 +27,13 @@ using pagoda::FinishReason;
 using pagoda::finish_reason_name;
 using pagoda::TokenLogprob;
 using pagoda::KvDtype;
+using pagoda::KvTypes;
 
 struct EngineConfig {
   std::string model_path;
   int threads = 2;
   int context_length = 0;            // 0: the model's own (capped by the pool)
-  KvDtype kv_dtype = KvDtype::F16;
+  KvTypes kv_dtype = KvDtype::F16;   // K and V types (one KvDtype sets both)
   int block_size = 16;
   int64_t kv_cache_memory = 0;       // bytes for the KV pool (0: use num_kv_blocks or a default)
   int num_kv_blocks = 0;             // explicit pool size in blocks (wins over kv_cache_memory)
@@ -191,7 +192,7 @@ struct ModelInfo {
   int n_embd = 0;
   uint64_t weight_bytes_per_token = 0;  // weight bytes read per decoded token
   const char* isa = "";              // the CPU kernels' instruction set
-  KvDtype kv_dtype = KvDtype::F16;
+  KvTypes kv_dtype = KvDtype::F16;   // K and V types
   int64_t kv_bytes_per_token = 0;
   int64_t kv_bytes_per_block = 0;
   int64_t kv_cache_tokens = 0;       // pool capacity in tokens

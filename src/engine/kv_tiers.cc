@@ -66,11 +66,16 @@ Expected<std::unique_ptr<KvTierLink>> KvTierLink::create(const EngineConfig& c, 
   for (int32_t g = 0; g < kv->num_groups(); ++g) layout.push_back(static_cast<uint64_t>(kv->group_window(g)));
   const Hash128 lh = xxh3_128(layout.data(), layout.size() * sizeof(uint64_t));
   link->fingerprint_ = lh.lo ^ lh.hi;
-  link->kv_dtype_ = static_cast<uint32_t>(c.kv_dtype);
+  link->kv_dtype_ = tier_kv_dtype(c.kv_dtype);
   link->block_size_ = kv->block_size();
   link->block_bytes_ = storage->block_bytes();
   kv->set_commit_log(true);
   return link;
+}
+
+uint32_t tier_kv_dtype(KvTypes t) {
+  const auto k = static_cast<uint32_t>(t.k), v = static_cast<uint32_t>(t.v);
+  return t.same() ? k : k | v << 8 | 1u << 16;
 }
 
 tier::TierKey KvTierLink::key_for(const Hash128& chain, const std::string& salt, int32_t group) const {

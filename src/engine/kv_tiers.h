@@ -26,7 +26,7 @@
 // tensor table and a sample of every tensor's bytes) mixed with the KV group
 // layout (group count, windows, bytes per block: a run with
 // --disable-hybrid-kv-cache-manager never reads a hybrid run's entries), the
-// KV dtype, the block size, the KV group, the cache salt and the chain hash.
+// K and V types (tier_kv_dtype), the block size, the KV group, the cache salt and the chain hash.
 // Not thread-safe: the engine thread only.
 #pragma once
 #include <chrono>
@@ -50,6 +50,11 @@ namespace pagoda::engine {
 
 // Whether the config asks for any tier.
 bool kv_tiers_enabled(const EngineConfig& c);
+// The tier key's KV dtype (tier::TierKey::kv_dtype): K's KvDtype when K and V
+// share it (the value of a same-type cache is what it always was), else
+// k | v << 8 | 1 << 16 (the flag bit keeps V = f32, 0, apart from a same-type
+// key). An entry of other K/V types never matches.
+uint32_t tier_kv_dtype(KvTypes t);
 // The tier key's model fingerprint: the model's own (hyper-parameters) mixed
 // with the file's tensor table and the first and last bytes of every tensor.
 uint64_t tier_model_fingerprint(const gguf::GgufFile& f, uint64_t model_fingerprint);

@@ -44,19 +44,22 @@ using pagoda::kv_dtype_name;
 using pagoda::kv_row_bytes;
 
 // K and V pools of one layer, indexed by slot = block_id * block_size + offset.
-// Each slot holds one row of n_kv_heads * head_dim values in `dtype`; for q8_0
-// the row is quantized in blocks of 32 over the whole row.
+// Each slot holds one K row of n_kv_heads * head_dim values in `dtype` and one
+// V row in `v_dtype` (llama.cpp's -ctk / -ctv); the quantized types quantize
+// the row in blocks of 32 over the whole row.
 struct KvLayerView {
   uint8_t* k = nullptr;      // [num_blocks * block_size, row_bytes]
-  uint8_t* v = nullptr;      // [num_blocks * block_size, row_bytes]
-  KvDtype dtype = KvDtype::F32;
+  uint8_t* v = nullptr;      // [num_blocks * block_size, v_row_bytes]
+  KvDtype dtype = KvDtype::F32;  // K's type
   int32_t block_size = 16;
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
-  size_t row_bytes = 0;
+  size_t row_bytes = 0;      // K's row stride
   // The KV cache group whose block table addresses this layer (kv::KvManager
   // groups; 0 with one group): the layer reads group_view(batch, group).
   int32_t group = 0;
+  KvDtype v_dtype = KvDtype::F32;  // V's type
+  size_t v_row_bytes = 0;          // V's row stride
 };
 
 // ---- One step's ragged batch (built once per step by plan/) ------------------
@@ -224,7 +227,8 @@ bool set_isa(const char* name);
 // F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL,
 // IQ4_XS.
 bool matmul_supports(GgmlType type);
-// Writes each token's K and V rows into its slot (quantizing for q8_0); tokens
+// Writes each token's K and V rows into its slot (quantized types: ggml's
+// reference quantizer of each row, base/ggml_quant.h); tokens
 // whose slot_mapping entry is negative (padding) are skipped.
 // k, v: [n_tokens, n_kv_heads * head_dim]
 void kv_write(const KvLayerView& kv, const float* k, const float* v, const int64_t* slot_mapping,

@@ -18,14 +18,20 @@ bool matmul_supports(GgmlType type) {
 namespace {
 
 // The ggml format of one KV row of each dtype: rows are encoded and decoded by
-// the one scalar codec (base/ggml_quant.h); q8_0 as ggml's quantize_row_q8_0_ref
-// (per 32 values d = amax / 127 stored as f16, q = roundf(x / d); n % 32 == 0).
+// the one scalar codec (base/ggml_quant.h); the quantized types as ggml's
+// quantize_row_*_ref (e.g. q8_0: per 32 values d = amax / 127 stored as f16,
+// q = roundf(x / d)) and dequantize_row_* (n % 32 == 0).
 GgmlType kv_row_type(KvDtype dtype) {
   switch (dtype) {
     case KvDtype::F32: return GgmlType::F32;
     case KvDtype::F16: return GgmlType::F16;
     case KvDtype::BF16: return GgmlType::BF16;
     case KvDtype::Q8_0: return GgmlType::Q8_0;
+    case KvDtype::Q4_0: return GgmlType::Q4_0;
+    case KvDtype::Q4_1: return GgmlType::Q4_1;
+    case KvDtype::IQ4_NL: return GgmlType::IQ4_NL;
+    case KvDtype::Q5_0: return GgmlType::Q5_0;
+    case KvDtype::Q5_1: return GgmlType::Q5_1;
   }
   PAGODA_CHECK_MSG(false, "KV dtype %u", static_cast<unsigned>(dtype));
   return GgmlType::F32;
@@ -49,7 +55,7 @@ void kv_write(const KvLayerView& kv, const float* k, const float* v, const int64
     const int64_t slot = slot_mapping[t];
     if (slot < 0) continue;  // padding token: nothing to store
     kv_encode_row(kv.dtype, k + t * n, n, kv.k + slot * kv.row_bytes);
-    kv_encode_row(kv.dtype, v + t * n, n, kv.v + slot * kv.row_bytes);
+    kv_encode_row(kv.v_dtype, v + t * n, n, kv.v + slot * kv.v_row_bytes);
   }
 }
 

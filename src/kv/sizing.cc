@@ -79,16 +79,53 @@ KvDtype kv_dtype_of(pagoda::KvDtype d) {
   return {pagoda::kv_dtype_name(d), pagoda::kv_dtype_block_elems(d), pagoda::kv_dtype_block_bytes(d)};
 }
 
+KvDtype kv_dtype_pair(const KvDtype& k, const KvDtype& v) {
+  KvDtype r = kv_k_dtype(k);
+  const KvDtype vv = kv_k_dtype(v);
+  if (std::string(r.name) == vv.name) return r;
+  r.v_name = vv.name;
+  r.v_block_elems = vv.block_elems;
+  r.v_block_bytes = vv.block_bytes;
+  return r;
+}
+
+KvDtype kv_dtype_of(pagoda::KvTypes t) { return kv_dtype_pair(kv_dtype_of(t.k), kv_dtype_of(t.v)); }
+
+KvDtype kv_k_dtype(const KvDtype& d) { return {d.name, d.block_elems, d.block_bytes}; }
+KvDtype kv_v_dtype(const KvDtype& d) {
+  if (d.v_block_bytes <= 0) return kv_k_dtype(d);
+  return {d.v_name != nullptr ? d.v_name : "?", d.v_block_elems, d.v_block_bytes};
+}
+
+std::string kv_dtype_label(const KvDtype& d) {
+  std::string s = d.name;
+  if (d.v_block_bytes > 0) s += std::string("/") + kv_v_dtype(d).name;
+  return s;
+}
+
 Expected<KvDtype> parse_kv_dtype(const std::string& s) {
+  if (const size_t slash = s.find('/'); slash != std::string::npos) {
+    auto k = parse_kv_dtype(s.substr(0, slash));
+    if (!k.ok()) return k;
+    auto v = parse_kv_dtype(s.substr(slash + 1));
+    if (!v.ok() || s.find('/', slash + 1) != std::string::npos)
+      return errorf("unknown KV cache dtype '%s' (K/V: two of f32, f16, bf16, fp8, int8, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1)",
+                    s.c_str());
+    return kv_dtype_pair(*k, *v);
+  }
   const std::string l = lower(s);
+  for (pagoda::KvDtype d : {pagoda::KvDtype::Q4_0, pagoda::KvDtype::Q4_1, pagoda::KvDtype::IQ4_NL, pagoda::KvDtype::Q5_0,
+                            pagoda::KvDtype::Q5_1})
+    if (l == pagoda::kv_dtype_name(d)) return kv_dtype_of(d);
   if (l == "f32" || l == "fp32") return kv_dtype_f32();
   if (l == "f16" || l == "fp16") return kv_dtype_f16();
   if (l == "bf16") return kv_dtype_bf16();
   if (l == "fp8" || l == "fp8_e4m3" || l == "fp8_e5m2") return kv_dtype_fp8();
   if (l == "int8" || l == "i8") return kv_dtype_int8();
   if (l == "q8_0" || l == "q8") return kv_dtype_q8_0();
-  if (l == "q4" || l == "q4_0") return kv_dtype_q4();
-  return errorf("unknown KV cache dtype '%s' (f32, f16, bf16, fp8, int8, q8_0, q4)", s.c_str());
+  if (l == "q4") return kv_dtype_q4();
+  return errorf("unknown KV cache dtype '%s' (f32, f16, bf16, fp8, int8, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1)",
+                s.c_str());
 }
 
 uint64_t kv_row_bytes(const KvDtype& d, int64_t n) {
@@ -101,7 +138,7 @@ uint64_t kv_bytes_per_token_per_layer(const KvShape& s, const KvDtype& d) {
   if (s.kind == AttentionKind::kMLA) return kv_row_bytes(d, int64_t{s.kv_lora_rank} + s.qk_rope_head_dim);
   const int32_t v_dim = s.v_head_dim > 0 ? s.v_head_dim : s.head_dim;
   const uint64_t heads = static_cast<uint64_t>(std::max(s.num_kv_heads, 0));
-  return heads * (kv_row_bytes(d, s.head_dim) + kv_row_bytes(d, v_dim));
+  return heads * (kv_row_bytes(d, s.head_dim) + kv_row_bytes(kv_v_dtype(d), v_dim));
 }
 
 uint64_t kv_bytes_per_token(const KvShape& s, const KvDtype& d) {

@@ -59,14 +59,25 @@ struct KvShape {
 Status validate_kv_shape(const KvShape& shape);
 
 // Storage dtype of the cache: `block_bytes` bytes per `block_elems` elements.
-// A planning descriptor: it also names dtypes pagoda does not store (fp8, int8,
-// q4); the engine's cache dtypes are the one enum pagoda::KvDtype (base/kv_dtype.h),
-// turned into a descriptor by kv_dtype_of.
+// A planning descriptor: it also names dtypes pagoda does not store (fp8, int8);
+// the engine's cache dtypes are the one enum pagoda::KvDtype (base/kv_dtype.h),
+// turned into a descriptor by kv_dtype_of. V may have a type of its own
+// (llama.cpp's -ctk / -ctv): v_block_bytes > 0 gives it; 0 means V is K's type.
 struct KvDtype {
   const char* name = "f16";
   int32_t block_elems = 1;
   int32_t block_bytes = 2;
+  const char* v_name = nullptr;  // V's type when v_block_bytes > 0
+  int32_t v_block_elems = 0;
+  int32_t v_block_bytes = 0;
 };
+// The descriptor of K's type alone and of V's type alone (V: K's when it has none).
+KvDtype kv_k_dtype(const KvDtype& d);
+KvDtype kv_v_dtype(const KvDtype& d);
+// "q8_0", or "q8_0/q4_0" (K/V) when V has a type of its own.
+std::string kv_dtype_label(const KvDtype& d);
+// K's descriptor `k` with V's type `v` (the pair kv_dtype_of(KvTypes) builds).
+KvDtype kv_dtype_pair(const KvDtype& k, const KvDtype& v);
 KvDtype kv_dtype_f32();
 KvDtype kv_dtype_f16();
 KvDtype kv_dtype_bf16();
@@ -74,15 +85,19 @@ KvDtype kv_dtype_fp8();   // e4m3 / e5m2, 1 byte
 KvDtype kv_dtype_int8();  // 1 byte (per-tensor or per-head scale kept outside the cache)
 KvDtype kv_dtype_q8_0();  // 34 bytes per 32 (fp16 scale + 32 x int8)
 KvDtype kv_dtype_q4();    // 18 bytes per 32 (q4_0: fp16 scale + 32 x 4 bit)
-// The descriptor of one of the engine's cache dtypes (same name, same row bytes).
+// The descriptor of one of the engine's cache dtypes (same name, same row bytes),
+// or of a K/V pair (V's fields set when the types differ).
 KvDtype kv_dtype_of(pagoda::KvDtype d);
-// "f32|fp32", "f16|fp16", "bf16", "fp8", "int8", "q8_0", "q4|q4_0" (case-insensitive).
+KvDtype kv_dtype_of(pagoda::KvTypes t);
+// "f32|fp32", "f16|fp16", "bf16", "fp8", "int8", "q8_0", "q4|q4_0", "q4_1",
+// "iq4_nl", "q5_0", "q5_1" (case-insensitive); "K/V" (e.g. "q8_0/q4_0") for a pair.
 Expected<KvDtype> parse_kv_dtype(const std::string& s);
 
 // Bytes of one cached row of n elements: ceil(n / block_elems) x block_bytes.
 uint64_t kv_row_bytes(const KvDtype& dtype, int64_t n);
 
-// Bytes one token occupies in ONE layer (K + V rows of every KV head, or the MLA latent).
+// Bytes one token occupies in ONE layer (K + V rows of every KV head, each in
+// its own type, or the MLA latent in K's type).
 uint64_t kv_bytes_per_token_per_layer(const KvShape& shape, const KvDtype& dtype);
 
 // Full-context worst case: every layer stores every token (layers x per-layer bytes).

@@ -29,14 +29,16 @@ Expected<std::unique_ptr<KvStorage>> KvStorage::create(const KvStorageSpec& s) {
       }
     }
   }
-  if (s.dtype == KvDtype::Q8_0 && s.kv_dim() % 32 != 0) {
-    return errorf("kv storage: q8_0 needs a K/V row (n_kv_heads * head_dim = %lld) that is a multiple of 32",
-                  static_cast<long long>(s.kv_dim()));
+  for (KvDtype d : {s.dtype.k, s.dtype.v}) {
+    if (kv_dtype_is_quantized(d) && s.kv_dim() % 32 != 0) {
+      return errorf("kv storage: %s needs a K/V row (n_kv_heads * head_dim = %lld) that is a multiple of 32",
+                    kv_dtype_name(d), static_cast<long long>(s.kv_dim()));
+    }
   }
   uint64_t slots = 0, layer_bytes = 0, total = 0;
   if (!checked_mul(static_cast<uint64_t>(s.num_blocks), static_cast<uint64_t>(s.block_size), &slots) ||
-      !checked_mul(slots, s.row_bytes(), &layer_bytes) ||
-      !checked_mul(layer_bytes, 2ull * static_cast<uint64_t>(s.slots()), &total) || total > (1ull << 46)) {
+      !checked_mul(slots, s.row_bytes() + s.v_row_bytes(), &layer_bytes) ||
+      !checked_mul(layer_bytes, static_cast<uint64_t>(s.slots()), &total) || total > (1ull << 46)) {
     return errorf("kv storage: %d blocks x %d tokens is too large", s.num_blocks, s.block_size);
   }
   void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -53,9 +55,11 @@ Expected<std::unique_ptr<KvStorage>> KvStorage::create(const KvStorageSpec& s) {
     const bool grouped = !s.layer_slot.empty();
     const auto slot = static_cast<uint64_t>(grouped ? s.layer_slot[static_cast<size_t>(l)] : l);
     v.group = grouped ? s.layer_group[static_cast<size_t>(l)] : 0;
-    v.k = kv->base_ + (2 * slot) * layer_bytes;
-    v.v = v.k + layer_bytes;
-    v.dtype = s.dtype;
+    v.k = kv->base_ + slot * layer_bytes;
+    v.v = v.k + slots * s.row_bytes();
+    v.dtype = s.dtype.k;
+    v.v_dtype = s.dtype.v;
+    v.v_row_bytes = s.v_row_bytes();
     v.block_size = s.block_size;
     v.n_kv_heads = s.n_kv_heads;
     v.head_dim = s.head_dim;
@@ -68,14 +72,23 @@ KvStorage::~KvStorage() {
   if (base_) munmap(base_, mapped_bytes_);
 }
 
+uint8_t* KvStorage::pool(int32_t i) const {
+  const uint64_t rows = static_cast<uint64_t>(spec_.num_blocks) * static_cast<uint64_t>(spec_.block_size);
+  return base_ + static_cast<size_t>(i / 2) * rows * (spec_.row_bytes() + spec_.v_row_bytes()) +
+         (i % 2 == 1 ? rows * spec_.row_bytes() : 0);
+}
+
+size_t KvStorage::pool_block_bytes(int32_t i) const {
+  return static_cast<size_t>(spec_.block_size) * (i % 2 == 0 ? spec_.row_bytes() : spec_.v_row_bytes());
+}
+
 void KvStorage::copy_block(int32_t src, int32_t dst) {
   PAGODA_CHECK(src >= 0 && src < spec_.num_blocks && dst >= 0 && dst < spec_.num_blocks);
   if (src == dst) return;
-  const size_t block_bytes = static_cast<size_t>(spec_.block_size) * spec_.row_bytes();
-  const size_t slot_bytes = static_cast<size_t>(spec_.num_blocks) * block_bytes;  // one K or V pool of a layer slot
   for (int32_t i = 0; i < 2 * spec_.slots(); ++i) {  // K and V of every layer slot, whichever group owns the block
-    uint8_t* pool = base_ + static_cast<size_t>(i) * slot_bytes;
-    std::memcpy(pool + static_cast<size_t>(dst) * block_bytes, pool + static_cast<size_t>(src) * block_bytes, block_bytes);
+    const size_t bb = pool_block_bytes(i);
+    uint8_t* p = pool(i);
+    std::memcpy(p + static_cast<size_t>(dst) * bb, p + static_cast<size_t>(src) * bb, bb);
   }
 }
 
@@ -85,22 +98,22 @@ namespace pagoda::runtime {
 
 void KvStorage::export_block(int32_t block, std::string* out) const {
   PAGODA_CHECK(block >= 0 && block < spec_.num_blocks);
-  const size_t block_bytes = static_cast<size_t>(spec_.block_size) * spec_.row_bytes();
-  const size_t slot_bytes = static_cast<size_t>(spec_.num_blocks) * block_bytes;
-  out->resize(2 * static_cast<size_t>(spec_.slots()) * block_bytes);
+  out->resize(this->block_bytes());
+  size_t at = 0;
   for (int32_t i = 0; i < 2 * spec_.slots(); ++i) {
-    std::memcpy(out->data() + static_cast<size_t>(i) * block_bytes,
-                base_ + static_cast<size_t>(i) * slot_bytes + static_cast<size_t>(block) * block_bytes, block_bytes);
+    const size_t bb = pool_block_bytes(i);
+    std::memcpy(out->data() + at, pool(i) + static_cast<size_t>(block) * bb, bb);
+    at += bb;
   }
 }
 
 void KvStorage::import_block(int32_t block, std::string_view bytes) {
   PAGODA_CHECK(block >= 0 && block < spec_.num_blocks && bytes.size() == this->block_bytes());
-  const size_t block_bytes = static_cast<size_t>(spec_.block_size) * spec_.row_bytes();
-  const size_t slot_bytes = static_cast<size_t>(spec_.num_blocks) * block_bytes;
+  size_t at = 0;
   for (int32_t i = 0; i < 2 * spec_.slots(); ++i) {
-    std::memcpy(base_ + static_cast<size_t>(i) * slot_bytes + static_cast<size_t>(block) * block_bytes,
-                bytes.data() + static_cast<size_t>(i) * block_bytes, block_bytes);
+    const size_t bb = pool_block_bytes(i);
+    std::memcpy(pool(i) + static_cast<size_t>(block) * bb, bytes.data() + at, bb);
+    at += bb;
   }
 }
 

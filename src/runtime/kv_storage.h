@@ -1,7 +1,7 @@
 // KvStorage: the bytes of the KV cache. For every layer slot, a K pool and a V
 // pool of num_blocks x block_size slots; slot = block_id * block_size + offset
-// holds one token's row of n_kv_heads * head_dim values in `dtype`
-// (kernels::kv_row_bytes). With KV cache groups (kv::KvGroupLayout) there are
+// holds one token's row of n_kv_heads * head_dim values, K in `dtype.k` and V
+// in `dtype.v` (kernels::kv_row_bytes; the two may differ, llama.cpp's -ctk / -ctv). With KV cache groups (kv::KvGroupLayout) there are
 // G layer slots, and layer l uses slot layer_slot[l] through the block tables
 // of its group layer_group[l]: a block id means G layers of one group, so a
 // block costs G layers, whichever group holds it. Without groups, G = n_layers
@@ -30,7 +30,7 @@ struct KvStorageSpec {
   int32_t head_dim = 0;
   int32_t num_blocks = 0;   // including block 0, the kv manager's reserved null block
   int32_t block_size = 16;  // tokens per block
-  KvDtype dtype = KvDtype::F32;
+  KvTypes dtype = KvDtype::F32;  // K and V types
   // KV cache groups: G layer slots, and per layer its group and slot. Empty
   // (the default): one group, slot l for layer l, G = n_layers.
   int32_t n_layer_slots = 0;
@@ -39,19 +39,21 @@ struct KvStorageSpec {
 
   int32_t slots() const { return n_layer_slots > 0 ? n_layer_slots : n_layers; }
   int64_t kv_dim() const { return static_cast<int64_t>(n_kv_heads) * head_dim; }
-  size_t row_bytes() const { return kernels::kv_row_bytes(dtype, kv_dim()); }  // one token, one layer, K or V
-  // The mapping's size: [slots(), 2, num_blocks * block_size, row_bytes]. How
+  size_t row_bytes() const { return kernels::kv_row_bytes(dtype.k, kv_dim()); }    // one token, one layer, K
+  size_t v_row_bytes() const { return kernels::kv_row_bytes(dtype.v, kv_dim()); }  // one token, one layer, V
+  // The mapping's size: per layer slot a K pool [num_blocks * block_size,
+  // row_bytes] then a V pool [num_blocks * block_size, v_row_bytes]. How
   // many blocks a budget buys is kv/sizing's arithmetic (the engine's pool), not
   // this layout's; tests/runtime checks the two agree.
   uint64_t bytes_total() const {
-    return 2ull * static_cast<uint64_t>(slots()) * static_cast<uint64_t>(num_blocks) *
-           static_cast<uint64_t>(block_size) * row_bytes();
+    return static_cast<uint64_t>(slots()) * static_cast<uint64_t>(num_blocks) * static_cast<uint64_t>(block_size) *
+           (row_bytes() + v_row_bytes());
   }
 };
 
 class KvStorage {
  public:
-  // Errors: non-positive sizes, q8_0 with a row not a multiple of 32, overflow,
+  // Errors: non-positive sizes, a quantized type with a row not a multiple of 32, overflow,
   // or the mapping failing.
   static Expected<std::unique_ptr<KvStorage>> create(const KvStorageSpec& spec);
   ~KvStorage();
@@ -67,7 +69,9 @@ class KvStorage {
   void copy_block(int32_t src, int32_t dst);
   // KV tiers (issue 16): the K and V bytes of every layer slot of one block, in
   // slot order (K then V of slot 0, then slot 1, ...); block_bytes() of them.
-  uint64_t block_bytes() const { return 2ull * static_cast<uint64_t>(spec_.slots()) * spec_.block_size * spec_.row_bytes(); }
+  uint64_t block_bytes() const {
+    return static_cast<uint64_t>(spec_.slots()) * spec_.block_size * (spec_.row_bytes() + spec_.v_row_bytes());
+  }
   void export_block(int32_t block, std::string* out) const;
   // Writes bytes made by export_block into `block`. Precondition: size == block_bytes().
   void import_block(int32_t block, std::string_view bytes);
@@ -75,7 +79,10 @@ class KvStorage {
  private:
   KvStorage() = default;
   KvStorageSpec spec_;
-  uint8_t* base_ = nullptr;   // [slots(), 2 (K, V), num_blocks * block_size, row_bytes]
+  uint8_t* base_ = nullptr;   // [slots(), K pool then V pool of num_blocks * block_size rows]
+  // The K (i = 2 * slot) or V (i = 2 * slot + 1) pool i and its bytes per block.
+  uint8_t* pool(int32_t i) const;
+  size_t pool_block_bytes(int32_t i) const;
   size_t mapped_bytes_ = 0;
   std::vector<kernels::KvLayerView> layers_;  // [n_layers]
 };

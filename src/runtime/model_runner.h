@@ -25,7 +25,7 @@ namespace pagoda::runtime {
 struct RunnerOptions {
   int32_t num_blocks = 0;           // KV blocks including the reserved null block 0
   int32_t block_size = 16;          // tokens per KV block
-  kernels::KvDtype kv_dtype = kernels::KvDtype::F32;
+  KvTypes kv_dtype = kernels::KvDtype::F32;  // K and V types
   int32_t max_tokens_per_step = 512;  // workspace reserved up front (grows if a step is larger)
   kernels::BackendKind backend = kernels::BackendKind::Cpu;  // the kernel table every step calls
   // KV cache groups (kv::KvGroupLayout): G layer slots, each layer's group and

@@ -438,10 +438,12 @@ Expected<std::unique_ptr<Server>> Server::create(const ServerConfig& config, std
   {
     const engine::ModelInfo& info = eng->model_info();
     impl->metrics.set_exposition(config.metrics_name_prefix, impl->model_name);
-    // vLLM's cache_config_info: value 1, the configuration in its labels.
+    // vLLM's cache_config_info: value 1, the configuration in its labels
+    // (cache_dtype "q8_0/q4_0" when K and V differ; cache_type_k / _v each).
     impl->metrics.set_gauge(
         "pagoda:cache_config_info{block_size=\"" + std::to_string(info.block_size) + "\",cache_dtype=\"" +
-            kv_dtype_name(info.kv_dtype) + "\",num_gpu_blocks=\"" + std::to_string(info.num_kv_blocks) +
+            kv_types_name(info.kv_dtype) + "\",cache_type_k=\"" + kv_dtype_name(info.kv_dtype.k) +
+            "\",cache_type_v=\"" + kv_dtype_name(info.kv_dtype.v) + "\",num_gpu_blocks=\"" + std::to_string(info.num_kv_blocks) +
             "\",num_cpu_blocks=\"0\",kv_cache_bytes=\"" + std::to_string(info.kv_cache_bytes) + "\"}",
         1);
   }

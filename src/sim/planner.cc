@@ -203,7 +203,7 @@ std::string format_report(const PlanInput& in, const PlanReport& r) {
     s += "device       " + in.hw.name + " x tp " + std::to_string(in.tp) + ": " +
          gib(static_cast<double>(in.hw.memory_bytes)) + " each, utilization " + fmt("%.2f", in.utilization) + "\n";
   }
-  s += "dtypes       KV " + std::string(in.kv_dtype.name) + ", weights " +
+  s += "dtypes       KV " + kv::kv_dtype_label(in.kv_dtype) + ", weights " +
        (in.weights_from_file ? std::string("as in the file") : in.weights.name) + "\n\n";
 
   s += pad("KV cache per token") + with_commas(r.kv_bytes_per_token) + " B (whole model, every layer)\n";
@@ -297,7 +297,7 @@ std::string plan_to_json(const PlanInput& in, const PlanReport& r, const FitTabl
                 {"params_active", m.params_active}, {"max_context", m.max_context}};
   j["device"] = {{"name", in.hw.name}, {"memory_bytes", in.hw.memory_bytes}, {"tp", in.tp},
                  {"utilization", in.utilization}};
-  j.update({{"kv_dtype", in.kv_dtype.name},
+  j.update({{"kv_dtype", kv::kv_dtype_label(in.kv_dtype)},
             {"weights_dtype", in.weights_from_file ? std::string("file") : in.weights.name},
             {"context", in.context}, {"concurrency", in.concurrency}, {"block_size", in.block_size},
             {"kv_cache_memory", in.kv_cache_memory}, {"kv_bytes_per_token", r.kv_bytes_per_token},
@@ -332,7 +332,7 @@ std::string kv_memory_plot_svg(const PlanInput& in, const std::vector<int64_t>& 
   const PlanReport r = plan_one(in);
   LinePlot p;
   p.title = in.model.name + " on " + (in.kv_cache_memory > 0 ? std::string("a given KV budget") : in.hw.name) +
-            ", tp " + std::to_string(in.tp) + ", KV " + in.kv_dtype.name;
+            ", tp " + std::to_string(in.tp) + ", KV " + kv::kv_dtype_label(in.kv_dtype);
   p.x_label = "concurrent requests";
   p.y_label = "KV cache per GPU (GiB)";
   p.x_min = 0;

@@ -156,7 +156,8 @@ std::vector<llb::Result> sample_results() {
   llb::Result pp;
   pp.inst = {"m.gguf", 512, 0, 2048, 512, 2};
   pp.model = {"m.gguf", "llama 135M Q4_1", 3ull << 20, 135000000};
-  pp.type_kv = "f16";
+  pp.type_k = "f16";
+  pp.type_v = "f16";
   pp.test_time = "2026-01-02T03:04:05Z";
   pp.samples_ns = {500000000, 250000000};
   pp.weight_bytes_per_token = 1000000;

@@ -56,9 +56,17 @@ TEST(EngineFlags, VllmAndLlamaCppNames) {
   engine::EngineConfig e;
   ASSERT_EQ(parse({"--kv-cache-dtype", "auto"}, &e), "");
   EXPECT_EQ(e.kv_dtype, engine::KvDtype::F16);
-  engine::EngineConfig f;
-  EXPECT_NE(parse({"-ctv", "q8_0"}, &f).find("got K 'f16', V 'q8_0'"), std::string::npos);
-  EXPECT_NE(parse({"--kv-cache-dtype", "fp8"}, &f), "");
+  engine::EngineConfig f;  // llama.cpp's -ctk / -ctv: K's and V's type each (f16 unless given)
+  ASSERT_EQ(parse({"-ctk", "q4_0", "-ctv", "q8_0"}, &f), "");
+  EXPECT_EQ(f.kv_dtype, KvTypes(KvDtype::Q4_0, KvDtype::Q8_0));
+  ASSERT_EQ(parse({"--cache-type-v", "iq4_nl"}, &f), "");
+  EXPECT_EQ(f.kv_dtype, KvTypes(KvDtype::F16, KvDtype::IQ4_NL));
+  ASSERT_EQ(parse({"--kv-cache-dtype", "q5_1"}, &f), "");
+  EXPECT_EQ(f.kv_dtype, KvTypes(KvDtype::Q5_1));
+  EXPECT_NE(parse({"-ctk", "q3_0"}, &f).find("'q3_0' for -ctk/--cache-type-k"), std::string::npos);
+  EXPECT_NE(parse({"-ctv", "q4"}, &f).find("'q4' for -ctv/--cache-type-v"), std::string::npos);
+  EXPECT_NE(parse({"--kv-cache-dtype", "fp8"}, &f).find("--kv-dtype/--kv-cache-dtype"), std::string::npos);
+  EXPECT_EQ(f.kv_dtype, KvTypes(KvDtype::Q5_1));  // a bad flag changes nothing
   engine::EngineConfig h;  // vLLM's name for one full-context KV group
   EXPECT_FALSE(h.disable_hybrid_kv_cache_manager);
   ASSERT_EQ(parse({"--disable-hybrid-kv-cache-manager"}, &h), "");

@@ -1,4 +1,4 @@
-// paged_attention: cpu vs ref for every KV dtype and head size, bitwise
+// paged_attention: cpu vs ref for every KV dtype (and K/V pair) and head size, bitwise
 // invariance to physical block placement / batch composition / thread count,
 // and q8_0 KV vs f32 KV within a derived tolerance.
 #include <gtest/gtest.h>
@@ -24,10 +24,10 @@ using namespace testing;  // kernel_test_util.h: make_weight, random_vec, IsaSco
 struct Scenario {
   Scenario(int32_t heads, int32_t kv_heads, int32_t head_dim, int32_t block, KvDtype dt, std::vector<int32_t> lens,
            std::vector<int32_t> fresh)
-      : n_heads(heads), n_kv(kv_heads), hd(head_dim), bs(block), dtype(dt), kv_lens(std::move(lens)),
+      : n_heads(heads), n_kv(kv_heads), hd(head_dim), bs(block), dtype(dt), vdtype(dt), kv_lens(std::move(lens)),
         n_new(std::move(fresh)) {}
   int32_t n_heads, n_kv, hd, bs;
-  KvDtype dtype;
+  KvDtype dtype, vdtype;  // K's and V's types (the same unless a test sets vdtype)
   std::vector<int32_t> kv_lens, n_new;
   std::vector<int32_t> q_indptr{0}, kv_indptr{0}, indices, last, positions;
   std::vector<uint8_t> kpool, vpool;
@@ -47,9 +47,10 @@ struct Scenario {
       for (int32_t i = pages_total - 1; i > 0; --i) std::swap(physical[i], physical[srng.uniform_int(0, i)]);
     }
     const int64_t row = static_cast<int64_t>(n_kv) * hd;
-    kv = KvLayerView{nullptr, nullptr, dtype, bs, n_kv, hd, kv_row_bytes(dtype, row)};
+    kv = KvLayerView{nullptr, nullptr, dtype, bs, n_kv, hd, kv_row_bytes(dtype, row), 0, vdtype,
+                     kv_row_bytes(vdtype, row)};
     kpool.assign(static_cast<size_t>(pages_total) * bs * kv.row_bytes, 0);
-    vpool.assign(kpool.size(), 0);
+    vpool.assign(static_cast<size_t>(pages_total) * bs * kv.v_row_bytes, 0);
     kv.k = kpool.data();
     kv.v = vpool.data();
     int32_t page = 0;
@@ -85,7 +86,12 @@ struct Scenario {
 
   static Scenario make(int32_t n_heads, int32_t n_kv, int32_t hd, int32_t bs, KvDtype dt,
                        std::vector<int32_t> lens, std::vector<int32_t> n_new, uint64_t seed) {
-    Scenario s(n_heads, n_kv, hd, bs, dt, std::move(lens), std::move(n_new));
+    return make(n_heads, n_kv, hd, bs, KvTypes(dt), std::move(lens), std::move(n_new), seed);
+  }
+  static Scenario make(int32_t n_heads, int32_t n_kv, int32_t hd, int32_t bs, KvTypes dt,
+                       std::vector<int32_t> lens, std::vector<int32_t> n_new, uint64_t seed) {
+    Scenario s(n_heads, n_kv, hd, bs, dt.k, std::move(lens), std::move(n_new));
+    s.vdtype = dt.v;
     int64_t keys = 0, toks = 0;
     for (size_t i = 0; i < s.kv_lens.size(); ++i) {
       keys += s.kv_lens[i];
@@ -114,7 +120,8 @@ struct Shape {
   int32_t n_heads, n_kv, hd;
 };
 const Shape kShapes[] = {{8, 4, 8}, {9, 3, 64}, {4, 1, 128}, {2, 2, 64}, {8, 8, 12}};  // 12: generic path
-const KvDtype kDtypes[] = {KvDtype::F32, KvDtype::F16, KvDtype::BF16, KvDtype::Q8_0};
+// Every KV type (base/kv_dtype.h), K and V the same; mixed pairs: MixedKvTypesMatchRef.
+const auto& kDtypes = kAllKvDtypes;
 
 TEST(PagedAttention, RefKnownValues) {
   // One sequence, one head of 8 dims, 2 keys: k0 . q = 0, k1 . q = ln(3) / scale
@@ -233,7 +240,7 @@ TEST(PagedAttention, OneKvHeadDecodeSplitsQueryHeadsBitwise) {
 TEST(PagedAttention, Q8KvCloseToF32Kv) {
   auto f = Scenario::make(9, 3, 64, 16, KvDtype::F32, {80, 30}, {4, 30}, 500);
   auto q8 = f;
-  q8.dtype = KvDtype::Q8_0;
+  q8.dtype = q8.vdtype = KvDtype::Q8_0;
   q8.build(false, 500);
   const auto a = f.run_cpu(), b = q8.run_cpu();
   double kmax = 0, vmax = 0;
@@ -251,6 +258,64 @@ TEST(PagedAttention, Q8KvCloseToF32Kv) {
   ASSERT_TRUE(WithinTol(b.data(), a.data(), tol.data(), a.size()));
   // ...and q8_0 is not silently storing f32: the outputs do differ.
   EXPECT_FALSE(BitwiseEqual(a.data(), b.data(), a.size()));
+}
+
+// K and V of different types (llama.cpp's -ctk / -ctv): every pair of the nine
+// types against ref, on head sizes whose slices are whole 32-value blocks (64,
+// 128) and one whose slices cut blocks (8: four heads per block), decode and
+// prefill, pages of 16 and 5; each output bitwise the same with 2 threads and
+// with the blocks shuffled. Mixed pairs always take the AVX2 path (also on
+// AVX-512 machines: attention.cc's dispatch), which both ISA settings check.
+TEST(PagedAttention, MixedKvTypesMatchRef) {
+  const Shape shapes[] = {{9, 3, 64}, {4, 1, 128}, {8, 4, 8}};
+  uint64_t seed = 4000;
+  for (const char* isa : {"avx2", "avx512-vnni"}) {
+    IsaScope scope("avx2");
+    if (!cpu::set_isa(isa)) continue;  // no AVX-512 on this machine
+    for (const Shape& sh : shapes) {
+      for (KvDtype kt : kAllKvDtypes) {
+        for (KvDtype vt : kAllKvDtypes) {
+          const int32_t bs = seed % 2 == 0 ? 16 : 5;
+          auto s = Scenario::make(sh.n_heads, sh.n_kv, sh.hd, bs, KvTypes(kt, vt), {37, 20, 1}, {1, 20, 1}, seed++);
+          double vmax = 0;
+          for (float v : s.v_all) vmax = std::max(vmax, std::fabs(static_cast<double>(v)));
+          std::vector<double> tol(s.q.size(), (37 + 16) * 0x1.0p-22 * vmax * 4);
+          const auto want = s.run_ref(), got = s.run_cpu();
+          ASSERT_TRUE(WithinTol(got.data(), want.data(), tol.data(), got.size()))
+              << isa << " hd=" << sh.hd << " K " << kv_dtype_name(kt) << " V " << kv_dtype_name(vt) << " bs=" << bs;
+          set_num_threads(2);
+          const auto two = s.run_cpu();
+          set_num_threads(1);
+          s.build(/*shuffle_blocks=*/true, seed);
+          const auto shuffled = s.run_cpu();
+          ASSERT_TRUE(BitwiseEqual(two.data(), got.data(), got.size()) &&
+                      BitwiseEqual(shuffled.data(), got.data(), got.size()))
+              << isa << " hd=" << sh.hd << " K " << kv_dtype_name(kt) << " V " << kv_dtype_name(vt);
+        }
+      }
+    }
+  }
+}
+
+// A token that sees one key gets exactly that key's V row (weight exp(0) = 1,
+// sum 1; equal as floats, -0 becoming +0): the CPU kernel's decoded V (AVX2: whole blocks in registers, cut
+// blocks through the scalar dequantizer) is bitwise ggml's dequantize_row_* of
+// the stored bytes, for every type, head slices on and off block boundaries.
+TEST(PagedAttention, OneKeyOutputIsTheDequantizedVRow) {
+  for (const Shape& sh : {Shape{4, 2, 64}, Shape{8, 4, 8}, Shape{4, 1, 256}}) {
+    for (KvDtype vt : kAllKvDtypes) {
+      auto s = Scenario::make(sh.n_heads, sh.n_kv, sh.hd, 16, KvTypes(KvDtype::Q4_0, vt), {1}, {1}, 4500);
+      const auto got = s.run_cpu();
+      const int64_t row = static_cast<int64_t>(sh.n_kv) * sh.hd;
+      std::vector<float> v(static_cast<size_t>(row));
+      kv_read_row(vt, s.vpool.data(), row, v.data());  // slot 0: the sequence's one key
+      for (int32_t h = 0; h < sh.n_heads; ++h) {
+        const int32_t kvh = h / (sh.n_heads / sh.n_kv);
+        for (int32_t d = 0; d < sh.hd; ++d)  // == : the output adds p * v to +0, so a -0 comes out +0
+          ASSERT_EQ(got[h * sh.hd + d], v[kvh * sh.hd + d]) << kv_dtype_name(vt) << " hd=" << sh.hd << " head " << h;
+      }
+    }
+  }
 }
 
 // Both ISAs' paths (AVX2 staged pages; AVX-512 token by token in chunks of up

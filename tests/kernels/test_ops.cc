@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
+#include <string>
 #include <vector>
 
 #include "base/fp16.h"
@@ -133,45 +135,109 @@ TEST(Elementwise, SiluMulAndAdd) {
   }
 }
 
+// Every KV type as K, each with another type as V (llama.cpp's -ctk / -ctv):
+// rows are the scalar codec's bytes (ggml's quantize_row_*_ref), each in its
+// own pool with its own row size, padding skipped, and read back within half a
+// quantization step.
 TEST(KvWrite, StoresEncodedRowsSkipsPaddingAndRoundTrips) {
   const int32_t n_kv = 2, hd = 64, slots = 40;
   const int64_t n = n_kv * hd;
-  const struct {
-    KvDtype dt;
-    GgmlType type;  // the ggml format of a row of this dtype
-  } cases[] = {{KvDtype::F32, GgmlType::F32}, {KvDtype::F16, GgmlType::F16}, {KvDtype::BF16, GgmlType::BF16},
-               {KvDtype::Q8_0, GgmlType::Q8_0}};
-  for (const auto& [dt, type] : cases) {
-    const size_t rb = kv_row_bytes(dt, n);
+  const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,    GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
+                            GgmlType::Q4_1, GgmlType::IQ4_NL, GgmlType::Q5_0, GgmlType::Q5_1};  // kAllKvDtypes' formats
+  static_assert(std::size(types) == std::size(kAllKvDtypes));
+  for (size_t ki = 0; ki < std::size(kAllKvDtypes); ++ki) {
+    const size_t vi = (ki + 4) % std::size(kAllKvDtypes);  // V: another type (same-type pairs: the engine tests)
+    const KvDtype dt = kAllKvDtypes[ki], vdt = kAllKvDtypes[vi];
+    const GgmlType type = types[ki], vtype = types[vi];
+    const size_t rb = kv_row_bytes(dt, n), vrb = kv_row_bytes(vdt, n);
     ASSERT_EQ(rb, ggml_row_bytes(type, static_cast<size_t>(n)));
-    std::vector<uint8_t> kb(rb * slots, 0xAB), vb(rb * slots, 0xAB);
-    const KvLayerView kv{kb.data(), vb.data(), dt, 16, n_kv, hd, rb};
+    ASSERT_EQ(vrb, ggml_row_bytes(vtype, static_cast<size_t>(n)));
+    std::vector<uint8_t> kb(rb * slots, 0xAB), vb(vrb * slots, 0xAB);
+    const KvLayerView kv{kb.data(), vb.data(), dt, 16, n_kv, hd, rb, 0, vdt, vrb};
     const int64_t t = 5;
     const auto k = random_vec(static_cast<size_t>(t * n), 21), v = random_vec(static_cast<size_t>(t * n), 22);
     const int64_t slot_mapping[t] = {3, 17, -1, 39, 0};  // -1: padding token, not stored
     kv_write(kv, k.data(), v.data(), slot_mapping, t);
-    std::vector<uint8_t> want(rb);
+    std::vector<uint8_t> want(std::max(rb, vrb));
     for (int64_t i = 0; i < t; ++i) {
       if (slot_mapping[i] < 0) continue;
-      const size_t off = static_cast<size_t>(slot_mapping[i]) * rb;
+      const auto slot = static_cast<size_t>(slot_mapping[i]);
       ASSERT_TRUE(quantize_row(type, k.data() + i * n, want.data(), n));
-      ASSERT_EQ(std::memcmp(kb.data() + off, want.data(), rb), 0) << kv_dtype_name(dt) << " token " << i;
-      ASSERT_TRUE(quantize_row(type, v.data() + i * n, want.data(), n));
-      ASSERT_EQ(std::memcmp(vb.data() + off, want.data(), rb), 0) << kv_dtype_name(dt) << " token " << i;
+      ASSERT_EQ(std::memcmp(kb.data() + slot * rb, want.data(), rb), 0) << kv_dtype_name(dt) << " token " << i;
+      ASSERT_TRUE(quantize_row(vtype, v.data() + i * n, want.data(), n));
+      ASSERT_EQ(std::memcmp(vb.data() + slot * vrb, want.data(), vrb), 0) << kv_dtype_name(vdt) << " token " << i;
     }
     std::vector<float> back(static_cast<size_t>(n));
-    kv_read_row(dt, kb.data() + 17 * rb, n, back.data());
-    for (int64_t i = 0; i < n; ++i) {
-      const float want_v = k[static_cast<size_t>(n + i)];
-      // f32 exact; f16 / bf16 half an ulp (2^-11 / 2^-8 relative); q8_0 half a step (amax/254).
-      const double tol = dt == KvDtype::F32 ? 0.0 : dt == KvDtype::F16 ? std::fabs(want_v) * 0x1.0p-11 + 1e-7
-                         : dt == KvDtype::BF16 ? std::fabs(want_v) * 0x1.0p-8 : 5.0 / 254.0 * 1.001;
-      ASSERT_NEAR(back[i], want_v, tol) << kv_dtype_name(dt) << " i=" << i;
+    for (const bool is_v : {false, true}) {
+      const KvDtype d = is_v ? vdt : dt;
+      kv_read_row(d, (is_v ? vb.data() + 17 * vrb : kb.data() + 17 * rb), n, back.data());
+      const auto& src = is_v ? v : k;
+      for (int64_t i = 0; i < n; ++i) {
+        const float want_v = src[static_cast<size_t>(n + i)];
+        // f32 exact; f16 / bf16 half an ulp (2^-11 / 2^-8 relative); q8_0 half a
+        // step (amax/254); the 4/5-bit types half a step of their levels (amax
+        // 5 here: q4_0 amax/16, q4_1 range/30, q5_0 amax/32, q5_1 range/62), iq4_nl
+        // the widest gap of its codebook (24 of 127) / 2 around the fitted scale.
+        double tol = 0;
+        switch (d) {
+          case KvDtype::F32: tol = 0; break;
+          case KvDtype::F16: tol = std::fabs(want_v) * 0x1.0p-11 + 1e-7; break;
+          case KvDtype::BF16: tol = std::fabs(want_v) * 0x1.0p-8; break;
+          case KvDtype::Q8_0: tol = 5.0 / 254.0 * 1.001; break;
+          case KvDtype::Q4_0: tol = 5.0 / 16.0 * 1.001; break;
+          case KvDtype::Q4_1: tol = 10.0 / 30.0 * 1.001; break;
+          case KvDtype::Q5_0: tol = 5.0 / 32.0 * 1.001; break;
+          case KvDtype::Q5_1: tol = 10.0 / 62.0 * 1.001; break;
+          case KvDtype::IQ4_NL: tol = 5.0 * 0.15; break;
+        }
+        ASSERT_NEAR(back[i], want_v, tol) << kv_dtype_name(d) << " i=" << i;
+      }
     }
     for (int s = 0; s < slots; ++s) {
       if (s == 3 || s == 17 || s == 39 || s == 0) continue;
       ASSERT_EQ(kb[s * rb], 0xAB) << "slot " << s << " was not written by any token";
+      ASSERT_EQ(vb[s * vrb], 0xAB) << "slot " << s << " was not written by any token";
     }
+  }
+}
+
+// The quantized KV rows are ggml's quantize_row_*_ref bytes: a 64-value row (two
+// blocks, the second of smaller values) against bytes computed by a line-by-line
+// float32 transcription of ggml-quants.c's reference quantizers (numpy; q8_0:
+// roundf; q4/q5: truncation of x * id + 8.5 / 16.5 / 0.5; iq4_nl: ntry -1, the
+// least-squares scale of the nearest codebook entries, weights x^2).
+TEST(KvWrite, QuantizedRowsAreGgmlReferenceBytes) {
+  std::vector<float> x(64);
+  for (int j = 0; j < 64; ++j) {
+    x[j] = static_cast<float>((j * 37 + 11) % 61 - 30) / 8.0f;
+    if (j >= 32) x[j] *= 0.3f;
+  }
+  const struct {
+    KvDtype dt;
+    const char* hex;
+  } cases[] = {
+      {KvDtype::Q8_0,
+       "8f27b04ce7811eb855ef8926c15df8922fc966009a37d16e08a33fda7711ab48e27f62201ab153ea8123ba5cf38a2cc365fc9335cb6d049b3"
+       "dd4760da446dd7f16ad4fe6"},
+      {KvDtype::Q4_0, "8037e38d26b05af39d27c16af49e37d16bf55a305af38d27c05af49e27c16bf49e38d16b"},
+      {KvDtype::Q4_1, "003880c3e38c26b059e38d27b15af49d37c16af4a4305abc49e38c26b05ae38d27c15af49d37c16b"},
+      {KvDtype::Q5_0, "8033524a6badd60a3d70a4e71b4e81b5f82c5f92c6f95a2ca594d65a93e61a3d80a4f72c4e91c6f83d6fa2d7"},
+      {KvDtype::Q5_1, "be3380c3524a6badc6093c60a3d71a4d71b4e82b5e82c5f97e2c5abca594d65a93d60a3d70a4e71b4e81b5f82c5f92c6"},
+      {KvDtype::IQ4_NL, "a327f28d16c04af39e26d05bf39e27d15cf478204af28e16d04bf39e27d05bf3ae28d16c"},
+  };
+  for (const auto& c : cases) {
+    const size_t rb = kv_row_bytes(c.dt, 64);
+    std::string want;
+    for (size_t i = 0; i + 1 < std::strlen(c.hex); i += 2)
+      want.push_back(static_cast<char>(std::stoi(std::string(c.hex + i, 2), nullptr, 16)));
+    ASSERT_EQ(want.size(), rb) << kv_dtype_name(c.dt);
+    std::vector<uint8_t> kb(rb), vb(rb);
+    // K of this type, V of the same type: both rows are the reference bytes.
+    const KvLayerView kv{kb.data(), vb.data(), c.dt, 1, 1, 64, rb, 0, c.dt, rb};
+    const int64_t slot = 0;
+    kv_write(kv, x.data(), x.data(), &slot, 1);
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(kb.data()), rb), want) << kv_dtype_name(c.dt) << " K";
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(vb.data()), rb), want) << kv_dtype_name(c.dt) << " V";
   }
 }
 
@@ -183,7 +249,7 @@ TEST(KvWrite, Q8_0RoundsHalfAwayFromZeroLikeGgml) {
   x[2] = -2.5f;
   x[3] = 0.5f;
   std::vector<uint8_t> row(34), vrow(34);
-  KvLayerView kv{row.data(), vrow.data(), KvDtype::Q8_0, 1, 1, 32, 34};
+  KvLayerView kv{row.data(), vrow.data(), KvDtype::Q8_0, 1, 1, 32, 34, 0, KvDtype::Q8_0, 34};
   const int64_t slot = 0;
   kv_write(kv, x.data(), x.data(), &slot, 1);
   BlockQ8_0 b;

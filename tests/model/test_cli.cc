@@ -180,8 +180,9 @@ TEST(PagodaBench, JsonReportsMediansAndStableHash) {
 }
 
 // The KV dtype under the names vLLM and llama.cpp users type: --kv-cache-dtype
-// (with vLLM's "auto"), and llama.cpp's -ctk / -ctv, which must agree because
-// pagoda keeps K and V in one dtype.
+// (with vLLM's "auto", K and V), and llama.cpp's -ctk / -ctv, K's and V's type
+// each (the one not given is f16, as in llama.cpp); a bad name is an error
+// naming the flag.
 TEST(PagodaRun, KvDtypeUnderVllmAndLlamaCppNames) {
   const std::string base = run_stories("Once upon a time") +
                            " -n 4 --temp 0 -t 1 --json ";
@@ -192,14 +193,20 @@ TEST(PagodaRun, KvDtypeUnderVllmAndLlamaCppNames) {
   };
   EXPECT_EQ(kv_of("--kv-cache-dtype q8_0"), "q8_0");
   EXPECT_EQ(kv_of("--kv-cache-dtype auto"), "f16");
+  EXPECT_EQ(kv_of("--kv-cache-dtype q4_0"), "q4_0");
   EXPECT_EQ(kv_of("-ctk bf16 -ctv bf16"), "bf16");
   EXPECT_EQ(kv_of("--cache-type-k f32 --cache-type-v f32"), "f32");
-  const Result one = run_pagoda(base + "-ctk q8_0", true);  // V would stay f16 in llama.cpp
-  EXPECT_EQ(one.exit_code, 2);
-  EXPECT_NE(one.out.find("got K 'q8_0', V 'f16'"), std::string::npos) << one.out;
+  EXPECT_EQ(kv_of("-ctk q4_0 -ctv q8_0"), "q4_0/q8_0");
+  EXPECT_EQ(kv_of("-ctk q8_0"), "q8_0/f16");  // V stays f16, as in llama.cpp
+  EXPECT_EQ(kv_of("--cache-type-v iq4_nl"), "f16/iq4_nl");
+  for (const char* t : {"q4_1", "iq4_nl", "q5_0", "q5_1"}) EXPECT_EQ(kv_of(std::string("-ctk ") + t + " -ctv " + t), t);
   const Result bad = run_pagoda(base + "--kv-cache-dtype fp8", true);
   EXPECT_EQ(bad.exit_code, 2);
-  const Result bench = run_pagoda("bench -m " + quote(stories_path()) + " --pp 8 --tg 2 -r 1 -t 1 -ctk q8_0", true);
-  EXPECT_EQ(bench.exit_code, 2);
-  EXPECT_NE(bench.out.find("one dtype"), std::string::npos) << bench.out;
+  EXPECT_NE(bad.out.find("--kv-cache-dtype"), std::string::npos) << bad.out;
+  const Result bad_k = run_pagoda(base + "-ctk q3_0 -ctv q8_0", true);
+  EXPECT_EQ(bad_k.exit_code, 2);
+  EXPECT_NE(bad_k.out.find("'q3_0' for -ctk"), std::string::npos) << bad_k.out;
+  const Result bad_v = run_pagoda("bench -m " + quote(stories_path()) + " --pp 8 --tg 2 -r 1 -t 1 -ctv q4", true);
+  EXPECT_EQ(bad_v.exit_code, 2);
+  EXPECT_NE(bad_v.out.find("'q4' for -ctv"), std::string::npos) << bad_v.out;
 }

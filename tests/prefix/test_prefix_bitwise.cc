@@ -55,7 +55,7 @@ struct RunResult {
 class Stack {
  public:
   // Precondition: `m` outlives the stack.
-  Stack(const model::Model& m, kernels::KvDtype dtype, int32_t block_size, int32_t pool_tokens,
+  Stack(const model::Model& m, KvTypes dtype, int32_t block_size, int32_t pool_tokens,
         int32_t max_batched_tokens = 2048) {
     runtime::RunnerOptions ro;
     ro.block_size = block_size;
@@ -146,20 +146,20 @@ void expect_bitwise(const std::vector<float>& got, const std::vector<float>& wan
                 << ": got " << got[i] << ", want " << want[i];
 }
 
-const char* dtype_name(kernels::KvDtype d) {
-  switch (d) {
-    case kernels::KvDtype::F32: return "f32";
-    case kernels::KvDtype::F16: return "f16";
-    case kernels::KvDtype::BF16: return "bf16";
-    case kernels::KvDtype::Q8_0: return "q8_0";
-  }
-  return "?";
+std::string dtype_name(KvTypes d) { return kv_types_name(d); }
+
+// The stories260K runs' KV types: every type (K and V the same) and two mixed pairs.
+std::vector<KvTypes> stories_dtypes() {
+  std::vector<KvTypes> t(std::begin(kAllKvDtypes), std::end(kAllKvDtypes));
+  t.emplace_back(KvDtype::Q8_0, KvDtype::Q4_0);
+  t.emplace_back(KvDtype::F16, KvDtype::Q5_1);
+  return t;
 }
 
 // Full hit: the prompt runs cold, then again on the same stack. Each of `lens`
 // is cut from `tokens`; the hit covers every full block that does not hold the
 // last prompt token (that one is always computed, for logits).
-void check_full_hit(const model::Model& m, kernels::KvDtype dt, const std::vector<int32_t>& tokens,
+void check_full_hit(const model::Model& m, KvTypes dt, const std::vector<int32_t>& tokens,
                     const std::vector<size_t>& lens) {
   constexpr int32_t kBlock = 16;
   for (size_t len : lens) {
@@ -183,7 +183,7 @@ void check_full_hit(const model::Model& m, kernels::KvDtype dt, const std::vecto
 // Partial hit: `a` runs first; `b` shares its first `shared` tokens (a multiple
 // of the block size) and then differs, so only those blocks hit. The hit run of
 // b is compared with b run cold on a fresh stack.
-void check_partial_hit(const model::Model& m, kernels::KvDtype dt, const std::vector<int32_t>& a,
+void check_partial_hit(const model::Model& m, KvTypes dt, const std::vector<int32_t>& a,
                        const std::vector<int32_t>& b, int32_t shared) {
   constexpr int32_t kBlock = 16;
   SCOPED_TRACE(std::string("kv ") + dtype_name(dt) + ", partial hit of " + std::to_string(shared) + " of " +
@@ -236,8 +236,7 @@ TEST_F(PrefixBitwiseStories, FullHitSameLogitsAndTokens) {
   const std::vector<int32_t> text = text_tokens();
   ASSERT_GE(text.size(), 64u);
   // 55: 3 full blocks hit, 7 computed. 64: 4 full blocks, 3 hit, 16 computed.
-  for (kernels::KvDtype dt : {kernels::KvDtype::F32, kernels::KvDtype::F16})
-    check_full_hit(*model_, dt, text, {55, 64});
+  for (KvTypes dt : stories_dtypes()) check_full_hit(*model_, dt, text, {55, 64});
 }
 
 TEST_F(PrefixBitwiseStories, PartialHitSameLogitsAndTokens) {
@@ -247,7 +246,7 @@ TEST_F(PrefixBitwiseStories, PartialHitSameLogitsAndTokens) {
   std::vector<int32_t> b(a.begin(), a.begin() + 32);  // 2 blocks shared
   for (int i = 0; i < 30; ++i) b.push_back(static_cast<int32_t>(3 + (i * 37 + 11) % 500));  // then another text
   if (b[32] == a[32]) b[32] = a[32] == 3 ? 4 : 3;
-  for (kernels::KvDtype dt : {kernels::KvDtype::F32, kernels::KvDtype::F16})
+  for (KvTypes dt : stories_dtypes())
     check_partial_hit(*model_, dt, std::vector<int32_t>(a.begin(), a.begin() + 64), b, 32);
 }
 
@@ -259,13 +258,13 @@ TEST_F(PrefixBitwiseStories, PartialHitSameLogitsAndTokens) {
 // buffer size the real model uses, at a test's cost.
 constexpr int kSynthLayers = 2;
 
-// KV dtypes of the synth runs: f16 (the engine's default) and f32; f16 only
-// under ASan, where the 49152-row head makes each run ~20x slower.
-std::vector<kernels::KvDtype> synth_dtypes() {
+// KV types of the synth runs: f16 (the engine's default), f32, q8_0/q4_0 and iq4_nl;
+// f16 only under ASan, where the 49152-row head makes each run ~20x slower.
+std::vector<KvTypes> synth_dtypes() {
 #if defined(__SANITIZE_ADDRESS__)
-  return {kernels::KvDtype::F16};
+  return {KvDtype::F16};
 #else
-  return {kernels::KvDtype::F16, kernels::KvDtype::F32};
+  return {KvDtype::F16, KvDtype::F32, KvTypes(KvDtype::Q8_0, KvDtype::Q4_0), KvDtype::IQ4_NL};
 #endif
 }
 
@@ -306,7 +305,7 @@ TEST_F(PrefixBitwiseSynthSmolLM2, ShapeIsSmolLM2PerLayer) {
 TEST_F(PrefixBitwiseSynthSmolLM2, FullHitSameLogitsAndTokens) {
   ASSERT_NE(model_, nullptr);
   const std::vector<int32_t> text = random_tokens(1, 64);
-  for (kernels::KvDtype dt : synth_dtypes()) check_full_hit(*model_, dt, text, {55, 64});
+  for (KvTypes dt : synth_dtypes()) check_full_hit(*model_, dt, text, {55, 64});
 }
 
 TEST_F(PrefixBitwiseSynthSmolLM2, PartialHitSameLogitsAndTokens) {
@@ -314,7 +313,7 @@ TEST_F(PrefixBitwiseSynthSmolLM2, PartialHitSameLogitsAndTokens) {
   const std::vector<int32_t> a = random_tokens(2, 64);
   std::vector<int32_t> b(a.begin(), a.begin() + 32);
   for (int32_t t : random_tokens(3, 27)) b.push_back(t);  // 59 tokens: 3 full blocks, 2 hit
-  for (kernels::KvDtype dt : synth_dtypes()) check_partial_hit(*model_, dt, a, b, 32);
+  for (KvTypes dt : synth_dtypes()) check_partial_hit(*model_, dt, a, b, 32);
 }
 
 // A cold prefill split into chunks (max_num_batched_tokens 16) computes the

@@ -150,3 +150,58 @@ TEST(KvStorage, CopyBlockCopiesKAndVOfEveryLayerOnly) {
     }
   }
 }
+
+// K and V of different types (llama.cpp's -ctk / -ctv): each slot's K pool has
+// K's rows, its V pool V's rows; sizes, views, copy-on-write and the tier
+// export/import all follow, and kv/sizing agrees with the layout.
+TEST(KvStorage, MixedKvTypesHaveTheirOwnRowSizes) {
+  KvStorageSpec s = spec(KvDtype::F32);
+  s.dtype = KvTypes(KvDtype::Q8_0, KvDtype::Q4_0);
+  auto kv = KvStorage::create(s);
+  ASSERT_TRUE(kv.ok()) << kv.message();
+  EXPECT_EQ(s.row_bytes(), 68u);    // 64 values: 2 x 34
+  EXPECT_EQ(s.v_row_bytes(), 36u);  // 2 x 18
+  const uint64_t rows = 5 * 4;      // blocks x block size
+  EXPECT_EQ((*kv)->bytes_total(), 3 * rows * (68 + 36));
+  EXPECT_EQ((*kv)->block_bytes(), 3u * 4 * (68 + 36));
+  kv::KvShape shape;
+  shape.num_layers = 3;
+  shape.num_kv_heads = 2;
+  shape.head_dim = 32;
+  EXPECT_EQ(kv::kv_bytes_per_block(shape, kv::kv_dtype_of(s.dtype), 4) * 5, (*kv)->bytes_total());
+  const auto layers = (*kv)->layers();
+  for (size_t l = 0; l < layers.size(); ++l) {
+    EXPECT_EQ(layers[l].dtype, KvDtype::Q8_0);
+    EXPECT_EQ(layers[l].v_dtype, KvDtype::Q4_0);
+    EXPECT_EQ(layers[l].row_bytes, 68u);
+    EXPECT_EQ(layers[l].v_row_bytes, 36u);
+    EXPECT_EQ(layers[l].v, layers[l].k + rows * 68);
+    if (l + 1 < layers.size()) {
+      EXPECT_EQ(layers[l + 1].k, layers[l].v + rows * 36);
+    }
+  }
+  // Fill every pool, then copy block 1 to 3 and move block 2 to 4 through export/import.
+  for (const kernels::KvLayerView& l : layers) {
+    for (size_t i = 0; i < rows * 68; ++i) l.k[i] = static_cast<uint8_t>(i * 7 + 1);
+    for (size_t i = 0; i < rows * 36; ++i) l.v[i] = static_cast<uint8_t>(i * 13 + 5);
+  }
+  (*kv)->copy_block(1, 3);
+  std::string bytes;
+  (*kv)->export_block(2, &bytes);
+  ASSERT_EQ(bytes.size(), (*kv)->block_bytes());
+  (*kv)->import_block(4, bytes);
+  for (const kernels::KvLayerView& l : layers) {
+    EXPECT_EQ(std::memcmp(l.k + 3 * 4 * 68, l.k + 1 * 4 * 68, 4 * 68), 0);
+    EXPECT_EQ(std::memcmp(l.v + 3 * 4 * 36, l.v + 1 * 4 * 36, 4 * 36), 0);
+    EXPECT_EQ(std::memcmp(l.k + 4 * 4 * 68, l.k + 2 * 4 * 68, 4 * 68), 0);
+    EXPECT_EQ(std::memcmp(l.v + 4 * 4 * 36, l.v + 2 * 4 * 36, 4 * 36), 0);
+    EXPECT_EQ(l.k[0], 1);  // block 0 untouched
+    EXPECT_EQ(l.v[0], 5);
+  }
+  // A quantized V alone still needs whole 32-value rows, and says which type.
+  KvStorageSpec odd = spec(KvDtype::F16, 3, 8);  // kv_dim 24
+  odd.dtype = KvTypes(KvDtype::F16, KvDtype::IQ4_NL);
+  auto bad = KvStorage::create(odd);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("iq4_nl"), std::string::npos) << bad.message();
+}

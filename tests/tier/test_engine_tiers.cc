@@ -11,6 +11,7 @@
 
 #include "common/reference_jsonl.h"
 #include "engine/engine.h"
+#include "engine/kv_tiers.h"
 #include "gguf/gguf.h"
 #include "redis_util.h"
 #include "tier_test_util.h"
@@ -214,6 +215,41 @@ TEST(EngineDiskTier, AnotherModelFileNeverHits) {
   EXPECT_EQ(r.cached, 0);
   EXPECT_EQ(tier_of(b->stats()).hits, 0);
   EXPECT_EQ(tier_of(b->stats()).mismatches, 0);  // other names, not just other contents
+}
+
+// KV types (issue 39): an entry is keyed by the K and the V type. A restart
+// with the same pair hits and gives the cold output of that pair; every other
+// pair, even with the same block bytes (K and V swapped; q4_0 and iq4_nl are
+// both 18 bytes per 32), never loads it. Same-type keys keep their old value.
+TEST(EngineDiskTier, AnotherKvTypeNeverHits) {
+  EXPECT_EQ(tier_kv_dtype(KvDtype::F16), 1u);  // the values of same-type caches are what they were
+  EXPECT_EQ(tier_kv_dtype(KvDtype::Q8_0), 3u);
+  EXPECT_NE(tier_kv_dtype(KvTypes(KvDtype::F16, KvDtype::F32)), tier_kv_dtype(KvDtype::F16));
+  EXPECT_NE(tier_kv_dtype(KvTypes(KvDtype::Q8_0, KvDtype::Q4_0)), tier_kv_dtype(KvTypes(KvDtype::Q4_0, KvDtype::Q8_0)));
+  TempDir d;
+  const auto p = make_prompt(100, 7);
+  const KvTypes written(KvDtype::Q8_0, KvDtype::Q4_0);
+  EngineConfig c = disk_config(d.path);
+  c.kv_dtype = written;
+  EngineConfig plain = config();
+  plain.kv_dtype = written;
+  const auto want = run(*make(plain), p).tokens;
+  { EXPECT_EQ(run(*make(c), p).tokens, want); }
+  for (KvTypes other : {KvTypes(KvDtype::Q4_0, KvDtype::Q8_0), KvTypes(KvDtype::Q8_0, KvDtype::IQ4_NL),
+                        KvTypes(KvDtype::Q8_0), KvTypes(KvDtype::Q4_0), KvTypes(KvDtype::F16)}) {
+    EngineConfig c2 = c;
+    c2.kv_dtype = other;
+    auto b = make(c2);
+    ASSERT_TRUE(b);
+    const Result r = run(*b, p);
+    EXPECT_EQ(r.cached, 0) << kv_types_name(other);
+    EXPECT_EQ(tier_of(b->stats()).hits, 0) << kv_types_name(other);
+    EXPECT_EQ(tier_of(b->stats()).mismatches, 0) << kv_types_name(other);  // other names, not just contents
+  }
+  auto same = make(c);
+  const Result r = run(*same, p);
+  EXPECT_EQ(r.cached, hit_tokens(p));
+  EXPECT_EQ(r.tokens, want);
 }
 
 TEST(EngineRedisTier, TwoReplicasShareOneRedisAndAFlippedValueIsRecomputed) {

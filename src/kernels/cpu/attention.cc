@@ -20,6 +20,7 @@
 
 #include "base/check.h"
 #include "base/fp16.h"
+#include "base/ggml_quant.h"
 #include "kernels/api.h"
 #include "kernels/cpu/attention_avx512.h"
 #include "kernels/cpu/cpu_internal.h"
@@ -41,6 +42,77 @@ inline void decode_16bit(const uint8_t* p, int32_t n, float* out, Wide wide, One
     uint16_t h;
     std::memcpy(&h, p + 2 * i, 2);
     out[i] = one(h);
+  }
+}
+
+// One 32-value block of a 4/5-bit KV type to f32, the 32 values in registers
+// 8 at a time: low nibbles are elements 0-15, high nibbles 16-31 (ggml's
+// layouts, base/ggml_types.h); q5's fifth bit of element j is qh bit j.
+// value = (q - offset) * d, q * d + m (_1 types) or d * codebook[q] (iq4_nl):
+// the products and sums of ggml's dequantize_row_* (no FMA), so every value is
+// bitwise the scalar dequantizer's.
+template <KvDtype DT>
+inline void decode_block32(const uint8_t* b, float* out) {
+  constexpr bool kMin = DT == KvDtype::Q4_1 || DT == KvDtype::Q5_1;
+  constexpr bool kHigh = DT == KvDtype::Q5_0 || DT == KvDtype::Q5_1;
+  constexpr int32_t kOffset = DT == KvDtype::Q4_0 ? 8 : DT == KvDtype::Q5_0 ? 16 : 0;
+  constexpr int kQs = 2 + (kMin ? 2 : 0) + (kHigh ? 4 : 0);  // byte offset of the nibbles
+  uint16_t h;
+  std::memcpy(&h, b, 2);
+  const __m256 dv = _mm256_set1_ps(fp16_to_fp32(h));
+  __m256 mv = _mm256_setzero_ps();
+  if constexpr (kMin) {
+    std::memcpy(&h, b + 2, 2);
+    mv = _mm256_set1_ps(fp16_to_fp32(h));
+  }
+  uint32_t qh = 0;
+  if constexpr (kHigh) std::memcpy(&qh, b + (kMin ? 4 : 2), 4);
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + kQs));
+  const __m128i m4 = _mm_set1_epi8(0x0F);
+  const __m128i nib[2] = {_mm_and_si128(raw, m4), _mm_and_si128(_mm_srli_epi16(raw, 4), m4)};
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int hi = 0; hi < 2; ++hi) {
+    for (int e = 0; e < 2; ++e) {  // elements 16 hi + 8 e .. + 7
+      const __m128i bytes = e ? _mm_srli_si128(nib[hi], 8) : nib[hi];
+      __m256i q;
+      if constexpr (DT == KvDtype::IQ4_NL) {
+        const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues));
+        q = _mm256_cvtepi8_epi32(_mm_shuffle_epi8(table, bytes));
+      } else {
+        q = _mm256_cvtepu8_epi32(bytes);
+        if constexpr (kHigh) {
+          const __m256i sh = _mm256_add_epi32(lane, _mm256_set1_epi32(16 * hi + 8 * e));
+          const __m256i bit = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(qh)), sh),
+                                               _mm256_set1_epi32(1));
+          q = _mm256_or_si256(q, _mm256_slli_epi32(bit, 4));
+        }
+        if constexpr (kOffset != 0) q = _mm256_sub_epi32(q, _mm256_set1_epi32(kOffset));
+      }
+      __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(q), dv);
+      if constexpr (kMin) v = _mm256_add_ps(v, mv);
+      _mm256_storeu_ps(out + 16 * hi + 8 * e, v);
+    }
+  }
+}
+
+// Values [start, start + n) of a row of 32-value blocks of type DT (4/5-bit):
+// whole blocks in registers, a partial one (a head slice not on a block
+// boundary) through the scalar dequantizer.
+template <KvDtype DT>
+void decode_blocks(GgmlType type, const uint8_t* row, int64_t start, int32_t n, float* out) {
+  const size_t bb = static_cast<size_t>(kv_dtype_block_bytes(DT));
+  for (int32_t i = 0; i < n;) {
+    const int64_t e = start + i, blk = e / 32, off = e % 32;
+    const uint8_t* b = row + static_cast<size_t>(blk) * bb;
+    const int32_t take = std::min<int32_t>(n - i, static_cast<int32_t>(32 - off));
+    if (off == 0 && take == 32) {
+      decode_block32<DT>(b, out + i);
+    } else {
+      float tmp[32];
+      PAGODA_CHECK(dequantize_row(type, b, tmp, 32));
+      std::memcpy(out + i, tmp + off, static_cast<size_t>(take) * sizeof(float));
+    }
+    i += take;
   }
 }
 
@@ -81,6 +153,11 @@ void decode_slice(KvDtype dtype, const uint8_t* row, int64_t start, int32_t n, f
       }
       return;
     }
+    case KvDtype::Q4_0: decode_blocks<KvDtype::Q4_0>(GgmlType::Q4_0, row, start, n, out); return;
+    case KvDtype::Q4_1: decode_blocks<KvDtype::Q4_1>(GgmlType::Q4_1, row, start, n, out); return;
+    case KvDtype::IQ4_NL: decode_blocks<KvDtype::IQ4_NL>(GgmlType::IQ4_NL, row, start, n, out); return;
+    case KvDtype::Q5_0: decode_blocks<KvDtype::Q5_0>(GgmlType::Q5_0, row, start, n, out); return;
+    case KvDtype::Q5_1: decode_blocks<KvDtype::Q5_1>(GgmlType::Q5_1, row, start, n, out); return;
   }
 }
 
@@ -254,7 +331,13 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
   // With enough tiles (decode of many sequences, prefill) an AVX-512 item is a
   // whole tile, every KV head: the first KV head's pass prefetches whole rows
   // (one contiguous run per page) and the others find them in cache.
-  const bool avx512 = detail::isa() == detail::Isa::kAvx512 && detail::attend_token_avx512_supports(kv.dtype, hd);
+  // The AVX-512 kernel reads one type for K and V (f32, f16 or bf16), its
+  // arithmetic pinned by PagedAttention.Avx512OutputsArePinned: q8_0, the 4/5-bit
+  // types and mixed K/V types take the AVX2 path below on every machine (known
+  // limitation: no AVX-512 kernel for them, none could be tested where they were
+  // written).
+  const bool avx512 = detail::isa() == detail::Isa::kAvx512 && kv.v_dtype == kv.dtype &&
+                      detail::attend_token_avx512_supports(kv.dtype, hd);
   const bool whole_rows = avx512 && hsplit == 1 && n_tiles >= 2 * nth;
   const int32_t kv_per_item = whole_rows ? nkv : 1;
   const int64_t items = base_items * hsplit / kv_per_item;
@@ -328,6 +411,7 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
     }
     const int64_t head_off = static_cast<int64_t>(kvh) * hd;
     const size_t slice_off = kv_row_bytes(kv.dtype, head_off), slice_bytes = kv_row_bytes(kv.dtype, hd);
+    const size_t v_slice_off = kv_row_bytes(kv.v_dtype, head_off), v_slice_bytes = kv_row_bytes(kv.v_dtype, hd);
     for (int64_t p0 = min_first / bs * bs; p0 < max_keys; p0 += bs) {
       const int32_t nk = static_cast<int32_t>(std::min<int64_t>(bs, max_keys - p0));
       const int32_t j_lo = static_cast<int32_t>(std::max<int64_t>(0, min_first - p0));  // first key any token sees
@@ -337,9 +421,10 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
         const int32_t nn = static_cast<int32_t>(std::min<int64_t>(bs, max_keys - p0 - bs));
         for (int32_t j = 0; j < nn; ++j) {
           const size_t off = static_cast<size_t>(next + j) * kv.row_bytes + slice_off;
-          for (size_t b = 0; b < slice_bytes; b += 64) {
-            _mm_prefetch(reinterpret_cast<const char*>(kv.k + off + b), _MM_HINT_T0);
-            _mm_prefetch(reinterpret_cast<const char*>(kv.v + off + b), _MM_HINT_T0);
+          const size_t voff = static_cast<size_t>(next + j) * kv.v_row_bytes + v_slice_off;
+          for (size_t b = 0; b < std::max(slice_bytes, v_slice_bytes); b += 64) {
+            if (b < slice_bytes) _mm_prefetch(reinterpret_cast<const char*>(kv.k + off + b), _MM_HINT_T0);
+            if (b < v_slice_bytes) _mm_prefetch(reinterpret_cast<const char*>(kv.v + voff + b), _MM_HINT_T0);
           }
         }
       }
@@ -347,14 +432,17 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
       const float* vrow[kMaxBlockSize];
       for (int32_t j = j_lo; j < nk; ++j) {
         const uint8_t* kr = kv.k + (slot0 + j) * kv.row_bytes;
-        const uint8_t* vr = kv.v + (slot0 + j) * kv.row_bytes;
+        const uint8_t* vr = kv.v + (slot0 + j) * kv.v_row_bytes;
         if (kv.dtype == KvDtype::F32) {
           krow[j] = reinterpret_cast<const float*>(kr) + head_off;
-          vrow[j] = reinterpret_cast<const float*>(vr) + head_off;
         } else {
           decode_slice(kv.dtype, kr, head_off, hd, kbuf + j * hd);
-          decode_slice(kv.dtype, vr, head_off, hd, vbuf + j * hd);
           krow[j] = kbuf + j * hd;
+        }
+        if (kv.v_dtype == KvDtype::F32) {
+          vrow[j] = reinterpret_cast<const float*>(vr) + head_off;
+        } else {
+          decode_slice(kv.v_dtype, vr, head_off, hd, vbuf + j * hd);
           vrow[j] = vbuf + j * hd;
         }
       }

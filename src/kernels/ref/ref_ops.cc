@@ -86,7 +86,7 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
         std::vector<double> acc(static_cast<size_t>(hd), 0.0);
         for (int64_t j = first; j < n_keys; ++j) {
           const int64_t slot = static_cast<int64_t>(pages[j / kv.block_size]) * kv.block_size + j % kv.block_size;
-          kv_read_row(kv.dtype, kv.v + slot * kv.row_bytes, n, vrow.data());
+          kv_read_row(kv.v_dtype, kv.v + slot * kv.v_row_bytes, n, vrow.data());
           for (int32_t i = 0; i < hd; ++i) acc[i] += scores[j] * vrow[kvh * hd + i];
         }
         float* o = out + (static_cast<int64_t>(t) * n_heads + h) * hd;
