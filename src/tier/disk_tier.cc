@@ -194,7 +194,7 @@ TierBackend::Put DiskTier::put(const std::string& name, const std::string& value
   int err = write_tmp(tmp, value);
   // A full disk: evict the least recently used entries (this entry's size,
   // then four times more) and try again.
-  for (uint64_t need = value.size(); is_full(err) && !lru_.empty(); need *= 4) {
+  for (uint64_t need = std::max<uint64_t>(value.size(), 1); is_full(err) && !lru_.empty(); need *= 4) {
     evict_to(bytes_ > need ? bytes_ - need : 0);
     err = write_tmp(tmp, value);
   }
