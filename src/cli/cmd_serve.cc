@@ -174,6 +174,12 @@ int serve_main(int argc, char** argv) {
   if (err.empty() && scfg.prefix_cache_salt_per_key && scfg.api_keys.empty())
     err = "--prefix-cache-salt-per-key needs --api-key";
   if (err.empty()) err = finish_engine_flags(args, &ecfg);
+  // Per-key salts put a tenant tag into every tier entry's key: without a
+  // secret, whoever reads the store could test guessed keys against the names.
+  if (err.empty() && scfg.prefix_cache_salt_per_key && (!ecfg.kv_disk_dir.empty() || !ecfg.kv_redis.empty()) &&
+      ecfg.kv_tier_secret.empty())
+    err = "--prefix-cache-salt-per-key with a KV tier (--kv-disk-dir, --kv-redis) needs --kv-tier-secret or "
+          "--kv-tier-secret-file";
   if (!err.empty()) {
     std::fprintf(stderr, "pagoda serve: %s\n", err.c_str());
     return 2;

@@ -239,6 +239,9 @@ const char* kEngineFlagsHelp =
     "  --kv-disk-fsync on|off        fsync each disk entry before its rename (default on: crash-durable)\n"
     "  --kv-redis redis://HOST:PORT[,HOST:PORT...]   KV tier in Redis or a Redis Cluster, shared by replicas\n"
     "  --kv-redis-ttl SECONDS        TTL of the Redis entries (default 0: none, Redis's maxmemory policy evicts)\n"
+    "  --kv-tier-secret S            the deployment's secret for tier entries (at least 16 bytes; the same on\n"
+    "                                every replica): keyed names, encrypted K/V, a MAC (or PAGODA_KV_TIER_SECRET)\n"
+    "  --kv-tier-secret-file FILE    the secret from a file (one trailing newline dropped)\n"
     PAGODA_SPECULATIVE_FLAGS_HELP;  // speculative_flags.h
 
 const char* kLogFlagsHelp =
@@ -436,6 +439,16 @@ std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
     if (!to_int(v, 0, 2147483647, &n)) return "--kv-redis-ttl must be a number of seconds >= 0, got '" + v + "'";
     cfg->kv_redis_ttl = static_cast<int>(n);
   }
+  if (args.value("--kv-tier-secret", &v)) cfg->kv_tier_secret = v;
+  if (args.value("--kv-tier-secret-file", &v)) {
+    std::string secret;
+    if (!read_file(v, &secret)) return "--kv-tier-secret-file: cannot read " + v;
+    if (!secret.empty() && secret.back() == '\n') secret.pop_back();
+    if (!secret.empty() && secret.back() == '\r') secret.pop_back();
+    cfg->kv_tier_secret = secret;
+  }
+  if (!cfg->kv_tier_secret.empty() && cfg->kv_tier_secret.size() < 16)
+    return "--kv-tier-secret must be at least 16 bytes, got " + std::to_string(cfg->kv_tier_secret.size());
   if (std::string e = parse_speculative_flags(args, &cfg->speculative); !e.empty()) return e;  // speculative_flags.*
   return "";
 }

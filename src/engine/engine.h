@@ -70,6 +70,10 @@ struct EngineConfig {
   int kv_disk_inject_errno = 0;      // tests: every disk write fails with this errno (ENOSPC, EROFS)
   std::string kv_redis;              // redis://HOST:PORT[,HOST:PORT...]: one node or a Redis Cluster
   int kv_redis_ttl = 0;              // seconds; 0: no TTL (Redis's maxmemory policy evicts)
+  // The deployment's secret for the tier entries (tier/entry.h: keyed names,
+  // encrypted K/V, a MAC); the same on every replica sharing a tier. Empty:
+  // entries are integrity-checked only (whoever reads the store is trusted).
+  std::string kv_tier_secret;
   // Speculative decoding by prompt lookup (engine/speculative.h); off by
   // default. Greedy outputs stay bitwise those of plain decoding; sampled ones
   // keep their distribution. Choices with a grammar, logprobs, return_logits
@@ -142,8 +146,9 @@ struct KvTierStats {
   int64_t hits = 0;                  // blocks loaded and verified
   int64_t hit_tokens = 0;
   int64_t misses = 0;
-  int64_t corrupt = 0;               // entries failing length/checksum (dropped)
-  int64_t mismatches = 0;            // intact entries of other key fields or tokens
+  int64_t corrupt = 0;               // entries failing size/MAC, or rejected unread (dropped)
+  int64_t rejected = 0;              // of them: larger than an entry, or not a regular file (never read)
+  int64_t mismatches = 0;            // entries of another format version (ignored)
   int64_t errors = 0;                // I/O or connection errors
   int64_t stores = 0;
   int64_t stores_dropped = 0;        // write-through dropped by a full queue

@@ -59,7 +59,11 @@ Expected<std::unique_ptr<KvTierLink>> KvTierLink::create(const EngineConfig& c, 
   auto link = std::unique_ptr<KvTierLink>(new KvTierLink());
   link->kv_ = kv;
   link->storage_ = storage;
-  link->tiers_ = std::make_unique<tier::TierSet>(std::move(backends));
+  if (c.kv_tier_secret.empty())
+    PAGODA_LOG_WARN("kv tiers without --kv-tier-secret: entries are checked, but whoever can read the store can "
+                    "read them and whoever can write it can plant them");
+  link->codec_ = std::make_shared<const tier::EntryCodec>(c.kv_tier_secret);
+  link->tiers_ = std::make_unique<tier::TierSet>(std::move(backends), link->codec_);
   // The group layout is part of what a block's bytes mean: with and without
   // the hybrid manager, group 0's block holds other layers.
   std::vector<uint64_t> layout = {model_fingerprint, static_cast<uint64_t>(kv->num_groups()), storage->block_bytes()};
@@ -96,7 +100,7 @@ void KvTierLink::request(Wait& w, int32_t g, int32_t j) {
   const auto i = static_cast<size_t>(w.first + j);
   const auto bs = static_cast<size_t>(block_size_);
   tier::TierKey key = key_for(w.keys[i], w.r.cache_salt, g);
-  std::string name = key.name();
+  std::string name = codec_->name(key);
   std::vector<int32_t> tokens(w.r.prompt.begin() + static_cast<std::ptrdiff_t>(i * bs),
                               w.r.prompt.begin() + static_cast<std::ptrdiff_t>((i + 1) * bs));
   auto it = load_by_name_.find(name);
@@ -238,6 +242,7 @@ std::vector<KvTierStats> KvTierLink::stats() const {
     s.hit_tokens = t.hit_tokens;
     s.misses = t.misses;
     s.corrupt = t.corrupt;
+    s.rejected = t.rejected;
     s.mismatches = t.mismatches;
     s.errors = t.errors;
     s.stores = t.stores;

@@ -26,7 +26,9 @@
 // tensor table and a sample of every tensor's bytes) mixed with the KV group
 // layout (group count, windows, bytes per block: a run with
 // --disable-hybrid-kv-cache-manager never reads a hybrid run's entries), the
-// K and V types (tier_kv_dtype), the block size, the KV group, the cache salt and the chain hash.
+// K and V types (tier_kv_dtype), the block size, the KV group, the cache salt and the chain hash,
+// under the deployment's --kv-tier-secret (tier/entry.h: keyed names,
+// encrypted K/V, a MAC over key, tokens and payload).
 // Not thread-safe: the engine thread only.
 #pragma once
 #include <chrono>
@@ -109,6 +111,7 @@ class KvTierLink {
 
   kv::KvManager* kv_ = nullptr;
   runtime::KvStorage* storage_ = nullptr;
+  std::shared_ptr<const tier::EntryCodec> codec_;  // the deployment's keys (names here, entries in tiers_)
   std::unique_ptr<tier::TierSet> tiers_;
   uint64_t fingerprint_ = 0;
   uint32_t kv_dtype_ = 0;

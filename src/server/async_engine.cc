@@ -107,6 +107,7 @@ void AsyncEngine::publish_stats() {
     tier_delta("pagoda:kv_tier_stores_total", t.stores, before.stores);
     tier_delta("pagoda:kv_tier_stores_dropped_total", t.stores_dropped, before.stores_dropped);
     tier_delta("pagoda:kv_tier_corrupt_total", t.corrupt, before.corrupt);
+    tier_delta("pagoda:kv_tier_rejected_total", t.rejected, before.rejected);
     tier_delta("pagoda:kv_tier_errors_total", t.errors, before.errors);
     std::vector<uint64_t> buckets = t.load_latency_buckets;
     for (size_t b = 0; b < buckets.size() && b < before.load_latency_buckets.size(); ++b)

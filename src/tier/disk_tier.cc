@@ -40,11 +40,14 @@ DiskTier::DiskTier(DiskTierOptions opt) : opt_(std::move(opt)) {
     const std::string n = de.path().filename().string();
     std::error_code e2;
     if (n.rfind(".tmp-", 0) == 0) {
-      fs::remove(de.path(), e2);  // a store cut short by a crash
+      fs::remove(de.path(), e2);  // a store cut short by a crash (a link to something else: only the link goes)
       continue;
     }
-    if (!is_entry_name(n) || !de.is_regular_file(e2)) continue;
-    found.push_back({n, static_cast<uint64_t>(de.file_size(e2)), de.last_write_time(e2)});
+    if (!is_entry_name(n)) continue;
+    // lstat, not stat: a symlink (to a huge file) or a hard link is not an entry this tier wrote.
+    struct stat st {};
+    if (::lstat(de.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) continue;
+    found.push_back({n, static_cast<uint64_t>(st.st_size), de.last_write_time(e2)});
   }
   if (ec) {
     disable("cannot list the directory", ec.value());
@@ -94,21 +97,32 @@ bool DiskTier::is_pending(const std::string& name) const {
   return std::any_of(pending_.begin(), pending_.end(), [&](const Pending& p) { return p.name == name; });
 }
 
-TierGet DiskTier::get(const std::string& name) {
+TierGet DiskTier::get(const std::string& name, uint64_t max_bytes) {
   TierGet g;
   // A store waiting for its batch's sync is read from its tmp file (whole and
   // closed; only its durability waits): a read never waits for a sync.
   const bool pending = is_pending(name);
   if (disabled_ || (!pending && index_.count(name) == 0)) return g;  // the index is the directory's content
   const std::string p = pending ? opt_.dir + "/.tmp-" + name : path(name);
-  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NOFOLLOW: a symlink planted at an entry's name is not followed (ELOOP);
+  // O_NONBLOCK: nor does a FIFO block the open.
+  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
-    if (errno != ENOENT) g.status = TierGet::kError;
-    if (!pending) forget(name);
+    if (errno == ELOOP) {
+      g.status = TierGet::kRejected;
+    } else {
+      if (errno != ENOENT) g.status = TierGet::kError;
+      if (!pending) forget(name);
+    }
     return g;
   }
   struct stat st {};
-  if (::fstat(fd, &st) == 0) g.value.resize(static_cast<size_t>(st.st_size));
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > max_bytes) {
+    ::close(fd);
+    g.status = TierGet::kRejected;  // never read: the caller drops it
+    return g;
+  }
+  g.value.resize(static_cast<size_t>(st.st_size));
   size_t off = 0;
   bool ok = true;
   while (off < g.value.size()) {
@@ -133,12 +147,43 @@ TierGet DiskTier::get(const std::string& name) {
   return g;
 }
 
-static bool is_fatal_write_error(int e) {
-  return e == ENOSPC || e == EDQUOT || e == EROFS || e == EACCES || e == EPERM;
+static bool is_full(int e) { return e == ENOSPC || e == EDQUOT; }
+static bool is_pausing_write_error(int e) { return is_full(e) || e == EROFS || e == EACCES || e == EPERM; }
+
+void DiskTier::write_failed(const char* what, int err) {
+  if (!is_pausing_write_error(err)) return;
+  if (!writes_paused_) {
+    PAGODA_LOG_WARN("kv disk tier %s: %s: %s; stores pause (loads go on) and are retried later", opt_.dir.c_str(),
+                    what, std::strerror(err));
+  }
+  writes_paused_ = true;
+  write_backoff_ms_ = write_backoff_ms_ == 0 ? opt_.write_retry_ms : std::min(60000, write_backoff_ms_ * 2);
+  retry_at_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(write_backoff_ms_);
+}
+
+int DiskTier::write_tmp(const std::string& tmp, const std::string& value) {
+  if (opt_.inject_write_errno != 0) return opt_.inject_write_errno;
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return errno;
+  int err = 0;
+  size_t off = 0;
+  while (off < value.size()) {
+    const ssize_t n = ::write(fd, value.data() + off, value.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      err = errno;
+      break;
+    }
+    off += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) ::unlink(tmp.c_str());
+  return err;
 }
 
 TierBackend::Put DiskTier::put(const std::string& name, const std::string& value) {
   if (disabled_) return Put::kSkipped;  // not an error each time: it was logged once
+  if (writes_paused_ && std::chrono::steady_clock::now() < retry_at_) return Put::kSkipped;
   if (is_pending(name)) return Put::kSkipped;
   if (index_.count(name)) {  // already stored (the same prefix computed again)
     touch(name);
@@ -146,36 +191,30 @@ TierBackend::Put DiskTier::put(const std::string& name, const std::string& value
   }
   if (value.size() > opt_.max_bytes) return Put::kSkipped;  // never fits
   const std::string tmp = opt_.dir + "/.tmp-" + name;
-  int err = opt_.inject_write_errno;
-  if (err == 0) {
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      err = errno;
-    } else {
-      size_t off = 0;
-      while (off < value.size()) {
-        const ssize_t n = ::write(fd, value.data() + off, value.size() - off);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-          err = errno;
-          break;
-        }
-        off += static_cast<size_t>(n);
-      }
-      if (::close(fd) != 0 && err == 0) err = errno;
-      if (err == 0 && opt_.fsync) {  // synced and renamed with its batch
-        pending_.push_back({name, value.size()});
-        if (pending_.size() >= kMaxPending) flush();
-        return Put::kStored;
-      }
-      if (err == 0 && ::rename(tmp.c_str(), path(name).c_str()) != 0) err = errno;
-    }
+  int err = write_tmp(tmp, value);
+  // A full disk: evict the least recently used entries (this entry's size,
+  // then four times more) and try again.
+  for (uint64_t need = std::max<uint64_t>(value.size(), 1); is_full(err) && !lru_.empty(); need *= 4) {
+    evict_to(bytes_ > need ? bytes_ - need : 0);
+    err = write_tmp(tmp, value);
+  }
+  if (err == 0 && opt_.fsync) {  // synced and renamed with its batch
+    pending_.push_back({name, value.size()});
+    if (pending_.size() >= kMaxPending) flush();
+  } else if (err == 0 && ::rename(tmp.c_str(), path(name).c_str()) != 0) {
+    err = errno;
+    ::unlink(tmp.c_str());
   }
   if (err != 0) {
-    ::unlink(tmp.c_str());
-    if (is_fatal_write_error(err)) disable("cannot write an entry", err);
+    write_failed("cannot write an entry", err);
     return Put::kError;
   }
+  if (writes_paused_) {
+    PAGODA_LOG_INFO("kv disk tier %s: stores succeed again", opt_.dir.c_str());
+    writes_paused_ = false;
+    write_backoff_ms_ = 0;
+  }
+  if (opt_.fsync) return Put::kStored;
   lru_.push_back(name);
   index_[name] = Entry{value.size(), std::prev(lru_.end())};
   bytes_ += value.size();
@@ -206,7 +245,7 @@ void DiskTier::flush() {
     if (::rename(tmp.c_str(), path(p.name).c_str()) != 0) {
       const int err = errno;
       ::unlink(tmp.c_str());
-      if (is_fatal_write_error(err)) disable("cannot rename an entry", err);
+      write_failed("cannot rename an entry", err);
       continue;
     }
     lru_.push_back(p.name);

@@ -14,13 +14,22 @@
 // and checksum (decode_entry) and then dropped. The LRU index lives in memory
 // and is rebuilt at start from the directory (oldest mtime first; a hit sets
 // the file's mtime, so recency survives restarts); stray tmp files and files
-// of other names are left out (tmp files are deleted).
+// of other names are left out (tmp files are deleted), and so is anything that
+// is not a regular file with one link (a symlink, a FIFO, a hard link to
+// something else): the tier never counts, reads or follows what it did not
+// write. Entries are opened with O_NOFOLLOW and fstat-checked before a read:
+// one larger than the key implies is dropped unread.
 //
-// A full disk (ENOSPC, EDQUOT) or a directory that cannot be written (EROFS,
-// EACCES, EPERM, or one that cannot be created) is logged once and disables
-// the tier: every later call is a miss or a skipped store, the engine serves on.
-// Called from one thread (the TierSet worker).
+// A full disk (ENOSPC, EDQUOT): the least recently used entries are evicted
+// and the write retried; when that does not help (the space is someone
+// else's), writes pause (reads go on) and are tried again after a backoff (1 s
+// doubling to 60 s); the first write that succeeds ends the pause. A directory
+// that cannot be written (EROFS, EACCES, EPERM) pauses writes the same way.
+// Only a directory that cannot be created or listed at start turns the whole
+// tier off. The engine serves on in every case. Called from one thread (the
+// TierSet worker).
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <list>
 #include <string>
@@ -37,6 +46,9 @@ struct DiskTierOptions {
   // Tests: every write fails with this errno (ENOSPC: a full disk; EROFS: a
   // read-only directory). 0: off.
   int inject_write_errno = 0;
+  // The first pause of writes after a full disk or a read-only directory
+  // (doubling per failed retry to 60 s); 0: retry at the next store (tests).
+  int write_retry_ms = 1000;
   // Durable stores, batched (above). `--kv-disk-fsync off`: each store is
   // renamed at once, nothing is synced; a crash may then lose recent entries
   // (a torn one is still detected).
@@ -48,12 +60,15 @@ class DiskTier final : public TierBackend {
   explicit DiskTier(DiskTierOptions opt);
   ~DiskTier() override;
   const char* kind() const override { return "disk"; }
-  TierGet get(const std::string& name) override;
+  TierGet get(const std::string& name, uint64_t max_bytes) override;
   Put put(const std::string& name, const std::string& value) override;
   void drop(const std::string& name) override;
   void flush() override;
 
   bool disabled() const { return disabled_; }
+  // Writes paused after a full disk or a read-only directory (until a retry succeeds).
+  bool writes_paused() const { return writes_paused_; }
+  void set_inject_write_errno(int e) { opt_.inject_write_errno = e; }
   uint64_t bytes_used() const { return bytes_; }
   size_t num_entries() const { return index_.size(); }
 
@@ -67,10 +82,17 @@ class DiskTier final : public TierBackend {
   void forget(const std::string& name);
   void evict_to(uint64_t limit);
   void disable(const char* what, int err);
+  // Writes one tmp file; 0 or the errno.
+  int write_tmp(const std::string& tmp, const std::string& value);
+  // A write failed with `err`: a full disk or a read-only directory pauses writes.
+  void write_failed(const char* what, int err);
   bool is_pending(const std::string& name) const;
 
   DiskTierOptions opt_;
   bool disabled_ = false;
+  bool writes_paused_ = false;  // until retry_at_, then a store tries again
+  int write_backoff_ms_ = 0;
+  std::chrono::steady_clock::time_point retry_at_{};
   struct Pending {
     std::string name;
     uint64_t size = 0;

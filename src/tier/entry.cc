@@ -3,12 +3,14 @@
 #include <cstdio>
 #include <cstring>
 
+#include "tier/crypto.h"
+
 namespace pagoda::tier {
 
 namespace {
 
 constexpr uint32_t kMagic = 0x564b4750;  // "PGKV"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;         // 1: salt and tokens in plain form, an XXH3-64 checksum
 
 // Fixed-size header, written and read with memcpy (native byte order: an entry
 // is read by the same build on the same kind of machine; another byte order
@@ -16,56 +18,67 @@ constexpr uint32_t kVersion = 1;
 struct Header {
   uint32_t magic;
   uint32_t version;
-  uint64_t model_fingerprint;
-  uint32_t kv_dtype;
-  uint32_t block_size;
-  uint32_t group;
-  uint32_t salt_len;
-  uint64_t chain_lo;
-  uint64_t chain_hi;
-  uint32_t num_tokens;
-  uint32_t reserved;
   uint64_t kv_bytes;
+  uint8_t iv[16];  // AES-256-CTR's initial counter block, random per entry
 };
-static_assert(sizeof(Header) == 64);
+static_assert(sizeof(Header) == 32);
+constexpr size_t kTagBytes = 32;
+
+// The key fields, in one fixed layout (the name's and the MAC's input).
+void hash_key(HmacSha256& h, const TierKey& key) {
+  const uint64_t words[7] = {key.model_fingerprint, key.kv_dtype, key.block_size, key.group,
+                             key.chain.lo,          key.chain.hi, key.cache_salt.size()};
+  h.update(words, sizeof(words));
+  h.update(key.cache_salt);
+}
+
+Digest256 entry_mac(const std::array<uint8_t, 32>& mac_key, const TierKey& key, std::span<const int32_t> tokens,
+                    std::string_view header_and_ciphertext) {
+  HmacSha256 h(std::string_view(reinterpret_cast<const char*>(mac_key.data()), mac_key.size()));
+  h.update("pagoda kv entry v2");
+  hash_key(h, key);
+  const uint64_t n = tokens.size();
+  h.update(&n, sizeof(n));
+  h.update(tokens.data(), tokens.size_bytes());
+  h.update(header_and_ciphertext);
+  return h.final();
+}
 
 }  // namespace
 
-std::string TierKey::name() const {
-  Hasher128 h(0x7469657273ull);  // "tiers"
-  const uint64_t words[6] = {model_fingerprint, kv_dtype, block_size, group, chain.lo, chain.hi};
-  h.update(words, sizeof(words));
-  const uint64_t salt_len = cache_salt.size();
-  h.update(&salt_len, sizeof(salt_len));
-  h.update(cache_salt.data(), cache_salt.size());
-  const Hash128 d = h.digest();
-  char buf[33];
-  std::snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(d.hi),
-                static_cast<unsigned long long>(d.lo));
-  return buf;
+EntryCodec::EntryCodec(std::string_view secret) {
+  name_key_ = hmac_sha256(secret, "pagoda kv tier: entry names");
+  mac_key_ = hmac_sha256(secret, "pagoda kv tier: entry MACs");
+  enc_key_ = hmac_sha256(secret, "pagoda kv tier: K/V encryption");
 }
 
-std::string encode_entry(const TierKey& key, std::span<const int32_t> tokens, std::string_view kv_bytes) {
+std::string EntryCodec::name(const TierKey& key) const {
+  HmacSha256 h(std::string_view(reinterpret_cast<const char*>(name_key_.data()), name_key_.size()));
+  hash_key(h, key);
+  const Digest256 d = h.final();
+  static const char kHex[] = "0123456789abcdef";
+  std::string out(32, '0');
+  for (size_t i = 0; i < 16; ++i) {
+    out[2 * i] = kHex[d[i] >> 4];
+    out[2 * i + 1] = kHex[d[i] & 15];
+  }
+  return out;
+}
+
+uint64_t EntryCodec::entry_size(uint64_t kv_bytes) { return sizeof(Header) + kv_bytes + kTagBytes; }
+
+std::string EntryCodec::encode(const TierKey& key, std::span<const int32_t> tokens, std::string_view kv_bytes) const {
   Header h{};
   h.magic = kMagic;
   h.version = kVersion;
-  h.model_fingerprint = key.model_fingerprint;
-  h.kv_dtype = key.kv_dtype;
-  h.block_size = key.block_size;
-  h.group = key.group;
-  h.salt_len = static_cast<uint32_t>(key.cache_salt.size());
-  h.chain_lo = key.chain.lo;
-  h.chain_hi = key.chain.hi;
-  h.num_tokens = static_cast<uint32_t>(tokens.size());
   h.kv_bytes = kv_bytes.size();
-  std::string out;
-  out.reserve(sizeof(h) + key.cache_salt.size() + tokens.size_bytes() + kv_bytes.size() + sizeof(uint64_t));
-  out.append(reinterpret_cast<const char*>(&h), sizeof(h));
-  out.append(key.cache_salt);
-  out.append(reinterpret_cast<const char*>(tokens.data()), tokens.size_bytes());
-  out.append(kv_bytes);
-  const uint64_t sum = xxh3_64(out.data(), out.size());
-  out.append(reinterpret_cast<const char*>(&sum), sizeof(sum));
+  random_bytes(h.iv, sizeof(h.iv));
+  std::string out(entry_size(kv_bytes.size()), '\0');
+  std::memcpy(out.data(), &h, sizeof(h));
+  aes256_ctr(enc_key_.data(), h.iv, kv_bytes.data(), kv_bytes.size(), out.data() + sizeof(h));
+  const Digest256 tag =
+      entry_mac(mac_key_, key, tokens, std::string_view(out.data(), sizeof(h) + kv_bytes.size()));
+  std::memcpy(out.data() + sizeof(h) + kv_bytes.size(), tag.data(), tag.size());
   return out;
 }
 
@@ -78,29 +91,23 @@ const char* decode_result_name(DecodeResult r) {
   return "?";
 }
 
-DecodeResult decode_entry(std::string_view blob, const TierKey& key, std::span<const int32_t> tokens,
-                          uint64_t kv_bytes_expected, std::string* kv_bytes) {
+DecodeResult EntryCodec::decode(std::string_view blob, const TierKey& key, std::span<const int32_t> tokens,
+                                uint64_t kv_bytes_expected, std::string* kv_bytes) const {
+  kv_bytes->clear();
   Header h{};
-  if (blob.size() < sizeof(h) + sizeof(uint64_t)) return DecodeResult::kCorrupt;
+  if (blob.size() < 2 * sizeof(uint32_t)) return DecodeResult::kCorrupt;
+  std::memcpy(&h, blob.data(), 2 * sizeof(uint32_t));
+  if (h.magic != kMagic) return DecodeResult::kCorrupt;
+  if (h.version != kVersion) return DecodeResult::kMismatch;  // another format: not ours to read or drop
+  // The key implies the size exactly (a torn entry is shorter).
+  if (blob.size() != entry_size(kv_bytes_expected)) return DecodeResult::kCorrupt;
   std::memcpy(&h, blob.data(), sizeof(h));
-  if (h.magic != kMagic || h.version != kVersion) return DecodeResult::kCorrupt;
-  // The lengths must add up to the size exactly (a torn file is shorter).
-  const uint64_t body = uint64_t{h.salt_len} + uint64_t{h.num_tokens} * sizeof(int32_t) + h.kv_bytes;
-  if (h.kv_bytes > blob.size() || body + sizeof(h) + sizeof(uint64_t) != blob.size()) return DecodeResult::kCorrupt;
-  uint64_t sum = 0;
-  std::memcpy(&sum, blob.data() + blob.size() - sizeof(sum), sizeof(sum));
-  if (sum != xxh3_64(blob.data(), blob.size() - sizeof(sum))) return DecodeResult::kCorrupt;
-  const char* p = blob.data() + sizeof(h);
-  const std::string_view salt(p, h.salt_len);
-  p += h.salt_len;
-  if (h.model_fingerprint != key.model_fingerprint || h.kv_dtype != key.kv_dtype ||
-      h.block_size != key.block_size || h.group != key.group || h.chain_lo != key.chain.lo ||
-      h.chain_hi != key.chain.hi || salt != key.cache_salt || h.num_tokens != tokens.size() ||
-      h.kv_bytes != kv_bytes_expected || (!tokens.empty() && std::memcmp(p, tokens.data(), tokens.size_bytes()) != 0)) {
-    return DecodeResult::kMismatch;
-  }
-  p += tokens.size_bytes();
-  kv_bytes->assign(p, h.kv_bytes);
+  if (h.kv_bytes != kv_bytes_expected) return DecodeResult::kCorrupt;
+  const size_t body = sizeof(h) + kv_bytes_expected;
+  const Digest256 tag = entry_mac(mac_key_, key, tokens, blob.substr(0, body));
+  if (!equal_constant_time(tag.data(), blob.data() + body, tag.size())) return DecodeResult::kCorrupt;
+  kv_bytes->resize(kv_bytes_expected);
+  aes256_ctr(enc_key_.data(), h.iv, blob.data() + sizeof(h), kv_bytes_expected, kv_bytes->data());
   return DecodeResult::kOk;
 }
 

@@ -4,15 +4,27 @@
 // block's K/V bytes to be reusable. The model fingerprint (weights and
 // hyper-parameters), the KV dtype, the block size, the KV group, the cache salt
 // (tenant isolation) and the block's chain hash (the prefix-cache key, which
-// covers every token before it). name() is the hex XXH3-128 of those fields:
-// the file name on disk and the Redis key.
+// covers every token before it).
 //
-// The payload repeats the key fields, the block's token ids and the K/V bytes,
-// and ends with an XXH3-64 checksum of everything before it. A name is never
-// trusted alone: decode_entry() checks the length, the checksum, every key
-// field and the tokens, so a torn file, a flipped byte, a different model or
-// salt, or a hash collision is a miss, never wrong K/V.
+// Whoever can read or write the store (the disk directory, Redis) must not
+// learn a prompt or a tenant from an entry, nor plant one that is served. So
+// every entry is keyed by the deployment's secret (`--kv-tier-secret`, the same
+// on every replica sharing a tier), through three keys derived from it:
+//  - the name (file name, Redis key) is 32 hex digits of HMAC-SHA256(name key,
+//    key fields): without the secret a name cannot be computed from a guessed
+//    API key or prompt, so it is no offline oracle for either;
+//  - the K/V bytes are encrypted (AES-256-CTR, a random IV per entry); the
+//    token ids and the key fields (salt, tenant tag) are not stored at all;
+//  - a MAC, HMAC-SHA256(mac key, key fields, token ids, header, ciphertext),
+//    ends the entry: the reader recomputes it from the key and tokens it asks
+//    for, so a torn, flipped, forged or swapped (renamed) entry is corrupt and
+//    never served.
+// Format version 2; an entry of another version (version 1 held tokens and the
+// salt in plain form) is a kMismatch: ignored and left alone.
+// Without a secret (a single-tenant deployment) the keys derive from the empty
+// secret: integrity is checked the same way but the store's readers are trusted.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -30,24 +42,32 @@ struct TierKey {
   uint32_t group = 0;       // KV cache group
   std::string cache_salt;
   Hash128 chain;            // the block's prefix-cache key
-
-  // 32 lowercase hex digits (XXH3-128 of every field).
-  std::string name() const;
 };
-
-// Payload = header (key fields, counts) + salt + tokens + K/V bytes + checksum.
-std::string encode_entry(const TierKey& key, std::span<const int32_t> tokens, std::string_view kv_bytes);
 
 enum class DecodeResult {
   kOk,
-  kCorrupt,   // too short, bad magic/version, lengths disagree with the size, checksum mismatch
-  kMismatch,  // intact, but a key field, the tokens or the K/V size differ from what was asked
+  kCorrupt,   // wrong size or magic, or the MAC fails: torn, flipped, forged, another key's (swapped)
+  kMismatch,  // an entry of another format version: ignored, left in place
 };
 const char* decode_result_name(DecodeResult r);
 
-// Verifies `blob` as the entry of `key` holding `tokens` and `kv_bytes_expected`
-// bytes of K/V; on kOk, *kv_bytes holds those bytes.
-DecodeResult decode_entry(std::string_view blob, const TierKey& key, std::span<const int32_t> tokens,
-                          uint64_t kv_bytes_expected, std::string* kv_bytes);
+// The entry format under one deployment secret. Thread-safe (const).
+class EntryCodec {
+ public:
+  explicit EntryCodec(std::string_view secret = {});
+
+  // 32 lowercase hex digits: the file name and the Redis key.
+  std::string name(const TierKey& key) const;
+  // The size of every entry holding `kv_bytes` bytes of K/V: a read never takes more.
+  static uint64_t entry_size(uint64_t kv_bytes);
+  std::string encode(const TierKey& key, std::span<const int32_t> tokens, std::string_view kv_bytes) const;
+  // Verifies `blob` as the entry of `key` holding `tokens` and `kv_bytes_expected`
+  // bytes of K/V; on kOk, *kv_bytes holds those bytes (decrypted).
+  DecodeResult decode(std::string_view blob, const TierKey& key, std::span<const int32_t> tokens,
+                      uint64_t kv_bytes_expected, std::string* kv_bytes) const;
+
+ private:
+  std::array<uint8_t, 32> name_key_{}, mac_key_{}, enc_key_{};
+};
 
 }  // namespace pagoda::tier

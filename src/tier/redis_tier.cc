@@ -232,15 +232,23 @@ redisReply* RedisTier::command(const std::string& key, const std::vector<std::st
   return nullptr;
 }
 
-TierGet RedisTier::get(const std::string& name) {
+TierGet RedisTier::get(const std::string& name, uint64_t max_bytes) {
   TierGet g;
   const std::string key = opt_.key_prefix + name;
-  ReplyPtr r(command(key, {"GET", key}));
+  // Not GET: a huge value planted under a real key would be transferred (and
+  // buffered) whole before it could be rejected. GETRANGE's end is inclusive:
+  // one byte past max_bytes tells a larger value apart.
+  const std::string end = std::to_string(max_bytes);
+  ReplyPtr r(command(key, {"GETRANGE", key, "0", end}));
   if (!r || r->type == REDIS_REPLY_ERROR) {
     g.status = TierGet::kError;
-  } else if (r->type == REDIS_REPLY_STRING) {
-    g.status = TierGet::kHit;
-    g.value.assign(r->str, r->len);
+  } else if (r->type == REDIS_REPLY_STRING && r->len > 0) {  // a missing key reads as ""
+    if (static_cast<uint64_t>(r->len) > max_bytes) {
+      g.status = TierGet::kRejected;
+    } else {
+      g.status = TierGet::kHit;
+      g.value.assign(r->str, r->len);
+    }
   }
   return g;
 }

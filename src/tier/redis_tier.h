@@ -48,7 +48,9 @@ class RedisTier final : public TierBackend {
   RedisTier& operator=(const RedisTier&) = delete;
 
   const char* kind() const override { return "redis"; }
-  TierGet get(const std::string& name) override;
+  // GETRANGE key 0 max_bytes: at most one byte more than an entry may hold
+  // crosses the wire, however large the value under the key is.
+  TierGet get(const std::string& name, uint64_t max_bytes) override;
   Put put(const std::string& name, const std::string& value) override;
   void drop(const std::string& name) override;
 

@@ -24,7 +24,9 @@
 namespace pagoda::tier {
 
 struct TierGet {
-  enum Status { kHit, kMiss, kError } status = kMiss;
+  // kRejected: something at the name that is not an entry (larger than asked,
+  // not a regular file); it was not read, and the caller drops it.
+  enum Status { kHit, kMiss, kError, kRejected } status = kMiss;
   std::string value;
 };
 
@@ -32,7 +34,9 @@ class TierBackend {
  public:
   virtual ~TierBackend() = default;
   virtual const char* kind() const = 0;  // "disk", "redis": the metrics label
-  virtual TierGet get(const std::string& name) = 0;
+  // The entry `name`, read only when it holds at most `max_bytes` (the size
+  // its key implies): a larger value is never transferred whole (kRejected).
+  virtual TierGet get(const std::string& name, uint64_t max_bytes) = 0;
   enum class Put { kStored, kSkipped, kError };  // kSkipped: already there, or the tier is off
   virtual Put put(const std::string& name, const std::string& value) = 0;
   // Drops an entry that failed verification (a corrupt file); best effort.
@@ -53,8 +57,9 @@ struct TierStats {
   int64_t hits = 0;            // verified entries returned
   int64_t hit_tokens = 0;      // their tokens
   int64_t misses = 0;
-  int64_t corrupt = 0;         // entries that failed length/checksum (dropped)
-  int64_t mismatches = 0;      // intact entries of another key/tokens (a hash collision)
+  int64_t corrupt = 0;         // entries that failed size/MAC, or rejected unread (dropped)
+  int64_t rejected = 0;        // of them: larger than the key implies, or not a regular file (never read)
+  int64_t mismatches = 0;      // entries of another format version (ignored, left in place)
   int64_t errors = 0;          // backend errors (I/O, connection, full disk)
   int64_t stores = 0;          // entries written
   int64_t stores_dropped = 0;  // stores refused by a full queue
@@ -85,7 +90,9 @@ struct TierSetOptions {
 
 class TierSet {
  public:
-  TierSet(std::vector<std::unique_ptr<TierBackend>> backends, TierSetOptions opt = {});
+  // `codec` holds the deployment's keys (entry.h): names, encoding, verification.
+  TierSet(std::vector<std::unique_ptr<TierBackend>> backends, std::shared_ptr<const EntryCodec> codec,
+          TierSetOptions opt = {});
   ~TierSet();
   TierSet(const TierSet&) = delete;
   TierSet& operator=(const TierSet&) = delete;
@@ -94,7 +101,8 @@ class TierSet {
   // Queues a load; its LoadResult comes back through poll(). Never blocks.
   void load(LoadRequest r);
   // Write-through of one entry to every tier. Never blocks; dropped when a
-  // tier's store queue is full.
+  // tier's store queue is full. Encoded (encrypted, MACed) once, by the first
+  // tier worker that takes it, not on the caller's (engine) thread.
   void store(const TierKey& key, std::span<const int32_t> tokens, std::string_view kv_bytes);
   // Finished loads since the last poll.
   std::vector<LoadResult> poll();
@@ -105,9 +113,17 @@ class TierSet {
   std::vector<TierStats> stats() const;
 
  private:
+  // One store shared by every tier: the first worker to take it encodes it.
+  struct StoreJob {
+    TierKey key;
+    std::vector<int32_t> tokens;
+    std::string kv_bytes;  // freed once encoded
+    uint64_t queued_bytes = 0;
+    std::once_flag once;
+    std::string name, blob;
+  };
   struct Store {
-    std::string name;
-    std::shared_ptr<const std::string> blob;  // one encoded entry shared by every tier
+    std::shared_ptr<StoreJob> job;
   };
   struct Tier {
     std::unique_ptr<TierBackend> backend;
@@ -122,6 +138,7 @@ class TierSet {
   // Hands a load to tier i, or finishes it as a miss when i is past the last.
   void enqueue_load(size_t i, LoadRequest r);  // mu_ held
 
+  std::shared_ptr<const EntryCodec> codec_;
   TierSetOptions opt_;
   mutable std::mutex mu_;
   std::condition_variable work_cv_;  // a job was queued (or stop)

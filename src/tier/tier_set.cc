@@ -4,7 +4,9 @@
 
 namespace pagoda::tier {
 
-TierSet::TierSet(std::vector<std::unique_ptr<TierBackend>> backends, TierSetOptions opt) : opt_(opt) {
+TierSet::TierSet(std::vector<std::unique_ptr<TierBackend>> backends, std::shared_ptr<const EntryCodec> codec,
+                 TierSetOptions opt)
+    : codec_(std::move(codec)), opt_(opt) {
   for (auto& b : backends) {
     auto t = std::make_unique<Tier>();
     t->stats.kind = b->kind();
@@ -50,17 +52,21 @@ void TierSet::load(LoadRequest r) {
 
 void TierSet::store(const TierKey& key, std::span<const int32_t> tokens, std::string_view kv_bytes) {
   if (tiers_.empty()) return;
-  // Encoded (and checksummed) here, once for every tier: a memcpy-speed pass.
-  auto blob = std::make_shared<const std::string>(encode_entry(key, tokens, kv_bytes));
-  const std::string name = key.name();
+  // A copy here (memcpy speed); the encoding (AES-CTR and HMAC-SHA256 over
+  // the block) runs once, on the first tier worker that takes the job.
+  auto job = std::make_shared<StoreJob>();
+  job->key = key;
+  job->tokens.assign(tokens.begin(), tokens.end());
+  job->kv_bytes.assign(kv_bytes);
+  job->queued_bytes = EntryCodec::entry_size(kv_bytes.size());
   std::lock_guard<std::mutex> l(mu_);
   for (auto& t : tiers_) {
-    if (t->queued_store_bytes + blob->size() > opt_.max_queued_store_bytes) {
+    if (t->queued_store_bytes + job->queued_bytes > opt_.max_queued_store_bytes) {
       ++t->stats.stores_dropped;
       continue;
     }
-    t->queued_store_bytes += blob->size();
-    t->stores.push_back(Store{name, blob});
+    t->queued_store_bytes += job->queued_bytes;
+    t->stores.push_back(Store{job});
   }
   work_cv_.notify_all();
 }
@@ -105,20 +111,21 @@ void TierSet::run(size_t i) {
       ++t.stats.lookups;
       l.unlock();
       const auto t0 = std::chrono::steady_clock::now();
-      TierGet g = t.backend->get(r.key.name());
+      const std::string name = codec_->name(r.key);
+      TierGet g = t.backend->get(name, EntryCodec::entry_size(r.kv_bytes));
       LoadResult res;
       res.ticket = r.ticket;
       DecodeResult dr = DecodeResult::kCorrupt;
-      if (g.status == TierGet::kHit) {
-        dr = decode_entry(g.value, r.key, r.tokens, r.kv_bytes, &res.kv_bytes);
-        if (dr == DecodeResult::kCorrupt) t.backend->drop(r.key.name());
-      }
+      if (g.status == TierGet::kHit) dr = codec_->decode(g.value, r.key, r.tokens, r.kv_bytes, &res.kv_bytes);
+      const bool corrupt = g.status == TierGet::kRejected || (g.status == TierGet::kHit && dr == DecodeResult::kCorrupt);
+      if (corrupt) t.backend->drop(name);
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       l.lock();
       t.stats.bytes_read += static_cast<int64_t>(g.value.size());
       if (g.status == TierGet::kError) ++t.stats.errors;
-      if (g.status != TierGet::kHit) ++t.stats.misses;
-      if (g.status == TierGet::kHit && dr == DecodeResult::kCorrupt) ++t.stats.corrupt;
+      if (g.status == TierGet::kMiss || g.status == TierGet::kError) ++t.stats.misses;
+      if (corrupt) ++t.stats.corrupt;
+      if (g.status == TierGet::kRejected) ++t.stats.rejected;
       if (g.status == TierGet::kHit && dr == DecodeResult::kMismatch) ++t.stats.mismatches;
       if (g.status == TierGet::kHit && dr == DecodeResult::kOk) {
         ++t.stats.hits;
@@ -138,12 +145,18 @@ void TierSet::run(size_t i) {
       Store s = std::move(t.stores.front());
       t.stores.pop_front();
       l.unlock();
-      const TierBackend::Put put = t.backend->put(s.name, *s.blob);
+      StoreJob& job = *s.job;
+      std::call_once(job.once, [&] {
+        job.name = codec_->name(job.key);
+        job.blob = codec_->encode(job.key, job.tokens, job.kv_bytes);
+        std::string().swap(job.kv_bytes);
+      });
+      const TierBackend::Put put = t.backend->put(job.name, job.blob);
       l.lock();
-      t.queued_store_bytes -= s.blob->size();
+      t.queued_store_bytes -= job.queued_bytes;
       if (put == TierBackend::Put::kStored) {
         ++t.stats.stores;
-        t.stats.bytes_written += static_cast<int64_t>(s.blob->size());
+        t.stats.bytes_written += static_cast<int64_t>(job.blob.size());
       } else if (put == TierBackend::Put::kError) {
         ++t.stats.errors;
       }

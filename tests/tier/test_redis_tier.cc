@@ -11,6 +11,8 @@
 namespace pagoda::tier {
 namespace {
 
+constexpr uint64_t kAny = 1 << 20;  // a bound no test value reaches
+
 using tiertest::RedisCluster;
 using tiertest::RedisServer;
 using tiertest::redis_cmd;
@@ -35,7 +37,7 @@ std::string name_of(int i) {
 TierGet get_eventually(RedisTier& t, const std::string& name) {
   TierGet g;
   for (int i = 0; i < 200; ++i) {
-    g = t.get(name);
+    g = t.get(name, kAny);
     if (g.status != TierGet::kError) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
@@ -44,7 +46,7 @@ TierGet get_eventually(RedisTier& t, const std::string& name) {
 
 // Redis unreachable: a load of `get_key` and a store of `put_key` both fail (counted, no throw).
 void expect_down(RedisTier& t, int get_key, int put_key, const std::string& value) {
-  EXPECT_EQ(t.get(name_of(get_key)).status, TierGet::kError);
+  EXPECT_EQ(t.get(name_of(get_key), kAny).status, TierGet::kError);
   EXPECT_EQ(t.put(name_of(put_key), value), TierBackend::Put::kError);
 }
 
@@ -52,7 +54,7 @@ void expect_down(RedisTier& t, int get_key, int put_key, const std::string& valu
 void expect_back_empty(RedisTier& t, int get_key, int put_key, const std::string& value) {
   EXPECT_EQ(get_eventually(t, name_of(get_key)).status, TierGet::kMiss);
   EXPECT_EQ(t.put(name_of(put_key), value), TierBackend::Put::kStored);
-  EXPECT_EQ(t.get(name_of(put_key)).value, value);
+  EXPECT_EQ(t.get(name_of(put_key), kAny).value, value);
 }
 
 TEST(RedisTier, OneNodePutGetTtl) {
@@ -63,17 +65,47 @@ TEST(RedisTier, OneNodePutGetTtl) {
   o.ttl_seconds = 100;
   RedisTier t(o);
   EXPECT_FALSE(t.is_cluster());
-  EXPECT_EQ(t.get(name_of(1)).status, TierGet::kMiss);
+  EXPECT_EQ(t.get(name_of(1), kAny).status, TierGet::kMiss);
   const std::string value("binary\0value", 12);
   EXPECT_EQ(t.put(name_of(1), value), TierBackend::Put::kStored);
-  const TierGet g = t.get(name_of(1));
+  const TierGet g = t.get(name_of(1), kAny);
   EXPECT_EQ(g.status, TierGet::kHit);
   EXPECT_EQ(g.value, value);
   const int ttl = std::stoi(redis_cmd(s.port(), {"TTL", "pagoda:kv:" + name_of(1)}));
   EXPECT_GT(ttl, 90);
   EXPECT_LE(ttl, 100);
   t.drop(name_of(1));
-  EXPECT_EQ(t.get(name_of(1)).status, TierGet::kMiss);
+  EXPECT_EQ(t.get(name_of(1), kAny).status, TierGet::kMiss);
+}
+
+int64_t net_output_bytes(int port) {
+  const std::string info = redis_cmd(port, {"INFO", "stats"});
+  const std::string field = "total_net_output_bytes:";
+  const size_t at = info.find(field);
+  return at == std::string::npos ? -1 : std::stoll(info.substr(at + field.size()));
+}
+
+// A huge value planted under a real key is never transferred: GETRANGE sends
+// at most one byte more than the entry may hold, and the value is rejected.
+TEST(RedisTier, AValueLargerThanAskedIsRejectedUnread) {
+  PAGODA_REQUIRE_REDIS();
+  TempDir d;
+  RedisServer s(d.path);
+  RedisTier t(opts("redis://127.0.0.1:" + std::to_string(s.port())));
+  const std::string huge(64 << 20, 'h');
+  ASSERT_EQ(redis_cmd(s.port(), {"SET", "pagoda:kv:" + name_of(1), huge}), "OK");
+  ASSERT_EQ(t.put(name_of(2), std::string(1000, 'e')), TierBackend::Put::kStored);
+  const int64_t before = net_output_bytes(s.port());
+  ASSERT_GE(before, 0);
+  const TierGet g = t.get(name_of(1), 1000);
+  EXPECT_EQ(g.status, TierGet::kRejected);
+  EXPECT_TRUE(g.value.empty());
+  const TierGet exact = t.get(name_of(2), 1000);  // exactly the bound: read
+  EXPECT_EQ(exact.status, TierGet::kHit);
+  EXPECT_EQ(exact.value, std::string(1000, 'e'));
+  EXPECT_EQ(t.get(name_of(2), 999).status, TierGet::kRejected);
+  // Both gets and the INFO replies: a few KB, not 64 MiB.
+  EXPECT_LT(net_output_bytes(s.port()) - before, 64 << 10);
 }
 
 TEST(RedisTier, DownAtStartThenUp) {
@@ -115,7 +147,7 @@ TEST(RedisTier, ClusterRoutesBySlotFollowsMovedAndSurvivesANodeKill) {
   for (int n = 0; n < 3; ++n) on_node[n] = std::stoi(redis_cmd(c.node(n).port(), {"DBSIZE"}));
   EXPECT_EQ(on_node[0] + on_node[1] + on_node[2], kKeys);
   for (int n = 0; n < 3; ++n) EXPECT_GT(on_node[n], 0) << "node " << n;
-  for (int i = 0; i < kKeys; ++i) EXPECT_EQ(t.get(name_of(i)).value, "v" + std::to_string(i)) << i;
+  for (int i = 0; i < kKeys; ++i) EXPECT_EQ(t.get(name_of(i), kAny).value, "v" + std::to_string(i)) << i;
 
   // Move the slot of one key held by node 0 to node 1 by hand, as a reshard
   // does: while the slot is migrating and the key already moved, node 0
@@ -133,18 +165,18 @@ TEST(RedisTier, ClusterRoutesBySlotFollowsMovedAndSurvivesANodeKill) {
   EXPECT_EQ(redis_cmd(c.node(0).port(), {"CLUSTER", "SETSLOT", slot, "MIGRATING", id1}), "OK");
   EXPECT_EQ(redis_cmd(c.node(0).port(), {"MIGRATE", "127.0.0.1", std::to_string(c.node(1).port()), key, "0", "5000"}),
             "OK");
-  EXPECT_EQ(t.get(name_of(moved)).value, "v" + std::to_string(moved));  // via ASK
+  EXPECT_EQ(t.get(name_of(moved), kAny).value, "v" + std::to_string(moved));  // via ASK
   for (int n = 0; n < 3; ++n) redis_cmd(c.node(n).port(), {"CLUSTER", "SETSLOT", slot, "NODE", id1});
-  EXPECT_EQ(t.get(name_of(moved)).value, "v" + std::to_string(moved));  // via MOVED
+  EXPECT_EQ(t.get(name_of(moved), kAny).value, "v" + std::to_string(moved));  // via MOVED
   EXPECT_EQ(redis_cmd(c.node(1).port(), {"EXISTS", key}), "1");
-  for (int i = 0; i < kKeys; ++i) EXPECT_EQ(t.get(name_of(i)).value, "v" + std::to_string(i)) << i;
+  for (int i = 0; i < kKeys; ++i) EXPECT_EQ(t.get(name_of(i), kAny).value, "v" + std::to_string(i)) << i;
 
   // Node 2 killed: its keys are errors, the others still hit.
   const int lost = std::stoi(redis_cmd(c.node(2).port(), {"DBSIZE"}));
   c.node(2).stop(SIGKILL);
   int hits = 0, errors = 0;
   for (int i = 0; i < kKeys; ++i) {
-    const TierGet g = t.get(name_of(i));
+    const TierGet g = t.get(name_of(i), kAny);
     hits += g.status == TierGet::kHit ? 1 : 0;
     errors += g.status == TierGet::kError ? 1 : 0;
   }

@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """`pagoda serve` with a disk tier (stories260K): the restart is served from disk,
 usage.prompt_tokens_details.cached_tokens counts the tier hits, the output is the
-cold run's, and /metrics has the tier series. Usage: test_tier_server.py PAGODA DATA_DIR"""
+cold run's, and /metrics has the tier series; with per-key salts and a
+--kv-tier-secret-file a restart serves a key its own prefix and no other
+key's; tier flags without what they need are refused. Usage: test_tier_server.py PAGODA DATA_DIR"""
+import json
 import os
 import shutil
 import sys
 import tempfile
 import time
 import unittest
+import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
 from serverutil import PagodaServer, post_json  # noqa: E402
@@ -15,6 +19,16 @@ from serverutil import PagodaServer, post_json  # noqa: E402
 PAGODA, DATA = sys.argv[1], sys.argv[2]
 MODEL = os.path.join(DATA, "stories260K.gguf")
 PROMPT = [1] + [3 + (i * 37) % 500 for i in range(140)]  # 141 tokens: 8 full blocks of 16 a hit may cover
+
+
+def complete_as(srv, key):
+    req = urllib.request.Request(srv.url + "/v1/completions",
+                                 data=json.dumps({"prompt": PROMPT, "max_tokens": 8, "temperature": 0,
+                                                  "ignore_eos": True}).encode(),
+                                 headers={"Content-Type": "application/json", "Authorization": "Bearer " + key})
+    with urllib.request.urlopen(req, timeout=300) as r:
+        body = json.loads(r.read())
+    return body["choices"][0]["text"], body["usage"]["prompt_tokens_details"]["cached_tokens"]
 
 
 def complete(srv):
@@ -53,8 +67,35 @@ class DiskTierServer(unittest.TestCase):
         finally:
             shutil.rmtree(d, ignore_errors=True)
 
+    def test_salted_keys_over_a_secret_survive_a_restart_apart(self):
+        d = tempfile.mkdtemp(prefix="pagoda-tier-e2e-")
+        try:
+            secret = os.path.join(d, "secret")
+            with open(secret, "w") as f:
+                f.write("a deployment secret of 32 bytes.\n")
+            flags = ["-t", "1", "--num-kv-blocks", "64", "--kv-disk-dir", os.path.join(d, "kv"),
+                     "--kv-disk-size", "64MiB", "--api-key", "key-a,key-b", "--prefix-cache-salt-per-key",
+                     "--metrics-without-key", "--kv-tier-secret-file", secret]
+            with PagodaServer(PAGODA, MODEL, flags) as s:
+                cold_text, cold_cached = complete_as(s, "key-a")
+                self.assertEqual(cold_cached, 0)
+                for _ in range(100):
+                    if s.metrics().get('pagoda:kv_tier_stores_total{tier="disk"}', 0) >= 8:
+                        break
+                    time.sleep(0.05)
+            with PagodaServer(PAGODA, MODEL, flags) as s:
+                self.assertEqual(complete_as(s, "key-b"), (cold_text, 0))  # another tenant: no hit
+                self.assertEqual(complete_as(s, "key-a"), (cold_text, 128))
+                self.assertEqual(s.metrics().get('pagoda:kv_tier_corrupt_total{tier="disk"}', 0), 0)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
     def test_bad_tier_flags_are_refused(self):
-        for flags, msg in ((["--kv-redis", "redis://nohost"], "HOST:PORT"),
+        salted = ["--api-key", "k", "--prefix-cache-salt-per-key"]
+        for flags, msg in ((salted + ["--kv-disk-dir", "/tmp/x"], "needs --kv-tier-secret"),
+                           (salted + ["--kv-redis", "redis://127.0.0.1:1"], "needs --kv-tier-secret"),
+                           (["--kv-disk-dir", "/tmp/x", "--kv-tier-secret", "short"], "at least 16 bytes"),
+                           (["--kv-tier-secret-file", "/nonexistent/secret"], "cannot read"),(["--kv-redis", "redis://nohost"], "HOST:PORT"),
                            (["--kv-disk-dir", "/tmp/x", "--kv-disk-size", "0"], "--kv-disk-size"),
                            (["--kv-disk-dir", "/tmp/x", "--no-enable-prefix-caching"], "prefix caching")):
             with self.assertRaises(RuntimeError) as cm:
