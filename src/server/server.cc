@@ -160,7 +160,8 @@ std::variant<std::shared_ptr<const grammar::CompiledGrammar>, ApiError> Server::
       return;
     }
     grammars = std::make_unique<grammar::GrammarCache>(std::move(ti).value(), cfg.grammar_limits,
-                                                       static_cast<size_t>(std::max(1, cfg.grammar_cache_size)));
+                                                       static_cast<size_t>(std::max(1, cfg.grammar_cache_size)),
+                                                       cfg.grammar_cache_bytes);
   });
   if (!grammars)
     return ApiError{400, "structured output is not available for this vocabulary: " + grammars_error,
@@ -425,7 +426,8 @@ Expected<std::unique_ptr<Server>> Server::create(const ServerConfig& config, std
         1);
   }
   impl->engine = std::make_unique<AsyncEngine>(std::move(eng), &impl->metrics, config.log_stats_interval_s);
-  impl->workers = std::make_unique<WorkerPool>(config.worker_threads, static_cast<size_t>(std::max(1, config.worker_queue)));
+  impl->workers = std::make_unique<WorkerPool>(config.worker_threads, static_cast<size_t>(std::max(1, config.worker_queue)),
+                                               config.heap_trim_threshold);
   impl->dashboard = std::make_unique<DashboardHub>(impl->engine.get(), impl->text.get());
   return s;
 }
