@@ -29,6 +29,16 @@ ProcessMemory process_memory() {
   return m;
 }
 
+std::string process_metrics_text() {
+  const ProcessMemory m = process_memory();
+  return "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
+         "# TYPE process_resident_memory_bytes gauge\n"
+         "process_resident_memory_bytes " + std::to_string(m.resident) + "\n"
+         "# HELP process_virtual_memory_bytes Virtual memory size in bytes.\n"
+         "# TYPE process_virtual_memory_bytes gauge\n"
+         "process_virtual_memory_bytes " + std::to_string(m.virtual_size) + "\n";
+}
+
 bool release_free_heap() {
 #if defined(__GLIBC__)
   (void)::malloc_trim(0);

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace pagoda::server {
 
@@ -23,6 +24,10 @@ struct ProcessMemory {
 };
 // From /proc/self/statm; all zero where it cannot be read.
 ProcessMemory process_memory();
+
+// Prometheus's standard process gauges (no prefix, no labels, as client libraries
+// and vLLM write them): process_resident_memory_bytes, process_virtual_memory_bytes.
+std::string process_metrics_text();
 
 // Gives whole free pages of every malloc arena back to the OS (glibc
 // malloc_trim(0)); false where the C library has no such call.
