@@ -29,6 +29,10 @@ from serverutil import OneServerPerClass  # noqa: E402
 BINARY, MODEL = sys.argv[1], sys.argv[2]
 ROUNDS = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 6
 MIB = 1 << 20
+if not os.path.exists(MODEL):
+    # The model comes from scripts/setup; CI has it, so there its absence is a failure.
+    print(f"{'error' if os.environ.get('CI') == 'true' else 'skipped'}: {MODEL} not found")
+    sys.exit(1 if os.environ.get("CI") == "true" else 77)
 GRAMMAR_CACHE_BYTES = 32 * MIB  # grammar::GrammarCache::kDefaultMaxBytes
 
 
