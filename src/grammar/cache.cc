@@ -50,18 +50,42 @@ std::string GrammarCache::key_of(const ConstraintSpec& spec) {
   return key;
 }
 
-GrammarCache::GrammarCache(std::shared_ptr<const TokenIndex> index, GrammarOptions opts, size_t capacity)
-    : index_(std::move(index)), opts_(opts), capacity_(std::max<size_t>(1, capacity)) {}
+GrammarCache::GrammarCache(std::shared_ptr<const TokenIndex> index, GrammarOptions opts, size_t capacity,
+                           size_t max_bytes)
+    : index_(std::move(index)), opts_(opts), capacity_(std::max<size_t>(1, capacity)), max_bytes_(max_bytes) {}
+
+size_t GrammarCache::bytes_locked() const {
+  size_t n = 0;
+  // The key is held twice: in the map and in the LRU list.
+  for (const auto& [key, slot] : map_) n += 2 * key.capacity() + slot.grammar->memory_bytes();
+  return n;
+}
+
+void GrammarCache::evict_locked(std::vector<std::shared_ptr<const CompiledGrammar>>* dropped) {
+  // Masks grow while requests decode, so the sum is taken now (a few dozen atomic loads).
+  size_t bytes = bytes_locked();
+  while (map_.size() > 1 && (map_.size() > capacity_ || bytes > max_bytes_)) {
+    auto it = map_.find(lru_.back());
+    bytes -= std::min(bytes, 2 * it->first.capacity() + it->second.grammar->memory_bytes());
+    dropped->push_back(std::move(it->second.grammar));
+    map_.erase(it);
+    lru_.pop_back();
+  }
+}
 
 Expected<std::shared_ptr<const CompiledGrammar>> GrammarCache::get(const ConstraintSpec& spec) {
   const std::string key = key_of(spec);
+  // Grammars dropped here are destroyed after the lock is released (declared first).
+  std::vector<std::shared_ptr<const CompiledGrammar>> dropped;
   {
     std::lock_guard l(mu_);
     auto it = map_.find(key);
     if (it != map_.end()) {
       ++hits_;
       lru_.splice(lru_.begin(), lru_, it->second.pos);
-      return it->second.grammar;
+      std::shared_ptr<const CompiledGrammar> g = it->second.grammar;
+      evict_locked(&dropped);
+      return g;
     }
     ++misses_;
   }
@@ -73,16 +97,17 @@ Expected<std::shared_ptr<const CompiledGrammar>> GrammarCache::get(const Constra
   if (it != map_.end()) return it->second.grammar;  // another thread was first
   lru_.push_front(key);
   map_.emplace(key, Slot{cg, lru_.begin()});
-  while (map_.size() > capacity_) {
-    map_.erase(lru_.back());
-    lru_.pop_back();
-  }
+  evict_locked(&dropped);
   return std::shared_ptr<const CompiledGrammar>(cg);
 }
 
 size_t GrammarCache::size() const {
   std::lock_guard l(mu_);
   return map_.size();
+}
+size_t GrammarCache::bytes() const {
+  std::lock_guard l(mu_);
+  return bytes_locked();
 }
 uint64_t GrammarCache::hits() const {
   std::lock_guard l(mu_);

@@ -7,6 +7,15 @@
 // text: a schema is re-serialized compactly with its key order kept (property
 // order is part of the output language), so whitespace differences hit.
 //
+// Bounded in entries and in bytes (issue 35): a grammar of a large schema is
+// megabytes (its rules, up to GrammarOptions' limits) and its context masks grow
+// while requests decode (up to CompiledGrammar::kMaxContexts masks of
+// vocabulary/8 bytes each), so 64 distinct large schemas could hold gigabytes.
+// Past max_bytes (CompiledGrammar::memory_bytes summed, as the masks now stand,
+// checked at every get) the least recently used entries go; the most recent one
+// always stays, so the cache holds at most max_bytes plus one grammar. A grammar
+// dropped while requests still use it lives until they end.
+//
 // Thread-safe: get() may run on any number of threads. Two threads missing on
 // the same key at once both compile; the first insert wins, both results work.
 #pragma once
@@ -41,12 +50,17 @@ Expected<std::shared_ptr<const Grammar>> compile_constraint(const ConstraintSpec
 
 class GrammarCache {
  public:
-  // capacity: distinct constraints kept (least recently used dropped first).
-  GrammarCache(std::shared_ptr<const TokenIndex> index, GrammarOptions opts, size_t capacity = 64);
+  // capacity: distinct constraints kept; max_bytes: their memory (least recently
+  // used dropped first, see above).
+  static constexpr size_t kDefaultMaxBytes = 32u << 20;
+  GrammarCache(std::shared_ptr<const TokenIndex> index, GrammarOptions opts, size_t capacity = 64,
+               size_t max_bytes = kDefaultMaxBytes);
 
   Expected<std::shared_ptr<const CompiledGrammar>> get(const ConstraintSpec& spec);
   const TokenIndex& index() const { return *index_; }
   size_t size() const;
+  // Heap bytes of the cached grammars and their masks now.
+  size_t bytes() const;
   uint64_t hits() const;
   uint64_t misses() const;
 
@@ -56,7 +70,14 @@ class GrammarCache {
  private:
   std::shared_ptr<const TokenIndex> index_;
   GrammarOptions opts_;
+  // Drops least recently used entries while over capacity_ or max_bytes_, keeping
+  // the most recent one; what goes is moved to *dropped (freed by the caller after
+  // unlocking). Called with mu_ held.
+  void evict_locked(std::vector<std::shared_ptr<const CompiledGrammar>>* dropped);
+  size_t bytes_locked() const;
+
   size_t capacity_;
+  size_t max_bytes_;
   mutable std::mutex mu_;
   std::list<std::string> lru_;  // most recent first
   struct Slot {

@@ -190,6 +190,15 @@ static std::string set_to_string(const ByteSet& s) {
   return out + "]";
 }
 
+size_t Grammar::memory_bytes() const {
+  size_t n = sizeof(Grammar) + elems_.capacity() * sizeof(uint32_t) + sets_.capacity() * sizeof(ByteSet) +
+             alts_.capacity() * sizeof(alts_[0]) + names_.capacity() * sizeof(std::string);
+  for (const auto& a : alts_) n += a.capacity() * sizeof(uint32_t);
+  for (const auto& name : names_)
+    if (name.capacity() > std::string().capacity()) n += name.capacity() + 1;  // beyond the inline buffer
+  return n;
+}
+
 std::string Grammar::to_string() const {
   std::string out;
   for (size_t r = 0; r < alts_.size(); ++r) {

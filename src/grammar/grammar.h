@@ -121,6 +121,9 @@ class Grammar {
   const std::string& rule_name(uint32_t rule) const { return names_[rule]; }
   // Human-readable GBNF-like dump, for debugging and error reports.
   std::string to_string() const;
+  // Heap bytes this grammar holds (its vectors' capacities and the rule names),
+  // for caches that are bounded in bytes. O(rules).
+  size_t memory_bytes() const;
 
   // Whole-string check without a tokenizer: does the grammar derive exactly s?
   bool matches(std::string_view s) const;

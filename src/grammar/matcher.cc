@@ -30,7 +30,7 @@ size_t CompiledGrammar::KeyHash::operator()(const Stack& k) const {
 }
 
 CompiledGrammar::CompiledGrammar(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenIndex> ti)
-    : g_(std::move(g)), ti_(std::move(ti)) {}
+    : g_(std::move(g)), ti_(std::move(ti)), grammar_bytes_(sizeof(CompiledGrammar) + g_->memory_bytes()) {}
 CompiledGrammar::~CompiledGrammar() = default;
 
 std::shared_ptr<const CompiledGrammar::Entry> CompiledGrammar::entry(const Stack& s) const {
@@ -53,7 +53,12 @@ std::shared_ptr<const CompiledGrammar::Entry> CompiledGrammar::entry(const Stack
   std::shared_ptr<const Entry> e = compute(key);
   {
     std::unique_lock lock(mu_);
-    if (cache_.size() < kMaxContexts) cache_.emplace(key, e);
+    if (cache_.size() < kMaxContexts && cache_.emplace(key, e).second) {
+      // The entry, its shared_ptr control block, the key and the hash node (approximate overheads).
+      const size_t bytes = sizeof(Entry) + 32 + e->accepted.capacity() * sizeof(uint32_t) +
+                           e->dependent.capacity() * sizeof(int32_t) + key.capacity() * sizeof(uint32_t) + 64;
+      contexts_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    }
   }
   {
     std::lock_guard lk(progress_mu_);

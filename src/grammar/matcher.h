@@ -12,6 +12,7 @@
 // Copy it for n>1 forks; rebuild it after preemption or a prefix-cache hit by
 // replaying the accepted tokens (replay()).
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -55,6 +56,9 @@ class CompiledGrammar {
   // new contexts are computed on each use and not kept.
   static constexpr size_t kMaxContexts = 8192;
   Stats stats() const;
+  // Heap bytes held: the grammar and the contexts cached so far (it grows as
+  // matchers meet new contexts, up to kMaxContexts). Lock-free.
+  size_t memory_bytes() const { return grammar_bytes_ + contexts_bytes_.load(std::memory_order_relaxed); }
 
  private:
   struct KeyHash {
@@ -66,6 +70,8 @@ class CompiledGrammar {
   std::shared_ptr<const TokenIndex> ti_;
   mutable std::shared_mutex mu_;  // guards cache_
   mutable std::unordered_map<Stack, std::shared_ptr<const Entry>, KeyHash> cache_;
+  size_t grammar_bytes_ = 0;
+  mutable std::atomic<size_t> contexts_bytes_{0};  // the entries and keys in cache_
   mutable std::mutex progress_mu_;  // guards in_progress_
   mutable std::condition_variable progress_cv_;
   mutable std::vector<Stack> in_progress_;

@@ -35,6 +35,7 @@ Metrics::Metrics() {
   gauge("pagoda:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.");
   gauge("pagoda:num_requests_running", "Number of requests in model execution batches.");
   gauge("pagoda:num_requests_waiting", "Number of requests waiting to be processed.");
+  gauge("pagoda:grammar_cache_bytes", "Heap bytes of the cached compiled grammars and their token masks.");
   gauge("pagoda:kv_cache_blocks_total", "Usable KV blocks: free + cached + in use.");
   gauge("pagoda:kv_cache_blocks_free", "Free KV blocks that hold no reusable prefix.");
   gauge("pagoda:kv_cache_blocks_cached", "Free KV blocks that still hold a reusable prefix (evictable).");

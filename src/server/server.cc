@@ -17,6 +17,7 @@
 #include "server/dashboard.h"
 #include "server/generation.h"
 #include "server/metrics.h"
+#include "server/process_memory.h"
 #include "server/text.h"
 #include "server/worker_pool.h"
 #include "tok/tokenizer.h"
@@ -98,6 +99,7 @@ struct Server::Impl {
   // serving never pays for it).
   std::once_flag grammars_once;
   std::unique_ptr<grammar::GrammarCache> grammars;
+  std::atomic<const grammar::GrammarCache*> grammars_ready{nullptr};  // grammars, for other threads once built
   std::string grammars_error;
 
   // --seed: the stream unseeded requests draw from.
@@ -182,7 +184,9 @@ std::variant<std::shared_ptr<const grammar::CompiledGrammar>, ApiError> Server::
       return;
     }
     grammars = std::make_unique<grammar::GrammarCache>(std::move(ti).value(), cfg.grammar_limits,
-                                                       static_cast<size_t>(std::max(1, cfg.grammar_cache_size)));
+                                                       static_cast<size_t>(std::max(1, cfg.grammar_cache_size)),
+                                                       cfg.grammar_cache_bytes);
+    grammars_ready.store(grammars.get(), std::memory_order_release);
   });
   if (!grammars)
     return ApiError{400, "structured output is not available for this vocabulary: " + grammars_error,
@@ -373,7 +377,11 @@ void Server::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
   if (!(req.target == "/metrics" && cfg.metrics_without_key)) {
     if (auto e = authorize(req, dashboard_route, &key)) return send_error(*res, *e);
   }
-  if (req.target == "/metrics") return res->send(200, "text/plain; version=0.0.4", metrics.render());
+  if (req.target == "/metrics") {
+    if (const grammar::GrammarCache* g = grammars_ready.load(std::memory_order_acquire))
+      metrics.set_gauge("pagoda:grammar_cache_bytes", static_cast<double>(g->bytes()));
+    return res->send(200, "text/plain; version=0.0.4", metrics.render() + process_metrics_text());
+  }
   if (dashboard_route) return dashboard->handle(req, res, dashboard_viewer(key));
   if (req.target == "/v1/models") {
     const auto& info = engine->model_info();
@@ -449,7 +457,8 @@ Expected<std::unique_ptr<Server>> Server::create(const ServerConfig& config, std
   }
   impl->engine = std::make_unique<AsyncEngine>(std::move(eng), &impl->metrics, config.log_stats_interval_s);
   const int64_t queue = config.worker_queue > 0 ? config.worker_queue : int64_t{config.max_waiting} + 1;
-  impl->workers = std::make_unique<WorkerPool>(config.worker_threads, static_cast<size_t>(std::max<int64_t>(1, queue)));
+  impl->workers = std::make_unique<WorkerPool>(config.worker_threads, static_cast<size_t>(std::max<int64_t>(1, queue)),
+                                               config.heap_trim_threshold);
   impl->dashboard = std::make_unique<DashboardHub>(impl->engine.get(), impl->text.get());
   return s;
 }

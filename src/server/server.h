@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "grammar/cache.h"
 #include "grammar/grammar.h"
 #include "server/http.h"
 #include "server/openai_api.h"
@@ -34,12 +35,16 @@ struct ServerConfig {
   // Jobs waiting for a worker (parse, tokenize) beyond this -> 503; 0: max_waiting.
   // Requests waiting to be parsed count against max_waiting like the engine's.
   int worker_queue = 0;
+  // A worker job during which anonymous resident memory grew by more than this
+  // gives free heap pages back to the OS afterwards (WorkerPool, HeapReturn); 0: never.
+  size_t heap_trim_threshold = 8u << 20;
   RequestLimits limits;
   // Structured outputs: limits on what one constraint may compile to (hostile
   // schemas and regexes fail with a 400 naming the limit), and how many distinct
   // compiled constraints (with their learned token masks) are kept.
   grammar::GrammarOptions grammar_limits;
   int grammar_cache_size = 64;
+  size_t grammar_cache_bytes = grammar::GrammarCache::kDefaultMaxBytes;  // compiled grammars and their masks
   // Logs: a vLLM-style stats line every this many seconds in which something
   // happened (0: none). The access line of each request is always logged (info).
   double log_stats_interval_s = 10;

@@ -9,7 +9,8 @@
 
 namespace pagoda::server {
 
-WorkerPool::WorkerPool(int threads, size_t max_queued) : max_queued_(max_queued) {
+WorkerPool::WorkerPool(int threads, size_t max_queued, size_t trim_threshold)
+    : max_queued_(max_queued), heap_return_(trim_threshold) {
   for (int i = 0; i < std::max(1, threads); ++i) threads_.emplace_back([this] { loop(); });
 }
 
@@ -57,7 +58,10 @@ void WorkerPool::loop() {
       job = std::move(queue_.front());
       queue_.pop_front();
     }
+    const size_t before = heap_return_.before();
     job();
+    job = nullptr;  // its captures (the request and its body) are freed before measuring
+    heap_return_.after(before);
   }
 }
 

@@ -10,12 +10,17 @@
 #include <thread>
 #include <vector>
 
+#include "server/process_memory.h"
+
 namespace pagoda::server {
 
 class WorkerPool {
  public:
   // threads >= 1; max_queued: jobs waiting (not running) beyond which try_post refuses.
-  WorkerPool(int threads, size_t max_queued);
+  // trim_threshold > 0: after a job during which the process's anonymous resident
+  // memory grew by more than this many bytes, free heap pages go back to the OS
+  // (HeapReturn: a large request's freed memory would otherwise stay resident).
+  WorkerPool(int threads, size_t max_queued, size_t trim_threshold = 0);
   ~WorkerPool();  // runs what is queued, then joins
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
@@ -24,6 +29,8 @@ class WorkerPool {
   bool try_post(std::function<void()> job);
   void stop();  // idempotent; waits for queued and running jobs
   size_t num_queued() const;  // jobs waiting for a worker now
+  // Times a job's growth gave memory back (see trim_threshold).
+  uint64_t heap_trims() const { return heap_return_.trims(); }
 
  private:
   void loop();
@@ -32,6 +39,7 @@ class WorkerPool {
   std::deque<std::function<void()>> queue_;
   size_t max_queued_;
   bool stop_ = false;
+  HeapReturn heap_return_;
   std::vector<std::thread> threads_;
 };
 

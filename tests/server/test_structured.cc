@@ -4,7 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+
 #include "grammar/cache.h"
+#include "grammar/matcher.h"
 #include "server/openai_api.h"
 #include "server/structured.h"
 
@@ -197,6 +200,113 @@ TEST(GrammarCache, SharesOneCompiledGrammarPerConstraintAndEvictsLeastRecent) {
   EXPECT_FALSE(bad.ok());
   EXPECT_EQ(cache.size(), 2u);  // errors are not cached
 }
+
+
+// Issue 35: the cache is bounded in bytes too (grammars and the masks they learn).
+namespace bytes_bound {
+
+std::shared_ptr<const grammar::TokenIndex> letters() {
+  std::vector<std::string> toks;
+  for (char c = 'a'; c <= 'z'; ++c) toks.emplace_back(1, c);
+  toks.emplace_back("");  // id 26: end of generation
+  auto ti = grammar::TokenIndex::create(toks, {26});
+  EXPECT_TRUE(ti.ok());
+  return *ti;
+}
+
+// 300 choices of 6 letters starting with `first`: a trie of ~1000 rules. Specs with
+// other first letters compile to grammars of the same shape (and byte count).
+grammar::ConstraintSpec words(char first) {
+  grammar::ConstraintSpec s{grammar::ConstraintKind::kChoice, "", {}, "", ""};
+  for (int i = 0; i < 300; ++i) {
+    std::string w(1, first);
+    for (int k = 0, v = i * 7919; k < 5; ++k, v /= 26) w += static_cast<char>('a' + v % 26);
+    s.choices.push_back(w);
+  }
+  return s;
+}
+
+size_t bytes_alone(const std::shared_ptr<const grammar::TokenIndex>& ti, const grammar::ConstraintSpec& spec) {
+  grammar::GrammarCache probe(ti, {}, 64, SIZE_MAX);
+  EXPECT_TRUE(probe.get(spec).ok());
+  return probe.bytes();
+}
+
+TEST(GrammarCacheBytes, GrammarsAreCountedAndTheLeastRecentGoesFirst) {
+  auto ti = letters();
+  const auto s1 = words('a'), s2 = words('b'), s3 = words('c');
+  const size_t b1 = bytes_alone(ti, s1), b2 = bytes_alone(ti, s2);
+  EXPECT_GT(b1, 10'000u);  // the rules of ~1000 trie nodes, not a constant
+  EXPECT_EQ(b1, bytes_alone(ti, s3));
+  EXPECT_LT(bytes_alone(ti, grammar::ConstraintSpec{grammar::ConstraintKind::kChoice, "", {"ab"}, "", ""}), b1 / 10);
+
+  grammar::GrammarCache cache(ti, {}, /*capacity=*/64, /*max_bytes=*/b1 + b2);
+  auto g1 = cache.get(s1);
+  ASSERT_TRUE(g1.ok());
+  ASSERT_TRUE(cache.get(s2).ok());
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(cache.bytes(), b1 + b2);
+  ASSERT_TRUE(cache.get(s3).ok());  // over by b3: s1, the least recent, goes
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(cache.bytes(), b2 + b1);
+  EXPECT_EQ(cache.misses(), 3u);
+  ASSERT_TRUE(cache.get(s3).ok());
+  ASSERT_TRUE(cache.get(s2).ok());
+  EXPECT_EQ(cache.hits(), 2u);
+  auto again = cache.get(s1);  // compiled anew; s3 is now the least recent and goes
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(cache.misses(), 4u);
+  EXPECT_NE(again->get(), g1->get());
+  EXPECT_EQ(cache.get(s2)->get(), cache.get(s2)->get());
+  EXPECT_EQ(cache.hits(), 4u);
+  ASSERT_TRUE(cache.get(s3).ok());
+  EXPECT_EQ(cache.misses(), 5u);
+}
+
+TEST(GrammarCacheBytes, MasksLearnedWhileDecodingCountAndEvictOthers) {
+  auto ti = letters();
+  const auto s1 = words('a'), s2 = words('b');
+  const size_t b1 = bytes_alone(ti, s1), b2 = bytes_alone(ti, s2);
+  grammar::GrammarCache cache(ti, {}, 64, b1 + b2);
+  ASSERT_TRUE(cache.get(s1).ok());
+  auto g2 = cache.get(s2);
+  ASSERT_TRUE(g2.ok());
+  const size_t grammar_only = (*g2)->memory_bytes();
+  // A request decoding under s2: each new context's mask is kept in the grammar.
+  grammar::Matcher m(*g2);
+  std::vector<uint32_t> mask(m.mask_words());
+  for (char c : s2.choices[1]) {
+    m.fill_mask(mask);
+    ASSERT_TRUE(m.accept(c - 'a')) << c;
+  }
+  const size_t learned = (*g2)->memory_bytes() - grammar_only;
+  EXPECT_GE(learned, 6 * m.mask_words() * sizeof(uint32_t));  // six contexts, one mask each at least
+  EXPECT_EQ(cache.size(), 2u);  // nothing happens until the cache is used
+  EXPECT_EQ(cache.bytes(), b1 + b2 + learned);
+  ASSERT_TRUE(cache.get(s2).ok());  // a hit, and now over: s1 goes
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_EQ(cache.bytes(), b2 + learned);
+  ASSERT_TRUE(cache.get(s1).ok());
+  EXPECT_EQ(cache.misses(), 3u);
+}
+
+TEST(GrammarCacheBytes, OneGrammarOverTheBoundStaysUntilAnotherComes) {
+  auto ti = letters();
+  grammar::GrammarCache cache(ti, {}, 64, /*max_bytes=*/1);
+  auto g1 = cache.get(words('a'));
+  ASSERT_TRUE(g1.ok());
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_EQ(cache.get(words('a'))->get(), g1->get());  // kept: the most recent always stays
+  ASSERT_TRUE(cache.get(words('b')).ok());
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_NE(cache.get(words('a'))->get(), g1->get());
+  EXPECT_EQ(cache.hits(), 1u);
+  EXPECT_EQ(cache.misses(), 3u);
+  // A grammar dropped from the cache lives on while a request holds it.
+  EXPECT_EQ((*g1)->grammar().num_rules(), (*cache.get(words('a')))->grammar().num_rules());
+}
+
+}  // namespace bytes_bound
 
 }  // namespace
 }  // namespace pagoda::server
