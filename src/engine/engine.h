@@ -120,6 +120,15 @@ struct RequestParams {
   // constrained. Built over this engine's tokenizer (vocabulary checked); not
   // with forced_tokens. nullptr: unconstrained, at no cost.
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  // Scheduling priority (vLLM's `priority`): lower is served first. Used only
+  // with EngineConfig::scheduling_policy == "priority"; 0 under fcfs.
+  int priority = 0;
+  // Cache retention (Anthropic cache_control, OpenAI prompt_cache_retention):
+  // keep the prompt's first `pin_tokens` tokens (whole blocks of them) out of
+  // eviction for `pin_ttl_s` seconds after this request last touched them.
+  // 0 tokens: no pin (ordinary LRU caching).
+  int32_t pin_tokens = 0;
+  double pin_ttl_s = 0;
 };
 
 // One event per (request, choice) that made progress in a step.
