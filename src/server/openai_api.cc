@@ -316,6 +316,9 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, const std::stri
                    std::to_string(limits.max_cache_salt_bytes),
                "cache_salt");
   PAGODA_API_TRY(get_bool(j, "stream", &r.stream));
+  PAGODA_API_TRY(parse_priority(j, &p.priority));
+  PAGODA_API_TRY(parse_cache_fields(j, &r.cache));
+  if (r.cache.pin_prompt) p.pin_ttl_s = r.cache.pin_ttl_s;
 
   if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
     std::vector<std::string> stops;
@@ -372,7 +375,8 @@ bool is_known_field(Endpoint ep, const std::string& field) {
       "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "min_p", "presence_penalty",
       "frequency_penalty", "repetition_penalty", "top_k", "n", "seed", "ignore_eos", "return_token_ids",
       "cache_salt", "stream", "stop", "stream_options", "response_format", "guided_json", "guided_regex",
-      "guided_choice", "guided_grammar", "logit_bias", "best_of"};
+      "guided_choice", "guided_grammar", "logit_bias", "best_of", "priority", "prompt_cache_retention",
+      "prompt_cache_key"};
   static const char* const kCompletions[] = {"prompt", "echo", "logprobs"};
   static const char* const kChat[] = {"messages", "logprobs", "top_logprobs", "tools", "tool_choice"};
   for (const char* k : kCommon)

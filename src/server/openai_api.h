@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "server/cache_fields.h"
 #include "server/structured.h"
 #include "tok/chat_template.h"
 
@@ -69,6 +70,9 @@ struct ParsedRequest {
   bool return_token_ids = false;                   // vLLM extension: "token_ids" / "prompt_token_ids" in choices
   engine::RequestParams params;                    // sampling; prompt filled in later
   OutputConstraint constraint;                     // structured output / tools (compiled by the server)
+  // prompt_cache_retention / prompt_cache_key (issue 36); with pin_prompt the server
+  // sets params.pin_tokens to each prompt's length (params.pin_ttl_s is set here).
+  CacheFields cache;
   // Top-level fields the body has and pagoda does not implement (user, a
   // misspelt name, ...): accepted, ignored, and named in a
   // warning by the server (once per field name).

@@ -13,6 +13,8 @@
 #include "base/rng.h"
 #include "base/timer.h"
 #include "grammar/cache.h"
+#include "server/anthropic_api.h"
+#include "server/anthropic_generation.h"
 #include "server/async_engine.h"
 #include "server/dashboard.h"
 #include "server/generation.h"
@@ -112,12 +114,14 @@ struct Server::Impl {
 
   void handle(HttpRequest req, std::shared_ptr<Responder> res);
   void warn_ignored(const std::vector<std::string>& fields);
-  void send_error(Responder& res, const ApiError& e) {
-    PAGODA_LOG_INFO("status=%d error=%s", e.status, e.message.substr(0, 200).c_str());
-    metrics.inc_counter("pagoda:request_failure_total", 1, std::to_string(e.status));
+  // anthropic: the error in Anthropic's shape and status (/v1/messages*).
+  void send_error(Responder& res, const ApiError& e, bool anthropic = false) {
+    const int status = anthropic ? anthropic_status(e) : e.status;
+    PAGODA_LOG_INFO("status=%d error=%s", status, e.message.substr(0, 200).c_str());
+    metrics.inc_counter("pagoda:request_failure_total", 1, std::to_string(status));
     std::map<std::string, std::string> extra;
     if (e.status == 503) extra["Retry-After"] = "1";
-    res.send(e.status, "application/json", error_body(e), extra);
+    res.send(status, "application/json", anthropic ? anthropic_error_body(e) : error_body(e), extra);
   }
   // nullopt: authorized (the matched key in *key, "" without auth); else the error.
   // The dashboard's routes also take the admin key.
@@ -131,8 +135,10 @@ struct Server::Impl {
   ApiError waiting_limit() const {
     return overloaded("server is overloaded: more than " + std::to_string(cfg.max_waiting) + " requests are waiting");
   }
+  // anthropic: /v1/messages (ep is kChat).
   void handle_generate(Endpoint ep, const HttpRequest& req, const std::string& key, std::shared_ptr<Responder> res,
-                       double t_start);
+                       double t_start, bool anthropic = false);
+  void handle_count_tokens(const HttpRequest& req, Responder& res);
   // The compiled grammar of a request's constraint (nullptr when unconstrained).
   std::variant<std::shared_ptr<const grammar::CompiledGrammar>, ApiError> constraint_grammar(ParsedRequest& r);
   void handle_tokenize(const HttpRequest& req, Responder& res);
@@ -143,7 +149,8 @@ std::optional<ApiError> Server::Impl::authorize(const HttpRequest& req, bool das
   key->clear();
   const bool admin = dashboard_route && !cfg.dashboard_admin_key.empty();
   if (cfg.api_keys.empty() && !admin) return std::nullopt;
-  const std::string given = bearer_token(req.header("authorization"));
+  std::string given = bearer_token(req.header("authorization"));
+  if (given.empty()) given = req.header("x-api-key");  // Anthropic's header
   bool ok = false;
   auto check = [&](const std::string& k) {
     // Every key is compared (no early exit), so timing does not say which one matched.
@@ -155,7 +162,7 @@ std::optional<ApiError> Server::Impl::authorize(const HttpRequest& req, bool das
   if (admin) check(cfg.dashboard_admin_key);
   for (const auto& k : cfg.api_keys) check(k);
   if (ok) return std::nullopt;
-  return ApiError{401, "invalid or missing API key (send 'Authorization: Bearer KEY')", "authentication_error", "",
+  return ApiError{401, "invalid or missing API key (send 'Authorization: Bearer KEY' or 'x-api-key: KEY')", "authentication_error", "",
                   "invalid_api_key"};
 }
 
@@ -219,9 +226,19 @@ void Server::Impl::warn_ignored(const std::vector<std::string>& fields) {
 }
 
 void Server::Impl::handle_generate(Endpoint ep, const HttpRequest& req, const std::string& key,
-                                   std::shared_ptr<Responder> res, double t_start) {
-  auto parsed = parse_request(ep, req.body, cfg.limits);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(*res, *e);
+                                   std::shared_ptr<Responder> res, double t_start, bool anthropic) {
+  auto fail = [&](const ApiError& e) { send_error(*res, e, anthropic); };
+  CacheBreakpoint breakpoint;  // anthropic: the last cache_control block
+  std::variant<ParsedRequest, ApiError> parsed;
+  if (anthropic) {
+    auto m = parse_messages_request(req.body, cfg.limits);
+    if (auto* e = std::get_if<ApiError>(&m)) return fail(*e);
+    breakpoint = std::move(std::get<MessagesRequest>(m).cache);
+    parsed = std::move(std::get<MessagesRequest>(m).base);
+  } else {
+    parsed = parse_request(ep, req.body, cfg.limits);
+  }
+  if (auto* e = std::get_if<ApiError>(&parsed)) return fail(*e);
   ParsedRequest& r = std::get<ParsedRequest>(parsed);
   if (!r.ignored_fields.empty()) warn_ignored(r.ignored_fields);
   if (cfg.has_seed && !r.params.has_seed) {
@@ -230,18 +247,20 @@ void Server::Impl::handle_generate(Endpoint ep, const HttpRequest& req, const st
     r.params.has_seed = true;
   }
   if (!r.model.empty() && r.model != model_name)
-    return send_error(*res, not_found("The model `" + r.model + "` does not exist.", "model_not_found"));
+    return fail(not_found("The model `" + r.model + "` does not exist.", "model_not_found"));
 
   const engine::ModelInfo& info = engine->model_info();
-  if (auto e = check_logit_bias(r.params, info.vocab_size)) return send_error(*res, *e);
+  if (auto e = check_logit_bias(r.params, info.vocab_size)) return fail(*e);
   // Tokenize every prompt. What the engine validates (empty prompt, token ids,
   // context length, n) is not checked here: add_request's error becomes the 400.
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> echo_text;
   if (ep == Endpoint::kChat) {
     auto ids = text->encode_chat(r.messages, cfg.parse_special_in_prompts, r.constraint.tools.tools);
-    if (!ids.ok()) return send_error(*res, ApiError{400, ids.message(), "invalid_request_error", "messages", ""});
+    if (!ids.ok()) return fail(ApiError{400, ids.message(), "invalid_request_error", "messages", ""});
     prompts.push_back(std::move(ids).value());
+    if (breakpoint.present)
+      r.params.pin_tokens = cache_prefix_tokens(*text, breakpoint, prompts.back(), cfg.parse_special_in_prompts);
   } else if (r.prompt_is_tokens) {
     prompts = std::move(r.prompt_tokens);
     if (r.echo)
@@ -254,7 +273,7 @@ void Server::Impl::handle_generate(Endpoint ep, const HttpRequest& req, const st
   }
   {
     auto g = constraint_grammar(r);
-    if (auto* e = std::get_if<ApiError>(&g)) return send_error(*res, *e);
+    if (auto* e = std::get_if<ApiError>(&g)) return fail(*e);
     r.params.grammar = std::get<0>(std::move(g));
   }
   if (r.params.max_tokens < 0) {
@@ -263,12 +282,36 @@ void Server::Impl::handle_generate(Endpoint ep, const HttpRequest& req, const st
     size_t longest = 0;
     for (const auto& p : prompts) longest = std::max(longest, p.size());
     r.params.max_tokens = std::max(1, info.context_length - static_cast<int>(std::min<size_t>(longest, INT32_MAX)));
-    if (auto e = check_output_cost(prompts.size(), r.params, r.params.max_tokens, cfg.limits))
-      return send_error(*res, *e);
+    if (auto e = check_output_cost(prompts.size(), r.params, r.params.max_tokens, cfg.limits)) return fail(*e);
   }
-  if (num_waiting() > cfg.max_waiting) return send_error(*res, waiting_limit());
+  if (num_waiting() > cfg.max_waiting) return fail(waiting_limit());
   if (cfg.prefix_cache_salt_per_key && !key.empty()) r.params.cache_salt = key_tag(key) + "/" + r.params.cache_salt;
 
+  Submission sub;
+  if (anthropic) {
+    MessagesSetup ms;
+    ms.id = random_id("msg_");
+    ms.model = model_name;
+    ms.stream = r.stream;
+    ms.prompt_tokens = static_cast<int32_t>(std::min<size_t>(prompts[0].size(), INT32_MAX));
+    ms.pin_tokens = r.params.pin_tokens;
+    if (r.constraint.tools.active()) ms.tool_names = r.constraint.tools.names;
+    ms.stop_sequences = r.params.stop.list();
+    ms.log_access = cfg.log_requests;
+    ms.t_start = t_start;
+    auto gen = std::make_shared<MessagesGeneration>(std::move(ms), *text, metrics, res);
+    r.params.prompt = std::move(prompts[0]);
+    sub.prompts.push_back(std::move(r.params));
+    sub.on_added = [gen](const std::string& error) { gen->on_added(error); };
+    sub.on_event = [gen](size_t prompt, const engine::TokenEvent& ev) { gen->on_event(prompt, ev); };
+    sub.tag = gen->id();
+    AsyncEngine* eng = engine.get();
+    const Ticket t = engine->submit(std::move(sub));
+    res->on_disconnect([gen, eng, t] {
+      if (gen->on_disconnect()) eng->abort(t);
+    });
+    return;
+  }
   GenerationSetup gs;
   const std::string response_id = random_id(ep == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
   gs.meta = ResponseMeta{ep, response_id, model_name, static_cast<int64_t>(std::time(nullptr))};
@@ -285,10 +328,10 @@ void Server::Impl::handle_generate(Endpoint ep, const HttpRequest& req, const st
   if (gs.return_token_ids) gs.prompt_ids = prompts;  // the prompts themselves move into the engine
   auto gen = std::make_shared<Generation>(std::move(gs), *text, metrics, res);
 
-  Submission sub;
   sub.prompts.reserve(prompts.size());
   for (auto& p : prompts) {
     engine::RequestParams params = r.params;  // the stop list is shared, not copied
+    if (r.cache.pin_prompt) params.pin_tokens = static_cast<int32_t>(std::min<size_t>(p.size(), INT32_MAX));
     params.prompt = std::move(p);
     sub.prompts.push_back(std::move(params));
   }
@@ -301,6 +344,20 @@ void Server::Impl::handle_generate(Endpoint ep, const HttpRequest& req, const st
   res->on_disconnect([gen, eng, t] {
     if (gen->on_disconnect()) eng->abort(t);
   });
+}
+
+// ---- Anthropic count_tokens (worker thread) ----------------------------------------
+
+void Server::Impl::handle_count_tokens(const HttpRequest& req, Responder& res) {
+  auto parsed = parse_messages_request(req.body, cfg.limits, /*count_only=*/true);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e, true);
+  ParsedRequest& r = std::get<MessagesRequest>(parsed).base;
+  if (!r.model.empty() && r.model != model_name)
+    return send_error(res, not_found("The model `" + r.model + "` does not exist.", "model_not_found"), true);
+  // The prompt /v1/messages would run: the same messages, tools and template.
+  auto ids = text->encode_chat(r.messages, cfg.parse_special_in_prompts, r.constraint.tools.tools);
+  if (!ids.ok()) return send_error(res, ApiError{400, ids.message(), "invalid_request_error", "messages", ""}, true);
+  res.send(200, "application/json", dump_json(json{{"input_tokens", ids->size()}}));
 }
 
 // ---- Tokenize (worker thread) ---------------------------------------------------
@@ -350,17 +407,20 @@ void Server::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
   static const Route routes[] = {{"/health", "GET"}, {"/metrics", "GET"}, {"/v1/models", "GET"},
                                  {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
                                  {"/tokenize", "POST"}, {"/detokenize", "POST"}, {"/version", "GET"},
+                                 {"/v1/messages", "POST"}, {"/v1/messages/count_tokens", "POST"},
                                  {"/dashboard", "GET"}, {"/dashboard/events", "GET"},
                                  {"/dashboard/snapshot", "GET"}, {"/dashboard/block", "GET"}};
   const Route* route = nullptr;
   for (const auto& r : routes)
     if (req.target == r.path) route = &r;
-  if (!route) return send_error(*res, not_found("no route for " + req.method + " " + req.target));
+  const bool anthropic = req.target.rfind("/v1/messages", 0) == 0;  // errors in Anthropic's shape
+  if (!route) return send_error(*res, not_found("no route for " + req.method + " " + req.target), anthropic);
   if (req.method != route->method && !(req.method == "HEAD" && std::string(route->method) == "GET")) {
     ApiError e{405, "method " + req.method + " is not allowed on " + req.target + " (use " + route->method + ")",
                "invalid_request_error", "", "method_not_allowed"};
     metrics.inc_counter("pagoda:request_failure_total", 1, "405");
-    return res->send(405, "application/json", error_body(e), {{"Allow", route->method}});
+    return res->send(405, "application/json", anthropic ? anthropic_error_body(e) : error_body(e),
+                     {{"Allow", route->method}});
   }
   // Liveness carries no data: always open, so probes need no key.
   if (req.target == "/health") return res->send(200, "application/json", "{}");
@@ -375,7 +435,7 @@ void Server::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
     if (!qkey.empty()) req.headers["authorization"] = "Bearer " + qkey;
   }
   if (!(req.target == "/metrics" && cfg.metrics_without_key)) {
-    if (auto e = authorize(req, dashboard_route, &key)) return send_error(*res, *e);
+    if (auto e = authorize(req, dashboard_route, &key)) return send_error(*res, *e, anthropic);
   }
   if (req.target == "/metrics") {
     if (const grammar::GrammarCache* g = grammars_ready.load(std::memory_order_acquire))
@@ -391,22 +451,24 @@ void Server::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
   }
   // Everything else parses a body: off the I/O thread.
   const double t_start = now_seconds();
-  auto job = [this, req = std::make_shared<HttpRequest>(std::move(req)), key, res, t_start] {
+  auto job = [this, req = std::make_shared<HttpRequest>(std::move(req)), key, res, t_start, anthropic] {
     try {
       if (req->target == "/v1/completions") return handle_generate(Endpoint::kCompletions, *req, key, res, t_start);
       if (req->target == "/v1/chat/completions") return handle_generate(Endpoint::kChat, *req, key, res, t_start);
+      if (req->target == "/v1/messages") return handle_generate(Endpoint::kChat, *req, key, res, t_start, true);
+      if (req->target == "/v1/messages/count_tokens") return handle_count_tokens(*req, *res);
       if (req->target == "/tokenize") return handle_tokenize(*req, *res);
       if (req->target == "/detokenize") return handle_detokenize(*req, *res);
     } catch (const std::exception& e) {
       // A bug must not take the server down: answer 500 and keep serving.
       PAGODA_LOG_ERROR("internal error on %s %s: %s", req->method.c_str(), req->target.c_str(), e.what());
-      res->send(500, "application/json",
-                error_body(ApiError{500, std::string("internal error: ") + e.what(), "internal_error", "", ""}));
+      const ApiError err{500, std::string("internal error: ") + e.what(), "internal_error", "", ""};
+      res->send(500, "application/json", anthropic ? anthropic_error_body(err) : error_body(err));
     }
   };
   // A request waiting to be parsed is a waiting request: the one limit is max_waiting
   // (the queue holds one more, so it is never full first).
-  if (num_waiting() > cfg.max_waiting || !workers->try_post(std::move(job))) send_error(*res, waiting_limit());
+  if (num_waiting() > cfg.max_waiting || !workers->try_post(std::move(job))) send_error(*res, waiting_limit(), anthropic);
 }
 
 // ---- Server ------------------------------------------------------------------

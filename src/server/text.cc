@@ -26,10 +26,12 @@ std::vector<int32_t> TextCodec::encode_prompt(const std::string& text, bool add_
 
 Expected<std::vector<int32_t>> TextCodec::encode_chat(const std::vector<tok::ChatMessage>& messages,
                                                       bool parse_special_in_content,
-                                                      const nlohmann::ordered_json& tools) const {
+                                                      const nlohmann::ordered_json& tools,
+                                                      bool add_generation_prompt) const {
   if (!template_) return make_error("this model has no usable chat template: " + template_error_);
   tok::ChatRenderOptions opts;
   opts.tools = tools;
+  opts.add_generation_prompt = add_generation_prompt;
   PAGODA_ASSIGN_OR_RETURN(tok::RenderedPrompt p, template_->render_prompt(messages, opts));
   // The template's markers are control tokens; content spans are plain text unless asked.
   if (parse_special_in_content) p.content_spans.clear();

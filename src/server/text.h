@@ -36,9 +36,11 @@ class TextCodec {
   // control-token text inside message content is too (off: the rendered prompt's
   // content spans are tokenized as plain text, so a user cannot forge a turn).
   // tools: the request's `tools` list, passed to the template (null: none).
+  // add_generation_prompt off: the conversation alone (a cache breakpoint's prefix).
   Expected<std::vector<int32_t>> encode_chat(const std::vector<tok::ChatMessage>& messages,
                                              bool parse_special_in_content,
-                                             const nlohmann::ordered_json& tools = nullptr) const;
+                                             const nlohmann::ordered_json& tools = nullptr,
+                                             bool add_generation_prompt = true) const;
   // How this model writes tool calls (from its chat template's text).
   ToolSyntax tool_syntax() const { return tool_syntax_; }
   std::string decode(const std::vector<int32_t>& ids) const;
