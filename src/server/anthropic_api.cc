@@ -85,7 +85,7 @@ std::optional<ApiError> parse_cache_control(const ojson& block, const std::strin
   *has = false;
   auto it = block.find("cache_control");
   if (it == block.end() || it->is_null()) return std::nullopt;
-  const std::string f = where + ".cache_control";
+  const std::string f = where.empty() ? "cache_control" : where + ".cache_control";
   if (!can_end) return bad("'" + f + "': a block of this type cannot end a cached prefix", f);
   if (!it->is_object()) return bad("'" + f + "' must be {\"type\": \"ephemeral\", \"ttl\": \"5m\" | \"1h\"}", f);
   auto t = it->find("type");
@@ -335,6 +335,13 @@ std::variant<MessagesRequest, ApiError> parse_messages_request(const std::string
     }
     b.flush();
   }
+  // Top-level cache_control (Anthropic's automatic caching): a breakpoint on the last block.
+  if (auto it = j.find("cache_control"); it != j.end() && !it->is_null()) {
+    bool has = false;
+    double ttl = 0;
+    PAGODA_ANTH_TRY(parse_cache_control(j, "", true, &has, &ttl));
+    PAGODA_ANTH_TRY(mark(has, ttl, "cache_control", b.out, all_tools));
+  }
   r.messages = std::move(b.out);
 
   int64_t v = 0;
@@ -389,7 +396,8 @@ std::variant<MessagesRequest, ApiError> parse_messages_request(const std::string
   if (!count_only && p.max_tokens > 0) PAGODA_ANTH_TRY(check_output_cost(1, p, p.max_tokens, limits));
 
   static const char* const kKnown[] = {"model", "messages", "system", "max_tokens", "temperature", "top_p", "top_k",
-                                       "stop_sequences", "stream", "metadata", "tools", "tool_choice", "priority"};
+                                       "stop_sequences", "stream", "metadata", "tools", "tool_choice", "priority",
+                                       "cache_control"};
   for (const auto& item : j.items())
     if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return item.key() == k; }) ==
         std::end(kKnown))

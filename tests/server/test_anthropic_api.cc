@@ -148,6 +148,17 @@ TEST(AnthropicApi, CacheControlBreakpoints) {
   EXPECT_TRUE(m.cache.messages.empty());
   EXPECT_EQ(m.cache.field, "tools[0].cache_control");
 
+  // Top-level cache_control (automatic caching): the breakpoint is the last block.
+  m = ok(R"({"max_tokens":4,"cache_control":{"type":"ephemeral","ttl":"1h"},"messages":[{"role":"user","content":"q"},
+      {"role":"assistant","content":"a"},{"role":"user","content":"r"}]})");
+  ASSERT_TRUE(m.cache.present);
+  EXPECT_EQ(m.cache.field, "cache_control");
+  EXPECT_EQ(m.cache.ttl_s, 3600);
+  ASSERT_EQ(m.cache.messages.size(), 3u);
+  EXPECT_EQ(m.cache.messages[2].content, "r");
+  EXPECT_EQ(err(R"({"max_tokens":4,"cache_control":{"type":"ephemeral","ttl":"2h"},"messages":[{"role":"user","content":"q"}]})").param,
+            "cache_control.ttl");
+
   // On a tool_result and a tool_use block.
   m = ok(R"({"max_tokens":4,"messages":[{"role":"user","content":"q"},
       {"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{},"cache_control":{"type":"ephemeral"}}]},
@@ -162,7 +173,7 @@ TEST(AnthropicApi, BadValuesNameTheField) {
   struct Case { std::string body, field; };
   const Case cases[] = {
       {std::string("{") + kUser + "}", "max_tokens"},
-      {with("").replace(with("").find("8"), 1, "0"), "max_tokens"},
+      {std::string("{") + kUser + R"(,"max_tokens":0})", "max_tokens"},
       {std::string("{") + kUser + R"(,"max_tokens":"8"})", "max_tokens"},
       {with(R"(,"temperature":1.5)"), "temperature"},
       {with(R"(,"temperature":"hot")"), "temperature"},
@@ -228,8 +239,10 @@ TEST(AnthropicApi, BadValuesNameTheField) {
   }
   // At most four breakpoints; the fifth is named.
   std::string five = R"({"max_tokens":4,"messages":[{"role":"user","content":[)";
-  for (int i = 0; i < 5; ++i)
-    five += std::string(i ? "," : "") + R"({"type":"text","text":"x","cache_control":{"type":"ephemeral"}})";
+  for (int i = 0; i < 5; ++i) {
+    if (i) five += ",";
+    five += R"({"type":"text","text":"x","cache_control":{"type":"ephemeral"}})";
+  }
   five += "]}]}";
   EXPECT_EQ(err(five).param, "messages[0].content[4].cache_control");
   EXPECT_EQ(err("[1]").status, 400);

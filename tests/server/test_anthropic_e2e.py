@@ -68,7 +68,8 @@ class Messages(OneServerPerClass, unittest.TestCase):
     def create(self, **kw):
         kw.setdefault("model", "smol")
         kw.setdefault("max_tokens", 24)
-        kw.setdefault("temperature", 0)
+        # This SDK version has no temperature argument any more: the field goes in the body.
+        kw.setdefault("extra_body", {"temperature": 0})
         return self.client.messages.create(**kw)
 
     def prompt_tokens(self, u):
@@ -114,11 +115,22 @@ class Messages(OneServerPerClass, unittest.TestCase):
 
     def test_stream_event_order(self):
         full = self.create(messages=HELLO)
+        # The wire: Anthropic's event names, a ping after the first block starts.
+        req = urllib.request.Request(self.srv.url + "/v1/messages", data=json.dumps(
+            {"model": "smol", "max_tokens": 24, "temperature": 0, "stream": True, "messages": HELLO}).encode(),
+            headers={"Content-Type": "application/json", "x-api-key": KEY, "anthropic-version": "2023-06-01"})
+        with urllib.request.urlopen(req, timeout=300) as resp:
+            self.assertTrue(resp.headers["Content-Type"].startswith("text/event-stream"))
+            wire = [ln[len("event: "):] for ln in resp.read().decode().splitlines() if ln.startswith("event: ")]
+        self.assertEqual(wire[:4], ["message_start", "content_block_start", "ping", "content_block_delta"], wire)
+        self.assertEqual(wire.count("ping"), 1)
+        # Through the SDK (which drops pings).
         events = list(self.create(messages=HELLO, stream=True))
         types = [e.type for e in events]
-        self.assertEqual(types[:3], ["message_start", "content_block_start", "ping"], types)
+        self.assertEqual(types, [t for t in wire if t != "ping"])
+        self.assertEqual(types[:2], ["message_start", "content_block_start"], types)
         self.assertEqual(types[-3:], ["content_block_stop", "message_delta", "message_stop"], types)
-        self.assertTrue(all(t == "content_block_delta" for t in types[3:-3]), types)
+        self.assertTrue(all(t == "content_block_delta" for t in types[2:-3]), types)
         self.assertEqual(events[1].content_block.type, "text")
         text = "".join(e.delta.text for e in events if e.type == "content_block_delta")
         self.assertEqual(text, full.content[0].text)
@@ -126,7 +138,8 @@ class Messages(OneServerPerClass, unittest.TestCase):
         self.assertEqual(events[-2].usage.output_tokens, full.usage.output_tokens)
         self.assertEqual(events[0].message.id[:4], "msg_")
         # The SDK's helper accumulates the same message.
-        with self.client.messages.stream(model="smol", max_tokens=24, temperature=0, messages=HELLO) as s:
+        with self.client.messages.stream(model="smol", max_tokens=24, messages=HELLO,
+                                         extra_body={"temperature": 0}) as s:
             streamed = "".join(s.text_stream)
             final = s.get_final_message()
         self.assertEqual(streamed, full.content[0].text)
@@ -156,7 +169,8 @@ class Messages(OneServerPerClass, unittest.TestCase):
         r = self.create(messages=msgs, tools=TOOLS, tool_choice={"type": "tool", "name": "get_weather"}, max_tokens=96)
         use = self.check_forced(r, "get_weather", WEATHER)
         # Streamed: input_json_delta fragments the SDK reassembles into the same input.
-        with self.client.messages.stream(model="smol", max_tokens=96, temperature=0, messages=msgs, tools=TOOLS,
+        with self.client.messages.stream(model="smol", max_tokens=96, messages=msgs, tools=TOOLS,
+                                         extra_body={"temperature": 0},
                                          tool_choice={"type": "tool", "name": "get_weather"}) as s:
             kinds = [e.type for e in s]
             final = s.get_final_message()
@@ -201,10 +215,16 @@ class Messages(OneServerPerClass, unittest.TestCase):
         self.assertEqual(r2.usage.cache_read_input_tokens, h2 - h1)
         self.assertGreaterEqual(r2.usage.cache_read_input_tokens, prefix - 16)  # whole 16-token blocks
         self.assertEqual(r2.usage.cache_creation_input_tokens, max(0, prefix - r2.usage.cache_read_input_tokens))
-        # Streamed: message_start carries the same usage.
-        events = list(self.create(system=system, messages=[{"role": "user", "content": "And lighthouse 9?"}],
-                                  max_tokens=4, stream=True))
-        self.assertEqual(events[0].message.usage.cache_read_input_tokens, r2.usage.cache_read_input_tokens)
+        # Streamed: message_start carries the usage, as the engine counted it.
+        q3 = [{"role": "user", "content": "And lighthouse 12?"}]
+        events = list(self.create(system=system, messages=q3, max_tokens=4, stream=True))
+        u3 = events[0].message.usage
+        p3 = self.client.messages.count_tokens(model="smol", system=system, messages=q3).input_tokens
+        self.assertEqual(self.prompt_tokens(u3), p3)
+        h3, _ = self.settled_hits(q1 + p2, p3)
+        self.assertEqual(u3.cache_read_input_tokens, h3 - h2)
+        self.assertGreaterEqual(u3.cache_read_input_tokens, prefix - 16)
+        self.assertEqual(events[-2].usage.cache_read_input_tokens, u3.cache_read_input_tokens)
 
     def test_errors_in_anthropic_shape(self):
         h0 = self.srv.metrics().get("pagoda:prompt_tokens_total", 0.0)
