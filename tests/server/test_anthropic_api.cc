@@ -3,9 +3,14 @@
 // 400 naming the field (parsing is pure: a refused body changes nothing).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "gguf/gguf.h"
 #include "server/anthropic_api.h"
 #include "server/cache_fields.h"
 #include "server/openai_api.h"
+#include "server/text.h"
+#include "tok/tokenizer.h"
 
 using namespace pagoda::server;
 
@@ -354,4 +359,72 @@ TEST(CacheFields, OpenAiFieldsOnBothEndpoints) {
     }
     for (const char* f : {"priority", "prompt_cache_retention", "prompt_cache_key"}) EXPECT_TRUE(is_known_field(ep, f));
   }
+}
+
+// ---- cache_control -> the token position of the breakpoint ------------------------
+
+class CachePrefix : public ::testing::Test {
+ protected:
+  // A ChatML-like template over the tiny test vocabulary (its markers are plain text there).
+  static void SetUpTestSuite() {
+    auto file = pagoda::gguf::GgufFile::open(std::string(PAGODA_TEST_DATA) + "/stories260K.gguf");
+    ASSERT_TRUE(file.ok());
+    auto tk = pagoda::tok::Tokenizer::from_gguf(**file);
+    ASSERT_TRUE(tk.ok());
+    const std::string tmpl =
+        "{% for m in messages %}{{ '<s>' + m['role'] + ': ' + m['content'] + '</s>\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<s>assistant: ' }}{% endif %}";
+    auto c = TextCodec::create(**tk, tmpl);
+    ASSERT_TRUE(c.ok()) << c.message();
+    codec_ = std::move(c).value().release();
+  }
+  static void TearDownTestSuite() { delete codec_; }
+  static std::vector<int32_t> prompt(const MessagesRequest& m) {
+    auto ids = codec_->encode_chat(m.base.messages, false, m.base.constraint.tools.tools);
+    EXPECT_TRUE(ids.ok());
+    return ids.ok() ? *ids : std::vector<int32_t>{};
+  }
+  static TextCodec* codec_;
+};
+TextCodec* CachePrefix::codec_ = nullptr;
+
+TEST_F(CachePrefix, EndOfATurnIsAnExactPrefix) {
+  auto m = ok(R"({"max_tokens":4,"system":[{"type":"text","text":"Once upon a time","cache_control":{"type":"ephemeral"}}],
+      "messages":[{"role":"user","content":"there was a cat"},{"role":"assistant","content":"and a dog"},
+                  {"role":"user","content":[{"type":"text","text":"They played.","cache_control":{"type":"ephemeral"}}]},
+                  {"role":"assistant","content":"ok"},{"role":"user","content":"The end"}]})");
+  const std::vector<int32_t> full = prompt(m);
+  bool exact = false;
+  const int32_t pin = cache_prefix_tokens(*codec_, m.cache, full, false, &exact);
+  EXPECT_TRUE(exact);
+  // The conversation up to the fourth message (the last breakpoint), alone.
+  std::vector<ChatMessage> head(m.base.messages.begin(), m.base.messages.begin() + 4);
+  auto want = codec_->encode_chat(head, false, nullptr, /*add_generation_prompt=*/false);
+  ASSERT_TRUE(want.ok());
+  EXPECT_EQ(pin, static_cast<int32_t>(want->size()));
+  ASSERT_LT(static_cast<size_t>(pin), full.size());
+  EXPECT_TRUE(std::equal(want->begin(), want->end(), full.begin()));
+  // Without a breakpoint: nothing pinned.
+  EXPECT_EQ(cache_prefix_tokens(*codec_, CacheBreakpoint{}, full, false), 0);
+}
+
+TEST_F(CachePrefix, InsideAMessageFallsBackToTheCommonPrefix) {
+  auto m = ok(R"({"max_tokens":4,"messages":[{"role":"user","content":[
+      {"type":"text","text":"Once upon a time","cache_control":{"type":"ephemeral","ttl":"1h"}},
+      {"type":"text","text":" there was a cat"}]}]})");
+  const std::vector<int32_t> full = prompt(m);
+  bool exact = true;
+  const int32_t pin = cache_prefix_tokens(*codec_, m.cache, full, false, &exact);
+  // The cut rendering ends "Once upon a time</s>", the full one goes on with " there":
+  // what they share is kept.
+  EXPECT_FALSE(exact);
+  auto cut = codec_->encode_chat(m.cache.messages, false, nullptr, false);
+  ASSERT_TRUE(cut.ok());
+  size_t lcp = 0;
+  while (lcp < cut->size() && lcp < full.size() && (*cut)[lcp] == full[lcp]) ++lcp;
+  EXPECT_EQ(pin, static_cast<int32_t>(lcp));
+  EXPECT_LT(static_cast<size_t>(pin), cut->size());
+  // It covers the text up to the breakpoint: only the cut's end-of-turn marker ("</s>\n") differs.
+  EXPECT_GE(static_cast<size_t>(pin) + 3, cut->size());
+  EXPECT_EQ(m.base.params.pin_ttl_s, 3600);
 }
