@@ -118,7 +118,8 @@ std::optional<ApiError> tool_result_text(const ojson& block, const std::string& 
     *out = c->get<std::string>();
     return std::nullopt;
   }
-  if (!c->is_array()) return bad("'" + where + ".content' must be a string or a list of text blocks", where + ".content");
+  if (!c->is_array())
+    return bad("'" + where + ".content' must be a string or a list of text blocks", where + ".content");
   for (size_t k = 0; k < c->size(); ++k) {
     const ojson& b = (*c)[k];
     const std::string w = at(where + ".content", k);
@@ -144,7 +145,8 @@ std::optional<ApiError> tool_result_text(const ojson& block, const std::string& 
 std::variant<MessagesRequest, ApiError> parse_messages_request(const std::string& body, const RequestLimits& limits,
                                                                bool count_only) {
   if (json_too_deep(body, limits.max_json_depth))
-    return bad("request body nests arrays/objects deeper than " + std::to_string(limits.max_json_depth) + " levels", "");
+    return bad("request body nests arrays/objects deeper than " + std::to_string(limits.max_json_depth) + " levels",
+               "");
   // Ordered: a tool's input_schema keeps its property order (the order the output
   // writes them in), and tool_use inputs reach the template as sent.
   const ojson j = ojson::parse(body, nullptr, /*allow_exceptions=*/false);
@@ -208,7 +210,8 @@ std::variant<MessagesRequest, ApiError> parse_messages_request(const std::string
   }
   ojson tool_choice_openai = nullptr;
   if (auto it = j.find("tool_choice"); it != j.end() && !it->is_null()) {
-    const char* shape = "'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"none\"} or {\"type\": \"tool\", \"name\": ...}";
+    const char* shape =
+        "'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"none\"} or {\"type\": \"tool\", \"name\": ...}";
     if (!it->is_object() || !it->contains("type") || !(*it)["type"].is_string()) return bad(shape, "tool_choice");
     const std::string type = (*it)["type"].get<std::string>();
     if (auto d = it->find("disable_parallel_tool_use"); d != it->end() && !d->is_null() && !d->is_boolean())
@@ -380,7 +383,9 @@ std::variant<MessagesRequest, ApiError> parse_messages_request(const std::string
   if (auto it = j.find("metadata"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) return bad("'metadata' must be an object", "metadata");
     for (const auto& [k, val] : it->items()) {
-      if (k != "user_id") return bad("'metadata." + k.substr(0, 32) + "' is not a metadata field (only user_id)", "metadata." + k.substr(0, 32));
+      if (k != "user_id")
+        return bad("'metadata." + k.substr(0, 32) + "' is not a metadata field (only user_id)",
+                   "metadata." + k.substr(0, 32));
       if (val.is_null()) continue;
       if (!val.is_string() || val.get_ref<const std::string&>().size() > kMaxUserIdBytes)
         return bad("'metadata.user_id' must be a string of at most " + std::to_string(kMaxUserIdBytes) + " bytes",

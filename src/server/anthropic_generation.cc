@@ -218,9 +218,9 @@ void MessagesGeneration::finish() {
   if (s_.stream) {
     stop_block();
     if (!pinged_) res_->write(anthropic_sse("ping", json{{"type", "ping"}}));
-    res_->write(anthropic_sse("message_delta", json{{"type", "message_delta"},
-                                                    {"delta", {{"stop_reason", reason}, {"stop_sequence", stop_seq_json}}},
-                                                    {"usage", usage()}}));
+    json delta = {{"stop_reason", reason}, {"stop_sequence", stop_seq_json}};
+    res_->write(anthropic_sse("message_delta",
+                              json{{"type", "message_delta"}, {"delta", std::move(delta)}, {"usage", usage()}}));
     res_->write(anthropic_sse("message_stop", json{{"type", "message_stop"}}));
     res_->end_stream();
   } else {

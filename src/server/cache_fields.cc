@@ -37,7 +37,8 @@ std::optional<ApiError> parse_priority(const nlohmann::json& body, int* priority
   auto it = body.find("priority");
   if (it == body.end() || it->is_null()) return std::nullopt;
   constexpr int64_t lo = std::numeric_limits<int32_t>::min(), hi = std::numeric_limits<int32_t>::max();
-  const std::string range = "[-2147483648, 2147483647]";  // [lo, hi] (a literal: GCC 12's -Wrestrict misfires on "[" + to_string)
+  // [lo, hi], as a literal: GCC 12's -Wrestrict misfires on "[" + std::to_string(..).
+  const std::string range = "[-2147483648, 2147483647]";
   if (it->is_number_float()) {
     const double d = it->get<double>();
     if (!(std::isfinite(d) && d == std::floor(d))) return bad("'priority' must be an integer", "priority");

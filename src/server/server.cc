@@ -162,8 +162,8 @@ std::optional<ApiError> Server::Impl::authorize(const HttpRequest& req, bool das
   if (admin) check(cfg.dashboard_admin_key);
   for (const auto& k : cfg.api_keys) check(k);
   if (ok) return std::nullopt;
-  return ApiError{401, "invalid or missing API key (send 'Authorization: Bearer KEY' or 'x-api-key: KEY')", "authentication_error", "",
-                  "invalid_api_key"};
+  return ApiError{401, "invalid or missing API key (send 'Authorization: Bearer KEY' or 'x-api-key: KEY')",
+                  "authentication_error", "", "invalid_api_key"};
 }
 
 DashboardViewer Server::Impl::dashboard_viewer(const std::string& key) const {
@@ -468,7 +468,8 @@ void Server::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
   };
   // A request waiting to be parsed is a waiting request: the one limit is max_waiting
   // (the queue holds one more, so it is never full first).
-  if (num_waiting() > cfg.max_waiting || !workers->try_post(std::move(job))) send_error(*res, waiting_limit(), anthropic);
+  if (num_waiting() > cfg.max_waiting || !workers->try_post(std::move(job)))
+    send_error(*res, waiting_limit(), anthropic);
 }
 
 // ---- Server ------------------------------------------------------------------
