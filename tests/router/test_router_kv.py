@@ -145,7 +145,7 @@ class RouterKvEventsTest(unittest.TestCase):
                               self.stored(ids, 4, 0x5300, medium="disk")])
         self.wait_for(lambda: self.blocks(x, "disk") >= 4, "the demotion was not applied")
         self.assertEqual(self.which(ids), x)
-        self.assertEqual(self.decisions("kv_events"), kv0 + 5)
+        self.assertEqual(self.decisions("kv_events"), kv0 + 6)
 
     def test_2_gap_is_recovered_through_replay(self):
         ids = prompt_ids(2)
