@@ -117,6 +117,25 @@ class RouterKvEventsTest(unittest.TestCase):
     def decisions(self, kind):
         return self.kv(f'pagoda:router_routing_decisions_total{{kind="{kind}"}}')
 
+    def test_0_prompt_cache_key_is_the_ring_key(self):
+        # Prompts that share no block but share a prompt_cache_key go to one replica
+        # (the ring by the key: nobody's events hold these prompts).
+        from serverutil import post_json
+        ring0 = self.decisions("affinity") + self.decisions("fallback")
+        for j, key in enumerate(["user-1", "user-2", "user-3", "user-4"]):
+            seen = set()
+            for k in range(3):
+                before = self.served()
+                status, body = post_json(self.router.url + "/v1/completions",
+                                         dict(prompt=prompt_ids(20 + 3 * j + k, 2), max_tokens=1,
+                                              prompt_cache_key=key))
+                self.assertEqual(status, 200, body)
+                self.wait_for(lambda: self.served() != before, "no replica counted the request")
+                after = self.served()
+                seen |= {i for i in range(2) if after[i] != before[i]}
+            self.assertEqual(len(seen), 1, key)
+        self.assertEqual(self.decisions("affinity") + self.decisions("fallback"), ring0 + 12)
+
     def test_1_routes_to_the_replica_holding_the_prefix(self):
         ids = prompt_ids(1)
         ring0 = self.decisions("affinity") + self.decisions("fallback")
@@ -192,6 +211,23 @@ class RouterKvEventsTest(unittest.TestCase):
         for _ in range(3):  # its prompts still succeed, on replica 0
             status, body = post_json(self.router.url + "/v1/completions", dict(prompt=ids, max_tokens=2))
             self.assertEqual(status, 200, body)
+
+
+class RouterKvFlagsTest(unittest.TestCase):
+    def test_bad_kv_flags_are_refused_with_a_message(self):
+        import subprocess
+        one = ["--replica", "http://127.0.0.1:1", "-m", "none"]
+        cases = [(one + ["--kv-events-endpoint", "tcp://127.0.0.1:2"], 2, "need --kv-events"),
+                 (one + ["--kv-events", "--kv-events-endpoint", "tcp://a:1,tcp://b:1"], 1,
+                  "--kv-events-endpoint is given 2 times for 1 replicas"),
+                 (one + ["--kv-events", "--kv-replay-endpoint", "tcp://a:1,tcp://b:1"], 1,
+                  "--kv-replay-endpoint is given 2 times for 1 replicas"),
+                 (one + ["--kv-events", "--kv-tier-weight", "2"], 2, "--kv-tier-weight must be a number in"),
+                 (one + ["--kv-events", "--kv-events-endpoint", "bogus://x"], 1, "--kv-events-endpoint:")]
+        for args, rc, msg in cases:
+            p = subprocess.run([BINARY, "router", "--port", "0"] + args, capture_output=True, text=True, timeout=30)
+            self.assertEqual(p.returncode, rc, (args, p.stderr))
+            self.assertIn(msg, p.stderr, args)
 
 
 if __name__ == "__main__":
