@@ -14,11 +14,12 @@ requests/s. The issue's bar: event routing at least 15 points of hit rate and 1.
 the throughput of the ring.
 
 Needs the engine's KV event publisher (issue 37, part 1): without it the replicas
-refuse --kv-events-config and this script says so and exits 2.
+refuse --kv-events-config and this script says so and exits 2 (--ring-only runs
+the ring alone, replicas without events: a check of the script, no comparison).
 
 Usage: bench/router_kv_events.py [--pagoda build/release/src/cli/pagoda] [--model GGUF]
        [--replicas 4] [--prefixes 64] [--requests 512] [-c 8] [--rounds 3]
-       [--num-kv-blocks 160] [--prefix-blocks 16] [--phases 4]
+       [--num-kv-blocks 160] [--prefix-blocks 16] [--phases 4] [--ring-only]
 """
 import argparse
 import json
@@ -109,9 +110,10 @@ def one_run(args, mode, prompts):
             cfg = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://127.0.0.1:{p}",
                    "replay_endpoint": f"tcp://127.0.0.1:{q}", "topic": "kv-events", "buffer_steps": 10000,
                    "hwm": 100000}
-            srv = PagodaServer(args.pagoda, args.model, ["-t", "1", "--num-kv-blocks", str(args.num_kv_blocks),
-                                                         "--block-size", str(BS),
-                                                         "--kv-events-config", json.dumps(cfg)])
+            flags = ["-t", "1", "--num-kv-blocks", str(args.num_kv_blocks), "--block-size", str(BS)]
+            if not args.ring_only:
+                flags += ["--kv-events-config", json.dumps(cfg)]
+            srv = PagodaServer(args.pagoda, args.model, flags)
             try:
                 reps.append(srv.__enter__())
             except RuntimeError as e:
@@ -159,13 +161,17 @@ def main():
     ap.add_argument("-c", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--num-kv-blocks", type=int, default=160)
+    ap.add_argument("--ring-only", action="store_true",
+                    help="run the ring alone (replicas without events): a check of the workload, no comparison")
     args = ap.parse_args()
     prompts = workload(args)
     res = {"kv": [], "ring": []}
     for rnd in range(args.rounds):
         print(f"round {rnd + 1}/{args.rounds}", flush=True)
-        for mode in (["ring", "kv"] if rnd % 2 == 0 else ["kv", "ring"]):
+        for mode in (["ring"] if args.ring_only else ["ring", "kv"] if rnd % 2 == 0 else ["kv", "ring"]):
             res[mode].append(one_run(args, mode, prompts))
+    if args.ring_only:
+        return
     med = {m: (statistics.median(h for h, _ in v), statistics.median(r for _, r in v)) for m, v in res.items()}
     dpts = 100 * (med["kv"][0] - med["ring"][0])
     ratio = med["kv"][1] / med["ring"][1]
