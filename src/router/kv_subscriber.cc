@@ -13,6 +13,8 @@ namespace pagoda::router {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+// No engine step stores anywhere near this much (a 64 MiB frame is millions of token ids).
+constexpr int64_t kMaxMessageBytes = int64_t{64} << 20;
 
 struct Counters {
   std::atomic<uint64_t> messages{0}, events{0}, gaps_recovered{0}, gaps_lost{0}, replay_failures{0};
@@ -103,6 +105,8 @@ struct KvSubscriber::Impl {
       if (!s.dealer) {
         s.dealer = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer);
         s.dealer->set(zmq::sockopt::linger, 0);
+        s.dealer->set(zmq::sockopt::rcvhwm, 0);  // a whole replay buffer may come at once: none dropped here
+        s.dealer->set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);
         s.dealer->connect(eps[r].replay);
       }
       unsigned char start[8];
@@ -215,6 +219,7 @@ Status KvSubscriber::start() {
       zmq::socket_t sub(m.ctx, zmq::socket_type::sub);
       sub.set(zmq::sockopt::linger, 0);
       sub.set(zmq::sockopt::rcvhwm, 100000);
+      sub.set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);  // a larger frame closes the connection
       sub.set(zmq::sockopt::subscribe, "");  // every topic
       sub.connect(ep.events);
       m.subs.push_back(std::move(sub));
