@@ -35,6 +35,18 @@ const char* kRouterHelp =
     "  --workers N              threads proxying at once (a stream holds one; default 256); more queue\n"
     "  --upstream-keepalive N   idle keep-alive connections kept per replica (default 16; 0: a new\n"
     "                           connection per request)\n"
+    "  --kv-events              route on the replicas' KV events (their `--kv-events-config`): each\n"
+    "                           request goes to the replica holding the longest prefix of its prompt\n"
+    "                           (a RAM block counts 1, a disk/redis one --kv-tier-weight), within the\n"
+    "                           load bound of --max-imbalance; the ring when none holds any of it\n"
+    "  --kv-events-endpoint E[,E...]  each replica's event PUB endpoint, in --replica order\n"
+    "                           (default tcp://REPLICA_HOST:5557; an empty item keeps the default)\n"
+    "  --kv-replay-endpoint E[,E...]  each replica's replay ROUTER endpoint, same order (default\n"
+    "                           tcp://REPLICA_HOST:5558; 'none': a gap drops the replica's entries)\n"
+    "  --kv-tier-weight F       what a block held only on a disk/redis tier counts against a RAM one\n"
+    "                           (default 0.5: a tier prefix must be twice as long to win; 0..1)\n"
+    "  --kv-replay-timeout S    longest wait for a replay answer (default 1)\n"
+    "A request's prompt_cache_key, when present, is its ring key instead of its first blocks.\n"
     "Prompts shorter than one block go to the least-loaded replica. A request is retried on\n"
     "another replica when its replica fails (connection error, 5xx) before any byte of the\n"
     "answer was sent; a stream cut after that ends with an SSE error event and [DONE].\n";
@@ -43,18 +55,26 @@ int router_main(int argc, char** argv) {
   // The one parser of every subcommand: --replica may repeat (PAGODA_REPLICA when
   // none is given), each value a comma list.
   Args args(argc, argv);
-  std::vector<std::string> replicas;
   std::string err;
-  for (const std::string& v : args.list("--replica")) {
-    size_t start = 0;
-    while (start <= v.size()) {
-      size_t comma = v.find(',', start);
-      if (comma == std::string::npos) comma = v.size();
-      if (comma > start) replicas.push_back(v.substr(start, comma - start));
-      start = comma + 1;
+  // Each value a comma list; keep_empty keeps "" items (a per-replica default).
+  auto comma_list = [&](const char* name, bool keep_empty) {
+    std::vector<std::string> out;
+    for (const std::string& v : args.list(name)) {
+      size_t start = 0;
+      while (start <= v.size()) {
+        size_t comma = v.find(',', start);
+        if (comma == std::string::npos) comma = v.size();
+        if (comma > start || keep_empty) out.push_back(v.substr(start, comma - start));
+        start = comma + 1;
+      }
     }
-  }
+    return out;
+  };
+  std::vector<std::string> replicas = comma_list("--replica", false);
   router::RouterConfig cfg;
+  cfg.kv_events = args.flag("--kv-events");
+  cfg.kv_event_endpoints = comma_list("--kv-events-endpoint", true);
+  cfg.kv_replay_endpoints = comma_list("--kv-replay-endpoint", true);
   cfg.http.port = 8000;
   std::string v;
   if (err.empty() && args.value("--host", &v)) cfg.http.host = v;
@@ -87,6 +107,11 @@ int router_main(int argc, char** argv) {
   dbl("--max-imbalance", 0, 1e6, &cfg.max_imbalance);
   dbl("--health-interval", 0.05, 3600, &cfg.health_interval_s);
   dbl("--request-timeout", 0.1, 86400, &cfg.timeouts.read_s);
+  dbl("--kv-tier-weight", 0, 1, &cfg.kv_tier_weight);
+  dbl("--kv-replay-timeout", 0.01, 60, &cfg.kv_replay_timeout_s);
+  if (err.empty() && !cfg.kv_events &&
+      (!cfg.kv_event_endpoints.empty() || !cfg.kv_replay_endpoints.empty()))
+    err = "--kv-events-endpoint and --kv-replay-endpoint need --kv-events";
   if (err.empty()) err = args.leftover();
   if (err.empty() && replicas.empty()) err = "at least one --replica URL is needed";
   cfg.replicas = replicas;

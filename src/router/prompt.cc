@@ -2,6 +2,8 @@
 
 #include <variant>
 
+#include <nlohmann/json.hpp>
+
 namespace pagoda::router {
 
 std::vector<int32_t> routing_prompt(server::Endpoint ep, const std::string& body, const server::TextCodec* codec) {
@@ -24,6 +26,15 @@ std::vector<int32_t> routing_prompt(server::Endpoint ep, const std::string& body
   if (r->prompt_is_tokens) return r->prompt_tokens.empty() ? std::vector<int32_t>{} : std::move(r->prompt_tokens[0]);
   if (r->prompt_texts.empty() || !codec) return {};
   return codec->encode_prompt(r->prompt_texts[0], /*add_special=*/true, /*parse_special=*/false);
+}
+
+std::optional<std::string> prompt_cache_key(const std::string& body) {
+  if (body.find("prompt_cache_key") == std::string::npos) return std::nullopt;  // no second parse for most bodies
+  const auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return std::nullopt;
+  auto it = j.find("prompt_cache_key");
+  if (it == j.end() || !it->is_string() || it->get_ref<const std::string&>().empty()) return std::nullopt;
+  return it->get<std::string>();
 }
 
 }  // namespace pagoda::router

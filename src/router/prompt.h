@@ -3,6 +3,7 @@
 // requests a replica would see as sharing a prefix share it here too.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,5 +20,10 @@ namespace pagoda::router {
 // is null, or the template fails: the request then goes to the least-loaded
 // replica, which answers it (or its error) itself.
 std::vector<int32_t> routing_prompt(server::Endpoint ep, const std::string& body, const server::TextCodec* codec);
+
+// The request's `prompt_cache_key` (OpenAI's field: requests sharing it share a
+// cache, issue 36) when the body is a JSON object holding it as a non-empty
+// string; it is then the ring's affinity key instead of the prompt's first blocks.
+std::optional<std::string> prompt_cache_key(const std::string& body);
 
 }  // namespace pagoda::router

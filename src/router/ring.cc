@@ -50,6 +50,7 @@ const char* route_kind_name(RouteKind k) {
     case RouteKind::kFallback: return "fallback";
     case RouteKind::kLeastLoaded: return "least_loaded";
     case RouteKind::kRoundRobin: return "round_robin";
+    case RouteKind::kKvEvents: return "kv_events";
   }
   return "";
 }

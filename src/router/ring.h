@@ -39,8 +39,11 @@ class HashRing {
   int num_replicas_ = 0;
 };
 
-enum class RouteKind { kAffinity, kFallback, kLeastLoaded, kRoundRobin };
-const char* route_kind_name(RouteKind k);  // "affinity", "fallback", "least_loaded", "round_robin"
+// kKvEvents: the replica holding the longest prefix by the replicas' KV events (kv_index.h).
+enum class RouteKind { kAffinity, kFallback, kLeastLoaded, kRoundRobin, kKvEvents };
+constexpr int kNumRouteKinds = 5;
+// "affinity", "fallback", "least_loaded", "round_robin", "kv_events"
+const char* route_kind_name(RouteKind k);
 
 struct RouteChoice {
   int replica = -1;  // -1: no eligible replica

@@ -11,7 +11,9 @@
 #include <thread>
 
 #include "base/log.h"
+#include "base/hash.h"
 #include "gguf/gguf.h"
+#include "router/kv_subscriber.h"
 #include "router/prompt.h"
 #include "router/ring.h"
 #include "server/openai_api.h"
@@ -98,7 +100,8 @@ struct Router::Impl {
   std::vector<std::atomic<uint64_t>> requests;  // per replica, retries included
   std::atomic<uint64_t> retries{0};
   std::atomic<uint64_t> stream_errors{0};
-  std::array<std::atomic<uint64_t>, 4> decisions{};  // by RouteKind
+  std::array<std::atomic<uint64_t>, kNumRouteKinds> decisions{};  // by RouteKind
+  std::unique_ptr<KvSubscriber> kv;  // --kv-events
   std::mutex fail_mu;
   std::map<int, uint64_t> failures;      // router-made error answers by status
 
@@ -120,7 +123,13 @@ struct Router::Impl {
 
   void handle(HttpRequest req, std::shared_ptr<Responder> res);
   void proxy(const HttpRequest& req, Responder& res, Exchange& ex);
-  RouteChoice pick(const std::vector<int32_t>* prompt, const std::vector<bool>& tried);
+  // What a generation request is routed on: the ring's affinity key and, with
+  // --kv-events, how much of its prompt each replica holds.
+  struct RouteInput {
+    std::optional<uint64_t> key;
+    std::vector<PrefixMatch> matches;
+  };
+  RouteChoice pick(const RouteInput* in, const std::vector<bool>& tried);
   void release(int replica) {
     std::lock_guard<std::mutex> l(route_mu);
     --in_flight[static_cast<size_t>(replica)];
@@ -128,6 +137,9 @@ struct Router::Impl {
   void set_healthy(size_t r, bool ok, const std::string& why) {
     if (!ok && !pools.empty()) pools[r]->clear();  // its kept connections are likely dead too
     if (healthy[r].exchange(ok) != ok) {
+      // Its index entries go with it, and come back from its replay buffer.
+      if (kv && ok) kv->resync(static_cast<int>(r));
+      if (kv && !ok) kv->drop(static_cast<int>(r));
       if (ok) PAGODA_LOG_INFO("replica %s is healthy: back on the ring", urls[r].text.c_str());
       else PAGODA_LOG_WARN("replica %s is unhealthy (%s): off the ring", urls[r].text.c_str(), why.c_str());
     }
@@ -162,7 +174,7 @@ struct Router::Impl {
   std::string render_metrics();
 };
 
-RouteChoice Router::Impl::pick(const std::vector<int32_t>* prompt, const std::vector<bool>& tried) {
+RouteChoice Router::Impl::pick(const RouteInput* in, const std::vector<bool>& tried) {
   std::lock_guard<std::mutex> l(route_mu);
   std::vector<bool> eligible(urls.size());
   for (size_t r = 0; r < urls.size(); ++r) eligible[r] = healthy[r].load() && !tried[r];
@@ -171,10 +183,12 @@ RouteChoice Router::Impl::pick(const std::vector<int32_t>* prompt, const std::ve
   if (cfg.policy == Policy::kRoundRobin) {
     c = choose_round_robin(eligible, turn);
   } else {
-    std::optional<uint64_t> key;
-    if (cfg.policy == Policy::kPrefix && prompt) key = prefix_key(*prompt, cfg.block_size, cfg.affinity_blocks);
-    c = key ? choose_affinity(*ring, *key, in_flight, eligible, cfg.max_imbalance)
-            : choose_least_loaded(in_flight, eligible, turn);
+    const std::optional<uint64_t> key = cfg.policy == Policy::kPrefix && in ? in->key : std::nullopt;
+    if (key && !in->matches.empty())
+      c = choose_kv(in->matches, cfg.kv_tier_weight, *ring, *key, in_flight, eligible, cfg.max_imbalance);
+    if (c.replica < 0)
+      c = key ? choose_affinity(*ring, *key, in_flight, eligible, cfg.max_imbalance)
+              : choose_least_loaded(in_flight, eligible, turn);
   }
   if (c.replica >= 0) ++in_flight[static_cast<size_t>(c.replica)];
   return c;
@@ -182,11 +196,14 @@ RouteChoice Router::Impl::pick(const std::vector<int32_t>* prompt, const std::ve
 
 void Router::Impl::proxy(const HttpRequest& req, Responder& res, Exchange& ex) {
   const bool generate = req.target == "/v1/completions" || req.target == "/v1/chat/completions";
-  std::vector<int32_t> prompt;
+  RouteInput route;
   if (generate) {
-    prompt = routing_prompt(req.target == "/v1/chat/completions" ? server::Endpoint::kChat
-                                                                 : server::Endpoint::kCompletions,
-                            req.body, codec.get());
+    const std::vector<int32_t> prompt = routing_prompt(
+        req.target == "/v1/chat/completions" ? server::Endpoint::kChat : server::Endpoint::kCompletions, req.body,
+        codec.get());
+    if (auto k = prompt_cache_key(req.body)) route.key = xxh3_64(k->data(), k->size());
+    else route.key = prefix_key(prompt, cfg.block_size, cfg.affinity_blocks);
+    if (kv && cfg.policy == Policy::kPrefix) route.matches = kv->match(prompt);
   }
   UpstreamRequest up;
   up.method = req.method == "HEAD" ? "GET" : req.method;
@@ -204,7 +221,7 @@ void Router::Impl::proxy(const HttpRequest& req, Responder& res, Exchange& ex) {
   std::optional<Answer> last_5xx;
   std::string last_error = "no healthy replica";
   for (size_t attempt = 0; attempt < urls.size(); ++attempt) {
-    const RouteChoice c = pick(generate ? &prompt : nullptr, tried);
+    const RouteChoice c = pick(generate ? &route : nullptr, tried);
     if (c.replica < 0) break;
     const size_t r = static_cast<size_t>(c.replica);
     tried[r] = true;
@@ -407,8 +424,10 @@ std::string Router::Impl::render_metrics() {
   head("pagoda:router_routing_decisions_total", "counter",
        "First routing decision of each generation request, by kind (affinity: the prompt's owner on the "
        "ring; fallback: a later replica on the ring, the owner being over the load bound; least_loaded: "
-       "no whole block to hash or the least-loaded policy; round_robin: that policy).");
-  for (RouteKind k : {RouteKind::kAffinity, RouteKind::kFallback, RouteKind::kLeastLoaded, RouteKind::kRoundRobin})
+       "no whole block to hash or the least-loaded policy; round_robin: that policy; kv_events: the "
+       "replica holding the longest prefix by the replicas' KV events).");
+  for (RouteKind k : {RouteKind::kAffinity, RouteKind::kFallback, RouteKind::kLeastLoaded, RouteKind::kRoundRobin,
+                      RouteKind::kKvEvents})
     line("pagoda:router_routing_decisions_total", std::string("kind=\"") + route_kind_name(k) + "\"",
          double(decisions[static_cast<size_t>(k)].load()));
   head("pagoda:router_upstream_connections_total", "counter",
@@ -429,6 +448,11 @@ std::string Router::Impl::render_metrics() {
     for (const auto& [status, n] : failures)
       line("pagoda:router_request_failures_total", "status=\"" + std::to_string(status) + "\"", double(n));
   }
+  if (kv) {
+    std::vector<std::string> labels;
+    for (size_t r = 0; r < urls.size(); ++r) labels.push_back(rep(r));
+    out += kv->render_metrics(labels);
+  }
   return out;
 }
 
@@ -440,6 +464,13 @@ Expected<std::unique_ptr<Router>> Router::create(const RouterConfig& config) {
   if (!(config.health_interval_s > 0)) return make_error("--health-interval must be > 0");
   if (config.workers < 1) return make_error("--workers must be at least 1");
   if (config.keepalive_per_replica < 0) return make_error("--upstream-keepalive must be >= 0");
+  if (config.kv_events && config.kv_event_endpoints.size() > config.replicas.size())
+    return make_error("--kv-events-endpoint is given " + std::to_string(config.kv_event_endpoints.size()) +
+                      " times for " + std::to_string(config.replicas.size()) + " replicas");
+  if (config.kv_events && config.kv_replay_endpoints.size() > config.replicas.size())
+    return make_error("--kv-replay-endpoint is given " + std::to_string(config.kv_replay_endpoints.size()) +
+                      " times for " + std::to_string(config.replicas.size()) + " replicas");
+  if (!(config.kv_tier_weight >= 0 && config.kv_tier_weight <= 1)) return make_error("--kv-tier-weight must be in 0..1");
   std::unique_ptr<Router> router(new Router());
   router->impl_ = std::make_unique<Impl>();
   Impl* m = router->impl_.get();
@@ -460,6 +491,20 @@ Expected<std::unique_ptr<Router>> Router::create(const RouterConfig& config) {
   if (config.keepalive_per_replica > 0)
     for (size_t r = 0; r < names.size(); ++r)
       m->pools.push_back(std::make_unique<UpstreamPool>(static_cast<size_t>(config.keepalive_per_replica)));
+  if (config.kv_events) {
+    std::vector<KvEventEndpoints> eps;
+    for (size_t r = 0; r < m->urls.size(); ++r) {
+      auto given = [&](const std::vector<std::string>& v) { return r < v.size() ? v[r] : std::string(); };
+      KvEventEndpoints ep{given(config.kv_event_endpoints), given(config.kv_replay_endpoints)};
+      if (ep.events.empty()) ep.events = "tcp://" + m->urls[r].host + ":5557";
+      if (ep.replay.empty()) ep.replay = "tcp://" + m->urls[r].host + ":5558";
+      if (ep.replay == "none") ep.replay.clear();
+      PAGODA_LOG_INFO("router: kv events of %s from %s (replay %s)", m->urls[r].text.c_str(), ep.events.c_str(),
+                      ep.replay.empty() ? "none" : ep.replay.c_str());
+      eps.push_back(std::move(ep));
+    }
+    m->kv = std::make_unique<KvSubscriber>(std::move(eps), config.kv_replay_timeout_s);
+  }
   m->workers = std::make_unique<server::WorkerPool>(config.workers, static_cast<size_t>(config.max_in_flight));
   if (!config.model_path.empty()) {
     PAGODA_ASSIGN_OR_RETURN(auto file, gguf::GgufFile::open(config.model_path));
@@ -499,9 +544,11 @@ Router::~Router() {
   }
   m.health_cv.notify_all();
   if (m.health_thread.joinable()) m.health_thread.join();
+  m.kv.reset();
 }
 
 Expected<int> Router::start() {
+  if (impl_->kv) PAGODA_TRY(impl_->kv->start());
   impl_->check_health_once();
   for (size_t r = 0; r < impl_->urls.size(); ++r)
     PAGODA_LOG_INFO("router: replica %s %s", impl_->urls[r].text.c_str(),

@@ -2,7 +2,8 @@
 // replicas. It serves the same routes (/v1/completions, /v1/chat/completions,
 // /v1/models, /tokenize, /detokenize, /health, /metrics), passes each generation
 // to one replica chosen by prefix affinity (consistent hashing of the prompt's
-// first blocks, bounded load; ring.h), streams SSE through as it arrives,
+// first blocks or its prompt_cache_key, bounded load; ring.h) or, with
+// --kv-events, by the replicas' own KV events (kv_subscriber.h), streams SSE through as it arrives,
 // health-checks the replicas, retries a request on another replica while nothing
 // of its answer was sent, and counts all of it on its own /metrics.
 #pragma once
@@ -34,6 +35,13 @@ struct RouterConfig {
   int workers = 256;                  // threads proxying at once (a stream holds one); more requests queue
   int keepalive_per_replica = 16;     // idle keep-alive connections kept per replica (0: one per request)
   size_t max_response_bytes = size_t{256} << 20;  // a non-streamed answer larger than this is a 502
+  // --kv-events (issue 37): route to the replica holding the longest prefix by
+  // its KV events (kv_subscriber.h, kv_index.h); the ring when none holds any.
+  bool kv_events = false;
+  std::vector<std::string> kv_event_endpoints;   // per replica, in --replica order ("": tcp://HOST:5557)
+  std::vector<std::string> kv_replay_endpoints;  // per replica ("": tcp://HOST:5558; "none": no replay)
+  double kv_tier_weight = 0.5;                   // kv_index.h kv_score
+  double kv_replay_timeout_s = 1.0;              // longest wait for a replay answer
 };
 
 class Router {
