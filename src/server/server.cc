@@ -351,7 +351,8 @@ void Server::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
                                  {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
                                  {"/tokenize", "POST"}, {"/detokenize", "POST"}, {"/version", "GET"},
                                  {"/dashboard", "GET"}, {"/dashboard/events", "GET"},
-                                 {"/dashboard/snapshot", "GET"}, {"/dashboard/block", "GET"}};
+                                 {"/dashboard/snapshot", "GET"}, {"/dashboard/block", "GET"},
+                                 {"/dashboard/kv_blocks", "GET"}};
   const Route* route = nullptr;
   for (const auto& r : routes)
     if (req.target == r.path) route = &r;
