@@ -127,10 +127,12 @@ class EngineImpl final : public Engine {
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<tok::Tokenizer> tok_;
   std::unique_ptr<runtime::ModelRunner> runner_;
+  // KV events publisher (issue 37); nullptr: off. Declared before kv_: the
+  // KvManager's sink outlives it.
+  std::unique_ptr<KvEventLink> kv_events_;
   std::unique_ptr<kv::KvManager> kv_;
   std::unique_ptr<sched::Scheduler> sched_;
   std::unique_ptr<KvTierLink> tiers_;  // KV tiers below RAM; nullptr: none
-  std::unique_ptr<KvEventLink> kv_events_;  // KV events publisher (issue 37); nullptr: off
   sched::StepPlan recompute_plan_;  // cfg_.recompute: the step rewritten to start at position 0
   ModelInfo info_;
   Rng seed_rng_{0x5eed};

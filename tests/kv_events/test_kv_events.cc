@@ -288,7 +288,9 @@ TEST(KvEventHooks, WindowGroupsUseTheChainKeyAndTheirGroup) {
     ASSERT_LT(i, ka.size()) << "a stored hash that is not a chain key";
     by[{s.group, i}] = &s;
     EXPECT_EQ(s.parent.has_value(), i > 0);
-    if (i > 0) EXPECT_EQ(*s.parent, ka[i - 1]);
+    if (i > 0) {
+      EXPECT_EQ(*s.parent, ka[i - 1]);
+    }
   }
   EXPECT_EQ(by.size(), 6u);
   EXPECT_EQ(rec.view, cache_view(kv));
