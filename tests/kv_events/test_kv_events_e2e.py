@@ -247,9 +247,9 @@ class KvEventsE2E(unittest.TestCase):
         disk = os.path.join(self.tmp, "disk")
         cfg = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{pub}",
                "replay_endpoint": f"tcp://*:{rep}", "topic": "kv-events", "buffer_steps": 100000, "hwm": 100000}
-        # 48 blocks of 4 tokens over two KV groups: prompts of ~40 tokens evict each other and
+        # 128 blocks of 4 tokens over two KV groups: prompts of ~40 tokens evict each other and
         # 8 streams of n=3 preempt; the disk tier (small: it evicts too) takes every committed block.
-        flags = ["-t", "1", "--block-size", str(BLOCK), "--num-kv-blocks", "48", "--max-num-seqs", "8",
+        flags = ["-t", "1", "--block-size", str(BLOCK), "--num-kv-blocks", "128", "--max-num-seqs", "8",
                  "--kv-disk-dir", disk, "--kv-disk-size", "256KiB", "--kv-disk-fsync", "off",
                  "--kv-events-config", json.dumps(cfg)]
         with PagodaServer(PAGODA, self.model, flags) as srv:
@@ -259,7 +259,7 @@ class KvEventsE2E(unittest.TestCase):
             try:
                 time.sleep(0.3)  # the subscription reaches the PUB socket
                 shared = [1] + [5 + (i * 7) % 200 for i in range(23)]
-                prompts = [shared + [300 + (k * 13 + i) % 150 for i in range(16 + 2 * k)] for k in range(12)]
+                prompts = [shared + [210 + (k * 13 + i) % 100 for i in range(8 + k)] for k in range(12)]
                 with ThreadPoolExecutor(8) as ex:
                     futs = [ex.submit(complete, srv, p, 3 if k % 3 == 0 else 1, 10 + k, k)
                             for k, p in enumerate(prompts)]
