@@ -17,6 +17,8 @@ ALLOWED = {
     "tok": {"gguf", "base"},
     "grammar": {"tok", "gguf", "base"},
     "kv": {"base"},
+    # KV events (issue 37): msgpack encoding and the ZeroMQ publisher thread.
+    "kv_events": {"base"},
     "kernels": {"base"},
     "model": {"gguf", "kernels", "base"},
     "plan": {"sched", "kv", "kernels", "base"},
@@ -25,7 +27,7 @@ ALLOWED = {
     "sched": {"kv", "base"},
     "tier": {"base"},
     "engine": {"sched", "kv", "runtime", "sample", "grammar", "tok", "plan", "model", "kernels", "gguf", "tier",
-               "base"},
+               "kv_events", "base"},
     "sim": {"sched", "kv", "gguf", "base"},
     "server": {"engine", "grammar", "tok", "base"},
     # The replica router: HTTP layer and request parsing from server/, the tokenizer.

@@ -242,6 +242,8 @@ const char* kEngineFlagsHelp =
     "  --kv-tier-secret S            the deployment's secret for tier entries (at least 16 bytes; the same on\n"
     "                                every replica): keyed names, encrypted K/V, a MAC (or PAGODA_KV_TIER_SECRET)\n"
     "  --kv-tier-secret-file FILE    the secret from a file (one trailing newline dropped)\n"
+    "  --kv-events-config JSON       publish KV cache events over ZeroMQ (vLLM's keys: enable_kv_cache_events,\n"
+    "                                publisher zmq|null, endpoint, replay_endpoint, topic, buffer_steps, hwm)\n"
     PAGODA_SPECULATIVE_FLAGS_HELP;  // speculative_flags.h
 
 const char* kLogFlagsHelp =
@@ -440,6 +442,10 @@ std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
     cfg->kv_redis_ttl = static_cast<int>(n);
   }
   if (args.value("--kv-tier-secret", &v)) cfg->kv_tier_secret = v;
+  if (args.value("--kv-events-config", &v)) {  // checked (and a bad one refused) when the engine starts
+    if (v.empty()) return "--kv-events-config needs a JSON object";
+    cfg->kv_events_config = v;
+  }
   if (args.value("--kv-tier-secret-file", &v)) {
     std::string secret;
     if (!read_file(v, &secret)) return "--kv-tier-secret-file: cannot read " + v;

@@ -1,4 +1,5 @@
 #include "engine/engine.h"
+#include "engine/kv_events_link.h"
 #include "engine/kv_tiers.h"
 
 #include <algorithm>
@@ -93,6 +94,7 @@ class EngineImpl final : public Engine {
   void snapshot(DashboardSnapshot* out, const SnapshotOptions& options) const override;
   std::vector<int32_t> cached_block_tokens(int32_t block) const override;
   std::string cached_block_salt(int32_t block) const override;
+  std::vector<KvBlockKey> kv_block_keys(const SnapshotOptions& options) const override;
 
  private:
   void fail_plan(const sched::StepPlan& plan, const std::string& msg, std::vector<TokenEvent>* events);
@@ -125,6 +127,9 @@ class EngineImpl final : public Engine {
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<tok::Tokenizer> tok_;
   std::unique_ptr<runtime::ModelRunner> runner_;
+  // KV events publisher (issue 37); nullptr: off. Declared before kv_: the
+  // KvManager's sink outlives it.
+  std::unique_ptr<KvEventLink> kv_events_;
   std::unique_ptr<kv::KvManager> kv_;
   std::unique_ptr<sched::Scheduler> sched_;
   std::unique_ptr<KvTierLink> tiers_;  // KV tiers below RAM; nullptr: none
@@ -238,10 +243,17 @@ Status EngineImpl::init(const EngineConfig& c) {
   sc.auto_budget = c.auto_batched_tokens;
   sc.auto_budget_config.target_factor = c.auto_step_factor;
   sc.auto_budget_config.min_prefill_tokens = c.auto_min_prefill_tokens;
+  PAGODA_ASSIGN_OR_RETURN(kv_events_, KvEventLink::create(c.kv_events_config, kc.block_size));
+  if (kv_events_) {
+    kv_->set_event_sink(kv_events_.get());
+    kv_events_->all_cleared();  // a subscriber forgets what an earlier run of this engine held
+    kv_events_->flush();
+  }
   sched_ = std::make_unique<sched::Scheduler>(sc, kv_.get());
   if (tiers) {
     PAGODA_ASSIGN_OR_RETURN(tiers_, KvTierLink::create(c, tier_model_fingerprint(*file_, model_->fingerprint()),
                                                        kv_.get(), &runner_->kv()));
+    if (kv_events_) tiers_->set_event_link(kv_events_.get());
   }
 
   info_.name = std::filesystem::path(c.model_path).stem().string();
@@ -587,7 +599,15 @@ void EngineImpl::verify_choice(const sched::ScheduledSeq& seq, const runtime::St
 }
 
 std::vector<TokenEvent> EngineImpl::step() {
+  // This step's KV events go to the publisher as one message when the step ends, whatever path it takes.
+  struct FlushEvents {
+    KvEventLink* link;
+    ~FlushEvents() {
+      if (link) link->flush();
+    }
+  } flush_events{kv_events_.get()};
   std::vector<TokenEvent> events;
+  if (tiers_ && kv_events_) tiers_->poll_events();  // the tiers' stores and drops since the last step
   if (tiers_) queue_loaded(&events);
   if (cfg_.speculative.enabled()) propose_drafts();
   sched::StepPlan plan = sched_->schedule();
@@ -707,6 +727,13 @@ EngineStats EngineImpl::stats() const {
     s.num_waiting += s.num_waiting_for_kv_load;
     s.kv_tiers = tiers_->stats();
   }
+  if (kv_events_) {
+    const kv_events::PublisherStats p = kv_events_->stats();
+    s.kv_events_batches = p.batches_published;
+    s.kv_events_events = p.events_published;
+    s.kv_events_dropped_batches = p.batches_dropped;
+    s.kv_events_dropped_events = p.events_dropped;
+  }
   s.spec_num_drafts = spec_num_drafts_;
   s.spec_num_draft_tokens = spec_num_draft_tokens_;
   s.spec_num_accepted_tokens = spec_num_accepted_tokens_;
@@ -737,6 +764,20 @@ std::string EngineImpl::cached_block_salt(int32_t block) const {
   const kv::PrefixCache& c = kv_->cache();
   if (block <= 0 || block >= kv_->pool().num_blocks() || !c.contains(block)) return "";
   return std::string(c.salt_of(block));
+}
+
+std::vector<KvBlockKey> EngineImpl::kv_block_keys(const SnapshotOptions& options) const {
+  std::vector<KvBlockKey> out;
+  const kv::PrefixCache& c = kv_->cache();
+  for (kv::BlockId b = 1; b < kv_->pool().num_blocks(); ++b) {
+    if (!c.contains(b) || !salt_visible(options, c.salt_of(b))) continue;
+    out.push_back(KvBlockKey{c.group_of(b), "cpu", c.chain_of(b).lo});
+  }
+  // The disk tier's files do not say their tenant: a tenant's view leaves them out.
+  if (tiers_ && !options.only_tenant) {
+    for (const auto& [g, h] : tiers_->disk_blocks()) out.push_back(KvBlockKey{g, "disk", h});
+  }
+  return out;
 }
 
 }  // namespace

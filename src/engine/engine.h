@@ -74,6 +74,9 @@ struct EngineConfig {
   // encrypted K/V, a MAC); the same on every replica sharing a tier. Empty:
   // entries are integrity-checked only (whoever reads the store is trusted).
   std::string kv_tier_secret;
+  // KV events (issue 37, engine/kv_events_link.h): vLLM's --kv-events-config
+  // JSON; "" or a config that turns them off: no publisher, no sink, no work.
+  std::string kv_events_config;
   // Speculative decoding by prompt lookup (engine/speculative.h); off by
   // default. Greedy outputs stay bitwise those of plain decoding; sampled ones
   // keep their distribution. Choices with a grammar, logprobs, return_logits
@@ -187,6 +190,10 @@ struct EngineStats {
   int64_t grammar_mask_ns_total = 0;   // wall time filling their masks (the per-step parallel pass)
   int num_waiting_for_kv_load = 0;     // of num_waiting: held for tier loads
   std::vector<KvTierStats> kv_tiers;   // [tiers] disk, then Redis (empty: none)
+  // KV events (issue 37): messages and events published, batches and events
+  // dropped by the publisher's full queue (all 0 when events are off).
+  int64_t kv_events_batches = 0, kv_events_events = 0;
+  int64_t kv_events_dropped_batches = 0, kv_events_dropped_events = 0;
   // Speculative decoding (vLLM's spec_decode_* counters): drafts verified,
   // their tokens, the accepted ones, and accepted ones by draft position
   // ([num_speculative_tokens]). Acceptance rate = accepted / draft tokens.
@@ -257,6 +264,14 @@ class Engine {
   // The cache salt a cached block was committed under ("" when none or not cached):
   // the dashboard shows a tenant only its own blocks' text.
   virtual std::string cached_block_salt(int32_t block) const = 0;
+  // Every block the engine holds, per KV group and medium ("cpu": the RAM
+  // prefix cache), with the low 64 bits of its chain key: what a subscriber
+  // replaying the KV events should hold (issue 37). Only the tenant's own
+  // blocks when `options` filters. Between steps; O(blocks).
+  virtual std::vector<KvBlockKey> kv_block_keys(const SnapshotOptions& options) const {
+    (void)options;
+    return {};
+  }
 };
 
 }  // namespace pagoda::engine

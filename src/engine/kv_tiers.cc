@@ -1,6 +1,7 @@
 #include "engine/kv_tiers.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "base/hash.h"
 #include "base/log.h"
@@ -63,6 +64,7 @@ Expected<std::unique_ptr<KvTierLink>> KvTierLink::create(const EngineConfig& c, 
     PAGODA_LOG_WARN("kv tiers without --kv-tier-secret: entries are checked, but whoever can read the store can "
                     "read them and whoever can write it can plant them");
   link->codec_ = std::make_shared<const tier::EntryCodec>(c.kv_tier_secret);
+  link->disk_dir_ = c.kv_disk_dir;
   link->tiers_ = std::make_unique<tier::TierSet>(std::move(backends), link->codec_);
   // The group layout is part of what a block's bytes mean: with and without
   // the hybrid manager, group 0's block holds other layers.
@@ -228,8 +230,60 @@ void KvTierLink::store_committed() {
   std::string bytes;
   for (const kv::KvManager::CommittedBlock& cb : kv_->take_committed()) {
     storage_->export_block(cb.block, &bytes);
-    tiers_->store(key_for(cb.key, cb.salt, cb.group), cb.tokens, bytes);
+    const tier::TierKey key = key_for(cb.key, cb.salt, cb.group);
+    if (events_) {  // the entry's name maps the tiers' reports back to its chain
+      Known& k = known_[codec_->name(key)];
+      k.chain = cb.key;
+      k.parent = cb.parent;
+      k.root = cb.root;
+      k.group = cb.group;
+      k.tokens = cb.tokens;
+      k.outstanding += static_cast<int32_t>(tiers_->size());
+    }
+    tiers_->store(key, cb.tokens, bytes);
   }
+}
+
+void KvTierLink::set_event_link(KvEventLink* events) {
+  events_ = events;
+  media_.clear();
+  for (const tier::TierStats& t : tiers_->stats()) media_.push_back(t.kind == "redis" ? "redis" : "disk");
+  tiers_->set_record_events(events != nullptr);
+}
+
+void KvTierLink::poll_events() {
+  if (!events_) return;
+  for (const tier::TierEvent& e : tiers_->take_events()) {
+    auto it = known_.find(e.name);
+    if (it == known_.end()) continue;  // not stored by this process (an earlier run's entry)
+    Known& k = it->second;
+    const char* medium = e.tier < media_.size() ? media_[e.tier] : "disk";
+    const uint32_t bit = 1u << e.tier;
+    if (e.kind == tier::TierEvent::kDropped) {
+      if (k.held & bit) events_->tier_removed(medium, k.chain, k.group);
+      k.held &= ~bit;
+    } else {
+      --k.outstanding;
+      if (e.kind == tier::TierEvent::kStored && !(k.held & bit)) {
+        events_->tier_stored(medium, k.chain, k.root ? nullptr : &k.parent, k.tokens, k.group);
+        k.held |= bit;
+      }
+    }
+    if (k.outstanding <= 0 && k.held == 0) known_.erase(it);
+  }
+}
+
+std::vector<std::pair<int32_t, uint64_t>> KvTierLink::disk_blocks() const {
+  std::vector<std::pair<int32_t, uint64_t>> out;
+  if (disk_dir_.empty()) return out;
+  std::error_code ec;
+  for (const auto& f : std::filesystem::directory_iterator(disk_dir_, ec)) {
+    const std::string name = f.path().filename().string();
+    if (!tier::is_entry_name(name)) continue;
+    auto it = known_.find(name);
+    if (it != known_.end()) out.emplace_back(it->second.group, it->second.chain.lo);
+  }
+  return out;
 }
 
 std::vector<KvTierStats> KvTierLink::stats() const {

@@ -37,10 +37,12 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
 #include "engine/engine.h"
+#include "engine/kv_events_link.h"
 #include "sched/request.h"
 #include "tier/tier.h"
 
@@ -80,8 +82,26 @@ class KvTierLink {
   // Blocks until a load finishes or `timeout` passes (only when nothing else can run).
   void wait(std::chrono::milliseconds timeout) { tiers_->wait(timeout); }
   std::vector<KvTierStats> stats() const;
+  // KV events (issue 37): from now on every entry a tier stores or drops is
+  // reported to `events` (medium = the tier's kind) by poll_events(). nullptr: off.
+  void set_event_link(KvEventLink* events);
+  // Reports the tiers' stores and drops since the last call (engine thread, each step).
+  void poll_events();
+  // The disk tier's entries, listed from its directory, as (group, chain.lo),
+  // for those this process stored (an earlier run's entry is left out: its
+  // name, a keyed hash, does not say its chain). Debug view, O(files).
+  std::vector<std::pair<int32_t, uint64_t>> disk_blocks() const;
 
  private:
+  // A block this process asked the tiers to store, for its KV events.
+  struct Known {
+    Hash128 chain, parent;
+    bool root = true;
+    int32_t group = 0;
+    std::vector<int32_t> tokens;
+    int32_t outstanding = 0;  // stores whose outcome is not reported yet (one per tier per store)
+    uint32_t held = 0;        // bit i: tier i holds it (announced)
+  };
   // kRam: held in RAM when the request came (not loaded; the import finds it in the cache).
   enum : int8_t { kUnasked = 0, kPending, kHit, kMiss, kRam };
   struct Wait {
@@ -123,6 +143,10 @@ class KvTierLink {
   std::unordered_map<std::string, uint64_t> load_by_name_; // entry name -> its in-flight ticket
   uint64_t next_ticket_ = 1;
   int64_t imported_blocks_ = 0;
+  KvEventLink* events_ = nullptr;
+  std::unordered_map<std::string, Known> known_;  // entry name -> its chain (events on only)
+  std::vector<const char*> media_;  // [tier] "disk" / "redis"
+  std::string disk_dir_;
 };
 
 }  // namespace pagoda::engine

@@ -43,6 +43,14 @@ struct SnapshotOptions {
   std::string tenant_salt_prefix;
 };
 
+// A block the engine holds (Engine::kv_block_keys): its KV group, where it
+// lives ("cpu", "disk", "redis") and the low 64 bits of its chain key.
+struct KvBlockKey {
+  int32_t group = 0;
+  std::string medium;
+  uint64_t hash = 0;
+};
+
 // Does a cache salt belong to the tenant of `opt` (always, when not filtered)?
 inline bool salt_visible(const SnapshotOptions& opt, std::string_view salt) {
   return !opt.only_tenant || salt.substr(0, opt.tenant_salt_prefix.size()) == opt.tenant_salt_prefix;

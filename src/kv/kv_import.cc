@@ -8,11 +8,12 @@
 namespace pagoda::kv {
 
 BlockId KvManager::import_one(const Hash128& key, EntryId parent, std::span<const TokenId> tokens,
-                              std::string_view salt, const std::function<void(BlockId)>& fill) {
+                              std::string_view salt, const std::function<void(BlockId)>& fill,
+                              const PrefixCache::ChainRef& ref) {
   if (blocks_->pool.num_free() <= watermark_blocks_) return kNullBlock;
   const BlockId b = blocks_->take();
   fill(b);
-  const EntryId e = blocks_->cache.insert(b, key, parent, tokens, salt);
+  const EntryId e = blocks_->cache.insert(b, key, parent, tokens, salt, &ref);
   if (e == kNoEntry || blocks_->cache.entry_of(b) != e) {  // refused (a collision): back to the pool, keyless
     blocks_->pool.decref(b);
     return kNullBlock;
@@ -42,7 +43,8 @@ int32_t KvManager::import_blocks(std::span<const TokenId> tokens, std::string_vi
     if (b != kNullBlock) {
       blocks_->pool.incref(b);
     } else if (loaded(0, ii)) {
-      b = import_one(key, parent, block_tokens, cache_salt, [&](BlockId blk) { fill(0, ii, blk); });
+      const PrefixCache::ChainRef ref{0, key, keys.empty() ? Hash128{} : keys.back(), keys.empty()};
+      b = import_one(key, parent, block_tokens, cache_salt, [&](BlockId blk) { fill(0, ii, blk); }, ref);
       if (b == kNullBlock) break;
       ++imported;
     } else {
@@ -75,7 +77,8 @@ int32_t KvManager::import_blocks(std::span<const TokenId> tokens, std::string_vi
       const auto ui = static_cast<size_t>(i);
       if (table[ui] != kNullBlock) continue;
       const BlockId b = import_one(group_key(keys[ui], g), i == 0 ? kRootEntry : entries[ui - 1],
-                                   tokens.subspan(ui * bs, bs), cache_salt, [&](BlockId blk) { fill(g, i, blk); });
+                                   tokens.subspan(ui * bs, bs), cache_salt, [&](BlockId blk) { fill(g, i, blk); },
+                                   PrefixCache::ChainRef{g, keys[ui], i == 0 ? Hash128{} : keys[ui - 1], i == 0});
       if (b == kNullBlock) break;
       table[ui] = b;
       ++imported;

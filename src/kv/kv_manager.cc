@@ -225,11 +225,12 @@ void KvManager::mark_computed(SeqId seq, std::span<const TokenId> tokens, int32_
     const EntryId parent_entry = i == 0 ? kRootEntry : s.entries[i - 1];
     const auto block_tokens = tokens.subspan(i * static_cast<size_t>(bs), static_cast<size_t>(bs));
     const BlockId b0 = groups_[0]->table(seq)[i];
+    PrefixCache::ChainRef ref{0, s.keys[i], i == 0 ? Hash128{} : s.keys[i - 1], i == 0};  // for KV events
     const EntryId e = config_.enable_prefix_caching && b0 != kNullBlock
-                          ? cache.insert(b0, s.keys[i], parent_entry, block_tokens, s.salt)
+                          ? cache.insert(b0, s.keys[i], parent_entry, block_tokens, s.salt, &ref)
                           : kNoEntry;
     if (commit_log_on_ && e != kNoEntry && cache.entry_of(b0) == e) {  // b0 itself holds the new entry
-      commit_log_.push_back({b0, s.keys[i], {block_tokens.begin(), block_tokens.end()}, s.salt});
+      commit_log_.push_back({b0, s.keys[i], {block_tokens.begin(), block_tokens.end()}, s.salt, 0, ref.parent, ref.root});
     }
     // Other groups: their own key, parented on group 0's chain (their earlier
     // blocks may be long released).
@@ -237,9 +238,10 @@ void KvManager::mark_computed(SeqId seq, std::span<const TokenId> tokens, int32_
       const BlockId b = groups_[g]->table(seq)[i];
       if (b == kNullBlock) continue;
       const auto gi = static_cast<int32_t>(g);
-      const EntryId eg = cache.insert(b, group_key(s.keys[i], gi), parent_entry, block_tokens, s.salt);
+      ref.group = gi;
+      const EntryId eg = cache.insert(b, group_key(s.keys[i], gi), parent_entry, block_tokens, s.salt, &ref);
       if (commit_log_on_ && eg != kNoEntry && cache.entry_of(b) == eg) {
-        commit_log_.push_back({b, s.keys[i], {block_tokens.begin(), block_tokens.end()}, s.salt, gi});
+        commit_log_.push_back({b, s.keys[i], {block_tokens.begin(), block_tokens.end()}, s.salt, gi, ref.parent, ref.root});
       }
     }
     s.entries.push_back(e);

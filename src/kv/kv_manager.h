@@ -284,6 +284,8 @@ class KvManager {
     std::vector<TokenId> tokens;
     std::string salt;
     int32_t group = 0;
+    Hash128 parent;     // the previous block's chain key (KV events)
+    bool root = true;   // the first block of its sequence: no parent
   };
   // When on, mark_computed logs every block it commits under a new entry
   // (not a hit, not a duplicate), in every group; take_committed() hands the
@@ -321,6 +323,17 @@ class KvManager {
   int32_t import_blocks(std::span<const TokenId> tokens, std::string_view cache_salt, int32_t num_blocks,
                         const std::function<bool(int32_t group, int32_t index)>& loaded,
                         const std::function<void(int32_t group, int32_t index, BlockId block)>& fill);
+
+  // --- KV events (issue 37, kv/event_sink.h) ---
+  // Every prefix-cache entry made or dropped from now on is reported to sink
+  // (nullptr: off, the default). The caller keeps the sink alive.
+  void set_event_sink(KvEventSink* sink) { blocks_->cache.set_event_sink(sink); }
+  // The hook for a reset of the whole prefix cache (/reset_prefix_cache): the
+  // resetting code calls it once every entry is gone, and the sink publishes
+  // AllBlocksCleared. No-op without a sink.
+  void notify_all_cleared() {
+    if (KvEventSink* s = blocks_->cache.event_sink()) s->all_cleared();
+  }
 
   KvStats stats() const;
   // KvStats' prefix counters without stats()' O(blocks) census (per-step traces).
@@ -375,7 +388,7 @@ class KvManager {
   // `key`; the block comes back held (ref 1) for the caller to release;
   // kNullBlock when it cannot (watermark, refused insert).
   BlockId import_one(const Hash128& key, EntryId parent, std::span<const TokenId> tokens, std::string_view salt,
-                     const std::function<void(BlockId)>& fill);
+                     const std::function<void(BlockId)>& fill, const PrefixCache::ChainRef& ref);
   // The invariants of one sequence's tables (check_invariants); "" when they hold.
   std::string check_seq(SeqId id, const Seq& s, std::vector<int32_t>* refs, std::vector<int32_t>* group_of) const;
 

@@ -64,7 +64,7 @@ BlockId PrefixCache::find(const Hash128& key, EntryId parent, std::span<const To
 }
 
 EntryId PrefixCache::insert(BlockId b, const Hash128& key, EntryId parent, std::span<const TokenId> tokens,
-                            std::string_view cache_salt) {
+                            std::string_view cache_salt, const ChainRef* ref) {
   if (parent == kNoEntry) return kNoEntry;
   Slot& s = slots_[static_cast<size_t>(b)];
   if (s.entry != kNoEntry) {
@@ -93,6 +93,18 @@ EntryId PrefixCache::insert(BlockId b, const Hash128& key, EntryId parent, std::
   s.tokens.assign(tokens.begin(), tokens.end());
   s.salt = intern_salt(cache_salt);
   s.hits = 0;
+  s.chain = ref ? ref->chain : key;
+  s.group = ref ? ref->group : 0;
+  if (sink_) {
+    const Hash128* parent_chain = nullptr;
+    if (ref) {
+      if (!ref->root) parent_chain = &ref->parent;
+    } else if (parent != kRootEntry) {
+      const BlockId pb = block_of_entry(parent);
+      if (pb != kNullBlock) parent_chain = &slots_[static_cast<size_t>(pb)].chain;
+    }
+    sink_->block_stored(s.chain, parent_chain, s.tokens, s.group);
+  }
   return s.entry;
 }
 
@@ -116,6 +128,7 @@ void PrefixCache::erase(BlockId b) {
   if (s.entry == kNoEntry) return;
   auto it = map_.find(s.key);
   PAGODA_CHECK(it != map_.end() && it->second == b);
+  if (sink_) sink_->block_removed(s.chain, s.group);
   map_.erase(it);
   live_.erase(s.entry);
   s.entry = kNoEntry;

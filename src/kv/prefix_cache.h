@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "base/hash.h"
+#include "kv/event_sink.h"
 #include "kv/types.h"
 
 namespace pagoda::kv {
@@ -62,14 +63,32 @@ class PrefixCache {
   BlockId find(const Hash128& key, EntryId parent, std::span<const TokenId> tokens,
                std::string_view cache_salt) const;
 
+  // The chain a block's entry belongs to, for KV events (kv/event_sink.h):
+  // its KV group, its chain key (group 0's; `key` is a hash of it for other
+  // groups) and its parent's chain key (root: a first block).
+  struct ChainRef {
+    int32_t group = 0;
+    Hash128 chain;
+    Hash128 parent;
+    bool root = true;
+  };
   // Commits full block b. Returns the entry that now stands for this prefix: a
   // new one, the existing one when identical content is already cached, or
   // kNoEntry when parent is kNoEntry or the key is taken by other content.
   // Precondition: b is not already cached under another key.
+  // `ref` names its chain for the event sink (nullptr: group 0, chain = key,
+  // the parent's chain looked up from its entry).
   EntryId insert(BlockId b, const Hash128& key, EntryId parent, std::span<const TokenId> tokens,
-                 std::string_view cache_salt);
+                 std::string_view cache_salt, const ChainRef* ref = nullptr);
   // Removes b's key (eviction). No-op when b is not cached.
   void erase(BlockId b);
+
+  // Every new entry and every erased one is reported to `sink` (nullptr: off).
+  void set_event_sink(KvEventSink* sink) { sink_ = sink; }
+  KvEventSink* event_sink() const { return sink_; }
+  // A cached block's KV group and chain key (as given to insert).
+  int32_t group_of(BlockId b) const { return slots_[static_cast<size_t>(b)].group; }
+  const Hash128& chain_of(BlockId b) const { return slots_[static_cast<size_t>(b)].chain; }
 
   bool contains(BlockId b) const { return slots_[static_cast<size_t>(b)].entry != kNoEntry; }
   EntryId entry_of(BlockId b) const { return slots_[static_cast<size_t>(b)].entry; }
@@ -111,6 +130,8 @@ class PrefixCache {
     // for the empty salt.
     const std::string* salt = nullptr;
     int64_t hits = 0;  // admissions served from this block since its commit (count_hit)
+    Hash128 chain;     // chain key (group 0's) and KV group, for KV events
+    int32_t group = 0;
   };
   static std::string_view salt_view(const Slot& s) { return s.salt ? std::string_view(*s.salt) : std::string_view(); }
   // Takes / drops one reference to an interned salt; nullptr for "".
@@ -132,6 +153,7 @@ class PrefixCache {
   std::unordered_map<std::string, int64_t, SaltHash, std::equal_to<>> salts_;
   EntryId next_entry_ = 1;
   mutable int64_t collisions_refused_ = 0;
+  KvEventSink* sink_ = nullptr;
 };
 
 }  // namespace pagoda::kv

@@ -86,6 +86,10 @@ void AsyncEngine::publish_stats() {
   delta("pagoda:prefix_cache_queries_total", s.prefix_queries_tokens, last_stats_.prefix_queries_tokens);
   delta("pagoda:prefix_cache_hits_total", s.prefix_hits_tokens, last_stats_.prefix_hits_tokens);
   delta("pagoda:num_preemptions_total", s.num_preemptions, last_stats_.num_preemptions);
+  delta("pagoda:kv_events_published_batches_total", s.kv_events_batches, last_stats_.kv_events_batches);
+  delta("pagoda:kv_events_published_total", s.kv_events_events, last_stats_.kv_events_events);
+  delta("pagoda:kv_events_dropped_batches_total", s.kv_events_dropped_batches, last_stats_.kv_events_dropped_batches);
+  delta("pagoda:kv_events_dropped_total", s.kv_events_dropped_events, last_stats_.kv_events_dropped_events);
   delta("pagoda:prompt_tokens_total", s.prompt_tokens_total, last_stats_.prompt_tokens_total);
   delta("pagoda:generation_tokens_total", s.generation_tokens_total, last_stats_.generation_tokens_total);
   // Each loop turn runs at most one step: the computed-token delta is that step's size.

@@ -244,6 +244,18 @@ void DashboardHub::handle(const HttpRequest& req, std::shared_ptr<Responder> res
     });
     return;
   }
+  if (req.target == "/dashboard/kv_blocks") {
+    // The engine's own view of the blocks it holds, per KV group and medium
+    // (issue 37: what a KV event subscriber's replayed view must equal); a
+    // tenant sees only its own blocks.
+    const engine::SnapshotOptions opts = viewer.options(cfg_.snapshot);
+    engine_->inspect([res, opts](const EngineView& view) {
+      json blocks = json::array();
+      for (const engine::KvBlockKey& k : view.engine.kv_block_keys(opts)) blocks.push_back({k.group, k.medium, k.hash});
+      res->send(200, "application/json", dump_json(json{{"blocks", std::move(blocks)}}));
+    });
+    return;
+  }
   if (req.target == "/dashboard/block") {
     const std::string v = query_param(req.query, "id");
     char* end = nullptr;

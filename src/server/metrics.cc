@@ -45,6 +45,10 @@ Metrics::Metrics() {
   counter("pagoda:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.");
   counter("pagoda:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.");
   counter("pagoda:num_preemptions_total", "Cumulative number of preemptions.");
+  counter("pagoda:kv_events_published_batches_total", "KV event messages published (one per engine step with events).");
+  counter("pagoda:kv_events_published_total", "KV events published.");
+  counter("pagoda:kv_events_dropped_batches_total", "KV event messages dropped by the publisher's full queue.");
+  counter("pagoda:kv_events_dropped_total", "KV events dropped by the publisher's full queue.");
   counter("pagoda:prompt_tokens_total", "Number of prefill tokens processed.");
   counter("pagoda:generation_tokens_total", "Number of generation tokens processed.");
   counter("pagoda:request_success_total", "Count of successfully processed requests.", "finished_reason");

@@ -409,7 +409,8 @@ void Server::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
                                  {"/tokenize", "POST"}, {"/detokenize", "POST"}, {"/version", "GET"},
                                  {"/v1/messages", "POST"}, {"/v1/messages/count_tokens", "POST"},
                                  {"/dashboard", "GET"}, {"/dashboard/events", "GET"},
-                                 {"/dashboard/snapshot", "GET"}, {"/dashboard/block", "GET"}};
+                                 {"/dashboard/snapshot", "GET"}, {"/dashboard/block", "GET"},
+                                 {"/dashboard/kv_blocks", "GET"}};
   const Route* route = nullptr;
   for (const auto& r : routes)
     if (req.target == r.path) route = &r;

@@ -83,6 +83,7 @@ void DiskTier::forget(const std::string& name) {
   bytes_ -= it->second.size;
   lru_.erase(it->second.lru);
   index_.erase(it);
+  note_dropped(name);
 }
 
 void DiskTier::evict_to(uint64_t limit) {

@@ -263,6 +263,7 @@ TierBackend::Put RedisTier::put(const std::string& name, const std::string& valu
 void RedisTier::drop(const std::string& name) {
   const std::string key = opt_.key_prefix + name;
   ReplyPtr r(command(key, {"DEL", key}));
+  note_dropped(name);  // KV events; an entry that expires (--kv-redis-ttl, maxmemory) is not seen
 }
 
 }  // namespace pagoda::tier

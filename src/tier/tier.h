@@ -17,6 +17,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tier/entry.h"
@@ -44,6 +45,22 @@ class TierBackend {
   // Called by the worker when its store queue runs empty: a backend may batch
   // durability work there (the disk tier syncs and renames its waiting batch).
   virtual void flush() {}
+  // KV events (issue 37): the names of the entries this backend dropped since
+  // the last call (LRU eviction, a corrupt entry). Worker thread only.
+  std::vector<std::string> take_dropped() { return std::exchange(dropped_, {}); }
+
+ protected:
+  void note_dropped(const std::string& name) { dropped_.push_back(name); }
+
+ private:
+  std::vector<std::string> dropped_;
+};
+
+// What a tier did with an entry, for KV events (TierSet::take_events).
+struct TierEvent {
+  enum Kind : uint8_t { kStored, kNotStored, kDropped } kind = kStored;
+  uint32_t tier = 0;  // index in the TierSet
+  std::string name;
 };
 
 // Load latency histogram bounds in seconds (the tier metrics' buckets).
@@ -111,6 +128,17 @@ class TierSet {
   // Waits until every queue is empty and no job runs (tests, shutdown).
   void drain();
   std::vector<TierStats> stats() const;
+  // KV events (issue 37): when on, every store gets one TierEvent per tier
+  // (kStored, or kNotStored: skipped, failed or dropped by a full queue) and
+  // every entry a backend drops one kDropped; take_events() hands them over.
+  void set_record_events(bool on) {
+    std::lock_guard<std::mutex> l(mu_);
+    record_events_ = on;
+  }
+  std::vector<TierEvent> take_events() {
+    std::lock_guard<std::mutex> l(mu_);
+    return std::exchange(events_, {});
+  }
 
  private:
   // One store shared by every tier: the first worker to take it encodes it.
@@ -146,6 +174,10 @@ class TierSet {
   std::vector<std::unique_ptr<Tier>> tiers_;
   std::vector<LoadResult> done_;
   bool stop_ = false;
+  bool record_events_ = false;
+  std::vector<TierEvent> events_;
+  // Moves tier i's dropped names into events_ (mu_ held).
+  void collect_dropped(size_t i);
 };
 
 }  // namespace pagoda::tier

@@ -63,6 +63,10 @@ void TierSet::store(const TierKey& key, std::span<const int32_t> tokens, std::st
   for (auto& t : tiers_) {
     if (t->queued_store_bytes + job->queued_bytes > opt_.max_queued_store_bytes) {
       ++t->stats.stores_dropped;
+      if (record_events_) {
+        events_.push_back(TierEvent{TierEvent::kNotStored, static_cast<uint32_t>(&t - tiers_.data()),
+                                    codec_->name(key)});
+      }
       continue;
     }
     t->queued_store_bytes += job->queued_bytes;
@@ -98,6 +102,12 @@ std::vector<TierStats> TierSet::stats() const {
   return out;
 }
 
+void TierSet::collect_dropped(size_t i) {
+  std::vector<std::string> names = tiers_[i]->backend->take_dropped();
+  if (!record_events_) return;
+  for (std::string& n : names) events_.push_back(TierEvent{TierEvent::kDropped, static_cast<uint32_t>(i), std::move(n)});
+}
+
 void TierSet::run(size_t i) {
   Tier& t = *tiers_[i];
   std::unique_lock<std::mutex> l(mu_);
@@ -121,6 +131,7 @@ void TierSet::run(size_t i) {
       if (corrupt) t.backend->drop(name);
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       l.lock();
+      collect_dropped(i);
       t.stats.bytes_read += static_cast<int64_t>(g.value.size());
       if (g.status == TierGet::kError) ++t.stats.errors;
       if (g.status == TierGet::kMiss || g.status == TierGet::kError) ++t.stats.misses;
@@ -153,6 +164,11 @@ void TierSet::run(size_t i) {
       });
       const TierBackend::Put put = t.backend->put(job.name, job.blob);
       l.lock();
+      if (record_events_) {
+        events_.push_back(TierEvent{put == TierBackend::Put::kStored ? TierEvent::kStored : TierEvent::kNotStored,
+                                    static_cast<uint32_t>(i), job.name});
+      }
+      collect_dropped(i);  // after the store: an entry it evicted is dropped after this one is stored
       t.queued_store_bytes -= job.queued_bytes;
       if (put == TierBackend::Put::kStored) {
         ++t.stats.stores;
@@ -164,6 +180,7 @@ void TierSet::run(size_t i) {
         l.unlock();
         t.backend->flush();
         l.lock();
+        collect_dropped(i);
       }
     }
     t.busy = false;
