@@ -121,11 +121,13 @@ int run_template(int argc, char** argv) {
   if (model.empty() && tmpl_path.empty()) model = default_model_path();
 
   std::string source;
+  std::unique_ptr<gguf::GgufFile> gguf_file;  // kept open while the tokenizer lives
   std::unique_ptr<tok::Tokenizer> tokenizer;  // --model: positions in tokens too
   if (!model.empty()) {
     auto file = gguf::GgufFile::open(model);
     if (!file.ok()) return fail(file.message());
-    auto tk = tok::Tokenizer::from_gguf(**file);
+    gguf_file = std::move(file).value();
+    auto tk = tok::Tokenizer::from_gguf(*gguf_file);
     if (!tk.ok()) return fail(tk.message());
     tokenizer = std::move(tk).value();
     const tok::Tokenizer& t = *tokenizer;

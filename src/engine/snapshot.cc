@@ -100,7 +100,7 @@ void fill_snapshot(const sched::Scheduler& sched, const kv::KvManager& kv, const
     q.num_preemptions = r->num_preemptions;
     if (r->num_cached_tokens >= 0) {
       q.prefix_miss = kv::miss_cause_name(r->prefix_miss.cause);
-      if (r->prefix_miss.position >= 0) q.prefix_miss += "@" + std::to_string(r->prefix_miss.position);
+      if (r->prefix_miss.position >= 0) q.prefix_miss.append(1, '@').append(std::to_string(r->prefix_miss.position));
     }
     if (kv.has_seq(sid)) {
       q.num_computed_tokens = kv.num_computed_tokens(sid);

@@ -65,7 +65,7 @@ PrefixMiss KvManager::explain_miss(const PrefixMatch& m, std::span<const TokenId
     }
   }
   int32_t best = -1;
-  cache.miss_index().for_each_child(parent, [&](BlockId c) {
+  if (i > 0) cache.miss_index().for_each_child(parent, [&](BlockId c) {
     if (cache.salt_of(c) != cache_salt) return;
     const auto ct = cache.tokens_of(c);
     const auto n = std::min(ct.size(), block.size());
@@ -73,8 +73,9 @@ PrefixMiss KvManager::explain_miss(const PrefixMatch& m, std::span<const TokenId
                                                         block.begin()).first - ct.begin());
     if (lcp < static_cast<int32_t>(bs)) best = std::max(best, lcp);
   });
-  // At the root a child sharing no token is just another prompt, not a divergence.
-  if (best > 0 || (best == 0 && i > 0)) {
+  // Only past a matched block: at the root every prompt starting with the same
+  // BOS would "diverge" from every other.
+  if (i > 0 && best >= 0) {
     r.cause = MissCause::kDiverged;
     r.position = static_cast<int32_t>(i * bs) + best;
     return r;

@@ -15,11 +15,10 @@
 //   salt        the same tokens after the same token prefix are cached under
 //               another cache salt (another tenant): found by the salt-free
 //               chain key (MissIndex), trusting the 128-bit hash
-//   diverged    the last matched block (or the root, for block 0) has a cached
+//   diverged    the last matched block (at least one block matched) has a cached
 //               child under the same salt whose tokens differ: position is the
 //               prompt index of the first token that differs from the child
-//               sharing the longest common start with the prompt (for block 0
-//               the child must share at least its first token)
+//               sharing the longest common start with the prompt
 //   never_seen  none of the above: nothing we remember held this key
 // With sliding-window groups a hit can also end where group 0 holds the block
 // but a window group does not; then only evicted / tier_miss (the window

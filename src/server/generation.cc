@@ -84,12 +84,16 @@ std::string Generation::prefix_header() const {
   std::string out;
   for (const PrefixReport& p : prefix_) {
     if (!p.known) continue;
-    char buf[160];
-    int n = std::snprintf(buf, sizeof buf, "matched=%lld; cause=%s", static_cast<long long>(p.matched), p.cause.c_str());
-    if (p.position >= 0) n += std::snprintf(buf + n, sizeof buf - static_cast<size_t>(n), "; position=%d", p.position);
-    if (p.evicted_ago_s >= 0)
-      std::snprintf(buf + n, sizeof buf - static_cast<size_t>(n), "; evicted_ago=%.3f", p.evicted_ago_s);
-    out += (out.empty() ? "" : ", ") + std::string(buf);
+    std::string one = "matched=";
+    one.append(std::to_string(p.matched)).append("; cause=").append(p.cause);
+    if (p.position >= 0) one.append("; position=").append(std::to_string(p.position));
+    if (p.evicted_ago_s >= 0) {
+      char ago[32];
+      std::snprintf(ago, sizeof ago, "%.3f", p.evicted_ago_s);
+      one.append("; evicted_ago=").append(ago);
+    }
+    if (!out.empty()) out.append(", ");
+    out.append(one);
   }
   return out;
 }
