@@ -64,11 +64,32 @@ TEST(PrefixStability, ReasoningDroppedFromEarlierTurnsBreaksAtTheReply) {
   EXPECT_TRUE(rep->breaks[1].next.starts_with("6<|im_end|>"));
 }
 
-TEST(PrefixStability, WithoutReasoningEveryTurnExtendsTheLast) {
-  auto rep = check_prefix_stability(qwen3(), conversation(false), ChatRenderOptions{}, nullptr);
+// Qwen3 breaks even without reasoning: the turn just answered renders an empty
+// "<think>\n\n</think>\n\n" that the next prompt no longer has.
+TEST(PrefixStability, Qwen3BreaksEvenWithoutReasoning) {
+  const ChatTemplate t = qwen3();
+  const auto m = conversation(false);
+  auto rep = check_prefix_stability(t, m, ChatRenderOptions{}, nullptr);
   ASSERT_TRUE(rep.ok()) << rep.message();
   EXPECT_EQ(rep->num_turns, 3);
-  EXPECT_TRUE(rep->stable());
+  ASSERT_EQ(rep->breaks.size(), 2u);
+  EXPECT_EQ(rep->breaks[0].byte, static_cast<int64_t>(prompt(t, m, 2).text.size()));
+  EXPECT_EQ(rep->breaks[0].prev, "<think>\n\n</think>\n\n4<|im_end|>\n");
+}
+
+// SmolLM2's own template (ChatML, no reasoning handling) extends every turn.
+TEST(PrefixStability, SmolLM2TemplateIsStable) {
+  std::string why;
+  const Tokenizer* tk = smollm2(&why);
+  if (tk == nullptr) GTEST_SKIP() << "SmolLM2 not available: " << why;
+  auto t = ChatTemplate::from_tokenizer(*tk);
+  ASSERT_TRUE(t.ok()) << t.message();
+  for (bool reasoning : {false, true}) {
+    auto rep = check_prefix_stability(*t, conversation(reasoning), ChatRenderOptions{}, tk);
+    ASSERT_TRUE(rep.ok()) << rep.message();
+    EXPECT_EQ(rep->num_turns, 3);
+    EXPECT_TRUE(rep->stable()) << "reasoning=" << reasoning << " break at byte " << rep->breaks[0].byte;
+  }
 }
 
 // With a tokenizer the break is also a token index: the server's encoding of
