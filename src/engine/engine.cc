@@ -498,6 +498,11 @@ void EngineImpl::push_event(sched::RequestId sid, const sched::ScheduledSeq& seq
   if (!ch.reported_cached) {
     const sched::Request* req = sched_->find(seq.request_id);  // a child is not forked yet: its parent's
     ev.num_cached_tokens = req && req->num_cached_tokens > 0 ? req->num_cached_tokens : 0;
+    if (req) {
+      ev.prefix_miss = kv::miss_cause_name(req->prefix_miss.cause);
+      ev.prefix_miss_position = req->prefix_miss.position;
+      ev.prefix_evicted_ago_s = req->prefix_miss.evicted_ago_s;
+    }
     ch.reported_cached = true;
   }
   ev.num_prompt_tokens = ch.num_prompt;

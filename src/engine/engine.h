@@ -149,6 +149,12 @@ struct TokenEvent {
   int32_t num_prompt_tokens = 0;
   int32_t num_cached_tokens = 0;     // prompt tokens served from the prefix cache
   int32_t num_output_tokens = 0;     // total so far for this choice
+  // Why the prefix-cache hit ended where it did (kv/prefix_miss.h), on the
+  // first event of a choice only (empty on the others): "none", "never_seen",
+  // "evicted", "salt", "tier_miss", "diverged".
+  std::string prefix_miss;
+  int32_t prefix_miss_position = -1;  // diverged: first prompt token differing from the cache
+  double prefix_evicted_ago_s = -1;   // evicted / tier_miss: seconds since the eviction
 };
 
 // One KV tier below RAM (tier::TierStats, cumulative).

@@ -76,6 +76,7 @@ Expected<std::unique_ptr<KvTierLink>> KvTierLink::create(const EngineConfig& c, 
   link->block_size_ = kv->block_size();
   link->block_bytes_ = storage->block_bytes();
   kv->set_commit_log(true);
+  kv->set_tiers_configured(true);  // an evicted key now reads tier_miss (kv/prefix_miss.h)
   return link;
 }
 

@@ -98,6 +98,10 @@ void fill_snapshot(const sched::Scheduler& sched, const kv::KvManager& kv, const
     q.num_output_tokens = r->num_output_tokens();
     q.num_cached_tokens = r->num_cached_tokens;
     q.num_preemptions = r->num_preemptions;
+    if (r->num_cached_tokens >= 0) {
+      q.prefix_miss = kv::miss_cause_name(r->prefix_miss.cause);
+      if (r->prefix_miss.position >= 0) q.prefix_miss.append(1, '@').append(std::to_string(r->prefix_miss.position));
+    }
     if (kv.has_seq(sid)) {
       q.num_computed_tokens = kv.num_computed_tokens(sid);
       for (int32_t g = 0; g < kv.num_groups(); ++g) {

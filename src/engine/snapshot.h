@@ -67,6 +67,9 @@ struct SnapshotRequest {
   int32_t num_computed_tokens = 0;  // tokens whose K/V are in its blocks
   int32_t num_cached_tokens = 0;    // prompt tokens served by the prefix cache (-1: not admitted yet)
   int32_t num_preemptions = 0;
+  // Why its prefix hit ended there (kv/prefix_miss.h): "" until admitted, else
+  // the cause, with "@P" for diverged at prompt token P.
+  std::string prefix_miss;
   std::vector<std::vector<int32_t>> block_tables;  // [kv groups][logical blocks]; empty while waiting
 };
 

@@ -9,6 +9,7 @@ namespace pagoda::kv {
 BlockId SharedBlocks::take() {
   const BlockId b = pool.pop_free();
   if (cache.contains(b)) {
+    evicted.record(cache.key_of(b));
     cache.erase(b);
     ++num_evictions;
   }

@@ -38,9 +38,10 @@ struct KvGroupSpec {
 // The blocks every group draws from: the one pool and the one prefix cache.
 struct SharedBlocks {
   SharedBlocks(int32_t num_blocks, uint64_t model_fingerprint)
-      : pool(num_blocks), cache(num_blocks, model_fingerprint) {}
+      : pool(num_blocks), cache(num_blocks, model_fingerprint), evicted(num_blocks) {}
   BlockPool pool;
   PrefixCache cache;
+  EvictionLog evicted;  // keys recently evicted, with when (kv/miss_index.h)
   int64_t num_evictions = 0;   // cached blocks whose key was dropped for reuse
   int64_t num_cow_copies = 0;  // copy-on-write block copies requested
   // Pops the head of the free queue; a cached block loses its key (an eviction).

@@ -48,6 +48,7 @@
 #include "kv/block_pool.h"
 #include "kv/group_manager.h"
 #include "kv/prefix_cache.h"
+#include "kv/prefix_miss.h"
 #include "kv/types.h"
 
 namespace pagoda::kv {
@@ -334,6 +335,14 @@ class KvManager {
   void notify_all_cleared() {
     if (KvEventSink* s = blocks_->cache.event_sink()) s->all_cleared();
   }
+  // --- why a prefix missed (kv/prefix_miss.h, issue 36) ---
+  // Explains where `match` (current: made or revalidated since the last
+  // change) of `tokens` ends. Changes nothing; hashes only past a miss.
+  PrefixMiss explain_miss(const PrefixMatch& match, std::span<const TokenId> tokens, std::string_view cache_salt) const;
+  // A tier below RAM is configured: an evicted key reads tier_miss.
+  void set_tiers_configured(bool on) { tiers_configured_ = on; }
+  // The clock of the eviction log (seconds; default: steady clock), for tests.
+  void set_clock_for_testing(std::function<double()> clock) { blocks_->evicted.set_clock(std::move(clock)); }
 
   KvStats stats() const;
   // KvStats' prefix counters without stats()' O(blocks) census (per-step traces).
@@ -405,6 +414,7 @@ class KvManager {
   int64_t prefix_hit_tokens_ = 0;
   bool commit_log_on_ = false;
   std::vector<CommittedBlock> commit_log_;
+  bool tiers_configured_ = false;
 };
 
 }  // namespace pagoda::kv

@@ -32,7 +32,7 @@ Hash128 PrefixCache::default_hash(const Hash128& parent, std::span<const TokenId
 
 PrefixCache::PrefixCache(int32_t num_blocks, uint64_t model_fingerprint)
     : model_fingerprint_(model_fingerprint), hash_fn_(&PrefixCache::default_hash),
-      slots_(static_cast<size_t>(num_blocks)) {}
+      slots_(static_cast<size_t>(num_blocks)), miss_index_(num_blocks) {}
 
 void PrefixCache::set_hash_fn_for_testing(HashFn fn) {
   PAGODA_CHECK(map_.empty());
@@ -105,6 +105,12 @@ EntryId PrefixCache::insert(BlockId b, const Hash128& key, EntryId parent, std::
     }
     sink_->block_stored(s.chain, parent_chain, s.tokens, s.group);
   }
+  // The salt-free chain key: the key these tokens after this token prefix have
+  // under the empty salt (one more hash, salted blocks only).
+  const BlockId pb = parent == kRootEntry ? kNullBlock : block_of_entry(parent);
+  miss_index_.add(b, parent,
+                  cache_salt.empty() ? key : this->key(pb == kNullBlock ? Hash128{} : miss_index_.unsalted_of(pb), tokens, {}),
+                  !cache_salt.empty());
   return s.entry;
 }
 
@@ -131,6 +137,7 @@ void PrefixCache::erase(BlockId b) {
   if (sink_) sink_->block_removed(s.chain, s.group);
   map_.erase(it);
   live_.erase(s.entry);
+  miss_index_.remove(b);
   s.entry = kNoEntry;
   s.parent = kNoEntry;
   s.tokens.clear();

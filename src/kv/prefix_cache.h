@@ -28,6 +28,7 @@
 
 #include "base/hash.h"
 #include "kv/event_sink.h"
+#include "kv/miss_index.h"
 #include "kv/types.h"
 
 namespace pagoda::kv {
@@ -117,6 +118,15 @@ class PrefixCache {
     if (s.entry != kNoEntry) ++s.hits;
   }
 
+  // The cached block under `key` as the map holds it, unconfirmed (kNullBlock
+  // when none); no side effect. For miss diagnostics only (kv/prefix_miss.cc).
+  BlockId block_of_key(const Hash128& key) const {
+    auto it = map_.find(key);
+    return it == map_.end() ? kNullBlock : it->second;
+  }
+  // Children and salt-free keys of cached blocks (kv/miss_index.h), for miss diagnostics.
+  const MissIndex& miss_index() const { return miss_index_; }
+
   // Map, per-block records and salt reference counts agree; "" when fine.
   std::string check() const;
 
@@ -152,6 +162,7 @@ class PrefixCache {
   // Non-empty salt -> number of cached blocks holding it.
   std::unordered_map<std::string, int64_t, SaltHash, std::equal_to<>> salts_;
   EntryId next_entry_ = 1;
+  MissIndex miss_index_;
   mutable int64_t collisions_refused_ = 0;
   KvEventSink* sink_ = nullptr;
 };

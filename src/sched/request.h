@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/generation.h"
+#include "kv/prefix_miss.h"
 #include "sched/step_plan.h"
 
 namespace pagoda::sched {
@@ -47,6 +48,7 @@ struct Request {
   uint64_t arrival = 0;  // order of add_request
   RequestState state = RequestState::kWaiting;
   int32_t num_cached_tokens = -1;   // prefix-cache hit at first admission (-1: not admitted yet)
+  kv::PrefixMiss prefix_miss;        // why the hit at first admission ended there (kv/prefix_miss.h)
   int32_t num_preemptions = 0;
   int32_t deferred_steps = 0;        // steps passed over for in-flight prefix dedup
   int32_t overtaken_steps = 0;       // kLpm: steps in which a request behind it was admitted first

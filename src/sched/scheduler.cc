@@ -308,6 +308,8 @@ StepPlan Scheduler::schedule() {
       auto admission = kv_->can_allocate(std::move(match), n, num_children * kv_->num_groups(), w.num_tokens(),
                                          config_.max_num_batched_tokens);
       if (!admission.ok()) break;
+      // Why the hit ends there, told once (before allocate takes blocks, which may evict).
+      if (w.num_cached_tokens < 0) w.prefix_miss = kv_->explain_miss(admission->match(), w.tokens, w.cache_salt);
       // Nothing changed the KvManager since the lookup: allocate cannot refuse.
       auto got = kv_->allocate(w.id, *admission);
       PAGODA_CHECK_MSG(got.ok() && *got == cached, "request %llu: allocate after can_allocate failed: %s", ull(w.id),
@@ -433,6 +435,7 @@ void Scheduler::fork_children(Request& parent, std::span<const SeqOutput> output
     c.arrival = parent.arrival;
     c.state = RequestState::kRunning;  // its computed tokens and keys came with kv_->fork
     c.num_cached_tokens = parent.num_cached_tokens;
+    c.prefix_miss = parent.prefix_miss;
     c.num_preemptions = parent.num_preemptions;
     c.forked_from = parent.id;
     pending_children_.erase(cid);

@@ -103,6 +103,7 @@ std::string snapshot_json(const engine::DashboardSnapshot& s, const std::vector<
                     {"output", r.num_output_tokens},
                     {"computed", r.num_computed_tokens},
                     {"cached", r.num_cached_tokens},
+                    {"miss", r.prefix_miss},
                     {"preemptions", r.num_preemptions},
                     {"colour", static_cast<int>(kGridRequest0) + static_cast<int>(i % 250)},
                     {"tables", r.block_tables}});

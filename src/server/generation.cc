@@ -76,11 +76,33 @@ bool Generation::stream_tool_event(size_t ci, const engine::TokenEvent& ev) {
 Generation::Generation(GenerationSetup setup, const TextCodec& text, Metrics& metrics, std::shared_ptr<Responder> res)
     : s_(std::move(setup)), text_(text), metrics_(metrics), res_(std::move(res)) {
   choices_.resize(s_.prompt_lens.size() * static_cast<size_t>(s_.n));
+  prefix_.resize(s_.prompt_lens.size());
   pending_choices_ = static_cast<int>(choices_.size());
+}
+
+std::string Generation::prefix_header() const {
+  std::string out;
+  for (const PrefixReport& p : prefix_) {
+    if (!p.known) continue;
+    std::string one = "matched=";
+    one.append(std::to_string(p.matched)).append("; cause=").append(p.cause);
+    if (p.position >= 0) one.append("; position=").append(std::to_string(p.position));
+    if (p.evicted_ago_s >= 0) {
+      char ago[32];
+      std::snprintf(ago, sizeof ago, "%.3f", p.evicted_ago_s);
+      one.append("; evicted_ago=").append(ago);
+    }
+    if (!out.empty()) out.append(", ");
+    out.append(one);
+  }
+  return out;
 }
 
 void Generation::access_log(int status, const std::string& finish, const std::string& error) const {
   if (!s_.log_access) return;
+  // prefix="matched=N; cause=C; ..." per prompt (the x-pagoda-prefix header's value).
+  std::string prefix = prefix_header();
+  if (!prefix.empty()) prefix = " prefix=\"" + prefix + "\"";
   int64_t pt = 0, ct = 0;
   for (int32_t len : s_.prompt_lens) pt += len;
   for (const auto& c : choices_) ct += c.num_tokens;
@@ -88,10 +110,10 @@ void Generation::access_log(int status, const std::string& finish, const std::st
   char ttft[32] = "-";
   if (t_first_ > 0) std::snprintf(ttft, sizeof ttft, "%.3fs", t_first_ - s_.t_start);
   PAGODA_LOG_INFO("%s %s status=%d prompt_tokens=%lld output_tokens=%lld cached_tokens=%lld ttft=%s duration=%.3fs "
-                  "finish=%s%s%s",
+                  "finish=%s%s%s%s",
                   s_.meta.id.c_str(), s_.meta.endpoint == Endpoint::kChat ? "/v1/chat/completions" : "/v1/completions",
                   status, static_cast<long long>(pt), static_cast<long long>(ct), static_cast<long long>(cached_tokens_),
-                  ttft, now - s_.t_start, finish.c_str(), error.empty() ? "" : " error=", error.c_str());
+                  ttft, now - s_.t_start, finish.c_str(), prefix.c_str(), error.empty() ? "" : " error=", error.c_str());
 }
 
 void Generation::on_added(const std::string& error) {
@@ -145,6 +167,11 @@ void Generation::on_event(size_t prompt, const engine::TokenEvent& ev) {
   Choice& c = choices_[ci];
   if (t_first_ == 0 && !ev.tokens.empty()) t_first_ = now_seconds();
   if (ev.index == 0 && ev.num_cached_tokens > 0 && c.num_tokens == 0) cached_tokens_ += ev.num_cached_tokens;
+  if (ev.index == 0 && !ev.prefix_miss.empty() && !prefix_[prompt].known) {
+    prefix_[prompt] = PrefixReport{true, ev.num_cached_tokens, ev.prefix_miss, ev.prefix_miss_position,
+                                   ev.prefix_evicted_ago_s};
+    if (ev.prefix_miss != "none") metrics_.inc_counter("pagoda:prefix_cache_miss_total", 1, ev.prefix_miss);
+  }
   const size_t text_off0 = c.text.size();
   if (s_.stream) {
     if (s_.tool_names.empty() || !stream_tool_event(ci, ev)) stream_event(prompt, ci, ev, text_off0);
@@ -237,7 +264,9 @@ void Generation::finish_all() {
   }
   json j = response_json(s_.meta, std::move(choices), std::move(u));
   if (s_.return_token_ids && ep == Endpoint::kChat) j["prompt_token_ids"] = s_.prompt_ids[0];
-  res_->send(200, "application/json", dump_json(j));
+  std::map<std::string, std::string> headers;
+  if (std::string p = prefix_header(); !p.empty()) headers["x-pagoda-prefix"] = std::move(p);
+  res_->send(200, "application/json", dump_json(j), std::move(headers));
   res_.reset();
 }
 

@@ -68,6 +68,18 @@ class Generation {
   void stream_event(size_t prompt, size_t ci, const engine::TokenEvent& ev, size_t text_off0);
   void finish_all();                     // mu_ held, every choice done
   json usage() const;
+  // Why prompt p's prefix-cache hit ended where it did (engine::TokenEvent's
+  // prefix_miss fields, from its first event). Reported on the access line
+  // and, non-streamed, in the x-pagoda-prefix response header (docs/prefix_miss.md).
+  struct PrefixReport {
+    bool known = false;
+    int64_t matched = 0;
+    std::string cause;
+    int32_t position = -1;
+    double evicted_ago_s = -1;
+  };
+  // "matched=N; cause=C[; position=P][; evicted_ago=S]" per prompt, joined by ", ".
+  std::string prefix_header() const;
   // The access line: one per request, at info level, when its response ends.
   void access_log(int status, const std::string& finish, const std::string& error) const;
 
@@ -81,6 +93,7 @@ class Generation {
   std::mutex mu_;
   std::vector<Choice> choices_;  // [prompt * n + i]
   int64_t cached_tokens_ = 0;
+  std::vector<PrefixReport> prefix_;  // [prompt]
   int pending_choices_ = 0;
   double t_first_ = 0;           // first output token (0: none yet)
   bool done_ = false;            // response ended (sent, failed or client gone)

@@ -44,6 +44,12 @@ Metrics::Metrics() {
   help_["pagoda:kv_group_blocks_used"] = {"gauge", "KV blocks held by each KV cache group.", "group"};
   counter("pagoda:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.");
   counter("pagoda:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.");
+  // Why a request's prefix hit ended (kv/prefix_miss.h), at its first admission;
+  // bounded labels, every one exposed from the start.
+  counter("pagoda:prefix_cache_miss_total", "Requests whose prefix-cache hit ended before their last block, by cause.",
+          "cause");
+  for (const char* c : {"never_seen", "evicted", "salt", "tier_miss", "diverged"})
+    counters_["pagoda:prefix_cache_miss_total"][c] = 0;
   counter("pagoda:num_preemptions_total", "Cumulative number of preemptions.");
   counter("pagoda:kv_events_published_batches_total", "KV event messages published (one per engine step with events).");
   counter("pagoda:kv_events_published_total", "KV events published.");

@@ -22,7 +22,8 @@ ORIGIN = "http://app.example"
 
 STAMP = r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (debug|info|warning|error)\s+"
 ACCESS = (r"(cmpl-[0-9a-f]{16}) /v1/completions status=200 prompt_tokens=(\d+) output_tokens=4 cached_tokens=(\d+) "
-          r"ttft=\d+\.\d{3}s duration=\d+\.\d{3}s finish=length$")
+          r"ttft=\d+\.\d{3}s duration=\d+\.\d{3}s finish=length "
+          r"prefix=\"matched=\d+; cause=(?:none|never_seen)\"$")  # issue 36: why its prefix hit ended
 STATS = (r"Avg prompt throughput: \d+\.\d tokens/s, Avg generation throughput: \d+\.\d tokens/s, Running: \d+ reqs, "
          r"Waiting: \d+ reqs, GPU KV cache usage: \d+\.\d%, Prefix cache hit rate: \d+\.\d%$")
 

@@ -138,6 +138,8 @@ class Dashboard(OneServerPerClass, unittest.TestCase):
                                         "return r && r.dataset.state === 'running' ? r.cells[8].textContent : null", row),
                         timeout=60, what="the running request's row")
         self.assertRegex(seen, r"^\[\d+( \d+)*")  # its block table
+        # Issue 36: why its prefix hit ended (a 5-token prompt: no full block could hit).
+        self.assertEqual(self.js("return document.querySelector(arguments[0]).cells[9].textContent", row), "none")
         req_state = self.js("return window.pagodaDashboard.requests.find(r => r.tag === arguments[0]) || null",
                             rid["id"])
         if req_state is not None:  # else it finished in between

@@ -177,10 +177,11 @@ function drawRequests(s) {
     return '<tr data-id="' + r.id + '" data-tag="' + esc(r.tag) + '" data-state="' + r.state + '">' +
       "<td>" + sw + esc(name) + '</td><td class="st-' + r.state + '">' + r.state + "</td><td>" + esc(r.why) +
       "</td><td>" + r.prompt + "</td><td>" + r.output + "</td><td>" + r.computed + "</td><td>" +
-      (r.cached < 0 ? "-" : r.cached) + "</td><td>" + r.preemptions + '</td><td class="blocks">' + esc(tableText(r.tables)) + "</td></tr>";
+      (r.cached < 0 ? "-" : r.cached) + "</td><td>" + r.preemptions + '</td><td class="blocks">' + esc(tableText(r.tables)) +
+      "</td><td>" + esc(r.miss || "-") + "</td></tr>";
   });
   document.querySelector("#requests tbody").innerHTML = rows.join("") ||
-    '<tr><td colspan="9" style="color:#8b949e">no request running or waiting</td></tr>';
+    '<tr><td colspan="10" style="color:#8b949e">no request running or waiting</td></tr>';
   const listed = s.requests.length, all = s.num_running + s.num_waiting;
   $("req-info").textContent = s.num_running + " running, " + s.num_waiting + " waiting" + (listed < all ? " (" + listed + " listed)" : "");
 }
