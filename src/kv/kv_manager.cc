@@ -22,6 +22,10 @@ KvManager::KvManager(const KvConfig& config)
                    config.block_size);
   PAGODA_CHECK_MSG(config.watermark >= 0.0 && config.watermark < 1.0, "watermark %f not in [0, 1)", config.watermark);
   watermark_blocks_ = static_cast<int32_t>(std::floor(config.watermark * num_usable_blocks() + 1e-9));
+  PAGODA_CHECK_MSG(config.pinned_fraction >= 0.0 && config.pinned_fraction <= 1.0, "pinned fraction %f not in [0, 1]",
+                   config.pinned_fraction);
+  pin_cap_blocks_ = static_cast<int32_t>(std::floor(config.pinned_fraction * num_usable_blocks() + 1e-9));
+  pin_count_.assign(static_cast<size_t>(config.num_blocks), 0);
   const std::vector<KvGroupSpec> specs = config.groups.empty() ? std::vector<KvGroupSpec>{KvGroupSpec{}} : config.groups;
   for (const KvGroupSpec& g : specs) {
     PAGODA_CHECK_MSG(g.sliding_window >= 0, "sliding window %d < 0", g.sliding_window);
@@ -139,6 +143,7 @@ Expected<int32_t> KvManager::allocate(SeqId seq, const Admission& admission) {
   }
   // The dashboard's per-block hit counts (a statistic: group 0 stands for the chain).
   for (BlockId b : m.tables_[0]) blocks_->cache.count_hit(b);
+  touch_pins(m);  // a hit over a pinned prefix renews its TTL
   const int32_t total_blocks = num_blocks_for(static_cast<int64_t>(cached) + admission.num_new_tokens_);
   for (const auto& g : groups_) g->grow(seq, total_blocks);
   Seq s;
@@ -244,6 +249,7 @@ void KvManager::mark_computed(SeqId seq, std::span<const TokenId> tokens, int32_
     }
     s.entries.push_back(e);
   }
+  maybe_pin(seq, &s);
 }
 
 void KvManager::extend_keys(Seq* s, std::span<const TokenId> tokens, size_t num_blocks) const {
