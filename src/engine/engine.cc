@@ -233,6 +233,7 @@ Status EngineImpl::init(const EngineConfig& c) {
   if (!(c.kv_pinned_fraction >= 0.0 && c.kv_pinned_fraction <= 1.0))
     return errorf("--kv-pinned-fraction must be in [0, 1], got %g", c.kv_pinned_fraction);
   kc.pinned_fraction = c.kv_pinned_fraction;
+  if (c.scheduling_policy == "priority") kc.eviction_classes = sched::kNumEvictionClasses;
   kv_ = std::make_unique<kv::KvManager>(kc);
   if (c.kv_clock_for_testing) kv_->set_clock(c.kv_clock_for_testing);
 

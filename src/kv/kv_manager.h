@@ -63,6 +63,10 @@ struct KvConfig {
   // Pins (kv_pins.cc, issue 36): pinned blocks may hold at most this fraction
   // of the usable blocks; past it the least recently touched pin is demoted.
   double pinned_fraction = 0.2;
+  // Eviction classes (BlockPool): 1 = one LRU free queue (default). More: a
+  // sequence's blocks are released into its set_eviction_class() class, and
+  // higher classes are evicted first (the scheduler's priority policy).
+  int32_t eviction_classes = 1;
   // [n_groups]; empty = one full-context group. Group 0 anchors the prefix
   // chain (put full-context groups first).
   std::vector<KvGroupSpec> groups;
@@ -327,6 +331,10 @@ class KvManager {
                         const std::function<bool(int32_t group, int32_t index)>& loaded,
                         const std::function<void(int32_t group, int32_t index, BlockId block)>& fill);
 
+  // The eviction class seq's blocks are released into (clamped to
+  // config().eviction_classes; higher = evicted sooner). Forks inherit it.
+  void set_eviction_class(SeqId seq, int32_t c);
+
   // --- pins with a TTL (kv_pins.cc, issue 36) ---
   // A pin holds one pool reference on every block of a committed prefix (all
   // groups' blocks still in the cache), so pinned blocks are neither free nor
@@ -400,6 +408,7 @@ class KvManager {
     int32_t max_chunk = 1;  // admission's max_chunk
     int32_t pin_blocks = 0;  // pin_prefix: blocks to pin once committed (0: none or done)
     double pin_ttl = 0;
+    int32_t eviction_class = 0;
   };
   struct Pin {
     uint64_t order = 0;               // creation order (ties of last_touch)

@@ -339,6 +339,7 @@ StepPlan Scheduler::schedule() {
       PAGODA_CHECK_MSG(got.ok() && *got == hit, "request %llu: allocate after can_allocate failed: %s", ull(w.id),
                        got.ok() ? "hit differs" : got.message().c_str());
       if (w.num_cached_tokens < 0) w.num_cached_tokens = hit;
+      if (by_priority) kv_->set_eviction_class(w.id, eviction_class(w.priority));
       if (w.pin_tokens > 0) kv_->pin_prefix(w.id, w.pin_tokens, w.pin_ttl_s);
       w.state = RequestState::kRunning;
       ++stats_.num_admissions;

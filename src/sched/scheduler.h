@@ -56,7 +56,8 @@
 // with the worst priority (highest value, latest arrival); and a waiting
 // request that does not fit (seats or blocks) preempts running requests of a
 // strictly worse priority, worst first, until it fits (never one admitted in
-// the same step).
+// the same step). Eviction prefers cached blocks last released by
+// worse-priority requests (eviction_class), LRU within a class.
 //
 // Pins (issue 36): a request with pin_tokens asks the KvManager to pin its
 // prompt's prefix at each admission (KvManager::pin_prefix); expired pins are
@@ -105,6 +106,11 @@ enum class SchedulePolicy {
   kPriority,  // lowest Request::priority first, ties by arrival (scheduler_priority.cc)
 };
 const char* schedule_policy_name(SchedulePolicy p);
+// kPriority: the KvManager eviction class of a request's blocks (higher is
+// evicted sooner): 0 for priority < 0, 1 for 0, 2 for 1..9, 3 for 10..99, 4
+// for 100 and more. Blocks that hold no prefix go to kNumEvictionClasses - 1.
+inline constexpr int32_t kNumEvictionClasses = 6;
+int32_t eviction_class(int32_t priority);
 
 struct SchedulerConfig {
   int32_t max_num_batched_tokens = 2048;  // token budget per step

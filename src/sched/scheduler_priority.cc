@@ -16,6 +16,14 @@ bool worse(const Request& a, const Request& b) {
 }
 }  // namespace
 
+int32_t eviction_class(int32_t priority) {
+  if (priority < 0) return 0;
+  if (priority == 0) return 1;
+  if (priority < 10) return 2;
+  if (priority < 100) return 3;
+  return 4;
+}
+
 RequestId Scheduler::pick_victim() const {
   PAGODA_CHECK(!running_.empty());
   if (config_.policy != SchedulePolicy::kPriority) return running_.back();

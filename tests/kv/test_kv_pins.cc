@@ -209,6 +209,40 @@ TEST(KvPins, UnpinOldestFreesRoom) {
   EXPECT_INVARIANTS(kv);
 }
 
+// Eviction classes (the priority policy): a worse class's cached blocks are
+// evicted first, blocks holding no prefix before any cached one, LRU within a class.
+TEST(KvEvictionClasses, WorseClassFirstLruWithin) {
+  KvConfig c = make_config(21, 4);
+  c.eviction_classes = 3;
+  KvManager kv(c);
+  const Tokens a = iota_tokens(100, 9), b = iota_tokens(200, 9);
+  PrefixMatch m = kv.match_prefix(a, "");
+  auto adm = kv.can_allocate(std::move(m), 9);
+  ASSERT_TRUE(adm.ok());
+  ASSERT_TRUE(kv.allocate(1, *adm).ok());
+  kv.set_eviction_class(1, 0);  // the best class: evicted last
+  kv.mark_computed(1, a, 9);
+  ASSERT_TRUE(kv.free(1));
+  m = kv.match_prefix(b, "");
+  adm = kv.can_allocate(std::move(m), 9);
+  ASSERT_TRUE(adm.ok());
+  ASSERT_TRUE(kv.allocate(2, *adm).ok());
+  kv.set_eviction_class(2, 1);
+  kv.mark_computed(2, b, 9);
+  ASSERT_TRUE(kv.free(2));
+  // Class 2 (fresh and uncached tail blocks 3 and 6), class 1 (b's), class 0 (a's).
+  EXPECT_EQ(free_queue(kv), cat(cat(range(7, 20), {3, 6}), {5, 4, 2, 1}));
+  EXPECT_EQ(kv.pool().free_head(), 7);
+  EXPECT_INVARIANTS(kv);
+  EXPECT_EQ(admit(kv, 3, iota_tokens(1000, 64), 0, 0), 0);
+  EXPECT_EQ(testing::table(kv, 3), cat(range(7, 20), {3, 6}));
+  EXPECT_EQ(admit(kv, 4, iota_tokens(2000, 4), 0, 0), 0);
+  EXPECT_EQ(testing::table(kv, 4), (Ids{5}));  // b's tail block goes first, a's stay
+  EXPECT_EQ(testing::cached_tokens(kv, a), 8);
+  EXPECT_EQ(testing::cached_tokens(kv, b), 4);
+  EXPECT_INVARIANTS(kv);
+}
+
 // Random operations with pins, TTLs, forks and frees over a small alphabet
 // (prefixes collide); every invariant (pins included: count <= cap, pinned
 // blocks cached, ref counts = table references + pins) after every operation.
