@@ -284,12 +284,13 @@ StepPlan Scheduler::schedule() {
     for (Candidate& c : order) {
       Request& w = req(c.id);
       const auto num_children = static_cast<int32_t>(w.fork_ids.size());
+      if (budget <= 0) break;
       // kPriority: a better request takes a worse one's seat.
       while (by_priority && seats + 1 + num_children > config_.max_num_seqs &&
              preempt_for(w, admitted, &slices, &budget, &plan)) {
         seats = num_seats();
       }
-      if (seats >= config_.max_num_seqs || budget <= 0) break;
+      if (seats >= config_.max_num_seqs) break;
       if (seats + 1 + num_children > config_.max_num_seqs) break;
       // The one prefix lookup of this admission. kLpm looked up for the order;
       // admissions since may have evicted some of those blocks (nothing is
