@@ -13,11 +13,14 @@
 #include "engine_test_util.h"
 #include "gguf/synth.h"
 
-namespace pagoda::engine {
+namespace pagoda::enginetest {
 namespace {
+using engine::TokenEvent;
+using engine::EngineConfig;
 
 constexpr int kPrefix = 8192;  // 512 blocks of 16
-constexpr int kPoolTokens = 16384;
+constexpr int kPoolTokens = 9216;  // 576 blocks: the pinned prefix and 64 more
+constexpr int kTrafficPrompt = 768;
 
 const std::string& tiny_path() {
   static const std::string path = [] {
@@ -48,18 +51,19 @@ struct PinEngine {
   explicit PinEngine(const std::string& policy = "fcfs") {
     EngineConfig c = make_config(tiny_path(), kPoolTokens);
     c.max_num_batched_tokens = 2048;
-    c.kv_pinned_fraction = 0.5;  // 512 blocks: the whole prefix
+    c.kv_pinned_fraction = 0.9;  // 518 blocks: the whole prefix
     c.scheduling_policy = policy;
     c.kv_clock_for_testing = [this] { return t; };
     e = make_engine(c);
   }
 };
 
-// Unrelated traffic of 3 x the pool's tokens: 24 prompts of 2,048 tokens.
+// Unrelated traffic of 3 x the pool's tokens: 36 prompts of 768 tokens.
 void turn_pool_over_three_times(Engine* e, uint64_t seed) {
   Driver d(e);
   std::vector<RequestId> ids;
-  for (int i = 0; i < 3 * kPoolTokens / 2048; ++i) ids.push_back(d.add(greedy(tokens(seed + i, 2048), 1)));
+  for (int i = 0; i < 3 * kPoolTokens / kTrafficPrompt; ++i)
+    ids.push_back(d.add(greedy(tokens(seed + static_cast<uint64_t>(i), kTrafficPrompt), 1)));
   d.run();
   for (RequestId id : ids) EXPECT_EQ(d.result(id).tokens.size(), 1u);
 }
@@ -91,9 +95,13 @@ TEST(EnginePins, PinnedPrefixSurvivesThreePoolTurnoversThenExpires) {
   s = e->stats();
   EXPECT_EQ(s.pins_expired, 0);
   EXPECT_GE(s.pins_renewed, 1);
+  // 3599 s after that hit (5399 s after the pin was made): still pinned, so the
+  // TTL runs from the last touch.
   pe.t = 1800 + 3599;
-  turn_pool_over_three_times(e, 2000);
   EXPECT_GE(cached_for_prefix_plus(e, prefix, 8), kPrefix - 16);
+  s = e->stats();
+  EXPECT_EQ(s.pins_expired, 0);
+  EXPECT_EQ(s.blocks_pinned, kPrefix / 16);
   // An hour after the last touch (1800 + 3599 + 3600): expired at the next
   // step, then evicted by traffic like any block.
   pe.t = 1800 + 3599 + 3600;
@@ -179,4 +187,4 @@ TEST(EnginePins, ResetPrefixCacheRefusesOrForces) {
 }
 
 }  // namespace
-}  // namespace pagoda::engine
+}  // namespace pagoda::enginetest

@@ -49,8 +49,11 @@ def metric(port, name):
     return None if m is None else float(m.group(2))
 
 
+MODEL_NAME = os.path.splitext(os.path.basename(MODEL))[0]  # the served name: the file stem
+
+
 def completion(max_tokens):
-    return {"model": "m", "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
+    return {"model": MODEL_NAME, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
 
 
 class ResetPrefixCache(OneServerPerClass, unittest.TestCase):
