@@ -228,6 +228,10 @@ const char* kEngineFlagsHelp =
     "                                (default 2) x a pure decode step's measured time, at least\n"
     "                                --min-prefill-chunk N (default 64) tokens, at most 2048 in all)\n"
     "  --schedule-policy fcfs|lpm    admission order: arrival, or longest cached prefix first (default fcfs)\n"
+    "  --scheduling-policy fcfs|priority   vLLM's: priority admits the request field priority lowest\n"
+    "                                first and preempts the worst (default fcfs)\n"
+    "  --kv-pinned-fraction F        pinned prefixes (cache_control, prompt_cache_retention) hold at\n"
+    "                                most F of the KV blocks; past it the oldest pin is demoted (default 0.2)\n"
     "  --gpu-memory-utilization F    fraction of RAM for weights + KV cache: the KV pool gets\n"
     "                                F x RAM minus the model file (vLLM's flag; CPU meaning)\n"
     "  accepted and ignored, with a warning (pagoda runs on the CPU): -ngl/--n-gpu-layers N,\n"
@@ -418,6 +422,15 @@ std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
     if (v == "fcfs") cfg->schedule_lpm = false;
     else if (v == "lpm") cfg->schedule_lpm = true;
     else return "--schedule-policy must be fcfs or lpm, got '" + v + "'";
+  }
+  if (args.value("--scheduling-policy", &v)) {
+    if (v != "fcfs" && v != "priority") return "--scheduling-policy must be fcfs or priority, got '" + v + "'";
+    cfg->scheduling_policy = v;
+  }
+  if (args.value("--kv-pinned-fraction", &v)) {
+    double f = 0;
+    if (!parse_f64(v, &f) || !(f >= 0 && f <= 1)) return "--kv-pinned-fraction must be a number in [0, 1], got '" + v + "'";
+    cfg->kv_pinned_fraction = f;
   }
   if (args.value("--kv-disk-dir", &v)) {
     if (v.empty()) return "--kv-disk-dir needs a directory";

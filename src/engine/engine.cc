@@ -95,6 +95,8 @@ class EngineImpl final : public Engine {
   std::vector<int32_t> cached_block_tokens(int32_t block) const override;
   std::string cached_block_salt(int32_t block) const override;
   std::vector<KvBlockKey> kv_block_keys(const SnapshotOptions& options) const override;
+  Status reset_prefix_cache(bool force) override;
+  double pin_ttl_left(int32_t block) const override;
 
  private:
   void fail_plan(const sched::StepPlan& plan, const std::string& msg, std::vector<TokenEvent>* events);
@@ -133,6 +135,7 @@ class EngineImpl final : public Engine {
   std::unique_ptr<kv::KvManager> kv_;
   std::unique_ptr<sched::Scheduler> sched_;
   std::unique_ptr<KvTierLink> tiers_;  // KV tiers below RAM; nullptr: none
+  int64_t prefix_cache_resets_ = 0;
   sched::StepPlan recompute_plan_;  // cfg_.recompute: the step rewritten to start at position 0
   ModelInfo info_;
   Rng seed_rng_{0x5eed};
@@ -232,7 +235,12 @@ Status EngineImpl::init(const EngineConfig& c) {
   kc.model_fingerprint = model_->fingerprint();
   // Recomputing rewrites a sequence's blocks every step: none may be shared.
   kc.enable_prefix_caching = c.enable_prefix_caching && !c.recompute;
+  if (!(c.kv_pinned_fraction >= 0.0 && c.kv_pinned_fraction <= 1.0))
+    return errorf("--kv-pinned-fraction must be in [0, 1], got %g", c.kv_pinned_fraction);
+  kc.pinned_fraction = c.kv_pinned_fraction;
+  if (c.scheduling_policy == "priority") kc.eviction_classes = sched::kNumEvictionClasses;
   kv_ = std::make_unique<kv::KvManager>(kc);
+  if (c.kv_clock_for_testing) kv_->set_clock(c.kv_clock_for_testing);
 
   sched::SchedulerConfig sc;
   sc.max_num_batched_tokens = c.max_num_batched_tokens;
@@ -240,6 +248,14 @@ Status EngineImpl::init(const EngineConfig& c) {
   sc.max_model_len = static_cast<int32_t>(ctx);
   sc.vocab_size = mc.n_vocab;
   sc.policy = c.schedule_lpm ? sched::SchedulePolicy::kLpm : sched::SchedulePolicy::kFcfs;
+  if (c.scheduling_policy == "priority") {
+    if (c.schedule_lpm) return errorf("--scheduling-policy priority and lpm cannot be combined");
+    sc.policy = sched::SchedulePolicy::kPriority;
+  } else if (c.scheduling_policy == "lpm") {
+    sc.policy = sched::SchedulePolicy::kLpm;
+  } else if (c.scheduling_policy != "fcfs") {
+    return errorf("--scheduling-policy must be fcfs, priority or lpm, got '%s'", c.scheduling_policy.c_str());
+  }
   sc.auto_budget = c.auto_batched_tokens;
   sc.auto_budget_config.target_factor = c.auto_step_factor;
   sc.auto_budget_config.min_prefill_tokens = c.auto_min_prefill_tokens;
@@ -322,6 +338,11 @@ Expected<RequestId> EngineImpl::add_request(const RequestParams& p) {
   nr.prompt = p.prompt;
   nr.max_tokens = p.max_tokens;
   nr.cache_salt = p.cache_salt;
+  if (p.pin_tokens < 0) return errorf("pin_tokens must be >= 0, got %d", p.pin_tokens);
+  if (p.pin_tokens > 0 && !(p.pin_ttl_s > 0)) return errorf("a pin needs a TTL > 0 seconds, got %g", p.pin_ttl_s);
+  nr.priority = sched_->config().policy == sched::SchedulePolicy::kPriority ? p.priority : 0;
+  nr.pin_tokens = p.pin_tokens;
+  nr.pin_ttl_s = p.pin_ttl_s;
   nr.fork_ids.assign(subs.begin() + 1, subs.end());
   if (tiers_) {
     // Checked now, queued once its tier loads are back (or at once: nothing to load).
@@ -743,7 +764,38 @@ EngineStats EngineImpl::stats() const {
   s.spec_num_draft_tokens = spec_num_draft_tokens_;
   s.spec_num_accepted_tokens = spec_num_accepted_tokens_;
   s.spec_accepted_per_pos = spec_accepted_per_pos_;
+  const kv::KvManager::PinStats ps = kv_->pin_stats();
+  s.pins = ps.num_pins;
+  s.blocks_pinned = ps.num_pinned_blocks;
+  s.blocks_pinned_cap = ps.cap_blocks;
+  s.pins_created = ps.created;
+  s.pins_renewed = ps.renewed;
+  s.pins_expired = ps.expired;
+  s.pins_demoted = ps.demoted;
+  s.pins_cleared = ps.cleared;
+  s.prefix_cache_resets = prefix_cache_resets_;
+  sched_->count_by_priority(&s.waiting_by_priority, &s.running_by_priority);
   return s;
+}
+
+Status EngineImpl::reset_prefix_cache(bool force) {
+  if (sched_->num_running() > 0) {
+    if (!force) {
+      return errorf("%d requests are running: the prefix cache can be reset only when none runs (force=true "
+                    "preempts them; they recompute and complete)",
+                    sched_->num_running());
+    }
+    sched_->preempt_all();
+  }
+  const bool ok = kv_->reset_prefix_cache();
+  PAGODA_CHECK_MSG(ok, "reset_prefix_cache: sequences still hold blocks after preempting every request");
+  ++prefix_cache_resets_;
+  return Status::Ok();
+}
+
+double EngineImpl::pin_ttl_left(int32_t block) const {
+  const double expiry = kv_->pin_expiry(block);
+  return expiry > 0 ? std::max(0.0, expiry - kv_->now()) : 0.0;
 }
 
 void EngineImpl::snapshot(DashboardSnapshot* out, const SnapshotOptions& options) const {

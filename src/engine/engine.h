@@ -4,6 +4,7 @@
 // wraps it in AsyncEngine, which owns that thread).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,6 +59,14 @@ struct EngineConfig {
   int auto_min_prefill_tokens = 64;
   double watermark = 0.01;           // admission keeps this fraction of blocks free
   bool schedule_lpm = false;         // admit longest cached prefix first (else arrival order)
+  // vLLM's --scheduling-policy: "fcfs" (arrival order; schedule_lpm may make it
+  // lpm) or "priority" (RequestParams::priority, lower first; preempts worse).
+  std::string scheduling_policy = "fcfs";
+  // Pinned prefixes (RequestParams::pin_tokens) hold at most this fraction of
+  // the pool's blocks; past it the least recently touched pin is demoted.
+  double kv_pinned_fraction = 0.2;
+  // Tests: the clock of pin TTLs in seconds (empty: a steady clock).
+  std::function<double()> kv_clock_for_testing;
   // vLLM's flag: one KV cache group, every layer keeps a full-context table
   // (sliding windows stay masks). Else layers form groups by attention kind
   // and window layers hold only their window (kv/sizing's kv_group_layout).
@@ -207,6 +216,17 @@ struct EngineStats {
   int64_t spec_num_draft_tokens = 0;
   int64_t spec_num_accepted_tokens = 0;
   std::vector<int64_t> spec_accepted_per_pos;
+  // Pins (issue 36): live pins, the distinct blocks they hold (part of
+  // blocks_used), the cap, and pins created / expired by their TTL / demoted
+  // by the cap or by admission / cleared by reset_prefix_cache.
+  int64_t pins = 0;
+  int64_t blocks_pinned = 0;
+  int64_t blocks_pinned_cap = 0;
+  int64_t pins_created = 0, pins_renewed = 0, pins_expired = 0, pins_demoted = 0, pins_cleared = 0;
+  int64_t prefix_cache_resets = 0;
+  // Requests by priority value, ascending ((priority, count); every request
+  // is priority 0 unless scheduling_policy is "priority").
+  std::vector<std::pair<int32_t, int32_t>> waiting_by_priority, running_by_priority;
 };
 
 struct ModelInfo {
@@ -278,6 +298,13 @@ class Engine {
     (void)options;
     return {};
   }
+  // Empties the prefix cache (vLLM's reset_prefix_cache): every pin and every
+  // cached block goes. Refused while requests run unless force, which preempts
+  // them first (they recompute and complete with their full output). Tiers
+  // below RAM are not touched (not implemented yet).
+  virtual Status reset_prefix_cache(bool force) = 0;
+  // Seconds left of the pin holding block b longest (0: not pinned).
+  virtual double pin_ttl_left(int32_t block) const = 0;
 };
 
 }  // namespace pagoda::engine

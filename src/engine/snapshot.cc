@@ -180,6 +180,7 @@ void fill_snapshot(const sched::Scheduler& sched, const kv::KvManager& kv, const
       n.hits = cache.hits_of(b);
       n.depth = depth_of(b);
       n.in_use = pool.ref_count(b) > 0;
+      if (const double exp = kv.pin_expiry(b); exp > 0) n.pin_ttl_s = static_cast<float>(std::max(0.0, exp - kv.now()));
       out->prefix_nodes.push_back(n);
     }
     std::stable_sort(out->prefix_nodes.begin(), out->prefix_nodes.end(),

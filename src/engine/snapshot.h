@@ -81,6 +81,7 @@ struct PrefixNode {
   int64_t hits = 0;   // admissions served from this block since it was committed
   int32_t depth = 0;  // blocks before it in its chain (0: a root)
   bool in_use = false;  // referenced by a request now (else cached-evictable)
+  float pin_ttl_s = 0;  // seconds left of its longest pin (0: not pinned; issue 36)
 };
 
 struct DashboardSnapshot {

@@ -37,8 +37,12 @@ struct KvGroupSpec {
 
 // The blocks every group draws from: the one pool and the one prefix cache.
 struct SharedBlocks {
-  SharedBlocks(int32_t num_blocks, uint64_t model_fingerprint)
-      : pool(num_blocks), cache(num_blocks, model_fingerprint), evicted(num_blocks) {}
+  SharedBlocks(int32_t num_blocks, uint64_t model_fingerprint, int32_t eviction_classes = 1)
+      : pool(num_blocks, eviction_classes), cache(num_blocks, model_fingerprint), evicted(num_blocks) {
+    if (eviction_classes > 1) pool.set_keyed_fn([this](BlockId b) { return cache.contains(b); });
+  }
+  SharedBlocks(const SharedBlocks&) = delete;
+  SharedBlocks& operator=(const SharedBlocks&) = delete;
   BlockPool pool;
   PrefixCache cache;
   EvictionLog evicted;  // keys recently evicted, with when (kv/miss_index.h)

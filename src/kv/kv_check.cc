@@ -24,6 +24,8 @@ KvStats KvManager::stats() const {
   st.num_evictions = blocks_->num_evictions;
   st.num_cow_copies = blocks_->num_cow_copies;
   st.collisions_refused = cache.collisions_refused();
+  st.num_pins = static_cast<int32_t>(pins_.size());
+  st.num_pinned = num_pinned_blocks_;
   st.group_blocks_used.assign(groups_.size(), 0);
   // A block sits in one group's tables only (shared by fork within that group).
   std::vector<uint8_t> seen(static_cast<size_t>(pool.num_blocks()), 0);
@@ -119,6 +121,10 @@ std::string KvManager::check_invariants() const {
   for (const auto& [id, s] : seqs_) {
     if (std::string e = check_seq(id, s, &refs, &group_of); !e.empty()) return e;
   }
+  // A pinned block holds one more reference (kv_pins.cc) and stays cached.
+  std::vector<int32_t> pin_refs(static_cast<size_t>(n), 0);
+  if (std::string e = check_pins(&pin_refs); !e.empty()) return "pins: " + e;
+  for (size_t i = 0; i < refs.size(); ++i) refs[i] += pin_refs[i];
   int32_t used = 0, free_plain = 0, evictable = 0;
   for (BlockId b = 1; b < n; ++b) {
     const auto i = static_cast<size_t>(b);

@@ -17,11 +17,16 @@ KvConfig KvConfig::from_plan(const PoolPlan& plan) {
 }
 
 KvManager::KvManager(const KvConfig& config)
-    : config_(config), blocks_(std::make_unique<SharedBlocks>(config.num_blocks, config.model_fingerprint)) {
+    : config_(config),
+      blocks_(std::make_unique<SharedBlocks>(config.num_blocks, config.model_fingerprint, config.eviction_classes)) {
   PAGODA_CHECK_MSG(config.block_size >= 1 && config.block_size <= 256, "block_size %d not in 1..256",
                    config.block_size);
   PAGODA_CHECK_MSG(config.watermark >= 0.0 && config.watermark < 1.0, "watermark %f not in [0, 1)", config.watermark);
   watermark_blocks_ = static_cast<int32_t>(std::floor(config.watermark * num_usable_blocks() + 1e-9));
+  PAGODA_CHECK_MSG(config.pinned_fraction >= 0.0 && config.pinned_fraction <= 1.0, "pinned fraction %f not in [0, 1]",
+                   config.pinned_fraction);
+  pin_cap_blocks_ = static_cast<int32_t>(std::floor(config.pinned_fraction * num_usable_blocks() + 1e-9));
+  pin_count_.assign(static_cast<size_t>(config.num_blocks), 0);
   const std::vector<KvGroupSpec> specs = config.groups.empty() ? std::vector<KvGroupSpec>{KvGroupSpec{}} : config.groups;
   for (const KvGroupSpec& g : specs) {
     PAGODA_CHECK_MSG(g.sliding_window >= 0, "sliding window %d < 0", g.sliding_window);
@@ -139,6 +144,7 @@ Expected<int32_t> KvManager::allocate(SeqId seq, const Admission& admission) {
   }
   // The dashboard's per-block hit counts (a statistic: group 0 stands for the chain).
   for (BlockId b : m.tables_[0]) blocks_->cache.count_hit(b);
+  touch_pins(m);  // a hit over a pinned prefix renews its TTL
   const int32_t total_blocks = num_blocks_for(static_cast<int64_t>(cached) + admission.num_new_tokens_);
   for (const auto& g : groups_) g->grow(seq, total_blocks);
   Seq s;
@@ -195,6 +201,7 @@ bool KvManager::append_slots(SeqId seq, int32_t num_new_tokens, std::vector<Bloc
   // Blocks the release rules give back go first: they pay for the new ones.
   if (fresh + cow > num_free_blocks() + releasable_blocks(seq, s.num_computed)) return false;
   ++generation_;
+  blocks_->pool.set_release_class(s.eviction_class);
   // Group 0 last: its head anchors the chain, evict it after the others.
   for (size_t g = 1; g <= groups_.size(); ++g) groups_[g % groups_.size()]->release_before(seq, s.num_computed);
   const int32_t target = num_blocks_for(static_cast<int64_t>(s.num_computed) + num_new_tokens);
@@ -202,6 +209,7 @@ bool KvManager::append_slots(SeqId seq, int32_t num_new_tokens, std::vector<Bloc
     for (const auto& g : groups_) g->copy_on_write(seq, s.num_computed / config_.block_size, target, s.num_computed, copies);
   }
   for (const auto& g : groups_) g->grow(seq, target);
+  blocks_->pool.set_release_class(0);
   return true;
 }
 
@@ -246,6 +254,7 @@ void KvManager::mark_computed(SeqId seq, std::span<const TokenId> tokens, int32_
     }
     s.entries.push_back(e);
   }
+  maybe_pin(seq, &s);
 }
 
 void KvManager::extend_keys(Seq* s, std::span<const TokenId> tokens, size_t num_blocks) const {
@@ -281,8 +290,10 @@ bool KvManager::free(SeqId seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return false;
   ++generation_;
+  blocks_->pool.set_release_class(it->second.eviction_class);
   // Group 0 last, as in append_slots' release.
   for (size_t g = 1; g <= groups_.size(); ++g) groups_[g % groups_.size()]->free(seq);
+  blocks_->pool.set_release_class(0);
   seqs_.erase(it);
   return true;
 }
@@ -303,12 +314,20 @@ bool KvManager::truncate(SeqId seq, int32_t num_tokens) {
     if (!g->holds(seq, g->first_needed_block(computed), keep)) return false;
   }
   ++generation_;
+  blocks_->pool.set_release_class(s.eviction_class);
   for (size_t g = 1; g <= groups_.size(); ++g) groups_[g % groups_.size()]->truncate(seq, keep);  // group 0 last
+  blocks_->pool.set_release_class(0);
   s.num_computed = computed;
   const auto full = static_cast<size_t>(num_tokens / bs);
   if (s.entries.size() > full) s.entries.resize(full);
   if (s.keys.size() > full) s.keys.resize(full);
   return true;
+}
+
+void KvManager::set_eviction_class(SeqId seq, int32_t c) {
+  auto it = seqs_.find(seq);
+  PAGODA_CHECK_MSG(it != seqs_.end(), "unknown sequence %llu", static_cast<unsigned long long>(seq));
+  it->second.eviction_class = std::clamp(c, 0, std::max(1, config_.eviction_classes) - 1);
 }
 
 std::span<const BlockId> KvManager::block_table(SeqId seq) const { return block_table(seq, 0); }

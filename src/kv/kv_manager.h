@@ -61,6 +61,13 @@ struct KvConfig {
   double watermark = 0.01;         // fraction of usable blocks admission leaves free
   uint64_t model_fingerprint = 0;  // part of every block key: caches of different models never mix
   bool enable_prefix_caching = true;
+  // Pins (kv_pins.cc, issue 36): pinned blocks may hold at most this fraction
+  // of the usable blocks; past it the least recently touched pin is demoted.
+  double pinned_fraction = 0.2;
+  // Eviction classes (BlockPool): 1 = one LRU free queue (default). More: a
+  // sequence's blocks are released into its set_eviction_class() class, and
+  // higher classes are evicted first (the scheduler's priority policy).
+  int32_t eviction_classes = 1;
   // [n_groups]; empty = one full-context group. Group 0 anchors the prefix
   // chain (put full-context groups first).
   std::vector<KvGroupSpec> groups;
@@ -81,6 +88,8 @@ struct KvStats {
   int64_t num_evictions = 0;         // cached blocks whose key was dropped for reuse
   int64_t num_cow_copies = 0;        // copy-on-write block copies requested
   int64_t collisions_refused = 0;    // key matches refused by the token / salt / parent check
+  int32_t num_pins = 0;              // live pins (kv_pins.cc)
+  int32_t num_pinned = 0;            // distinct blocks held by pins (counted in num_used: a pin holds a reference)
   std::vector<int32_t> group_blocks_used;  // [n_groups] blocks referenced by each group's tables
 };
 
@@ -343,6 +352,53 @@ class KvManager {
   void set_tiers_configured(bool on) { tiers_configured_ = on; }
   // The clock of the eviction log (seconds; default: steady clock), for tests.
   void set_clock_for_testing(std::function<double()> clock) { blocks_->evicted.set_clock(std::move(clock)); }
+  // The eviction class seq's blocks are released into (clamped to
+  // config().eviction_classes; higher = evicted sooner). Forks inherit it.
+  void set_eviction_class(SeqId seq, int32_t c);
+
+  // --- pins with a TTL (kv_pins.cc, issue 36) ---
+  // A pin holds one pool reference on every block of a committed prefix (all
+  // groups' blocks still in the cache), so pinned blocks are neither free nor
+  // evictable and admission's arithmetic counts them as taken. A pin is keyed
+  // by group 0's cache entry of its last block, so it follows the cache salt
+  // (entries never match across salts). It lives until ttl seconds after its
+  // last touch (creation, or an allocate() whose hit covers its whole prefix);
+  // pinned blocks never exceed pin_cap_blocks(): past it the least recently
+  // touched pins are demoted (released to the free queue as cached blocks).
+  struct PinStats {
+    int32_t num_pins = 0;
+    int32_t num_pinned_blocks = 0;
+    int32_t cap_blocks = 0;
+    int64_t created = 0;   // pins made
+    int64_t renewed = 0;   // touches of a live pin (hits, repeated pin requests)
+    int64_t expired = 0;   // released by their TTL
+    int64_t demoted = 0;   // released by the cap, or by unpin_oldest (admission)
+    int64_t cleared = 0;   // released by reset_prefix_cache
+  };
+  // The clock of TTLs, in seconds (default: steady clock). Tests inject theirs.
+  void set_clock(std::function<double()> clock);
+  double now() const;
+  // Asks to pin the first pin_tokens / block_size full blocks of seq's tokens
+  // for ttl_s seconds: at once if they are committed, else when mark_computed
+  // commits the last of them. A chain cut by a refused collision pins what
+  // precedes the cut. No-op when pin_tokens < block_size, ttl_s <= 0 or prefix
+  // caching is off. Precondition: has_seq(seq).
+  void pin_prefix(SeqId seq, int32_t pin_tokens, double ttl_s);
+  // Releases the pins whose TTL passed (now() - last touch >= ttl). Returns how many.
+  int32_t expire_pins();
+  // Releases the least recently touched pin; false when there is none. The
+  // scheduler calls it when pins leave an accepted request no room.
+  bool unpin_oldest();
+  int32_t pin_cap_blocks() const { return pin_cap_blocks_; }
+  int32_t num_pinned_blocks() const { return num_pinned_blocks_; }
+  bool has_pins() const { return !pins_.empty(); }
+  PinStats pin_stats() const;
+  // The latest expiry time (now() clock) among the pins holding block b; 0 when not pinned.
+  double pin_expiry(BlockId b) const;
+  // Drops every pin and the key of every cached block no sequence holds; the
+  // blocks become plain free ones. Refused (false, nothing changed) while any
+  // sequence holds blocks: the caller preempts them first. Returns true when cleared.
+  bool reset_prefix_cache();
 
   KvStats stats() const;
   // KvStats' prefix counters without stats()' O(blocks) census (per-step traces).
@@ -371,7 +427,25 @@ class KvManager {
     std::vector<EntryId> entries;  // group 0's cache entry standing for the prefix through each committed block
     int32_t target = 0;     // admission's target_tokens (0: no prefill reservation)
     int32_t max_chunk = 1;  // admission's max_chunk
+    int32_t pin_blocks = 0;  // pin_prefix: blocks to pin once committed (0: none or done)
+    double pin_ttl = 0;
+    int32_t eviction_class = 0;
   };
+  struct Pin {
+    uint64_t order = 0;               // creation order (ties of last_touch)
+    std::vector<BlockId> blocks;      // every group's pinned blocks, chain order, group 0 first per index
+    std::vector<EntryId> entries;     // their cache entries when pinned (check_invariants)
+    double ttl = 0;
+    double last_touch = 0;
+  };
+  // Pins seq's committed prefix when its pin_blocks are all committed.
+  void maybe_pin(SeqId id, Seq* s);
+  // Releases pin `end` (its blocks last first, so the head is evicted last).
+  void release_pin(EntryId end);
+  // Renews the pins whose whole prefix a hit covers.
+  void touch_pins(const PrefixMatch& m);
+  // The pins' invariants (check_invariants); "" when they hold. *pin_refs: per block, 1 when pinned.
+  std::string check_pins(std::vector<int32_t>* pin_refs) const;
   // What s may still take from the pool before its prefill ends (0 once it has).
   int64_t prefill_reserve(SeqId id, const Seq& s) const;
   // The key of group g's block for chain key `k` (group 0: k itself).
@@ -412,6 +486,14 @@ class KvManager {
   mutable int64_t prefix_lookups_ = 0;  // a statistic: lookups stay const
   int64_t prefix_query_tokens_ = 0;
   int64_t prefix_hit_tokens_ = 0;
+  // Pins (kv_pins.cc), keyed by group 0's entry of their last block.
+  std::unordered_map<EntryId, Pin> pins_;
+  std::vector<int32_t> pin_count_;  // [num_blocks] pins holding each block (one pool reference while > 0)
+  int32_t num_pinned_blocks_ = 0;
+  int32_t pin_cap_blocks_ = 0;
+  uint64_t next_pin_order_ = 0;
+  PinStats pin_stats_;
+  std::function<double()> clock_;
   bool commit_log_on_ = false;
   std::vector<CommittedBlock> commit_log_;
   bool tiers_configured_ = false;

@@ -37,6 +37,12 @@ struct NewRequest {
   // created when the prompt is computed, by forking this request's KV blocks,
   // and then live as ordinary requests. Empty for n == 1.
   std::vector<RequestId> fork_ids;
+  // kPriority scheduling: lower is served first (vLLM's priority); ignored by the other policies.
+  int32_t priority = 0;
+  // Pin the prompt's first pin_tokens tokens (whole blocks) for pin_ttl_s
+  // seconds from their last touch once committed (KvManager::pin_prefix). 0: none.
+  int32_t pin_tokens = 0;
+  double pin_ttl_s = 0;
 };
 
 struct Request {
@@ -46,6 +52,9 @@ struct Request {
   int32_t max_tokens = 0;
   std::string cache_salt;
   uint64_t arrival = 0;  // order of add_request
+  int32_t priority = 0;   // see NewRequest
+  int32_t pin_tokens = 0;
+  double pin_ttl_s = 0;
   RequestState state = RequestState::kWaiting;
   int32_t num_cached_tokens = -1;   // prefix-cache hit at first admission (-1: not admitted yet)
   kv::PrefixMiss prefix_miss;        // why the hit at first admission ended there (kv/prefix_miss.h)

@@ -22,6 +22,7 @@ const char* schedule_policy_name(SchedulePolicy p) {
   switch (p) {
     case SchedulePolicy::kFcfs: return "fcfs";
     case SchedulePolicy::kLpm: return "lpm";
+    case SchedulePolicy::kPriority: return "priority";
   }
   return "?";
 }
@@ -119,6 +120,9 @@ Status Scheduler::add_request(NewRequest r) {
   q.tokens = std::move(r.prompt);
   q.max_tokens = r.max_tokens;
   q.cache_salt = std::move(r.cache_salt);
+  q.priority = r.priority;
+  q.pin_tokens = std::min<int32_t>(r.pin_tokens, q.num_prompt_tokens);
+  q.pin_ttl_s = r.pin_ttl_s;
   q.arrival = next_arrival_++;
   requests_.emplace(q.id, std::move(q));
   waiting_.push_back(r.id);
@@ -177,7 +181,7 @@ bool Scheduler::schedule_running(Request& r, int32_t num_tokens, std::vector<Sli
   if (num_draft > 0 && !kv_->can_append_slots(r.id, num_tokens + num_draft)) num_draft = 0;
   num_tokens += num_draft;
   while (!kv_->append_slots(r.id, num_tokens, &copies)) {
-    const RequestId victim = running_.back();  // most recently admitted
+    const RequestId victim = pick_victim();  // most recently admitted (kPriority: the worst)
     preempt(req(victim), slices, budget, plan);
     if (victim == r.id) return false;
   }
@@ -220,6 +224,7 @@ std::vector<Scheduler::Candidate> Scheduler::admission_order() const {
     }
     out.push_back(std::move(c));
   }
+  if (config_.policy == SchedulePolicy::kPriority) sort_by_priority(&out);
   if (lpm) {
     // Rank 0: preempted; 1: overtaken too often; 2: the rest, by hit tokens.
     auto rank = [&](const Candidate& c) {
@@ -238,6 +243,7 @@ std::vector<Scheduler::Candidate> Scheduler::admission_order() const {
 
 StepPlan Scheduler::schedule() {
   ++stats_.num_steps;
+  kv_->expire_pins();  // pins whose TTL passed become ordinary cached blocks
   StepPlan plan;
   int32_t budget = config_.max_num_batched_tokens;
   std::vector<Slice> slices;  // in schedule order
@@ -274,10 +280,17 @@ StepPlan Scheduler::schedule() {
     int32_t seats = num_seats();
     std::vector<Candidate> order = admission_order();
     std::unordered_set<RequestId> admitted;
+    const bool by_priority = config_.policy == SchedulePolicy::kPriority;
     for (Candidate& c : order) {
-      if (seats >= config_.max_num_seqs || budget <= 0) break;
       Request& w = req(c.id);
       const auto num_children = static_cast<int32_t>(w.fork_ids.size());
+      if (budget <= 0) break;
+      // kPriority: a better request takes a worse one's seat.
+      while (by_priority && seats + 1 + num_children > config_.max_num_seqs &&
+             preempt_for(w, admitted, &slices, &budget, &plan)) {
+        seats = num_seats();
+      }
+      if (seats >= config_.max_num_seqs) break;
       if (seats + 1 + num_children > config_.max_num_seqs) break;
       // The one prefix lookup of this admission. kLpm looked up for the order;
       // admissions since may have evicted some of those blocks (nothing is
@@ -307,21 +320,37 @@ StepPlan Scheduler::schedule() {
       // prefill) can still take, so admitted prompts are not preempted.
       auto admission = kv_->can_allocate(std::move(match), n, num_children * kv_->num_groups(), w.num_tokens(),
                                          config_.max_num_batched_tokens);
+      // Room made by releasing pins (nothing runs: only pins can hold the
+      // blocks) or, with kPriority, by preempting worse requests; then the
+      // lookup is made again (the cache changed).
+      int32_t n_retry = n;
+      while (!admission.ok() && ((running_.empty() && kv_->unpin_oldest()) ||
+                                 (by_priority && preempt_for(w, admitted, &slices, &budget, &plan)))) {
+        seats = num_seats();
+        kv::PrefixMatch again = kv_->match_prefix(w.tokens, w.cache_salt);
+        n_retry = std::min(w.num_tokens() - again.num_cached_tokens(), budget);
+        if (n_retry <= 0) break;
+        admission = kv_->can_allocate(std::move(again), n_retry, num_children * kv_->num_groups(), w.num_tokens(),
+                                      config_.max_num_batched_tokens);
+      }
       if (!admission.ok()) break;
       // Why the hit ends there, told once (before allocate takes blocks, which may evict).
       if (w.num_cached_tokens < 0) w.prefix_miss = kv_->explain_miss(admission->match(), w.tokens, w.cache_salt);
+      const int32_t hit = admission->num_cached_tokens();
       // Nothing changed the KvManager since the lookup: allocate cannot refuse.
       auto got = kv_->allocate(w.id, *admission);
-      PAGODA_CHECK_MSG(got.ok() && *got == cached, "request %llu: allocate after can_allocate failed: %s", ull(w.id),
+      PAGODA_CHECK_MSG(got.ok() && *got == hit, "request %llu: allocate after can_allocate failed: %s", ull(w.id),
                        got.ok() ? "hit differs" : got.message().c_str());
-      if (w.num_cached_tokens < 0) w.num_cached_tokens = cached;
+      if (w.num_cached_tokens < 0) w.num_cached_tokens = hit;
+      if (by_priority) kv_->set_eviction_class(w.id, eviction_class(w.priority));
+      if (w.pin_tokens > 0) kv_->pin_prefix(w.id, w.pin_tokens, w.pin_ttl_s);
       w.state = RequestState::kRunning;
       ++stats_.num_admissions;
       admitted.insert(w.id);
       running_.push_back(w.id);
       seats += 1 + num_children;
-      slices.push_back(Slice{w.id, n, {}});
-      budget -= n;
+      slices.push_back(Slice{w.id, n_retry, {}});
+      budget -= n_retry;
       if (dedup) add_inflight(w);
     }
     if (!admitted.empty()) {
@@ -432,6 +461,7 @@ void Scheduler::fork_children(Request& parent, std::span<const SeqOutput> output
     c.num_prompt_tokens = parent.num_prompt_tokens;
     c.max_tokens = parent.max_tokens;
     c.cache_salt = parent.cache_salt;
+    c.priority = parent.priority;
     c.arrival = parent.arrival;
     c.state = RequestState::kRunning;  // its computed tokens and keys came with kv_->fork
     c.num_cached_tokens = parent.num_cached_tokens;

@@ -50,6 +50,21 @@
 // behind long cold prompts. A request is "overtaken" in a step when it is not
 // admitted while one behind it in the queue is.
 //
+// kPriority (vLLM's --scheduling-policy priority; scheduler_priority.cc):
+// admission takes the lowest priority value first (ties by arrival, preempted
+// requests keep theirs); the victim of a preemption is the running request
+// with the worst priority (highest value, latest arrival); and a waiting
+// request that does not fit (seats or blocks) preempts running requests of a
+// strictly worse priority, worst first, until it fits (never one admitted in
+// the same step). Eviction prefers cached blocks last released by
+// worse-priority requests (eviction_class), LRU within a class.
+//
+// Pins (issue 36): a request with pin_tokens asks the KvManager to pin its
+// prompt's prefix at each admission (KvManager::pin_prefix); expired pins are
+// released at the start of every schedule(); and when a waiting request does
+// not fit while nothing runs, pins are released oldest first until it does
+// (pins never deadlock an accepted request).
+//
 // In-flight prefix dedup: a waiting request whose first uncached full block is
 // being computed by a running request (same key, not committed yet) is passed
 // over, so the block is computed once and then hit; a request is passed over
@@ -73,6 +88,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "base/status.h"
@@ -87,8 +103,14 @@ namespace pagoda::sched {
 enum class SchedulePolicy {
   kFcfs,  // arrival order (preempted requests first)
   kLpm,   // longest cached prefix first (SGLang's "lpm"), bounded overtaking
+  kPriority,  // lowest Request::priority first, ties by arrival (scheduler_priority.cc)
 };
 const char* schedule_policy_name(SchedulePolicy p);
+// kPriority: the KvManager eviction class of a request's blocks (higher is
+// evicted sooner): 0 for priority < 0, 1 for 0, 2 for 1..9, 3 for 10..99, 4
+// for 100 and more. Blocks that hold no prefix go to kNumEvictionClasses - 1.
+inline constexpr int32_t kNumEvictionClasses = 6;
+int32_t eviction_class(int32_t priority);
 
 struct SchedulerConfig {
   int32_t max_num_batched_tokens = 2048;  // token budget per step
@@ -204,6 +226,16 @@ class Scheduler {
   // KvManager's. "" when all hold.
   std::string check_invariants() const;
 
+  // Preempts every running request (last admitted first, so the waiting queue
+  // keeps their admission order at its front): they release their blocks and
+  // recompute on readmission, their outputs kept. For reset_prefix_cache.
+  // Call between steps. Returns how many.
+  int32_t preempt_all();
+  // Waiting and running requests per priority (kPriority; every request counts
+  // as priority 0 under the other policies): fills the two maps' counts.
+  void count_by_priority(std::vector<std::pair<int32_t, int32_t>>* waiting,
+                         std::vector<std::pair<int32_t, int32_t>>* running) const;
+
  private:
   struct Candidate {
     RequestId id;
@@ -226,6 +258,15 @@ class Scheduler {
   bool schedule_running(Request& r, int32_t num_tokens, std::vector<Slice>* slices, int32_t* budget,
                         StepPlan* plan, int32_t num_draft = 0);
   void preempt(Request& r, std::vector<Slice>* slices, int32_t* budget, StepPlan* plan);
+  // The running request a memory preemption takes: the last admitted, or with
+  // kPriority the worst priority (highest value, then latest arrival).
+  RequestId pick_victim() const;
+  // kPriority: preempts the worst running request whose priority is worse than
+  // w's and that was not admitted this step; false when there is none.
+  bool preempt_for(const Request& w, const std::unordered_set<RequestId>& admitted, std::vector<Slice>* slices,
+                   int32_t* budget, StepPlan* plan);
+  // kPriority's admission order (stable: by priority, then arrival).
+  void sort_by_priority(std::vector<Candidate>* order) const;
   void finish(Request& r, FinishReason reason, std::vector<FinishedRequest>* out);
   // Appends out's token to r and finishes r when a stop condition holds.
   void apply_output(Request& r, const SeqOutput& out, std::vector<FinishedRequest>* done);

@@ -44,6 +44,12 @@ void AsyncEngine::abort(Ticket t) {
   cv_.notify_one();
 }
 
+void AsyncEngine::control(std::function<void(engine::Engine&)> fn) {
+  std::lock_guard<std::mutex> l(mu_);
+  controls_.push_back(std::move(fn));
+  cv_.notify_one();
+}
+
 void AsyncEngine::inspect(std::function<void(const EngineView&)> fn) {
   std::lock_guard<std::mutex> l(mu_);
   inspections_.push_back(std::move(fn));
@@ -121,6 +127,7 @@ void AsyncEngine::publish_stats() {
                                    t.load_latency_bounds, buckets, t.load_latency_sum - before.load_latency_sum);
   }
   add_spec_decode_metrics(metrics_, s, last_stats_);  // metrics.cc
+  add_pin_metrics(metrics_, s, last_stats_);          // metrics.cc
   last_stats_ = s;
 }
 
@@ -209,9 +216,10 @@ void AsyncEngine::loop() {
     std::deque<Pending> inbox;
     std::vector<Ticket> aborts;
     std::vector<std::function<void(const EngineView&)>> inspections;
+    std::vector<std::function<void(engine::Engine&)>> controls;
     {
       std::unique_lock<std::mutex> l(mu_);
-      auto ready = [&] { return stop_ || !inbox_.empty() || !aborts_.empty() || !inspections_.empty() || engine_->has_unfinished(); };
+      auto ready = [&] { return stop_ || !inbox_.empty() || !aborts_.empty() || !inspections_.empty() || !controls_.empty() || engine_->has_unfinished(); };
       // Idle, the loop still wakes: at least once a second, so the stats are published
       // (the KV tiers' write-through finishes on their own threads after the last
       // step), and once per stats-log interval, so the last busy interval gets its line.
@@ -222,7 +230,10 @@ void AsyncEngine::loop() {
       inbox.swap(inbox_);
       aborts.swap(aborts_);
       inspections.swap(inspections_);
+      controls.swap(controls_);
     }
+    for (auto& fn : controls) fn(*engine_);
+    if (!controls.empty()) publish_stats();
     for (auto& p : inbox) admit(p);
     for (Ticket t : aborts) {
       auto it = groups_.find(t);

@@ -62,6 +62,10 @@ class AsyncEngine {
   // not block. Dropped, never run, when the engine stops first.
   void inspect(std::function<void(const EngineView&)> fn);
 
+  // Runs fn on the engine thread between two steps with the engine itself
+  // (administration: reset_prefix_cache); same rules as inspect.
+  void control(std::function<void(engine::Engine&)> fn);
+
   engine::EngineStats stats() const;
   int num_pending() const;  // submissions not yet handed to the engine
   const engine::ModelInfo& model_info() const { return info_; }
@@ -106,6 +110,7 @@ class AsyncEngine {
   std::deque<Pending> inbox_;
   std::vector<Ticket> aborts_;
   std::vector<std::function<void(const EngineView&)>> inspections_;
+  std::vector<std::function<void(engine::Engine&)>> controls_;
   engine::EngineStats stats_;
   Ticket next_ticket_ = 1;
   bool stop_ = false;

@@ -276,7 +276,9 @@ void DashboardHub::handle(const HttpRequest& req, std::shared_ptr<Responder> res
         return res->send(404, "application/json", error_body(e));
       }
       // A block's text is a handful of tokens: decoding here costs microseconds.
-      json j = {{"block", b}, {"tokens", ids}, {"text", text->decode(ids)}};
+      // pinned_ttl_s: seconds left of the pin holding it longest (0: not pinned; issue 36).
+      json j = {{"block", b}, {"tokens", ids}, {"text", text->decode(ids)},
+                {"pinned_ttl_s", view.engine.pin_ttl_left(static_cast<int32_t>(b))}};
       res->send(200, "application/json", dump_json(j));
     });
     return;

@@ -1,5 +1,6 @@
 // The dashboard's encodings: grid bytes, snapshot JSON, series, the page and
 // the report (dashboard.h). No state: tested directly (tests/dashboard).
+#include <cmath>
 #include <cstdio>
 
 #include "server/dashboard.h"
@@ -112,8 +113,12 @@ std::string snapshot_json(const engine::DashboardSnapshot& s, const std::vector<
   j["num_running"] = s.num_running;
   j["num_waiting"] = s.num_waiting;
   json nodes = json::array();
-  for (const engine::PrefixNode& n : s.prefix_nodes)
-    nodes.push_back(json::array({n.block, n.parent_block, n.hits, n.depth, n.in_use ? 1 : 0}));
+  for (const engine::PrefixNode& n : s.prefix_nodes) {
+    json node = json::array({n.block, n.parent_block, n.hits, n.depth, n.in_use ? 1 : 0});
+    // A pinned block (issue 36) carries a sixth element: its TTL left in seconds.
+    if (n.pin_ttl_s > 0) node.push_back(std::round(n.pin_ttl_s * 10.0f) / 10.0f);
+    nodes.push_back(std::move(node));
+  }
   j["prefix"] = {{"cached_blocks", s.prefix_cached_blocks}, {"nodes", std::move(nodes)}};
   j["counters"] = {{"blocks_total", s.blocks_total},     {"blocks_used", s.blocks_used},
                    {"blocks_cached", s.blocks_cached},   {"blocks_free", s.blocks_free},

@@ -77,6 +77,18 @@ Metrics::Metrics() {
   counter("pagoda:spec_decode_num_draft_tokens_total", "Number of draft tokens.");
   counter("pagoda:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.");
   counter("pagoda:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.", "position");
+  // Pins and priorities (issue 36; add_pin_metrics).
+  gauge("pagoda:kv_pins", "Live pinned prefixes (cache_control / prompt_cache_retention).");
+  gauge("pagoda:kv_pinned_blocks", "KV blocks held by pins (counted as used; never evicted before their TTL).");
+  gauge("pagoda:kv_pinned_blocks_cap", "Most KV blocks pins may hold (--kv-pinned-fraction of the pool).");
+  counter("pagoda:kv_pins_created_total", "Pins created.");
+  counter("pagoda:kv_pins_renewed_total", "Pin TTL renewals (a hit on a pinned prefix, or the same pin asked again).");
+  counter("pagoda:kv_pins_expired_total", "Pins released by their TTL.");
+  counter("pagoda:kv_pins_demoted_total", "Pins released early: over the cap, or to admit a request.");
+  counter("pagoda:kv_pins_cleared_total", "Pins released by POST /reset_prefix_cache.");
+  counter("pagoda:prefix_cache_resets_total", "POST /reset_prefix_cache calls that cleared the cache.");
+  help_["pagoda:num_requests_waiting_by_priority"] = {"gauge", "Waiting requests by priority bucket.", "priority"};
+  help_["pagoda:num_requests_running_by_priority"] = {"gauge", "Running requests by priority bucket.", "priority"};
   std::vector<double> lat = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
                              2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
   hist("pagoda:time_to_first_token_seconds", "Histogram of time to first token in seconds.", lat);
@@ -228,6 +240,40 @@ std::string Metrics::render() const {
     }
   }
   return out;
+}
+
+const char* priority_bucket(int32_t priority) {
+  if (priority < 0) return "negative";
+  if (priority == 0) return "0";
+  if (priority < 10) return "1-9";
+  if (priority < 100) return "10-99";
+  return "100+";
+}
+
+void add_pin_metrics(Metrics* m, const engine::EngineStats& now, const engine::EngineStats& before) {
+  m->set_gauge("pagoda:kv_pins", static_cast<double>(now.pins));
+  m->set_gauge("pagoda:kv_pinned_blocks", static_cast<double>(now.blocks_pinned));
+  m->set_gauge("pagoda:kv_pinned_blocks_cap", static_cast<double>(now.blocks_pinned_cap));
+  auto delta = [&](const char* name, int64_t a, int64_t b) {
+    if (a > b) m->inc_counter(name, static_cast<double>(a - b));
+  };
+  delta("pagoda:kv_pins_created_total", now.pins_created, before.pins_created);
+  delta("pagoda:kv_pins_renewed_total", now.pins_renewed, before.pins_renewed);
+  delta("pagoda:kv_pins_expired_total", now.pins_expired, before.pins_expired);
+  delta("pagoda:kv_pins_demoted_total", now.pins_demoted, before.pins_demoted);
+  delta("pagoda:kv_pins_cleared_total", now.pins_cleared, before.pins_cleared);
+  delta("pagoda:prefix_cache_resets_total", now.prefix_cache_resets, before.prefix_cache_resets);
+  // Five fixed buckets (bounded label cardinality), every one set each time.
+  static const char* const kBuckets[] = {"negative", "0", "1-9", "10-99", "100+"};
+  auto publish = [&](const char* name, const std::vector<std::pair<int32_t, int32_t>>& counts) {
+    for (const char* b : kBuckets) {
+      int64_t n = 0;
+      for (const auto& [prio, c] : counts) n += std::string(priority_bucket(prio)) == b ? c : 0;
+      m->set_gauge(std::string(name) + "{priority=\"" + b + "\"}", static_cast<double>(n));
+    }
+  };
+  publish("pagoda:num_requests_waiting_by_priority", now.waiting_by_priority);
+  publish("pagoda:num_requests_running_by_priority", now.running_by_priority);
 }
 
 void add_spec_decode_metrics(Metrics* m, const engine::EngineStats& now, const engine::EngineStats& before) {

@@ -63,5 +63,9 @@ std::string prometheus_label_value(const std::string& v);
 // Speculative decoding (vLLM's spec_decode_* counters): adds what the engine
 // counted between two stats snapshots, per draft position too.
 void add_spec_decode_metrics(Metrics* m, const engine::EngineStats& now, const engine::EngineStats& before);
+// Pins and per-priority request counts (issue 36); priorities in five buckets
+// (priority_bucket: "negative", "0", "1-9", "10-99", "100+").
+const char* priority_bucket(int32_t priority);
+void add_pin_metrics(Metrics* m, const engine::EngineStats& now, const engine::EngineStats& before);
 
 }  // namespace pagoda::server

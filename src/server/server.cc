@@ -113,6 +113,12 @@ struct Server::Impl {
   std::set<std::string> warned_fields;
 
   void handle(HttpRequest req, std::shared_ptr<Responder> res);
+  // POST /reset_prefix_cache (vLLM's route; issue 36): ?force=true (or vLLM's
+  // reset_running_requests=true) preempts running requests first, else 409
+  // while any runs; ?tiers=true (vLLM's reset_external) is refused: clearing
+  // the disk/Redis tiers is not implemented yet. With a dashboard admin key
+  // configured, only that key may reset (one tenant must not empty everyone's cache).
+  void handle_reset_prefix_cache(const HttpRequest& req, std::shared_ptr<Responder> res, const std::string& key);
   void warn_ignored(const std::vector<std::string>& fields);
   // anthropic: the error in Anthropic's shape and status (/v1/messages*).
   void send_error(Responder& res, const ApiError& e, bool anthropic = false) {
@@ -400,6 +406,44 @@ void Server::Impl::handle_detokenize(const HttpRequest& req, Responder& res) {
   res.send(200, "application/json", dump_json(json{{"prompt", text_out}, {"content", text_out}}));
 }
 
+void Server::Impl::handle_reset_prefix_cache(const HttpRequest& req, std::shared_ptr<Responder> res,
+                                             const std::string& key) {
+  if (!cfg.dashboard_admin_key.empty() && key != cfg.dashboard_admin_key) {
+    return send_error(*res, ApiError{403, "/reset_prefix_cache needs the admin key (--dashboard-admin-key)",
+                                     "permission_error", "", "forbidden"});
+  }
+  // A boolean query parameter: absent = false; anything but true/false/1/0 is a 400 naming it.
+  auto flag = [&](const char* name, bool* out) -> bool {
+    const std::string v = query_param(req.query, name);
+    if (v.empty() || v == "false" || v == "0") return true;
+    if (v == "true" || v == "1") {
+      *out = true;
+      return true;
+    }
+    send_error(*res, ApiError{400, std::string("query parameter '") + name + "' must be true or false, got '" + v + "'",
+                              "invalid_request_error", name, ""});
+    return false;
+  };
+  bool force = false, tiers = false;
+  if (!flag("force", &force) || !flag("reset_running_requests", &force) || !flag("tiers", &tiers) ||
+      !flag("reset_external", &tiers)) {
+    return;
+  }
+  if (tiers) {
+    return send_error(*res, ApiError{400, "tiers=true: clearing the disk and Redis KV tiers is not implemented yet; "
+                                          "reset the RAM prefix cache without it",
+                                     "invalid_request_error", "tiers", ""});
+  }
+  engine->control([this, res, force](engine::Engine& e) {
+    const Status st = e.reset_prefix_cache(force);
+    if (st.ok()) {
+      PAGODA_LOG_INFO("prefix cache reset%s", force ? " (force)" : "");
+      return res->send(200, "application/json", "{\"status\":\"ok\"}");
+    }
+    send_error(*res, ApiError{409, st.message(), "invalid_request_error", "force", "requests_running"});
+  });
+}
+
 // ---- Routing (I/O thread) -------------------------------------------------------
 
 void Server::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
@@ -410,7 +454,7 @@ void Server::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
                                  {"/v1/messages", "POST"}, {"/v1/messages/count_tokens", "POST"},
                                  {"/dashboard", "GET"}, {"/dashboard/events", "GET"},
                                  {"/dashboard/snapshot", "GET"}, {"/dashboard/block", "GET"},
-                                 {"/dashboard/kv_blocks", "GET"}};
+                                 {"/dashboard/kv_blocks", "GET"}, {"/reset_prefix_cache", "POST"}};
   const Route* route = nullptr;
   for (const auto& r : routes)
     if (req.target == r.path) route = &r;
@@ -444,6 +488,7 @@ void Server::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
     return res->send(200, "text/plain; version=0.0.4", metrics.render() + process_metrics_text());
   }
   if (dashboard_route) return dashboard->handle(req, res, dashboard_viewer(key));
+  if (req.target == "/reset_prefix_cache") return handle_reset_prefix_cache(req, res, key);
   if (req.target == "/v1/models") {
     const auto& info = engine->model_info();
     json m = {{"id", model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "pagoda"},

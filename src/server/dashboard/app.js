@@ -106,7 +106,7 @@ function drawTree(s, force) {
   const key = JSON.stringify(s.prefix) + svg.clientWidth + "x" + svg.clientHeight;
   if (key === treeDrawn && !force) return;
   treeDrawn = key;
-  const nodes = s.prefix.nodes.map(([block, parent, hits, depth, inUse]) => ({block, parent, hits, depth, inUse, kids: []}));
+  const nodes = s.prefix.nodes.map(([block, parent, hits, depth, inUse, pinTtl]) => ({block, parent, hits, depth, inUse, pinTtl: pinTtl || 0, kids: []}));
   state.prefixNodes = nodes;
   const byBlock = new Map(nodes.map((n) => [n.block, n]));
   const roots = [];
@@ -135,7 +135,8 @@ function drawTree(s, force) {
   }
   for (const n of nodes) {
     out += '<circle data-block="' + n.block + '" data-hits="' + n.hits + '" cx="' + X(n.depth) + '" cy="' + Y(n.y) +
-           '" r="' + R(n.hits) + '" fill="' + (n.inUse ? "#4cc9f0" : "#7b8cde") + '"/>';
+           '" r="' + R(n.hits) + '" fill="' + (n.inUse ? "#4cc9f0" : "#7b8cde") + '"' +
+           (n.pinTtl > 0 ? ' stroke="#f9c74f" stroke-width="2.5"><title>block ' + n.block + ": pinned, " + Math.round(n.pinTtl) + " s left</title></circle>" : "/>");
     if (n.hits === maxHits && n.hits > 0) out += '<text x="' + (X(n.depth) + R(n.hits) + 3) + '" y="' + (Y(n.y) - 6) + '">' + n.hits + "</text>";
   }
   svg.innerHTML = nodes.length ? out : '<text x="12" y="24">no cached prefix yet</text>';
