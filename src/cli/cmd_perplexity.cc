@@ -218,6 +218,7 @@ int run_perplexity(int argc, char** argv) {
   const double var = nll2 / static_cast<double>(count) - mean * mean;
   if (!(var > 0)) return fail("Unexpected negative standard deviation of log(prob)");
   std::printf("Final estimate: PPL = %.4lf +/- %.5lf\n", ppl, std::sqrt(var / static_cast<double>(count - 1)) * ppl);
+  std::fflush(stdout);
   std::fprintf(stderr, "perplexity: %" PRId64 " tokens scored in %.2f s\n", count, t_all.seconds());
   return 0;
 }
