@@ -47,7 +47,7 @@ const char* kPerplexityUsage =
     "      --ppl-output-type 0|1  0: [i]PPL lines (default); 1: one line per chunk:\n"
     "                        offset, PPL, mean NLL, its standard error\n"
     "  -t, --threads N, -ctk/-ctv TYPE (K and V cache types), --kv-dtype TYPE, --ref-kernels\n"
-    "                        and the other engine flags below\n";
+    "                        and the other engine flags below\n\n";
 
 struct PplOptions {
   std::string file;
