@@ -210,16 +210,28 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
   const int32_t hd = kv.head_dim, nkv = kv.n_kv_heads, bs = kv.block_size;
   PAGODA_CHECK(nkv > 0 && n_heads % nkv == 0 && bs > 0 && bs <= kMaxBlockSize);
   const int32_t group = n_heads / nkv;
-  // Tiles of up to kQueryTile consecutive tokens of one sequence: the tile decodes
+  // The AVX-512 kernel reads one type for K and V (f32, f16 or bf16), its
+  // arithmetic pinned by PagedAttention.Avx512OutputsArePinned: q8_0, the 4/5-bit
+  // types and mixed K/V types take the AVX2 path below on every machine (known
+  // limitation: no AVX-512 kernel for them, none could be tested where they were
+  // written). The AVX-512 path where it takes the dtype and head size: the
+  // choice depends only on the ISA and the cache's shape, so a token's op
+  // sequence never depends on the batch.
+  const bool avx512 = detail::isa() == detail::Isa::kAvx512 && kv.v_dtype == kv.dtype &&
+                      detail::attend_token_avx512_supports(kv.dtype, hd);
+  // The AVX-512 path keeps its tiles of 8 tokens (its partition, untested here
+  // since this change; the AVX2 path, which blocks a tile's rows, takes 16).
+  const int32_t qtile = avx512 ? 8 : kQueryTile;
+  // Tiles of up to qtile consecutive tokens of one sequence: the tile decodes
   // each K/V page once for all its tokens (a prefill chunk's tokens read the same
   // pages). Each token's own op sequence is exactly what it would be alone.
   int32_t* tiles = reinterpret_cast<int32_t*>(detail::scratch(2, static_cast<size_t>(batch.n_tokens) * 12 + 12));
   int32_t n_tiles = 0;
   for (int32_t s = 0; s < batch.n_seqs; ++s) {
-    for (int32_t t = batch.q_indptr[s]; t < batch.q_indptr[s + 1]; t += kQueryTile) {
+    for (int32_t t = batch.q_indptr[s]; t < batch.q_indptr[s + 1]; t += qtile) {
       tiles[3 * n_tiles] = s;
       tiles[3 * n_tiles + 1] = t;
-      tiles[3 * n_tiles + 2] = std::min(t + kQueryTile, batch.q_indptr[s + 1]);
+      tiles[3 * n_tiles + 2] = std::min(t + qtile, batch.q_indptr[s + 1]);
       ++n_tiles;
     }
   }
@@ -244,13 +256,6 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
   // With enough tiles (decode of many sequences, prefill) an AVX-512 item is a
   // whole tile, every KV head: the first KV head's pass prefetches whole rows
   // (one contiguous run per page) and the others find them in cache.
-  // The AVX-512 kernel reads one type for K and V (f32, f16 or bf16), its
-  // arithmetic pinned by PagedAttention.Avx512OutputsArePinned: q8_0, the 4/5-bit
-  // types and mixed K/V types take the AVX2 path below on every machine (known
-  // limitation: no AVX-512 kernel for them, none could be tested where they were
-  // written).
-  const bool avx512 = detail::isa() == detail::Isa::kAvx512 && kv.v_dtype == kv.dtype &&
-                      detail::attend_token_avx512_supports(kv.dtype, hd);
   const bool whole_rows = avx512 && hsplit == 1 && n_tiles >= 2 * nth;
   const int32_t kv_per_item = whole_rows ? nkv : 1;
   const int64_t items = base_items * hsplit / kv_per_item;
@@ -259,9 +264,6 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
   const int32_t ld = (bs + 7) / 8 * 8;  // row stride of the blocked kernel's scores
   const size_t sc_floats = std::max<size_t>(static_cast<size_t>(group) * bs, 4 * static_cast<size_t>(ld));
   const size_t per_item_floats = 2 * kvbuf + sc_floats + kQueryTile * per_token_floats;
-  // The AVX-512 path where it takes the dtype and head size: the choice depends
-  // only on the ISA and the cache's shape, so a token's op sequence never
-  // depends on the batch.
   detail::parallel_for(items, nth, [&](int64_t item) {
     const int64_t it = item * kv_per_item;  // the (tile, KV head, slice) item it starts at
     const int32_t tile = static_cast<int32_t>(it / (nkv * hsplit));
