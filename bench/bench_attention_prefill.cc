@@ -6,10 +6,15 @@
 // Prints the median ms per layer call and GFLOP/s, so a change to the attention
 // kernel shows without a model (prefill attention is about a quarter of a 1B
 // pp2048 on 2 threads). The output hash must not change with a kernel change:
-// every (token, head) keeps its op sequence.
-//   usage: bench_attention_prefill [L=2048] [threads=2] [reps=7] [heads=32] [kv_heads=8] [dtype=f16|f32|bf16]
+// every (token, head) keeps its op sequence. With a depth D the L new tokens
+// follow D cached ones (pagoda bench's pp512 @ d4096 is L=512 D=4096), and
+// (D + (L + 1) / 2) * L pairs per head. The process CPU seconds per call are
+// printed too: on a shared machine they compare two builds better than wall time.
+//   usage: bench_attention_prefill [L=2048] [threads=2] [reps=7] [heads=32] [kv_heads=8] [dtype=f16] [depth=0]
+//   (dtype: any KV type, f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1)
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -29,20 +34,20 @@ int main(int argc, char** argv) {
   const int threads = argc > 2 ? std::atoi(argv[2]) : 2, reps = argc > 3 ? std::atoi(argv[3]) : 7;
   const int32_t heads = argc > 4 ? std::atoi(argv[4]) : 32, n_kv = argc > 5 ? std::atoi(argv[5]) : 8;
   const std::string dts = argc > 6 ? argv[6] : "f16";
+  const int32_t D = argc > 7 ? std::atoi(argv[7]) : 0;
   KvDtype dt = KvDtype::F16;
-  if (dts == "f32") dt = KvDtype::F32;
-  else if (dts == "bf16") dt = KvDtype::BF16;
-  else if (dts != "f16") {
-    std::fprintf(stderr, "dtype: f16, f32 or bf16\n");
+  if (!kv_dtype_from_name(dts, &dt)) {
+    std::fprintf(stderr, "dtype: one of %s\n", kv_dtype_names());
     return 2;
   }
-  if (L <= 0 || threads <= 0 || reps <= 0 || n_kv <= 0 || heads <= 0 || heads % n_kv != 0) {
+  if (D < 0 || L <= 0 || threads <= 0 || reps <= 0 || n_kv <= 0 || heads <= 0 || heads % n_kv != 0) {
     std::fprintf(stderr, "bad arguments\n");
     return 2;
   }
   constexpr int32_t kHd = 64, kBs = 16;
   kernels::set_num_threads(threads);
-  const int32_t n_pages = (L + kBs - 1) / kBs, pool_pages = 2 * n_pages;  // half the pool unused
+  const int32_t T = D + L;  // keys in the cache
+  const int32_t n_pages = (T + kBs - 1) / kBs, pool_pages = 2 * n_pages;  // half the pool unused
   const size_t row_bytes = kernels::kv_row_bytes(dt, static_cast<int64_t>(n_kv) * kHd);
   const size_t pool = static_cast<size_t>(pool_pages) * kBs * row_bytes;
   std::vector<uint8_t> kmem(pool), vmem(pool);
@@ -53,32 +58,38 @@ int main(int argc, char** argv) {
   std::vector<int32_t> indices(perm.begin(), perm.begin() + n_pages);
   const kernels::KvLayerView kv{kmem.data(), vmem.data(), dt, kBs, n_kv, kHd, row_bytes, 0, dt, row_bytes};
   std::vector<float> row(static_cast<size_t>(n_kv) * kHd);
-  for (int32_t t = 0; t < L; ++t) {
+  for (int32_t t = 0; t < T; ++t) {
     const int64_t slot = static_cast<int64_t>(indices[static_cast<size_t>(t / kBs)]) * kBs + t % kBs;
     for (float& x : row) x = static_cast<float>(rng.uniform() * 2 - 1);
     kernels::kv_write(kv, row.data(), row.data(), &slot, 1);
   }
   std::vector<int32_t> positions(static_cast<size_t>(L));
-  std::iota(positions.begin(), positions.end(), 0);
-  const int32_t q_indptr[2] = {0, L}, kv_indptr[2] = {0, n_pages}, last[1] = {L - (n_pages - 1) * kBs};
+  std::iota(positions.begin(), positions.end(), D);
+  const int32_t q_indptr[2] = {0, L}, kv_indptr[2] = {0, n_pages}, last[1] = {T - (n_pages - 1) * kBs};
   const kernels::BatchView batch{.n_tokens = L, .n_seqs = 1, .positions = positions.data(), .q_indptr = q_indptr,
                                  .kv_indptr = kv_indptr, .kv_indices = indices.data(), .kv_last_page_len = last};
   std::vector<float> q(static_cast<size_t>(L) * heads * kHd), out(q.size());
   for (float& x : q) x = static_cast<float>(rng.uniform() * 2 - 1);
   const float scale = 1.0f / std::sqrt(static_cast<float>(kHd));
-  std::vector<double> per_rep;
+  std::vector<double> per_rep, cpu_rep;
   for (int r = 0; r < reps + 1; ++r) {
+    const std::clock_t c0 = std::clock();
     const auto t0 = std::chrono::steady_clock::now();
     kernels::cpu::paged_attention(q.data(), kv, batch, heads, scale, out.data(), 0);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (r > 0) per_rep.push_back(s);  // the first rep warms up
+    const double c = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
+    if (r > 0) {  // the first rep warms up
+      per_rep.push_back(s);
+      cpu_rep.push_back(c);
+    }
   }
   std::sort(per_rep.begin(), per_rep.end());
-  const double med = per_rep[per_rep.size() / 2];
-  const double pairs = static_cast<double>(L) * (L + 1) / 2 * heads;
-  std::printf("attention prefill L=%d heads=%d/%d %s threads=%d: %.3f ms per layer (median of %d), %.1f GFLOP/s, "
-              "out hash %016llx\n",
-              L, heads, n_kv, dts.c_str(), threads, med * 1e3, reps, pairs * 4 * kHd / med / 1e9,
+  std::sort(cpu_rep.begin(), cpu_rep.end());
+  const double med = per_rep[per_rep.size() / 2], cpu_med = cpu_rep[cpu_rep.size() / 2];
+  const double pairs = (static_cast<double>(D) + (L + 1) / 2.0) * L * heads;
+  std::printf("attention prefill L=%d depth=%d heads=%d/%d %s threads=%d: %.3f ms per layer (median of %d), "
+              "%.3f CPU s, %.1f GFLOP/s, out hash %016llx\n",
+              L, D, heads, n_kv, dts.c_str(), threads, med * 1e3, reps, cpu_med, pairs * 4 * kHd / med / 1e9,
               static_cast<unsigned long long>(xxh3_64(out.data(), out.size() * sizeof(float))));
   return 0;
 }

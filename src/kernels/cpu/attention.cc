@@ -1,6 +1,6 @@
 // Paged causal attention with grouped-query heads (baseline AVX2).
 //
-// One work item = (tile of up to 8 consecutive tokens of one sequence, kv head):
+// One work item = (tile of up to 16 consecutive tokens of one sequence, kv head):
 // the group's query heads and the tile's tokens are processed together so each
 // K/V row is read and decoded once per tile. Keys are visited in
 // logical order, one page at a time; per page: scores, page max, one rescale of
@@ -23,6 +23,7 @@
 #include "base/ggml_quant.h"
 #include "kernels/api.h"
 #include "kernels/cpu/attention_avx512.h"
+#include "kernels/cpu/attention_tile.h"
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -30,7 +31,8 @@ namespace pagoda::kernels::cpu {
 namespace {
 
 constexpr int32_t kMaxBlockSize = 256;  // tokens per KV page
-constexpr int32_t kQueryTile = 8;       // consecutive tokens of one sequence sharing decoded pages
+constexpr int32_t kQueryTile = 16;      // consecutive tokens of one sequence sharing decoded pages
+constexpr int32_t kMaxRows = 64;        // (token, head) rows gathered for one page step
 
 // 16-bit floats p[0, n) to f32: eight at a time with `wide` (from 8 packed
 // halves), the tail one by one with `one`; both conversions are exact.
@@ -186,98 +188,6 @@ inline void axpy(float a, const float* x, float* y, int32_t n) {
   for (; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
 }
 
-// Sums of 8 vectors: lane j of the result = sum of a[j]'s lanes, always with the
-// tree ((0+1)+(2+3)) + ((4+5)+(6+7)).
-inline __m256 hsum8x8(const __m256* a) {
-  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
-  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
-  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-}
-
-// scores[j] = dot(q, k[j]) * scale for j < nk (head_dim = 8 * NV). Keys are
-// taken 8 at a time (the last group repeats its final key; extras are unused).
-template <int NV>
-void scores_v(const float* q, const float* const* k, int32_t nk, float scale, float* scores) {
-  const __m256 sv = _mm256_set1_ps(scale);
-  for (int32_t j0 = 0; j0 < nk; j0 += 8) {
-    const float* kk[8];
-    for (int j = 0; j < 8; ++j) kk[j] = k[std::min(j0 + j, nk - 1)];
-    __m256 acc[8];
-    for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
-    for (int v = 0; v < NV; ++v) {
-      const __m256 qv = _mm256_loadu_ps(q + 8 * v);
-      for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kk[j] + 8 * v), acc[j]);
-    }
-    alignas(32) float tmp[8];
-    _mm256_store_ps(tmp, _mm256_mul_ps(hsum8x8(acc), sv));
-    for (int j = 0; j < 8 && j0 + j < nk; ++j) scores[j0 + j] = tmp[j];
-  }
-}
-
-// acc = acc * corr (when rescale) then acc += p[j] * v[j] for j in order, in registers.
-template <int NV>
-void pv_v(float* acc_mem, bool rescale, float corr, const float* p, const float* const* v, int32_t nk) {
-  __m256 acc[NV];
-  for (int i = 0; i < NV; ++i) acc[i] = _mm256_loadu_ps(acc_mem + 8 * i);
-  if (rescale) {
-    const __m256 cv = _mm256_set1_ps(corr);
-    for (int i = 0; i < NV; ++i) acc[i] = _mm256_mul_ps(acc[i], cv);
-  }
-  for (int32_t j = 0; j < nk; ++j) {
-    const __m256 pj = _mm256_set1_ps(p[j]);
-    for (int i = 0; i < NV; ++i) acc[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v[j] + 8 * i), acc[i]);
-  }
-  for (int i = 0; i < NV; ++i) _mm256_storeu_ps(acc_mem + 8 * i, acc[i]);
-}
-
-// Online-softmax state update for one head after its page scores are known:
-// returns whether the running output must be rescaled and by how much; turns
-// sg[0..nk) into probabilities relative to the new running max.
-inline bool softmax_page(float* sg, int32_t nk, float* mrun, float* lrun, float* corr_out) {
-  // Page max, 8 lanes at a time (max of finite floats is exact in any order).
-  int32_t i = 1;
-  float bm = sg[0];
-  if (nk >= 8) {
-    __m256 mv8 = _mm256_loadu_ps(sg);
-    for (i = 8; i + 8 <= nk; i += 8) mv8 = _mm256_max_ps(mv8, _mm256_loadu_ps(sg + i));
-    bm = detail::hmax8(mv8);
-  }
-  for (; i < nk; ++i) bm = sg[i] > bm ? sg[i] : bm;
-  const float m_new = bm > *mrun ? bm : *mrun;
-  bool rescale = false;
-  float corr = 1.0f;
-  if (m_new > *mrun) {  // rescale only when the max moved (exp(0) == 1 exactly otherwise)
-    corr = detail::exp1(*mrun - m_new);
-    *lrun *= corr;
-    *mrun = m_new;
-    rescale = true;
-  }
-  const __m256 mv = _mm256_set1_ps(m_new);
-  int32_t j = 0;
-  for (; j + 8 <= nk; j += 8) _mm256_storeu_ps(sg + j, detail::exp8(_mm256_sub_ps(_mm256_loadu_ps(sg + j), mv)));
-  for (; j < nk; ++j) sg[j] = detail::exp1(sg[j] - m_new);
-  float l = *lrun;
-  for (j = 0; j < nk; ++j) l += sg[j];
-  *lrun = l;
-  *corr_out = corr;
-  return rescale;
-}
-
-// Scores and P.V of one page for all heads of a group, head_dim = 8 * NV.
-template <int NV>
-void page_v(const float* qg, const float* const* krow, const float* const* vrow, int32_t nk, int32_t group,
-            int32_t bs, float scale, float* sc, float* acc, float* mrun, float* lrun) {
-  constexpr int32_t hd = 8 * NV;
-  for (int32_t g = 0; g < group; ++g) {
-    float* sg = sc + g * bs;
-    scores_v<NV>(qg + g * hd, krow, nk, scale, sg);
-    float corr;
-    const bool rescale = softmax_page(sg, nk, mrun + g, lrun + g, &corr);
-    pv_v<NV>(acc + g * hd, rescale, corr, sg, vrow, nk);
-  }
-}
-
 // Generic head_dim (not a multiple of 8): plain loops, same structure.
 void page_generic(const float* qg, const float* const* krow, const float* const* vrow, int32_t nk, int32_t group,
                   int32_t bs, int32_t hd, float scale, float* sc, float* acc, float* mrun, float* lrun) {
@@ -285,7 +195,10 @@ void page_generic(const float* qg, const float* const* krow, const float* const*
     float* sg = sc + g * bs;
     for (int32_t j = 0; j < nk; ++j) sg[j] = dot(qg + g * hd, krow[j], hd) * scale;
     float corr;
-    if (softmax_page(sg, nk, mrun + g, lrun + g, &corr)) scale_inplace(acc + g * hd, corr, hd);
+    if (detail::softmax_page(sg, nk, mrun + g, lrun + g, &corr)) scale_inplace(acc + g * hd, corr, hd);
+    float l = lrun[g];
+    for (int32_t j = 0; j < nk; ++j) l += sg[j];
+    lrun[g] = l;
     for (int32_t j = 0; j < nk; ++j) axpy(sg[j], vrow[j], acc + g * hd, hd);
   }
 }
@@ -297,16 +210,28 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
   const int32_t hd = kv.head_dim, nkv = kv.n_kv_heads, bs = kv.block_size;
   PAGODA_CHECK(nkv > 0 && n_heads % nkv == 0 && bs > 0 && bs <= kMaxBlockSize);
   const int32_t group = n_heads / nkv;
-  // Tiles of up to kQueryTile consecutive tokens of one sequence: the tile decodes
+  // The AVX-512 kernel reads one type for K and V (f32, f16 or bf16), its
+  // arithmetic pinned by PagedAttention.Avx512OutputsArePinned: q8_0, the 4/5-bit
+  // types and mixed K/V types take the AVX2 path below on every machine (known
+  // limitation: no AVX-512 kernel for them, none could be tested where they were
+  // written). The AVX-512 path where it takes the dtype and head size: the
+  // choice depends only on the ISA and the cache's shape, so a token's op
+  // sequence never depends on the batch.
+  const bool avx512 = detail::isa() == detail::Isa::kAvx512 && kv.v_dtype == kv.dtype &&
+                      detail::attend_token_avx512_supports(kv.dtype, hd);
+  // The AVX-512 path keeps its tiles of 8 tokens (its partition, untested here
+  // since this change; the AVX2 path, which blocks a tile's rows, takes 16).
+  const int32_t qtile = avx512 ? 8 : kQueryTile;
+  // Tiles of up to qtile consecutive tokens of one sequence: the tile decodes
   // each K/V page once for all its tokens (a prefill chunk's tokens read the same
   // pages). Each token's own op sequence is exactly what it would be alone.
   int32_t* tiles = reinterpret_cast<int32_t*>(detail::scratch(2, static_cast<size_t>(batch.n_tokens) * 12 + 12));
   int32_t n_tiles = 0;
   for (int32_t s = 0; s < batch.n_seqs; ++s) {
-    for (int32_t t = batch.q_indptr[s]; t < batch.q_indptr[s + 1]; t += kQueryTile) {
+    for (int32_t t = batch.q_indptr[s]; t < batch.q_indptr[s + 1]; t += qtile) {
       tiles[3 * n_tiles] = s;
       tiles[3 * n_tiles + 1] = t;
-      tiles[3 * n_tiles + 2] = std::min(t + kQueryTile, batch.q_indptr[s + 1]);
+      tiles[3 * n_tiles + 2] = std::min(t + qtile, batch.q_indptr[s + 1]);
       ++n_tiles;
     }
   }
@@ -331,22 +256,14 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
   // With enough tiles (decode of many sequences, prefill) an AVX-512 item is a
   // whole tile, every KV head: the first KV head's pass prefetches whole rows
   // (one contiguous run per page) and the others find them in cache.
-  // The AVX-512 kernel reads one type for K and V (f32, f16 or bf16), its
-  // arithmetic pinned by PagedAttention.Avx512OutputsArePinned: q8_0, the 4/5-bit
-  // types and mixed K/V types take the AVX2 path below on every machine (known
-  // limitation: no AVX-512 kernel for them, none could be tested where they were
-  // written).
-  const bool avx512 = detail::isa() == detail::Isa::kAvx512 && kv.v_dtype == kv.dtype &&
-                      detail::attend_token_avx512_supports(kv.dtype, hd);
   const bool whole_rows = avx512 && hsplit == 1 && n_tiles >= 2 * nth;
   const int32_t kv_per_item = whole_rows ? nkv : 1;
   const int64_t items = base_items * hsplit / kv_per_item;
   const size_t kvbuf = static_cast<size_t>(bs) * static_cast<size_t>(hd);
   const size_t per_token_floats = static_cast<size_t>(group) * (hd + 2);
-  const size_t per_item_floats = 2 * kvbuf + static_cast<size_t>(group) * bs + kQueryTile * per_token_floats;
-  // The AVX-512 path where it takes the dtype and head size: the choice depends
-  // only on the ISA and the cache's shape, so a token's op sequence never
-  // depends on the batch.
+  const int32_t ld = (bs + 7) / 8 * 8;  // row stride of the blocked kernel's scores
+  const size_t sc_floats = std::max<size_t>(static_cast<size_t>(group) * bs, 4 * static_cast<size_t>(ld));
+  const size_t per_item_floats = 2 * kvbuf + sc_floats + kQueryTile * per_token_floats;
   detail::parallel_for(items, nth, [&](int64_t item) {
     const int64_t it = item * kv_per_item;  // the (tile, KV head, slice) item it starts at
     const int32_t tile = static_cast<int32_t>(it / (nkv * hsplit));
@@ -402,7 +319,7 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
     float* kbuf = buf;                        // [bs, hd] decoded K of one page
     float* vbuf = kbuf + kvbuf;               // [bs, hd] decoded V of one page
     float* sc = vbuf + kvbuf;                 // [group, bs] scores, then probabilities
-    float* state = sc + group * bs;           // per token: acc [group, hd], mrun [group], lrun [group]
+    float* state = sc + sc_floats;            // per token: acc [group, hd], mrun [group], lrun [group]
     for (int32_t i = 0; i < nt; ++i) {
       float* st = state + i * per_token_floats;
       std::fill(st, st + gs * hd, 0.0f);
@@ -410,6 +327,8 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
       std::fill(st + gs * (hd + 1), st + gs * (hd + 2), 0.0f);
     }
     const int64_t head_off = static_cast<int64_t>(kvh) * hd;
+    // head_dim / 8 for the sizes the blocked kernel specializes, else 0 (generic).
+    const int32_t nv = (hd == 8 || hd == 16 || hd == 32 || hd == 64 || hd == 128 || hd == 256) ? hd / 8 : 0;
     const size_t slice_off = kv_row_bytes(kv.dtype, head_off), slice_bytes = kv_row_bytes(kv.dtype, hd);
     const size_t v_slice_off = kv_row_bytes(kv.v_dtype, head_off), v_slice_bytes = kv_row_bytes(kv.v_dtype, hd);
     for (int64_t p0 = min_first / bs * bs; p0 < max_keys; p0 += bs) {
@@ -446,25 +365,54 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
           vrow[j] = vbuf + j * hd;
         }
       }
+      // Each token's keys in this page: [lo, lo + nki) of krow/vrow.
+      int32_t lo_of[kQueryTile], nk_of[kQueryTile];
       for (int32_t i = 0; i < nt; ++i) {
-        const int32_t lo = static_cast<int32_t>(std::max<int64_t>(0, first[i] - p0));
-        const int32_t nki = static_cast<int32_t>(std::min<int64_t>(nk, n_keys[i] - p0)) - lo;
-        if (nki <= 0) continue;  // causal: this page starts after the token (or ends before its window)
-        const float* const* kr = krow + lo;
-        const float* const* vr = vrow + lo;
-        const float* qg = q + (static_cast<int64_t>(t0 + i) * n_heads + h0) * hd;  // [gs, hd]
-        float* acc = state + i * per_token_floats;
-        float* mrun = acc + gs * hd;
-        float* lrun = mrun + gs;
-        switch (hd) {
-          case 8: page_v<1>(qg, kr, vr, nki, gs, bs, scale, sc, acc, mrun, lrun); break;
-          case 16: page_v<2>(qg, kr, vr, nki, gs, bs, scale, sc, acc, mrun, lrun); break;
-          case 32: page_v<4>(qg, kr, vr, nki, gs, bs, scale, sc, acc, mrun, lrun); break;
-          case 64: page_v<8>(qg, kr, vr, nki, gs, bs, scale, sc, acc, mrun, lrun); break;
-          case 128: page_v<16>(qg, kr, vr, nki, gs, bs, scale, sc, acc, mrun, lrun); break;
-          case 256: page_v<32>(qg, kr, vr, nki, gs, bs, scale, sc, acc, mrun, lrun); break;  // gemma3
-          default: page_generic(qg, kr, vr, nki, gs, bs, hd, scale, sc, acc, mrun, lrun); break;
+        lo_of[i] = static_cast<int32_t>(std::max<int64_t>(0, first[i] - p0));
+        nk_of[i] = static_cast<int32_t>(std::min<int64_t>(nk, n_keys[i] - p0)) - lo_of[i];
+      }
+      if (nv == 0) {  // generic head_dim: token by token
+        for (int32_t i = 0; i < nt; ++i) {
+          if (nk_of[i] <= 0) continue;  // causal: this page starts after the token (or ends before its window)
+          const float* qg = q + (static_cast<int64_t>(t0 + i) * n_heads + h0) * hd;  // [gs, hd]
+          float* acc = state + i * per_token_floats;
+          page_generic(qg, krow + lo_of[i], vrow + lo_of[i], nk_of[i], gs, bs, hd, scale, sc, acc, acc + gs * hd,
+                       acc + gs * (hd + 1));
         }
+        continue;
+      }
+      // Runs of consecutive tokens with the same key range (every token of the
+      // tile on the pages before the chunk): their (token, head) rows go
+      // through the page in blocks that share each K/V load.
+      for (int32_t i = 0; i < nt;) {
+        int32_t i2 = i + 1;
+        while (i2 < nt && lo_of[i2] == lo_of[i] && nk_of[i2] == nk_of[i]) ++i2;
+        if (nk_of[i] > 0) {
+          detail::TileRow rows[kMaxRows];
+          int32_t n_rows = 0;
+          const int32_t lo = lo_of[i], nki = nk_of[i];
+          const auto flush = [&] {
+            switch (nv) {
+              case 1: detail::page_block<1>(rows, n_rows, krow + lo, vrow + lo, nki, scale, sc, ld); break;
+              case 2: detail::page_block<2>(rows, n_rows, krow + lo, vrow + lo, nki, scale, sc, ld); break;
+              case 4: detail::page_block<4>(rows, n_rows, krow + lo, vrow + lo, nki, scale, sc, ld); break;
+              case 8: detail::page_block<8>(rows, n_rows, krow + lo, vrow + lo, nki, scale, sc, ld); break;
+              case 16: detail::page_block<16>(rows, n_rows, krow + lo, vrow + lo, nki, scale, sc, ld); break;
+              default: detail::page_block<32>(rows, n_rows, krow + lo, vrow + lo, nki, scale, sc, ld); break;
+            }
+            n_rows = 0;
+          };
+          for (int32_t t = i; t < i2; ++t) {
+            float* acc = state + t * per_token_floats;
+            const float* qt = q + (static_cast<int64_t>(t0 + t) * n_heads + h0) * hd;
+            for (int32_t g = 0; g < gs; ++g) {
+              rows[n_rows++] = {qt + g * hd, acc + g * hd, acc + gs * hd + g, acc + gs * (hd + 1) + g};
+              if (n_rows == kMaxRows) flush();
+            }
+          }
+          if (n_rows > 0) flush();
+        }
+        i = i2;
       }
     }
     for (int32_t i = 0; i < nt; ++i) {
