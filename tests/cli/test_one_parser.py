@@ -20,7 +20,7 @@ CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith("PAGODA_")}
 SUBCOMMANDS = {
     "bench": ["-m", STORIES], "bench-serving": ["--workload", "random", "-m", STORIES], "run": ["-m", STORIES, "-p", "x"],
     "serve": ["-m", STORIES], "sim": ["-m", STORIES], "size": ["-m", STORIES], "synth": [], "template": [],
-    "inspect": ["-m", STORIES], "router": ["--replica", "http://127.0.0.1:9", "-m", "none"],
+    "inspect": ["-m", STORIES], "perplexity": ["-m", STORIES, "-f", "/dev/null"], "router": ["--replica", "http://127.0.0.1:9", "-m", "none"],
 }
 
 
