@@ -1,8 +1,8 @@
 // The Hadamard rotation of K/V rows below 8 bits (issue 39, base/kv_dtype.h):
 // hadamard_rotate is llama.cpp's Sylvester matrix scaled to be orthonormal, its
 // own inverse, block by block; which types and block sizes rotate; and why it
-// exists: on rows with an outlier channel, q4_0 (and iq4_nl) attention with the
-// rotation is several times closer to the f32 attention than without it.
+// exists: on rows with outlier channels, 4/5-bit attention with the rotation is
+// 1.7-3x closer to the f32 attention than without it (q4_1 the least).
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -165,7 +165,7 @@ TEST(KvRotation, QuantizedAttentionWithOutlierChannelsIsCloserToF32) {
     const double plain = rms_diff(attention(q, k, v, n_heads, n_kv, hd, n_keys, n_q, t, false), want);
     const double rotated = rms_diff(attention(q, k, v, n_heads, n_kv, hd, n_keys, n_q, t, true), want);
     EXPECT_GT(plain, 0.0);
-    EXPECT_LT(rotated, 0.5 * plain) << "unrotated " << plain << ", rotated " << rotated;
+    EXPECT_LT(rotated, 0.75 * plain) << "unrotated " << plain << ", rotated " << rotated;
     std::printf("%s/%s: rms error vs f32 attention: unrotated %.5f, rotated %.5f\n", kv_dtype_name(t.k),
                 kv_dtype_name(t.v), plain, rotated);
   }
