@@ -72,6 +72,29 @@ inline int32_t kv_dtype_block_bytes(KvDtype t) {
   return 0;
 }
 
+// Hadamard rotation of the rows below 8 bits (issue 39, as llama.cpp's
+// attn_rot_k / attn_rot_v): when K's type is one of q4_0, q4_1, iq4_nl, q5_0,
+// q5_1, Q and K are multiplied by an orthonormal Walsh-Hadamard matrix per
+// block of each head after RoPE (scores unchanged, outliers spread over the
+// block before it is quantized); when V's is, V before it is stored and the
+// attention output after (the matrix is its own inverse). f32, f16, bf16 and
+// q8_0 rows are not rotated (llama.cpp rotates q8_0 too; pagoda keeps its
+// q8_0 outputs bitwise as before). K's block: the largest power of two >= 64
+// dividing head_dim; V's: 64; 0 (no rotation) when head_dim % 64 != 0.
+inline bool kv_dtype_rotated(KvDtype t) {
+  return t == KvDtype::Q4_0 || t == KvDtype::Q4_1 || t == KvDtype::IQ4_NL || t == KvDtype::Q5_0 ||
+         t == KvDtype::Q5_1;
+}
+inline int32_t kv_rot_block_k(KvDtype t, int32_t head_dim) {
+  if (!kv_dtype_rotated(t) || head_dim <= 0 || head_dim % 64 != 0) return 0;
+  int32_t b = 64;
+  while (head_dim % (2 * b) == 0) b *= 2;
+  return b;
+}
+inline int32_t kv_rot_block_v(KvDtype t, int32_t head_dim) {
+  return kv_dtype_rotated(t) && head_dim > 0 && head_dim % 64 == 0 ? 64 : 0;
+}
+
 // Bytes of one token's K (or V) row of n elements. The quantized types quantize
 // the whole row in blocks of 32, so the kernels need n to be a multiple of 32
 // (the engine and the storage refuse other shapes); the formula rounds up like

@@ -82,7 +82,8 @@ Expected<std::unique_ptr<KvTierLink>> KvTierLink::create(const EngineConfig& c, 
 
 uint32_t tier_kv_dtype(KvTypes t) {
   const auto k = static_cast<uint32_t>(t.k), v = static_cast<uint32_t>(t.v);
-  return t.same() ? k : k | v << 8 | 1u << 16;
+  const uint32_t rotated = kv_dtype_rotated(t.k) || kv_dtype_rotated(t.v) ? 1u << 17 : 0u;
+  return (t.same() ? k : k | v << 8 | 1u << 16) | rotated;
 }
 
 tier::TierKey KvTierLink::key_for(const Hash128& chain, const std::string& salt, int32_t group) const {

@@ -57,7 +57,10 @@ bool kv_tiers_enabled(const EngineConfig& c);
 // The tier key's KV dtype (tier::TierKey::kv_dtype): K's KvDtype when K and V
 // share it (the value of a same-type cache is what it always was), else
 // k | v << 8 | 1 << 16 (the flag bit keeps V = f32, 0, apart from a same-type
-// key). An entry of other K/V types never matches.
+// key). An entry of other K/V types never matches. Bit 17 is set when K or V
+// is a type whose rows are Hadamard-rotated (base/kv_dtype.h kv_dtype_rotated,
+// issue 39): an entry written before the rotation (unrotated q4_0 rows, key
+// without the bit) is never loaded into a rotated cache, nor the reverse.
 uint32_t tier_kv_dtype(KvTypes t);
 // The tier key's model fingerprint: the model's own (hyper-parameters) mixed
 // with the file's tensor table and the first and last bytes of every tensor.

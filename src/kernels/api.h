@@ -233,6 +233,13 @@ bool matmul_supports(GgmlType type);
 // k, v: [n_tokens, n_kv_heads * head_dim]
 void kv_write(const KvLayerView& kv, const float* k, const float* v, const int64_t* slot_mapping,
               int64_t n_tokens);
+// In place: every `block` consecutive floats of x (n of them, n % block == 0,
+// block a power of two) become H x / sqrt(block), H the Sylvester Walsh-Hadamard
+// matrix (H[i][j] = (-1)^popcount(i & j), llama.cpp's ggml_gen_hadamard): a fast
+// transform, block * log2(block) adds, one fixed order of operations per block
+// (so bitwise the same for a row alone or in any batch). Orthonormal and its own
+// inverse up to rounding. Used for the K/V rotation of base/kv_dtype.h.
+void hadamard_rotate(float* x, int64_t n, int32_t block);
 // Reads one token's K or V row (all heads) back to f32. row: kv_row_bytes(dtype, n), out: [n]
 void kv_read_row(KvDtype dtype, const uint8_t* row, int64_t n, float* out);
 // Embedding lookup: out[i, :] = dequantized row ids[i] of table.

@@ -5,7 +5,8 @@ namespace pagoda::kernels {
 namespace {
 
 // The kernels that carry a backend's own arithmetic. The other table entries,
-// api.h's shared ops (kv_write, row gathers, adds, silu_mul, mul_scalar), are the
+// api.h's shared ops (kv_write, row gathers, adds, silu_mul, mul_scalar,
+// hadamard_rotate), are the
 // same functions for every backend: ref checks the arithmetic kernels, and its
 // forward stays the recorded one.
 struct ArithKernels {
@@ -31,7 +32,8 @@ constexpr Backend make_backend(const char* name, const ArithKernels& k) {
                  .add_rows = &add_rows,
                  .silu_mul = &silu_mul,
                  .gelu_mul = k.gelu_mul,
-                 .mul_scalar = &mul_scalar};
+                 .mul_scalar = &mul_scalar,
+                 .hadamard_rotate = &hadamard_rotate};
 }
 
 constexpr Backend kCpu = make_backend("cpu", {&cpu::matmul, &cpu::matmul_multi, &cpu::rmsnorm, &cpu::rope,

@@ -35,6 +35,7 @@ struct Backend {
   void (*silu_mul)(float* gate, const float* up, int64_t n);
   void (*gelu_mul)(float* gate, const float* up, int64_t n);
   void (*mul_scalar)(float* x, float s, int64_t n);
+  void (*hadamard_rotate)(float* x, int64_t n, int32_t block);
 };
 
 // The table of a backend; static storage, valid for the program's lifetime.

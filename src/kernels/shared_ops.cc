@@ -1,6 +1,8 @@
 // The ops both backends share (api.h, "Ops both backends share"): KV row
-// encoding and decoding, embedding lookup, row gathers and exact adds.
+// encoding and decoding, embedding lookup, row gathers, exact adds and the
+// Walsh-Hadamard rotation of the K/V rows below 8 bits.
 // Scalar code: each is memory-bound or exact, so one version serves ref and cpu.
+#include <cmath>
 #include <cstring>
 
 #include "base/check.h"
@@ -81,6 +83,25 @@ void add_rows(float* x, const float* bias, int64_t n_rows, int64_t n) {
 
 void mul_scalar(float* x, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+void hadamard_rotate(float* x, int64_t n, int32_t block) {
+  PAGODA_CHECK(block >= 1 && (block & (block - 1)) == 0 && n % block == 0);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(block)));
+  for (float* b = x; b < x + n; b += block) {
+    // Butterflies of span h = 1, 2, 4, ...: (a, c) -> (a + c, a - c); the result is
+    // sum_j (-1)^popcount(i & j) x_j (Sylvester order).
+    for (int32_t h = 1; h < block; h *= 2) {
+      for (int32_t i = 0; i < block; i += 2 * h) {
+        for (int32_t j = i; j < i + h; ++j) {
+          const float a = b[j], c = b[j + h];
+          b[j] = a + c;
+          b[j + h] = a - c;
+        }
+      }
+    }
+    for (int32_t i = 0; i < block; ++i) b[i] *= scale;
+  }
 }
 
 }  // namespace pagoda::kernels

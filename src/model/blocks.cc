@@ -84,9 +84,20 @@ void attention_block(const ForwardPass& p, int32_t l) {
   p.k.rope(k, p.batch.positions, T, c.n_kv_heads, c.head_dim, c.rope_dim, la.rope_base, c.rope_neox, rs);
   // The layer's KV group (hybrid manager): its own slots and block tables.
   const kernels::BatchView gb = kernels::group_view(p.batch, kv.group);
-  const int64_t kvd = c.kv_dim();
-  over_tokens(T, [&](int64_t t0, int64_t t1) { p.k.kv_write(kv, k + t0 * kvd, v + t0 * kvd, gb.slot_mapping + t0, t1 - t0); });
+  const int64_t kvd = c.kv_dim(), qd = c.q_dim();
+  // K/V types below 8 bits: Q and K (after RoPE) and V rotated per head block
+  // before the store, the output rotated back (base/kv_dtype.h kv_rot_block_*).
+  const int32_t rot_k = kv_rot_block_k(kv.dtype, c.head_dim), rot_v = kv_rot_block_v(kv.v_dtype, c.head_dim);
+  over_tokens(T, [&](int64_t t0, int64_t t1) {
+    if (rot_k > 0) {
+      p.k.hadamard_rotate(q + t0 * qd, (t1 - t0) * qd, rot_k);
+      p.k.hadamard_rotate(k + t0 * kvd, (t1 - t0) * kvd, rot_k);
+    }
+    if (rot_v > 0) p.k.hadamard_rotate(v + t0 * kvd, (t1 - t0) * kvd, rot_v);
+    p.k.kv_write(kv, k + t0 * kvd, v + t0 * kvd, gb.slot_mapping + t0, t1 - t0);
+  });
   p.k.paged_attention(q, kv, gb, c.n_heads, c.attn_scale, att, la.window);
+  if (rot_v > 0) over_tokens(T, [&](int64_t t0, int64_t t1) { p.k.hadamard_rotate(att + t0 * qd, (t1 - t0) * qd, rot_v); });
   p.k.matmul(w.wo, att, T, proj);
   add_residual(p, w.post_attn_norm, x, proj, T);
 }

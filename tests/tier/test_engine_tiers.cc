@@ -278,6 +278,15 @@ TEST(EngineDiskTier, AnotherKvTypeNeverHits) {
   EXPECT_EQ(tier_kv_dtype(KvDtype::Q8_0), 3u);
   EXPECT_NE(tier_kv_dtype(KvTypes(KvDtype::F16, KvDtype::F32)), tier_kv_dtype(KvDtype::F16));
   EXPECT_NE(tier_kv_dtype(KvTypes(KvDtype::Q8_0, KvDtype::Q4_0)), tier_kv_dtype(KvTypes(KvDtype::Q4_0, KvDtype::Q8_0)));
+  // Rows below 8 bits are Hadamard-rotated (base/kv_dtype.h): their keys carry bit 17,
+  // so an entry written before the rotation (key k, or k | v << 8 | 1 << 16) is never
+  // loaded into a rotated cache; f32, f16, bf16 and q8_0 keys are unchanged.
+  for (KvDtype t : kAllKvDtypes) {
+    const auto old_key = static_cast<uint32_t>(t);
+    EXPECT_EQ(tier_kv_dtype(t), kv_dtype_rotated(t) ? old_key | 1u << 17 : old_key) << kv_dtype_name(t);
+  }
+  EXPECT_EQ(tier_kv_dtype(KvTypes(KvDtype::Q8_0, KvDtype::Q4_0)), (3u | 4u << 8 | 1u << 16) | 1u << 17);
+  EXPECT_EQ(tier_kv_dtype(KvTypes(KvDtype::F16, KvDtype::Q8_0)), 1u | 3u << 8 | 1u << 16);
   TempDir d;
   const auto p = make_prompt(100, 7);
   const KvTypes written(KvDtype::Q8_0, KvDtype::Q4_0);
