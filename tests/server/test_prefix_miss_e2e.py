@@ -13,6 +13,7 @@ Bad input to the checker (missing file, bad JSON, no template) is an error.
 usage: test_prefix_miss_e2e.py PAGODA SMOLLM2.gguf
 """
 import json
+import time
 import os
 import re
 import subprocess
@@ -114,7 +115,13 @@ class PrefixMissE2E(unittest.TestCase):
             self.assertEqual(metric(after, "never_seen"), 1)
             for cause in ("evicted", "salt", "tier_miss"):
                 self.assertEqual(metric(after, cause), 0, cause)
-            line = [ln for ln in srv.log if second["id"] in ln and "status=200" in ln]
+            # The access line is written as the response ends: give the log reader a moment.
+            deadline = time.time() + 30
+            while True:
+                line = [ln for ln in srv.log if second["id"] in ln and "status=200" in ln]
+                if line or time.time() > deadline:
+                    break
+                time.sleep(0.05)
             self.assertEqual(len(line), 1, "".join(srv.log[-20:]))
             self.assertIn(' prefix="%s"' % want, line[0])
 
