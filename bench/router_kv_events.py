@@ -107,8 +107,8 @@ def one_run(args, mode, prompts):
         for _ in range(args.replicas):
             p = free_port()
             q = free_port()
-            cfg = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://127.0.0.1:{p}",
-                   "replay_endpoint": f"tcp://127.0.0.1:{q}", "topic": "kv-events", "buffer_steps": 10000,
+            cfg = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{p}",
+                   "replay_endpoint": f"tcp://*:{q}", "topic": "kv-events", "buffer_steps": 10000,
                    "hwm": 100000}
             flags = ["-t", "1", "--num-kv-blocks", str(args.num_kv_blocks), "--block-size", str(BS)]
             if not args.ring_only:
@@ -122,7 +122,8 @@ def one_run(args, mode, prompts):
                           "--kv-events-config`, issue 37 part 1):\n" + str(e)[-400:])
                     sys.exit(2)
                 raise
-            eps.append((cfg["endpoint"], cfg["replay_endpoint"]))
+            # The replica binds (vLLM's rule: an endpoint with `*` binds, else connects); the router connects.
+            eps.append((f"tcp://127.0.0.1:{p}", f"tcp://127.0.0.1:{q}"))
         flags = []
         for r in reps:
             flags += ["--replica", r.url]
