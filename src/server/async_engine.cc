@@ -44,7 +44,7 @@ void AsyncEngine::abort(Ticket t) {
   cv_.notify_one();
 }
 
-void AsyncEngine::control(std::function<void(engine::Engine&)> fn) {
+void AsyncEngine::control(std::function<Reply(engine::Engine&)> fn) {
   std::lock_guard<std::mutex> l(mu_);
   controls_.push_back(std::move(fn));
   cv_.notify_one();
@@ -216,7 +216,7 @@ void AsyncEngine::loop() {
     std::deque<Pending> inbox;
     std::vector<Ticket> aborts;
     std::vector<std::function<void(const EngineView&)>> inspections;
-    std::vector<std::function<void(engine::Engine&)>> controls;
+    std::vector<std::function<Reply(engine::Engine&)>> controls;
     {
       std::unique_lock<std::mutex> l(mu_);
       auto ready = [&] { return stop_ || !inbox_.empty() || !aborts_.empty() || !inspections_.empty() || !controls_.empty() || engine_->has_unfinished(); };
@@ -232,8 +232,11 @@ void AsyncEngine::loop() {
       inspections.swap(inspections_);
       controls.swap(controls_);
     }
-    for (auto& fn : controls) fn(*engine_);
-    if (!controls.empty()) publish_stats();
+    std::vector<Reply> replies;
+    for (auto& fn : controls) replies.push_back(fn(*engine_));
+    if (!controls.empty()) publish_stats();  // before the replies: /metrics read after one shows its change
+    for (auto& r : replies)
+      if (r) r();
     for (auto& p : inbox) admit(p);
     for (Ticket t : aborts) {
       auto it = groups_.find(t);

@@ -63,8 +63,11 @@ class AsyncEngine {
   void inspect(std::function<void(const EngineView&)> fn);
 
   // Runs fn on the engine thread between two steps with the engine itself
-  // (administration: reset_prefix_cache); same rules as inspect.
-  void control(std::function<void(engine::Engine&)> fn);
+  // (administration: reset_prefix_cache); same rules as inspect. fn returns its
+  // reply (or an empty function), run after the stats are published, so a client
+  // that reads /metrics after the reply sees what fn changed.
+  using Reply = std::function<void()>;
+  void control(std::function<Reply(engine::Engine&)> fn);
 
   engine::EngineStats stats() const;
   int num_pending() const;  // submissions not yet handed to the engine
@@ -110,7 +113,7 @@ class AsyncEngine {
   std::deque<Pending> inbox_;
   std::vector<Ticket> aborts_;
   std::vector<std::function<void(const EngineView&)>> inspections_;
-  std::vector<std::function<void(engine::Engine&)>> controls_;
+  std::vector<std::function<Reply(engine::Engine&)>> controls_;
   engine::EngineStats stats_;
   Ticket next_ticket_ = 1;
   bool stop_ = false;

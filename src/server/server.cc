@@ -434,13 +434,15 @@ void Server::Impl::handle_reset_prefix_cache(const HttpRequest& req, std::shared
                                           "reset the RAM prefix cache without it",
                                      "invalid_request_error", "tiers", ""});
   }
-  engine->control([this, res, force](engine::Engine& e) {
+  engine->control([this, res, force](engine::Engine& e) -> AsyncEngine::Reply {
     const Status st = e.reset_prefix_cache(force);
     if (st.ok()) {
       PAGODA_LOG_INFO("prefix cache reset%s", force ? " (force)" : "");
-      return res->send(200, "application/json", "{\"status\":\"ok\"}");
+      return [res] { res->send(200, "application/json", "{\"status\":\"ok\"}"); };
     }
-    send_error(*res, ApiError{409, st.message(), "invalid_request_error", "force", "requests_running"});
+    return [this, res, msg = st.message()] {
+      send_error(*res, ApiError{409, msg, "invalid_request_error", "force", "requests_running"});
+    };
   });
 }
 
