@@ -1,6 +1,5 @@
 // KvManager: per-sequence block tables over a BlockPool, with automatic prefix
 // caching. Pure bookkeeping on integer ids; the runner owns the K/V bytes.
-//
 // The KvManager is the one owner of a sequence's cache state, with one
 // GroupManager per KV group (kv/group_manager.h) owning that group's block
 // tables: the KvManager keeps its num_computed_tokens (the tokens whose K/V are
@@ -20,7 +19,6 @@
 //   free                     blocks go back; cached ones stay findable until reused
 // Every mutating call checks first and mutates only when it can complete: a
 // refusal leaves no partial state. Not thread-safe.
-//
 // KV cache groups (vLLM's hybrid KV cache manager). Layers of one attention
 // kind (full context, or sliding window W) share a group; every group has one
 // block table per sequence over the ONE pool (its GroupManager's), and every
