@@ -1,4 +1,5 @@
 #include "engine/engine.h"
+#include "engine/finish.h"
 #include "engine/kv_events_link.h"
 #include "engine/kv_tiers.h"
 
@@ -23,9 +24,7 @@
 #include "model/model.h"
 #include "runtime/model_runner.h"
 #include "sample/sampler.h"
-#include "sample/stop.h"
 #include "sched/scheduler.h"
-#include "tok/detokenizer.h"
 #include "tok/tokenizer.h"
 
 namespace pagoda::engine {
@@ -50,9 +49,7 @@ struct Choice {
   bool reported_cached = false;
   bool scheduled = false;  // choice 0: counted in newly_scheduled() once
   sample::Sampler sampler;
-  tok::IncrementalDetokenizer detok;
-  sample::StopStringFilter stop;
-  FinishReason stop_reason = FinishReason::kNone;
+  FinishRule finish;  // decides why the choice ends (engine/finish.h); holds its detokenizer and stop strings
   std::vector<int32_t> forced;  // teacher forcing: output i < forced.size() is forced[i]
   bool return_logits = false;
   // Structured output: the parse state of this choice's output. It lives with
@@ -64,13 +61,12 @@ struct Choice {
   DraftThrottle throttle;      // speculative decoding: the adaptive off-switch
   AcceptanceEstimate acceptance;  // and the draft length that pays (best_draft_length)
   Choice(RequestId p, int i, int32_t np, const sample::SamplingParams& sp, const RequestParams& rp,
-         const tok::Tokenizer& tk, const std::optional<grammar::Matcher>& start)
+         const tok::Tokenizer& tk, int32_t context_length, const std::optional<grammar::Matcher>& start)
       : parent(p),
         index(i),
         num_prompt(np),
         sampler(sp, rp.prompt),
-        detok(tk),
-        stop(sp.stop),
+        finish(sp, tk, np, context_length),
         forced(rp.forced_tokens),
         return_logits(rp.return_logits),
         matcher(start) {
@@ -117,9 +113,9 @@ class EngineImpl final : public Engine {
   void verify_choice(const sched::ScheduledSeq& seq, const runtime::StepLogits& L, int32_t first_row,
                      std::vector<TokenEvent>* events, std::unordered_map<sched::RequestId, size_t>* event_of,
                      std::vector<sched::SeqOutput>* outputs);
-  // Counts `token` as choice ch's next output: stop checks, detokenizer and
-  // stop strings (text into ev). Sets ch.stop_reason.
-  void emit_token(Choice& ch, int32_t token, TokenEvent* ev);
+  // Counts `token` as choice ch's next output (into ev, with the text it lets
+  // show) and returns why the choice ends after it: ch.finish decides.
+  FinishReason emit_token(Choice& ch, int32_t token, TokenEvent* ev);
   // Fills the event's counts (cached prompt tokens once, KV blocks) and appends it.
   void push_event(sched::RequestId sid, const sched::ScheduledSeq& seq, Choice& ch, TokenEvent ev,
                   std::vector<TokenEvent>* events, std::unordered_map<sched::RequestId, size_t>* event_of);
@@ -322,7 +318,7 @@ Expected<RequestId> EngineImpl::add_request(const RequestParams& p) {
   sp.repetition_penalty = p.repetition_penalty;
   sp.presence_penalty = p.presence_penalty;
   sp.frequency_penalty = p.frequency_penalty;
-  sp.max_tokens = 0;  // the scheduler enforces max_tokens (finish reason "length")
+  sp.max_tokens = p.max_tokens;  // checked by the scheduler (>= 1, fits the context); ends with "length"
   sp.stop = p.stop;
   sp.ignore_eos = p.ignore_eos;
   sp.logprobs = p.logprobs >= 0;
@@ -359,7 +355,8 @@ Expected<RequestId> EngineImpl::add_request(const RequestParams& p) {
     sample::SamplingParams spi = sp;
     spi.seed = base_seed + static_cast<uint64_t>(i);
     choices_.emplace(std::piecewise_construct, std::forward_as_tuple(subs[static_cast<size_t>(i)]),
-                     std::forward_as_tuple(id, i, static_cast<int32_t>(p.prompt.size()), spi, p, *tok_, start));
+                     std::forward_as_tuple(id, i, static_cast<int32_t>(p.prompt.size()), spi, p, *tok_,
+                                           info_.context_length, start));
     // A new sequence's first drafts are sized by what recent sequences accepted
     // (the workload's rate), not the fixed prior: short outputs gain from step one.
     choices_.at(subs[static_cast<size_t>(i)]).acceptance = spec_recent_;
@@ -470,14 +467,12 @@ void EngineImpl::sample_choice(sched::RequestId sid, const sched::ScheduledSeq& 
     if (!sample::mask_allows_any(ch.mask, logits.size())) {
       // The vocabulary cannot spell any continuation (a grammar needing bytes no
       // token has): end the choice rather than emit an invalid token.
-      ev.finish = FinishReason::kError;
       ev.error = "the output constraint allows no token of the vocabulary here";
-      ch.stop_reason = FinishReason::kError;
       ev.num_prompt_tokens = ch.num_prompt;
       ev.num_output_tokens = ch.num_output;
       (*event_of)[sid] = events->size();
       events->push_back(std::move(ev));
-      outputs->push_back({sid, 0, true, {}});
+      outputs->push_back({sid, -1, FinishReason::kError, {}});
       return;
     }
     sample::SampleResult r = ch.sampler.sample(logits, ch.mask);
@@ -492,25 +487,17 @@ void EngineImpl::sample_choice(sched::RequestId sid, const sched::ScheduledSeq& 
     token = r.token;
     if (ch.sampler.params().logprobs) ev.logprobs.push_back(std::move(r));
   }
-  emit_token(ch, token, &ev);
+  const FinishReason finish = emit_token(ch, token, &ev);
   if (ch.return_logits) ev.logits.assign(logits.begin(), logits.end());
   push_event(sid, seq, ch, std::move(ev), events, event_of);
-  outputs->push_back({sid, token, ch.stop_reason != FinishReason::kNone, {}});
+  outputs->push_back({sid, token, finish, {}});
 }
 
-void EngineImpl::emit_token(Choice& ch, int32_t token, TokenEvent* ev) {
+FinishReason EngineImpl::emit_token(Choice& ch, int32_t token, TokenEvent* ev) {
   ch.num_output++;
   generation_tokens_total_++;
-  ch.stop_reason = sample::check_token(ch.sampler.params(), token, ch.num_output, tok_->eog_ids());
   ev->tokens.push_back(token);
-  if (ch.stop_reason == FinishReason::kNone) {
-    ev->text += ch.stop.push(ch.detok.push(token));
-    if (ch.stop.stopped()) ch.stop_reason = FinishReason::kStop;
-    // The constrained output is complete and nothing may follow: stop here
-    // (the model need not spend a step on the end-of-generation token).
-    if (ch.stop_reason == FinishReason::kNone && ch.matcher && ch.matcher->is_finished())
-      ch.stop_reason = FinishReason::kStop;
-  }
+  return ch.finish.accept(token, ch.num_output, ch.matcher && ch.matcher->is_finished(), &ev->text);
 }
 
 void EngineImpl::push_event(sched::RequestId sid, const sched::ScheduledSeq& seq, Choice& ch, TokenEvent ev,
@@ -587,7 +574,7 @@ void EngineImpl::verify_choice(const sched::ScheduledSeq& seq, const runtime::St
   TokenEvent ev;
   ev.id = ch.parent;
   ev.index = ch.index;
-  sched::SeqOutput out{sid, -1, false, {}};
+  sched::SeqOutput out{sid, -1, FinishReason::kNone, {}};
   int accepted = 0;
   // Row j holds the logits after drafts[0..j): exactly a one-token decode's
   // (batch-invariant kernels), so each pick is what plain decoding picks.
@@ -606,8 +593,8 @@ void EngineImpl::verify_choice(const sched::ScheduledSeq& seq, const runtime::St
       ++accepted;
       ++spec_accepted_per_pos_[j];
     }
-    emit_token(ch, token, &ev);
-    if (!ok || ch.stop_reason != FinishReason::kNone || j == k) {
+    out.finish = emit_token(ch, token, &ev);
+    if (!ok || out.finish != FinishReason::kNone || j == k) {
       out.token = token;
       break;
     }
@@ -619,7 +606,6 @@ void EngineImpl::verify_choice(const sched::ScheduledSeq& seq, const runtime::St
   ch.throttle.record(static_cast<int>(k), accepted);
   ch.acceptance.record(static_cast<int>(k), accepted);
   spec_recent_.record(static_cast<int>(k), accepted);
-  out.finished = ch.stop_reason != FinishReason::kNone;
   push_event(sid, seq, ch, std::move(ev), events, event_of);
   outputs->push_back(std::move(out));
 }
@@ -696,26 +682,14 @@ std::vector<TokenEvent> EngineImpl::step() {
     auto cit = choices_.find(f.id);
     if (cit == choices_.end()) continue;
     Choice& ch = cit->second;
+    // The scheduler ended it as this step's output said (SeqOutput::finish), so
+    // its event is this step's.
     auto eit = event_of.find(f.id);
-    if (eit == event_of.end()) {
-      TokenEvent ev;
-      ev.id = ch.parent;
-      ev.index = ch.index;
-      ev.num_prompt_tokens = ch.num_prompt;
-      ev.num_output_tokens = ch.num_output;
-      event_of[f.id] = events.size();
-      events.push_back(std::move(ev));
-      eit = event_of.find(f.id);
-    }
+    PAGODA_CHECK_MSG(eit != event_of.end(), "choice %llu finished without an output this step",
+                     static_cast<unsigned long long>(f.id));
     TokenEvent& ev = events[eit->second];
-    if (!ch.stop.stopped()) {
-      ev.text += ch.stop.push(ch.detok.flush());
-      ev.text += ch.stop.flush();
-    }
-    ev.finish = ch.stop_reason == FinishReason::kError       ? FinishReason::kError
-                : f.reason == sched::FinishReason::kLength ? FinishReason::kLength
-                : f.reason == sched::FinishReason::kAbort ? FinishReason::kAbort
-                                                           : FinishReason::kStop;
+    ev.text += ch.finish.flush();
+    ev.finish = f.reason;
     const RequestId parent = ch.parent;
     if (ch.matcher) --constrained_choices_;
     choices_.erase(cit);

@@ -4,18 +4,6 @@
 
 namespace pagoda::sample {
 
-FinishReason check_token(const SamplingParams& p, int32_t token, int32_t n_generated,
-                         std::span<const int32_t> eog_ids) {
-  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end()) {
-    return FinishReason::kStop;
-  }
-  if (!p.ignore_eos && std::find(eog_ids.begin(), eog_ids.end(), token) != eog_ids.end()) {
-    return FinishReason::kStop;
-  }
-  if (p.max_tokens > 0 && n_generated >= p.max_tokens) return FinishReason::kLength;
-  return FinishReason::kNone;
-}
-
 StopScan scan_stop_strings(std::string_view text, size_t emitted, std::span<const std::string> stops) {
   StopScan r;
   emitted = std::min(emitted, text.size());

@@ -1,7 +1,7 @@
-// Stop conditions. Token level: end-of-generation tokens (passed in as data, the
-// tokenizer's is_eog set), stop token ids, max_tokens. Text level: stop strings
-// over the decoded text, holding back any tail that could still become a stop
-// string so that no part of a stop string is ever emitted.
+// Stop strings over the decoded text, holding back any tail that could still
+// become a stop string so that no part of a stop string is ever emitted. Why a
+// request ends (stop tokens, a stop string, max_tokens...) is decided in one
+// place, engine/finish.h, which uses this filter.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -11,19 +11,9 @@
 #include <utility>
 #include <vector>
 
-#include "base/generation.h"
 #include "sample/params.h"
 
 namespace pagoda::sample {
-
-using FinishReason = pagoda::FinishReason;  // base/generation.h
-
-// After `token` became the n_generated-th generated token (n_generated counts it):
-// kStop for a stop token id (even with ignore_eos) or an end-of-generation token
-// (unless ignore_eos), kLength at max_tokens, else kNone. Stop strings are the
-// StopStringFilter's business.
-FinishReason check_token(const SamplingParams& params, int32_t token, int32_t n_generated,
-                         std::span<const int32_t> eog_ids);
 
 struct StopScan {
   bool stopped = false;  // a stop string was found; generation ends

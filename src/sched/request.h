@@ -24,8 +24,8 @@ enum class RequestState : uint8_t {
 };
 const char* request_state_name(RequestState s);
 
-// The one FinishReason (base/generation.h); the scheduler sets kStop (the engine
-// said so), kLength (max_tokens or max_model_len) and kAbort.
+// The one FinishReason (base/generation.h). The scheduler ends a request with
+// the reason its SeqOutput carries and decides none itself (engine/finish.h does).
 using FinishReason = pagoda::FinishReason;
 
 struct NewRequest {

@@ -132,8 +132,11 @@ struct SchedulerConfig {
 // The sampled result for one scheduled request (those with wants_logits).
 struct SeqOutput {
   RequestId request_id = 0;
-  TokenId token = -1;     // appended to the request's tokens when >= 0; -1 only with finished
-  bool finished = false;  // stop condition met (EOS, stop string...): finish after this token
+  TokenId token = -1;  // appended to the request's tokens when >= 0; -1 only with a finish
+  // Why the request ends after this token (kNone: it goes on), decided by the
+  // caller (the engine: engine/finish.h), max_tokens and the context included:
+  // the scheduler ends the request with this reason and decides none itself.
+  FinishReason finish = FinishReason::kNone;
   // A slice with draft tokens: the verified prefix of its drafts, appended
   // (and counted computed) before `token`, the bonus or correction token.
   std::vector<TokenId> accepted = {};
@@ -202,9 +205,12 @@ class Scheduler {
   void record_step_time(int32_t num_tokens, double ms) { step_cost_.record(num_tokens, ms); }
   const StepCostModel& step_cost() const { return step_cost_; }
   // Applies a step's results: advances num_computed_tokens (committing full
-  // blocks to the prefix cache), appends sampled tokens, finishes requests
-  // (engine stop flag, max_tokens, max_model_len) and frees their blocks.
-  // Precondition: outputs hold one entry for every still-known wants_logits seq.
+  // blocks to the prefix cache), appends sampled tokens, ends the requests whose
+  // output has a finish (with that reason) and frees their blocks.
+  // Preconditions: outputs hold one entry for every still-known wants_logits
+  // seq; an output without a finish leaves room for one more token (below
+  // max_tokens outputs and max_model_len tokens: the caller ends a request at
+  // its limits, with kLength), else the scheduler stops the process.
   std::vector<FinishedRequest> update(const StepPlan& plan, std::span<const SeqOutput> outputs);
 
   bool has_unfinished() const { return !requests_.empty(); }
@@ -268,7 +274,7 @@ class Scheduler {
   // kPriority's admission order (stable: by priority, then arrival).
   void sort_by_priority(std::vector<Candidate>* order) const;
   void finish(Request& r, FinishReason reason, std::vector<FinishedRequest>* out);
-  // Appends out's token to r and finishes r when a stop condition holds.
+  // Appends out's token to r and ends r when out says so.
   void apply_output(Request& r, const SeqOutput& out, std::vector<FinishedRequest>* done);
   // Creates parent's pending children, sharing its blocks, at the end of its prompt.
   void fork_children(Request& parent, std::span<const SeqOutput> outputs, std::vector<FinishedRequest>* done);

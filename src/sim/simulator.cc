@@ -234,7 +234,12 @@ Expected<SimResult> simulate(const SimConfig& cfg, const std::vector<SimRequest>
       tr.last_token = t;
       ++tr.num_out;
       const int32_t pos = s.start_pos + static_cast<int32_t>(s.token_ids.size());
-      outputs.push_back({s.request_id, static_cast<sched::TokenId>(1 + (s.request_id * 7919u + static_cast<uint64_t>(pos)) % static_cast<uint64_t>(vocab - 1)), false});
+      // The simulated outputs have no stop token: each ends at its output length
+      // (the caller decides a finish, as the engine's engine/finish.h does).
+      const FinishReason finish = tr.num_out >= requests[idx].output_len ? FinishReason::kLength : FinishReason::kNone;
+      const auto token = static_cast<sched::TokenId>(
+          1 + (s.request_id * 7919u + static_cast<uint64_t>(pos)) % static_cast<uint64_t>(vocab - 1));
+      outputs.push_back({s.request_id, token, finish});
     }
     const int32_t usable = kvm.num_usable_blocks();
     const double usage = usable > 0 ? static_cast<double>(usable - kvm.num_free_blocks()) / usable : 0.0;

@@ -115,7 +115,9 @@ class Stack {
         if (res.first_logits.empty()) res.first_logits.assign(row.begin(), row.end());
         const int32_t t = sampler.sample(row).token;
         res.tokens.push_back(t);
-        outputs.push_back({nr.id, t, false});
+        // The driver decides the finish (as the engine does): kGreedyTokens outputs.
+        const bool last = static_cast<int32_t>(res.tokens.size()) >= kGreedyTokens;
+        outputs.push_back({nr.id, t, last ? FinishReason::kLength : FinishReason::kNone});
       }
       for (const sched::FinishedRequest& f : sched_->update(plan, outputs)) {
         res.num_cached = f.num_cached_tokens;

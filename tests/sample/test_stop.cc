@@ -7,25 +7,6 @@
 
 using namespace pagoda::sample;
 
-TEST(Stop, TokenConditions) {
-  SamplingParams p;
-  p.max_tokens = 3;
-  p.stop_token_ids = {7};
-  const std::vector<int32_t> eog = {2, 5};
-  EXPECT_EQ(check_token(p, 9, 1, eog), FinishReason::kNone);
-  EXPECT_EQ(check_token(p, 2, 1, eog), FinishReason::kStop);
-  EXPECT_EQ(check_token(p, 5, 2, eog), FinishReason::kStop);
-  EXPECT_EQ(check_token(p, 7, 1, eog), FinishReason::kStop);
-  EXPECT_EQ(check_token(p, 9, 3, eog), FinishReason::kLength);
-  p.ignore_eos = true;
-  EXPECT_EQ(check_token(p, 2, 1, eog), FinishReason::kNone);
-  EXPECT_EQ(check_token(p, 7, 1, eog), FinishReason::kStop);
-  p.max_tokens = 0;  // unlimited
-  EXPECT_EQ(check_token(p, 9, 100000, eog), FinishReason::kNone);
-  EXPECT_STREQ(finish_reason_name(FinishReason::kLength), "length");
-  EXPECT_STREQ(finish_reason_name(FinishReason::kStop), "stop");
-}
-
 TEST(Stop, ScanFindsEarliestMatchAndHoldsBackPartial) {
   const std::vector<std::string> stops = {"\nUser:", "###", "ab"};
   StopScan s = scan_stop_strings("hello", 0, stops);

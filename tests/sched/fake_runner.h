@@ -5,6 +5,8 @@
 // through the block table. A wrong block, a lost copy or a bad prefix hit
 // changes the sampled tokens, which tests compare with expected_outputs().
 // A slice with fork_ids gives one output per id from the same context.
+// Like the engine (engine/finish.h), the runner decides each output's finish:
+// kStop at the request's eos length, else kLength at its max_tokens.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -71,7 +73,10 @@ class FakeRunner {
         // Outputs after this one = context beyond the original prompt, plus this token.
         const int32_t produced = end - prompt_len(o.request_id) + 1;
         auto e = eos_len_.find(o.request_id);
-        o.finished = e != eos_len_.end() && produced >= e->second;
+        const bool eos = e != eos_len_.end() && produced >= e->second;
+        o.finish = eos                                   ? FinishReason::kStop
+                   : produced >= max_tokens_.at(o.request_id) ? FinishReason::kLength
+                                                              : FinishReason::kNone;
         outs.push_back(o);
       }
     }
@@ -79,6 +84,7 @@ class FakeRunner {
   }
 
   void set_prompt_len(RequestId id, int32_t n) { prompt_len_[id] = n; }
+  void set_max_tokens(RequestId id, int32_t n) { max_tokens_[id] = n; }
   int64_t computed_tokens(RequestId id) const {
     auto it = computed_tokens_.find(id);
     return it == computed_tokens_.end() ? 0 : it->second;
@@ -106,7 +112,7 @@ class FakeRunner {
   int32_t bs_, vocab_;
   std::vector<Slot> slots_;  // [num_blocks, block_size]
   Slot dummy_;
-  std::unordered_map<RequestId, int32_t> eos_len_, prompt_len_;
+  std::unordered_map<RequestId, int32_t> eos_len_, prompt_len_, max_tokens_;
   std::unordered_map<RequestId, int64_t> computed_tokens_;
 };
 

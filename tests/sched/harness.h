@@ -96,6 +96,7 @@ class Harness {
       for (RequestId c : fork_ids) {
         specs_[c] = Spec{prompt, max_tokens};
         runner_.set_prompt_len(c, static_cast<int32_t>(prompt.size()));
+        runner_.set_max_tokens(c, max_tokens);
         set_eos(c, eos_len);
       }
     }
@@ -111,6 +112,7 @@ class Harness {
     if (st.ok()) {
       specs_[id] = Spec{prompt, max_tokens};
       runner_.set_prompt_len(id, static_cast<int32_t>(prompt.size()));
+      runner_.set_max_tokens(id, max_tokens);
       set_eos(id, eos_len);
     }
     return st;

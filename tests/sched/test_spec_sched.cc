@@ -29,7 +29,7 @@ struct Fixture {
     ASSERT_TRUE(s.add_request(r).ok());
     StepPlan p = s.schedule();
     ASSERT_EQ(p.seqs.size(), 1u);
-    SeqOutput o{id, first_token, false};
+    SeqOutput o{id, first_token};
     s.update(p, std::span<const SeqOutput>(&o, 1));
   }
 };
@@ -48,7 +48,7 @@ TEST(SpecSched, DraftTokensFollowTheDecodeAndRejectedSlotsRollBack) {
   EXPECT_EQ(q.block_ids.size(), 3u);  // positions 0..11
   EXPECT_EQ(f.kv.num_slots(1), 12);
   // Two drafts verified, then a correction token 7.
-  SeqOutput o{1, 7, false};
+  SeqOutput o{1, 7};
   o.accepted = {101, 102};
   EXPECT_TRUE(f.s.update(p, std::span<const SeqOutput>(&o, 1)).empty());
   EXPECT_EQ(f.s.find(1)->tokens, (Tokens{0, 1, 2, 3, 4, 5, 100, 101, 102, 7}));
@@ -62,7 +62,7 @@ TEST(SpecSched, DraftTokensFollowTheDecodeAndRejectedSlotsRollBack) {
   ASSERT_EQ(p.seqs[0].token_ids, (Tokens{7, 50, 51, 52, 53}));
   EXPECT_EQ(f.kv.block_table(1).size(), 4u);  // positions 9..13
   const int32_t free_before = f.kv.num_free_blocks();
-  o = SeqOutput{1, 8, false};
+  o = SeqOutput{1, 8};
   f.s.update(p, std::span<const SeqOutput>(&o, 1));
   EXPECT_EQ(f.kv.num_computed_tokens(1), 10);
   EXPECT_EQ(f.kv.block_table(1).size(), 3u);
@@ -77,7 +77,7 @@ TEST(SpecSched, OnlyVerifiedTokensReachThePrefixCache) {
   ASSERT_TRUE(f.s.set_draft(1, Tokens{4, 5, 6, 7, 8, 9}));
   StepPlan p = f.s.schedule();
   ASSERT_EQ(p.seqs[0].num_draft_tokens, 6);
-  SeqOutput o{1, 99, false};
+  SeqOutput o{1, 99};
   o.accepted = {4};
   f.s.update(p, std::span<const SeqOutput>(&o, 1));
   // 5 computed: block 0 committed; block 1 holds token 4 and stale K/V of rejected drafts, uncommitted.
@@ -116,7 +116,7 @@ TEST(SpecSched, DraftsAreCappedByMaxTokensAndBudgetAndNeverPreempt) {
     }
     StepPlan p = f.s.schedule();
     ASSERT_EQ(p.seqs.size(), 2u);
-    const SeqOutput first[] = {{1, 10, false}, {2, 20, false}};
+    const SeqOutput first[] = {{1, 10}, {2, 20}};
     f.s.update(p, first);  // each holds 2 blocks: 8 slots, 7 computed
     ASSERT_EQ(f.kv.num_free_blocks(), 0);
     ASSERT_TRUE(f.s.set_draft(2, Tokens{21, 22}));
@@ -132,7 +132,7 @@ TEST(SpecSched, DraftsAreCappedByMaxTokensAndBudgetAndNeverPreempt) {
     f.prefill(1, 4, 10);
     ASSERT_TRUE(f.s.set_draft(1, Tokens{11}));
     StepPlan p = f.s.schedule();
-    SeqOutput o{1, 12, false};
+    SeqOutput o{1, 12};
     o.accepted = {11};
     f.s.update(p, std::span<const SeqOutput>(&o, 1));
     p = f.s.schedule();
