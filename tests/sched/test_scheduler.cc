@@ -311,6 +311,50 @@ TEST(Scheduler, EngineStopFlagFinishesWithStop) {
   h.expect_all_done_and_pool_free();
 }
 
+// The scheduler decides no finish (issue 34): it ends a request exactly when
+// the output says so, with the output's reason (also before max_tokens), never
+// appends a token of -1, and stops the process when an output leaves a request
+// at max_tokens without a finish (the caller broke the contract).
+TEST(Scheduler, EndsARequestOnlyWithTheReasonItIsGiven) {
+  kv::KvManager kv(kv_config(17, 4, 0.0));
+  Scheduler s(sched_config(64, 8), &kv);
+  NewRequest r;
+  r.max_tokens = 3;
+  for (RequestId id : {1, 2}) {  // different prompts: no in-flight dedup
+    r.id = id;
+    r.prompt = iota_tokens(static_cast<TokenId>(100 * id), 6);
+    ASSERT_TRUE(s.add_request(r).ok());
+  }
+  StepPlan p = s.schedule();
+  ASSERT_EQ(p.seqs.size(), 2u);
+  const SeqOutput first[] = {{1, 100}, {2, 200, FinishReason::kLength}};  // 2: length after 1 of 3 outputs
+  std::vector<FinishedRequest> done = s.update(p, first);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].id, 2u);
+  EXPECT_EQ(done[0].reason, FinishReason::kLength);
+  EXPECT_EQ(done[0].output_tokens, Tokens{200});
+  EXPECT_EQ(s.check_invariants(), "");
+  p = s.schedule();
+  SeqOutput o{1, 101};
+  EXPECT_TRUE(s.update(p, std::span<const SeqOutput>(&o, 1)).empty());
+  EXPECT_EQ(s.find(1)->tokens, concat(iota_tokens(100, 6), Tokens{100, 101}));
+  p = s.schedule();
+  o = SeqOutput{1, -1, FinishReason::kError};  // no token: the engine failed it
+  done = s.update(p, std::span<const SeqOutput>(&o, 1));
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].reason, FinishReason::kError);
+  EXPECT_EQ(done[0].output_tokens, (Tokens{100, 101}));
+  EXPECT_FALSE(s.has_unfinished());
+  EXPECT_EQ(s.check_invariants(), "");
+  // max_tokens = 1 and an output that says go on: a broken caller, stopped.
+  r.id = 3;
+  r.max_tokens = 1;
+  ASSERT_TRUE(s.add_request(r).ok());
+  p = s.schedule();
+  o = SeqOutput{3, 300};
+  EXPECT_DEATH(s.update(p, std::span<const SeqOutput>(&o, 1)), "1 outputs of max_tokens 1");
+}
+
 TEST(Scheduler, ExhaustionPreemptsAndOutputsAreUnaffected) {
   // 64 usable blocks x 16 tokens; 100 requests of 200-500 total tokens.
   Harness h(sched_config(2048, 64, 512), kv_config(65, 16, 0.0));
