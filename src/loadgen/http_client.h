@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "base/status.h"
-#include "cli/bench_serving.h"
+#include "loadgen/serving.h"
 
-namespace pagoda::cli::bench {
+namespace pagoda::loadgen {
 
 // Server-sent events, fed in arbitrary pieces. Each complete event (ended by a
 // blank line) yields its data: the "data:" lines joined by '\n' (one leading space
@@ -79,4 +79,4 @@ struct ServerRunOptions {
 std::vector<RequestResult> run_server(const ServerUrl& url, const std::vector<BenchRequest>& requests,
                                       ServerRunOptions* opts, RunExtras* extras);
 
-}  // namespace pagoda::cli::bench
+}  // namespace pagoda::loadgen
