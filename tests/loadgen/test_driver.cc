@@ -5,6 +5,7 @@
 
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/engine.h"
@@ -225,6 +226,67 @@ TEST(LoadgenDriver, RunOneGivesTheEnginesRefusal) {
   ASSERT_FALSE(s.ok());
   EXPECT_FALSE(s.message().empty());
   EXPECT_FALSE(eng->has_unfinished());
+}
+
+// The real engine, except that its step() silently drops one request (aborts it with
+// no event): the driver must answer that request with an error, not lose it.
+class DroppingEngine : public engine::Engine {
+ public:
+  explicit DroppingEngine(std::unique_ptr<engine::Engine> e) : e_(std::move(e)) {}
+  bool drop_next = false;     // drop the next request accepted
+  engine::RequestId drop = 0;
+  Expected<engine::RequestId> add_request(const engine::RequestParams& p) override {
+    auto id = e_->add_request(p);
+    if (id.ok() && drop_next) drop = *id, drop_next = false;
+    return id;
+  }
+  void abort(engine::RequestId id) override { e_->abort(id); }
+  std::vector<engine::TokenEvent> step() override {
+    e_->abort(drop);
+    std::vector<engine::TokenEvent> ev = e_->step();
+    std::erase_if(ev, [&](const engine::TokenEvent& x) { return x.id == drop; });
+    return ev;
+  }
+  bool has_unfinished() const override { return e_->has_unfinished(); }
+  const std::vector<engine::RequestId>& newly_scheduled() const override { return e_->newly_scheduled(); }
+  engine::EngineStats stats() const override { return e_->stats(); }
+  const engine::ModelInfo& model_info() const override { return e_->model_info(); }
+  const tok::Tokenizer& tokenizer() const override { return e_->tokenizer(); }
+  void snapshot(engine::DashboardSnapshot* out, const engine::SnapshotOptions& o) const override {
+    e_->snapshot(out, o);
+  }
+  std::vector<int32_t> cached_block_tokens(int32_t b) const override { return e_->cached_block_tokens(b); }
+  std::string cached_block_salt(int32_t b) const override { return e_->cached_block_salt(b); }
+  Status reset_prefix_cache(bool force) override { return e_->reset_prefix_cache(force); }
+  double pin_ttl_left(int32_t b) const override { return e_->pin_ttl_left(b); }
+
+ private:
+  std::unique_ptr<engine::Engine> e_;
+};
+
+TEST(LoadgenDriver, ADroppedRequestFinishesWithAnError) {
+  DroppingEngine eng(make_engine());
+  Driver d(eng);
+  auto kept = d.submit(greedy(prompt_of(12, 2), 3));
+  eng.drop_next = true;
+  auto lost = d.submit(greedy(prompt_of(12, 6), 3));
+  ASSERT_TRUE(kept.ok() && lost.ok());
+  ASSERT_EQ(eng.drop, *lost);
+  std::map<engine::RequestId, Stream> done;
+  while (d.has_unfinished())
+    for (const Stream& s : d.step().finished) done[s.id] = s;
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[*kept].finish, engine::FinishReason::kLength);
+  EXPECT_EQ(done[*kept].tokens.size(), 3u);
+  EXPECT_EQ(done[*lost].finish, engine::FinishReason::kError);
+  EXPECT_EQ(done[*lost].error, "the engine dropped the request");
+  EXPECT_EQ(d.num_in_flight(), 0u);
+  // run_one turns it into an error.
+  DroppingEngine eng2(make_engine());
+  eng2.drop_next = true;
+  auto s = run_one(eng2, greedy(prompt_of(12, 2), 3));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), "the engine dropped the request");
 }
 
 }  // namespace
