@@ -1,7 +1,8 @@
 // The HTTP side of the serving benchmark: an incremental SSE parser, the
-// OpenAI completion-chunk reader, Prometheus scraping, and the run loop that
-// sends the workload to POST URL/v1/completions or /v1/chat/completions
-// (Boost.Beast, one worker thread and keep-alive connection per concurrency slot).
+// OpenAI completion-chunk reader, Prometheus scraping (openai_stream.cc), and the
+// run loop that sends the workload to POST URL/v1/completions or /v1/chat/completions
+// (http_client.cc: Boost.Beast, one worker thread and keep-alive connection per
+// concurrency slot). The benchmark's client; the server's HTTP is elsewhere.
 #pragma once
 #include <cstdint>
 #include <functional>
