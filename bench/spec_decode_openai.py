@@ -43,7 +43,7 @@ WORDS = ("river stone quiet paper window orange market silver travel garden simp
 
 
 def copy_prompts(binary, model, n, seed, max_tokens, workload):
-    """`pagoda bench --workload copy` or `copy-long`'s chat messages (src/cli/bench_copy_workload.cc), via
+    """`pagoda bench --workload copy` or `copy-long`'s chat messages (src/loadgen/copy_workload.cc), via
     --save-prompts."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "copy.jsonl")

@@ -13,7 +13,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/engine_flags.h"
-#include "cli/read_bandwidth.h"
+#include "loadgen/read_bandwidth.h"
 
 namespace pagoda::cli::llb {
 
@@ -294,7 +294,7 @@ std::string u64(double d) { return std::to_string(static_cast<uint64_t>(std::llr
 
 std::vector<std::string> values(const Result& r, const std::string& build_commit) {
   const Instance& i = r.inst;
-  const std::string cpu = cpu_model_name();
+  const std::string cpu = loadgen::cpu_model_name();
   return {build_commit, "0", cpu, "", "CPU", r.model.filename, r.model.type, std::to_string(r.model.size),
           std::to_string(r.model.n_params), std::to_string(i.n_batch), std::to_string(i.n_ubatch),
           std::to_string(i.n_threads), "0x0", "0", "50", r.type_k, r.type_v, "0", "0", "none", "0", "0", "0",

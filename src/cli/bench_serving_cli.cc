@@ -13,15 +13,18 @@
 #include <nlohmann/json.hpp>
 
 #include "base/timer.h"
-#include "cli/bench_copy_workload.h"
-#include "cli/bench_http_client.h"
-#include "cli/bench_serving.h"
+#include "cli/bench_serving_cli.h"
 #include "cli/cli_util.h"
-#include "cli/run_report.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/run_report.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
+#include "loadgen/copy_workload.h"
+#include "loadgen/http_client.h"
+#include "loadgen/report.h"
+#include "loadgen/serving.h"
+#include "loadgen/workload.h"
 #include "tok/tokenizer.h"
 
 namespace pagoda::cli {
@@ -59,7 +62,7 @@ const char* kServingHelp =
     "  --workload shared-prefix      G prefixes x R distinct suffixes, shuffled\n"
     "    --num-groups G --prompts-per-group R   (default 4 x 8)\n"
     "    --prefix-len P --suffix-len Q --output-len O   (default 256 / 32 / 128)\n"
-    "  --workload copy               \"repeat this code with one change\" chat prompts (bench_copy_workload.h;\n"
+    "  --workload copy               \"repeat this code with one change\" chat prompts (loadgen/copy_workload.h;\n"
     "                                --num-prompts, --output-len; ends at end of generation)\n"
     "  --workload copy-long          the same over a 16-entry dict (answers of about 110 tokens)\n"
     "  --dataset FILE.jsonl          lines of {\"prompt\": str, \"max_tokens\": int} (first --num-prompts lines)\n"
@@ -104,6 +107,41 @@ bool has_arg(int argc, char** argv, const std::string& name) {
 }  // namespace
 
 namespace bench {
+
+std::string parse_percentile_metrics(const std::string& s, std::vector<std::string>* out) {
+  std::vector<std::string> names;
+  size_t b = 0;
+  for (;;) {
+    const size_t e = s.find(',', b);
+    const std::string n = s.substr(b, e == std::string::npos ? std::string::npos : e - b);
+    if (n != "ttft" && n != "tpot" && n != "itl" && n != "e2el")
+      return "--percentile-metrics: '" + n + "' is not one of ttft, tpot, itl, e2el";
+    if (std::find(names.begin(), names.end(), n) != names.end()) return "--percentile-metrics: '" + n + "' twice";
+    names.push_back(n);
+    if (e == std::string::npos) break;
+    b = e + 1;
+  }
+  *out = std::move(names);
+  return "";
+}
+
+std::string parse_metric_percentiles(const std::string& s, std::vector<double>* out) {
+  std::vector<double> ps;
+  size_t b = 0;
+  for (;;) {
+    const size_t e = s.find(',', b);
+    const std::string v = s.substr(b, e == std::string::npos ? std::string::npos : e - b);
+    double p = 0;
+    if (!parse_f64(v, &p) || !(p >= 0 && p <= 100))
+      return "--metric-percentiles: '" + v + "' is not a percentile in 0..100";
+    ps.push_back(p);
+    if (e == std::string::npos) break;
+    b = e + 1;
+  }
+  *out = std::move(ps);
+  return "";
+}
+
 
 std::string parse_serving_args(int argc, char** argv, ServingConfig* c, bool* help) {
   // vLLM's --model names the served model; pagoda's --model is a GGUF path. A value
@@ -316,36 +354,36 @@ int bench_serving_main(int argc, char** argv) {
   }
 
   const uint64_t seed = static_cast<uint64_t>(c.seed);
-  std::vector<bench::BenchRequest> reqs;
+  std::vector<loadgen::BenchRequest> reqs;
   if (c.workload == "jsonl" || c.workload == "sharegpt") {
     auto d = c.workload == "jsonl"
-                 ? bench::load_dataset(c.dataset_path, *tk, c.output_len, c.num_prompts_given ? c.num_prompts : 0)
-                 : bench::load_sharegpt(c.dataset_path, *tk, c.num_prompts, c.sharegpt_output_len, seed, c.shuffle);
+                 ? loadgen::load_dataset(c.dataset_path, *tk, c.output_len, c.num_prompts_given ? c.num_prompts : 0)
+                 : loadgen::load_sharegpt(c.dataset_path, *tk, c.num_prompts, c.sharegpt_output_len, seed, c.shuffle);
     if (!d.ok()) return fail(d.message());
     reqs = std::move(d).value();
-  } else if (c.workload == "copy" || c.workload == "copy-long") {  // bench_copy_workload.cc
-    auto w = bench::make_copy_workload(*tk, c.num_prompts, c.output_len, seed,
-                                       c.workload == "copy" ? bench::CopyLength::kShort : bench::CopyLength::kLong);
+  } else if (c.workload == "copy" || c.workload == "copy-long") {  // loadgen/copy_workload.cc
+    auto w = loadgen::make_copy_workload(*tk, c.num_prompts, c.output_len, seed,
+                                       c.workload == "copy" ? loadgen::CopyLength::kShort : loadgen::CopyLength::kLong);
     if (!w.ok()) return fail(w.message());
     reqs = std::move(w).value();
   } else {
-    const bench::TokenSpace space = bench::token_space(*tk);
+    const loadgen::TokenSpace space = loadgen::token_space(*tk);
     if (space.ordinary.empty()) return fail("the vocabulary has no ordinary tokens to build random prompts from");
     reqs = c.workload == "random"
-               ? bench::make_random_workload(space, c.num_prompts, c.input_len, c.output_len, c.range_ratio, seed)
-               : bench::make_shared_prefix_workload(space, c.num_groups, c.prompts_per_group, c.prefix_len,
+               ? loadgen::make_random_workload(space, c.num_prompts, c.input_len, c.output_len, c.range_ratio, seed)
+               : loadgen::make_shared_prefix_workload(space, c.num_groups, c.prompts_per_group, c.prefix_len,
                                                     c.suffix_len, c.output_len, seed);
   }
   const bool chat = c.endpoint == "/v1/chat/completions";
   if (chat) {
     if (c.server_url.empty()) return fail("--endpoint /v1/chat/completions needs a server (--base-url)", 2);
     // A chat message is text: token-id workloads send their prompts decoded.
-    for (bench::BenchRequest& r : reqs)
+    for (loadgen::BenchRequest& r : reqs)
       if (r.text.empty()) r.text = tk->decode(r.prompt);
   }
   if (!c.save_prompts_path.empty()) {  // e.g. bench/spec_decode_openai.py's copy workload
     std::ofstream out(c.save_prompts_path);
-    for (const bench::BenchRequest& r : reqs)
+    for (const loadgen::BenchRequest& r : reqs)
       out << nlohmann::json{{"prompt", r.text.empty() ? tk->decode(r.prompt) : r.text}, {"max_tokens", r.max_tokens}}.dump()
           << "\n";
     if (!out.flush()) return fail("cannot write " + c.save_prompts_path);
@@ -354,7 +392,7 @@ int bench_serving_main(int argc, char** argv) {
 
   Progress progress;
   progress.on = c.progress && isatty(STDOUT_FILENO);
-  bench::RunOptions ro;
+  loadgen::RunOptions ro;
   ro.max_concurrency = c.max_concurrency;
   ro.request_rate = c.request_rate;
   ro.seed = seed;
@@ -365,28 +403,28 @@ int bench_serving_main(int argc, char** argv) {
     ro.on_step = [&recorder](const engine::EngineStats& st) { recorder.on_engine_stats(st); };
     ro.on_scrape = [&recorder](const std::string& m) { recorder.on_metrics(m); };
   }
-  bench::RunExtras extras;
-  std::vector<bench::RequestResult> results;
+  loadgen::RunExtras extras;
+  std::vector<loadgen::RequestResult> results;
   std::string served_model;
   if (c.server_url.empty()) {
-    results = bench::run_offline(*eng, reqs, ro, &extras);
+    results = loadgen::run_offline(*eng, reqs, ro, &extras);
     served_model = eng->model_info().name;
   } else {
-    auto url = bench::parse_server_url(c.server_url);
+    auto url = loadgen::parse_server_url(c.server_url);
     if (!url.ok()) return fail(url.message(), 2);
-    bench::ServerRunOptions so;
+    loadgen::ServerRunOptions so;
     so.run = ro;
     so.model_name = c.model_name;
     so.api_key = c.api_key;
     so.request_timeout_s = c.request_timeout_s;
     so.endpoint = c.endpoint;
-    results = bench::run_server(*url, reqs, &so, &extras);
+    results = loadgen::run_server(*url, reqs, &so, &extras);
     served_model = so.model_name;
     ro.max_concurrency = so.run.max_concurrency;
   }
   progress.clear();
 
-  bench::Summary s = bench::summarize(results, extras);
+  loadgen::Summary s = loadgen::summarize(results, extras);
   s.mode = c.server_url.empty() ? "offline" : "server";
   s.workload = c.workload == "jsonl" ? "dataset:" + c.dataset_path
                : c.workload == "sharegpt" ? "sharegpt:" + c.dataset_path
@@ -400,14 +438,14 @@ int bench_serving_main(int argc, char** argv) {
     s.kv_cache_bytes = eng->model_info().kv_cache_bytes;
   }
   if (c.as_json) {
-    std::printf("%s\n", bench::format_json(s).c_str());
+    std::printf("%s\n", loadgen::format_json(s).c_str());
   } else {
-    std::printf("%s", bench::format_report(s, c.selection).c_str());
+    std::printf("%s", loadgen::format_report(s, c.selection).c_str());
   }
   int rc = s.completed > 0 ? 0 : 1;
   if (c.save_result) {
-    bench::ResultMeta meta;
-    meta.date = bench::time_string("%Y%m%d-%H%M%S", /*utc=*/false);  // vLLM's naming
+    loadgen::ResultMeta meta;
+    meta.date = loadgen::time_string("%Y%m%d-%H%M%S", /*utc=*/false);  // vLLM's naming
     // vLLM's backend names; "offline" for the in-process engine (no server behind it).
     meta.backend = c.server_url.empty() ? "offline" : chat ? "openai-chat" : c.backend;
     meta.label = c.label;
@@ -416,7 +454,7 @@ int bench_serving_main(int argc, char** argv) {
     meta.num_prompts = static_cast<int>(reqs.size());
     meta.detailed = c.save_detailed;
     std::string name = c.result_filename.empty()
-                           ? bench::default_result_filename(c.label.empty() ? meta.backend : c.label, c.request_rate,
+                           ? loadgen::default_result_filename(c.label.empty() ? meta.backend : c.label, c.request_rate,
                                                             c.max_concurrency, served_model, meta.date)
                            : c.result_filename;
     std::error_code ec;
@@ -426,14 +464,14 @@ int bench_serving_main(int argc, char** argv) {
       name = (std::filesystem::path(c.result_dir) / name).string();
     }
     std::ofstream out(name, c.append_result ? std::ios::app : std::ios::trunc);
-    out << bench::format_vllm_result(s, c.selection, meta, results) << "\n";
+    out << loadgen::format_vllm_result(s, c.selection, meta, results) << "\n";
     out.close();
     if (!out) return fail("--save-result: cannot write " + name);
     std::fprintf(stderr, "pagoda bench: result saved to %s\n", name.c_str());
   }
   if (!s.first_error.empty()) std::fprintf(stderr, "pagoda bench: first failure: %s\n", s.first_error.c_str());
   if (!c.report_path.empty()) {
-    const Status w = recorder.write(c.report_path, "bench " + s.workload + " · " + s.model, bench::format_json(s));
+    const Status w = recorder.write(c.report_path, "bench " + s.workload + " · " + s.model, loadgen::format_json(s));
     if (!w.ok()) return fail(w.message());
     std::fprintf(stderr, "pagoda bench: wrote %s (%zu points)\n", c.report_path.c_str(), recorder.num_points());
   }

@@ -93,15 +93,6 @@ bool read_file(const std::string& path, std::string* out) {
   return true;
 }
 
-std::string human_bytes(double b) {
-  char buf[32];
-  if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
-  else if (b >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1024.0 * 1024));
-  else if (b >= 1024.0) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%.0f B", b);
-  return buf;
-}
-
 int threads_or_all(int64_t requested) {
   if (requested > 0) return static_cast<int>(requested);
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

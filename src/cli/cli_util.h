@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "base/human_bytes.h"  // human_bytes: "512 B", "1.5 KiB", "12.34 MiB", "1.25 GiB"
 #include "base/kv_dtype.h"
 
 namespace pagoda::cli {
@@ -47,9 +48,6 @@ std::string read_kv_dtype_flags(Args& args, KvTypes* out);
 
 // The whole file at `path` into *out (bytes as they are); false when it cannot be read.
 bool read_file(const std::string& path, std::string* out);
-
-// "512 B", "1.5 KiB", "12.34 MiB", "1.25 GiB".
-std::string human_bytes(double b);
 
 // The -t / --threads default: `requested` when > 0, else every hardware thread (at least 1).
 int threads_or_all(int64_t requested);

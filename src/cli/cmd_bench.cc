@@ -10,9 +10,9 @@
 // the runs: a multi-threaded streaming read of 1 GiB, best of 10 passes with 64-byte loads).
 // --ctx-sweep: ms per decode step at several contexts, with the KV cache and
 // with full recomputation (the "KV cache vs recompute" table).
-// Everything runs through engine::Engine (the path of run and serve): one
-// request at a time, prefix caching off (a repetition must not hit the cache of
-// the previous one), and the timer around Engine::step().
+// Everything runs through engine::Engine (the path of run and serve), stepped by the
+// load driver (loadgen/driver.h, its timer around Engine::step()): one request at a
+// time, prefix caching off (a repetition must not hit the cache of the previous one).
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -34,13 +34,15 @@
 #include "base/rng.h"
 #include "base/timer.h"
 #include "cli/bench_llama.h"
-#include "cli/bench_serving.h"
+#include "cli/bench_serving_cli.h"
 #include "cli/cli_util.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
-#include "cli/read_bandwidth.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
+#include "loadgen/driver.h"
+#include "loadgen/read_bandwidth.h"
+#include "loadgen/report.h"
 
 namespace pagoda::cli {
 namespace {
@@ -131,26 +133,9 @@ Expected<RequestTimes> run_request(engine::Engine& eng, const std::vector<int32_
   p.temperature = 0.0f;
   p.ignore_eos = true;  // the token count is the test's, whatever the model says
   out->clear();
-  PAGODA_ASSIGN_OR_RETURN(engine::RequestId id, eng.add_request(p));
-  RequestTimes t;
-  while (eng.has_unfinished()) {
-    Timer step;
-    const std::vector<engine::TokenEvent> events = eng.step();
-    const double s = step.seconds();
-    for (const engine::TokenEvent& ev : events) {
-      if (ev.id != id) continue;
-      if (ev.finish == engine::FinishReason::kError) return errorf("%s", ev.error.c_str());
-      t.cached_tokens = std::max<int64_t>(t.cached_tokens, ev.num_cached_tokens);
-      out->insert(out->end(), ev.tokens.begin(), ev.tokens.end());
-    }
-    if (out->size() <= 1) {
-      t.prefill_s += s;
-    } else {
-      t.decode_s += s;
-      ++t.decode_steps;
-    }
-  }
-  return t;
+  PAGODA_ASSIGN_OR_RETURN(loadgen::Stream s, loadgen::run_one(eng, p));
+  *out = std::move(s.tokens);
+  return RequestTimes{s.prefill_s, s.decode_s, s.decode_steps, s.cached_tokens};
 }
 
 // Prefill of `tokens` in one forward pass; returns seconds.
@@ -170,7 +155,7 @@ Expected<double> time_decode(engine::Engine& eng, const std::vector<int32_t>& pr
   return t.decode_s;
 }
 
-// True when the arguments ask for a serving workload (bench_serving.cc): pagoda's
+// True when the arguments ask for a serving workload (bench_serving_cli.cc): pagoda's
 // serving flags and the ones of vLLM's `bench serve`.
 bool wants_serving(int argc, char** argv) {
   static const char* const kServingFlags[] = {"--workload",    "--dataset",    "--server",     "--dataset-name",
@@ -284,7 +269,7 @@ std::string legacy_json(const llb::Options& o, const std::vector<llb::Result>& r
   j["tg_tokens_per_s_max"] = tgs.max;
   j["weight_bytes_per_token"] = info.weight_bytes_per_token;
   j["tg_gb_per_s"] = tg_gbs;
-  j["cpu"] = cpu_model_name();
+  j["cpu"] = loadgen::cpu_model_name();
   if (tg && tg->read_gb_per_s > 0) {
     j["read_gb_per_s"] = tg->read_gb_per_s;
     j["tg_fraction_of_read_bw"] = tg_gbs / tg->read_gb_per_s;
@@ -391,7 +376,7 @@ int run_bench(int argc, char** argv) {
     r.model = descs[t.model];
     r.type_k = kv_dtype_name(o.kv_dtype.k);
     r.type_v = kv_dtype_name(o.kv_dtype.v);
-    r.test_time = bench::time_string("%FT%TZ", /*utc=*/true);  // RFC 3339, as llama-bench
+    r.test_time = loadgen::time_string("%FT%TZ", /*utc=*/true);  // RFC 3339, as llama-bench
     r.weight_bytes_per_token = info.weight_bytes_per_token;
     // Separate streams so the tg prompt (and its hash) does not depend on -p.
     Rng rng(static_cast<uint64_t>(o.seed));
@@ -466,7 +451,7 @@ int run_bench(int argc, char** argv) {
   std::map<int64_t, double> read_gbs;
   for (llb::Result& r : results) {
     if (!o.bandwidth || r.inst.n_prompt != 0) continue;
-    if (!read_gbs.count(r.inst.n_threads)) read_gbs[r.inst.n_threads] = measure_read_gbs(static_cast<int>(r.inst.n_threads));
+    if (!read_gbs.count(r.inst.n_threads)) read_gbs[r.inst.n_threads] = loadgen::measure_read_gbs(static_cast<int>(r.inst.n_threads));
     r.read_gb_per_s = read_gbs[r.inst.n_threads];
   }
 
@@ -481,7 +466,7 @@ int run_bench(int argc, char** argv) {
     if (!consistent) std::fprintf(stderr, "pagoda bench: the greedy tg tokens DIFFERED between repetitions!\n");
     return consistent ? 0 : 1;
   }
-  std::printf("cpu: %s, isa: %s, kv: %s, block size %" PRId64 ", %" PRId64 " reps%s\n", cpu_model_name().c_str(),
+  std::printf("cpu: %s, isa: %s, kv: %s, block size %" PRId64 ", %" PRId64 " reps%s\n", loadgen::cpu_model_name().c_str(),
               first_info->isa, kv_types_name(o.kv_dtype).c_str(), o.block_size, o.reps, o.warmup ? " + 1 warm-up" : "");
   for (const llb::Result& r : results) {
     if (r.inst.n_prompt != 0) continue;

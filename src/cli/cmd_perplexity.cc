@@ -26,6 +26,7 @@
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "engine/engine.h"
+#include "loadgen/driver.h"
 #include "tok/tokenizer.h"
 
 namespace pagoda::cli {
@@ -147,7 +148,9 @@ int run_perplexity(int argc, char** argv) {
                ", batch_size=%" PRId64 ", n_seq=%" PRId64 ", K/V %s\n",
                n_chunk, o.n_ctx, o.n_batch, n_seq, kv_types_name(info.kv_dtype).c_str());
 
-  // Every chunk is queued at once; the engine runs n_seq of them at a time, in order.
+  // Every chunk is queued at once; the engine runs n_seq of them at a time, in order,
+  // stepped by the load driver (loadgen/driver.h).
+  loadgen::Driver drv(eng);
   std::vector<Chunk> chunks(static_cast<size_t>(n_chunk));
   std::map<engine::RequestId, size_t> chunk_of;
   for (int64_t i = 0; i < n_chunk; ++i) {
@@ -162,7 +165,7 @@ int run_perplexity(int argc, char** argv) {
     rp.temperature = 0;
     rp.ignore_eos = true;
     rp.return_logits = true;
-    auto id = eng.add_request(rp);
+    auto id = drv.submit(rp);
     if (!id.ok()) return fail("chunk " + std::to_string(i + 1) + ": " + id.message());
     chunk_of[*id] = static_cast<size_t>(i);
   }
@@ -172,8 +175,8 @@ int run_perplexity(int argc, char** argv) {
   int64_t count = 0;
   size_t next_print = 0;
   Timer t_all;
-  while (eng.has_unfinished()) {
-    for (const engine::TokenEvent& ev : eng.step()) {
+  while (drv.has_unfinished()) {
+    for (const engine::TokenEvent& ev : drv.step().events) {
       auto it = chunk_of.find(ev.id);
       if (it == chunk_of.end()) continue;
       Chunk& c = chunks[it->second];

@@ -1,7 +1,8 @@
 // pagoda run: generate text for one prompt, one sequence, streaming to stdout.
 // Statistics go to stderr (or everything into one JSON object with --json).
-// It drives engine::Engine, the path serve and the workload benchmarks use: one
-// request in an engine whose KV pool holds exactly one context.
+// It drives engine::Engine, the path serve and the workload benchmarks use, through
+// the load driver (loadgen/driver.h): one request in an engine whose KV pool holds
+// exactly one context.
 #include <algorithm>
 #include <cerrno>
 #include <cinttypes>
@@ -21,13 +22,13 @@
 #include "base/kv_dtype.h"
 #include "base/log.h"
 #include "base/log_control.h"
-#include "base/timer.h"
 #include "cli/cli_util.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "cli/speculative_flags.h"
 #include "engine/engine.h"
 #include "grammar/cache.h"
+#include "loadgen/driver.h"
 #include "sample/params.h"
 #include "tok/chat_template.h"
 #include "tok/tokenizer.h"
@@ -330,9 +331,6 @@ int run_run(int argc, char** argv) {
     if (!ti.ok()) return fail(ti.message());
     rp.grammar = std::make_shared<const grammar::CompiledGrammar>(std::move(g).value(), std::move(ti).value());
   }
-  auto id = eng.add_request(rp);
-  if (!id.ok()) return fail(id.message());
-
   std::string text;
   auto emit = [&](const std::string& s) {
     if (s.empty()) return;
@@ -348,51 +346,37 @@ int run_run(int argc, char** argv) {
     if (!all_logits) return fail("cannot open " + o.logits_out_all + " for writing: " + std::strerror(errno));
   }
 
-  // Steps up to the first token are the prefill; each later step decodes one token.
-  std::vector<int32_t> generated;
+  // The driver steps the engine and keeps the tokens and step times (steps up to the
+  // first token are the prefill; each later step decodes one token, or several with
+  // speculative decoding); each step's events stream the text and logits out here.
   std::vector<int32_t> argmax_tokens;  // with --force-tokens: the greedy pick at each forced step
-  engine::FinishReason finish = engine::FinishReason::kNone;
-  int32_t kv_blocks = 0;  // blocks the sequence held at its last step
-  double prefill_s = 0, decode_s = 0;
-  int64_t decode_steps = 0;
-  int64_t decode_tokens = 0;  // > decode_steps with speculative decoding (several tokens a step)
-  while (eng.has_unfinished()) {
-    Timer t_step;
-    const std::vector<engine::TokenEvent> events = eng.step();
-    const double dt = t_step.seconds();
-    bool got_token = false;
-    size_t step_tokens = 0;
-    for (const engine::TokenEvent& ev : events) {
-      if (ev.id != *id) continue;
-      if (ev.finish == engine::FinishReason::kError) return fail(ev.error);
+  bool first_logits = true;
+  auto on_step = [&](const loadgen::Step& st) -> Status {
+    for (const engine::TokenEvent& ev : st.events) {  // the engine holds this one request only
+      if (ev.finish == engine::FinishReason::kError) return errorf("%s", ev.error.c_str());
       if (!ev.tokens.empty()) {
-        got_token = true;
-        kv_blocks = ev.num_kv_blocks;
         if (!ev.logits.empty()) {
-          if (generated.empty() && !o.logits_out.empty()) {
-            const Status st = write_f32_file(o.logits_out, ev.logits);
-            if (!st.ok()) return fail(st.message());
-          }
+          if (first_logits && !o.logits_out.empty()) PAGODA_TRY(write_f32_file(o.logits_out, ev.logits));
           if (all_logits && std::fwrite(ev.logits.data(), sizeof(float), ev.logits.size(), all_logits.get()) !=
                                 ev.logits.size()) {
-            return fail("short write to " + o.logits_out_all);
+            return errorf("short write to %s", o.logits_out_all.c_str());
           }
         }
-        generated.insert(generated.end(), ev.tokens.begin(), ev.tokens.end());
-        step_tokens += ev.tokens.size();
+        first_logits = false;
         if (ev.argmax >= 0) argmax_tokens.push_back(ev.argmax);
       }
       emit(ev.text);
-      if (ev.finish != engine::FinishReason::kNone) finish = ev.finish;
     }
-    if (generated.empty() || (got_token && generated.size() == 1)) {
-      prefill_s += dt;
-    } else {
-      decode_s += dt;
-      decode_steps += got_token ? 1 : 0;
-      decode_tokens += static_cast<int64_t>(step_tokens);
-    }
-  }
+    return Status::Ok();
+  };
+  auto stream = loadgen::run_one(eng, rp, on_step);
+  if (!stream.ok()) return fail(stream.message());
+  const std::vector<int32_t>& generated = stream->tokens;
+  const engine::FinishReason finish = stream->finish;
+  const int32_t kv_blocks = stream->num_kv_blocks;  // blocks the sequence held at its last step
+  const double prefill_s = stream->prefill_s, decode_s = stream->decode_s;
+  const int64_t decode_steps = stream->decode_steps;
+  const int64_t decode_tokens = stream->decode_tokens;  // > decode_steps with speculative decoding
 
   const double prefill_tps = prefill_s > 0 ? static_cast<double>(n_prompt) / prefill_s : 0;
   const double decode_tps = decode_s > 0 ? static_cast<double>(decode_tokens) / decode_s : 0;

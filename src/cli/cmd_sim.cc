@@ -8,7 +8,6 @@
 #include <string>
 #include <type_traits>
 
-#include "cli/bench_serving.h"
 #include "cli/cli_util.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
@@ -16,6 +15,7 @@
 #include "cli/run_report.h"
 #include "cli/sim_calibrate.h"
 #include "gguf/gguf.h"
+#include "loadgen/workload.h"
 #include "sim/hardware.h"
 #include "sim/model_desc.h"  // and kv/sizing.h, the kv:: sizing arithmetic below
 #include "sim/simulator.h"
@@ -91,24 +91,24 @@ struct BenchShape {
 
 Expected<std::vector<sim::SimRequest>> bench_requests(const std::string& gguf_path, const sim::WorkloadSpec& ws,
                                                       const BenchShape& b) {
-  bench::TokenSpace space;
+  loadgen::TokenSpace space;
   if (!gguf_path.empty()) {
     auto f = gguf::GgufFile::open(gguf_path);
     if (!f.ok()) return f.error();
     auto tk = tok::Tokenizer::from_gguf(**f);
     if (!tk.ok()) return errorf("tokenizer of %s: %s", gguf_path.c_str(), tk.message().c_str());
-    space = bench::token_space(**tk);
+    space = loadgen::token_space(**tk);
   } else {
     for (int32_t id = 1; id < std::max(2, ws.vocab); ++id) space.ordinary.push_back(id);
   }
   if (space.ordinary.empty()) return errorf("the vocabulary has no ordinary tokens to build prompts from");
   const int prefix_len = ws.prefix_len > 0 ? ws.prefix_len : 256;
-  const std::vector<bench::BenchRequest> br =
-      b.shared_prefix ? bench::make_shared_prefix_workload(space, b.num_groups, b.prompts_per_group, prefix_len,
+  const std::vector<loadgen::BenchRequest> br =
+      b.shared_prefix ? loadgen::make_shared_prefix_workload(space, b.num_groups, b.prompts_per_group, prefix_len,
                                                            b.suffix_len, ws.output_len, ws.seed)
-                      : bench::make_random_workload(space, ws.num_prompts, ws.input_len, ws.output_len,
+                      : loadgen::make_random_workload(space, ws.num_prompts, ws.input_len, ws.output_len,
                                                     ws.range_ratio, ws.seed);
-  const std::vector<double> at = bench::arrival_times(static_cast<int>(br.size()), ws.request_rate, ws.seed);
+  const std::vector<double> at = loadgen::arrival_times(static_cast<int>(br.size()), ws.request_rate, ws.seed);
   std::vector<sim::SimRequest> out(br.size());
   for (size_t k = 0; k < br.size(); ++k) {
     out[k].arrival_s = at[k];

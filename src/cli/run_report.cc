@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "base/timer.h"
-#include "cli/bench_http_client.h"
+#include "loadgen/http_client.h"
 
 namespace pagoda::cli {
 
@@ -36,7 +36,7 @@ void RunRecorder::on_metrics(const std::string& text) {
   auto get = [&](std::initializer_list<const char*> suffixes) {
     std::vector<std::string> v;
     for (const char* s : suffixes) v.emplace_back(s);
-    return bench::scrape_metric(text, v);
+    return loadgen::scrape_metric(text, v);
   };
   auto count = [](double v) { return v < 0 ? int64_t{0} : static_cast<int64_t>(std::llround(v)); };
   server::SeriesPoint p;

@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "base/rng.h"
-#include "base/timer.h"
 #include "cli/cli_util.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "engine/engine.h"
+#include "loadgen/driver.h"
 #include "sim/calibrate.h"
 #include "sim/hardware.h"
 #include "sim/model_desc.h"
@@ -76,21 +76,19 @@ struct Plan {
   int repeats = 3;
 };
 
-// Times steps of one engine; each prompt is fresh random ids, so no prefix-cache hit.
+// Times steps of one engine through the load driver (loadgen/driver.h); each prompt
+// is fresh random ids, so no prefix-cache hit.
 class Measurer {
  public:
-  Measurer(engine::Engine& eng, const sim::PlanInput& p, uint64_t seed) : eng_(eng), p_(p), rng_(seed) {}
+  Measurer(engine::Engine& eng, const sim::PlanInput& p, uint64_t seed) : drv_(eng), p_(p), rng_(seed) {}
 
   Status prefill(int n, std::vector<sim::CalibrationSample>* out) {
-    PAGODA_ASSIGN_OR_RETURN(engine::RequestId id, eng_.add_request(params(n, 1)));
-    const double t0 = now_seconds();
-    const std::vector<engine::TokenEvent> ev = eng_.step();
-    const double t = now_seconds() - t0;
-    const bool done = std::any_of(ev.begin(), ev.end(), [&](const engine::TokenEvent& e) {
-      return e.id == id && e.finish != engine::FinishReason::kNone;
-    });
-    if (!done || eng_.has_unfinished()) return errorf("a %d-token prefill did not finish in one step", n);
-    out->push_back({"prefill 1 x " + std::to_string(n), sim::work_of(p_, {{0, n}}), t});
+    PAGODA_ASSIGN_OR_RETURN(engine::RequestId id, drv_.submit(params(n, 1)));
+    const loadgen::Step& st = drv_.step();
+    const bool done = std::any_of(st.finished.begin(), st.finished.end(),
+                                  [&](const loadgen::Stream& s) { return s.id == id; });
+    if (!done || drv_.has_unfinished()) return errorf("a %d-token prefill did not finish in one step", n);
+    out->push_back({"prefill 1 x " + std::to_string(n), sim::work_of(p_, {{0, n}}), st.seconds()});
     return Status::Ok();
   }
 
@@ -99,26 +97,24 @@ class Measurer {
   Status decode(int batch, int ctx, int steps, std::vector<sim::CalibrationSample>* out) {
     std::vector<engine::RequestId> ids;
     for (int b = 0; b < batch; ++b) {
-      PAGODA_ASSIGN_OR_RETURN(engine::RequestId id, eng_.add_request(params(ctx, steps + 2)));
+      PAGODA_ASSIGN_OR_RETURN(engine::RequestId id, drv_.submit(params(ctx, steps + 2)));
       ids.push_back(id);
     }
-    double t0 = now_seconds();
-    std::vector<engine::TokenEvent> ev = eng_.step();
-    const double prefill_s = now_seconds() - t0;
-    if (static_cast<int>(ev.size()) != batch) {
+    const loadgen::Step& first = drv_.step();
+    if (static_cast<int>(first.events.size()) != batch) {
       abort_all(ids);
       return errorf("the %d x %d-token prefill took more than one step (raise --max-num-batched-tokens)", batch, ctx);
     }
     out->push_back({"prefill " + std::to_string(batch) + " x " + std::to_string(ctx),
-                    sim::work_of(p_, std::vector<sim::SeqSlice>(static_cast<size_t>(batch), {0, ctx})), prefill_s});
+                    sim::work_of(p_, std::vector<sim::SeqSlice>(static_cast<size_t>(batch), {0, ctx})),
+                    first.seconds()});
     std::vector<double> t;
     for (int s = 0; s < steps; ++s) {
-      t0 = now_seconds();
-      ev = eng_.step();
-      t.push_back(now_seconds() - t0);
-      if (static_cast<int>(ev.size()) != batch) {
+      const loadgen::Step& st = drv_.step();
+      t.push_back(st.seconds());
+      if (static_cast<int>(st.events.size()) != batch) {
         abort_all(ids);
-        return errorf("decode step %d of batch %d advanced %zu requests", s, batch, ev.size());
+        return errorf("decode step %d of batch %d advanced %zu requests", s, batch, st.events.size());
       }
     }
     abort_all(ids);
@@ -132,7 +128,7 @@ class Measurer {
  private:
   engine::RequestParams params(int n, int max_tokens) {
     engine::RequestParams r;
-    const int vocab = eng_.model_info().vocab_size;
+    const int vocab = drv_.engine().model_info().vocab_size;
     for (int i = 0; i < n; ++i) r.prompt.push_back(static_cast<int32_t>(rng_.uniform_int(1, vocab - 1)));
     r.max_tokens = max_tokens;
     r.temperature = 0.0f;
@@ -140,10 +136,10 @@ class Measurer {
     return r;
   }
   void abort_all(const std::vector<engine::RequestId>& ids) {
-    for (engine::RequestId id : ids) eng_.abort(id);
+    for (engine::RequestId id : ids) drv_.abort(id);
   }
 
-  engine::Engine& eng_;
+  loadgen::Driver drv_;
   const sim::PlanInput& p_;
   Rng rng_;
 };

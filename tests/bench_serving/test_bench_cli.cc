@@ -1,6 +1,6 @@
 // The benchmark's command lines as other tools spell them: llama-bench's flags and
 // output formats (cli/bench_llama.h), vLLM `bench serve`'s flags, ShareGPT files and
-// its --save-result JSON (cli/bench_serving.h). Parsing and formatting only: the runs
+// its --save-result JSON (cli/bench_serving_cli.h, loadgen/). Parsing and formatting only: the runs
 // are in test_bench_serving.cc and test_bench_cli.py.
 #include <gtest/gtest.h>
 
@@ -11,13 +11,18 @@
 #include <tuple>
 #include <utility>
 
-#include "cli/bench_http_client.h"
 #include "cli/bench_llama.h"
-#include "cli/bench_serving.h"
+#include "cli/bench_serving_cli.h"
+#include "loadgen/http_client.h"
+#include "loadgen/report.h"
+#include "loadgen/workload.h"
 #include "gguf/gguf.h"
 #include "tok/tokenizer.h"
 
 namespace pagoda::cli {
+namespace bench {
+using namespace ::pagoda::loadgen;  // the benchmark moved to src/loadgen/ (issue 34)
+}
 namespace {
 
 std::vector<char*> argv_of(std::vector<std::string>& words) {

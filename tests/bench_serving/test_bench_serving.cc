@@ -9,12 +9,14 @@
 #include <set>
 #include <thread>
 
-#include "cli/bench_http_client.h"
-#include "cli/bench_serving.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
+#include "loadgen/http_client.h"
+#include "loadgen/report.h"
+#include "loadgen/serving.h"
+#include "loadgen/workload.h"
 #include "server/server.h"
 #include "tok/tokenizer.h"
 
@@ -28,6 +30,7 @@ std::string default_model_path() { return PAGODA_TEST_DATA "/stories260K.gguf"; 
 }  // namespace pagoda::cli
 
 namespace pagoda::cli::bench {
+using namespace ::pagoda::loadgen;  // the benchmark moved to src/loadgen/ (issue 34)
 namespace {
 
 const std::string kStories = PAGODA_TEST_DATA "/stories260K.gguf";

@@ -1,4 +1,4 @@
-#include "cli/read_bandwidth.h"
+#include "loadgen/read_bandwidth.h"
 
 #include <immintrin.h>
 #include <sys/mman.h>
@@ -13,7 +13,7 @@
 
 #include "base/timer.h"
 
-namespace pagoda::cli {
+namespace pagoda::loadgen {
 namespace {
 
 // Sums the 64-bit words of [p, p + n) with the widest loads the processor has
@@ -118,4 +118,4 @@ std::string cpu_model_name() {
   return "unknown";
 }
 
-}  // namespace pagoda::cli
+}  // namespace pagoda::loadgen

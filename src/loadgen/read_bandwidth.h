@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <string>
 
-namespace pagoda::cli {
+namespace pagoda::loadgen {
 
 // Best-of-`passes` streaming-read bandwidth in GB/s (1e9 bytes/s) of `threads`
 // threads reading disjoint contiguous slices of one buffer of `bytes` (it
@@ -18,4 +18,4 @@ double measure_read_gbs(int threads, size_t bytes = size_t{1} << 30, int passes 
 // The processor's "model name" from /proc/cpuinfo ("unknown" if absent).
 std::string cpu_model_name();
 
-}  // namespace pagoda::cli
+}  // namespace pagoda::loadgen

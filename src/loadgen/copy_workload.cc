@@ -1,4 +1,4 @@
-#include "cli/bench_copy_workload.h"
+#include "loadgen/copy_workload.h"
 
 #include <array>
 
@@ -6,7 +6,7 @@
 #include "tok/chat_template.h"
 #include "tok/tokenizer.h"
 
-namespace pagoda::cli::bench {
+namespace pagoda::loadgen {
 
 namespace {
 
@@ -109,4 +109,4 @@ Expected<std::vector<BenchRequest>> make_copy_workload(const tok::Tokenizer& tk,
   return reqs;
 }
 
-}  // namespace pagoda::cli::bench
+}  // namespace pagoda::loadgen

@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "base/status.h"
-#include "cli/bench_serving.h"
+#include "loadgen/workload.h"
 
 namespace pagoda::tok { class Tokenizer; }
 
-namespace pagoda::cli::bench {
+namespace pagoda::loadgen {
 
 enum class CopyLength {
   kShort,  // --workload copy: a 5-7 line block (a list of 3 tuples or a 5-key dict)
@@ -33,4 +33,4 @@ std::string copy_workload_message(uint64_t seed, int index, CopyLength length = 
 Expected<std::vector<BenchRequest>> make_copy_workload(const tok::Tokenizer& tk, int num_prompts, int output_len,
                                                        uint64_t seed, CopyLength length = CopyLength::kShort);
 
-}  // namespace pagoda::cli::bench
+}  // namespace pagoda::loadgen

@@ -1,7 +1,8 @@
 // The HTTP side of the serving benchmark: an incremental SSE parser, the
-// OpenAI completion-chunk reader, Prometheus scraping, and the run loop that
-// sends the workload to POST URL/v1/completions or /v1/chat/completions
-// (Boost.Beast, one worker thread and keep-alive connection per concurrency slot).
+// OpenAI completion-chunk reader, Prometheus scraping (openai_stream.cc), and the
+// run loop that sends the workload to POST URL/v1/completions or /v1/chat/completions
+// (http_client.cc: Boost.Beast, one worker thread and keep-alive connection per
+// concurrency slot). The benchmark's client; the server's HTTP is elsewhere.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -10,9 +11,9 @@
 #include <vector>
 
 #include "base/status.h"
-#include "cli/bench_serving.h"
+#include "loadgen/serving.h"
 
-namespace pagoda::cli::bench {
+namespace pagoda::loadgen {
 
 // Server-sent events, fed in arbitrary pieces. Each complete event (ended by a
 // blank line) yields its data: the "data:" lines joined by '\n' (one leading space
@@ -79,4 +80,4 @@ struct ServerRunOptions {
 std::vector<RequestResult> run_server(const ServerUrl& url, const std::vector<BenchRequest>& requests,
                                       ServerRunOptions* opts, RunExtras* extras);
 
-}  // namespace pagoda::cli::bench
+}  // namespace pagoda::loadgen
