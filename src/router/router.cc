@@ -16,9 +16,9 @@
 #include "router/kv_subscriber.h"
 #include "router/prompt.h"
 #include "router/ring.h"
-#include "server/openai_api.h"
-#include "server/text.h"
-#include "server/worker_pool.h"
+#include "openai/openai_api.h"
+#include "openai/text.h"
+#include "http/worker_pool.h"
 #include "tok/tokenizer.h"
 
 namespace pagoda::router {

@@ -13,7 +13,7 @@
 
 #include "base/status.h"
 #include "router/upstream.h"
-#include "server/http.h"
+#include "http/http.h"
 
 namespace pagoda::router {
 

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "server/metrics.h"
-#include "server/openai_api.h"
+#include "openai/openai_api.h"
 
 using namespace pagoda::server;
 
