@@ -10,7 +10,7 @@
 #include <variant>
 
 #include "fuzz_check.h"
-#include "server/openai_api.h"
+#include "openai/openai_api.h"
 
 using namespace pagoda::server;
 

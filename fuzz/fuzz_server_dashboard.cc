@@ -23,10 +23,10 @@
 #include "fuzz_check.h"
 #include "server/async_engine.h"
 #include "server/dashboard.h"
-#include "server/http.h"
+#include "http/http.h"
 #include "server/metrics.h"
-#include "server/openai_api.h"
-#include "server/text.h"
+#include "openai/openai_api.h"
+#include "openai/text.h"
 
 using namespace pagoda;
 using namespace pagoda::server;

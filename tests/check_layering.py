@@ -30,9 +30,13 @@ ALLOWED = {
     "engine": {"sched", "kv", "runtime", "sample", "grammar", "tok", "plan", "model", "kernels", "gguf", "tier",
                "kv_events", "base"},
     "sim": {"sched", "kv", "gguf", "base"},
-    "server": {"engine", "grammar", "tok", "base"},
-    # The replica router: HTTP layer and request parsing from server/, the tokenizer.
-    "router": {"server", "tok", "gguf", "base"},
+    # The HTTP layer (server, worker pool) and the engine-free request parsing
+    # below both server/ and router/ (issue 34).
+    "http": {"base"},
+    "openai": {"sample", "grammar", "tok", "gguf", "base"},
+    "server": {"engine", "http", "openai", "grammar", "tok", "base"},
+    # The replica router: never the engine or server/ (it links no engine).
+    "router": {"http", "openai", "tok", "gguf", "base"},
     # The load generator (issue 34): the engine through its public API (engine/engine.h
     # only, below), the tokenizer for the workloads' prompts.
     "loadgen": {"engine", "tok", "base"},
@@ -117,6 +121,12 @@ def self_test():
         bad = check(tree(files))
         if len(bad) != 1 or "loadgen/serving.cc:2" not in bad[0]:
             failures.append(f"loadgen including {target}: expected one violation, got {bad}")
+    # The router sits on http/ and openai/ only: neither the engine nor server/ (issue 34).
+    files = dict(clean)
+    files["router/router.cc"] = '#include "http/http.h"\n#include "openai/text.h"\n#include "engine/engine.h"\n' \
+                                '#include "server/server.h"\n'
+    if len(check(tree(files))) != 2:
+        failures.append(f"router -> engine and router -> server: expected 2 violations, got {check(tree(files))}")
     # The command line itself: exit status 1 on a violation, 0 on a clean tree.
     files = dict(clean)
     files["cli/cmd_run.cc"] += '#include "runtime/model_runner.h"\n'

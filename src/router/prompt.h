@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "server/openai_api.h"
-#include "server/text.h"
+#include "openai/openai_api.h"
+#include "openai/text.h"
 
 namespace pagoda::router {
 

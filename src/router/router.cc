@@ -1,24 +1,13 @@
 #include "router/router.h"
 
 #include <algorithm>
-#include <array>
-#include <atomic>
-#include <condition_variable>
+#include <chrono>
 #include <cstdio>
-#include <map>
-#include <mutex>
-#include <set>
-#include <thread>
 
 #include "base/log.h"
-#include "base/hash.h"
 #include "gguf/gguf.h"
-#include "router/kv_subscriber.h"
-#include "router/prompt.h"
-#include "router/ring.h"
-#include "server/openai_api.h"
-#include "server/text.h"
-#include "server/worker_pool.h"
+#include "openai/openai_api.h"
+#include "router/proxy.h"
 #include "tok/tokenizer.h"
 
 namespace pagoda::router {
@@ -50,129 +39,48 @@ std::string prom_escape(const std::string& s) {
   return out;
 }
 
-// One client request being proxied: what cancels its current upstream call when
-// the client goes away or the router stops.
-struct Exchange {
-  std::mutex mu;
-  std::shared_ptr<UpstreamCall> call;  // the attempt now running
-  bool cancelled = false;
-  void cancel() {
-    std::lock_guard<std::mutex> l(mu);
-    cancelled = true;
-    if (call) call->cancel();
-  }
-  // False when cancelled already (the attempt is then not started).
-  bool attach(std::shared_ptr<UpstreamCall> c) {
-    std::lock_guard<std::mutex> l(mu);
-    if (cancelled) return false;
-    call = std::move(c);
-    return true;
-  }
-};
-
-// What the SSE stream of a request that lost its replica ends with.
-std::string stream_error_events(bool at_event_boundary, const std::string& replica, const std::string& why) {
-  server::json err = {{"error",
-                       {{"message", "the replica " + replica + " failed mid-stream: " + why},
-                        {"type", "upstream_error"},
-                        {"param", nullptr},
-                        {"code", 502}}}};
-  // A partial event (cut mid-line) is closed first, so the error is an event of its own.
-  return std::string(at_event_boundary ? "" : "\n\n") + server::sse(err) + server::sse_done();
-}
-
 }  // namespace
 
-struct Router::Impl {
-  RouterConfig cfg;
-  std::vector<ReplicaUrl> urls;
-  std::unique_ptr<HashRing> ring;
-  std::unique_ptr<server::TextCodec> codec;  // null without --model
-  std::unique_ptr<server::HttpServer> http;
+void Router::Impl::set_healthy(size_t r, bool ok, const std::string& why) {
+  if (!ok) upstreams->clear_idle(r);  // its kept connections are likely dead too
+  if (healthy[r].exchange(ok) != ok) {
+    // Its index entries go with it, and come back from its replay buffer.
+    if (kv && ok) kv->resync(static_cast<int>(r));
+    if (kv && !ok) kv->drop(static_cast<int>(r));
+    if (ok) PAGODA_LOG_INFO("replica %s is healthy: back on the ring", urls[r].text.c_str());
+    else PAGODA_LOG_WARN("replica %s is unhealthy (%s): off the ring", urls[r].text.c_str(), why.c_str());
+  }
+}
 
-  // Replica state. The choice and the in-flight increment happen under route_mu,
-  // so a burst of requests sees each other's load.
-  std::mutex route_mu;
-  std::vector<int> in_flight;            // guarded by route_mu
-  std::vector<std::atomic<bool>> healthy;
-  uint64_t rr_counter = 0;               // guarded by route_mu
-  // Counters for /metrics.
-  std::vector<std::atomic<uint64_t>> requests;  // per replica, retries included
-  std::atomic<uint64_t> retries{0};
-  std::atomic<uint64_t> stream_errors{0};
-  std::array<std::atomic<uint64_t>, kNumRouteKinds> decisions{};  // by RouteKind
-  std::unique_ptr<KvSubscriber> kv;  // --kv-events
-  std::mutex fail_mu;
-  std::map<int, uint64_t> failures;      // router-made error answers by status
+void Router::Impl::check_health_once() {
+  const double t = std::clamp(cfg.health_interval_s, 0.2, 2.0);
+  for (size_t r = 0; r < urls.size(); ++r) {
+    auto [status, body] = upstreams->get(r, "/health", t);
+    set_healthy(r, status == 200, status == 0 ? body : "GET /health answered " + std::to_string(status));
+  }
+}
 
-  // Keep-alive connections, one pool per replica (empty vector: none).
-  std::vector<std::unique_ptr<UpstreamPool>> pools;
-  // The proxy workers, and the requests queued or running on them with the
-  // exchanges to cancel at stop.
-  std::unique_ptr<server::WorkerPool> workers;
-  std::mutex live_mu;
-  std::condition_variable live_cv;
-  int live_threads = 0;  // requests queued or proxied
-  bool stopping = false;
-  std::set<std::shared_ptr<Exchange>> live;
+void Router::Impl::health_loop() {
+  std::unique_lock<std::mutex> l(health_mu);
+  while (!health_stop) {
+    health_cv.wait_for(l, std::chrono::duration<double>(cfg.health_interval_s), [&] { return health_stop; });
+    if (health_stop) break;
+    l.unlock();
+    check_health_once();
+    l.lock();
+  }
+}
 
-  std::thread health_thread;
-  std::mutex health_mu;
-  std::condition_variable health_cv;
-  bool health_stop = false;
-
-  void handle(HttpRequest req, std::shared_ptr<Responder> res);
-  void proxy(const HttpRequest& req, Responder& res, Exchange& ex);
-  // What a generation request is routed on: the ring's affinity key and, with
-  // --kv-events, how much of its prompt each replica holds.
-  struct RouteInput {
-    std::optional<uint64_t> key;
-    std::vector<PrefixMatch> matches;
-  };
-  RouteChoice pick(const RouteInput* in, const std::vector<bool>& tried);
-  void release(int replica) {
-    std::lock_guard<std::mutex> l(route_mu);
-    --in_flight[static_cast<size_t>(replica)];
+void Router::Impl::send_error(Responder& res, int status, const std::string& msg, const std::string& type,
+                              const std::string& code) {
+  {
+    std::lock_guard<std::mutex> l(fail_mu);
+    ++failures[status];
   }
-  void set_healthy(size_t r, bool ok, const std::string& why) {
-    if (!ok && !pools.empty()) pools[r]->clear();  // its kept connections are likely dead too
-    if (healthy[r].exchange(ok) != ok) {
-      // Its index entries go with it, and come back from its replay buffer.
-      if (kv && ok) kv->resync(static_cast<int>(r));
-      if (kv && !ok) kv->drop(static_cast<int>(r));
-      if (ok) PAGODA_LOG_INFO("replica %s is healthy: back on the ring", urls[r].text.c_str());
-      else PAGODA_LOG_WARN("replica %s is unhealthy (%s): off the ring", urls[r].text.c_str(), why.c_str());
-    }
-  }
-  void check_health_once() {
-    const double t = std::clamp(cfg.health_interval_s, 0.2, 2.0);
-    for (size_t r = 0; r < urls.size(); ++r) {
-      auto [status, body] = upstream_get(urls[r], "/health", t);
-      set_healthy(r, status == 200, status == 0 ? body : "GET /health answered " + std::to_string(status));
-    }
-  }
-  void health_loop() {
-    std::unique_lock<std::mutex> l(health_mu);
-    while (!health_stop) {
-      health_cv.wait_for(l, std::chrono::duration<double>(cfg.health_interval_s), [&] { return health_stop; });
-      if (health_stop) break;
-      l.unlock();
-      check_health_once();
-      l.lock();
-    }
-  }
-  void send_error(Responder& res, int status, const std::string& msg, const std::string& type,
-                  const std::string& code) {
-    {
-      std::lock_guard<std::mutex> l(fail_mu);
-      ++failures[status];
-    }
-    std::map<std::string, std::string> extra;
-    if (status == 503) extra["Retry-After"] = "1";
-    res.send(status, "application/json", server::error_body(ApiError{status, msg, type, "", code}), extra);
-  }
-  std::string render_metrics();
-};
+  std::map<std::string, std::string> extra;
+  if (status == 503) extra["Retry-After"] = "1";
+  res.send(status, "application/json", server::error_body(ApiError{status, msg, type, "", code}), extra);
+}
 
 RouteChoice Router::Impl::pick(const RouteInput* in, const std::vector<bool>& tried) {
   std::lock_guard<std::mutex> l(route_mu);
@@ -192,130 +100,6 @@ RouteChoice Router::Impl::pick(const RouteInput* in, const std::vector<bool>& tr
   }
   if (c.replica >= 0) ++in_flight[static_cast<size_t>(c.replica)];
   return c;
-}
-
-void Router::Impl::proxy(const HttpRequest& req, Responder& res, Exchange& ex) {
-  const bool generate = req.target == "/v1/completions" || req.target == "/v1/chat/completions";
-  RouteInput route;
-  if (generate) {
-    const std::vector<int32_t> prompt = routing_prompt(
-        req.target == "/v1/chat/completions" ? server::Endpoint::kChat : server::Endpoint::kCompletions, req.body,
-        codec.get());
-    if (auto k = prompt_cache_key(req.body)) route.key = xxh3_64(k->data(), k->size());
-    else route.key = prefix_key(prompt, cfg.block_size, cfg.affinity_blocks);
-    if (kv && cfg.policy == Policy::kPrefix) route.matches = kv->match(prompt);
-  }
-  UpstreamRequest up;
-  up.method = req.method == "HEAD" ? "GET" : req.method;
-  up.target = req.target;
-  up.body = req.body;
-  for (const char* h : {"content-type", "authorization", "accept"})
-    if (auto v = req.header(h); !v.empty()) up.headers.emplace_back(h, v);
-
-  std::vector<bool> tried(urls.size(), false);
-  // The last complete 5xx answer: what the client gets when no replica does better.
-  struct Answer {
-    int status = 0;
-    std::string content_type, body;
-  };
-  std::optional<Answer> last_5xx;
-  std::string last_error = "no healthy replica";
-  for (size_t attempt = 0; attempt < urls.size(); ++attempt) {
-    const RouteChoice c = pick(generate ? &route : nullptr, tried);
-    if (c.replica < 0) break;
-    const size_t r = static_cast<size_t>(c.replica);
-    tried[r] = true;
-    ++requests[r];
-    if (attempt > 0) ++retries;
-    else if (generate) ++decisions[static_cast<size_t>(c.kind)];
-
-    auto call = std::make_shared<UpstreamCall>();
-    if (!ex.attach(call)) {
-      release(c.replica);
-      return;  // the client went away (or the router is stopping): nobody to answer
-    }
-    Answer got;
-    bool streaming = false, started = false, boundary = true;
-    std::string tail;  // the last two bytes forwarded: whether the stream is between events
-    auto result = call->run(
-        urls[r], up, cfg.timeouts,
-        [&](int status, const std::string& ctype) {
-          got.status = status;
-          got.content_type = ctype;
-          streaming = status == 200 && ctype.rfind("text/event-stream", 0) == 0;
-          return true;
-        },
-        [&](std::string_view piece) {
-          if (!streaming) {
-            got.body.append(piece);
-            return got.body.size() <= cfg.max_response_bytes;
-          }
-          // Started at the first byte, not at the head: a replica that fails between
-          // its head and its first event is retried like one that never answered.
-          if (!started) res.start_stream(200);
-          started = true;
-          tail += piece.substr(piece.size() - std::min<size_t>(2, piece.size()));
-          tail.erase(0, tail.size() - std::min<size_t>(2, tail.size()));
-          boundary = tail == "\n\n";
-          res.write(std::string(piece));
-          return true;
-        },
-        pools.empty() ? nullptr : pools[r].get());
-    release(c.replica);
-    if (result.cancelled) {
-      // Client gone: nobody to answer. Router stopping: end what was started.
-      bool stopping_now = false;
-      {
-        std::lock_guard<std::mutex> l(live_mu);
-        stopping_now = stopping;
-      }
-      if (!stopping_now) return;
-      if (started) {
-        res.write(stream_error_events(boundary, urls[r].text, "the router is stopping"));
-        res.end_stream();
-      } else {
-        send_error(res, 503, "the router is stopping", "service_unavailable", "stopping");
-      }
-      return;
-    }
-    if (result.stage == UpstreamStage::kDone) {
-      if (streaming) {
-        if (!started) res.start_stream(200);  // an empty stream (no event at all) stays empty
-        res.end_stream();
-        return;
-      }
-      if (got.status >= 500) {
-        last_5xx = std::move(got);
-        last_error = urls[r].text + " answered " + std::to_string(last_5xx->status);
-        continue;  // overloaded or broken: another replica may do better
-      }
-      res.send(got.status, got.content_type.empty() ? "application/json" : got.content_type, std::move(got.body));
-      return;
-    }
-    if (got.body.size() > cfg.max_response_bytes) {
-      send_error(res, 502, "the replica's answer exceeds " + std::to_string(cfg.max_response_bytes) + " bytes",
-                 "upstream_error", "response_too_large");
-      return;
-    }
-    // The replica failed (refused, reset, died mid-answer, timed out): off the ring
-    // until its /health answers again.
-    set_healthy(r, false, result.error);
-    if (started) {
-      ++stream_errors;
-      res.write(stream_error_events(boundary, urls[r].text, result.error));
-      res.end_stream();
-      return;
-    }
-    last_error = urls[r].text + ": " + result.error;
-  }
-  if (last_5xx) {
-    std::map<std::string, std::string> extra;
-    if (last_5xx->status == 503) extra["Retry-After"] = "1";  // serve's busy answer carries it
-    res.send(last_5xx->status, last_5xx->content_type.empty() ? "application/json" : last_5xx->content_type,
-             std::move(last_5xx->body), extra);
-    return;
-  }
-  send_error(res, 503, "no replica could answer (" + last_error + ")", "service_unavailable", "no_replica");
 }
 
 void Router::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
@@ -345,6 +129,7 @@ void Router::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
     return res->send(405, "application/json", server::error_body(e), {{"Allow", route->method}});
   }
   if (req.target == "/metrics") return res->send(200, "text/plain; version=0.0.4", render_metrics());
+  const bool generate = req.target == "/v1/completions" || req.target == "/v1/chat/completions";
   if (!route->proxied) {  // /health
     int n = 0;
     for (const auto& h : healthy) n += h.load() ? 1 : 0;
@@ -352,49 +137,33 @@ void Router::Impl::handle(HttpRequest req, std::shared_ptr<Responder> res) {
                              std::to_string(urls.size()) + "}";
     return res->send(n > 0 ? 200 : 503, "application/json", body);
   }
-  // Everything else waits on a replica: on one of the proxy workers (they block
-  // on sockets, not on the CPU); queued while all are busy, bounded by max_in_flight.
-  auto ex = std::make_shared<Exchange>();
+  // Everything else goes to a replica, asynchronously (proxy.h); a generation
+  // is first read for its routing key on a worker.
+  auto ex = std::make_shared<Exchange>(this, std::move(req), res);
   {
     std::lock_guard<std::mutex> l(live_mu);
     if (stopping)
       return send_error(*res, 503, "the router is stopping", "service_unavailable", "stopping");
-    if (live_threads >= cfg.max_in_flight)
+    if (live.size() >= static_cast<size_t>(cfg.max_in_flight))
       return send_error(*res, 503,
                         "router is overloaded: " + std::to_string(cfg.max_in_flight) + " requests are in flight",
                         "service_unavailable", "overloaded");
-    ++live_threads;
     live.insert(ex);
   }
   res->on_disconnect([ex] { ex->cancel(); });
-  auto done = [this, ex] {
-    std::lock_guard<std::mutex> l(live_mu);
-    live.erase(ex);
-    // Last touch of *this: the destructor waits for live_threads to reach 0.
-    --live_threads;
-    live_cv.notify_all();
-  };
-  const bool queued = workers->try_post([this, req = std::move(req), res, ex, done]() mutable {
+  auto run = [this, ex, res] {
     try {
-      bool stopping_now = false;
-      {
-        std::lock_guard<std::mutex> l(live_mu);
-        stopping_now = stopping;
-      }
-      if (stopping_now) send_error(*res, 503, "the router is stopping", "service_unavailable", "stopping");
-      else proxy(req, *res, *ex);
+      ex->begin();
     } catch (const std::exception& e) {
-      PAGODA_LOG_ERROR("router: internal error on %s %s: %s", req.method.c_str(), req.target.c_str(), e.what());
+      PAGODA_LOG_ERROR("router: internal error: %s", e.what());
       res->send(500, "application/json",
                 server::error_body(ApiError{500, std::string("internal error: ") + e.what(), "internal_error", "", ""}));
+      finished(ex);
     }
-    // The responder holds the client's session, which refers to the HTTP server:
-    // dropped before the count below lets the destructor take the server down.
-    res.reset();
-    done();
-  });
-  if (!queued) {
-    done();
+  };
+  if (!generate) return run();  // nothing to read: straight to the loop
+  if (!workers->try_post(run)) {
+    finished(ex);
     send_error(*res, 503, "router is overloaded: its queue is full", "service_unavailable", "overloaded");
   }
 }
@@ -432,9 +201,9 @@ std::string Router::Impl::render_metrics() {
          double(decisions[static_cast<size_t>(k)].load()));
   head("pagoda:router_upstream_connections_total", "counter",
        "Upstream calls by connection: opened (a new TCP connection) or reused (a kept-alive one).");
-  for (size_t r = 0; r < pools.size(); ++r) {
-    line("pagoda:router_upstream_connections_total", rep(r) + ",kind=\"opened\"", double(pools[r]->opened()));
-    line("pagoda:router_upstream_connections_total", rep(r) + ",kind=\"reused\"", double(pools[r]->reused()));
+  for (size_t r = 0; r < urls.size(); ++r) {
+    line("pagoda:router_upstream_connections_total", rep(r) + ",kind=\"opened\"", double(upstreams->opened(r)));
+    line("pagoda:router_upstream_connections_total", rep(r) + ",kind=\"reused\"", double(upstreams->reused(r)));
   }
   head("pagoda:router_retries_total", "counter", "Requests sent again to another replica after one failed.");
   line("pagoda:router_retries_total", "", double(retries.load()));
@@ -488,9 +257,7 @@ Expected<std::unique_ptr<Router>> Router::create(const RouterConfig& config) {
   m->healthy = std::vector<std::atomic<bool>>(names.size());
   for (auto& h : m->healthy) h = true;
   m->requests = std::vector<std::atomic<uint64_t>>(names.size());
-  if (config.keepalive_per_replica > 0)
-    for (size_t r = 0; r < names.size(); ++r)
-      m->pools.push_back(std::make_unique<UpstreamPool>(static_cast<size_t>(config.keepalive_per_replica)));
+  m->upstreams = std::make_unique<Upstreams>(m->urls, static_cast<size_t>(config.keepalive_per_replica));
   if (config.kv_events) {
     std::vector<KvEventEndpoints> eps;
     for (size_t r = 0; r < m->urls.size(); ++r) {
@@ -531,11 +298,18 @@ Router::~Router() {
   Impl& m = *impl_;
   if (!m.http) return;  // create() failed before the server (and any thread) existed
   m.http->stop();
+  std::vector<std::shared_ptr<Exchange>> live;
   {
-    std::unique_lock<std::mutex> l(m.live_mu);
+    std::lock_guard<std::mutex> l(m.live_mu);
     m.stopping = true;
-    for (const auto& ex : m.live) ex->cancel();
-    m.live_cv.wait(l, [&] { return m.live_threads == 0; });
+    live.assign(m.live.begin(), m.live.end());
+  }
+  for (const auto& ex : live) ex->cancel();
+  live.clear();
+  {
+    // The cancelled calls end on the loop, each answering its client (or not: gone).
+    std::unique_lock<std::mutex> l(m.live_mu);
+    m.live_cv.wait(l, [&] { return m.live.empty(); });
   }
   m.workers->stop();
   {
@@ -544,6 +318,7 @@ Router::~Router() {
   }
   m.health_cv.notify_all();
   if (m.health_thread.joinable()) m.health_thread.join();
+  m.upstreams->stop();
   m.kv.reset();
 }
 

@@ -5,17 +5,21 @@
 // first blocks or its prompt_cache_key, bounded load; ring.h) or, with
 // --kv-events, by the replicas' own KV events (kv_subscriber.h), streams SSE through as it arrives,
 // health-checks the replicas, retries a request on another replica while nothing
-// of its answer was sent, and counts all of it on its own /metrics.
+// of its answer was sent, and counts all of it on its own /metrics. Its I/O is
+// asynchronous (upstream.h, proxy.h): a bounded number of threads at any
+// concurrency.
 #pragma once
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
+#include "http/http.h"
 #include "router/upstream.h"
-#include "server/http.h"
 
 namespace pagoda::router {
+
+class Exchange;
 
 enum class Policy { kPrefix, kRoundRobin, kLeastLoaded };
 // "prefix", "round-robin", "least-loaded"; false on another name.
@@ -32,7 +36,7 @@ struct RouterConfig {
   double health_interval_s = 2;       // between GET /health rounds
   UpstreamTimeouts timeouts;
   int max_in_flight = 4096;           // requests being proxied or queued beyond this get 503
-  int workers = 256;                  // threads proxying at once (a stream holds one); more requests queue
+  int workers = 2;                    // threads reading prompts for routing (parse, tokenize); more queue
   int keepalive_per_replica = 16;     // idle keep-alive connections kept per replica (0: one per request)
   size_t max_response_bytes = size_t{256} << 20;  // a non-streamed answer larger than this is a 502
   // --kv-events (issue 37): route to the replica holding the longest prefix by
@@ -56,6 +60,7 @@ class Router {
 
  private:
   Router() = default;
+  friend class Exchange;  // proxy.h: one proxied request
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -1,7 +1,11 @@
 #include "router/upstream.h"
 
 #include <chrono>
+#include <future>
+#include <mutex>
 #include <optional>
+#include <thread>
+#include <unordered_map>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -11,7 +15,7 @@ namespace pagoda::router {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
-namespace http = beast::http;
+namespace bhttp = beast::http;
 using tcp = asio::ip::tcp;
 
 Expected<ReplicaUrl> parse_replica_url(const std::string& url) {
@@ -48,228 +52,293 @@ Expected<ReplicaUrl> parse_replica_url(const std::string& url) {
   return u;
 }
 
-struct UpstreamConn {
-  asio::io_context ioc;
-  beast::tcp_stream stream{ioc};
-  beast::flat_buffer buffer;  // bytes read past a response head (kept with the connection)
+namespace {
 
+std::chrono::steady_clock::duration seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+}
+
+// One TCP connection to a replica, on the loop.
+struct Conn {
+  explicit Conn(asio::io_context& ioc) : stream(ioc) {}
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;  // bytes read past a response (kept with the connection)
   void close() {
     beast::error_code ignored;
     stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
     stream.socket().close(ignored);
   }
-  // Runs the io_context until `done`; a cancel() posted meanwhile closes the
-  // socket, which completes the pending operation with an error.
-  void run_until(const bool& done) {
-    ioc.restart();
-    while (!done && ioc.run_one()) {
-    }
-  }
-  // Starts one asynchronous operation with a deadline of `seconds` and waits for it.
-  template <class Start>
-  beast::error_code await(double seconds, Start start) {
-    bool done = false;
-    beast::error_code ec;
-    stream.expires_after(
-        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds)));
-    start([&](beast::error_code e, auto&&...) {
-      ec = e;
-      done = true;
-    });
-    run_until(done);
-    if (!done && !ec) ec = asio::error::operation_aborted;
-    return ec;
-  }
 };
-
-UpstreamPool::UpstreamPool(size_t max_idle) : max_idle_(max_idle) {}
-UpstreamPool::~UpstreamPool() = default;
-
-std::unique_ptr<UpstreamConn> UpstreamPool::take() {
-  std::lock_guard<std::mutex> l(mu_);
-  if (idle_.empty()) return nullptr;
-  auto c = std::move(idle_.back());
-  idle_.pop_back();
-  return c;
-}
-
-void UpstreamPool::give(std::unique_ptr<UpstreamConn> conn) {
-  std::unique_lock<std::mutex> l(mu_);
-  if (idle_.size() < max_idle_) {
-    idle_.push_back(std::move(conn));
-    return;
-  }
-  l.unlock();
-  conn->close();
-}
-
-void UpstreamPool::clear() {
-  std::vector<std::unique_ptr<UpstreamConn>> gone;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    gone.swap(idle_);
-  }
-  for (auto& c : gone) c->close();
-}
-
-size_t UpstreamPool::idle() const {
-  std::lock_guard<std::mutex> l(mu_);
-  return idle_.size();
-}
-
-struct UpstreamCall::Impl {
-  std::mutex mu;
-  UpstreamConn* current = nullptr;  // the connection run() is using (guarded by mu)
-  std::atomic<bool> cancelled{false};
-
-  // Makes c the connection cancel() closes; false when cancelled already.
-  bool attach(UpstreamConn* c) {
-    std::lock_guard<std::mutex> l(mu);
-    current = c;
-    return !cancelled;
-  }
-  // Whether the connection may be used again (no cancel() can reach it after this).
-  bool detach() {
-    std::lock_guard<std::mutex> l(mu);
-    current = nullptr;
-    return !cancelled;
-  }
-};
-
-UpstreamCall::UpstreamCall() : impl_(std::make_unique<Impl>()) {}
-UpstreamCall::~UpstreamCall() = default;
-
-void UpstreamCall::cancel() {
-  std::lock_guard<std::mutex> l(impl_->mu);
-  impl_->cancelled = true;
-  // Posted: the stream belongs to the thread in run(); io_context::post is
-  // thread-safe. A connection that got this post is never reused (detach()).
-  if (UpstreamConn* c = impl_->current) {
-    asio::post(c->ioc, [c] {
-      beast::error_code ec;
-      c->stream.socket().close(ec);
-    });
-  }
-}
-
-namespace {
 
 // Whether a call on a kept-alive connection failed because the replica had
 // closed it while it was idle: the request may then be sent again.
 bool stale_connection(UpstreamStage stage, const beast::error_code& ec) {
   if (stage == UpstreamStage::kWrite) return true;
   return stage == UpstreamStage::kHead &&
-         (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
+         (ec == bhttp::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
           ec == asio::error::broken_pipe);
 }
 
+class Call;
+
 }  // namespace
 
-UpstreamResult UpstreamCall::run(const ReplicaUrl& url, const UpstreamRequest& req, const UpstreamTimeouts& t,
-                                 const std::function<bool(int, const std::string&)>& on_head,
-                                 const std::function<bool(std::string_view)>& on_body, UpstreamPool* pool) {
-  Impl& m = *impl_;
-  http::request<http::string_body> hreq;
-  hreq.method_string(req.method);
-  hreq.target(url.base_path + req.target);
-  hreq.version(11);
-  hreq.set(http::field::host, url.host + ":" + url.port);
-  for (const auto& [k, v] : req.headers) hreq.set(k, v);
-  if (!pool) hreq.set(http::field::connection, "close");  // HTTP/1.1 keeps it alive otherwise
-  hreq.body() = req.body;
-  hreq.prepare_payload();
+struct Upstreams::Impl {
+  std::vector<ReplicaUrl> urls;
+  size_t keepalive = 0;
+  asio::io_context ioc{1};
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  std::thread thread;
+  std::vector<std::atomic<uint64_t>> opened, reused;
+  // Loop thread only: each replica's idle connections (most recent last), the calls running.
+  std::vector<std::vector<std::unique_ptr<Conn>>> idle;
+  std::unordered_map<Call*, std::weak_ptr<Call>> live;
+  bool stopping = false;  // loop thread: new calls end at once
+  // Guards `joined` against posts racing the end of the loop.
+  std::mutex run_mu;
+  bool joined = false;
 
-  std::unique_ptr<UpstreamConn> conn = pool ? pool->take() : nullptr;
-  bool reused = conn != nullptr;
-  UpstreamResult res;
-  bool keep = false;
-  for (;;) {
-    if (!conn) {
-      conn = std::make_unique<UpstreamConn>();
-      if (pool) ++pool->opened_;
-    } else {
-      ++pool->reused_;
-    }
-    beast::error_code last_ec;
-    res = UpstreamResult{};
-    auto fail = [&](UpstreamStage stage, const beast::error_code& ec, const std::string& what) {
-      res.stage = stage;
-      res.cancelled = m.cancelled.load();
-      res.error = res.cancelled ? "cancelled" : ec ? what + ec.message() : what;
-      last_ec = ec;
-      conn->close();
-    };
-    UpstreamConn& c = *conn;
-    [&] {
-      if (!m.attach(&c)) return fail(UpstreamStage::kConnect, {}, "");
-      beast::error_code ec;
-      if (!reused) {
-        // Resolve (loopback names and literal addresses answer at once) and connect.
-        tcp::resolver resolver(c.ioc);
-        auto endpoints = resolver.resolve(url.host, url.port, ec);
-        if (ec) return fail(UpstreamStage::kConnect, ec, "resolve " + url.host + ": ");
-        ec = c.await(t.connect_s, [&](auto handler) { c.stream.async_connect(endpoints, std::move(handler)); });
-        if (ec || m.cancelled) return fail(UpstreamStage::kConnect, ec, "connect: ");
-        beast::error_code ignored;
-        c.stream.socket().set_option(tcp::no_delay(true), ignored);
-      }
-      ec = c.await(t.write_s, [&](auto handler) { http::async_write(c.stream, hreq, std::move(handler)); });
-      if (ec || m.cancelled) return fail(UpstreamStage::kWrite, ec, "write: ");
-
-      http::response_parser<http::buffer_body> parser;
-      parser.body_limit(boost::none);  // the caller bounds what it keeps
-      ec = c.await(t.read_s,
-                   [&](auto handler) { http::async_read_header(c.stream, c.buffer, parser, std::move(handler)); });
-      if (ec || m.cancelled) return fail(UpstreamStage::kHead, ec, "read head: ");
-      res.status = static_cast<int>(parser.get().result_int());
-      res.content_type = std::string(parser.get()[http::field::content_type]);
-      if (on_head && !on_head(res.status, res.content_type))
-        return fail(UpstreamStage::kBody, {}, "stopped by the caller");
-
-      std::vector<char> piece(64 * 1024);
-      while (!parser.is_done()) {
-        parser.get().body().data = piece.data();
-        parser.get().body().size = piece.size();
-        ec = c.await(t.read_s,
-                     [&](auto handler) { http::async_read_some(c.stream, c.buffer, parser, std::move(handler)); });
-        if (ec == http::error::need_buffer) ec = {};
-        const size_t n = piece.size() - parser.get().body().size;
-        // Bytes that arrived with an error (a stream cut mid-event) are still handed
-        // over: the caller decides what a partial event means.
-        if (n > 0 && on_body && !on_body(std::string_view(piece.data(), n)))
-          return fail(UpstreamStage::kBody, {}, "stopped by the caller");
-        if (ec || m.cancelled) return fail(UpstreamStage::kBody, ec, "read body: ");
-      }
-      res.stage = UpstreamStage::kDone;
-      keep = pool != nullptr && parser.keep_alive();
-    }();
-    const bool usable = m.detach();
-    if (reused && usable && res.stage != UpstreamStage::kDone && stale_connection(res.stage, last_ec)) {
-      conn.reset();  // closed by the replica while idle: once more on a fresh connection
-      reused = false;
-      continue;
-    }
-    if (res.stage == UpstreamStage::kDone && keep && usable) {
-      pool->give(std::move(conn));
-    } else if (res.stage == UpstreamStage::kDone) {
-      conn->close();
-    }
-    return res;
+  // Runs fn on the loop; false (fn dropped) once the loop has ended.
+  template <class Fn>
+  bool post(Fn&& fn) {
+    std::lock_guard<std::mutex> l(run_mu);
+    if (joined) return false;
+    asio::post(ioc, std::forward<Fn>(fn));
+    return true;
   }
+};
+
+namespace {
+
+class Call final : public UpstreamCall, public std::enable_shared_from_this<Call> {
+ public:
+  Call(std::shared_ptr<Upstreams::Impl> up, size_t replica, const UpstreamRequest& req, const UpstreamTimeouts& t,
+       UpstreamHandlers h, bool pooled, bool counted = true)
+      : up_(std::move(up)), r_(replica), t_(t), h_(std::move(h)), pooled_(pooled), counted_(counted),
+        resolver_(up_->ioc) {
+    const ReplicaUrl& url = up_->urls[r_];
+    hreq_.method_string(req.method);
+    hreq_.target(url.base_path + req.target);
+    hreq_.version(11);
+    hreq_.set(bhttp::field::host, url.host + ":" + url.port);
+    for (const auto& [k, v] : req.headers) hreq_.set(k, v);
+    if (!pooled_) hreq_.set(bhttp::field::connection, "close");  // HTTP/1.1 keeps it alive otherwise
+    hreq_.body() = req.body;
+    hreq_.prepare_payload();
+  }
+
+  void cancel() override {
+    up_->post([self = shared_from_this()] { self->do_cancel(); });
+  }
+
+  // On the loop.
+  void begin() {
+    if (up_->stopping) {
+      cancelled_ = true;
+      return fail(UpstreamStage::kConnect, {}, "");
+    }
+    up_->live[this] = weak_from_this();
+    registered_ = true;
+    auto& idle = up_->idle[r_];
+    if (pooled_ && !idle.empty()) {
+      conn_ = std::move(idle.back());
+      idle.pop_back();
+      reused_ = true;
+      ++up_->reused[r_];
+      return write();
+    }
+    connect();
+  }
+  void do_cancel() {
+    if (finished_ || cancelled_) return;
+    cancelled_ = true;
+    resolver_.cancel();
+    if (conn_) {
+      beast::error_code ignored;
+      conn_->stream.socket().close(ignored);  // the pending operation completes with an error
+    }
+  }
+
+ private:
+  void connect() {
+    conn_ = std::make_unique<Conn>(up_->ioc);
+    reused_ = false;
+    if (counted_) ++up_->opened[r_];  // health checks are not counted
+    const ReplicaUrl& url = up_->urls[r_];
+    resolver_.async_resolve(url.host, url.port, [self = shared_from_this()](beast::error_code ec,
+                                                                          tcp::resolver::results_type results) {
+      if (ec || self->cancelled_)
+        return self->fail(UpstreamStage::kConnect, ec, "resolve " + self->up_->urls[self->r_].host + ": ");
+      self->conn_->stream.expires_after(seconds(self->t_.connect_s));
+      self->conn_->stream.async_connect(results, [self](beast::error_code ec2, const tcp::endpoint&) {
+        if (ec2 || self->cancelled_) return self->fail(UpstreamStage::kConnect, ec2, "connect: ");
+        beast::error_code ignored;
+        self->conn_->stream.socket().set_option(tcp::no_delay(true), ignored);
+        self->write();
+      });
+    });
+  }
+  void write() {
+    conn_->stream.expires_after(seconds(t_.write_s));
+    bhttp::async_write(conn_->stream, hreq_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec || self->cancelled_) return self->fail(UpstreamStage::kWrite, ec, "write: ");
+      self->read_head();
+    });
+  }
+  void read_head() {
+    parser_.emplace();
+    parser_->body_limit(boost::none);  // the caller bounds what it keeps
+    conn_->stream.expires_after(seconds(t_.read_s));
+    bhttp::async_read_header(conn_->stream, conn_->buffer, *parser_,
+                             [self = shared_from_this()](beast::error_code ec, size_t) {
+                               if (ec || self->cancelled_) return self->fail(UpstreamStage::kHead, ec, "read head: ");
+                               self->res_.status = static_cast<int>(self->parser_->get().result_int());
+                               self->res_.content_type =
+                                   std::string(self->parser_->get()[bhttp::field::content_type]);
+                               if (self->h_.on_head && !self->h_.on_head(self->res_.status, self->res_.content_type))
+                                 return self->fail(UpstreamStage::kBody, {}, "stopped by the caller");
+                               self->read_body();
+                             });
+  }
+  void read_body() {
+    if (parser_->is_done()) return done();
+    piece_.resize(16 * 1024);
+    parser_->get().body().data = piece_.data();
+    parser_->get().body().size = piece_.size();
+    conn_->stream.expires_after(seconds(t_.read_s));
+    bhttp::async_read_some(conn_->stream, conn_->buffer, *parser_, [self = shared_from_this()](beast::error_code ec,
+                                                                                               size_t) {
+      if (ec == bhttp::error::need_buffer) ec = {};
+      const size_t n = self->piece_.size() - self->parser_->get().body().size;
+      // Bytes that arrived with an error (a stream cut mid-event) are still handed
+      // over: the caller decides what a partial event means.
+      if (n > 0 && self->h_.on_body && !self->h_.on_body(std::string_view(self->piece_.data(), n)))
+        return self->fail(UpstreamStage::kBody, {}, "stopped by the caller");
+      if (ec || self->cancelled_) return self->fail(UpstreamStage::kBody, ec, "read body: ");
+      self->read_body();
+    });
+  }
+  void done() {
+    res_.stage = UpstreamStage::kDone;
+    auto& idle = up_->idle[r_];
+    if (pooled_ && !cancelled_ && !up_->stopping && parser_->keep_alive() && idle.size() < up_->keepalive) {
+      conn_->stream.expires_never();
+      idle.push_back(std::move(conn_));
+    } else {
+      conn_->close();
+    }
+    conn_.reset();
+    finish();
+  }
+  void fail(UpstreamStage stage, const beast::error_code& ec, const std::string& what) {
+    if (conn_) conn_->close();
+    if (reused_ && !cancelled_ && stale_connection(stage, ec)) return connect();  // once more, fresh
+    conn_.reset();
+    res_.stage = stage;
+    res_.cancelled = cancelled_;
+    res_.error = cancelled_ ? "cancelled" : ec ? what + ec.message() : what;
+    finish();
+  }
+  void finish() {
+    finished_ = true;
+    if (registered_) up_->live.erase(this);
+    auto on_done = std::move(h_.on_done);
+    h_ = {};  // what the handlers hold (the router's exchange) goes now
+    if (on_done) on_done(std::move(res_));
+  }
+
+  std::shared_ptr<Upstreams::Impl> up_;
+  size_t r_;
+  UpstreamTimeouts t_;
+  UpstreamHandlers h_;
+  bool pooled_;
+  bool counted_;  // in opened (a proxied call, not a health check)
+  tcp::resolver resolver_;
+  bhttp::request<bhttp::string_body> hreq_;
+  std::unique_ptr<Conn> conn_;
+  std::optional<bhttp::response_parser<bhttp::buffer_body>> parser_;
+  std::vector<char> piece_;
+  UpstreamResult res_;
+  bool reused_ = false, cancelled_ = false, finished_ = false, registered_ = false;
+};
+
+}  // namespace
+
+Upstreams::Upstreams(std::vector<ReplicaUrl> replicas, size_t keepalive) : impl_(std::make_shared<Impl>()) {
+  Impl& m = *impl_;
+  m.keepalive = keepalive;
+  m.opened = std::vector<std::atomic<uint64_t>>(replicas.size());
+  m.reused = std::vector<std::atomic<uint64_t>>(replicas.size());
+  m.idle.resize(replicas.size());
+  m.urls = std::move(replicas);
+  m.work.emplace(m.ioc.get_executor());
+  m.thread = std::thread([&m] { m.ioc.run(); });
 }
 
-std::pair<int, std::string> upstream_get(const ReplicaUrl& url, const std::string& path, double timeout_s) {
-  UpstreamCall call;
+Upstreams::~Upstreams() { stop(); }
+
+void Upstreams::stop() {
+  Impl& m = *impl_;
+  m.post([&m] {
+    m.stopping = true;
+    std::vector<std::shared_ptr<Call>> calls;
+    for (auto& [p, w] : m.live)
+      if (auto c = w.lock()) calls.push_back(std::move(c));
+    for (auto& c : calls) c->do_cancel();
+    for (auto& v : m.idle) {
+      for (auto& c : v) c->close();
+      v.clear();
+    }
+    m.work.reset();  // run() returns once the cancelled calls have ended
+  });
+  if (m.thread.joinable()) m.thread.join();
+  {
+    std::lock_guard<std::mutex> l(m.run_mu);
+    m.joined = true;
+  }
+  // Whatever was posted while the loop was ending (a late cancel()) runs here,
+  // so no handler (and no call it holds) outlives the loop.
+  m.ioc.restart();
+  m.ioc.poll();
+}
+
+std::shared_ptr<UpstreamCall> Upstreams::start(size_t replica, UpstreamRequest req, const UpstreamTimeouts& t,
+                                               UpstreamHandlers handlers) {
+  auto call = std::make_shared<Call>(impl_, replica, req, t, std::move(handlers), impl_->keepalive > 0);
+  // The loop has ended: the call ends cancelled, here (begin() sees stopping).
+  if (!impl_->post([call] { call->begin(); })) call->begin();
+  return call;
+}
+
+std::pair<int, std::string> Upstreams::get(size_t replica, const std::string& path, double timeout_s) {
   UpstreamRequest req;
   req.target = path;
-  UpstreamTimeouts t{timeout_s, timeout_s, timeout_s};
-  std::string body;
-  auto r = call.run(url, req, t, nullptr, [&](std::string_view p) {
-    body.append(p);
-    return body.size() < (1u << 20);
-  });
+  auto body = std::make_shared<std::string>();
+  auto done = std::make_shared<std::promise<UpstreamResult>>();
+  auto fut = done->get_future();
+  UpstreamHandlers h;
+  h.on_body = [body](std::string_view p) {
+    body->append(p);
+    return body->size() < (1u << 20);
+  };
+  h.on_done = [done](UpstreamResult r) { done->set_value(std::move(r)); };
+  auto call = std::make_shared<Call>(impl_, replica, req, UpstreamTimeouts{timeout_s, timeout_s, timeout_s},
+                                     std::move(h), /*pooled=*/false, /*counted=*/false);
+  if (!impl_->post([call] { call->begin(); })) return {0, "the router is stopping"};
+  const UpstreamResult r = fut.get();
   if (r.stage != UpstreamStage::kDone) return {0, r.error};
-  return {r.status, body};
+  return {r.status, *body};
 }
+
+void Upstreams::clear_idle(size_t replica) {
+  impl_->post([m = impl_.get(), replica] {
+    for (auto& c : m->idle[replica]) c->close();
+    m->idle[replica].clear();
+  });
+}
+
+size_t Upstreams::num_replicas() const { return impl_->urls.size(); }
+uint64_t Upstreams::opened(size_t r) const { return impl_->opened[r].load(); }
+uint64_t Upstreams::reused(size_t r) const { return impl_->reused[r].load(); }
 
 }  // namespace pagoda::router

@@ -1,17 +1,18 @@
-// A small blocking HTTP/1.1 client for the router's calls to its replicas
-// (Boost.Beast). One UpstreamCall is one request, run on the calling thread over
-// its connection's private io_context, so every step has a deadline and
-// cancel() from any other thread (a client that went away, the router stopping)
-// ends it at once. The response body is handed over piece by piece as it
-// arrives, which is what passes a replica's SSE stream through without
-// buffering it. With an UpstreamPool the connection is kept alive: taken from
-// the replica's idle connections when one is there, given back when the
-// response was read whole and the replica keeps the connection open.
+// The router's HTTP/1.1 client for its replicas, asynchronous (issue 37): one
+// event loop (a Boost.Asio io_context over epoll, run by one thread) drives
+// every call to every replica, so the router's thread count does not grow
+// with the requests in flight. Each replica has a pool of idle keep-alive
+// connections: a call takes one when there is one, and gives it back when the
+// response was read whole and the replica keeps it open. A kept connection
+// the replica closed meanwhile fails before any byte of the answer; the call
+// is then sent once more on a fresh connection. The response body is handed
+// over piece by piece as it arrives, which is what passes a replica's SSE
+// stream through without buffering it.
 #pragma once
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -56,59 +57,51 @@ struct UpstreamResult {
   bool cancelled = false;
 };
 
-// One TCP connection to a replica with its own io_context (opaque).
-struct UpstreamConn;
-
-// The idle keep-alive connections to one replica: at most max_idle kept, the
-// most recently used taken first. Thread-safe.
-class UpstreamPool {
- public:
-  explicit UpstreamPool(size_t max_idle);
-  ~UpstreamPool();
-  UpstreamPool(const UpstreamPool&) = delete;
-  UpstreamPool& operator=(const UpstreamPool&) = delete;
-  std::unique_ptr<UpstreamConn> take();            // nullptr when none is idle
-  void give(std::unique_ptr<UpstreamConn> conn);   // closed and dropped beyond max_idle
-  void clear();                                    // drops every idle connection (the replica failed)
-  size_t idle() const;
-  uint64_t opened() const { return opened_.load(); }  // connections made for calls through this pool
-  uint64_t reused() const { return reused_.load(); }  // calls that ran on an idle connection
-
- private:
-  friend class UpstreamCall;
-  size_t max_idle_;
-  mutable std::mutex mu_;
-  std::vector<std::unique_ptr<UpstreamConn>> idle_;
-  std::atomic<uint64_t> opened_{0}, reused_{0};
+// What a call reports, always on the loop's thread. on_head(status,
+// content_type) when the head is read; on_body with each piece of the decoded
+// body (chunked framing removed); either may return false to stop the call.
+// on_done exactly once, last (also after cancel()).
+struct UpstreamHandlers {
+  std::function<bool(int status, const std::string& content_type)> on_head;
+  std::function<bool(std::string_view piece)> on_body;
+  std::function<void(UpstreamResult)> on_done;
 };
 
+// A call in progress. cancel() from any thread, any time: the call ends as soon
+// as the loop sees it, with cancelled = true (nothing when it ended already).
 class UpstreamCall {
  public:
-  UpstreamCall();
-  ~UpstreamCall();
-  UpstreamCall(const UpstreamCall&) = delete;
-  UpstreamCall& operator=(const UpstreamCall&) = delete;
-
-  // Runs the request once. on_head(status, content_type) comes when the head is
-  // read; on_body gets each piece of the decoded body (chunked framing removed).
-  // Either may return false to stop reading (the result then has an error).
-  // pool: keep-alive connections to url's replica (nullptr: a fresh connection,
-  // closed at the end). A kept connection the replica closed meanwhile fails
-  // before any byte of the answer; the request is then sent once more on a
-  // fresh connection.
-  UpstreamResult run(const ReplicaUrl& url, const UpstreamRequest& req, const UpstreamTimeouts& t,
-                     const std::function<bool(int status, const std::string& content_type)>& on_head,
-                     const std::function<bool(std::string_view piece)>& on_body, UpstreamPool* pool = nullptr);
-  // Any thread, any time (before, during or after run): the call fails as soon as
-  // possible with cancelled = true.
-  void cancel();
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  virtual ~UpstreamCall() = default;
+  virtual void cancel() = 0;
 };
 
-// GET url/path with the whole body read: (status, body); status 0 on failure.
-std::pair<int, std::string> upstream_get(const ReplicaUrl& url, const std::string& path, double timeout_s);
+class Upstreams {
+ public:
+  // keepalive: idle connections kept per replica (0: one connection per call,
+  // closed after it).
+  Upstreams(std::vector<ReplicaUrl> replicas, size_t keepalive);
+  ~Upstreams();  // stops the loop: calls still running end cancelled first
+  Upstreams(const Upstreams&) = delete;
+  Upstreams& operator=(const Upstreams&) = delete;
+
+  // Starts `req` to `replica` on the loop and returns at once.
+  std::shared_ptr<UpstreamCall> start(size_t replica, UpstreamRequest req, const UpstreamTimeouts& t,
+                                      UpstreamHandlers handlers);
+  // GET path on a fresh connection with the whole body read, waiting for it:
+  // (status, body); status 0 on failure (body: why). Not from the loop's thread.
+  std::pair<int, std::string> get(size_t replica, const std::string& path, double timeout_s);
+  // Drops the replica's idle connections (it failed: they are likely dead too).
+  void clear_idle(size_t replica);
+
+  size_t num_replicas() const;
+  uint64_t opened(size_t replica) const;  // connections made for proxied calls (not health checks)
+  uint64_t reused(size_t replica) const;  // calls that ran on an idle connection
+  void stop();                            // idempotent; ends every call (cancelled), joins the loop
+
+  struct Impl;  // opaque (upstream.cc); public so that the calls there can hold it
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
 
 }  // namespace pagoda::router

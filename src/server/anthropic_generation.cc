@@ -4,10 +4,10 @@
 
 #include "base/log.h"
 #include "base/timer.h"
-#include "server/anthropic_api.h"
+#include "openai/anthropic_api.h"
 #include "server/metrics.h"
-#include "server/structured.h"
-#include "server/text.h"
+#include "openai/structured.h"
+#include "openai/text.h"
 
 namespace pagoda::server {
 

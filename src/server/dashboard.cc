@@ -6,8 +6,8 @@
 
 #include "base/timer.h"
 #include "server/async_engine.h"
-#include "server/openai_api.h"
-#include "server/text.h"
+#include "openai/openai_api.h"
+#include "openai/text.h"
 
 namespace pagoda::server {
 

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "server/http.h"
+#include "http/http.h"
 
 namespace pagoda::server {
 

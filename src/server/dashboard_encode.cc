@@ -5,7 +5,7 @@
 
 #include "server/dashboard.h"
 #include "server/dashboard_assets.h"
-#include "server/openai_api.h"
+#include "openai/openai_api.h"
 
 namespace pagoda::server {
 

@@ -3,7 +3,7 @@
 #include "base/log.h"
 #include "base/timer.h"
 #include "server/metrics.h"
-#include "server/text.h"
+#include "openai/text.h"
 #include "tok/tokenizer.h"
 
 namespace pagoda::server {

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "server/http.h"
-#include "server/openai_api.h"
+#include "http/http.h"
+#include "openai/openai_api.h"
 
 namespace pagoda::server {
 

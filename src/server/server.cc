@@ -13,25 +13,20 @@
 #include "base/rng.h"
 #include "base/timer.h"
 #include "grammar/cache.h"
-#include "server/anthropic_api.h"
+#include "http/process_memory.h"
+#include "http/worker_pool.h"
+#include "openai/anthropic_api.h"
+#include "openai/text.h"
 #include "server/anthropic_generation.h"
 #include "server/async_engine.h"
 #include "server/dashboard.h"
 #include "server/generation.h"
 #include "server/metrics.h"
-#include "server/process_memory.h"
-#include "server/text.h"
-#include "server/worker_pool.h"
+#include "server/server_impl.h"
 #include "tok/tokenizer.h"
 
 namespace pagoda::server {
 namespace {
-
-ApiError not_found(std::string msg, std::string code = "not_found") {
-  return ApiError{404, std::move(msg), "NotFoundError", "", std::move(code)};
-}
-
-ApiError overloaded(std::string msg) { return ApiError{503, std::move(msg), "service_unavailable", "", "overloaded"}; }
 
 bool constant_time_equal(const std::string& a, const std::string& b) {
   // Compares every byte of the longer string; timing does not depend on where they differ.
@@ -83,73 +78,6 @@ std::string random_id(const char* prefix) {
 
 }  // namespace
 
-struct Server::Impl {
-  // Declaration order is destruction order reversed: the worker pool and the engine
-  // (whose callbacks hold Responders, which hold sessions on the io_context) go
-  // before the HTTP server; text and metrics, which both reference, go last.
-  ServerConfig cfg;
-  Metrics metrics;
-  std::unique_ptr<TextCodec> text;
-  std::string model_name;
-  std::unique_ptr<HttpServer> http;
-  std::unique_ptr<AsyncEngine> engine;
-  std::unique_ptr<WorkerPool> workers;
-  // The live cache dashboard (/dashboard*): it asks the engine for snapshots, so it
-  // goes (and stops) before the engine.
-  std::unique_ptr<DashboardHub> dashboard;
-  // Built on the first constrained request (a vocabulary trie: unconstrained
-  // serving never pays for it).
-  std::once_flag grammars_once;
-  std::unique_ptr<grammar::GrammarCache> grammars;
-  std::atomic<const grammar::GrammarCache*> grammars_ready{nullptr};  // grammars, for other threads once built
-  std::string grammars_error;
-
-  // --seed: the stream unseeded requests draw from.
-  std::mutex seed_mu;
-  Rng seed_rng{0};
-  // Request fields already warned about (once per name; bounded, so hostile bodies
-  // with ever new names cannot grow it or flood the log).
-  std::mutex warned_mu;
-  std::set<std::string> warned_fields;
-
-  void handle(HttpRequest req, std::shared_ptr<Responder> res);
-  // POST /reset_prefix_cache (vLLM's route; issue 36): ?force=true (or vLLM's
-  // reset_running_requests=true) preempts running requests first, else 409
-  // while any runs; ?tiers=true (vLLM's reset_external) is refused: clearing
-  // the disk/Redis tiers is not implemented yet. With a dashboard admin key
-  // configured, only that key may reset (one tenant must not empty everyone's cache).
-  void handle_reset_prefix_cache(const HttpRequest& req, std::shared_ptr<Responder> res, const std::string& key);
-  void warn_ignored(const std::vector<std::string>& fields);
-  // anthropic: the error in Anthropic's shape and status (/v1/messages*).
-  void send_error(Responder& res, const ApiError& e, bool anthropic = false) {
-    const int status = anthropic ? anthropic_status(e) : e.status;
-    PAGODA_LOG_INFO("status=%d error=%s", status, e.message.substr(0, 200).c_str());
-    metrics.inc_counter("pagoda:request_failure_total", 1, std::to_string(status));
-    std::map<std::string, std::string> extra;
-    if (e.status == 503) extra["Retry-After"] = "1";
-    res.send(status, "application/json", anthropic ? anthropic_error_body(e) : error_body(e), extra);
-  }
-  // nullopt: authorized (the matched key in *key, "" without auth); else the error.
-  // The dashboard's routes also take the admin key.
-  std::optional<ApiError> authorize(const HttpRequest& req, bool dashboard_route, std::string* key) const;
-  // The dashboard picture for the key a request was authorized with.
-  DashboardViewer dashboard_viewer(const std::string& key) const;
-  // Requests waiting: to be parsed, to be added to the engine, and in its queue.
-  int64_t num_waiting() const {
-    return static_cast<int64_t>(workers->num_queued()) + engine->num_pending() + engine->stats().num_waiting;
-  }
-  ApiError waiting_limit() const {
-    return overloaded("server is overloaded: more than " + std::to_string(cfg.max_waiting) + " requests are waiting");
-  }
-  // anthropic: /v1/messages (ep is kChat).
-  void handle_generate(Endpoint ep, const HttpRequest& req, const std::string& key, std::shared_ptr<Responder> res,
-                       double t_start, bool anthropic = false);
-  void handle_count_tokens(const HttpRequest& req, Responder& res);
-  // The compiled grammar of a request's constraint (nullptr when unconstrained).
-  std::variant<std::shared_ptr<const grammar::CompiledGrammar>, ApiError> constraint_grammar(ParsedRequest& r);
-  void handle_tokenize(const HttpRequest& req, Responder& res);
-  void handle_detokenize(const HttpRequest& req, Responder& res);
-};
 
 std::optional<ApiError> Server::Impl::authorize(const HttpRequest& req, bool dashboard_route, std::string* key) const {
   key->clear();
@@ -349,100 +277,6 @@ void Server::Impl::handle_generate(Endpoint ep, const HttpRequest& req, const st
   AsyncEngine* eng = engine.get();
   res->on_disconnect([gen, eng, t] {
     if (gen->on_disconnect()) eng->abort(t);
-  });
-}
-
-// ---- Anthropic count_tokens (worker thread) ----------------------------------------
-
-void Server::Impl::handle_count_tokens(const HttpRequest& req, Responder& res) {
-  auto parsed = parse_messages_request(req.body, cfg.limits, /*count_only=*/true);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e, true);
-  ParsedRequest& r = std::get<MessagesRequest>(parsed).base;
-  if (!r.model.empty() && r.model != model_name)
-    return send_error(res, not_found("The model `" + r.model + "` does not exist.", "model_not_found"), true);
-  // The prompt /v1/messages would run: the same messages, tools and template.
-  auto ids = text->encode_chat(r.messages, cfg.parse_special_in_prompts, r.constraint.tools.tools);
-  if (!ids.ok()) return send_error(res, ApiError{400, ids.message(), "invalid_request_error", "messages", ""}, true);
-  res.send(200, "application/json", dump_json(json{{"input_tokens", ids->size()}}));
-}
-
-// ---- Tokenize (worker thread) ---------------------------------------------------
-
-void Server::Impl::handle_tokenize(const HttpRequest& req, Responder& res) {
-  auto parsed = parse_tokenize(req.body, cfg.limits);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
-  auto& r = std::get<TokenizeRequest>(parsed);
-  std::vector<int32_t> ids;
-  if (r.has_messages) {
-    auto e = text->encode_chat(r.messages, cfg.parse_special_in_prompts);
-    if (!e.ok()) return send_error(res, ApiError{400, e.message(), "invalid_request_error", "messages", ""});
-    ids = std::move(e).value();
-  } else {
-    ids = text->encode_prompt(r.prompt, r.add_special_tokens, cfg.parse_special_in_prompts);
-  }
-  // Written directly: a JSON tree would cost 16 bytes per token on top of the ids
-  // (an 8 MB body is ~2M tokens). Same shape as {"tokens": [...], "count", "max_model_len"}.
-  std::string out;
-  out.reserve(ids.size() * 7 + 64);
-  out += "{\"tokens\":[";
-  char buf[16];
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (i) out += ',';
-    const int n = std::snprintf(buf, sizeof(buf), "%d", ids[i]);
-    out.append(buf, static_cast<size_t>(n));
-  }
-  out += "],\"count\":" + std::to_string(ids.size()) +
-         ",\"max_model_len\":" + std::to_string(engine->model_info().context_length) + "}";
-  ids = {};  // freed before the send copies nothing more
-  res.send(200, "application/json", std::move(out));
-}
-
-void Server::Impl::handle_detokenize(const HttpRequest& req, Responder& res) {
-  auto parsed = parse_detokenize(req.body, engine->model_info().vocab_size, cfg.limits);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
-  auto& ids = std::get<std::vector<int32_t>>(parsed);
-  // "prompt" is vLLM's key, "content" llama-server's.
-  const std::string text_out = text->decode(ids);
-  res.send(200, "application/json", dump_json(json{{"prompt", text_out}, {"content", text_out}}));
-}
-
-void Server::Impl::handle_reset_prefix_cache(const HttpRequest& req, std::shared_ptr<Responder> res,
-                                             const std::string& key) {
-  if (!cfg.dashboard_admin_key.empty() && key != cfg.dashboard_admin_key) {
-    return send_error(*res, ApiError{403, "/reset_prefix_cache needs the admin key (--dashboard-admin-key)",
-                                     "permission_error", "", "forbidden"});
-  }
-  // A boolean query parameter: absent = false; anything but true/false/1/0 is a 400 naming it.
-  auto flag = [&](const char* name, bool* out) -> bool {
-    const std::string v = query_param(req.query, name);
-    if (v.empty() || v == "false" || v == "0") return true;
-    if (v == "true" || v == "1") {
-      *out = true;
-      return true;
-    }
-    send_error(*res, ApiError{400, std::string("query parameter '") + name + "' must be true or false, got '" + v + "'",
-                              "invalid_request_error", name, ""});
-    return false;
-  };
-  bool force = false, tiers = false;
-  if (!flag("force", &force) || !flag("reset_running_requests", &force) || !flag("tiers", &tiers) ||
-      !flag("reset_external", &tiers)) {
-    return;
-  }
-  if (tiers) {
-    return send_error(*res, ApiError{400, "tiers=true: clearing the disk and Redis KV tiers is not implemented yet; "
-                                          "reset the RAM prefix cache without it",
-                                     "invalid_request_error", "tiers", ""});
-  }
-  engine->control([this, res, force](engine::Engine& e) -> AsyncEngine::Reply {
-    const Status st = e.reset_prefix_cache(force);
-    if (st.ok()) {
-      PAGODA_LOG_INFO("prefix cache reset%s", force ? " (force)" : "");
-      return [res] { res->send(200, "application/json", "{\"status\":\"ok\"}"); };
-    }
-    return [this, res, msg = st.message()] {
-      send_error(*res, ApiError{409, msg, "invalid_request_error", "force", "requests_running"});
-    };
   });
 }
 

@@ -9,8 +9,8 @@
 #include "engine/engine.h"
 #include "grammar/cache.h"
 #include "grammar/grammar.h"
-#include "server/http.h"
-#include "server/openai_api.h"
+#include "http/http.h"
+#include "openai/openai_api.h"
 
 namespace pagoda::server {
 

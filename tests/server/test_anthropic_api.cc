@@ -6,10 +6,10 @@
 #include <algorithm>
 
 #include "gguf/gguf.h"
-#include "server/anthropic_api.h"
-#include "server/cache_fields.h"
-#include "server/openai_api.h"
-#include "server/text.h"
+#include "openai/anthropic_api.h"
+#include "openai/cache_fields.h"
+#include "openai/openai_api.h"
+#include "openai/text.h"
 #include "tok/tokenizer.h"
 
 using namespace pagoda::server;

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "engine/engine.h"
-#include "server/http.h"
+#include "http/http.h"
 #include "server/server.h"
 
 using namespace pagoda::server;

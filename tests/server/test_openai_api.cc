@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "server/metrics.h"
-#include "server/openai_api.h"
+#include "openai/openai_api.h"
 
 using namespace pagoda::server;
 
@@ -31,7 +31,7 @@ TEST(OpenAiApi, ParsesCompletionFields) {
   EXPECT_EQ(static_cast<int64_t>(r.params.seed), -3);
   EXPECT_EQ(r.params.stop.list(), (std::vector<std::string>{"a", "b"}));
   // The server copies the params once per prompt: each copy shares the one list.
-  const pagoda::engine::RequestParams per_prompt = r.params;
+  const pagoda::sample::RequestParams per_prompt = r.params;
   EXPECT_EQ(per_prompt.stop.get(), r.params.stop.get());
   EXPECT_EQ(r.params.stop.use_count(), 2);
   EXPECT_EQ(r.params.n, 2);
@@ -129,13 +129,13 @@ TEST(OpenAiApi, JsonDepthIsCheckedBeforeParsing) {
 TEST(OpenAiApi, ResponseFormatting) {
   ResponseMeta m{Endpoint::kChat, "chatcmpl-1", "smol", 42};
   json c = chunk_json(m, json::array({stream_choice_json(Endpoint::kChat, 0, "hi", true, json(),
-                                                         pagoda::engine::FinishReason::kNone)}));
+                                                         pagoda::FinishReason::kNone)}));
   EXPECT_EQ(c["object"], "chat.completion.chunk");
   EXPECT_EQ(c["choices"][0]["delta"]["role"], "assistant");
   EXPECT_EQ(c["choices"][0]["delta"]["content"], "hi");
   EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null());
   json f = response_json(m, json::array({final_choice_json(Endpoint::kChat, 0, "done", json(),
-                                                           pagoda::engine::FinishReason::kLength)}),
+                                                           pagoda::FinishReason::kLength)}),
                          usage_json(5, 3, 2));
   EXPECT_EQ(f["object"], "chat.completion");
   EXPECT_EQ(f["choices"][0]["message"]["content"], "done");

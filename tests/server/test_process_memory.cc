@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "server/process_memory.h"
-#include "server/worker_pool.h"
+#include "http/process_memory.h"
+#include "http/worker_pool.h"
 
 namespace pagoda::server {
 namespace {

@@ -8,8 +8,8 @@
 
 #include "grammar/cache.h"
 #include "grammar/matcher.h"
-#include "server/openai_api.h"
-#include "server/structured.h"
+#include "openai/openai_api.h"
+#include "openai/structured.h"
 
 namespace pagoda::server {
 namespace {

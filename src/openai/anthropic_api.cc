@@ -1,4 +1,4 @@
-#include "server/anthropic_api.h"
+#include "openai/anthropic_api.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <map>
 #include <optional>
 
-#include "server/text.h"
+#include "openai/text.h"
 
 namespace pagoda::server {
 namespace {
@@ -156,7 +156,7 @@ std::variant<MessagesRequest, ApiError> parse_messages_request(const std::string
   MessagesRequest m;
   ParsedRequest& r = m.base;
   r.endpoint = Endpoint::kChat;
-  engine::RequestParams& p = r.params;
+  sample::RequestParams& p = r.params;
   CacheBreakpoint& bp = m.cache;
   int breakpoints = 0;
   // Records the conversation so far as the latest breakpoint.

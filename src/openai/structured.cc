@@ -1,7 +1,7 @@
-#include "server/structured.h"
+#include "openai/structured.h"
 
 #include "grammar/json_text.h"
-#include "server/openai_api.h"
+#include "openai/errors.h"
 
 namespace pagoda::server {
 

@@ -1,4 +1,4 @@
-#include "server/openai_api.h"
+#include "openai/openai_api.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -181,14 +181,6 @@ std::optional<ApiError> parse_messages(const json& j, std::vector<ChatMessage>* 
 
 }  // namespace
 
-std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-std::string error_body(const ApiError& e) {
-  json err = {{"message", e.message}, {"type", e.type}, {"param", e.param.empty() ? json() : json(e.param)},
-              {"code", e.code.empty() ? json() : json(e.code)}};
-  return dump_json(json{{"error", err}});
-}
-
 bool json_too_deep(const std::string& body, int max_depth) {
   return grammar::json_nesting_depth(body, max_depth) > max_depth;
 }
@@ -206,7 +198,7 @@ std::variant<json, ApiError> parse_object(const std::string& body, const Request
 }
 }  // namespace
 
-std::optional<ApiError> check_output_cost(size_t num_prompts, const engine::RequestParams& p, int64_t max_tokens,
+std::optional<ApiError> check_output_cost(size_t num_prompts, const sample::RequestParams& p, int64_t max_tokens,
                                           const RequestLimits& limits) {
   // Each factor is bounded (prompts <= max_prompts, n <= 16, logprobs <= 20, max_tokens <
   // 2^31), so the product fits in a double exactly enough to compare.
@@ -229,7 +221,7 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, const std::stri
 
   ParsedRequest r;
   r.endpoint = ep;
-  engine::RequestParams& p = r.params;
+  sample::RequestParams& p = r.params;
   PAGODA_API_TRY(get_string(j, "model", &r.model));
 
   if (ep == Endpoint::kCompletions) {
@@ -360,7 +352,7 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, const std::stri
   return r;
 }
 
-std::optional<ApiError> check_logit_bias(const engine::RequestParams& p, int vocab_size) {
+std::optional<ApiError> check_logit_bias(const sample::RequestParams& p, int vocab_size) {
   for (const auto& [id, b] : p.logit_bias)
     if (id >= vocab_size)
       return bad("'logit_bias' names token id " + std::to_string(id) + ", outside the vocabulary (size " +
@@ -438,12 +430,12 @@ const char* object_name(Endpoint ep, bool chunk) {
   if (ep == Endpoint::kChat) return chunk ? "chat.completion.chunk" : "chat.completion";
   return "text_completion";
 }
-json finish_json(engine::FinishReason f) {
-  return f == engine::FinishReason::kNone ? json() : json(engine::finish_reason_name(f));
+json finish_json(FinishReason f) {
+  return f == FinishReason::kNone ? json() : json(finish_reason_name(f));
 }
 }  // namespace
 
-json logprobs_json(Endpoint ep, const tok::Tokenizer& tk, const std::vector<engine::TokenLogprob>& lps,
+json logprobs_json(Endpoint ep, const tok::Tokenizer& tk, const std::vector<TokenLogprob>& lps,
                    size_t text_offset0) {
   if (ep == Endpoint::kChat) {
     json content = json::array();
@@ -491,7 +483,7 @@ json response_json(const ResponseMeta& m, json choices, json usage) {
 }
 
 json stream_choice_json(Endpoint ep, size_t index, const std::string& text, bool first, json logprobs,
-                        engine::FinishReason finish) {
+                        FinishReason finish) {
   if (ep == Endpoint::kChat) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";
@@ -502,7 +494,7 @@ json stream_choice_json(Endpoint ep, size_t index, const std::string& text, bool
 }
 
 json final_choice_json(Endpoint ep, size_t index, const std::string& text, json logprobs,
-                       engine::FinishReason finish) {
+                       FinishReason finish) {
   if (ep == Endpoint::kChat)
     return json{{"index", index}, {"message", {{"role", "assistant"}, {"content", text}}},
                 {"logprobs", std::move(logprobs)}, {"finish_reason", finish_json(finish)}};

@@ -12,26 +12,16 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/engine.h"
-#include "server/cache_fields.h"
-#include "server/structured.h"
+#include "base/generation.h"
+#include "openai/cache_fields.h"
+#include "openai/errors.h"
+#include "openai/structured.h"
+#include "sample/request_params.h"
 #include "tok/chat_template.h"
 
 namespace pagoda::tok { class Tokenizer; }
 
 namespace pagoda::server {
-
-using json = nlohmann::json;
-
-struct ApiError {
-  int status = 400;
-  std::string message;
-  std::string type = "invalid_request_error";
-  std::string param;
-  std::string code;
-};
-// {"error": {"message", "type", "param", "code"}}
-std::string error_body(const ApiError& e);
 
 using tok::ChatMessage;
 
@@ -68,7 +58,7 @@ struct ParsedRequest {
   bool max_tokens_given = false;
   bool chat_logprobs = false;                      // chat: logprobs=true
   bool return_token_ids = false;                   // vLLM extension: "token_ids" / "prompt_token_ids" in choices
-  engine::RequestParams params;                    // sampling; prompt filled in later
+  sample::RequestParams params;                    // sampling; prompt filled in later
   OutputConstraint constraint;                     // structured output / tools (compiled by the server)
   // prompt_cache_retention / prompt_cache_key (issue 36); with pin_prompt the server
   // sets params.pin_tokens to each prompt's length (params.pin_ttl_s is set here).
@@ -84,10 +74,10 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, const std::stri
                                                    const RequestLimits& limits = {});
 // The output bound, checked once prompts are tokenized (chat without max_tokens runs
 // to the context end): nullopt when prompts x n x max_tokens x (1 + logprobs) fits.
-std::optional<ApiError> check_output_cost(size_t num_prompts, const engine::RequestParams& p, int64_t max_tokens,
+std::optional<ApiError> check_output_cost(size_t num_prompts, const sample::RequestParams& p, int64_t max_tokens,
                                           const RequestLimits& limits);
 // 400 naming logit_bias when one of its ids is outside the model's vocabulary.
-std::optional<ApiError> check_logit_bias(const engine::RequestParams& p, int vocab_size);
+std::optional<ApiError> check_logit_bias(const sample::RequestParams& p, int vocab_size);
 // True when arrays/objects in `body` nest deeper than max_depth (strings skipped).
 // Linear, no allocation: runs before the JSON parser builds anything.
 bool json_too_deep(const std::string& body, int max_depth);
@@ -107,9 +97,6 @@ std::variant<TokenizeRequest, ApiError> parse_tokenize(const std::string& body, 
 std::variant<std::vector<int32_t>, ApiError> parse_detokenize(const std::string& body, int vocab_size,
                                                               const RequestLimits& limits = {});
 
-// Dump JSON, replacing any invalid UTF-8 rather than throwing.
-std::string dump_json(const json& j);
-
 // ---- Response formatting -------------------------------------------------------
 
 // What every response object of one request repeats.
@@ -122,7 +109,7 @@ struct ResponseMeta {
 
 // Chat: {"content": [{token, logprob, bytes, top_logprobs}]}; completions:
 // {tokens, token_logprobs, top_logprobs, text_offset} with offsets from text_offset0.
-json logprobs_json(Endpoint ep, const tok::Tokenizer& tk, const std::vector<engine::TokenLogprob>& lps,
+json logprobs_json(Endpoint ep, const tok::Tokenizer& tk, const std::vector<TokenLogprob>& lps,
                    size_t text_offset0);
 json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
 // One streamed object ("chat.completion.chunk" / "text_completion") holding `choices`.
@@ -132,10 +119,10 @@ json response_json(const ResponseMeta& m, json choices, json usage);
 // A streamed choice: chat {index, delta{role?, content}, logprobs, finish_reason},
 // completions {index, text, logprobs, finish_reason}. `first` adds the chat role.
 json stream_choice_json(Endpoint ep, size_t index, const std::string& text, bool first, json logprobs,
-                        engine::FinishReason finish);
+                        FinishReason finish);
 // A whole choice: chat {index, message{role, content}, ...}, completions {index, text, ...}.
 json final_choice_json(Endpoint ep, size_t index, const std::string& text, json logprobs,
-                       engine::FinishReason finish);
+                       FinishReason finish);
 // Server-sent event framing: "data: <json>\n\n"; sse_done() is "data: [DONE]\n\n".
 std::string sse(const json& j);
 std::string sse_done();

@@ -1,4 +1,4 @@
-#include "server/http.h"
+#include "http/http.h"
 
 #include <sys/resource.h>
 #include <sys/socket.h>

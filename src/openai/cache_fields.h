@@ -1,15 +1,13 @@
 // The request fields that ask the cache and the scheduler for something (issue 36):
 // vLLM's `priority`, OpenAI's `prompt_cache_retention` and `prompt_cache_key`.
 // Pure parsing over JSON; the scheduler and the KV manager honour what lands in
-// engine::RequestParams (priority, pin_tokens, pin_ttl_s).
+// sample::RequestParams (priority, pin_tokens, pin_ttl_s).
 #pragma once
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
-
-#include "engine/engine.h"
 
 namespace pagoda::server {
 

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/openai_api.h"
+#include "openai/openai_api.h"
 
 namespace pagoda::server {
 

@@ -1,4 +1,4 @@
-#include "server/process_memory.h"
+#include "http/process_memory.h"
 
 #include <unistd.h>
 

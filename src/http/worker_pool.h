@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "server/process_memory.h"
+#include "http/process_memory.h"
 
 namespace pagoda::server {
 

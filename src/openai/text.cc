@@ -1,4 +1,4 @@
-#include "server/text.h"
+#include "openai/text.h"
 
 #include "tok/tokenizer.h"
 

@@ -1,10 +1,10 @@
-#include "server/cache_fields.h"
+#include "openai/cache_fields.h"
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
 
-#include "server/openai_api.h"
+#include "openai/errors.h"
 
 namespace pagoda::server {
 namespace {

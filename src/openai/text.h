@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "server/structured.h"
+#include "openai/structured.h"
 #include "tok/chat_template.h"
 
 namespace pagoda::tok { class Tokenizer; }
