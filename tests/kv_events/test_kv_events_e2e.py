@@ -9,6 +9,12 @@ messages it joined too late for, through the replay socket), applies the
 events to a view {(group, medium): set of hashes} and, at the end, compares it
 with the engine's own (GET /dashboard/kv_blocks), block by block per medium.
 A bad --kv-events-config stops `pagoda serve` at start-up with the key named.
+The tiers' own events (issues 36, 37): a pinned prefix's disk entries expire
+(BlockRemoved medium=disk from the tier's sweep), a RAM-only reset re-announces
+what the disk holds after its AllBlocksCleared, a reset with tiers removes it,
+and a replica restarted on the same disk tier announces every entry it holds
+(BlockStored medium=disk from the entries' encrypted meta): the subscriber's
+view equals the engine's after each, and the disk view survives the restart.
 Usage: test_kv_events_e2e.py PAGODA"""
 import json
 import os
@@ -307,6 +313,93 @@ class KvEventsE2E(unittest.TestCase):
                 self.assertGreaterEqual(m["pagoda:kv_events_published_total"], m["pagoda:kv_events_published_batches_total"])
                 print(f"kv events: {sub.next} messages, {sub.counts}, replayed {len(sub.replayed)}, parent misses {sub.parent_misses}, "
                       f"view sizes {{{', '.join(f'{k}: {len(v)}' for k, v in sorted(nonempty(sub.view).items()))}}}")
+            finally:
+                sub.close()
+
+    def settle(self, srv, sub, what):
+        """Pokes the engine until the subscriber's view equals the engine's; returns it."""
+        last = None
+        for _ in range(60):
+            complete(srv, [1, 2], max_tokens=1)
+            time.sleep(0.2)
+            sub.apply()
+            mine, theirs = nonempty(sub.view), nonempty(engine_view(srv))
+            if mine == theirs:
+                return mine
+            last = (mine, theirs)
+        mine, theirs = last
+        diff = {k: (len(mine.get(k, ())), len(theirs.get(k, ())), len(mine.get(k, set()) ^ theirs.get(k, set())))
+                for k in set(mine) | set(theirs)}
+        self.fail(f"{what}: replayed view != engine view: (group, medium): (mine, engine, differing) {diff}")
+
+    def test_tier_expiry_resets_and_restart_reannounce(self):
+        disk = os.path.join(self.tmp, "disk-restart")
+
+        def serve():
+            pub, rep = free_port(), free_port()
+            cfg = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{pub}",
+                   "replay_endpoint": f"tcp://*:{rep}", "topic": "kv-events", "buffer_steps": 100000, "hwm": 100000}
+            flags = ["-t", "1", "--block-size", str(BLOCK), "--num-kv-blocks", "256", "--kv-disk-dir", disk,
+                     "--kv-disk-size", "64MiB", "--kv-disk-fsync", "off", "--kv-events-config", json.dumps(cfg)]
+            return PagodaServer(PAGODA, self.model, flags), pub, rep
+
+        def disk_view(view):
+            return {k: v for k, v in view.items() if k[1] == "disk" and v}
+
+        prompts = [[1] + [7 + (k * 31 + i * 11) % 250 for i in range(20 + 3 * k)] for k in range(4)]
+        pinned = [1] + [300 + i for i in range(24)]
+        server, pub, rep = serve()
+        with server as srv:
+            sub = Subscriber(pub, rep)
+            try:
+                time.sleep(0.3)
+                st, body = post_json(srv.url + "/v1/completions",
+                                     {"prompt": pinned, "max_tokens": 4, "temperature": 0, "ignore_eos": True,
+                                      "prompt_cache_retention": "2s"})
+                self.assertEqual(st, 200, body)
+                for p in prompts[:2]:
+                    complete(srv, p)
+                before = self.settle(srv, sub, "after the pinned request")
+                n_disk = sum(len(v) for v in disk_view(before).values())
+                self.assertGreater(n_disk, 0)
+                # The pin's disk entries expire (2 s): the tier's sweep drops them, with their events.
+                for _ in range(100):
+                    if srv.metrics().get('pagoda:kv_tier_expired_total{tier="disk"}', 0) >= 6:
+                        break
+                    time.sleep(0.1)
+                expired = srv.metrics().get('pagoda:kv_tier_expired_total{tier="disk"}', 0)
+                self.assertGreaterEqual(expired, 6)  # 24 of 25 tokens: 6 full blocks of group 0 at least
+                after = self.settle(srv, sub, "after the pin's expiry")
+                self.assertEqual(sum(len(v) for v in disk_view(after).values()), n_disk - expired)
+                self.assertIn(("BlockRemoved", 0, "disk"), sub.kinds)
+                # A RAM-only reset: AllBlocksCleared, then the disk entries announced again.
+                cleared = sub.counts["AllBlocksCleared"]
+                st, body = post_json(srv.url + "/reset_prefix_cache", {})
+                self.assertEqual(st, 200, body)
+                view = self.settle(srv, sub, "after a RAM-only reset")
+                self.assertEqual(sub.counts["AllBlocksCleared"], cleared + 1)
+                self.assertEqual(disk_view(view), disk_view(after))
+                # A reset with tiers: the disk view is empty in both.
+                st, body = post_json(srv.url + "/reset_prefix_cache?tiers=true", {})
+                self.assertEqual(st, 200, body)
+                self.assertEqual(body["tiers"], {"disk": n_disk - expired})
+                view = self.settle(srv, sub, "after a reset with tiers")
+                self.assertEqual(disk_view(view), {})
+                for p in prompts[2:]:
+                    complete(srv, p)
+                end = disk_view(self.settle(srv, sub, "before the restart"))
+                self.assertTrue(end)
+            finally:
+                sub.close()
+        server, pub, rep = serve()
+        with server as srv:
+            sub = Subscriber(pub, rep)  # joins late: the start-up messages come through replay
+            try:
+                time.sleep(0.3)
+                view = self.settle(srv, sub, "after the restart")
+                self.assertEqual(disk_view(view), end, "the restarted replica announces exactly what it held")
+                files = [f for f in os.listdir(disk) if len(f) == 32]
+                self.assertEqual(sum(len(v) for v in end.values()), len(files))
             finally:
                 sub.close()
 
