@@ -361,8 +361,11 @@ class KvEventsE2E(unittest.TestCase):
                 self.assertEqual(st, 200, body)
                 for p in prompts[:2]:
                     complete(srv, p)
-                before = self.settle(srv, sub, "after the pinned request")
-                n_disk = sum(len(v) for v in disk_view(before).values())
+                for _ in range(50):  # the stores run on the tier's thread: until every file is announced
+                    before = self.settle(srv, sub, "after the pinned request")
+                    n_disk = sum(len(v) for v in disk_view(before).values())
+                    if n_disk == len([f for f in os.listdir(disk) if len(f) == 32]):
+                        break
                 self.assertGreater(n_disk, 0)
                 # The pin's disk entries expire (2 s): the tier's sweep drops them, with their events.
                 for _ in range(100):
@@ -387,12 +390,19 @@ class KvEventsE2E(unittest.TestCase):
                 self.assertEqual(body["tiers"], {"disk": n_disk - expired})
                 view = self.settle(srv, sub, "after a reset with tiers")
                 # Only the settling poke's one block (one entry per KV group) is on disk again.
+                for _ in range(50):
+                    if sum(len(v) for v in disk_view(view).values()) == len([f for f in os.listdir(disk) if len(f) == 32]):
+                        break
+                    view = self.settle(srv, sub, "after a reset with tiers")
                 poke = {h for v in disk_view(view).values() for h in v}
                 self.assertEqual(len(poke), 1, disk_view(view))
                 self.assertTrue(all(len(v) == 1 for v in disk_view(view).values()))
                 for p in prompts[2:]:
                     complete(srv, p)
-                end = disk_view(self.settle(srv, sub, "before the restart"))
+                for _ in range(50):  # until every file is announced (stores run on the tier's thread)
+                    end = disk_view(self.settle(srv, sub, "before the restart"))
+                    if sum(len(v) for v in end.values()) == len([f for f in os.listdir(disk) if len(f) == 32]):
+                        break
                 self.assertTrue(end)
             finally:
                 sub.close()
@@ -407,6 +417,72 @@ class KvEventsE2E(unittest.TestCase):
                 self.assertEqual(sum(len(v) for v in end.values()), len(files))
             finally:
                 sub.close()
+
+    def test_redis_tier_events_with_a_pin_expiring(self):
+        """medium=redis: every stored key announced, a pinned key's expiry (SET PX, Redis drops it) reported
+        by the tier's sweep, a reset with tiers; the views equal after each (redis-server started here)."""
+        if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+            if os.environ.get("CI") == "true":
+                self.fail("redis-server / redis-cli missing (scripts/setup installs them)")
+            self.skipTest("redis-server / redis-cli missing")
+        port = free_port()
+        rdir = tempfile.mkdtemp(prefix="pagoda-kv-events-redis-")
+        redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                  "--appendonly", "no", "--dir", rdir, "--loglevel", "warning"])
+
+        def dbsize():
+            return int(subprocess.run(["redis-cli", "-p", str(port), "DBSIZE"], capture_output=True, text=True,
+                                      timeout=30).stdout.strip() or -1)
+        try:
+            for _ in range(200):
+                if dbsize() == 0:
+                    break
+                time.sleep(0.02)
+            pub, rep = free_port(), free_port()
+            cfg = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{pub}",
+                   "replay_endpoint": f"tcp://*:{rep}", "topic": "kv-events", "buffer_steps": 100000, "hwm": 100000}
+            flags = ["-t", "1", "--block-size", str(BLOCK), "--num-kv-blocks", "256", "--kv-redis",
+                     f"redis://127.0.0.1:{port}", "--kv-events-config", json.dumps(cfg)]
+            with PagodaServer(PAGODA, self.model, flags) as srv:
+                sub = Subscriber(pub, rep)
+                try:
+                    time.sleep(0.3)
+                    complete(srv, [1] + [9 + i for i in range(22)])
+                    st, body = post_json(srv.url + "/v1/completions",
+                                         {"prompt": [1] + [200 + i for i in range(24)], "max_tokens": 4,
+                                          "temperature": 0, "ignore_eos": True, "prompt_cache_retention": "2s"})
+                    self.assertEqual(st, 200, body)
+                    for _ in range(50):  # the stores run on the tier's thread: until every key is announced
+                        view = self.settle(srv, sub, "after the stores")
+                        n = sum(len(v) for k, v in view.items() if k[1] == "redis")
+                        if n == dbsize():
+                            break
+                    self.assertEqual(n, dbsize())  # every key, and only those, announced
+                    for _ in range(100):
+                        if srv.metrics().get('pagoda:kv_tier_expired_total{tier="redis"}', 0) >= 6:
+                            break
+                        time.sleep(0.1)
+                    expired = srv.metrics().get('pagoda:kv_tier_expired_total{tier="redis"}', 0)
+                    self.assertGreaterEqual(expired, 6)
+                    view = self.settle(srv, sub, "after the pinned keys expired")
+                    self.assertEqual(sum(len(v) for k, v in view.items() if k[1] == "redis"), n - expired)
+                    self.assertEqual(n - expired, dbsize())
+                    self.assertIn(("BlockRemoved", 0, "redis"), sub.kinds)
+                    st, body = post_json(srv.url + "/reset_prefix_cache?tiers=true", {})
+                    self.assertEqual(st, 200, body)
+                    self.assertEqual(body["tiers"], {"redis": n - expired})
+                    for _ in range(50):  # the settling poke's keys are stored again: until announced
+                        view = self.settle(srv, sub, "after a reset with tiers")
+                        if sum(len(v) for k, v in view.items() if k[1] == "redis") == dbsize():
+                            break
+                    self.assertEqual(sum(len(v) for k, v in view.items() if k[1] == "redis"), dbsize())
+                    self.assertLessEqual(dbsize(), 6)  # only the poke's block, one key per KV group
+                finally:
+                    sub.close()
+        finally:
+            redis.terminate()
+            redis.wait(timeout=30)
+            shutil.rmtree(rdir, ignore_errors=True)
 
     def test_bad_config_stops_the_server_at_start(self):
         for bad, needle in [("{not json", "not valid JSON"),
