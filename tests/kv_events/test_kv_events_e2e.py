@@ -14,7 +14,8 @@ The tiers' own events (issues 36, 37): a pinned prefix's disk entries expire
 what the disk holds after its AllBlocksCleared, a reset with tiers removes it,
 and a replica restarted on the same disk tier announces every entry it holds
 (BlockStored medium=disk from the entries' encrypted meta): the subscriber's
-view equals the engine's after each, and the disk view survives the restart.
+view equals the engine's after each, and the disk view survives the restart; with a Redis tier (a redis-server started here) every key
+is announced with medium=redis and a pinned key's expiry (SET PX) is reported.
 Usage: test_kv_events_e2e.py PAGODA"""
 import json
 import os

@@ -121,7 +121,7 @@ TEST(EngineTierPins, APinOutlivesRamAndARestartUntilItsTtl) {
   EngineConfig c = config();
   c.kv_disk_dir = d.path;
   c.kv_disk_size = 64 << 20;
-  const double ttl = 4.0;
+  const double ttl = 6.0;  // room for a reset and a restart under load before it passes
   uint64_t first_expiry = 0;
   {
     auto e = make(c);
@@ -136,8 +136,8 @@ TEST(EngineTierPins, APinOutlivesRamAndARestartUntilItsTtl) {
              std::all_of(ex.begin(), ex.end(), [](const auto& kv) { return kv.second != 0; });
     }));
     for (const auto& [n, ex] : disk_expiries(d.path)) {
-      EXPECT_GE(ex, t0 + 3900) << n;
-      EXPECT_LE(ex, tier::unix_now_ms() + 4000) << n;
+      EXPECT_GE(ex, t0 + static_cast<uint64_t>(ttl * 1000) - 100) << n;
+      EXPECT_LE(ex, tier::unix_now_ms() + static_cast<uint64_t>(ttl * 1000)) << n;
       first_expiry = std::max(first_expiry, ex);
     }
     // A new hit renews the pin, and the tier's expiry with it.
@@ -188,7 +188,7 @@ TEST(EngineTierPins, PinsInRedisWithPxNeverServeAnotherSalt) {
   {
     auto e = make(c);
     ASSERT_TRUE(e);
-    want = run(*e, p, "tenant-a", pin, 2.0).tokens;
+    want = run(*e, p, "tenant-a", pin, 3.0).tokens;
     // Every block of the pinned prefix (all the prompt's) under a PX of at most the TTL.
     auto pttls = [&] {
       std::vector<long long> out;
@@ -202,7 +202,7 @@ TEST(EngineTierPins, PinsInRedisWithPxNeverServeAnotherSalt) {
       const auto t = pttls();
       return t.size() == static_cast<size_t>(pin / kBlock) && std::all_of(t.begin(), t.end(), [](long long v) { return v > 0; });
     }));
-    for (long long v : pttls()) EXPECT_LE(v, 2000);
+    for (long long v : pttls()) EXPECT_LE(v, 3000);
   }
   {
     auto e = make(c);  // fresh RAM: another tenant is never served the pin, its owner is
@@ -215,7 +215,7 @@ TEST(EngineTierPins, PinsInRedisWithPxNeverServeAnotherSalt) {
     EXPECT_EQ(own.tokens, want);
   }
   // After the TTL Redis dropped the pinned keys (tenant-b's own blocks were stored without one).
-  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  std::this_thread::sleep_for(std::chrono::milliseconds(3100));
   auto e = make(c);
   ASSERT_TRUE(e);
   const Result late = run(*e, p, "tenant-a");
