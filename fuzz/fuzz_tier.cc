@@ -6,9 +6,10 @@
 //    must be an entry encode() could have made (re-encoding round-trips);
 //  - odd: the rest is K/V bytes: encode then decode must give them back, and
 //    one flipped byte (position from the input), another key or other tokens
-//    must never decode.
-// Seeds (fuzz/seeds/fuzz_tier) hold valid entries of that key, an old-version
-// entry, torn and flipped ones.
+//    must never decode (but the expiry's bytes, outside the MACs), and the
+//    meta (chain, tokens) must read back from the head.
+// Seeds (fuzz/seeds/fuzz_tier) hold valid (format v3) entries of that key,
+// old-version entries (1, 2), torn ones.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -51,7 +52,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view rest(reinterpret_cast<const char*>(data + 1), size - 1);
   std::string out;
   if ((data[0] & 1) == 0) {
-    const uint64_t implied = rest.size() >= EntryCodec::entry_size(0) ? rest.size() - EntryCodec::entry_size(0) : 0;
+    const uint64_t empty = EntryCodec::entry_size(0, kTokens.size());
+    const uint64_t implied = rest.size() >= empty ? rest.size() - empty : 0;
     for (uint64_t want : {implied, uint64_t{data[0]} * 3}) {
       const DecodeResult r = codec.decode(rest, key, kTokens, want, &out);
       if (r != DecodeResult::kOk) {
@@ -66,12 +68,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   const std::string blob = codec.encode(key, kTokens, rest);
-  if (blob.size() != EntryCodec::entry_size(rest.size())) fail("encode: wrong size");
+  if (blob.size() != EntryCodec::entry_size(rest.size(), kTokens.size())) fail("encode: wrong size");
   if (codec.decode(blob, key, kTokens, rest.size(), &out) != DecodeResult::kOk || out != rest) fail("round trip");
   std::string bad = blob;
   const size_t at = (size_t{data[0]} * 2654435761u) % bad.size();
   bad[at] = static_cast<char>(bad[at] ^ (1 << (data[0] % 8)));
-  if (codec.decode(bad, key, kTokens, rest.size(), &out) == DecodeResult::kOk) fail("a flipped byte decoded");
+  // The expiry's 8 bytes are outside the MACs (tier/entry.h): flipped, the entry still holds the same K/V.
+  const bool expiry = at >= EntryCodec::kExpiryOffset && at < EntryCodec::kExpiryOffset + 8;
+  const DecodeResult flipped = codec.decode(bad, key, kTokens, rest.size(), &out);
+  if (expiry ? flipped != DecodeResult::kOk || out != rest : flipped == DecodeResult::kOk) fail("a flipped byte decoded");
+  EntryMeta meta;
+  if (!codec.decode_meta(codec.name(key), blob, &meta) || meta.tokens != kTokens || !(meta.chain == key.chain))
+    fail("the meta does not round-trip");
   TierKey other = key;
   other.cache_salt = "another-tenant";
   if (codec.decode(blob, other, kTokens, rest.size(), &out) == DecodeResult::kOk) fail("another tenant read it");

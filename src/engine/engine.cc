@@ -91,7 +91,8 @@ class EngineImpl final : public Engine {
   std::vector<int32_t> cached_block_tokens(int32_t block) const override;
   std::string cached_block_salt(int32_t block) const override;
   std::vector<KvBlockKey> kv_block_keys(const SnapshotOptions& options) const override;
-  Status reset_prefix_cache(bool force) override;
+  using Engine::reset_prefix_cache;
+  Status reset_prefix_cache(bool force, bool tiers, std::vector<std::pair<std::string, int64_t>>* cleared) override;
   double pin_ttl_left(int32_t block) const override;
 
  private:
@@ -265,7 +266,11 @@ Status EngineImpl::init(const EngineConfig& c) {
   if (tiers) {
     PAGODA_ASSIGN_OR_RETURN(tiers_, KvTierLink::create(c, tier_model_fingerprint(*file_, model_->fingerprint()),
                                                        kv_.get(), &runner_->kv()));
-    if (kv_events_) tiers_->set_event_link(kv_events_.get());
+    if (kv_events_) {  // start-up re-announce: BlockStored(disk) for the entries the disk tier holds
+      tiers_->set_event_link(kv_events_.get());
+      tiers_->poll_events();
+      kv_events_->flush();
+    }
   }
 
   info_.name = std::filesystem::path(c.model_path).stem().string();
@@ -752,7 +757,8 @@ EngineStats EngineImpl::stats() const {
   return s;
 }
 
-Status EngineImpl::reset_prefix_cache(bool force) {
+Status EngineImpl::reset_prefix_cache(bool force, bool tiers,
+                                      std::vector<std::pair<std::string, int64_t>>* cleared) {
   if (sched_->num_running() > 0) {
     if (!force) {
       return errorf("%d requests are running: the prefix cache can be reset only when none runs (force=true "
@@ -761,8 +767,16 @@ Status EngineImpl::reset_prefix_cache(bool force) {
     }
     sched_->preempt_all();
   }
+  // KV events: the tiers' BlockRemoved before the RAM cache's AllBlocksCleared
+  // (which a subscriber applies to every medium); without tiers, what they
+  // still hold is announced again after it.
+  if (tiers && tiers_) {
+    auto n = tiers_->clear_tiers();
+    if (cleared) *cleared = std::move(n);
+  }
   const bool ok = kv_->reset_prefix_cache();
   PAGODA_CHECK_MSG(ok, "reset_prefix_cache: sequences still hold blocks after preempting every request");
+  if (!tiers && tiers_) tiers_->reannounce();
   ++prefix_cache_resets_;
   return Status::Ok();
 }
@@ -807,6 +821,7 @@ std::vector<KvBlockKey> EngineImpl::kv_block_keys(const SnapshotOptions& options
   // The disk tier's files do not say their tenant: a tenant's view leaves them out.
   if (tiers_ && !options.only_tenant) {
     for (const auto& [g, h] : tiers_->disk_blocks()) out.push_back(KvBlockKey{g, "disk", h});
+    for (const auto& [g, h] : tiers_->redis_blocks()) out.push_back(KvBlockKey{g, "redis", h});
   }
   return out;
 }

@@ -134,6 +134,8 @@ struct KvTierStats {
   int64_t errors = 0;                // I/O or connection errors
   int64_t stores = 0;
   int64_t stores_dropped = 0;        // write-through dropped by a full queue
+  int64_t expired = 0;               // entries dropped by their expiry (a pin's TTL), by the tier's sweep
+  int64_t cleared = 0;               // entries removed by a reset with tiers
   int64_t bytes_read = 0;
   int64_t bytes_written = 0;
   std::vector<double> load_latency_bounds;      // seconds
@@ -255,9 +257,13 @@ class Engine {
   }
   // Empties the prefix cache (vLLM's reset_prefix_cache): every pin and every
   // cached block goes. Refused while requests run unless force, which preempts
-  // them first (they recompute and complete with their full output). Tiers
-  // below RAM are not touched (not implemented yet).
-  virtual Status reset_prefix_cache(bool force) = 0;
+  // them first (they recompute and complete with their full output). With
+  // `tiers`, the disk and Redis tiers lose this engine's entries too (its
+  // namespace: model, KV types, block size; never another engine's), and
+  // *cleared (when given) gets (tier kind, entries removed) per tier.
+  virtual Status reset_prefix_cache(bool force, bool tiers,
+                                    std::vector<std::pair<std::string, int64_t>>* cleared) = 0;
+  Status reset_prefix_cache(bool force) { return reset_prefix_cache(force, false, nullptr); }
   // Seconds left of the pin holding block b longest (0: not pinned).
   virtual double pin_ttl_left(int32_t block) const = 0;
 };

@@ -1,6 +1,7 @@
 #include "engine/kv_tiers.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include "base/hash.h"
@@ -38,25 +39,6 @@ uint64_t tier_model_fingerprint(const gguf::GgufFile& f, uint64_t model_fingerpr
 
 Expected<std::unique_ptr<KvTierLink>> KvTierLink::create(const EngineConfig& c, uint64_t model_fingerprint,
                                                          kv::KvManager* kv, runtime::KvStorage* storage) {
-  std::vector<std::unique_ptr<tier::TierBackend>> backends;
-  if (!c.kv_disk_dir.empty()) {
-    if (c.kv_disk_size <= 0) return errorf("--kv-disk-dir needs a positive --kv-disk-size, got %lld",
-                                           static_cast<long long>(c.kv_disk_size));
-    tier::DiskTierOptions o;
-    o.dir = c.kv_disk_dir;
-    o.max_bytes = static_cast<uint64_t>(c.kv_disk_size);
-    o.inject_write_errno = c.kv_disk_inject_errno;
-    o.fsync = c.kv_disk_fsync;
-    backends.push_back(std::make_unique<tier::DiskTier>(o));
-  }
-  if (!c.kv_redis.empty()) {
-    PAGODA_ASSIGN_OR_RETURN(auto seeds, tier::parse_redis_url(c.kv_redis));
-    if (c.kv_redis_ttl < 0) return errorf("--kv-redis-ttl must be >= 0, got %d", c.kv_redis_ttl);
-    tier::RedisTierOptions o;
-    o.seeds = std::move(seeds);
-    o.ttl_seconds = c.kv_redis_ttl;
-    backends.push_back(std::make_unique<tier::RedisTier>(o));
-  }
   auto link = std::unique_ptr<KvTierLink>(new KvTierLink());
   link->kv_ = kv;
   link->storage_ = storage;
@@ -65,7 +47,6 @@ Expected<std::unique_ptr<KvTierLink>> KvTierLink::create(const EngineConfig& c, 
                     "read them and whoever can write it can plant them");
   link->codec_ = std::make_shared<const tier::EntryCodec>(c.kv_tier_secret);
   link->disk_dir_ = c.kv_disk_dir;
-  link->tiers_ = std::make_unique<tier::TierSet>(std::move(backends), link->codec_);
   // The group layout is part of what a block's bytes mean: with and without
   // the hybrid manager, group 0's block holds other layers.
   std::vector<uint64_t> layout = {model_fingerprint, static_cast<uint64_t>(kv->num_groups()), storage->block_bytes()};
@@ -75,6 +56,31 @@ Expected<std::unique_ptr<KvTierLink>> KvTierLink::create(const EngineConfig& c, 
   link->kv_dtype_ = tier_kv_dtype(c.kv_dtype);
   link->block_size_ = kv->block_size();
   link->block_bytes_ = storage->block_bytes();
+  link->ns_ = link->codec_->namespace_tag(link->key_for(Hash128{}, "", 0));
+  std::vector<std::unique_ptr<tier::TierBackend>> backends;
+  if (!c.kv_disk_dir.empty()) {
+    if (c.kv_disk_size <= 0) return errorf("--kv-disk-dir needs a positive --kv-disk-size, got %lld",
+                                           static_cast<long long>(c.kv_disk_size));
+    tier::DiskTierOptions o;
+    o.dir = c.kv_disk_dir;
+    o.max_bytes = static_cast<uint64_t>(c.kv_disk_size);
+    o.inject_write_errno = c.kv_disk_inject_errno;
+    o.fsync = c.kv_disk_fsync;
+    o.read_heads = !c.kv_events_config.empty();  // a restart announces what the directory holds
+    backends.push_back(std::make_unique<tier::DiskTier>(o));
+  }
+  if (!c.kv_redis.empty()) {
+    PAGODA_ASSIGN_OR_RETURN(auto seeds, tier::parse_redis_url(c.kv_redis));
+    if (c.kv_redis_ttl < 0) return errorf("--kv-redis-ttl must be >= 0, got %d", c.kv_redis_ttl);
+    tier::RedisTierOptions o;
+    o.seeds = std::move(seeds);
+    o.ttl_seconds = c.kv_redis_ttl;
+    char ns[24];
+    std::snprintf(ns, sizeof(ns), "%016llx", static_cast<unsigned long long>(link->ns_));
+    o.key_prefix = std::string("pagoda:kv:") + ns + ":";  // this engine's keys: what a reset clears
+    backends.push_back(std::make_unique<tier::RedisTier>(o));
+  }
+  link->tiers_ = std::make_unique<tier::TierSet>(std::move(backends), link->codec_);
   kv->set_commit_log(true);
   kv->set_tiers_configured(true);  // an evicted key now reads tier_miss (kv/prefix_miss.h)
   return link;
@@ -233,17 +239,103 @@ void KvTierLink::store_committed() {
   for (const kv::KvManager::CommittedBlock& cb : kv_->take_committed()) {
     storage_->export_block(cb.block, &bytes);
     const tier::TierKey key = key_for(cb.key, cb.salt, cb.group);
+    const Hash128* parent = cb.root ? nullptr : &cb.parent;
     if (events_) {  // the entry's name maps the tiers' reports back to its chain
-      Known& k = known_[codec_->name(key)];
-      k.chain = cb.key;
-      k.parent = cb.parent;
-      k.root = cb.root;
-      k.group = cb.group;
-      k.tokens = cb.tokens;
-      k.outstanding += static_cast<int32_t>(tiers_->size());
+      know(codec_->name(key), cb.key, parent, cb.group, cb.tokens).outstanding += static_cast<int32_t>(tiers_->size());
     }
-    tiers_->store(key, cb.tokens, bytes);
+    tiers_->store(key, cb.tokens, bytes, parent);
   }
+  store_pins();
+}
+
+KvTierLink::Known& KvTierLink::know(const std::string& name, const Hash128& chain, const Hash128* parent,
+                                    int32_t group, std::span<const int32_t> tokens) {
+  Known& k = known_[name];
+  k.chain = chain;
+  k.parent = parent ? *parent : Hash128{};
+  k.root = parent == nullptr;
+  k.group = group;
+  k.tokens.assign(tokens.begin(), tokens.end());
+  return k;
+}
+
+void KvTierLink::store_pins() {
+  const std::vector<kv::KvManager::PinLogEntry> pins = kv_->take_pin_log();
+  const uint64_t wall = tier::unix_now_ms();
+  if (pins.empty() && wall < next_prune_ms_) return;
+  const double kv_now = kv_->now();
+  const kv::PrefixCache& cache = kv_->cache();
+  std::string bytes;
+  for (const kv::KvManager::PinLogEntry& p : pins) {
+    const double left = p.expiry - kv_now;
+    if (!(left > 0)) continue;
+    const uint64_t expiry = wall + static_cast<uint64_t>(left * 1000.0);
+    // Blocks in chain order, group 0's first per index: a block's parent is
+    // group 0's block of the index before.
+    Hash128 prev, parent;
+    bool have_prev = false, root = true;
+    for (size_t i = 0; i < p.blocks.size(); ++i) {
+      const kv::BlockId b = p.blocks[i];
+      if (!cache.contains(b) || cache.entry_of(b) != p.entries[i]) break;  // released and reused since
+      const int32_t g = cache.group_of(b);
+      const Hash128 chain = cache.chain_of(b);
+      if (g == 0) {
+        root = !have_prev;
+        parent = prev;
+        prev = chain;
+        have_prev = true;
+      }
+      const tier::TierKey key = key_for(chain, std::string(cache.salt_of(b)), g);
+      const std::string name = codec_->name(key);
+      auto it = pin_sent_.find(name);
+      if (it == pin_sent_.end()) {  // stored again with the expiry (a held entry only takes the expiry)
+        storage_->export_block(b, &bytes);
+        const std::span<const int32_t> tokens = cache.tokens_of(b);
+        if (events_) {
+          know(name, chain, root ? nullptr : &parent, g, tokens).outstanding += static_cast<int32_t>(tiers_->size());
+        }
+        tiers_->store(key, tokens, bytes, root ? nullptr : &parent, expiry);
+        pin_sent_[name] = expiry;
+      } else if (expiry >= it->second + 1000) {  // a renewal that moved by a second or more
+        tiers_->renew(name, expiry);
+        it->second = expiry;
+      }
+    }
+  }
+  if (wall >= next_prune_ms_) {  // forget the pins long expired (a later pin stores them again)
+    for (auto it = pin_sent_.begin(); it != pin_sent_.end();) it = it->second < wall ? pin_sent_.erase(it) : std::next(it);
+    next_prune_ms_ = wall + 10000;
+  }
+}
+
+void KvTierLink::reannounce() {
+  if (!events_) return;
+  for (const auto& [name, k] : known_) {
+    for (size_t i = 0; i < media_.size(); ++i) {
+      if (k.held & (1u << i)) events_->tier_stored(media_[i], k.chain, k.root ? nullptr : &k.parent, k.tokens, k.group);
+    }
+  }
+}
+
+std::vector<std::pair<std::string, int64_t>> KvTierLink::clear_tiers() {
+  const std::vector<int64_t> n = tiers_->clear(ns_);
+  const std::vector<tier::TierStats> st = tiers_->stats();
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (size_t i = 0; i < n.size() && i < st.size(); ++i) out.emplace_back(st[i].kind, n[i]);
+  pin_sent_.clear();
+  poll_events();  // their BlockRemoved, now
+  return out;
+}
+
+std::vector<std::pair<int32_t, uint64_t>> KvTierLink::redis_blocks() const {
+  std::vector<std::pair<int32_t, uint64_t>> out;
+  for (size_t i = 0; i < media_.size(); ++i) {
+    if (std::string(media_[i]) != "redis") continue;
+    for (const auto& [name, k] : known_) {
+      if (k.held & (1u << i)) out.emplace_back(k.group, k.chain.lo);
+    }
+  }
+  return out;
 }
 
 void KvTierLink::set_event_link(KvEventLink* events) {
@@ -256,6 +348,18 @@ void KvTierLink::set_event_link(KvEventLink* events) {
 void KvTierLink::poll_events() {
   if (!events_) return;
   for (const tier::TierEvent& e : tiers_->take_events()) {
+    if (e.kind == tier::TierEvent::kFound) {  // held at start-up: announced from its meta
+      tier::EntryMeta m;
+      if (tier::EntryCodec::parse_head(e.head).ns != ns_ || !codec_->decode_meta(e.name, e.head, &m)) continue;
+      Known& k = know(e.name, m.chain, m.root ? nullptr : &m.parent, static_cast<int32_t>(m.group), m.tokens);
+      const uint32_t bit = 1u << e.tier;
+      if (!(k.held & bit)) {
+        events_->tier_stored(e.tier < media_.size() ? media_[e.tier] : "disk", k.chain, k.root ? nullptr : &k.parent,
+                             k.tokens, k.group);
+      }
+      k.held |= bit;
+      continue;
+    }
     auto it = known_.find(e.name);
     if (it == known_.end()) continue;  // not stored by this process (an earlier run's entry)
     Known& k = it->second;
@@ -303,6 +407,8 @@ std::vector<KvTierStats> KvTierLink::stats() const {
     s.errors = t.errors;
     s.stores = t.stores;
     s.stores_dropped = t.stores_dropped;
+    s.expired = t.expired;
+    s.cleared = t.cleared;
     s.bytes_read = t.bytes_read;
     s.bytes_written = t.bytes_written;
     s.load_latency_bounds.assign(std::begin(tier::kLoadLatencyBounds), std::end(tier::kLoadLatencyBounds));

@@ -29,12 +29,25 @@
 // K and V types (tier_kv_dtype), the block size, the KV group, the cache salt and the chain hash,
 // under the deployment's --kv-tier-secret (tier/entry.h: keyed names,
 // encrypted K/V, a MAC over key, tokens and payload).
+//
+// Pins (issue 36): each pin made or renewed (KvManager's pin log) writes its
+// blocks to every tier with the pin's expiry (wall clock): a new pin stores
+// them again with it (a held entry only takes the expiry), a renewal sends
+// the new expiry (Redis PEXPIRE, the disk header's 8 bytes) when it moved by
+// a second or more. So a pinned prefix outlives RAM and a restart, until its
+// TTL. Entries are one engine's: namespace_tag (model, KV types, block size)
+// in every header and in the Redis key prefix; clear_tiers() removes exactly those.
+// KV events (issue 37): this class is the one owner of the tier media: the
+// tiers' stores, drops (eviction, expiry, reset) and, at start, the disk
+// entries found (their encrypted meta: chain, parent, tokens) become
+// BlockStored / BlockRemoved with medium "disk" / "redis".
 // Not thread-safe: the engine thread only.
 #pragma once
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -90,6 +103,15 @@ class KvTierLink {
   void set_event_link(KvEventLink* events);
   // Reports the tiers' stores and drops since the last call (engine thread, each step).
   void poll_events();
+  // BlockStored again for every entry the tiers hold (after an AllBlocksCleared
+  // of the RAM cache: a subscriber forgets every medium).
+  void reannounce();
+  // Removes this engine's entries from every tier (a reset with tiers; blocks
+  // until done) and reports their removal. Returns (tier kind, entries removed).
+  std::vector<std::pair<std::string, int64_t>> clear_tiers();
+  // The Redis tier's entries this process knows it holds (stored, not dropped
+  // since), as (group, chain.lo). Debug view, O(entries).
+  std::vector<std::pair<int32_t, uint64_t>> redis_blocks() const;
   // The disk tier's entries, listed from its directory, as (group, chain.lo),
   // for those this process stored (an earlier run's entry is left out: its
   // name, a keyed hash, does not say its chain). Debug view, O(files).
@@ -131,6 +153,10 @@ class KvTierLink {
   // loading (those not yet asked for are asked for now).
   int32_t decide(Wait& w);
   tier::TierKey key_for(const Hash128& chain, const std::string& salt, int32_t group) const;
+  // Writes the pins made or renewed since the last call to the tiers with their expiry.
+  void store_pins();
+  Known& know(const std::string& name, const Hash128& chain, const Hash128* parent, int32_t group,
+              std::span<const int32_t> tokens);
 
   kv::KvManager* kv_ = nullptr;
   runtime::KvStorage* storage_ = nullptr;
@@ -149,6 +175,10 @@ class KvTierLink {
   KvEventLink* events_ = nullptr;
   std::unordered_map<std::string, Known> known_;  // entry name -> its chain (events on only)
   std::vector<const char*> media_;  // [tier] "disk" / "redis"
+  uint64_t ns_ = 0;                 // namespace_tag of this engine's entries
+  // Pinned entries sent to the tiers: name -> the expiry sent (unix ms).
+  std::unordered_map<std::string, uint64_t> pin_sent_;
+  uint64_t next_prune_ms_ = 0;
   std::string disk_dir_;
 };
 

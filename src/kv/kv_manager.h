@@ -355,14 +355,12 @@ class KvManager {
   void set_eviction_class(SeqId seq, int32_t c);
 
   // --- pins with a TTL (kv_pins.cc, issue 36) ---
-  // A pin holds one pool reference on every block of a committed prefix (all
-  // groups' blocks still in the cache), so pinned blocks are neither free nor
-  // evictable and admission's arithmetic counts them as taken. A pin is keyed
-  // by group 0's cache entry of its last block, so it follows the cache salt
-  // (entries never match across salts). It lives until ttl seconds after its
-  // last touch (creation, or an allocate() whose hit covers its whole prefix);
-  // pinned blocks never exceed pin_cap_blocks(): past it the least recently
-  // touched pins are demoted (released to the free queue as cached blocks).
+  // A pin holds one pool reference on every block of a committed prefix (all groups' blocks still in the
+  // cache), so pinned blocks are neither free nor evictable and admission's arithmetic counts them as taken. A
+  // pin is keyed by group 0's cache entry of its last block, so it follows the cache salt (entries never match
+  // across salts). It lives until ttl seconds after its last touch (creation, or an allocate() whose hit covers
+  // its whole prefix); pinned blocks never exceed pin_cap_blocks(): past it the least recently touched pins are
+  // demoted (released to the free queue as cached blocks).
   struct PinStats {
     int32_t num_pins = 0;
     int32_t num_pinned_blocks = 0;
@@ -376,11 +374,10 @@ class KvManager {
   // The clock of TTLs, in seconds (default: steady clock). Tests inject theirs.
   void set_clock(std::function<double()> clock);
   double now() const;
-  // Asks to pin the first pin_tokens / block_size full blocks of seq's tokens
-  // for ttl_s seconds: at once if they are committed, else when mark_computed
-  // commits the last of them. A chain cut by a refused collision pins what
-  // precedes the cut. No-op when pin_tokens < block_size, ttl_s <= 0 or prefix
-  // caching is off. Precondition: has_seq(seq).
+  // Asks to pin the first pin_tokens / block_size full blocks of seq's tokens for ttl_s seconds: at once if
+  // they are committed, else when mark_computed commits the last of them. A chain cut by a refused collision pins
+  // what precedes the cut. No-op when pin_tokens < block_size, ttl_s <= 0 or prefix caching is off.
+  // Precondition: has_seq(seq).
   void pin_prefix(SeqId seq, int32_t pin_tokens, double ttl_s);
   // Releases the pins whose TTL passed (now() - last touch >= ttl). Returns how many.
   int32_t expire_pins();
@@ -393,18 +390,20 @@ class KvManager {
   PinStats pin_stats() const;
   // The latest expiry time (now() clock) among the pins holding block b; 0 when not pinned.
   double pin_expiry(BlockId b) const;
-  // Drops every pin and the key of every cached block no sequence holds; the
-  // blocks become plain free ones. Refused (false, nothing changed) while any
-  // sequence holds blocks: the caller preempts them first. Returns true when cleared.
+  // Pins made or renewed since the last call, logged while the commit log is on:
+  // the tiers keep their blocks until `expiry` (now() clock). Blocks as Pin's.
+  struct PinLogEntry { std::vector<BlockId> blocks; std::vector<EntryId> entries; double expiry = 0; };
+  std::vector<PinLogEntry> take_pin_log() { return std::exchange(pin_log_, {}); }
+  // Drops every pin and the key of every cached block no sequence holds; the blocks become plain free ones.
+  // Refused (false, nothing changed) while any sequence holds blocks: the caller preempts them first.
   bool reset_prefix_cache();
 
   KvStats stats() const;
   // KvStats' prefix counters without stats()' O(blocks) census (per-step traces).
   int64_t prefix_query_tokens() const { return prefix_query_tokens_; }
   int64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
-  // Every invariant: free + used + cached-evictable == total; ref counts ==
-  // references from block tables; no block both free and referenced; the
-  // cache map agrees with its records; tables cover their computed tokens.
+  // Every invariant: free + used + cached-evictable == total; ref counts == references from block tables; no
+  // block both free and referenced; the cache map agrees with its records; tables cover their computed tokens.
   // Returns "" when all hold, else the first violation. O(blocks + table entries).
   std::string check_invariants() const;
 
@@ -438,6 +437,7 @@ class KvManager {
   };
   // Pins seq's committed prefix when its pin_blocks are all committed.
   void maybe_pin(SeqId id, Seq* s);
+  void log_pin(const Pin& p);  // into pin_log_ while the commit log is on
   // Releases pin `end` (its blocks last first, so the head is evicted last).
   void release_pin(EntryId end);
   // Renews the pins whose whole prefix a hit covers.
@@ -494,6 +494,7 @@ class KvManager {
   std::function<double()> clock_;
   bool commit_log_on_ = false;
   std::vector<CommittedBlock> commit_log_;
+  std::vector<PinLogEntry> pin_log_;
   bool tiers_configured_ = false;
 };
 

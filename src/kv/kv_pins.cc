@@ -87,6 +87,7 @@ void KvManager::maybe_pin(SeqId id, Seq* s) {
     p->second.last_touch = t;
     p->second.ttl = std::max(p->second.ttl, ttl);
     ++pin_stats_.renewed;
+    log_pin(p->second);
     return;
   }
   ++generation_;  // the free queue changes
@@ -99,7 +100,7 @@ void KvManager::maybe_pin(SeqId id, Seq* s) {
       ++num_pinned_blocks_;
     }
   }
-  pins_.emplace(end, std::move(pin));
+  log_pin(pins_.emplace(end, std::move(pin)).first->second);
   ++pin_stats_.created;
   // The cap: demote the least recently touched pins (never the new one: it fits alone).
   while (num_pinned_blocks_ > pin_cap_blocks_) {
@@ -116,6 +117,10 @@ void KvManager::maybe_pin(SeqId id, Seq* s) {
     release_pin(oldest);
     ++pin_stats_.demoted;
   }
+}
+
+void KvManager::log_pin(const Pin& p) {
+  if (commit_log_on_) pin_log_.push_back({p.blocks, p.entries, p.last_touch + p.ttl});
 }
 
 void KvManager::release_pin(EntryId end) {
@@ -140,6 +145,7 @@ void KvManager::touch_pins(const PrefixMatch& m) {
     if (p == pins_.end()) continue;
     p->second.last_touch = t;
     ++pin_stats_.renewed;
+    log_pin(p->second);
   }
 }
 
@@ -197,6 +203,7 @@ bool KvManager::reset_prefix_cache() {
   for (const auto& [e, p] : pins_) ends.push_back(e);
   for (EntryId e : ends) release_pin(e);
   pin_stats_.cleared += static_cast<int64_t>(ends.size());
+  pin_log_.clear();
   // No sequence holds a block: every cached block is in the free queue.
   for (BlockId b = 1; b < blocks_->pool.num_blocks(); ++b) blocks_->cache.erase(b);
   notify_all_cleared();  // KV events: AllBlocksCleared after the removals

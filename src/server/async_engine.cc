@@ -116,6 +116,8 @@ void AsyncEngine::publish_stats() {
     tier_delta("pagoda:kv_tier_bytes_written_total", t.bytes_written, before.bytes_written);
     tier_delta("pagoda:kv_tier_stores_total", t.stores, before.stores);
     tier_delta("pagoda:kv_tier_stores_dropped_total", t.stores_dropped, before.stores_dropped);
+    tier_delta("pagoda:kv_tier_expired_total", t.expired, before.expired);
+    tier_delta("pagoda:kv_tier_cleared_total", t.cleared, before.cleared);
     tier_delta("pagoda:kv_tier_corrupt_total", t.corrupt, before.corrupt);
     tier_delta("pagoda:kv_tier_rejected_total", t.rejected, before.rejected);
     tier_delta("pagoda:kv_tier_errors_total", t.errors, before.errors);

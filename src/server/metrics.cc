@@ -69,6 +69,8 @@ Metrics::Metrics() {
   counter("pagoda:kv_tier_bytes_written_total", "Bytes written to the KV tier.", "tier");
   counter("pagoda:kv_tier_stores_total", "KV tier entries written.", "tier");
   counter("pagoda:kv_tier_stores_dropped_total", "KV tier writes dropped by a full queue.", "tier");
+  counter("pagoda:kv_tier_expired_total", "KV tier entries dropped by their expiry (a pinned prefix's TTL).", "tier");
+  counter("pagoda:kv_tier_cleared_total", "KV tier entries removed by POST /reset_prefix_cache?tiers=true.", "tier");
   counter("pagoda:kv_tier_corrupt_total", "KV tier entries failing the size or MAC check, or rejected unread (dropped).", "tier");
   counter("pagoda:kv_tier_rejected_total", "KV tier values larger than an entry or not regular files, dropped unread.", "tier");
   counter("pagoda:kv_tier_errors_total", "KV tier I/O and connection errors.", "tier");

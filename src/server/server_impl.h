@@ -67,8 +67,9 @@ struct Server::Impl {
   void handle(HttpRequest req, std::shared_ptr<Responder> res);
   // POST /reset_prefix_cache (vLLM's route; issue 36): ?force=true (or vLLM's
   // reset_running_requests=true) preempts running requests first, else 409
-  // while any runs; ?tiers=true (vLLM's reset_external) is refused: clearing
-  // the disk/Redis tiers is not implemented yet. With a dashboard admin key
+  // while any runs; ?tiers=true (vLLM's reset_external) also clears this
+  // engine's entries from the disk/Redis tiers and answers the count per tier
+  // ({"status":"ok","tiers":{"disk":N,"redis":M}}). With a dashboard admin key
   // configured, only that key may reset (one tenant must not empty everyone's cache).
   void handle_reset_prefix_cache(const HttpRequest& req, std::shared_ptr<Responder> res, const std::string& key);
   void warn_ignored(const std::vector<std::string>& fields);

@@ -87,16 +87,18 @@ void Server::Impl::handle_reset_prefix_cache(const HttpRequest& req, std::shared
       !flag("reset_external", &tiers)) {
     return;
   }
-  if (tiers) {
-    return send_error(*res, ApiError{400, "tiers=true: clearing the disk and Redis KV tiers is not implemented yet; "
-                                          "reset the RAM prefix cache without it",
-                                     "invalid_request_error", "tiers", ""});
-  }
-  engine->control([this, res, force](engine::Engine& e) -> AsyncEngine::Reply {
-    const Status st = e.reset_prefix_cache(force);
+  engine->control([this, res, force, tiers](engine::Engine& e) -> AsyncEngine::Reply {
+    std::vector<std::pair<std::string, int64_t>> cleared;
+    const Status st = e.reset_prefix_cache(force, tiers, &cleared);
     if (st.ok()) {
-      PAGODA_LOG_INFO("prefix cache reset%s", force ? " (force)" : "");
-      return [res] { res->send(200, "application/json", "{\"status\":\"ok\"}"); };
+      PAGODA_LOG_INFO("prefix cache reset%s%s", force ? " (force)" : "", tiers ? " (with the KV tiers)" : "");
+      json body{{"status", "ok"}};
+      if (tiers) {  // entries removed per tier ({} when the engine has none)
+        json t = json::object();
+        for (const auto& [kind, n] : cleared) t[kind] = n;
+        body["tiers"] = t;
+      }
+      return [res, text = dump_json(body)] { res->send(200, "application/json", text); };
     }
     return [this, res, msg = st.message()] {
       send_error(*res, ApiError{409, msg, "invalid_request_error", "force", "requests_running"});

@@ -34,6 +34,8 @@ DiskTier::DiskTier(DiskTierOptions opt) : opt_(std::move(opt)) {
     std::string name;
     uint64_t size;
     fs::file_time_type mtime;
+    EntryHead head;
+    std::string bytes;  // its first bytes (read_heads)
   };
   std::vector<Found> found;
   for (const auto& de : fs::directory_iterator(opt_.dir, ec)) {
@@ -47,19 +49,36 @@ DiskTier::DiskTier(DiskTierOptions opt) : opt_(std::move(opt)) {
     // lstat, not stat: a symlink (to a huge file) or a hard link is not an entry this tier wrote.
     struct stat st {};
     if (::lstat(de.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) continue;
-    found.push_back({n, static_cast<uint64_t>(st.st_size), de.last_write_time(e2)});
+    Found f{n, static_cast<uint64_t>(st.st_size), de.last_write_time(e2), {}, {}};
+    // The header (expiry, namespace), and with read_heads the meta after it.
+    const size_t want = std::min<uint64_t>(f.size, opt_.read_heads ? EntryCodec::kMaxHeadBytes : 128);
+    const int fd = ::open(de.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd >= 0) {
+      f.bytes.resize(want);
+      const ssize_t got = ::pread(fd, f.bytes.data(), want, 0);
+      f.bytes.resize(got > 0 ? static_cast<size_t>(got) : 0);
+      ::close(fd);
+    }
+    f.head = EntryCodec::parse_head(f.bytes);
+    if (f.head.expiry_ms != 0 && f.head.expiry_ms <= now()) {  // expired while no one ran
+      fs::remove(de.path(), e2);
+      continue;
+    }
+    if (!opt_.read_heads) f.bytes.clear();
+    found.push_back(std::move(f));
   }
   if (ec) {
     disable("cannot list the directory", ec.value());
     return;
   }
   std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.mtime < b.mtime; });
-  for (const Found& f : found) {
-    lru_.push_back(f.name);
-    index_[f.name] = Entry{f.size, std::prev(lru_.end())};
-    bytes_ += f.size;
-  }
+  for (const Found& f : found) add_index(f.name, f.size, f.head.expiry_ms, f.head.ns);
   evict_to(opt_.max_bytes);
+  if (opt_.read_heads) {
+    for (Found& f : found) {
+      if (index_.count(f.name)) note_found(f.name, std::move(f.bytes));
+    }
+  }
   PAGODA_LOG_INFO("kv disk tier %s: %zu entries, %llu of %llu bytes", opt_.dir.c_str(), index_.size(),
                   static_cast<unsigned long long>(bytes_), static_cast<unsigned long long>(opt_.max_bytes));
 }
@@ -77,9 +96,19 @@ void DiskTier::touch(const std::string& name) {
   lru_.splice(lru_.end(), lru_, it->second.lru);
 }
 
+uint64_t DiskTier::now() const { return opt_.now_ms ? opt_.now_ms() : unix_now_ms(); }
+
+void DiskTier::add_index(const std::string& name, uint64_t size, uint64_t expiry_ms, uint64_t ns) {
+  lru_.push_back(name);
+  index_[name] = Entry{size, std::prev(lru_.end()), expiry_ms, ns};
+  bytes_ += size;
+  if (expiry_ms != 0) ++num_expiring_;
+}
+
 void DiskTier::forget(const std::string& name) {
   auto it = index_.find(name);
   if (it == index_.end()) return;
+  if (it->second.expiry_ms != 0) --num_expiring_;
   bytes_ -= it->second.size;
   lru_.erase(it->second.lru);
   index_.erase(it);
@@ -87,11 +116,85 @@ void DiskTier::forget(const std::string& name) {
 }
 
 void DiskTier::evict_to(uint64_t limit) {
+  // Entries without an expiry first (least recent first), then pinned ones.
+  const uint64_t t = num_expiring_ ? now() : 0;
+  for (auto it = lru_.begin(); bytes_ > limit && it != lru_.end();) {
+    const std::string victim = *it++;
+    const uint64_t e = index_[victim].expiry_ms;
+    if (e != 0 && e > t) continue;
+    ::unlink(path(victim).c_str());
+    forget(victim);
+  }
   while (bytes_ > limit && !lru_.empty()) {
     const std::string victim = lru_.front();
     ::unlink(path(victim).c_str());
     forget(victim);
   }
+}
+
+DiskTier::Pending* DiskTier::pending(const std::string& name) {
+  for (Pending& p : pending_) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+bool DiskTier::write_expiry(const std::string& p, uint64_t expiry_ms) {
+  const int fd = ::open(p.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return false;
+  const bool ok = ::pwrite(fd, &expiry_ms, sizeof(expiry_ms), EntryCodec::kExpiryOffset) ==
+                  static_cast<ssize_t>(sizeof(expiry_ms));
+  ::close(fd);
+  return ok;
+}
+
+bool DiskTier::renew(const std::string& name, uint64_t expiry_ms) {
+  if (disabled_) return false;
+  if (Pending* p = pending(name)) {
+    if (!write_expiry(opt_.dir + "/.tmp-" + name, expiry_ms)) return false;
+    p->expiry_ms = expiry_ms;
+    return true;
+  }
+  auto it = index_.find(name);
+  if (it == index_.end() || !write_expiry(path(name), expiry_ms)) return false;
+  if ((it->second.expiry_ms != 0) != (expiry_ms != 0)) num_expiring_ += expiry_ms != 0 ? 1 : -1;
+  it->second.expiry_ms = expiry_ms;
+  return true;
+}
+
+uint64_t DiskTier::expiry_of(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? 0 : it->second.expiry_ms;
+}
+
+void DiskTier::sweep(uint64_t now_ms) {
+  if (num_expiring_ == 0) return;
+  std::vector<std::string> gone;
+  for (const auto& [name, e] : index_) {
+    if (e.expiry_ms != 0 && e.expiry_ms <= now_ms) gone.push_back(name);
+  }
+  std::sort(gone.begin(), gone.end());  // a deterministic order of events
+  for (const std::string& n : gone) drop(n);
+}
+
+int64_t DiskTier::clear(uint64_t ns) {
+  int64_t n = 0;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->ns != ns) {
+      ++it;
+      continue;
+    }
+    ::unlink((opt_.dir + "/.tmp-" + it->name).c_str());
+    note_dropped(it->name);
+    it = pending_.erase(it);
+    ++n;
+  }
+  std::vector<std::string> gone;
+  for (const std::string& name : lru_) {
+    if (index_[name].ns == ns) gone.push_back(name);
+  }
+  for (const std::string& name : gone) drop(name);
+  return n + static_cast<int64_t>(gone.size());
 }
 
 bool DiskTier::is_pending(const std::string& name) const {
@@ -104,6 +207,13 @@ TierGet DiskTier::get(const std::string& name, uint64_t max_bytes) {
   // closed; only its durability waits): a read never waits for a sync.
   const bool pending = is_pending(name);
   if (disabled_ || (!pending && index_.count(name) == 0)) return g;  // the index is the directory's content
+  if (!pending) {
+    const uint64_t e = index_[name].expiry_ms;
+    if (e != 0 && e <= now()) {  // expired: dropped, a miss
+      drop(name);
+      return g;
+    }
+  }
   const std::string p = pending ? opt_.dir + "/.tmp-" + name : path(name);
   // O_NOFOLLOW: a symlink planted at an entry's name is not followed (ELOOP);
   // O_NONBLOCK: nor does a FIFO block the open.
@@ -182,14 +292,19 @@ int DiskTier::write_tmp(const std::string& tmp, const std::string& value) {
   return err;
 }
 
-TierBackend::Put DiskTier::put(const std::string& name, const std::string& value) {
+TierBackend::Put DiskTier::put(const std::string& name, const std::string& value, uint64_t expiry_ms) {
   if (disabled_) return Put::kSkipped;  // not an error each time: it was logged once
-  if (writes_paused_ && std::chrono::steady_clock::now() < retry_at_) return Put::kSkipped;
-  if (is_pending(name)) return Put::kSkipped;
-  if (index_.count(name)) {  // already stored (the same prefix computed again)
+  if (Pending* p = pending(name)) {
+    if (expiry_ms != 0 && p->expiry_ms != expiry_ms) renew(name, expiry_ms);  // a pin of an entry waiting for its sync
+    return Put::kSkipped;
+  }
+  if (index_.count(name)) {  // already stored (the same prefix computed again, or now pinned)
+    if (index_[name].expiry_ms != expiry_ms && expiry_ms != 0) renew(name, expiry_ms);
     touch(name);
     return Put::kSkipped;
   }
+  if (writes_paused_ && std::chrono::steady_clock::now() < retry_at_) return Put::kSkipped;
+  const uint64_t ns = EntryCodec::parse_head(value).ns;
   if (value.size() > opt_.max_bytes) return Put::kSkipped;  // never fits
   const std::string tmp = opt_.dir + "/.tmp-" + name;
   int err = write_tmp(tmp, value);
@@ -200,7 +315,7 @@ TierBackend::Put DiskTier::put(const std::string& name, const std::string& value
     err = write_tmp(tmp, value);
   }
   if (err == 0 && opt_.fsync) {  // synced and renamed with its batch
-    pending_.push_back({name, value.size()});
+    pending_.push_back({name, value.size(), expiry_ms, ns});
     if (pending_.size() >= kMaxPending) flush();
   } else if (err == 0 && ::rename(tmp.c_str(), path(name).c_str()) != 0) {
     err = errno;
@@ -216,9 +331,7 @@ TierBackend::Put DiskTier::put(const std::string& name, const std::string& value
     write_backoff_ms_ = 0;
   }
   if (opt_.fsync) return Put::kStored;
-  lru_.push_back(name);
-  index_[name] = Entry{value.size(), std::prev(lru_.end())};
-  bytes_ += value.size();
+  add_index(name, value.size(), expiry_ms, ns);
   evict_to(opt_.max_bytes);
   return Put::kStored;
 }
@@ -249,9 +362,7 @@ void DiskTier::flush() {
       write_failed("cannot rename an entry", err);
       continue;
     }
-    lru_.push_back(p.name);
-    index_[p.name] = Entry{p.size, std::prev(lru_.end())};
-    bytes_ += p.size;
+    add_index(p.name, p.size, p.expiry_ms, p.ns);
   }
   evict_to(opt_.max_bytes);
   if (dfd >= 0) {

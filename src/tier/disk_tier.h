@@ -20,6 +20,13 @@
 // write. Entries are opened with O_NOFOLLOW and fstat-checked before a read:
 // one larger than the key implies is dropped unread.
 //
+// Expiry (issue 36): an entry's header holds its expiry (EntryCodec, v3; a
+// pinned prefix's TTL); the index keeps it (read from each file's header at
+// start). An expired entry is dropped at start, on lookup and by sweep();
+// renew() rewrites the 8 bytes in place. Until it expires, an entry with an
+// expiry (a pin) is evicted only after every entry without one. clear(ns)
+// removes the entries whose header carries namespace ns (one engine's).
+//
 // A full disk (ENOSPC, EDQUOT): the least recently used entries are evicted
 // and the write retried; when that does not help (the space is someone
 // else's), writes pause (reads go on) and are tried again after a backoff (1 s
@@ -31,6 +38,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <string>
 #include <unordered_map>
@@ -53,6 +61,11 @@ struct DiskTierOptions {
   // renamed at once, nothing is synced; a crash may then lose recent entries
   // (a torn one is still detected).
   bool fsync = true;
+  // Read every entry's head at start and report it (take_found): a replica
+  // with KV events announces what it holds. Off: only the header is read.
+  bool read_heads = false;
+  // The clock of expiries (unix ms); default: the system clock. Tests inject theirs.
+  std::function<uint64_t()> now_ms;
 };
 
 class DiskTier final : public TierBackend {
@@ -61,9 +74,14 @@ class DiskTier final : public TierBackend {
   ~DiskTier() override;
   const char* kind() const override { return "disk"; }
   TierGet get(const std::string& name, uint64_t max_bytes) override;
-  Put put(const std::string& name, const std::string& value) override;
+  Put put(const std::string& name, const std::string& value, uint64_t expiry_ms = 0) override;
   void drop(const std::string& name) override;
   void flush() override;
+  bool renew(const std::string& name, uint64_t expiry_ms) override;
+  void sweep(uint64_t now_ms) override;
+  int64_t clear(uint64_t ns) override;
+  // The expiry of a held entry (0: none, or not held).
+  uint64_t expiry_of(const std::string& name) const;
 
   bool disabled() const { return disabled_; }
   // Writes paused after a full disk or a read-only directory (until a retry succeeds).
@@ -76,10 +94,16 @@ class DiskTier final : public TierBackend {
   struct Entry {
     uint64_t size = 0;
     std::list<std::string>::iterator lru;  // position in lru_ (front = least recent)
+    uint64_t expiry_ms = 0;                // 0: none
+    uint64_t ns = 0;                       // the header's namespace (0: not a v3 entry)
   };
+  uint64_t now() const;
+  // Writes `expiry_ms` into the header of the file at path p; false on an I/O error.
+  static bool write_expiry(const std::string& p, uint64_t expiry_ms);
   std::string path(const std::string& name) const { return opt_.dir + "/" + name; }
   void touch(const std::string& name);
   void forget(const std::string& name);
+  void add_index(const std::string& name, uint64_t size, uint64_t expiry_ms, uint64_t ns);
   void evict_to(uint64_t limit);
   void disable(const char* what, int err);
   // Writes one tmp file; 0 or the errno.
@@ -96,11 +120,15 @@ class DiskTier final : public TierBackend {
   struct Pending {
     std::string name;
     uint64_t size = 0;
+    uint64_t expiry_ms = 0;
+    uint64_t ns = 0;
   };
+  Pending* pending(const std::string& name);
   std::vector<Pending> pending_;  // written as tmp files, not yet synced and renamed
   uint64_t bytes_ = 0;
   std::list<std::string> lru_;
   std::unordered_map<std::string, Entry> index_;
+  size_t num_expiring_ = 0;  // index entries with an expiry (sweep() is free without any)
 };
 
 // Whether `name` looks like a tier entry name (32 lowercase hex digits).

@@ -19,8 +19,17 @@
 //    ends the entry: the reader recomputes it from the key and tokens it asks
 //    for, so a torn, flipped, forged or swapped (renamed) entry is corrupt and
 //    never served.
-// Format version 2; an entry of another version (version 1 held tokens and the
-// salt in plain form) is a kMismatch: ignored and left alone.
+// Format version 3 (issues 36, 37): the header adds the entry's expiry (unix
+// ms, 0: none; a pinned prefix's TTL), a namespace tag (namespace_tag: which
+// engine's entries a reset clears) and an encrypted meta section (chain,
+// parent and token ids: what a replica restarting on the disk tier announces
+// in its KV events), with its own MAC bound to the entry's name. The expiry
+// alone is outside the MACs, so that a renewed pin rewrites 8 bytes in place:
+// whoever can write the store can change when an entry expires, which is no
+// more than deleting it or putting an old copy back (both possible already);
+// it can never make an entry serve other bytes. An entry of another version
+// (1: tokens and salt in plain form; 2: no expiry, no meta) is a kMismatch:
+// ignored and left alone.
 // Without a secret (a single-tenant deployment) the keys derive from the empty
 // secret: integrity is checked the same way but the store's readers are trusted.
 #pragma once
@@ -44,6 +53,21 @@ struct TierKey {
   Hash128 chain;            // the block's prefix-cache key
 };
 
+// What a KV event announces of an entry; stored encrypted in it (v3).
+struct EntryMeta {
+  Hash128 chain, parent;  // parent: meaningless when root
+  bool root = true;
+  uint32_t group = 0;
+  std::vector<int32_t> tokens;
+};
+
+// The plain fields of an entry's header, read without the key (the disk tier's index).
+struct EntryHead {
+  bool ours = false;       // the magic and this format version
+  uint64_t expiry_ms = 0;  // unix ms; 0: none
+  uint64_t ns = 0;         // namespace_tag of its key
+};
+
 enum class DecodeResult {
   kOk,
   kCorrupt,   // wrong size or magic, or the MAC fails: torn, flipped, forged, another key's (swapped)
@@ -58,9 +82,23 @@ class EntryCodec {
 
   // 32 lowercase hex digits: the file name and the Redis key.
   std::string name(const TierKey& key) const;
-  // The size of every entry holding `kv_bytes` bytes of K/V: a read never takes more.
-  static uint64_t entry_size(uint64_t kv_bytes);
-  std::string encode(const TierKey& key, std::span<const int32_t> tokens, std::string_view kv_bytes) const;
+  // 64 bits of a keyed hash of the key's model fingerprint, KV dtype and block
+  // size: one engine's entries (every salt), never another model's.
+  uint64_t namespace_tag(const TierKey& key) const;
+  // The size of every entry holding `kv_bytes` bytes of K/V for `num_tokens`
+  // tokens: a read never takes more.
+  static uint64_t entry_size(uint64_t kv_bytes, size_t num_tokens);
+  // The bytes before the K/V (header, meta, meta MAC): what decode_meta reads.
+  static size_t head_size(size_t num_tokens);
+  static constexpr size_t kMaxHeadBytes = 2048;  // head_size of a 256-token block fits
+  static constexpr size_t kExpiryOffset = 16;    // the expiry's 8 bytes in the header (native order)
+  // `parent`: the previous block's chain key (nullptr: the first block).
+  std::string encode(const TierKey& key, std::span<const int32_t> tokens, std::string_view kv_bytes,
+                     const Hash128* parent = nullptr, uint64_t expiry_ms = 0) const;
+  static EntryHead parse_head(std::string_view blob);
+  // The meta of the entry stored under `name`, from its first bytes (at least
+  // head_size); false when torn, forged, moved from another name or not v3.
+  bool decode_meta(std::string_view name, std::string_view head, EntryMeta* out) const;
   // Verifies `blob` as the entry of `key` holding `tokens` and `kv_bytes_expected`
   // bytes of K/V; on kOk, *kv_bytes holds those bytes (decrypted).
   DecodeResult decode(std::string_view blob, const TierKey& key, std::span<const int32_t> tokens,

@@ -253,17 +253,103 @@ TierGet RedisTier::get(const std::string& name, uint64_t max_bytes) {
   return g;
 }
 
-TierBackend::Put RedisTier::put(const std::string& name, const std::string& value) {
+void RedisTier::set_expiry(const std::string& name, uint64_t expiry_ms) {
+  if (expiry_ms == 0) {
+    expiry_.erase(name);
+    return;
+  }
+  expiry_[name] = expiry_ms;
+  by_expiry_.emplace(expiry_ms, name);
+}
+
+TierBackend::Put RedisTier::put(const std::string& name, const std::string& value, uint64_t expiry_ms) {
   const std::string key = opt_.key_prefix + name;
-  const std::string ttl = std::to_string(opt_.ttl_seconds);
-  ReplyPtr r(opt_.ttl_seconds > 0 ? command(key, {"SET", key, value, "EX", ttl}) : command(key, {"SET", key, value}));
-  return r && r->type != REDIS_REPLY_ERROR ? Put::kStored : Put::kError;
+  const uint64_t now = unix_now_ms();
+  if (expiry_ms == 0 && opt_.ttl_seconds > 0) expiry_ms = now + static_cast<uint64_t>(opt_.ttl_seconds) * 1000;
+  if (expiry_ms != 0 && expiry_ms <= now) return Put::kSkipped;  // expired already
+  const std::string px = std::to_string(expiry_ms - now);
+  ReplyPtr r(expiry_ms != 0 ? command(key, {"SET", key, value, "PX", px}) : command(key, {"SET", key, value}));
+  if (!r || r->type == REDIS_REPLY_ERROR) return Put::kError;
+  set_expiry(name, expiry_ms);
+  return Put::kStored;
+}
+
+bool RedisTier::renew(const std::string& name, uint64_t expiry_ms) {
+  const std::string key = opt_.key_prefix + name;
+  const uint64_t now = unix_now_ms();
+  if (expiry_ms <= now) return false;
+  ReplyPtr r(command(key, {"PEXPIRE", key, std::to_string(expiry_ms - now)}));
+  if (!r || r->type != REDIS_REPLY_INTEGER || r->integer != 1) return false;
+  set_expiry(name, expiry_ms);
+  return true;
+}
+
+void RedisTier::sweep(uint64_t now_ms) {
+  while (!by_expiry_.empty() && by_expiry_.begin()->first <= now_ms) {
+    auto it = by_expiry_.begin();
+    auto e = expiry_.find(it->second);
+    if (e != expiry_.end() && e->second == it->first) {  // not renewed since: Redis dropped it
+      note_dropped(it->second);
+      expiry_.erase(e);
+    }
+    by_expiry_.erase(it);
+  }
 }
 
 void RedisTier::drop(const std::string& name) {
   const std::string key = opt_.key_prefix + name;
   ReplyPtr r(command(key, {"DEL", key}));
-  note_dropped(name);  // KV events; an entry that expires (--kv-redis-ttl, maxmemory) is not seen
+  expiry_.erase(name);
+  note_dropped(name);  // KV events (an expiry: sweep(); a key evicted for maxmemory is not seen)
+}
+
+redisReply* RedisTier::node_command(Node& n, const std::vector<std::string_view>& argv) {
+  if (!connect(n)) return nullptr;
+  std::vector<const char*> args;
+  std::vector<size_t> lens;
+  for (std::string_view a : argv) {
+    args.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  auto* r = static_cast<redisReply*>(redisCommandArgv(n.c, static_cast<int>(args.size()), args.data(), lens.data()));
+  if (r == nullptr) fail(n, n.c && n.c->errstr[0] ? n.c->errstr : "no reply");
+  return r;
+}
+
+int64_t RedisTier::clear(uint64_t ns) {
+  (void)ns;  // the key prefix is this engine's namespace
+  if (!topology_known_ && !discover(false)) return 0;
+  // Every node that serves a slot (cluster), or the one node.
+  std::vector<int> targets;
+  if (cluster_) {
+    for (int idx : slot_node_) {
+      if (idx >= 0 && std::find(targets.begin(), targets.end(), idx) == targets.end()) targets.push_back(idx);
+    }
+  } else {
+    targets.push_back(single_);
+  }
+  const std::string pattern = opt_.key_prefix + "*";
+  int64_t n = 0;
+  for (int idx : targets) {
+    Node& node = nodes_[static_cast<size_t>(idx)];
+    std::string cursor = "0";
+    do {
+      ReplyPtr r(node_command(node, {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"}));
+      if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) break;
+      cursor.assign(r->element[0]->str, r->element[0]->len);
+      const redisReply* keys = r->element[1];
+      for (size_t i = 0; i < keys->elements; ++i) {
+        const std::string key(keys->element[i]->str, keys->element[i]->len);
+        ReplyPtr d(node_command(node, {"UNLINK", key}));
+        if (!d || d->type != REDIS_REPLY_INTEGER || d->integer != 1) continue;
+        const std::string name = key.substr(opt_.key_prefix.size());
+        expiry_.erase(name);
+        note_dropped(name);
+        ++n;
+      }
+    } while (cursor != "0");
+  }
+  return n;
 }
 
 }  // namespace pagoda::tier

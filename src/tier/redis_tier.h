@@ -10,11 +10,21 @@
 // and is retried after an exponential backoff (50 ms doubling to 5 s), so a
 // dead node costs one failed connect per backoff, not a timeout per block. The
 // engine serves on: a failed load is a miss, a failed store is dropped.
+// Expiry (issues 36, 37): a pinned entry is written with SET ... PX and
+// renewed with PEXPIRE; with --kv-redis-ttl every entry gets EX. The tier
+// remembers the expiry of every key it wrote with one, and sweep() reports a
+// key as dropped (a KV event) once its expiry passed: Redis deletes it then
+// (its own expiry; another replica renewing the same key is not seen, nor a
+// key Redis evicts for maxmemory). clear() removes every key under this
+// engine's prefix (the key prefix carries the engine's namespace tag, so a
+// shared Redis keeps other engines' keys), with SCAN + UNLINK on every node.
 // Called from one thread (the TierSet worker).
 #pragma once
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <map>
+#include <unordered_map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -51,8 +61,11 @@ class RedisTier final : public TierBackend {
   // GETRANGE key 0 max_bytes: at most one byte more than an entry may hold
   // crosses the wire, however large the value under the key is.
   TierGet get(const std::string& name, uint64_t max_bytes) override;
-  Put put(const std::string& name, const std::string& value) override;
+  Put put(const std::string& name, const std::string& value, uint64_t expiry_ms = 0) override;
   void drop(const std::string& name) override;
+  bool renew(const std::string& name, uint64_t expiry_ms) override;
+  void sweep(uint64_t now_ms) override;
+  int64_t clear(uint64_t ns) override;
 
   bool is_cluster() const { return cluster_; }
 
@@ -74,6 +87,9 @@ class RedisTier final : public TierBackend {
   int node_index(const std::string& host, int port);
   bool connect(Node& n);
   void fail(Node& n, const char* what);
+  // One command on node n (no redirection); nullptr: an error.
+  redisReply* node_command(Node& n, const std::vector<std::string_view>& argv);
+  void set_expiry(const std::string& name, uint64_t expiry_ms);
 
   RedisTierOptions opt_;
   // Seeds first, then nodes learned from the slot map. A deque: a Node& stays
@@ -83,6 +99,10 @@ class RedisTier final : public TierBackend {
   bool cluster_ = false;
   int single_ = 0;               // one node: its index
   std::vector<int> slot_node_;   // cluster: [16384] node index, -1 unknown
+  // Keys written with an expiry: name -> expiry (unix ms), and by expiry (a
+  // renewed key's older record is stale: sweep checks it against expiry_).
+  std::unordered_map<std::string, uint64_t> expiry_;
+  std::multimap<uint64_t, std::string> by_expiry_;
 };
 
 }  // namespace pagoda::tier

@@ -39,7 +39,23 @@ class TierBackend {
   // its key implies): a larger value is never transferred whole (kRejected).
   virtual TierGet get(const std::string& name, uint64_t max_bytes) = 0;
   enum class Put { kStored, kSkipped, kError };  // kSkipped: already there, or the tier is off
-  virtual Put put(const std::string& name, const std::string& value) = 0;
+  // `expiry_ms`: unix ms after which the entry is gone (a pinned prefix's
+  // TTL, issue 36); 0: none. Storing an entry already held sets its expiry.
+  virtual Put put(const std::string& name, const std::string& value, uint64_t expiry_ms = 0) = 0;
+  // A renewed pin: sets a held entry's expiry. False when not held.
+  virtual bool renew(const std::string& name, uint64_t expiry_ms) {
+    (void)name, (void)expiry_ms;
+    return false;
+  }
+  // Drops the entries whose expiry passed (the worker calls it about once a
+  // second, and they are dropped on lookup too).
+  virtual void sweep(uint64_t now_ms) { (void)now_ms; }
+  // Removes every entry of namespace `ns` (EntryCodec::namespace_tag): a
+  // reset of this engine's tiers. Returns how many went.
+  virtual int64_t clear(uint64_t ns) {
+    (void)ns;
+    return 0;
+  }
   // Drops an entry that failed verification (a corrupt file); best effort.
   virtual void drop(const std::string& name) = 0;
   // Called by the worker when its store queue runs empty: a backend may batch
@@ -48,19 +64,29 @@ class TierBackend {
   // KV events (issue 37): the names of the entries this backend dropped since
   // the last call (LRU eviction, a corrupt entry). Worker thread only.
   std::vector<std::string> take_dropped() { return std::exchange(dropped_, {}); }
+  // The entries found at start-up with their first bytes (the disk tier, when
+  // asked to read them: a restarted replica announces what it holds).
+  std::vector<std::pair<std::string, std::string>> take_found() { return std::exchange(found_, {}); }
 
  protected:
   void note_dropped(const std::string& name) { dropped_.push_back(name); }
+  void note_found(const std::string& name, std::string head) { found_.emplace_back(name, std::move(head)); }
 
  private:
   std::vector<std::string> dropped_;
+  std::vector<std::pair<std::string, std::string>> found_;
 };
+
+// Unix time in ms: the clock of entry expiries.
+uint64_t unix_now_ms();
 
 // What a tier did with an entry, for KV events (TierSet::take_events).
 struct TierEvent {
-  enum Kind : uint8_t { kStored, kNotStored, kDropped } kind = kStored;
+  // kFound: held at start-up (head: its first bytes, for EntryCodec::decode_meta).
+  enum Kind : uint8_t { kStored, kNotStored, kDropped, kFound } kind = kStored;
   uint32_t tier = 0;  // index in the TierSet
   std::string name;
+  std::string head;
 };
 
 // Load latency histogram bounds in seconds (the tier metrics' buckets).
@@ -80,6 +106,8 @@ struct TierStats {
   int64_t errors = 0;          // backend errors (I/O, connection, full disk)
   int64_t stores = 0;          // entries written
   int64_t stores_dropped = 0;  // stores refused by a full queue
+  int64_t expired = 0;         // entries dropped by their expiry by the tier's sweep
+  int64_t cleared = 0;         // entries removed by clear() (a reset with tiers)
   int64_t bytes_read = 0;
   int64_t bytes_written = 0;
   std::vector<uint64_t> load_latency_buckets = std::vector<uint64_t>(kNumLatencyBuckets, 0);  // non-cumulative
@@ -103,6 +131,7 @@ struct LoadResult {
 struct TierSetOptions {
   size_t max_queued_loads = 1 << 16;         // per tier; over it a load is a miss at once
   uint64_t max_queued_store_bytes = 256u << 20;  // per tier; over it a store is dropped
+  int sweep_ms = 1000;  // how often an idle worker sweeps its tier's expired entries
 };
 
 class TierSet {
@@ -120,7 +149,14 @@ class TierSet {
   // Write-through of one entry to every tier. Never blocks; dropped when a
   // tier's store queue is full. Encoded (encrypted, MACed) once, by the first
   // tier worker that takes it, not on the caller's (engine) thread.
-  void store(const TierKey& key, std::span<const int32_t> tokens, std::string_view kv_bytes);
+  // `parent` and `expiry_ms` as EntryCodec::encode's.
+  void store(const TierKey& key, std::span<const int32_t> tokens, std::string_view kv_bytes,
+             const Hash128* parent = nullptr, uint64_t expiry_ms = 0);
+  // Sets the expiry of entry `name` in every tier that holds it (a renewed pin). Never blocks.
+  void renew(const std::string& name, uint64_t expiry_ms);
+  // Removes every entry of namespace `ns` from every tier, after the queued
+  // jobs; blocks until done. Returns the entries removed, per tier.
+  std::vector<int64_t> clear(uint64_t ns);
   // Finished loads since the last poll.
   std::vector<LoadResult> poll();
   // Waits up to `timeout` for a finished load; true when one is ready.
@@ -131,10 +167,8 @@ class TierSet {
   // KV events (issue 37): when on, every store gets one TierEvent per tier
   // (kStored, or kNotStored: skipped, failed or dropped by a full queue) and
   // every entry a backend drops one kDropped; take_events() hands them over.
-  void set_record_events(bool on) {
-    std::lock_guard<std::mutex> l(mu_);
-    record_events_ = on;
-  }
+  // Turning it on first reports the entries found at start-up (kFound).
+  void set_record_events(bool on);
   std::vector<TierEvent> take_events() {
     std::lock_guard<std::mutex> l(mu_);
     return std::exchange(events_, {});
@@ -147,11 +181,16 @@ class TierSet {
     std::vector<int32_t> tokens;
     std::string kv_bytes;  // freed once encoded
     uint64_t queued_bytes = 0;
+    Hash128 parent;
+    bool root = true;
+    uint64_t expiry_ms = 0;
     std::once_flag once;
     std::string name, blob;
   };
   struct Store {
-    std::shared_ptr<StoreJob> job;
+    std::shared_ptr<StoreJob> job;  // nullptr: a renewal of `name`
+    std::string name;
+    uint64_t expiry_ms = 0;
   };
   struct Tier {
     std::unique_ptr<TierBackend> backend;
@@ -159,6 +198,9 @@ class TierSet {
     std::deque<Store> stores;
     uint64_t queued_store_bytes = 0;
     bool busy = false;
+    bool clear_asked = false;  // clear(): run once the queues are empty
+    uint64_t clear_ns = 0;
+    int64_t cleared = -1;      // its result (-1: not done)
     TierStats stats;
     std::thread thread;
   };

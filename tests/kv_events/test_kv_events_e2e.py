@@ -9,6 +9,13 @@ messages it joined too late for, through the replay socket), applies the
 events to a view {(group, medium): set of hashes} and, at the end, compares it
 with the engine's own (GET /dashboard/kv_blocks), block by block per medium.
 A bad --kv-events-config stops `pagoda serve` at start-up with the key named.
+The tiers' own events (issues 36, 37): a pinned prefix's disk entries expire
+(BlockRemoved medium=disk from the tier's sweep), a RAM-only reset re-announces
+what the disk holds after its AllBlocksCleared, a reset with tiers removes it,
+and a replica restarted on the same disk tier announces every entry it holds
+(BlockStored medium=disk from the entries' encrypted meta): the subscriber's
+view equals the engine's after each, and the disk view survives the restart; with a Redis tier (a redis-server started here) every key
+is announced with medium=redis and a pinned key's expiry (SET PX) is reported.
 Usage: test_kv_events_e2e.py PAGODA"""
 import json
 import os
@@ -309,6 +316,174 @@ class KvEventsE2E(unittest.TestCase):
                       f"view sizes {{{', '.join(f'{k}: {len(v)}' for k, v in sorted(nonempty(sub.view).items()))}}}")
             finally:
                 sub.close()
+
+    def settle(self, srv, sub, what):
+        """Pokes the engine until the subscriber's view equals the engine's; returns it. The poke holds
+        one full block: a restarted engine's first one publishes a message, so a subscriber that joined
+        after the start-up messages hears of them (and replays them)."""
+        last = None
+        for _ in range(60):
+            complete(srv, [1, 2, 3, 4, 5], max_tokens=1)
+            time.sleep(0.2)
+            sub.apply()
+            mine, theirs = nonempty(sub.view), nonempty(engine_view(srv))
+            if mine == theirs:
+                return mine
+            last = (mine, theirs)
+        mine, theirs = last
+        diff = {k: (len(mine.get(k, ())), len(theirs.get(k, ())), len(mine.get(k, set()) ^ theirs.get(k, set())))
+                for k in set(mine) | set(theirs)}
+        self.fail(f"{what}: replayed view != engine view: (group, medium): (mine, engine, differing) {diff}")
+
+    def test_tier_expiry_resets_and_restart_reannounce(self):
+        disk = os.path.join(self.tmp, "disk-restart")
+
+        def serve():
+            pub, rep = free_port(), free_port()
+            cfg = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{pub}",
+                   "replay_endpoint": f"tcp://*:{rep}", "topic": "kv-events", "buffer_steps": 100000, "hwm": 100000}
+            flags = ["-t", "1", "--block-size", str(BLOCK), "--num-kv-blocks", "256", "--kv-disk-dir", disk,
+                     "--kv-disk-size", "64MiB", "--kv-disk-fsync", "off", "--kv-events-config", json.dumps(cfg)]
+            return PagodaServer(PAGODA, self.model, flags), pub, rep
+
+        def disk_view(view):
+            return {k: v for k, v in view.items() if k[1] == "disk" and v}
+
+        prompts = [[1] + [7 + (k * 31 + i * 11) % 250 for i in range(20 + 3 * k)] for k in range(4)]
+        pinned = [1] + [280 + i for i in range(24)]  # the vocabulary has 320 tokens
+        server, pub, rep = serve()
+        with server as srv:
+            sub = Subscriber(pub, rep)
+            try:
+                time.sleep(0.3)
+                st, body = post_json(srv.url + "/v1/completions",
+                                     {"prompt": pinned, "max_tokens": 4, "temperature": 0, "ignore_eos": True,
+                                      "prompt_cache_retention": "2s"})
+                self.assertEqual(st, 200, body)
+                for p in prompts[:2]:
+                    complete(srv, p)
+                for _ in range(50):  # the stores run on the tier's thread: until every file is announced
+                    before = self.settle(srv, sub, "after the pinned request")
+                    n_disk = sum(len(v) for v in disk_view(before).values())
+                    if n_disk == len([f for f in os.listdir(disk) if len(f) == 32]):
+                        break
+                self.assertGreater(n_disk, 0)
+                # The pin's disk entries expire (2 s): the tier's sweep drops them, with their events.
+                for _ in range(100):
+                    if srv.metrics().get('pagoda:kv_tier_expired_total{tier="disk"}', 0) >= 6:
+                        break
+                    time.sleep(0.1)
+                expired = srv.metrics().get('pagoda:kv_tier_expired_total{tier="disk"}', 0)
+                self.assertGreaterEqual(expired, 6)  # 24 of 25 tokens: 6 full blocks of group 0 at least
+                after = self.settle(srv, sub, "after the pin's expiry")
+                self.assertEqual(sum(len(v) for v in disk_view(after).values()), n_disk - expired)
+                self.assertIn(("BlockRemoved", 0, "disk"), sub.kinds)
+                # A RAM-only reset: AllBlocksCleared, then the disk entries announced again.
+                cleared = sub.counts["AllBlocksCleared"]
+                st, body = post_json(srv.url + "/reset_prefix_cache", {})
+                self.assertEqual(st, 200, body)
+                view = self.settle(srv, sub, "after a RAM-only reset")
+                self.assertEqual(sub.counts["AllBlocksCleared"], cleared + 1)
+                self.assertEqual(disk_view(view), disk_view(after))
+                # A reset with tiers: the disk view is empty in both.
+                st, body = post_json(srv.url + "/reset_prefix_cache?tiers=true", {})
+                self.assertEqual(st, 200, body)
+                self.assertEqual(body["tiers"], {"disk": n_disk - expired})
+                view = self.settle(srv, sub, "after a reset with tiers")
+                # Only the settling poke's one block (one entry per KV group) is on disk again.
+                for _ in range(50):
+                    if sum(len(v) for v in disk_view(view).values()) == len([f for f in os.listdir(disk) if len(f) == 32]):
+                        break
+                    view = self.settle(srv, sub, "after a reset with tiers")
+                poke = {h for v in disk_view(view).values() for h in v}
+                self.assertEqual(len(poke), 1, disk_view(view))
+                self.assertTrue(all(len(v) == 1 for v in disk_view(view).values()))
+                for p in prompts[2:]:
+                    complete(srv, p)
+                for _ in range(50):  # until every file is announced (stores run on the tier's thread)
+                    end = disk_view(self.settle(srv, sub, "before the restart"))
+                    if sum(len(v) for v in end.values()) == len([f for f in os.listdir(disk) if len(f) == 32]):
+                        break
+                self.assertTrue(end)
+            finally:
+                sub.close()
+        server, pub, rep = serve()
+        with server as srv:
+            sub = Subscriber(pub, rep)  # joins late: the start-up messages come through replay
+            try:
+                time.sleep(0.3)
+                view = self.settle(srv, sub, "after the restart")
+                self.assertEqual(disk_view(view), end, "the restarted replica announces exactly what it held")
+                files = [f for f in os.listdir(disk) if len(f) == 32]
+                self.assertEqual(sum(len(v) for v in end.values()), len(files))
+            finally:
+                sub.close()
+
+    def test_redis_tier_events_with_a_pin_expiring(self):
+        """medium=redis: every stored key announced, a pinned key's expiry (SET PX, Redis drops it) reported
+        by the tier's sweep, a reset with tiers; the views equal after each (redis-server started here)."""
+        if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+            if os.environ.get("CI") == "true":
+                self.fail("redis-server / redis-cli missing (scripts/setup installs them)")
+            self.skipTest("redis-server / redis-cli missing")
+        port = free_port()
+        rdir = tempfile.mkdtemp(prefix="pagoda-kv-events-redis-")
+        redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                  "--appendonly", "no", "--dir", rdir, "--loglevel", "warning"])
+
+        def dbsize():
+            return int(subprocess.run(["redis-cli", "-p", str(port), "DBSIZE"], capture_output=True, text=True,
+                                      timeout=30).stdout.strip() or -1)
+        try:
+            for _ in range(200):
+                if dbsize() == 0:
+                    break
+                time.sleep(0.02)
+            pub, rep = free_port(), free_port()
+            cfg = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{pub}",
+                   "replay_endpoint": f"tcp://*:{rep}", "topic": "kv-events", "buffer_steps": 100000, "hwm": 100000}
+            flags = ["-t", "1", "--block-size", str(BLOCK), "--num-kv-blocks", "256", "--kv-redis",
+                     f"redis://127.0.0.1:{port}", "--kv-events-config", json.dumps(cfg)]
+            with PagodaServer(PAGODA, self.model, flags) as srv:
+                sub = Subscriber(pub, rep)
+                try:
+                    time.sleep(0.3)
+                    complete(srv, [1] + [9 + i for i in range(22)])
+                    st, body = post_json(srv.url + "/v1/completions",
+                                         {"prompt": [1] + [200 + i for i in range(24)], "max_tokens": 4,
+                                          "temperature": 0, "ignore_eos": True, "prompt_cache_retention": "2s"})
+                    self.assertEqual(st, 200, body)
+                    for _ in range(50):  # the stores run on the tier's thread: until every key is announced
+                        view = self.settle(srv, sub, "after the stores")
+                        n = sum(len(v) for k, v in view.items() if k[1] == "redis")
+                        if n == dbsize():
+                            break
+                    self.assertEqual(n, dbsize())  # every key, and only those, announced
+                    for _ in range(100):
+                        if srv.metrics().get('pagoda:kv_tier_expired_total{tier="redis"}', 0) >= 6:
+                            break
+                        time.sleep(0.1)
+                    expired = srv.metrics().get('pagoda:kv_tier_expired_total{tier="redis"}', 0)
+                    self.assertGreaterEqual(expired, 6)
+                    view = self.settle(srv, sub, "after the pinned keys expired")
+                    self.assertEqual(sum(len(v) for k, v in view.items() if k[1] == "redis"), n - expired)
+                    self.assertEqual(n - expired, dbsize())
+                    self.assertIn(("BlockRemoved", 0, "redis"), sub.kinds)
+                    st, body = post_json(srv.url + "/reset_prefix_cache?tiers=true", {})
+                    self.assertEqual(st, 200, body)
+                    self.assertEqual(body["tiers"], {"redis": n - expired})
+                    for _ in range(50):  # the settling poke's keys are stored again: until announced
+                        view = self.settle(srv, sub, "after a reset with tiers")
+                        if sum(len(v) for k, v in view.items() if k[1] == "redis") == dbsize():
+                            break
+                    self.assertEqual(sum(len(v) for k, v in view.items() if k[1] == "redis"), dbsize())
+                    self.assertLessEqual(dbsize(), 6)  # only the poke's block, one key per KV group
+                finally:
+                    sub.close()
+        finally:
+            redis.terminate()
+            redis.wait(timeout=30)
+            shutil.rmtree(rdir, ignore_errors=True)
 
     def test_bad_config_stops_the_server_at_start(self):
         for bad, needle in [("{not json", "not valid JSON"),

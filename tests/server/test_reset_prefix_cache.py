@@ -6,8 +6,9 @@
 - while a request streams: 409 naming the running requests, nothing changes; with
   ?force=true: 200, and the streaming request still completes with exactly the
   tokens of the same request run alone (it is preempted and recomputes);
-- bad query values: 400 naming the parameter; ?tiers=true: 400 (not implemented);
-  GET: 405;
+- bad query values: 400 naming the parameter; ?tiers=true (and vLLM's
+  reset_external=true) on a server without tiers: 200 with no tier counts
+  (tests/tier/test_tier_server.py clears real tiers); GET: 405;
 - /metrics carries pagoda:kv_pinned_blocks, pagoda:kv_pins_created_total and the
   per-priority gauges with their five buckets.
 
@@ -108,9 +109,16 @@ class ResetPrefixCache(OneServerPerClass, unittest.TestCase):
         st, body = request(self.srv.port, "POST", "/reset_prefix_cache?force=maybe")
         self.assertEqual(st, 400)
         self.assertEqual(json.loads(body)["error"]["param"], "force")
-        st, body = request(self.srv.port, "POST", "/reset_prefix_cache?tiers=true")
+        st, body = request(self.srv.port, "POST", "/reset_prefix_cache?tiers=yes")
         self.assertEqual(st, 400)
         self.assertEqual(json.loads(body)["error"]["param"], "tiers")
+        st, body = request(self.srv.port, "POST", "/reset_prefix_cache?reset_external=2")
+        self.assertEqual(st, 400)
+        self.assertEqual(json.loads(body)["error"]["param"], "reset_external")
+        for q in ("tiers=true", "reset_external=true"):
+            st, body = request(self.srv.port, "POST", "/reset_prefix_cache?" + q)
+            self.assertEqual(st, 200, body)
+            self.assertEqual(json.loads(body), {"status": "ok", "tiers": {}})
         st, _ = request(self.srv.port, "GET", "/reset_prefix_cache")
         self.assertEqual(st, 405)
 

@@ -84,8 +84,10 @@ TEST(TierEntry, RoundTrip) {
   const TierKey k = test_key(42, "tenant");
   const std::string kv = test_bytes(1000, 3);
   const std::string blob = kCodec.encode(k, kTokens, kv);
-  EXPECT_EQ(blob.size(), EntryCodec::entry_size(kv.size()));
-  EXPECT_EQ(EntryCodec::entry_size(kv.size()), kv.size() + 64);
+  EXPECT_EQ(blob.size(), EntryCodec::entry_size(kv.size(), kTokens.size()));
+  // Header 72, meta 40 + 4 per token and its MAC 32, the K/V, the MAC 32.
+  EXPECT_EQ(EntryCodec::entry_size(kv.size(), kTokens.size()), kv.size() + 72 + 40 + 4 * kTokens.size() + 64);
+  EXPECT_EQ(EntryCodec::head_size(kTokens.size()), 72 + 40 + 4 * kTokens.size() + 32);
   std::string out;
   ASSERT_EQ(kCodec.decode(blob, k, kTokens, kv.size(), &out), DecodeResult::kOk);
   EXPECT_EQ(out, kv);
@@ -119,9 +121,12 @@ TEST(TierEntry, EveryFlippedByteIsCorrupt) {
     bad[i] = static_cast<char>(bad[i] ^ 0x10);
     std::string out = "x";
     const DecodeResult r = kCodec.decode(bad, k, kTokens, 200, &out);
-    // Bytes 4..7 are the version: a flip there is another format (ignored, not misread).
-    EXPECT_EQ(r, i >= 4 && i < 8 ? DecodeResult::kMismatch : DecodeResult::kCorrupt) << "byte " << i;
-    EXPECT_TRUE(out.empty());
+    // Bytes 4..7 are the version: a flip there is another format (ignored, not
+    // misread); 16..23 the expiry, outside the MACs (entry.h): the same K/V.
+    const bool expiry = i >= EntryCodec::kExpiryOffset && i < EntryCodec::kExpiryOffset + 8;
+    EXPECT_EQ(r, i >= 4 && i < 8 ? DecodeResult::kMismatch : expiry ? DecodeResult::kOk : DecodeResult::kCorrupt)
+        << "byte " << i;
+    EXPECT_EQ(out.empty(), !expiry) << "byte " << i;
   }
 }
 
@@ -185,9 +190,62 @@ TEST(TierEntry, AnOldVersionIsAMismatch) {
   std::memcpy(v1.data() + 4, &version, 4);
   std::string out;
   EXPECT_EQ(kCodec.decode(v1, test_key(42), kTokens, 64, &out), DecodeResult::kMismatch);
-  v1.resize(EntryCodec::entry_size(64));  // even with the size of a version 2 entry
+  v1.resize(EntryCodec::entry_size(64, kTokens.size()));  // even with the size of a version 3 entry
   EXPECT_EQ(kCodec.decode(v1, test_key(42), kTokens, 64, &out), DecodeResult::kMismatch);
   EXPECT_TRUE(out.empty());
+}
+
+// Version 3 (issues 36, 37): the expiry and the namespace in plain header
+// fields; the meta (chain, parent, tokens) encrypted, readable from the head
+// alone, bound to the entry's name and the secret.
+TEST(TierEntry, HeadCarriesExpiryNamespaceAndMeta) {
+  const TierKey k = test_key(42, "tenant");
+  const Hash128 parent{7, 9};
+  const std::vector<int32_t> tokens = {1000001, 1000002, 1000003, 1000004};
+  const std::string blob = kCodec.encode(k, tokens, test_bytes(300, 2), &parent, 1234567890123ull);
+  const EntryHead h = EntryCodec::parse_head(blob);
+  EXPECT_TRUE(h.ours);
+  EXPECT_EQ(h.expiry_ms, 1234567890123ull);
+  EXPECT_EQ(h.ns, kCodec.namespace_tag(k));
+  EXPECT_EQ(kCodec.namespace_tag(test_key(43, "other tenant")), h.ns);  // every salt and block of one engine
+  TierKey other_model = k;
+  other_model.model_fingerprint ^= 1;
+  EXPECT_NE(kCodec.namespace_tag(other_model), h.ns);
+  TierKey other_block_size = k;
+  other_block_size.block_size = 16;
+  EXPECT_NE(kCodec.namespace_tag(other_block_size), h.ns);
+  EXPECT_NE(EntryCodec("another deployment").namespace_tag(k), h.ns);
+  const std::string head = blob.substr(0, EntryCodec::head_size(tokens.size()));
+  EntryMeta m;
+  ASSERT_TRUE(kCodec.decode_meta(kCodec.name(k), head, &m));
+  EXPECT_EQ(m.chain, k.chain);
+  EXPECT_EQ(m.parent, parent);
+  EXPECT_FALSE(m.root);
+  EXPECT_EQ(m.group, 0u);
+  EXPECT_EQ(m.tokens, tokens);
+  // Under another name (a file renamed), another secret, torn, or any byte of it flipped but the expiry: refused.
+  EXPECT_FALSE(kCodec.decode_meta(kCodec.name(test_key(43, "tenant")), head, &m));
+  EXPECT_FALSE(EntryCodec("x").decode_meta(kCodec.name(k), head, &m));
+  EXPECT_FALSE(kCodec.decode_meta(kCodec.name(k), head.substr(0, head.size() - 1), &m));
+  for (size_t i = 0; i < head.size(); ++i) {
+    std::string bad = head;
+    bad[i] = static_cast<char>(bad[i] ^ 0x01);
+    const bool expiry = i >= EntryCodec::kExpiryOffset && i < EntryCodec::kExpiryOffset + 8;
+    EXPECT_EQ(kCodec.decode_meta(kCodec.name(k), bad, &m), expiry) << "byte " << i;
+  }
+  // A root block; no expiry.
+  const std::string root = kCodec.encode(k, tokens, test_bytes(300, 2));
+  EXPECT_EQ(EntryCodec::parse_head(root).expiry_ms, 0u);
+  ASSERT_TRUE(kCodec.decode_meta(kCodec.name(k), root, &m));
+  EXPECT_TRUE(m.root);
+  // A renewed expiry (8 bytes rewritten in place) leaves the entry whole.
+  std::string renewed = blob;
+  const uint64_t later = 2234567890123ull;
+  std::memcpy(renewed.data() + EntryCodec::kExpiryOffset, &later, sizeof(later));
+  std::string out;
+  EXPECT_EQ(kCodec.decode(renewed, k, tokens, 300, &out), DecodeResult::kOk);
+  EXPECT_EQ(out, test_bytes(300, 2));
+  EXPECT_EQ(EntryCodec::parse_head(renewed).expiry_ms, later);
 }
 
 TEST(TierEntry, NameCoversEveryKeyFieldAndTheSecret) {

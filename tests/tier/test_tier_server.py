@@ -3,10 +3,15 @@
 usage.prompt_tokens_details.cached_tokens counts the tier hits, the output is the
 cold run's, and /metrics has the tier series; with per-key salts and a
 --kv-tier-secret-file a restart serves a key its own prefix and no other
-key's; tier flags without what they need are refused. Usage: test_tier_server.py PAGODA DATA_DIR"""
+key's; tier flags without what they need are refused; POST /reset_prefix_cache?tiers=true
+clears this engine's entries from a disk tier and a real redis-server (started here)
+and only those, answers the counts and shows them on /metrics.
+Usage: test_tier_server.py PAGODA DATA_DIR"""
 import json
 import os
 import shutil
+import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -88,6 +93,64 @@ class DiskTierServer(unittest.TestCase):
                 self.assertEqual(complete_as(s, "key-a"), (cold_text, 128))
                 self.assertEqual(s.metrics().get('pagoda:kv_tier_corrupt_total{tier="disk"}', 0), 0)
         finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+    def test_reset_with_tiers_clears_this_engines_entries(self):
+        if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+            if os.environ.get("CI") == "true":
+                self.fail("redis-server / redis-cli missing (scripts/setup installs them)")
+            self.skipTest("redis-server / redis-cli missing")
+        d = tempfile.mkdtemp(prefix="pagoda-tier-reset-")
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        sock.close()
+        redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                  "--appendonly", "no", "--dir", d, "--loglevel", "warning"])
+
+        def cli(*args):
+            return subprocess.run(["redis-cli", "-p", str(port)] + list(args), capture_output=True, text=True,
+                                  timeout=30).stdout.strip()
+        try:
+            for _ in range(200):
+                if cli("PING") == "PONG":
+                    break
+                time.sleep(0.02)
+            cli("SET", "pagoda:kv:0000000000000001:00000000000000000000000000000001", "another engine's entry")
+            disk = os.path.join(d, "kv")
+            flags = ["-t", "1", "--num-kv-blocks", "64", "--kv-disk-dir", disk, "--kv-disk-size", "64MiB",
+                     "--kv-disk-fsync", "off", "--kv-redis", f"redis://127.0.0.1:{port}"]
+            with PagodaServer(PAGODA, MODEL, flags) as s:
+                cold_text, _ = complete(s)
+                for _ in range(200):  # the write-through finishes on the tiers' threads
+                    m = s.metrics()
+                    if m.get('pagoda:kv_tier_stores_total{tier="disk"}', 0) >= 8 and \
+                            m.get('pagoda:kv_tier_stores_total{tier="redis"}', 0) >= 8:
+                        break
+                    time.sleep(0.05)
+                stored = int(m['pagoda:kv_tier_stores_total{tier="disk"}'])
+                self.assertEqual(stored, int(m['pagoda:kv_tier_stores_total{tier="redis"}']))
+                files = [f for f in os.listdir(disk) if len(f) == 32]
+                self.assertEqual(len(files), stored)
+                self.assertEqual(int(cli("DBSIZE")), stored + 1)
+                req = urllib.request.Request(s.url + "/reset_prefix_cache?reset_external=true", data=b"", method="POST")
+                with urllib.request.urlopen(req, timeout=60) as r:
+                    self.assertEqual(r.status, 200)
+                    body = json.loads(r.read())
+                self.assertEqual(body, {"status": "ok", "tiers": {"disk": stored, "redis": stored}})
+                self.assertEqual([f for f in os.listdir(disk) if len(f) == 32], [])
+                self.assertEqual(cli("DBSIZE"), "1")  # the other engine's key stays
+                self.assertEqual(cli("GET", "pagoda:kv:0000000000000001:00000000000000000000000000000001"),
+                                 "another engine's entry")
+                m = s.metrics()
+                self.assertEqual(m.get('pagoda:kv_tier_cleared_total{tier="disk"}'), stored)
+                self.assertEqual(m.get('pagoda:kv_tier_cleared_total{tier="redis"}'), stored)
+                text, cached = complete(s)  # nothing left anywhere: computed again, the same text
+                self.assertEqual((text, cached), (cold_text, 0))
+                self.assertEqual(s.metrics().get('pagoda:kv_tier_hits_total{tier="disk"}', 0), 0)
+        finally:
+            redis.terminate()
+            redis.wait(timeout=30)
             shutil.rmtree(d, ignore_errors=True)
 
     def test_bad_tier_flags_are_refused(self):
