@@ -31,7 +31,7 @@ namespace pagoda::kernels::cpu {
 namespace {
 
 constexpr int32_t kMaxBlockSize = 256;  // tokens per KV page
-constexpr int32_t kQueryTile = 16;      // consecutive tokens of one sequence sharing decoded pages
+constexpr int32_t kQueryTile = 64;     // consecutive tokens of one sequence sharing decoded pages
 constexpr int32_t kMaxRows = 64;        // (token, head) rows gathered for one page step
 
 // 16-bit floats p[0, n) to f32: eight at a time with `wide` (from 8 packed
