@@ -171,7 +171,7 @@ inline void pv_rows(const TileRow* rows, const bool* rescale, const float* corr,
 // max is exact in any order; exp is lane-wise; l adds p in key order; so every
 // row's ops and bits are those of page_rows<1> (the decode step) above.
 template <int NV>
-inline void scores4t(const TileRow* rows, const float* const* k, int32_t nk, float scale, float* st) {
+inline void scores4t(const TileRow* rows, const float* const* k, int32_t nk, float scale, float* st, int32_t ls = 4) {
   const __m128 sv = _mm_set1_ps(scale);
   alignas(32) float raw[8 * 4 * (kMaxPage + 1)];  // the chains' accumulators, 8 per 2 keys
   for (int32_t j0 = 0; j0 < nk; j0 += 2) {
@@ -201,8 +201,8 @@ inline void scores4t(const TileRow* rows, const float* const* k, int32_t nk, flo
     for (int a = 0; a < 8; ++a) acc[a] = _mm256_load_ps(raw + 8 * (4 * j0 + a));
     __m128 lo, hi;  // lo: key j0, rows 0-3; hi: key j0 + 1 (stored even past nk: st has room)
     hsum8x8(acc, &lo, &hi);
-    _mm_storeu_ps(st + 4 * j0, _mm_mul_ps(lo, sv));
-    _mm_storeu_ps(st + 4 * j0 + 4, _mm_mul_ps(hi, sv));
+    _mm_storeu_ps(st + ls * j0, _mm_mul_ps(lo, sv));
+    _mm_storeu_ps(st + ls * (j0 + 1), _mm_mul_ps(hi, sv));
   }
 }
 
@@ -258,10 +258,53 @@ inline void softmax4t(const TileRow* rows, float* st, int32_t nk, int* rescale, 
   }
 }
 
+// softmax4t for two blocks of 4 rows (rows[0, 8)) whose scores are
+// interleaved key-major, st[8 j + r]: one 8-lane op per key for the 8 rows
+// (the max in two chains, max being exact in any order; l += p in key order).
+inline void softmax8t(const TileRow* rows, float* st, int32_t nk, int* rescale, float* corr) {
+  const __m256 m_old = _mm256_setr_ps(*rows[0].m, *rows[1].m, *rows[2].m, *rows[3].m, *rows[4].m, *rows[5].m,
+                                      *rows[6].m, *rows[7].m);
+  __m256 l = _mm256_setr_ps(*rows[0].l, *rows[1].l, *rows[2].l, *rows[3].l, *rows[4].l, *rows[5].l, *rows[6].l,
+                            *rows[7].l);
+  __m256 b0 = _mm256_loadu_ps(st), b1 = b0;
+  for (int32_t j = 1; j < nk; j += 2) {
+    b1 = _mm256_max_ps(b1, _mm256_loadu_ps(st + 8 * j));
+    if (j + 1 < nk) b0 = _mm256_max_ps(b0, _mm256_loadu_ps(st + 8 * (j + 1)));
+  }
+  const __m256 bm = _mm256_max_ps(b0, b1);
+  const __m256 moved = _mm256_cmp_ps(bm, m_old, _CMP_GT_OQ);
+  const __m256 m_new = _mm256_blendv_ps(m_old, bm, moved);
+  const __m256 c = exp8(_mm256_sub_ps(m_old, m_new));
+  l = _mm256_blendv_ps(l, _mm256_mul_ps(l, c), moved);
+  *rescale = _mm256_movemask_ps(moved);
+  _mm256_storeu_ps(corr, c);
+  int32_t j = 0;
+  for (; j + 2 <= nk; j += 2) {  // two keys at a time: two independent exp chains in flight
+    const Avx2x2Ops::V x{_mm256_sub_ps(_mm256_loadu_ps(st + 8 * j), m_new),
+                         _mm256_sub_ps(_mm256_loadu_ps(st + 8 * j + 8), m_new)};
+    const Avx2x2Ops::V e = exp_lanes<Avx2x2Ops>(x);
+    _mm256_storeu_ps(st + 8 * j, e.a);
+    _mm256_storeu_ps(st + 8 * j + 8, e.b);
+    l = _mm256_add_ps(_mm256_add_ps(l, e.a), e.b);
+  }
+  if (j < nk) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(st + 8 * j), m_new));
+    _mm256_storeu_ps(st + 8 * j, e);
+    l = _mm256_add_ps(l, e);
+  }
+  alignas(32) float mo[8], lo[8];
+  _mm256_store_ps(mo, m_new);
+  _mm256_store_ps(lo, l);
+  for (int r = 0; r < 8; ++r) {
+    *rows[r].m = mo[r];
+    *rows[r].l = lo[r];
+  }
+}
+
 // P.V of 4 rows from key-major probabilities st: pv_rows<4>'s op sequence.
 template <int NV>
 inline void pv4t(const TileRow* rows, int rescale, const float* corr, const float* st, const float* const* v,
-                 int32_t nk) {
+                 int32_t nk, int32_t ls = 4) {
   constexpr int C = 2 < NV ? 2 : NV;
   for (int c0 = 0; c0 < NV; c0 += C) {
     __m256 acc[4][C];
@@ -276,7 +319,7 @@ inline void pv4t(const TileRow* rows, int rescale, const float* corr, const floa
       __m256 vv[C];
       for (int c = 0; c < C; ++c) vv[c] = _mm256_loadu_ps(v[j] + 8 * (c0 + c));
       for (int r = 0; r < 4; ++r) {
-        const __m256 pj = _mm256_broadcast_ss(st + 4 * j + r);
+        const __m256 pj = _mm256_broadcast_ss(st + ls * j + r);
         for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(pj, vv[c], acc[r][c]);
       }
     }
@@ -313,11 +356,26 @@ inline void page_rows(const TileRow* rows, const float* const* k, const float* c
   pv_rows<R, NV>(rows, rescale, corr, sc, ld, v, nk);
 }
 
-// n rows in blocks of 4, then 2, then 1.
+// Two blocks of 4 rows through one page: their scores interleaved key-major
+// (sc: [8, ld] floats, st[8 j + r]), one softmax8t, then each block's P.V.
+template <int NV>
+inline void page_rows8(const TileRow* rows, const float* const* k, const float* const* v, int32_t nk, float scale,
+                       float* sc) {
+  int rescale;
+  alignas(32) float corr[8];
+  scores4t<NV>(rows, k, nk, scale, sc, 8);
+  scores4t<NV>(rows + 4, k, nk, scale, sc + 4, 8);
+  softmax8t(rows, sc, nk, &rescale, corr);
+  pv4t<NV>(rows, rescale & 15, corr, sc, v, nk, 8);
+  pv4t<NV>(rows + 4, rescale >> 4, corr + 4, sc + 4, v, nk, 8);
+}
+
+// n rows in blocks of 8 (two of 4), then 4, then 2, then 1.
 template <int NV>
 inline void page_block(const TileRow* rows, int32_t n, const float* const* k, const float* const* v, int32_t nk,
                        float scale, float* sc, int32_t ld) {
   int32_t r = 0;
+  for (; r + 8 <= n; r += 8) page_rows8<NV>(rows + r, k, v, nk, scale, sc);
   for (; r + 4 <= n; r += 4) page_rows<4, NV>(rows + r, k, v, nk, scale, sc, ld);
   for (; r + 2 <= n; r += 2) page_rows<2, NV>(rows + r, k, v, nk, scale, sc, ld);
   for (; r < n; ++r) page_rows<1, NV>(rows + r, k, v, nk, scale, sc, ld);
