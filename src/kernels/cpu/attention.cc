@@ -1,6 +1,6 @@
 // Paged causal attention with grouped-query heads (baseline AVX2).
 //
-// One work item = (tile of up to 16 consecutive tokens of one sequence, kv head):
+// One work item = (tile of up to 64 consecutive tokens of one sequence, kv head):
 // the group's query heads and the tile's tokens are processed together so each
 // K/V row is read and decoded once per tile. Keys are visited in
 // logical order, one page at a time; per page: scores, page max, one rescale of
