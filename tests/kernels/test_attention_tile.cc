@@ -95,14 +95,18 @@ struct Case {
     return c;
   }
 
-  // Token `tok` (of sequence 0, the only one) decoded alone: its sequence's
+  // Token `tok` (of sequence 0, the first) decoded alone: its sequence's
   // keys up to its position, its query as a one-token batch.
-  Case alone(int32_t tok, uint64_t seed) const {
-    const int32_t pos = positions[static_cast<size_t>(tok)];
-    Case c{n_heads, n_kv, hd, bs, types, {pos + 1}, {1}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+  Case alone(int32_t tok, uint64_t seed) const { return part(tok, tok + 1, seed); }
+
+  // Tokens [lo, hi) of sequence 0 (the first) as a chunk of their own: the
+  // sequence's keys up to the last one's position, their queries.
+  Case part(int32_t lo, int32_t hi, uint64_t seed) const {
+    const int32_t pos = positions[static_cast<size_t>(hi - 1)];
+    Case c{n_heads, n_kv, hd, bs, types, {pos + 1}, {hi - lo}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
     c.k_all.assign(k_all.begin(), k_all.begin() + (pos + 1) * row());
     c.v_all.assign(v_all.begin(), v_all.begin() + (pos + 1) * row());
-    c.q.assign(q.begin() + tok * width(), q.begin() + (tok + 1) * width());
+    c.q.assign(q.begin() + lo * width(), q.begin() + hi * width());
     c.build(seed);
     return c;
   }
@@ -182,6 +186,47 @@ TEST(TiledAttention, EachChunkRowEqualsItsDecodeBitwise) {
           ASSERT_TRUE(BitwiseEqual(solo.data(), one.data() + t * c.width(), static_cast<size_t>(c.width())))
               << "hd=" << sh.hd << " heads=" << sh.n_heads << "/" << sh.n_kv << " " << kv_dtype_name(dt)
               << " token " << t << " window=" << w;
+        }
+      }
+    }
+  }
+}
+
+// Chunks longer than a query tile (64 tokens): several tiles, the last one
+// partial, each page step in blocks of 4 rows with key-major scores
+// (attention_tile.h scores4t/softmax4t/pv4t) and blocks of 2 and 1 where a
+// group leaves a remainder. For each KV type the tiled path serves, GQA
+// groups of 4, 3 and 1, with and without a window: within tolerance of the
+// scalar reference; batched with a decode token and a short chunk, bitwise the
+// chunk alone; split into two chunks (split off a tile boundary), bitwise the
+// whole; and sampled rows (first, tile edges, last) bitwise their decode.
+TEST(TiledAttention, LongChunksAreTheRefAndInvariantBitwise) {
+  IsaScope scope("avx2");
+  const Shape shapes[] = {{16, 4, 64}, {6, 2, 32}, {4, 4, 64}};
+  uint64_t seed = 3970;
+  for (const Shape& sh : shapes) {
+    for (KvDtype dt : kAllKvDtypes) {
+      // Sequence 0: 130 cached keys (8 pages and a partial one) then a 150-token
+      // chunk; sequence 1 decodes one token, sequence 2 prefills 5.
+      auto c = Case::make(sh.n_heads, sh.n_kv, sh.hd, 16, KvTypes(dt), {280, 45, 9}, {150, 1, 5}, seed++);
+      const auto tol = c.tol();
+      const size_t w0 = static_cast<size_t>(c.width());
+      for (int32_t w : {0, 37}) {
+        set_num_threads(2);
+        const auto got = c.run_cpu(w), want = c.run_ref(w);
+        ASSERT_TRUE(WithinTol(got.data(), want.data(), tol.data(), got.size()))
+            << "heads=" << sh.n_heads << "/" << sh.n_kv << " " << kv_dtype_name(dt) << " window=" << w;
+        const auto solo = c.part(0, 150, seed * 7).run_cpu(w);
+        ASSERT_TRUE(BitwiseEqual(solo.data(), got.data(), solo.size())) << "batched vs alone " << kv_dtype_name(dt);
+        set_num_threads(1);
+        const auto a = c.part(0, 77, seed * 11).run_cpu(w), b = c.part(77, 150, seed * 13).run_cpu(w);
+        ASSERT_TRUE(BitwiseEqual(a.data(), got.data(), a.size())) << "first chunk " << kv_dtype_name(dt);
+        ASSERT_TRUE(BitwiseEqual(b.data(), got.data() + 77 * w0, b.size())) << "second chunk " << kv_dtype_name(dt);
+        for (int32_t t : {0, 63, 64, 127, 128, 149}) {
+          const auto one = c.alone(t, seed * 31 + t).run_cpu(w);
+          ASSERT_TRUE(BitwiseEqual(one.data(), got.data() + t * w0, w0))
+              << "heads=" << sh.n_heads << "/" << sh.n_kv << " " << kv_dtype_name(dt) << " token " << t
+              << " window=" << w;
         }
       }
     }

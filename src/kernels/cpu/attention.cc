@@ -1,6 +1,6 @@
 // Paged causal attention with grouped-query heads (baseline AVX2).
 //
-// One work item = (tile of up to 16 consecutive tokens of one sequence, kv head):
+// One work item = (tile of up to 64 consecutive tokens of one sequence, kv head):
 // the group's query heads and the tile's tokens are processed together so each
 // K/V row is read and decoded once per tile. Keys are visited in
 // logical order, one page at a time; per page: scores, page max, one rescale of
@@ -31,7 +31,7 @@ namespace pagoda::kernels::cpu {
 namespace {
 
 constexpr int32_t kMaxBlockSize = 256;  // tokens per KV page
-constexpr int32_t kQueryTile = 16;      // consecutive tokens of one sequence sharing decoded pages
+constexpr int32_t kQueryTile = 64;     // consecutive tokens of one sequence sharing decoded pages
 constexpr int32_t kMaxRows = 64;        // (token, head) rows gathered for one page step
 
 // 16-bit floats p[0, n) to f32: eight at a time with `wide` (from 8 packed
@@ -261,8 +261,8 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
   const int64_t items = base_items * hsplit / kv_per_item;
   const size_t kvbuf = static_cast<size_t>(bs) * static_cast<size_t>(hd);
   const size_t per_token_floats = static_cast<size_t>(group) * (hd + 2);
-  const int32_t ld = (bs + 7) / 8 * 8;  // row stride of the blocked kernel's scores
-  const size_t sc_floats = std::max<size_t>(static_cast<size_t>(group) * bs, 4 * static_cast<size_t>(ld));
+  const int32_t ld = (bs + 7) / 8 * 8;  // row stride of the blocked kernel's scores (8 rows: page_rows8)
+  const size_t sc_floats = std::max<size_t>(static_cast<size_t>(group) * bs, 8 * static_cast<size_t>(ld));
   const size_t per_item_floats = 2 * kvbuf + sc_floats + kQueryTile * per_token_floats;
   detail::parallel_for(items, nth, [&](int64_t item) {
     const int64_t it = item * kv_per_item;  // the (tile, KV head, slice) item it starts at
