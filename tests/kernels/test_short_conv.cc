@@ -33,7 +33,11 @@ void naive(const std::vector<float>& bcx, int64_t T, int64_t n, const std::vecto
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t c = 0; c < n; ++c) {
       float s = 0.0f;
-      for (int32_t k = 0; k < L; ++k) s += pad[(t + k) * n + c] * w[c * L + k];
+      for (int32_t k = 0; k < L; ++k) {
+        // volatile: no fused multiply-add here (the kernels build with -ffp-contract=off; this test does not).
+        volatile float prod = pad[(t + k) * n + c] * w[c * L + k];
+        s += prod;
+      }
       (*y)[t * n + c] = bcx[t * 3 * n + n + c] * s;
     }
   }

@@ -172,7 +172,7 @@ std::string* Lfm2Hybrid::path_ = nullptr;
 
 constexpr int kStateBlocks = 2;  // 8 rows of 256 B; a block's chunks (2 slots x K, V of 4 x 64 B) hold 1 each: 4
 
-TEST_F(Lfm2Hybrid, AloneBatchedChunkedAndPreemptedAreBitwiseTheSame) {
+TEST_F(Lfm2Hybrid, AloneBatchedAndChunkedAreBitwiseTheSame) {
   const auto p = prompts();
   const int kOut = 8;
   const auto ref = run(base_config(*path_, 2048), p, kOut, false);
@@ -188,12 +188,24 @@ TEST_F(Lfm2Hybrid, AloneBatchedChunkedAndPreemptedAreBitwiseTheSame) {
   EXPECT_NE(ref[2][0].tokens, ref[3][0].tokens);
   expect_same(ref, run(base_config(*path_, 2048), p, kOut, true), "batched");
   for (int chunk : {1, 3, 16}) expect_same(ref, run(base_config(*path_, chunk), p, kOut, true), "chunked " + std::to_string(chunk));
-  // 31 usable blocks for sequences holding 13, 6, 19 and 10 at their ends: preemptions, recomputed from the zero state.
-  engine::EngineConfig small = base_config(*path_, 8);
-  small.num_kv_blocks = 32;
-  RunStats st;
-  expect_same(ref, run(small, p, kOut, true, &st), "preempted");
-  EXPECT_GT(st.preemptions, 0);
+}
+
+// Pools far smaller than the four sequences' 18 + 11 + 24 + 14 blocks at the
+// end of 24 outputs each: decode growth preempts, and the preempted sequences
+// recompute from the zero state, bitwise as alone.
+TEST_F(Lfm2Hybrid, PreemptedIsBitwiseTheSame) {
+  const auto p = prompts();
+  const int kOut = 24;
+  const auto ref = run(base_config(*path_, 2048), p, kOut, false);
+  int64_t preemptions = 0;
+  for (int blocks : {26, 30, 34}) {
+    engine::EngineConfig small = base_config(*path_, 8);
+    small.num_kv_blocks = blocks;
+    RunStats st;
+    expect_same(ref, run(small, p, kOut, true, &st), "preempted, " + std::to_string(blocks) + " blocks");
+    preemptions += st.preemptions;
+  }
+  EXPECT_GT(preemptions, 0);
 }
 
 TEST_F(Lfm2Hybrid, ForkedChoicesEqualLoneSeededRequests) {
