@@ -39,13 +39,14 @@ def main():
     ap.add_argument("--type", default="q8_0")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=512)
+    ap.add_argument("--layers", type=int, default=0, help="keep the first N layers (0: all; 6 keeps attention layers 2 and 5)")
     args = ap.parse_args()
-    print("pagoda %s; %s %s" % (git_rev(), args.preset, args.type), flush=True)
+    print("pagoda %s; %s %s, %s layers" % (git_rev(), args.preset, args.type, args.layers or "all"), flush=True)
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, args.preset + ".gguf")
-        subprocess.run([args.pagoda, "synth", "--preset", args.preset, "--type", args.type, "-o", path], check=True,
-                       capture_output=True)
+        cmd = [args.pagoda, "synth", "--preset", args.preset, "--type", args.type, "-o", path]
+        subprocess.run(cmd + (["--layers", str(args.layers)] if args.layers else []), check=True, capture_output=True)
         for cache in ("f16", "f32"):
             llm = LlamaCpp(path, args.threads, n_ctx=args.ctx, kv_f32=cache == "f32")
             total = 0
