@@ -126,7 +126,7 @@ def pagoda_forced(binary, model, prompt_ids, tokens, threads, extra=(), env=None
 
 # ---- llama.cpp ----------------------------------------------------------------
 class LlamaCpp:
-    def __init__(self, model, threads, n_ctx=512, flash_attn_disabled=False, kv_q8_0=False):
+    def __init__(self, model, threads, n_ctx=512, flash_attn_disabled=False, kv_q8_0=False, kv_f32=False):
         import llama_cpp as L  # noqa: N812 (the bindings' own naming)
 
         self.L = L
@@ -144,6 +144,8 @@ class LlamaCpp:
             cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
         if kv_q8_0:  # quantized V needs flash attention, which AUTO enables on this CPU
             cp.type_k = cp.type_v = getattr(L, "GGML_TYPE_Q8_0", 8)
+        if kv_f32:  # f32 K/V (compare_lfm2.py's f32-cache column)
+            cp.type_k = cp.type_v = getattr(L, "GGML_TYPE_F32", 0)
         self.flash_attn = (L.llama_flash_attn_type_name(cp.flash_attn_type) or b"?").decode()
         cp.n_ctx = n_ctx
         cp.n_batch = n_ctx

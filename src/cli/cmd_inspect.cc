@@ -98,7 +98,9 @@ int run_inspect(int argc, char** argv) {
       n_vocab = static_cast<int64_t>(v->arr.size());
   }
   int64_t head_dim_k = f.get_int_or(p + "attention.key_length", -1);
-  if (head_dim_k < 0 && n_embd > 0 && n_head > 0 && !kv_per_layer) head_dim_k = n_embd / n_head;
+  // A per-layer head_count_kv beside one head_count (lfm2: 0 marks a recurrent layer) keeps n_embd / n_head.
+  const gguf::Value* hc = f.find(p + "attention.head_count");
+  if (head_dim_k < 0 && n_embd > 0 && n_head > 0 && (!kv_per_layer || (hc && hc->is_int()))) head_dim_k = n_embd / n_head;
   int64_t head_dim_v = f.get_int_or(p + "attention.value_length", head_dim_k);
 
   // KV bytes per token over all layers. A per-layer head_count_kv array is
@@ -145,6 +147,16 @@ int run_inspect(int argc, char** argv) {
     wk.group_size = layout.group_size;
   }
 
+  // Hybrid models (lfm2): a recurrent state of constant size per sequence beside
+  // the attention layers' K/V (counted above; recurrent layers have 0 KV heads),
+  // as kv/recurrent_state_group.cc keeps it. Prefix caching is off for them.
+  int64_t state_layers = 0, state_bytes = 0;
+  if (const gguf::Value* lc = f.find(p + "shortconv.l_cache"); lc && lc->is_int() && n_embd > 0) {
+    if (const gguf::Value* kvh = f.find(p + "attention.head_count_kv"); kvh && kvh->type == gguf::ValueType::ARRAY)
+      for (const gguf::Value& e : kvh->arr) state_layers += e.is_int() && e.as_int() == 0 ? 1 : 0;
+    state_bytes = state_layers * (lc->as_int() - 1) * n_embd * static_cast<int64_t>(sizeof(float));
+  }
+
   if (json) {
     nlohmann::json j;
     j["path"] = path;
@@ -185,6 +197,9 @@ int run_inspect(int argc, char** argv) {
                                 {"f16_bytes_32k_sequence_held", wk.held_32k},
                                 {"kv_groups", wk.groups},
                                 {"kv_group_layers", wk.group_size}};
+    }
+    if (state_layers > 0) {
+      j["recurrent_state"] = {{"layers", state_layers}, {"bytes_per_sequence", state_bytes}, {"prefix_caching", false}};
     }
     if (show_meta) {
       nlohmann::json m = nlohmann::json::object();
@@ -245,6 +260,12 @@ int run_inspect(int argc, char** argv) {
     }
   } else {
     std::printf("KV cache:      unknown (attention shape missing from metadata)\n");
+  }
+  if (state_layers > 0) {
+    std::printf("recurrent state: %lld short-conv layers, %s bytes (f32) per sequence whatever its length, kept in\n"
+                "  KV blocks of its own (the K/V above is the attention layers' only); prefix caching is off for\n"
+                "  this model (no state checkpoints yet: a hit could not restore the state)\n",
+                static_cast<long long>(state_layers), with_commas(static_cast<uint64_t>(state_bytes)).c_str());
   }
   if (show_meta) {
     std::printf("metadata (%zu keys):\n", f.metadata().size());

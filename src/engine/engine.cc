@@ -191,10 +191,16 @@ Status EngineImpl::init(const EngineConfig& c) {
   // KV cache groups by attention kind (one group with the flag): a block holds
   // group_size layer slots, so it costs the same in every group.
   std::vector<int32_t> layer_windows;
-  for (const model::LayerAttn& a : mc.layers) layer_windows.push_back(a.window);
+  for (const model::LayerAttn& a : mc.layers) layer_windows.push_back(a.recurrent ? kv::kStateWindow : a.window);
+  // Hybrid models: a recurrent state cannot roll back (speculative decoding)
+  // and, without state checkpoints, cannot be restored by a prefix hit (tiers).
+  const bool recurrent = mc.n_state_rows > 0;
+  if (recurrent && c.speculative.enabled())
+    return errorf("speculative decoding is not supported for %s: its recurrent state cannot roll back rejected drafts", mc.arch.c_str());
   // Recompute rewrites every position each step: it needs every block, so one full group.
   // Tiers store one entry per block per group (engine/kv_tiers.h).
   const bool tiers = kv_tiers_enabled(c);
+  if (tiers && recurrent) return errorf("KV tiers need prefix caching, which is off for %s (recurrent state)", mc.arch.c_str());
   if (tiers && (c.recompute || !c.enable_prefix_caching))
     return errorf("KV tiers (--kv-disk-dir, --kv-redis) need prefix caching and the KV cache (no recompute)");
   // The one pool plan (kv::plan_pool) both the runner's storage and the KvManager are built from.
@@ -202,6 +208,8 @@ Status EngineImpl::init(const EngineConfig& c) {
   pr.shape = shape;
   pr.dtype = dtype_desc;
   pr.layer_windows = std::move(layer_windows);
+  pr.state_rows = mc.n_state_rows;
+  pr.state_row_bytes = static_cast<uint64_t>(mc.state_row_floats) * sizeof(float);
   pr.hybrid = !c.disable_hybrid_kv_cache_manager && !c.recompute;
   pr.block_size = c.block_size;
   pr.max_chunk = std::max(1, c.max_num_batched_tokens);
@@ -237,6 +245,10 @@ Status EngineImpl::init(const EngineConfig& c) {
   kc.pinned_fraction = c.kv_pinned_fraction;
   if (c.scheduling_policy == "priority") kc.eviction_classes = sched::kNumEvictionClasses;
   kv_ = std::make_unique<kv::KvManager>(kc);
+  if (recurrent) {
+    PAGODA_LOG_INFO("%s: recurrent state of %d layers in %d KV blocks per sequence; prefix caching off (no state checkpoints yet)",
+                    mc.arch.c_str(), mc.n_recurrent_layers(), layout.state_blocks);
+  }
   if (c.kv_clock_for_testing) kv_->set_clock(c.kv_clock_for_testing);
 
   sched::SchedulerConfig sc;

@@ -137,6 +137,11 @@ const std::vector<SynthShape>& synth_presets() {
     v[7].longrope_original_context = 4096;
     v[8].n_head_dim = 256;
     v[8].sliding_window = 512;
+    // LFM2-350M: 16 layers, attention at 2, 5, 8, 10, 12, 14 (its config's
+    // full_attn_idxs), short convolutions of length 3 elsewhere.
+    v.push_back(preset("lfm2-350m", "lfm2", "smollm", 1024, 16, 16, 8, 4608, 65536, 128000, 1000000.0, 1e-5, true, false));
+    v.back().shortconv_l_cache = 3;
+    v.back().attn_layers = {2, 5, 8, 10, 12, 14};
     // Tiny shapes of the newer architectures, every feature on at toy size:
     // tests/model/test_arch_llamacpp.cc checks them against llama.cpp's logits
     // (docs/parity/compare_arch.py --fixtures writes those).
@@ -158,6 +163,11 @@ const std::vector<SynthShape>& synth_presets() {
     v.push_back(preset("tiny-gemma3", "gemma3", "smollm", 64, 6, 4, 1, 96, 320, 256, 1000000.0, 1e-6, true, false));
     v.back().n_head_dim = 32;
     v.back().sliding_window = 8;
+    // tiny-lfm2: conv, attention, conv, conv, attention, conv.
+    v.push_back(preset("tiny-lfm2", "lfm2", "smollm", 64, 6, 4, 2, 96, 320, 256, 1000000.0, 1e-5, true, false));
+    v.back().shortconv_l_cache = 3;
+    v.back().attn_layers = {1, 4};
+    v.back().weight_std = 0.25;
     return v;
   }();
   return p;
@@ -192,8 +202,12 @@ int llama_file_type(GgmlType type) {
 Status synth_model(const SynthOptions& opt, GgufWriter* w) {
   const SynthShape& s = opt.shape;
   const int64_t n_layer = opt.n_layers_override > 0 ? opt.n_layers_override : s.n_layer;
-  if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "phi3" && s.arch != "gemma3")
-    return errorf("synth: unsupported arch '%s' (llama, qwen2, qwen3, phi3, gemma3)", s.arch.c_str());
+  if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "phi3" && s.arch != "gemma3" &&
+      s.arch != "lfm2")
+    return errorf("synth: unsupported arch '%s' (llama, qwen2, qwen3, phi3, gemma3, lfm2)", s.arch.c_str());
+  const bool lfm2 = s.arch == "lfm2";
+  if (lfm2 && (s.shortconv_l_cache < 2 || s.attn_layers.empty()))
+    return errorf("synth: lfm2 shape '%s' needs shortconv_l_cache >= 2 and attention layers", s.name.c_str());
   if (s.n_embd <= 0 || n_layer <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.n_ff <= 0 || s.n_vocab <= 0 ||
       s.n_ctx <= 0)
     return errorf("synth: shape '%s' has a non-positive dimension", s.name.c_str());
@@ -242,7 +256,14 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
   w->set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(hd));
   w->set_f32(a + ".rope.freq_base", static_cast<float>(s.rope_base));
   w->set_u32(a + ".attention.head_count", static_cast<uint32_t>(s.n_head));
-  w->set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
+  if (lfm2) {  // llama.cpp's converter: per-layer head_count_kv, 0 for a conv layer
+    std::vector<int32_t> kv(static_cast<size_t>(n_layer));
+    for (int64_t l = 0; l < n_layer; ++l) kv[static_cast<size_t>(l)] = s.is_attn_layer(l) ? static_cast<int32_t>(s.n_head_kv) : 0;
+    w->set_i32_array(a + ".attention.head_count_kv", kv);
+    w->set_u32(a + ".shortconv.l_cache", static_cast<uint32_t>(s.shortconv_l_cache));
+  } else {
+    w->set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
+  }
   w->set_f32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(s.rms_eps));
   if (s.n_head_dim > 0) {
     w->set_u32(a + ".attention.key_length", static_cast<uint32_t>(hd));
@@ -307,20 +328,24 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
                                {static_cast<uint64_t>(hd / 2)}, GgmlType::F32, values_producer(longrope_factors(hd / 2, lf))));
     }
   }
-  const bool qk_norm = s.arch == "qwen3" || s.arch == "gemma3", post_norms = s.arch == "gemma3";
+  const bool qk_norm = s.arch == "qwen3" || s.arch == "gemma3" || lfm2, post_norms = s.arch == "gemma3";
   const bool fused = s.arch == "phi3";
   for (int64_t l = 0; l < n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     PAGODA_TRY(add(p + "attn_norm.weight", s.n_embd, 0, GgmlType::F32, 1.0f));
     const GgmlType t_more = q4_k_m && synth_more_bits_layer(l, n_layer) ? GgmlType::Q6_K : t;
-    if (fused) {
+    if (!s.is_attn_layer(l)) {  // lfm2's short-conv layer (llama.cpp keeps the taps in F32)
+      PAGODA_TRY(add(p + "shortconv.in_proj.weight", s.n_embd, 3 * s.n_embd, t, -1));
+      PAGODA_TRY(add(p + "shortconv.conv.weight", s.shortconv_l_cache, s.n_embd, GgmlType::F32, -1));
+      PAGODA_TRY(add(p + "shortconv.out_proj.weight", s.n_embd, s.n_embd, t, -1));
+    } else if (fused) {
       PAGODA_TRY(add(p + "attn_qkv.weight", s.n_embd, q_dim + 2 * kv_dim, t, -1));
     } else {
       PAGODA_TRY(add(p + "attn_q.weight", s.n_embd, q_dim, t, -1));
       PAGODA_TRY(add(p + "attn_k.weight", s.n_embd, kv_dim, t, -1));
       PAGODA_TRY(add(p + "attn_v.weight", s.n_embd, kv_dim, t_more, -1));
     }
-    if (qk_norm) {
+    if (qk_norm && s.is_attn_layer(l)) {
       PAGODA_TRY(add(p + "attn_q_norm.weight", hd, 0, GgmlType::F32, 1.0f));
       PAGODA_TRY(add(p + "attn_k_norm.weight", hd, 0, GgmlType::F32, 1.0f));
     }
@@ -329,7 +354,7 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
       PAGODA_TRY(add(p + "attn_k.bias", kv_dim, 0, GgmlType::F32, -1));
       PAGODA_TRY(add(p + "attn_v.bias", kv_dim, 0, GgmlType::F32, -1));
     }
-    PAGODA_TRY(add(p + "attn_output.weight", q_dim, s.n_embd, t, -1));
+    if (s.is_attn_layer(l)) PAGODA_TRY(add(p + "attn_output.weight", q_dim, s.n_embd, t, -1));
     if (post_norms) PAGODA_TRY(add(p + "post_attention_norm.weight", s.n_embd, 0, GgmlType::F32, 1.0f));
     PAGODA_TRY(add(p + "ffn_norm.weight", s.n_embd, 0, GgmlType::F32, 1.0f));
     if (fused) {
@@ -341,7 +366,8 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
     PAGODA_TRY(add(p + "ffn_down.weight", s.n_ff, s.n_embd, t_more, -1));
     if (post_norms) PAGODA_TRY(add(p + "post_ffw_norm.weight", s.n_embd, 0, GgmlType::F32, 1.0f));
   }
-  PAGODA_TRY(add("output_norm.weight", s.n_embd, 0, GgmlType::F32, 1.0f));
+  // lfm2's final norm is named token_embd_norm (llama.cpp's LLM_TENSOR_OUTPUT_NORM_LFM2).
+  PAGODA_TRY(add(lfm2 ? "token_embd_norm.weight" : "output_norm.weight", s.n_embd, 0, GgmlType::F32, 1.0f));
   if (!s.tied) PAGODA_TRY(add("output.weight", s.n_embd, s.n_vocab, out_type, -1));
   return Status::Ok();
 }

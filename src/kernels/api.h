@@ -88,6 +88,14 @@ struct BatchView {
   // the page of the first key in the window).
   int32_t n_groups = 1;
   const struct KvGroupBatch* groups = nullptr;  // [n_groups - 1]: groups 1..
+  // Recurrent state (hybrid models; kv/recurrent_state_group.cc): each sequence's
+  // fixed-size state as n_state_rows f32 rows, state_rows[s * n_state_rows + r]
+  // row r of sequence s (which row holds what is the architecture's business;
+  // each row is row-width floats, contiguous). The state is read and rewritten
+  // by every step; a sequence whose first new token is at position 0 starts
+  // from the zero state (its rows' old bytes are ignored). 0 / null: none.
+  int32_t n_state_rows = 0;
+  float* const* state_rows = nullptr;  // [n_seqs * n_state_rows]
 };
 
 // One KV group's addressing of a step (group g >= 1 of a BatchView).
@@ -204,6 +212,22 @@ void parallel_for(int64_t n_items, F&& fn) {
 
 namespace ref {
 PAGODA_KERNEL_OPS
+}  // namespace ref
+namespace ref {
+// LFM2's gated short convolution over ONE sequence's n_tokens new rows (the op
+// between its shortconv in_proj and out_proj). bcx: [n_tokens, 3 n], each row
+// B | C | x; weight: [n, l_cache], channel c's taps oldest first; state:
+// l_cache - 1 row pointers of n floats, the B*x of the sequence's previous
+// positions, oldest first; fresh: the state is taken as zeros (position 0).
+//   bx[t] = B[t] * x[t]
+//   y[t, c] = C[t, c] * sum_{k=0}^{l_cache-1} w[c, k] * bx[t + k - (l_cache - 1), c]
+// (rows before 0 from the state), each sum from 0 in k order (ggml_ssm_conv's
+// order); then the state rows become the last l_cache - 1 rows of [state; bx].
+// Per element only its own channel's values, so the result does not depend on
+// the batch. Both backends call this scalar version: it is n x l_cache
+// multiply-adds per token and layer, nothing next to the matmuls. y: [n_tokens, n].
+void short_conv(const float* bcx, int64_t n_tokens, int64_t n, const float* weight, int32_t l_cache,
+                float* const* state, bool fresh, float* y);
 }  // namespace ref
 namespace cpu {
 PAGODA_KERNEL_OPS

@@ -33,7 +33,8 @@ constexpr Backend make_backend(const char* name, const ArithKernels& k) {
                  .silu_mul = &silu_mul,
                  .gelu_mul = k.gelu_mul,
                  .mul_scalar = &mul_scalar,
-                 .hadamard_rotate = &hadamard_rotate};
+                 .hadamard_rotate = &hadamard_rotate,
+                 .short_conv = &ref::short_conv};
 }
 
 constexpr Backend kCpu = make_backend("cpu", {&cpu::matmul, &cpu::matmul_multi, &cpu::rmsnorm, &cpu::rope,

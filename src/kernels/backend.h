@@ -36,6 +36,9 @@ struct Backend {
   void (*gelu_mul)(float* gate, const float* up, int64_t n);
   void (*mul_scalar)(float* x, float s, int64_t n);
   void (*hadamard_rotate)(float* x, int64_t n, int32_t block);
+  // ref::short_conv in both tables (api.h: its cost is negligible beside the matmuls).
+  void (*short_conv)(const float* bcx, int64_t n_tokens, int64_t n, const float* weight, int32_t l_cache,
+                     float* const* state, bool fresh, float* y);
 };
 
 // The table of a backend; static storage, valid for the program's lifetime.

@@ -29,7 +29,7 @@ class FullAttentionGroup final : public GroupManager {
 
 extern const GroupKind kFullAttentionKind;
 const GroupKind kFullAttentionKind{
-    "full", [](const KvGroupSpec& s) { return s.sliding_window == 0; },
+    "full", [](const KvGroupSpec& s) { return s.sliding_window == 0 && s.state_blocks == 0; },
     [](const KvGroupSpec& s, int32_t bs, SharedBlocks* b) -> std::unique_ptr<GroupManager> {
       return std::make_unique<FullAttentionGroup>(s, bs, b);
     }};

@@ -7,9 +7,11 @@ namespace pagoda::kv {
 
 extern const GroupKind kFullAttentionKind;   // full_attention_group.cc
 extern const GroupKind kSlidingWindowKind;   // sliding_window_group.cc
+extern const GroupKind kRecurrentStateKind;  // recurrent_state_group.cc
 
 namespace {
 const GroupKind* const kKinds[] = {
+    &kRecurrentStateKind,  // first: a state group's spec has sliding_window 0 too
     &kFullAttentionKind,
     &kSlidingWindowKind,
 };

@@ -64,7 +64,7 @@ void GroupManager::copy_on_write(SeqId seq, int32_t from, int32_t to, int32_t nu
     if (pool().ref_count(slot) <= 1) continue;
     const BlockId dst = blocks_->take();
     // Only computed tokens need copying; a block past them is just unshared.
-    if (j * block_size_ < num_computed) {
+    if (entry_computed(j, num_computed)) {
       PAGODA_CHECK(copies != nullptr);
       copies->emplace_back(slot, dst);
       ++blocks_->num_cow_copies;

@@ -12,8 +12,9 @@
 // are the same for every kind and live here. All groups draw from the one
 // SharedBlocks (pool + prefix cache), owned by the KvManager.
 //
-// A kind is one file (full_attention_group.cc, sliding_window_group.cc) that
-// defines a GroupManager subclass and its GroupKind; group_kinds.cc lists them.
+// A kind is one file (full_attention_group.cc, sliding_window_group.cc,
+// recurrent_state_group.cc) that defines a GroupManager subclass and its
+// GroupKind; group_kinds.cc lists them.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -30,9 +31,12 @@
 namespace pagoda::kv {
 
 // One KV cache group: 0 = full context, else the sliding window in tokens (a
-// token at p sees keys p - window < j <= p).
+// token at p sees keys p - window < j <= p). state_blocks > 0: a recurrent
+// state group (recurrent_state_group.cc): every sequence holds exactly that
+// many blocks, whatever its length, for its fixed-size state.
 struct KvGroupSpec {
   int32_t sliding_window = 0;
+  int32_t state_blocks = 0;
 };
 
 // The blocks every group draws from: the one pool and the one prefix cache.
@@ -81,6 +85,18 @@ class GroupManager {
   // give back to the free queue (held alone), and the release itself.
   virtual int32_t releasable_blocks(SeqId seq, int64_t start) const = 0;
   virtual void release_before(SeqId seq, int64_t start) = 0;
+  // Table shape: the entries a sequence's table has when the attention groups'
+  // tables have `logical` (ceil(tokens / bs)) entries; the first entry a step
+  // from num_computed writes (copy-on-write starts there); whether entry j
+  // holds data a copy-on-write must copy. Attention kinds: logical, the block
+  // of num_computed, j * bs < num_computed. A recurrent state group: a fixed
+  // count (0 before the first token), every entry, every entry once a token is computed.
+  virtual int32_t table_entries(int32_t logical) const { return logical; }
+  virtual int32_t first_written_entry(int32_t num_computed) const { return num_computed / block_size_; }
+  virtual bool entry_computed(int32_t j, int32_t num_computed) const { return j * block_size_ < num_computed; }
+  // Whether the group's data can be rolled back to fewer computed tokens
+  // (truncate below num_computed): attention yes, a recurrent state no.
+  virtual bool can_roll_back() const { return true; }
 
   // ---- tables ----
   bool has(SeqId seq) const { return tables_.count(seq) != 0; }

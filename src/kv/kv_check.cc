@@ -51,7 +51,7 @@ std::string KvManager::check_seq(SeqId id, const Seq& s, std::vector<int32_t>* r
     const GroupManager& gm = *groups_[g];
     if (!gm.has(id)) return errorf("seq %llu: no table in group %zu", uid, g).message;
     const std::span<const BlockId> table = gm.table(id);
-    if (static_cast<int32_t>(table.size()) != entries) {
+    if (static_cast<int32_t>(table.size()) != gm.table_entries(entries)) {
       return errorf("seq %llu: group %zu table of %zu blocks, group 0 of %d", uid, g, table.size(), entries).message;
     }
     // No block is released while a step still reads it: every entry from
@@ -94,7 +94,7 @@ std::string KvManager::check_seq(SeqId id, const Seq& s, std::vector<int32_t>* r
   const PrefixCache& cache = blocks_->cache;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const std::span<const BlockId> table = groups_[g]->table(id);
-    for (size_t i = 0; i < s.entries.size(); ++i) {
+    for (size_t i = 0; i < s.entries.size() && i < table.size(); ++i) {
       const BlockId b = table[i];
       if (b != kNullBlock && cache.contains(b) && !(cache.key_of(b) == group_key(s.keys[i], static_cast<int32_t>(g)))) {
         return errorf("seq %llu: group %zu block %d cached under another key", uid, g, b).message;

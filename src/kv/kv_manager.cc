@@ -12,7 +12,9 @@ KvConfig KvConfig::from_plan(const PoolPlan& plan) {
   KvConfig c;
   c.num_blocks = plan.num_blocks;
   c.block_size = plan.block_size;
-  for (int32_t w : plan.layout.windows) c.groups.push_back(KvGroupSpec{w});
+  // A negative window is the recurrent state group (kv/sizing.h kStateWindow).
+  for (int32_t w : plan.layout.windows)
+    c.groups.push_back(w < 0 ? KvGroupSpec{0, plan.layout.state_blocks} : KvGroupSpec{w, 0});
   return c;
 }
 
@@ -31,6 +33,9 @@ KvManager::KvManager(const KvConfig& config)
   for (const KvGroupSpec& g : specs) {
     PAGODA_CHECK_MSG(g.sliding_window >= 0, "sliding window %d < 0", g.sliding_window);
     groups_.push_back(make_group_manager(g, config.block_size, blocks_.get()));
+    // A recurrent state is valid only at its own length: no prefix hit could
+    // restore it (state checkpoints do not exist yet), so the cache is off.
+    if (g.state_blocks > 0) config_.enable_prefix_caching = false;
   }
 }
 
@@ -67,12 +72,14 @@ Status KvManager::check_current(const PrefixMatch& m, const char* what) const {
 
 int32_t KvManager::blocks_needed(const PrefixMatch& m, int32_t num_new_tokens) const {
   const int32_t hits = m.num_blocks();
-  const int32_t fresh = num_blocks_for(static_cast<int64_t>(m.num_cached_tokens()) + num_new_tokens) - hits;
+  const int32_t total = num_blocks_for(static_cast<int64_t>(m.num_cached_tokens()) + num_new_tokens);
+  int32_t fresh = 0;  // per group: its table's entries past the hit (a state group: its fixed slot)
+  for (const auto& g : groups_) fresh += g->table_entries(total) - g->table_entries(hits);
   int32_t revived = 0;
   for (const auto& table : m.tables_) {
     for (BlockId b : table) revived += b != kNullBlock && pool().ref_count(b) == 0 ? 1 : 0;
   }
-  return fresh * num_groups() + revived;
+  return fresh + revived;
 }
 
 int64_t KvManager::prefill_reserve(SeqId id, const Seq& s) const {
@@ -146,7 +153,7 @@ Expected<int32_t> KvManager::allocate(SeqId seq, const Admission& admission) {
   for (BlockId b : m.tables_[0]) blocks_->cache.count_hit(b);
   touch_pins(m);  // a hit over a pinned prefix renews its TTL
   const int32_t total_blocks = num_blocks_for(static_cast<int64_t>(cached) + admission.num_new_tokens_);
-  for (const auto& g : groups_) g->grow(seq, total_blocks);
+  for (const auto& g : groups_) g->grow(seq, g->table_entries(total_blocks));
   Seq s;
   s.salt = m.salt_;
   s.keys = m.keys_;
@@ -169,11 +176,11 @@ Expected<int32_t> KvManager::allocate(SeqId seq, std::span<const TokenId> tokens
 
 int32_t KvManager::cow_blocks_needed(SeqId seq, const Seq& s, int32_t num_new_tokens, int32_t* fresh) const {
   const int32_t target = num_blocks_for(static_cast<int64_t>(s.num_computed) + num_new_tokens);
-  const int32_t have = groups_[0]->num_entries(seq);
-  *fresh = std::max(0, target - have) * num_groups();
+  *fresh = 0;
+  for (const auto& g : groups_) *fresh += std::max(0, g->table_entries(target) - g->num_entries(seq));
   int32_t cow = 0;
   if (num_new_tokens > 0) {
-    for (const auto& g : groups_) cow += g->shared_blocks(seq, s.num_computed / config_.block_size, target);
+    for (const auto& g : groups_) cow += g->shared_blocks(seq, g->first_written_entry(s.num_computed), g->table_entries(target));
   }
   return cow;
 }
@@ -206,9 +213,10 @@ bool KvManager::append_slots(SeqId seq, int32_t num_new_tokens, std::vector<Bloc
   for (size_t g = 1; g <= groups_.size(); ++g) groups_[g % groups_.size()]->release_before(seq, s.num_computed);
   const int32_t target = num_blocks_for(static_cast<int64_t>(s.num_computed) + num_new_tokens);
   if (cow > 0) {
-    for (const auto& g : groups_) g->copy_on_write(seq, s.num_computed / config_.block_size, target, s.num_computed, copies);
+    for (const auto& g : groups_)
+      g->copy_on_write(seq, g->first_written_entry(s.num_computed), g->table_entries(target), s.num_computed, copies);
   }
-  for (const auto& g : groups_) g->grow(seq, target);
+  for (const auto& g : groups_) g->grow(seq, g->table_entries(target));
   blocks_->pool.set_release_class(0);
   return true;
 }
@@ -309,13 +317,17 @@ bool KvManager::truncate(SeqId seq, int32_t num_tokens) {
   // A committed block is the prefix cache's: cut inside it, the sequence would
   // rewrite its tail under the old key.
   if (num_tokens % bs != 0 && static_cast<int32_t>(s.entries.size()) > num_tokens / bs) return false;
-  // A released entry cannot come back: refuse before any change.
+  // A released entry cannot come back, nor a recurrent state roll back: refuse before any change.
   for (const auto& g : groups_) {
-    if (!g->holds(seq, g->first_needed_block(computed), keep)) return false;
+    if (!g->can_roll_back() && computed < s.num_computed) return false;
+    if (!g->holds(seq, g->first_needed_block(computed), g->table_entries(keep))) return false;
   }
   ++generation_;
   blocks_->pool.set_release_class(s.eviction_class);
-  for (size_t g = 1; g <= groups_.size(); ++g) groups_[g % groups_.size()]->truncate(seq, keep);  // group 0 last
+  for (size_t g = 1; g <= groups_.size(); ++g) {  // group 0 last
+    GroupManager& gm = *groups_[g % groups_.size()];
+    gm.truncate(seq, gm.table_entries(keep));
+  }
   blocks_->pool.set_release_class(0);
   s.num_computed = computed;
   const auto full = static_cast<size_t>(num_tokens / bs);

@@ -12,7 +12,17 @@ Expected<PoolPlan> plan_pool(const PoolRequest& r) {
   PoolPlan p;
   p.layout = kv_group_layout(r.layer_windows, r.hybrid);
   p.block_size = r.block_size;
+  if (p.layout.group_size <= 0) return errorf("kv pool: no attention layer (a model of recurrent layers only is not supported)");
   p.block_bytes = kv_group_bytes_per_block(r.shape, r.dtype, r.block_size, p.layout);
+  const bool has_state = !p.layout.windows.empty() && p.layout.windows.back() == kStateWindow;
+  if (has_state != (r.state_rows > 0)) return errorf("kv pool: recurrent layers and state rows (%lld) disagree", static_cast<long long>(r.state_rows));
+  if (has_state) {
+    const int64_t per_block = kv_state_rows_per_block(r.shape, r.dtype, r.block_size, p.layout.group_size, r.state_row_bytes);
+    if (per_block <= 0)
+      return errorf("kv pool: a recurrent state row of %llu bytes does not fit a block's K or V chunk of %d tokens; use a larger block size",
+                    static_cast<unsigned long long>(r.state_row_bytes), r.block_size);
+    p.layout.state_blocks = kv_state_blocks(r.state_rows, per_block);
+  }
   auto seq_blocks = [&](int64_t n) { return kv_blocks_for_sequence(p.layout, n, r.block_size, r.max_chunk); };
   int64_t num_blocks = r.num_blocks;
   if (r.one_context_tokens > 0) {

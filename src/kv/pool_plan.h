@@ -18,7 +18,11 @@ namespace pagoda::kv {
 struct PoolRequest {
   KvShape shape;                       // the attention as the cache stores it (bytes per token per layer)
   KvDtype dtype;                       // the cache's storage dtype
-  std::vector<int32_t> layer_windows;  // [n_layers] 0 = full context, else the layer's window
+  std::vector<int32_t> layer_windows;  // [n_layers] 0 = full context, else the layer's window; kStateWindow: recurrent
+  // Hybrid models: each sequence's recurrent state, state_rows rows of
+  // state_row_bytes (packed into the state group's blocks: kv_state_rows_per_block).
+  int64_t state_rows = 0;
+  uint64_t state_row_bytes = 0;
   bool hybrid = true;                  // group layers by kind (false: one group of every layer)
   int32_t block_size = 16;             // tokens per block, 1..256
   int32_t max_chunk = 1;               // the step's token budget (a window group's peak holds W + chunk)
@@ -39,8 +43,8 @@ struct PoolPlan {
   uint64_t bytes_total() const { return static_cast<uint64_t>(num_blocks) * block_bytes; }
 };
 
-// Errors: block_size outside 1..256, max_chunk < 1, no layers, or a pool of
-// fewer than 2 blocks. The pool is capped at INT32_MAX / 2 blocks.
+// Errors: block_size outside 1..256, max_chunk < 1, no layers (or no attention
+// layer), a state row larger than a block's K or V chunk, or a pool of fewer than 2 blocks. The pool is capped at INT32_MAX / 2 blocks.
 Expected<PoolPlan> plan_pool(const PoolRequest& request);
 
 }  // namespace pagoda::kv

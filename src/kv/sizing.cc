@@ -171,29 +171,43 @@ KvGroupLayout kv_group_layout(std::span<const int32_t> layer_windows, bool hybri
   const auto n = static_cast<int32_t>(layer_windows.size());
   g.layer_group.assign(static_cast<size_t>(n), 0);
   g.layer_slot.assign(static_cast<size_t>(n), 0);
-  // Kinds in order: full first, then windows ascending; each with its layers in order.
-  std::vector<int32_t> kinds(layer_windows.begin(), layer_windows.end());
+  // Kinds in order: full first, then windows ascending; each with its layers in
+  // order. Recurrent layers (kStateWindow) are in none: they get the state group, last.
+  std::vector<int32_t> kinds;
+  for (int32_t w : layer_windows)
+    if (w != kStateWindow) kinds.push_back(w);
+  const auto n_attn = static_cast<int32_t>(kinds.size());
   std::sort(kinds.begin(), kinds.end());
   kinds.erase(std::unique(kinds.begin(), kinds.end()), kinds.end());
   if (!hybrid || kinds.size() <= 1) {
-    g.group_size = n;
+    g.group_size = n_attn;
     g.windows.push_back(hybrid && kinds.size() == 1 ? kinds[0] : 0);
-    for (int32_t l = 0; l < n; ++l) g.layer_slot[static_cast<size_t>(l)] = l;
-    return g;
-  }
-  int32_t gsize = n;
-  for (int32_t w : kinds) gsize = std::min(gsize, static_cast<int32_t>(std::count(layer_windows.begin(), layer_windows.end(), w)));
-  g.group_size = gsize;
-  for (int32_t w : kinds) {
-    int32_t idx = 0;
-    const auto base = static_cast<int32_t>(g.windows.size());
-    for (int32_t l = 0; l < n; ++l) {
-      if (layer_windows[static_cast<size_t>(l)] != w) continue;
-      g.layer_group[static_cast<size_t>(l)] = base + idx / gsize;
-      g.layer_slot[static_cast<size_t>(l)] = idx % gsize;
-      ++idx;
+    for (int32_t l = 0, slot = 0; l < n; ++l)
+      if (layer_windows[static_cast<size_t>(l)] != kStateWindow) g.layer_slot[static_cast<size_t>(l)] = slot++;
+  } else {
+    int32_t gsize = n_attn;
+    for (int32_t w : kinds) gsize = std::min(gsize, static_cast<int32_t>(std::count(layer_windows.begin(), layer_windows.end(), w)));
+    g.group_size = gsize;
+    for (int32_t w : kinds) {
+      int32_t idx = 0;
+      const auto base = static_cast<int32_t>(g.windows.size());
+      for (int32_t l = 0; l < n; ++l) {
+        if (layer_windows[static_cast<size_t>(l)] != w) continue;
+        g.layer_group[static_cast<size_t>(l)] = base + idx / gsize;
+        g.layer_slot[static_cast<size_t>(l)] = idx % gsize;
+        ++idx;
+      }
+      for (int32_t k = 0; k < (idx + gsize - 1) / gsize; ++k) g.windows.push_back(w);
     }
-    for (int32_t k = 0; k < (idx + gsize - 1) / gsize; ++k) g.windows.push_back(w);
+  }
+  if (n_attn < n) {  // the recurrent state group
+    const auto state = static_cast<int32_t>(g.windows.size());
+    g.windows.push_back(kStateWindow);
+    for (int32_t l = 0; l < n; ++l) {
+      if (layer_windows[static_cast<size_t>(l)] != kStateWindow) continue;
+      g.layer_group[static_cast<size_t>(l)] = state;
+      g.layer_slot[static_cast<size_t>(l)] = -1;
+    }
   }
   return g;
 }
@@ -215,8 +229,25 @@ int64_t kv_group_blocks_for_sequence(int64_t num_tokens, int32_t block_size, int
 
 int64_t kv_blocks_for_sequence(const KvGroupLayout& layout, int64_t num_tokens, int32_t block_size, int32_t max_chunk) {
   int64_t n = 0;
-  for (int32_t w : layout.windows) n += kv_group_blocks_for_sequence(num_tokens, block_size, w, max_chunk);
+  for (int32_t w : layout.windows)
+    n += w == kStateWindow ? (num_tokens > 0 ? layout.state_blocks : 0)
+                           : kv_group_blocks_for_sequence(num_tokens, block_size, w, max_chunk);
   return n;
+}
+
+int64_t kv_state_rows_per_block(const KvShape& shape, const KvDtype& dtype, int32_t block_size, int32_t group_size,
+                                uint64_t row_bytes) {
+  if (row_bytes == 0 || block_size <= 0 || group_size <= 0) return 0;
+  const int32_t v_dim = shape.v_head_dim > 0 ? shape.v_head_dim : shape.head_dim;
+  const uint64_t heads = static_cast<uint64_t>(std::max(shape.num_kv_heads, 1));
+  const uint64_t bs = static_cast<uint64_t>(block_size);
+  const uint64_t k_chunk = bs * heads * kv_row_bytes(dtype, shape.head_dim);
+  const uint64_t v_chunk = bs * heads * kv_row_bytes(kv_v_dtype(dtype), v_dim);
+  return static_cast<int64_t>(static_cast<uint64_t>(group_size) * (k_chunk / row_bytes + v_chunk / row_bytes));
+}
+
+int32_t kv_state_blocks(int64_t n_rows, int64_t rows_per_block) {
+  return n_rows <= 0 ? 0 : static_cast<int32_t>((n_rows + rows_per_block - 1) / rows_per_block);
 }
 
 uint64_t kv_group_bytes_per_block(const KvShape& shape, const KvDtype& dtype, int32_t block_size,

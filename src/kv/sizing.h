@@ -125,17 +125,27 @@ KvShape shard_for_tp(const KvShape& shape, int32_t tp);
 // holds G layer slots x block_size tokens x K,V, so a block costs the same in
 // every group. Gemma 3 270M (3 global + 15 window-512 layers): G = 3, one full
 // group then 5 window groups.
+//
+// Hybrid models: a layer of window kStateWindow (-1) is recurrent (no K/V):
+// it joins no attention group; the layout ends with ONE recurrent state group
+// (windows entry kStateWindow, layer_group of every recurrent layer, layer_slot
+// -1) holding each sequence's whole fixed-size state in state_blocks blocks of
+// the same pool (kv/recurrent_state_group.cc; kv::plan_pool sets state_blocks).
+inline constexpr int32_t kStateWindow = -1;
 struct KvGroupLayout {
-  int32_t group_size = 0;            // G: layer slots per block
-  std::vector<int32_t> windows;      // [n_groups] 0 = full context; full groups first
+  int32_t group_size = 0;            // G: layer slots per block (attention layers only)
+  std::vector<int32_t> windows;      // [n_groups] 0 = full context; full groups first; kStateWindow last
+  int32_t state_blocks = 0;          // blocks of the state group per sequence (0: none)
   std::vector<int32_t> layer_group;  // [n_layers] the group of each layer
   std::vector<int32_t> layer_slot;   // [n_layers] its slot in the group, 0..G-1
   int32_t num_groups() const { return static_cast<int32_t>(windows.size()); }
   int32_t num_layers() const { return static_cast<int32_t>(layer_group.size()); }
 };
-// layer_windows[l]: 0 (full) or the window of layer l. hybrid = false (or a
-// single kind): one group of every layer, G = n_layers (the window, if all
-// layers share one, is kept only when hybrid). Precondition: windows >= 0.
+// layer_windows[l]: 0 (full), the window of layer l, or kStateWindow (recurrent).
+// hybrid = false (or a single kind): one group of every attention layer, G =
+// their count (the window, if all share one, is kept only when hybrid); the
+// state group, if any, after it. state_blocks is left 0 (plan_pool's).
+// Precondition: windows >= kStateWindow, at least one attention layer.
 KvGroupLayout kv_group_layout(std::span<const int32_t> layer_windows, bool hybrid);
 // The windows of a KvShape's layers (is_local_layer -> sliding_window, else 0).
 std::vector<int32_t> kv_layer_windows(const KvShape& shape);
@@ -147,12 +157,23 @@ std::vector<int32_t> kv_layer_windows(const KvShape& shape);
 //   min(ceil(N/bs), ceil((W + max_chunk - 2)/bs) + 1)
 // (decode: ceil((W - 1)/bs) + 1, i.e. W/bs + 1 when bs divides W: Gemma 3's 512 + one block).
 int64_t kv_group_blocks_for_sequence(int64_t num_tokens, int32_t block_size, int32_t window, int32_t max_chunk = 1);
-// The same summed over a layout's groups: the blocks a sequence holds.
+// The same summed over a layout's groups (the state group: state_blocks): the blocks a sequence holds.
 int64_t kv_blocks_for_sequence(const KvGroupLayout& layout, int64_t num_tokens, int32_t block_size,
                                int32_t max_chunk = 1);
 // Bytes of one pool block of a layout: G x block_size x kv_bytes_per_token_per_layer.
 uint64_t kv_group_bytes_per_block(const KvShape& shape, const KvDtype& dtype, int32_t block_size,
                                   const KvGroupLayout& layout);
+
+// The recurrent state's packing (hybrid models): a block of the pool is, for
+// each of its G layer slots, a K chunk (block_size K rows) and a V chunk
+// (block_size V rows); the state's rows of row_bytes each are laid chunk by
+// chunk, floor(chunk / row_bytes) rows per chunk, never across a chunk. The
+// runner's storage addresses them the same way (runtime/kv_storage.h).
+// Rows one block holds (0: a state row is larger than a chunk).
+int64_t kv_state_rows_per_block(const KvShape& shape, const KvDtype& dtype, int32_t block_size, int32_t group_size,
+                                uint64_t row_bytes);
+// Blocks of one sequence's state of n_rows rows: ceil(n_rows / rows_per_block). Precondition: rows_per_block > 0.
+int32_t kv_state_blocks(int64_t n_rows, int64_t rows_per_block);
 
 // ---- Paged pool arithmetic (engine/ sizes its pool with these) -------------
 

@@ -57,7 +57,7 @@ class SlidingWindowGroup final : public GroupManager {
 
 extern const GroupKind kSlidingWindowKind;
 const GroupKind kSlidingWindowKind{
-    "sliding_window", [](const KvGroupSpec& s) { return s.sliding_window > 0; },
+    "sliding_window", [](const KvGroupSpec& s) { return s.sliding_window > 0 && s.state_blocks == 0; },
     [](const KvGroupSpec& s, int32_t bs, SharedBlocks* b) -> std::unique_ptr<GroupManager> {
       return std::make_unique<SlidingWindowGroup>(s, bs, b);
     }};

@@ -45,6 +45,9 @@ struct ArchDef {
   // Runs the forward (Model::forward's contract): embeds the batch, writes
   // every layer's K/V, and leaves the wanted rows' logits in p.logits.
   void (*forward)(const ForwardPass& p) = &decoder_forward;
+  // Whether head_count_kv may be a per-layer array whose 0 entries mark
+  // recurrent layers (LayerAttn::recurrent; lfm2's short convolutions).
+  bool recurrent_layers = false;
 };
 
 // The ArchDef registered for a `general.architecture` name, or null.

@@ -27,6 +27,8 @@ void over_tokens(int64_t n_tokens, F&& fn) {  // fn(t0, t1): rows [t0, t1)
   kernels::parallel_for(parts, [&](int64_t i) { fn(n_tokens * i / parts, n_tokens * (i + 1) / parts); });
 }
 
+}  // namespace
+
 // x = rmsnorm(x) * weight, rows [0, T) of width n, on the pool.
 void rmsnorm_rows(const ForwardPass& p, const float* x, const float* weight, int64_t T, int64_t n, float* y) {
   over_tokens(T, [&](int64_t t0, int64_t t1) { p.k.rmsnorm(x + t0 * n, weight, p.c.rms_eps, t1 - t0, n, y + t0 * n); });
@@ -40,8 +42,6 @@ void add_residual(const ForwardPass& p, const float* post_norm, float* x, float*
     p.k.add(x + t0 * E, proj + t0 * E, (t1 - t0) * E);
   });
 }
-
-}  // namespace
 
 void embed_tokens(const ForwardPass& p) {
   p.k.get_rows(p.w.token_embd, p.batch.token_ids, p.batch.n_tokens, p.ws.x.data());

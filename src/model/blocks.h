@@ -9,6 +9,12 @@
 
 namespace pagoda::model {
 
+// y = rmsnorm(x) * weight over rows [0, T) of width n, split over the kernels'
+// threads at token boundaries (bitwise the same as one call).
+void rmsnorm_rows(const ForwardPass& p, const float* x, const float* weight, int64_t T, int64_t n, float* y);
+// x += post_norm(proj) (the norm only when non-null), rows of width n_embd, split as above.
+void add_residual(const ForwardPass& p, const float* post_norm, float* x, float* proj, int64_t T);
+
 // ws.x[t, :] = token_embd row of batch.token_ids[t] (times c.embd_scale).
 void embed_tokens(const ForwardPass& p);
 

@@ -60,7 +60,28 @@ Expected<ModelConfig> config_from_gguf(const gguf::GgufFile& f, const ModelLoadO
   PAGODA_ASSIGN_OR_RETURN(c.n_embd, read_dim(f, p + "embedding_length", -1));
   PAGODA_ASSIGN_OR_RETURN(c.n_ff, read_dim(f, p + "feed_forward_length", -1));
   PAGODA_ASSIGN_OR_RETURN(c.n_heads, read_dim(f, p + "attention.head_count", -1));
-  PAGODA_ASSIGN_OR_RETURN(c.n_kv_heads, read_dim(f, p + "attention.head_count_kv", c.n_heads));
+  // head_count_kv: one value, or (a hybrid architecture) one per layer, 0 for
+  // a recurrent layer; the attention layers must then agree on one value.
+  std::vector<bool> recurrent(static_cast<size_t>(c.n_layers), false);
+  if (const gguf::Value* kvh = f.find(p + "attention.head_count_kv"); kvh && kvh->type == gguf::ValueType::ARRAY) {
+    if (!def->recurrent_layers) return errorf("%sattention.head_count_kv: per-layer arrays are not supported for %s", p.c_str(), c.arch.c_str());
+    if (kvh->arr.size() != static_cast<size_t>(c.n_layers))
+      return errorf("%sattention.head_count_kv: %zu entries for %d layers", p.c_str(), kvh->arr.size(), c.n_layers);
+    for (size_t l = 0; l < kvh->arr.size(); ++l) {
+      const gguf::Value& e = kvh->arr[l];
+      if (!e.is_int() || e.as_int() < 0 || e.as_int() > c.n_heads)
+        return errorf("%sattention.head_count_kv[%zu]: expected an integer in 0..%d", p.c_str(), l, c.n_heads);
+      recurrent[l] = e.as_int() == 0;
+      if (e.as_int() == 0) continue;
+      if (c.n_kv_heads != 0 && c.n_kv_heads != e.as_int())
+        return errorf("%sattention.head_count_kv[%zu] = %lld: every attention layer must have %d", p.c_str(), l,
+                      static_cast<long long>(e.as_int()), c.n_kv_heads);
+      c.n_kv_heads = static_cast<int32_t>(e.as_int());
+    }
+    if (c.n_kv_heads == 0) return errorf("%sattention.head_count_kv: no attention layer", p.c_str());
+  } else {
+    PAGODA_ASSIGN_OR_RETURN(c.n_kv_heads, read_dim(f, p + "attention.head_count_kv", c.n_heads));
+  }
   if (c.n_embd % c.n_heads != 0 && !f.find(p + "attention.key_length")) {
     return errorf("%sembedding_length %d is not a multiple of attention.head_count %d", p.c_str(),
                   c.n_embd, c.n_heads);
@@ -105,6 +126,7 @@ Expected<ModelConfig> config_from_gguf(const gguf::GgufFile& f, const ModelLoadO
   }
   c.layers.assign(static_cast<size_t>(c.n_layers),
                   LayerAttn{.window = 0, .rope_base = c.rope_base, .rope_freq_scale = rope_factor > 0.f ? 1.f / rope_factor : 1.f});
+  for (size_t l = 0; l < recurrent.size(); ++l) c.layers[l].recurrent = recurrent[l];
   if (def->read_hparams) PAGODA_TRY(def->read_hparams(f, p, c));
   if (c.rope_ext_factor != 0.f) {
     for (LayerAttn& a : c.layers) {  // after read_hparams: a layer's own base (gemma3's local layers)

@@ -25,6 +25,9 @@ struct LayerAttn {
   // rotary pairs below yarn_low keep the extrapolated angle, above yarn_high the
   // interpolated one, a linear ramp between.
   float yarn_low = 0.f, yarn_high = 0.f;
+  // A recurrent layer (a per-layer head_count_kv of 0, ArchDef::recurrent_layers):
+  // no K/V; its state lives in the sequence's recurrent state (n_state_rows).
+  bool recurrent = false;
 };
 
 struct ModelConfig {
@@ -65,7 +68,19 @@ struct ModelConfig {
   // [n_layers], filled by config_from_gguf (window 0, rope_base, 1/rope.scaling.factor)
   // before the architecture's read_hparams, which may change them.
   std::vector<LayerAttn> layers;
+  // Hybrid models (set by the architecture's read_hparams): each sequence's
+  // fixed-size recurrent state, n_state_rows f32 rows of state_row_floats
+  // (kernels::BatchView::state_rows). LFM2: (l_cache - 1) rows of n_embd per
+  // short-conv layer.
+  int32_t shortconv_l_cache = 0;  // <arch>.shortconv.l_cache (lfm2)
+  int32_t n_state_rows = 0;
+  int32_t state_row_floats = 0;
 
+  int32_t n_recurrent_layers() const {
+    int32_t n = 0;
+    for (const LayerAttn& a : layers) n += a.recurrent ? 1 : 0;
+    return n;
+  }
   int32_t q_dim() const { return n_heads * head_dim; }      // width of Q and of attention output
   int32_t kv_dim() const { return n_kv_heads * head_dim; }  // width of one token's K (or V) row
 };

@@ -12,7 +12,7 @@ namespace pagoda::model {
 
 void Workspace::reserve(const ModelConfig& c, int32_t max_tokens) {
   if (max_tokens <= max_tokens_ && c.n_embd == embd_ && c.q_dim() == q_dim_ && c.kv_dim() == kv_dim_ &&
-      c.n_ff == ff_) {
+      c.n_ff == ff_ && (c.n_recurrent_layers() > 0 ? 3 * c.n_embd : 0) == conv_) {
     return;
   }
   max_tokens_ = std::max(max_tokens, max_tokens_);
@@ -20,6 +20,7 @@ void Workspace::reserve(const ModelConfig& c, int32_t max_tokens) {
   q_dim_ = c.q_dim();
   kv_dim_ = c.kv_dim();
   ff_ = c.n_ff;
+  conv_ = c.n_recurrent_layers() > 0 ? 3 * c.n_embd : 0;
   const auto t = static_cast<size_t>(max_tokens_);
   x.resize(t * static_cast<size_t>(embd_));
   xn.resize(t * static_cast<size_t>(embd_));
@@ -30,6 +31,7 @@ void Workspace::reserve(const ModelConfig& c, int32_t max_tokens) {
   proj.resize(t * static_cast<size_t>(embd_));
   gate.resize(t * static_cast<size_t>(ff_));
   up.resize(t * static_cast<size_t>(ff_));
+  conv.resize(t * static_cast<size_t>(conv_));
 }
 
 // ---- Loading -----------------------------------------------------------------
@@ -109,11 +111,16 @@ Status Model::forward(const kernels::BatchView& batch, std::span<const kernels::
   if (kv_layers.size() != static_cast<size_t>(c.n_layers)) {
     return errorf("forward: %zu KV layers for a %d-layer model", kv_layers.size(), c.n_layers);
   }
-  for (const kernels::KvLayerView& kv : kv_layers) {
+  for (size_t l = 0; l < kv_layers.size(); ++l) {
+    const kernels::KvLayerView& kv = kv_layers[l];
+    if (c.layers[l].recurrent) continue;  // no K/V: its state comes in batch.state_rows
     if (kv.n_kv_heads != c.n_kv_heads || kv.head_dim != c.head_dim || !kv.k || !kv.v) {
       return errorf("forward: KV layer has %d heads x %d dims, model needs %d x %d", kv.n_kv_heads, kv.head_dim,
                     c.n_kv_heads, c.head_dim);
     }
+  }
+  if (batch.n_state_rows != c.n_state_rows || (c.n_state_rows > 0 && !batch.state_rows)) {
+    return errorf("forward: %d recurrent state rows per sequence for a model with %d", batch.n_state_rows, c.n_state_rows);
   }
   for (int64_t t = 0; t < T; ++t) {
     const int32_t id = batch.token_ids[t];

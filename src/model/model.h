@@ -45,10 +45,11 @@ class Workspace {
   AlignedBuffer<float> proj;  // [T, E]       sublayer output; later the gathered logit rows
   AlignedBuffer<float> gate;  // [T, F]       FFN gate, then silu(gate) * up
   AlignedBuffer<float> up;    // [T, F]       FFN up
+  AlignedBuffer<float> conv;  // [T, 3 E]     lfm2's short-conv in_proj output (hybrid models only)
 
  private:
   int32_t max_tokens_ = 0;
-  int64_t embd_ = 0, q_dim_ = 0, kv_dim_ = 0, ff_ = 0;
+  int64_t embd_ = 0, q_dim_ = 0, kv_dim_ = 0, ff_ = 0, conv_ = 0;
 };
 
 class Model {

@@ -5,8 +5,8 @@
 
 namespace pagoda::model {
 
-// Defined in llama.cc, qwen2.cc, qwen3.cc, phi3.cc, gemma3.cc.
-extern const ArchDef kLlamaArch, kQwen2Arch, kQwen3Arch, kPhi3Arch, kGemma3Arch;
+// Defined in llama.cc, qwen2.cc, qwen3.cc, phi3.cc, gemma3.cc, lfm2.cc.
+extern const ArchDef kLlamaArch, kQwen2Arch, kQwen3Arch, kPhi3Arch, kGemma3Arch, kLfm2Arch;
 
 namespace {
 
@@ -23,6 +23,7 @@ constexpr Entry kArchs[] = {
     {"qwen3", &kQwen3Arch},
     {"phi3", &kPhi3Arch},
     {"gemma3", &kGemma3Arch},
+    {"lfm2", &kLfm2Arch},
 };
 
 }  // namespace

@@ -156,6 +156,7 @@ uint64_t weight_bytes_per_token(const ModelWeights& w, const ModelConfig& c) {
     if (l.bq) total += 4 * static_cast<uint64_t>(c.q_dim() + 2 * c.kv_dim());
     if (l.q_norm) total += 2 * 4 * static_cast<uint64_t>(c.head_dim);
     if (l.post_attn_norm) total += 2 * vec;
+    if (l.conv_w) total += matrix_bytes(l.conv_in) + matrix_bytes(l.conv_out) + vec * static_cast<uint64_t>(c.shortconv_l_cache);
   }
   return total;
 }
@@ -165,7 +166,8 @@ void pack_decode_weights(const gguf::GgufFile& file, ModelWeights& w) {
   std::vector<kernels::WeightView*> views = {&w.output};
   if (w.token_embd.data == w.output.data) views.push_back(&w.token_embd);  // tied: same copy
   for (LayerWeights& l : w.layers)
-    for (kernels::WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) views.push_back(v);
+    for (kernels::WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.conv_in, &l.conv_out})
+      views.push_back(v);
   // One copy per distinct matrix (same data, shape and type), 64-byte aligned offsets.
   std::map<const void*, size_t> offset;
   std::vector<kernels::WeightView*> first;  // the view each copy is packed from

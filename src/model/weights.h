@@ -33,6 +33,10 @@ struct LayerWeights {
   const float* k_norm = nullptr;     // [head_dim]
   const float* post_attn_norm = nullptr;  // [n_embd] norm of the attention output (gemma3; set with post_ffn_norm)
   const float* post_ffn_norm = nullptr;   // [n_embd] norm of the FFN output
+  // lfm2's short-convolution layers (LayerAttn::recurrent; no attention weights):
+  kernels::WeightView conv_in;            // [3 n_embd, n_embd] shortconv.in_proj: B | C | x
+  const float* conv_w = nullptr;          // [n_embd, l_cache] shortconv.conv, taps oldest first
+  kernels::WeightView conv_out;           // [n_embd, n_embd] shortconv.out_proj
 };
 
 // The decode-packed copies of a model's matrices (pack_decode_weights), one buffer.

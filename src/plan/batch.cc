@@ -57,7 +57,7 @@ Status check_table(const sched::ScheduledSeq& s, const std::vector<sched::BlockI
 }
 
 Status check_seq(const sched::ScheduledSeq& s, size_t index, int32_t block_size, int32_t num_blocks,
-                 int32_t num_groups) {
+                 int32_t num_groups, int32_t state_group) {
   const int64_t n = static_cast<int64_t>(s.token_ids.size());
   if (n == 0) return errorf("plan: sequence %zu (request %llu) has no new tokens", index,
                             static_cast<unsigned long long>(s.request_id));
@@ -74,7 +74,16 @@ Status check_seq(const sched::ScheduledSeq& s, size_t index, int32_t block_size,
     return errorf("plan: request %llu has %zu group tables, the storage has %d groups",
                   static_cast<unsigned long long>(s.request_id), s.group_block_ids.size() + 1, num_groups);
   }
-  for (const auto& table : s.group_block_ids) {
+  for (size_t g = 0; g < s.group_block_ids.size(); ++g) {
+    const auto& table = s.group_block_ids[g];
+    if (static_cast<int32_t>(g) + 1 == state_group) {  // the recurrent state's blocks
+      for (sched::BlockId b : table) {
+        if (b <= 0 || b >= num_blocks)
+          return errorf("plan: request %llu has recurrent state block %d outside 1..%d",
+                        static_cast<unsigned long long>(s.request_id), b, num_blocks - 1);
+      }
+      continue;
+    }
     PAGODA_TRY(check_table(s, table, pages, kv_len, num_blocks));
     // The new tokens' K/V go to real blocks of every group.
     for (int64_t p = s.start_pos / block_size; p < pages; ++p) {
@@ -90,14 +99,14 @@ Status check_seq(const sched::ScheduledSeq& s, size_t index, int32_t block_size,
 }  // namespace
 
 Status build_batch(const sched::StepPlan& plan, int32_t block_size, int32_t num_blocks, StepBatch* out,
-                   int32_t num_groups) {
+                   int32_t num_groups, int32_t state_group) {
   clear(out);
   out->block_size = block_size;
   if (block_size <= 0) return errorf("plan: block size %d must be positive", block_size);
   if (num_groups < 1) return errorf("plan: %d KV groups", num_groups);
   int64_t total = 0;
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
-    PAGODA_TRY(check_seq(plan.seqs[i], i, block_size, num_blocks, num_groups));
+    PAGODA_TRY(check_seq(plan.seqs[i], i, block_size, num_blocks, num_groups, state_group));
     total += static_cast<int64_t>(plan.seqs[i].token_ids.size());
   }
   if (total > INT32_MAX) return errorf("plan: %lld tokens in one step", static_cast<long long>(total));
@@ -122,6 +131,7 @@ Status build_batch(const sched::StepPlan& plan, int32_t block_size, int32_t num_
       out->slot_mapping.push_back(static_cast<int64_t>(s.block_ids[static_cast<size_t>(pos / block_size)]) *
                                       block_size + pos % block_size);
       for (size_t g = 0; g < s.group_block_ids.size(); ++g) {
+        if (static_cast<int32_t>(g) + 1 == state_group) continue;
         out->groups[g].slot_mapping.push_back(
             static_cast<int64_t>(s.group_block_ids[g][static_cast<size_t>(pos / block_size)]) * block_size +
             pos % block_size);
@@ -132,6 +142,7 @@ Status build_batch(const sched::StepPlan& plan, int32_t block_size, int32_t num_
     const int32_t pages = (kv_len + block_size - 1) / block_size;
     out->kv_indices.insert(out->kv_indices.end(), s.block_ids.begin(), s.block_ids.begin() + pages);
     for (size_t g = 0; g < s.group_block_ids.size(); ++g) {
+      if (static_cast<int32_t>(g) + 1 == state_group) continue;
       const auto& t = s.group_block_ids[g];
       out->groups[g].kv_indices.insert(out->groups[g].kv_indices.end(), t.begin(), t.begin() + pages);
     }

@@ -46,8 +46,11 @@ struct StepBatch {
 // table covers positions 0 .. start_pos + n - 1 with ids in [0, num_blocks).
 // With num_groups > 1 every sequence carries num_groups - 1 group_block_ids
 // tables, each covering the same positions; a token's slot in a group must be
-// a real block (not the null block 0). On error `out` is left empty.
+// a real block (not the null block 0). Group state_group (>= 1; -1: none) is
+// a recurrent state group: its tables hold the sequence's state blocks, not
+// token positions; they must be real blocks and add no slots or pages. On
+// error `out` is left empty.
 Status build_batch(const sched::StepPlan& plan, int32_t block_size, int32_t num_blocks, StepBatch* out,
-                   int32_t num_groups = 1);
+                   int32_t num_groups = 1, int32_t state_group = -1);
 
 }  // namespace pagoda::plan

@@ -23,7 +23,7 @@ Expected<std::unique_ptr<KvStorage>> KvStorage::create(const KvStorageSpec& s) {
     }
     for (int32_t l = 0; l < s.n_layers; ++l) {
       const auto i = static_cast<size_t>(l);
-      if (s.layer_group[i] < 0 || s.layer_slot[i] < 0 || s.layer_slot[i] >= s.n_layer_slots) {
+      if (s.layer_group[i] < 0 || s.layer_slot[i] < -1 || s.layer_slot[i] >= s.n_layer_slots) {
         return errorf("kv storage: layer %d in group %d slot %d of %d", l, s.layer_group[i], s.layer_slot[i],
                       s.n_layer_slots);
       }
@@ -53,6 +53,10 @@ Expected<std::unique_ptr<KvStorage>> KvStorage::create(const KvStorageSpec& s) {
   for (int32_t l = 0; l < s.n_layers; ++l) {
     kernels::KvLayerView& v = kv->layers_[static_cast<size_t>(l)];
     const bool grouped = !s.layer_slot.empty();
+    if (grouped && s.layer_slot[static_cast<size_t>(l)] < 0) {  // recurrent: its state is not in a layer slot
+      v.group = s.layer_group[static_cast<size_t>(l)];
+      continue;
+    }
     const auto slot = static_cast<uint64_t>(grouped ? s.layer_slot[static_cast<size_t>(l)] : l);
     v.group = grouped ? s.layer_group[static_cast<size_t>(l)] : 0;
     v.k = kv->base_ + slot * layer_bytes;
@@ -115,6 +119,34 @@ void KvStorage::import_block(int32_t block, std::string_view bytes) {
     std::memcpy(pool(i) + static_cast<size_t>(block) * bb, bytes.data() + at, bb);
     at += bb;
   }
+}
+
+}  // namespace pagoda::runtime
+
+namespace pagoda::runtime {
+
+int64_t KvStorage::state_rows_per_block(size_t row_bytes) const {
+  if (row_bytes == 0) return 0;
+  const size_t bs = static_cast<size_t>(spec_.block_size);
+  return static_cast<int64_t>(spec_.slots()) *
+         static_cast<int64_t>(bs * spec_.row_bytes() / row_bytes + bs * spec_.v_row_bytes() / row_bytes);
+}
+
+float* KvStorage::state_row(std::span<const int32_t> blocks, int64_t r, size_t row_bytes) const {
+  const size_t bs = static_cast<size_t>(spec_.block_size);
+  const int64_t rk = static_cast<int64_t>(bs * spec_.row_bytes() / row_bytes);
+  const int64_t rv = static_cast<int64_t>(bs * spec_.v_row_bytes() / row_bytes);
+  const int64_t per_block = static_cast<int64_t>(spec_.slots()) * (rk + rv);
+  PAGODA_CHECK(per_block > 0 && r >= 0 && r / per_block < static_cast<int64_t>(blocks.size()));
+  const int32_t block = blocks[static_cast<size_t>(r / per_block)];
+  PAGODA_CHECK(block > 0 && block < spec_.num_blocks);
+  const int64_t in_block = r % per_block;
+  const auto slot = static_cast<int32_t>(in_block / (rk + rv));
+  const int64_t in_slot = in_block % (rk + rv);
+  const int32_t i = in_slot < rk ? 2 * slot : 2 * slot + 1;  // K chunk, then V chunk
+  const int64_t row = in_slot < rk ? in_slot : in_slot - rk;
+  uint8_t* p = pool(i) + static_cast<size_t>(block) * pool_block_bytes(i) + static_cast<size_t>(row) * row_bytes;
+  return reinterpret_cast<float*>(p);
 }
 
 }  // namespace pagoda::runtime

@@ -35,7 +35,7 @@ struct KvStorageSpec {
   // (the default): one group, slot l for layer l, G = n_layers.
   int32_t n_layer_slots = 0;
   std::vector<int32_t> layer_group;  // [n_layers]
-  std::vector<int32_t> layer_slot;   // [n_layers]
+  std::vector<int32_t> layer_slot;   // [n_layers]; -1: a recurrent layer (no K/V, a view of null pools)
 
   int32_t slots() const { return n_layer_slots > 0 ? n_layer_slots : n_layers; }
   int64_t kv_dim() const { return static_cast<int64_t>(n_kv_heads) * head_dim; }
@@ -75,6 +75,16 @@ class KvStorage {
   void export_block(int32_t block, std::string* out) const;
   // Writes bytes made by export_block into `block`. Precondition: size == block_bytes().
   void import_block(int32_t block, std::string_view bytes);
+
+  // Recurrent state (hybrid models, kv/recurrent_state_group.cc): row r of
+  // row_bytes of a sequence's state kept in its state blocks, packed as
+  // kv/sizing.h's kv_state_rows_per_block says: block by block, in each its
+  // layer slots' K chunk then V chunk (the order copy_block and export_block
+  // use), floor(chunk / row_bytes) rows per chunk. Rows per block, 0 when a
+  // row is larger than a chunk:
+  int64_t state_rows_per_block(size_t row_bytes) const;
+  // Precondition: r < blocks.size() x state_rows_per_block(row_bytes), blocks in range.
+  float* state_row(std::span<const int32_t> blocks, int64_t r, size_t row_bytes) const;
 
  private:
   KvStorage() = default;

@@ -34,6 +34,11 @@ struct RunnerOptions {
   int32_t n_layer_slots = 0;
   std::vector<int32_t> layer_group;  // [n_layers]
   std::vector<int32_t> layer_slot;   // [n_layers]
+  // Hybrid models: the recurrent state group (-1: none), whose tables
+  // (ScheduledSeq::group_block_ids) hold each sequence's state_blocks blocks of
+  // state rows (model::ModelConfig::n_state_rows; KvStorage::state_row).
+  int32_t state_group = -1;
+  int32_t state_blocks = 0;
   // The KV storage's blocks, block size and groups from the engine's pool plan
   // (kv::plan_pool): the same plan the KvManager is built from. A plan of one
   // group of every layer leaves the groups empty (slot l for layer l).
@@ -81,6 +86,7 @@ class ModelRunner {
   model::Workspace ws_;
   plan::StepBatch batch_;
   std::vector<float> logits_;  // [L, n_vocab]
+  std::vector<float*> state_rows_;  // [n_seqs * n_state_rows] this step's recurrent state rows
 };
 
 }  // namespace pagoda::runtime

@@ -244,6 +244,40 @@ TEST(Synth, Q4KMMixFollowsUseMoreBits) {
   EXPECT_EQ((*fs)->find_tensor("blk.0.ffn_down.weight")->type, GgmlType::Q4_K);
 }
 
+// lfm2 (issue 38): llama.cpp's keys and tensors, conv layers marked by 0 in
+// the per-layer head_count_kv array.
+TEST(Synth, Lfm2LayersAndKeys) {
+  const SynthShape* real = find_synth_preset("lfm2-350m");
+  ASSERT_NE(real, nullptr);
+  EXPECT_EQ(real->n_embd, 1024);
+  EXPECT_EQ(real->n_ff, 4608);
+  EXPECT_EQ(real->attn_layers, (std::vector<int64_t>{2, 5, 8, 10, 12, 14}));
+  SynthOptions o;
+  o.shape = *find_synth_preset("tiny-lfm2");
+  o.type = GgmlType::F32;
+  const auto bytes = synth_bytes(o);
+  auto f = GgufFile::from_memory(bytes.data(), bytes.size());
+  ASSERT_TRUE(f.ok()) << f.message();
+  const Value* kv = (*f)->find("lfm2.attention.head_count_kv");
+  ASSERT_NE(kv, nullptr);
+  ASSERT_EQ(kv->type, ValueType::ARRAY);
+  std::vector<int64_t> heads;
+  for (const Value& v : kv->arr) heads.push_back(v.as_int());
+  EXPECT_EQ(heads, (std::vector<int64_t>{0, 2, 0, 0, 2, 0}));
+  EXPECT_EQ((*f)->get_int_or("lfm2.shortconv.l_cache", 0), 3);
+  const TensorInfo* conv = (*f)->find_tensor("blk.0.shortconv.conv.weight");
+  ASSERT_NE(conv, nullptr);
+  EXPECT_EQ(conv->dims, (std::vector<uint64_t>{3, 64}));
+  EXPECT_EQ(conv->type, GgmlType::F32);
+  ASSERT_NE((*f)->find_tensor("blk.0.shortconv.in_proj.weight"), nullptr);
+  EXPECT_EQ((*f)->find_tensor("blk.0.shortconv.in_proj.weight")->dims, (std::vector<uint64_t>{64, 192}));
+  EXPECT_EQ((*f)->find_tensor("blk.0.attn_q.weight"), nullptr);
+  EXPECT_NE((*f)->find_tensor("blk.1.attn_q_norm.weight"), nullptr);
+  EXPECT_EQ((*f)->find_tensor("blk.0.attn_q_norm.weight"), nullptr);
+  EXPECT_NE((*f)->find_tensor("token_embd_norm.weight"), nullptr);
+  EXPECT_EQ((*f)->find_tensor("output_norm.weight"), nullptr);
+}
+
 TEST(Synth, RejectsBadOptions) {
   SynthOptions o;
   o.shape = *find_synth_preset("smollm2-135m");
@@ -254,7 +288,7 @@ TEST(Synth, RejectsBadOptions) {
   o.shape.arch = "mamba";
   EXPECT_FALSE(synth_model(o, &w).ok());
   EXPECT_EQ(find_synth_preset("gpt-5"), nullptr);
-  EXPECT_EQ(synth_presets().size(), 14u);
+  EXPECT_EQ(synth_presets().size(), 16u);
   EXPECT_EQ(find_synth_preset("llama-3.1-8b")->tied, false);
 }
 

@@ -15,10 +15,14 @@ namespace pagoda::archtest {
 
 class OneSeq {
  public:
-  explicit OneSeq(runtime::ModelRunner& runner, int32_t block_size) : runner_(runner), block_size_(block_size) {
+  // state_table: a hybrid model's recurrent state blocks (the layout's group 1,
+  // after the one attention group); empty for the others.
+  explicit OneSeq(runtime::ModelRunner& runner, int32_t block_size, std::vector<int32_t> state_table = {})
+      : runner_(runner), block_size_(block_size) {
     plan_.seqs.resize(1);
     plan_.seqs[0].request_id = 1;
     plan_.seqs[0].wants_logits = true;
+    if (!state_table.empty()) plan_.seqs[0].group_block_ids.push_back(std::move(state_table));
   }
 
   // Logits [n_vocab] after the last of `tokens`; empty (and a test failure) on error.

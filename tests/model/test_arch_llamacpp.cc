@@ -1,7 +1,7 @@
 // pagoda against llama.cpp on the tiny synth presets of the newer architectures
 // (tiny-qwen3, tiny-qwen3-yarn, tiny-llama3 with llama-3.x rope_freqs, tiny-phi3
 // with fused tensors and LongRoPE short and long factors, tiny-gemma3 with a
-// sliding window of 8), without
+// sliding window of 8, tiny-lfm2's short convolutions), without
 // llama.cpp: tests/data/arch_parity/<arch>.bin holds llama.cpp's logits after
 // each of 63 positions of 4 random prompts (docs/parity/compare_arch.py
 // --fixtures wrote them from `pagoda synth --preset tiny-<arch> --type f32`,
@@ -22,6 +22,7 @@
 #include "base/fp16.h"
 #include "gguf/synth.h"
 #include "gguf/writer.h"
+#include "kv/pool_plan.h"
 #include "model/model.h"
 #include "model/arch_test_util.h"
 #include "runtime/model_runner.h"
@@ -103,12 +104,28 @@ void check_arch(const std::string& arch, model::KernelBackend backend, const std
   ro.num_blocks = runtime::blocks_for_context(fx.n_pos, ro.block_size);
   ro.kv_dtype = kernels::KvDtype::F16;  // llama.cpp's default K/V type, as `pagoda run`'s
   ro.backend = backend;
+  std::vector<int32_t> state_table;  // lfm2: the recurrent state's blocks, after the attention blocks
+  const model::ModelConfig& mc = (*m)->config();
+  if (mc.n_state_rows > 0) {
+    kv::PoolRequest pr;
+    pr.shape = {.kind = kv::AttentionKind::kMQA, .num_layers = mc.n_layers, .num_kv_heads = 1, .head_dim = mc.kv_dim()};
+    pr.dtype = kv::kv_dtype_of(ro.kv_dtype);
+    for (const model::LayerAttn& a : mc.layers) pr.layer_windows.push_back(a.recurrent ? kv::kStateWindow : 0);
+    pr.block_size = ro.block_size;
+    pr.state_rows = mc.n_state_rows;
+    pr.state_row_bytes = static_cast<uint64_t>(mc.state_row_floats) * 4;
+    pr.one_context_tokens = fx.n_pos;
+    auto plan = kv::plan_pool(pr);
+    ASSERT_TRUE(plan.ok()) << plan.message();
+    ro.use_pool(*plan);
+    for (int32_t b = ro.num_blocks - plan->layout.state_blocks; b < ro.num_blocks; ++b) state_table.push_back(b);
+  }
   auto runner = runtime::ModelRunner::create(**m, ro);
   ASSERT_TRUE(runner.ok()) << runner.message();
   int agree = 0, total = 0;
   double min_cos = 1.0;
   for (uint32_t p = 0; p < fx.n_prompts; ++p) {
-    archtest::OneSeq seq(**runner, ro.block_size);
+    archtest::OneSeq seq(**runner, ro.block_size, state_table);
     for (uint32_t i = 0; i + 1 < fx.n_pos; ++i) {
       const int32_t tok = fx.tokens[p * fx.n_pos + i];
       const std::vector<float> l = seq.feed(std::span<const int32_t>(&tok, 1));
@@ -152,5 +169,8 @@ TEST(ArchLlamaCpp, Qwen3Yarn) { check_both("qwen3-yarn"); }
 // both take rope_factors_long (phi3.bin above is the same file at 256: short factors).
 TEST(ArchLlamaCpp, Phi3LongRopeLongFactors) { check_both("phi3-long", "tiny-phi3", 512); }
 TEST(ArchLlamaCpp, Gemma3SlidingWindow) { check_both("gemma3"); }
+// LFM2 (issue 38): short-convolution layers (their recurrent state in the
+// runner's state blocks) and attention layers with Q/K norms.
+TEST(ArchLlamaCpp, Lfm2ShortConv) { check_both("lfm2"); }
 
 }  // namespace
