@@ -1,9 +1,8 @@
 // KvManager: per-sequence block tables over a BlockPool, with automatic prefix
 // caching. Pure bookkeeping on integer ids; the runner owns the K/V bytes.
-// The KvManager is the one owner of a sequence's cache state, with one
-// GroupManager per KV group (kv/group_manager.h) owning that group's block
-// tables: the KvManager keeps its num_computed_tokens (the tokens whose K/V are
-// in its blocks) and the keys of its full blocks, and coordinates the groups.
+// The KvManager is the one owner of a sequence's cache state, with one GroupManager per KV
+// group (kv/group_manager.h) owning that group's block tables: the KvManager keeps its
+// num_computed_tokens (the tokens whose K/V are in its blocks) and the keys of its full blocks.
 // The scheduler keeps the tokens and asks for the rest. Files: kv_manager.cc
 // (admission, append, commit, fork, free, truncate), kv_prefix.cc (prefix
 // walks), kv_import.cc (tier import), kv_check.cc (stats, invariants).
