@@ -1,20 +1,28 @@
-// The registered KV group kinds, one file each. A new kind (a chunked-local
-// window, a recurrent state) is its file, its extern and its row below.
+// The registered KV group kinds. A kind is one file, <kind>_group.cc, defining
+// its GroupManager subclass and its `const GroupKind k...Kind` (CMake builds
+// every src/kv/*_group.cc), and ONE line below: its name in PAGODA_KV_GROUP_KINDS,
+// which declares it and lists it. The first kind whose serves() accepts a spec
+// makes its manager, so order matters where specs overlap.
 #include "base/check.h"
 #include "kv/group_manager.h"
 
+// clang-format off
+#define PAGODA_KV_GROUP_KINDS(X)                                                          \
+  X(kRecurrentStateKind)  /* recurrent_state_group.cc; first: its spec has window 0 too */ \
+  X(kFullAttentionKind)   /* full_attention_group.cc */                                   \
+  X(kSlidingWindowKind)   /* sliding_window_group.cc */
+// clang-format on
+
 namespace pagoda::kv {
 
-extern const GroupKind kFullAttentionKind;   // full_attention_group.cc
-extern const GroupKind kSlidingWindowKind;   // sliding_window_group.cc
-extern const GroupKind kRecurrentStateKind;  // recurrent_state_group.cc
+#define PAGODA_KV_DECLARE_KIND(k) extern const GroupKind k;
+PAGODA_KV_GROUP_KINDS(PAGODA_KV_DECLARE_KIND)
+#undef PAGODA_KV_DECLARE_KIND
 
 namespace {
-const GroupKind* const kKinds[] = {
-    &kRecurrentStateKind,  // first: a state group's spec has sliding_window 0 too
-    &kFullAttentionKind,
-    &kSlidingWindowKind,
-};
+#define PAGODA_KV_LIST_KIND(k) &k,
+const GroupKind* const kKinds[] = {PAGODA_KV_GROUP_KINDS(PAGODA_KV_LIST_KIND)};
+#undef PAGODA_KV_LIST_KIND
 }  // namespace
 
 std::unique_ptr<GroupManager> make_group_manager(const KvGroupSpec& spec, int32_t block_size, SharedBlocks* blocks) {

@@ -257,7 +257,9 @@ class DroppingEngine : public engine::Engine {
   }
   std::vector<int32_t> cached_block_tokens(int32_t b) const override { return e_->cached_block_tokens(b); }
   std::string cached_block_salt(int32_t b) const override { return e_->cached_block_salt(b); }
-  Status reset_prefix_cache(bool force) override { return e_->reset_prefix_cache(force); }
+  Status reset_prefix_cache(bool force, bool tiers, std::vector<std::pair<std::string, int64_t>>* cleared) override {
+    return e_->reset_prefix_cache(force, tiers, cleared);
+  }
   double pin_ttl_left(int32_t b) const override { return e_->pin_ttl_left(b); }
 
  private:
