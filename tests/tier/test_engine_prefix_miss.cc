@@ -8,6 +8,7 @@
 
 #include "common/reference_jsonl.h"
 #include "engine/engine.h"
+#include "engine_run_util.h"
 #include "tier_test_util.h"
 
 namespace pagoda::engine {
@@ -21,15 +22,7 @@ struct First {
   double ago = -2;
 };
 
-std::vector<int32_t> make_prompt(int n, uint32_t seed) {
-  std::vector<int32_t> p = {1};
-  uint32_t x = seed * 2654435761u + 1;
-  while (static_cast<int>(p.size()) < n) {
-    x = x * 1664525u + 1013904223u;
-    p.push_back(static_cast<int32_t>(3 + (x >> 8) % 500));
-  }
-  return p;
-}
+using tiertest::make_prompt;
 
 EngineConfig config(const std::string& disk_dir) {
   EngineConfig c;

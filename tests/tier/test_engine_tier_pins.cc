@@ -19,6 +19,7 @@
 #include "redis_util.h"
 #include "tier/entry.h"
 #include "tier/tier.h"
+#include "engine_run_util.h"
 #include "tier_test_util.h"
 
 namespace pagoda::engine {
@@ -31,15 +32,7 @@ namespace fs = std::filesystem;
 
 constexpr int kBlock = 16;
 
-std::vector<int32_t> make_prompt(int n, uint32_t seed) {
-  std::vector<int32_t> p = {1};
-  uint32_t x = seed * 2654435761u + 1;
-  while (static_cast<int>(p.size()) < n) {
-    x = x * 1664525u + 1013904223u;
-    p.push_back(static_cast<int32_t>(3 + (x >> 8) % 500));
-  }
-  return p;
-}
+using tiertest::make_prompt;
 
 EngineConfig config() {
   EngineConfig c;
@@ -56,31 +49,11 @@ std::unique_ptr<Engine> make(const EngineConfig& c) {
   return e.ok() ? std::move(e).value() : nullptr;
 }
 
-struct Result {
-  std::vector<int32_t> tokens;
-  int32_t cached = 0;
-};
+using Result = tiertest::RunResult;
 
 Result run(Engine& e, const std::vector<int32_t>& prompt, const std::string& salt = "", int32_t pin_tokens = 0,
            double ttl = 0) {
-  RequestParams p;
-  p.prompt = prompt;
-  p.max_tokens = 8;
-  p.temperature = 0.0f;
-  p.ignore_eos = true;
-  p.cache_salt = salt;
-  p.pin_tokens = pin_tokens;
-  p.pin_ttl_s = ttl;
-  auto id = e.add_request(p);
-  EXPECT_TRUE(id.ok()) << id.message();
-  Result r;
-  for (int steps = 0; e.has_unfinished() && steps < 100000; ++steps) {
-    for (const TokenEvent& ev : e.step()) {
-      r.tokens.insert(r.tokens.end(), ev.tokens.begin(), ev.tokens.end());
-      r.cached = std::max(r.cached, ev.num_cached_tokens);
-    }
-  }
-  return r;
+  return tiertest::run_greedy(e, prompt, salt, pin_tokens, ttl);
 }
 
 int32_t hit_tokens(const std::vector<int32_t>& p) { return static_cast<int32_t>((p.size() - 1) / kBlock * kBlock); }

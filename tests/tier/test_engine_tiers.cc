@@ -15,6 +15,7 @@
 #include "engine/kv_tiers.h"
 #include "gguf/gguf.h"
 #include "redis_util.h"
+#include "engine_run_util.h"
 #include "tier_test_util.h"
 
 namespace pagoda::engine {
@@ -28,22 +29,9 @@ namespace fs = std::filesystem;
 
 constexpr int kBlock = 16;
 
-struct Result {
-  std::vector<int32_t> tokens;
-  int32_t cached = -1;
-  FinishReason finish = FinishReason::kNone;
-};
+using Result = tiertest::RunResult;
 
-// A prompt of n token ids of stories260K's vocabulary (512), fixed by seed.
-std::vector<int32_t> make_prompt(int n, uint32_t seed) {
-  std::vector<int32_t> p = {1};
-  uint32_t x = seed * 2654435761u + 1;
-  while (static_cast<int>(p.size()) < n) {
-    x = x * 1664525u + 1013904223u;
-    p.push_back(static_cast<int32_t>(3 + (x >> 8) % 500));
-  }
-  return p;
-}
+using tiertest::make_prompt;
 
 EngineConfig config(const std::string& model = testutil::stories_path()) {
   EngineConfig c;
@@ -68,25 +56,7 @@ std::unique_ptr<Engine> make(const EngineConfig& c) {
 }
 
 Result run(Engine& e, const std::vector<int32_t>& prompt, const std::string& salt = "") {
-  RequestParams p;
-  p.prompt = prompt;
-  p.max_tokens = 8;
-  p.temperature = 0.0f;
-  p.ignore_eos = true;
-  p.cache_salt = salt;
-  auto id = e.add_request(p);
-  EXPECT_TRUE(id.ok()) << id.message();
-  Result r;
-  for (int steps = 0; e.has_unfinished() && steps < 100000; ++steps) {
-    for (const TokenEvent& ev : e.step()) {
-      EXPECT_EQ(ev.id, *id);
-      r.tokens.insert(r.tokens.end(), ev.tokens.begin(), ev.tokens.end());
-      if (ev.num_cached_tokens > 0 || r.cached < 0) r.cached = std::max(r.cached, ev.num_cached_tokens);
-      if (ev.finish != FinishReason::kNone) r.finish = ev.finish;
-    }
-  }
-  EXPECT_EQ(r.finish, FinishReason::kLength);
-  return r;
+  return tiertest::run_greedy(e, prompt, salt);
 }
 
 // Full blocks a hit may cover (never the last token's).
