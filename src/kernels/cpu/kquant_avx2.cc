@@ -276,7 +276,95 @@ inline Vec vzero() { return _mm256_setzero_ps(); }
 inline float vhsum(Vec v) { return hsum8(v); }
 constexpr int kWideTokens = 4;  // 2 rows x 4 tokens: 8 accumulators in the 16 ymm registers
 
-#include "kernels/cpu/kquant_tiles.inc"
+// The tile layer (kquant_avx512.cc has whole-chunk kernels, KTileSet::chunk):
+// R rows x T tokens of one row chunk, every output with the same float op
+// sequence (one Ops<Fmt>::dot per super-block, one horizontal sum at the end);
+// tiles_of(type) is a table built once per type.
+template <class Fmt>
+struct Ops;
+template <> struct Ops<Q4K> {
+  using Block = K4Block;
+  static Vec dot(Vec acc, const Block& w, const uint8_t* xr) { return k4_dot(acc, w, xr); }
+};
+template <> struct Ops<Q5K> {
+  using Block = K4Block;
+  static Vec dot(Vec acc, const Block& w, const uint8_t* xr) { return k4_dot(acc, w, xr); }
+};
+template <> struct Ops<Q6K> {
+  using Block = K6Block;
+  static Vec dot(Vec acc, const Block& w, const uint8_t* xr) { return k6_dot<5>(acc, w, xr); }
+};
+template <> struct Ops<Q2K> {
+  using Block = K2Block;
+  static Vec dot(Vec acc, const Block& w, const uint8_t* xr) { return k2_dot(acc, w, xr); }
+};
+template <> struct Ops<IQ4XS> {
+  using Block = KIBlock;
+  static Vec dot(Vec acc, const Block& w, const uint8_t* xr) { return ki_dot(acc, w, xr); }
+};
+template <> struct Ops<Q3K> {
+  using Block = K6Block;
+  static Vec dot(Vec acc, const Block& w, const uint8_t* xr) { return k6_dot<2>(acc, w, xr); }
+};
+
+inline void prefetch_block(const uint8_t* p, size_t bytes) {
+  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
+}
+
+template <class Fmt, int R, int T>
+void ktile(const uint8_t* const* rows, const uint8_t* const* x, int64_t nb, size_t prefetch, float* out) {
+  Vec acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = vzero();
+  for (int64_t b = 0; b < nb; ++b) {
+    const size_t wo = static_cast<size_t>(b) * Fmt::kBytes, xo = static_cast<size_t>(b) * kActKBytes;
+    for (int r = 0; r < R; ++r) {
+      if (prefetch != 0) prefetch_block(rows[r] + prefetch + wo, Fmt::kBytes);
+      typename Ops<Fmt>::Block w;
+      Fmt::decode(rows[r] + wo, &w);
+      for (int t = 0; t < T; ++t) acc[r][t] = Ops<Fmt>::dot(acc[r][t], w, x[t] + xo);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) out[t * R + r] = vhsum(acc[r][t]);
+}
+
+template <class Fmt, int R, int... Ts>
+KTileSet make_tiles(std::integer_sequence<int, Ts...>) {
+  KTileSet s;
+  s.max_t = static_cast<int>(sizeof...(Ts));
+  ((s.rows[Ts] = R, s.fn[Ts] = ktile<Fmt, R, Ts + 1>), ...);
+  return s;
+}
+
+// 1-2 tokens (decode) stream the weights: 4 rows per tile share each token's
+// loads. Wider token tiles: 2 rows x up to kWideTokens tokens, so each decoded
+// row block serves that many tokens (the accumulators stay in registers).
+template <class Fmt>
+KTileSet tiles_for() {
+  KTileSet s = make_tiles<Fmt, 2>(std::make_integer_sequence<int, kWideTokens>());
+  s.rows[0] = 4;
+  s.fn[0] = ktile<Fmt, 4, 1>;
+  s.rows[1] = 4;
+  s.fn[1] = ktile<Fmt, 4, 2>;
+  return s;
+}
+
+// Built once per type (matmul asks for them on every call).
+const KTileSet& tiles_of(GgmlType t) {
+  static const KTileSet q2 = tiles_for<Q2K>(), q3 = tiles_for<Q3K>(), q4 = tiles_for<Q4K>(),
+                        q5 = tiles_for<Q5K>(), q6 = tiles_for<Q6K>(), iq4xs = tiles_for<IQ4XS>();
+  switch (t) {
+    case GgmlType::IQ4_XS: return iq4xs;
+    case GgmlType::Q2_K: return q2;
+    case GgmlType::Q3_K: return q3;
+    case GgmlType::Q4_K: return q4;
+    case GgmlType::Q5_K: return q5;
+    case GgmlType::Q6_K: return q6;
+    default: PAGODA_CHECK_MSG(false, "not a K-quant type %u", static_cast<unsigned>(t));
+  }
+  return q4;
+}
 
 }  // namespace
 
