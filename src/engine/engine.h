@@ -16,6 +16,7 @@
 #include "engine/speculative.h"
 #include "sample/params.h"
 #include "sample/request_params.h"
+#include "tier/tier_stats.h"
 
 namespace pagoda::tok { class Tokenizer; }
 namespace pagoda::grammar { class CompiledGrammar; }
@@ -121,27 +122,11 @@ struct TokenEvent {
   double prefix_evicted_ago_s = -1;   // evicted / tier_miss: seconds since the eviction
 };
 
-// One KV tier below RAM (tier::TierStats, cumulative).
-struct KvTierStats {
-  std::string kind;                  // "disk", "redis"
-  int64_t lookups = 0;
-  int64_t hits = 0;                  // blocks loaded and verified
-  int64_t hit_tokens = 0;
-  int64_t misses = 0;
-  int64_t corrupt = 0;               // entries failing size/MAC, or rejected unread (dropped)
-  int64_t rejected = 0;              // of them: larger than an entry, or not a regular file (never read)
-  int64_t mismatches = 0;            // entries of another format version (ignored)
-  int64_t errors = 0;                // I/O or connection errors
-  int64_t stores = 0;
-  int64_t stores_dropped = 0;        // write-through dropped by a full queue
-  int64_t expired = 0;               // entries dropped by their expiry (a pin's TTL), by the tier's sweep
-  int64_t cleared = 0;               // entries removed by a reset with tiers
-  int64_t bytes_read = 0;
-  int64_t bytes_written = 0;
-  std::vector<double> load_latency_bounds;      // seconds
-  std::vector<uint64_t> load_latency_buckets;   // per bucket (non-cumulative), last = +Inf
-  double load_latency_sum = 0;
-};
+// One KV tier below RAM, cumulative: the tiers' own counters (tier/tier_stats.h,
+// declared once), re-exported so server/ reads them through engine/.
+using KvTierStats = tier::TierStats;
+// Bounds of KvTierStats::load_latency_buckets in seconds (the last bucket is +Inf).
+inline constexpr const auto& kKvTierLoadLatencyBounds = tier::kLoadLatencyBounds;
 
 struct EngineStats {
   int num_running = 0;
