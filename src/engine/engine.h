@@ -2,6 +2,32 @@
 // model runner and per-request samplers; one step() is schedule -> run ->
 // postprocess. Single-threaded: call every method from one thread (the server
 // wraps it in AsyncEngine, which owns that thread).
+//
+// A request's state: one record per layer, each field in one of them (issue 34).
+//   server::Generation (per HTTP request): what the client is sent: per choice
+//     text, tokens and logprobs (non-streamed only), finish; usage counts come
+//     from the events' num_output_tokens.
+//   server::AsyncEngine::Live (per engine request): routing (ticket, prompt
+//     index) and per-request metrics: timestamps, choices finished, max_tokens
+//     and every choice's output count, which it keeps because the engine's
+//     records are gone when the request's histograms are observed.
+//   engine Choice (engine.cc, per choice): what sampling adds: the Sampler
+//     (RNG, penalty counts), the FinishRule (detokenizer, stop strings, its
+//     max_tokens/context limit), forced tokens, grammar matcher, draft throttle.
+//     Token counts are the scheduler's (TokenEvent::num_prompt_tokens and
+//     num_output_tokens are read from sched::Request).
+//   sched::Request (per choice once forked): tokens (prompt + outputs), prompt
+//     length, max_tokens, salt, priority, state, prefix hit, the pin request.
+//   kv::KvManager::Seq (per admitted sequence): cache state (computed tokens,
+//     block keys, entries, reservation) and a pin not yet made.
+// Kept twice on purpose: the pin request (sched::Request::pin_tokens holds it
+// for readmission after a preemption, which frees the Seq; the Seq holds it
+// only until its blocks are committed and pinned); max_tokens (the scheduler
+// bounds drafts and checks it, the FinishRule decides the finish on it); the
+// Sampler's copy of the prompt, only with a repetition penalty (it seeds the
+// per-vocabulary `seen` flags; the Sampler takes any logits size and is used
+// without a scheduler) and its list of generated tokens (generated(), read by
+// its tests; a rebuild for another vocabulary size needs it).
 #pragma once
 #include <cstdint>
 #include <functional>
