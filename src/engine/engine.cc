@@ -41,11 +41,13 @@ constexpr int64_t kDefaultKvCacheMemory = 256ll << 20;
 // seed (or one draw of the engine's seed stream when it has none); the RNG
 // lives in the choice's sampler, so choice i of a seeded request gives the
 // same tokens as a lone n = 1 request with seed base + i.
+//
+// A choice holds only what the engine adds to the scheduler's request: its
+// token counts are the scheduler's (sched::Request::num_prompt_tokens and
+// num_output_tokens(), plus the tokens emitted this step until update()).
 struct Choice {
   RequestId parent = 0;
   int index = 0;
-  int32_t num_prompt = 0;
-  int32_t num_output = 0;
   bool reported_cached = false;
   bool scheduled = false;  // choice 0: counted in newly_scheduled() once
   sample::Sampler sampler;
@@ -60,13 +62,12 @@ struct Choice {
   bool mask_ready = false;     // filled by step()'s parallel pass for this step
   DraftThrottle throttle;      // speculative decoding: the adaptive off-switch
   AcceptanceEstimate acceptance;  // and the draft length that pays (best_draft_length)
-  Choice(RequestId p, int i, int32_t np, const sample::SamplingParams& sp, const RequestParams& rp,
-         const tok::Tokenizer& tk, int32_t context_length, const std::optional<grammar::Matcher>& start)
+  Choice(RequestId p, int i, const sample::SamplingParams& sp, const RequestParams& rp, const tok::Tokenizer& tk,
+         int32_t context_length, const std::optional<grammar::Matcher>& start)
       : parent(p),
         index(i),
-        num_prompt(np),
         sampler(sp, rp.prompt),
-        finish(sp, tk, np, context_length),
+        finish(sp, tk, static_cast<int32_t>(rp.prompt.size()), context_length),
         forced(rp.forced_tokens),
         return_logits(rp.return_logits),
         matcher(start) {
@@ -114,10 +115,14 @@ class EngineImpl final : public Engine {
   void verify_choice(const sched::ScheduledSeq& seq, const runtime::StepLogits& L, int32_t first_row,
                      std::vector<TokenEvent>* events, std::unordered_map<sched::RequestId, size_t>* event_of,
                      std::vector<sched::SeqOutput>* outputs);
+  // Choice ch's event for slice `seq`, its counts those before this step: the
+  // scheduler's request of the slice (a child forked in this step: its parent,
+  // whose prompt it shares and which has no output yet).
+  TokenEvent new_event(const Choice& ch, const sched::ScheduledSeq& seq) const;
   // Counts `token` as choice ch's next output (into ev, with the text it lets
   // show) and returns why the choice ends after it: ch.finish decides.
   FinishReason emit_token(Choice& ch, int32_t token, TokenEvent* ev);
-  // Fills the event's counts (cached prompt tokens once, KV blocks) and appends it.
+  // Fills the event's other counts (cached prompt tokens once, KV blocks) and appends it.
   void push_event(sched::RequestId sid, const sched::ScheduledSeq& seq, Choice& ch, TokenEvent ev,
                   std::vector<TokenEvent>* events, std::unordered_map<sched::RequestId, size_t>* event_of);
 
@@ -372,8 +377,7 @@ Expected<RequestId> EngineImpl::add_request(const RequestParams& p) {
     sample::SamplingParams spi = sp;
     spi.seed = base_seed + static_cast<uint64_t>(i);
     choices_.emplace(std::piecewise_construct, std::forward_as_tuple(subs[static_cast<size_t>(i)]),
-                     std::forward_as_tuple(id, i, static_cast<int32_t>(p.prompt.size()), spi, p, *tok_,
-                                           info_.context_length, start));
+                     std::forward_as_tuple(id, i, spi, p, *tok_, info_.context_length, start));
     // A new sequence's first drafts are sized by what recent sequences accepted
     // (the workload's rate), not the fixed prior: short outputs gain from step one.
     choices_.at(subs[static_cast<size_t>(i)]).acceptance = spec_recent_;
@@ -465,12 +469,10 @@ void EngineImpl::sample_choice(sched::RequestId sid, const sched::ScheduledSeq& 
   auto cit = choices_.find(sid);
   if (cit == choices_.end()) return;
   Choice& ch = cit->second;
-  TokenEvent ev;
-  ev.id = ch.parent;
-  ev.index = ch.index;
+  TokenEvent ev = new_event(ch, seq);
   int32_t token = 0;
-  if (static_cast<size_t>(ch.num_output) < ch.forced.size()) {
-    token = ch.forced[static_cast<size_t>(ch.num_output)];
+  if (static_cast<size_t>(ev.num_output_tokens) < ch.forced.size()) {
+    token = ch.forced[static_cast<size_t>(ev.num_output_tokens)];
     ev.argmax = sample::argmax(logits);
     ch.sampler.accept(token);
   } else if (ch.matcher) {
@@ -485,8 +487,6 @@ void EngineImpl::sample_choice(sched::RequestId sid, const sched::ScheduledSeq& 
       // The vocabulary cannot spell any continuation (a grammar needing bytes no
       // token has): end the choice rather than emit an invalid token.
       ev.error = "the output constraint allows no token of the vocabulary here";
-      ev.num_prompt_tokens = ch.num_prompt;
-      ev.num_output_tokens = ch.num_output;
       (*event_of)[sid] = events->size();
       events->push_back(std::move(ev));
       outputs->push_back({sid, -1, FinishReason::kError, {}});
@@ -510,11 +510,22 @@ void EngineImpl::sample_choice(sched::RequestId sid, const sched::ScheduledSeq& 
   outputs->push_back({sid, token, finish, {}});
 }
 
+TokenEvent EngineImpl::new_event(const Choice& ch, const sched::ScheduledSeq& seq) const {
+  TokenEvent ev;
+  ev.id = ch.parent;
+  ev.index = ch.index;
+  if (const sched::Request* req = sched_->find(seq.request_id)) {  // cannot be null: the slice's own request
+    ev.num_prompt_tokens = req->num_prompt_tokens;
+    ev.num_output_tokens = req->num_output_tokens();
+  }
+  return ev;
+}
+
 FinishReason EngineImpl::emit_token(Choice& ch, int32_t token, TokenEvent* ev) {
-  ch.num_output++;
+  ev->num_output_tokens++;
   generation_tokens_total_++;
   ev->tokens.push_back(token);
-  return ch.finish.accept(token, ch.num_output, ch.matcher && ch.matcher->is_finished(), &ev->text);
+  return ch.finish.accept(token, ev->num_output_tokens, ch.matcher && ch.matcher->is_finished(), &ev->text);
 }
 
 void EngineImpl::push_event(sched::RequestId sid, const sched::ScheduledSeq& seq, Choice& ch, TokenEvent ev,
@@ -530,8 +541,6 @@ void EngineImpl::push_event(sched::RequestId sid, const sched::ScheduledSeq& seq
     }
     ch.reported_cached = true;
   }
-  ev.num_prompt_tokens = ch.num_prompt;
-  ev.num_output_tokens = ch.num_output;
   // Every group's real blocks (window groups hold the null block 0 before their window).
   ev.num_kv_blocks = 0;
   for (sched::BlockId b : seq.block_ids) ev.num_kv_blocks += b != 0 ? 1 : 0;
@@ -556,11 +565,11 @@ void EngineImpl::propose_drafts() {
     Choice& ch = cit->second;
     // Verification samples each position like sample_choice would, without a
     // mask, logprobs or a logits copy: such choices decode one token a step.
-    if (ch.matcher || ch.sampler.params().logprobs || ch.return_logits ||
-        static_cast<size_t>(ch.num_output) < ch.forced.size())
-      continue;
     const sched::Request* r = sched_->find(sid);
-    if (!r || sched_->num_computed_tokens(sid) != r->num_tokens() - 1) continue;  // not a decode
+    if (!r || ch.matcher || ch.sampler.params().logprobs || ch.return_logits ||
+        static_cast<size_t>(r->num_output_tokens()) < ch.forced.size())
+      continue;
+    if (sched_->num_computed_tokens(sid) != r->num_tokens() - 1) continue;  // not a decode
     if (!ch.throttle.should_draft()) continue;
     std::vector<int32_t> draft =
         ngram_propose(r->tokens, sc.prompt_lookup_min, sc.prompt_lookup_max, sc.num_speculative_tokens);
@@ -588,9 +597,7 @@ void EngineImpl::verify_choice(const sched::ScheduledSeq& seq, const runtime::St
   Choice& ch = cit->second;
   const auto k = static_cast<size_t>(seq.num_draft_tokens);
   const auto drafts = std::span<const int32_t>(seq.token_ids).last(k);
-  TokenEvent ev;
-  ev.id = ch.parent;
-  ev.index = ch.index;
+  TokenEvent ev = new_event(ch, seq);
   sched::SeqOutput out{sid, -1, FinishReason::kNone, {}};
   int accepted = 0;
   // Row j holds the logits after drafts[0..j): exactly a one-token decode's

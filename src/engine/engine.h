@@ -2,6 +2,32 @@
 // model runner and per-request samplers; one step() is schedule -> run ->
 // postprocess. Single-threaded: call every method from one thread (the server
 // wraps it in AsyncEngine, which owns that thread).
+//
+// A request's state: one record per layer, each field in one of them (issue 34).
+//   server::Generation (per HTTP request): what the client is sent: per choice
+//     text, tokens and logprobs (non-streamed only), finish; usage counts come
+//     from the events' num_output_tokens.
+//   server::AsyncEngine::Live (per engine request): routing (ticket, prompt
+//     index) and per-request metrics: timestamps, choices finished, max_tokens
+//     and every choice's output count, which it keeps because the engine's
+//     records are gone when the request's histograms are observed.
+//   engine Choice (engine.cc, per choice): what sampling adds: the Sampler
+//     (RNG, penalty counts), the FinishRule (detokenizer, stop strings, its
+//     max_tokens/context limit), forced tokens, grammar matcher, draft throttle.
+//     Token counts are the scheduler's (TokenEvent::num_prompt_tokens and
+//     num_output_tokens are read from sched::Request).
+//   sched::Request (per choice once forked): tokens (prompt + outputs), prompt
+//     length, max_tokens, salt, priority, state, prefix hit, the pin request.
+//   kv::KvManager::Seq (per admitted sequence): cache state (computed tokens,
+//     block keys, entries, reservation) and a pin not yet made.
+// Kept twice on purpose: the pin request (sched::Request::pin_tokens holds it
+// for readmission after a preemption, which frees the Seq; the Seq holds it
+// only until its blocks are committed and pinned); max_tokens (the scheduler
+// bounds drafts and checks it, the FinishRule decides the finish on it); the
+// Sampler's copy of the prompt, only with a repetition penalty (it seeds the
+// per-vocabulary `seen` flags; the Sampler takes any logits size and is used
+// without a scheduler) and its list of generated tokens (generated(), read by
+// its tests; a rebuild for another vocabulary size needs it).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -16,6 +42,7 @@
 #include "engine/speculative.h"
 #include "sample/params.h"
 #include "sample/request_params.h"
+#include "tier/tier_stats.h"
 
 namespace pagoda::tok { class Tokenizer; }
 namespace pagoda::grammar { class CompiledGrammar; }
@@ -121,27 +148,11 @@ struct TokenEvent {
   double prefix_evicted_ago_s = -1;   // evicted / tier_miss: seconds since the eviction
 };
 
-// One KV tier below RAM (tier::TierStats, cumulative).
-struct KvTierStats {
-  std::string kind;                  // "disk", "redis"
-  int64_t lookups = 0;
-  int64_t hits = 0;                  // blocks loaded and verified
-  int64_t hit_tokens = 0;
-  int64_t misses = 0;
-  int64_t corrupt = 0;               // entries failing size/MAC, or rejected unread (dropped)
-  int64_t rejected = 0;              // of them: larger than an entry, or not a regular file (never read)
-  int64_t mismatches = 0;            // entries of another format version (ignored)
-  int64_t errors = 0;                // I/O or connection errors
-  int64_t stores = 0;
-  int64_t stores_dropped = 0;        // write-through dropped by a full queue
-  int64_t expired = 0;               // entries dropped by their expiry (a pin's TTL), by the tier's sweep
-  int64_t cleared = 0;               // entries removed by a reset with tiers
-  int64_t bytes_read = 0;
-  int64_t bytes_written = 0;
-  std::vector<double> load_latency_bounds;      // seconds
-  std::vector<uint64_t> load_latency_buckets;   // per bucket (non-cumulative), last = +Inf
-  double load_latency_sum = 0;
-};
+// One KV tier below RAM, cumulative: the tiers' own counters (tier/tier_stats.h,
+// declared once), re-exported so server/ reads them through engine/.
+using KvTierStats = tier::TierStats;
+// Bounds of KvTierStats::load_latency_buckets in seconds (the last bucket is +Inf).
+inline constexpr const auto& kKvTierLoadLatencyBounds = tier::kLoadLatencyBounds;
 
 struct EngineStats {
   int num_running = 0;

@@ -392,31 +392,6 @@ std::vector<std::pair<int32_t, uint64_t>> KvTierLink::disk_blocks() const {
   return out;
 }
 
-std::vector<KvTierStats> KvTierLink::stats() const {
-  std::vector<KvTierStats> out;
-  for (const tier::TierStats& t : tiers_->stats()) {
-    KvTierStats s;
-    s.kind = t.kind;
-    s.lookups = t.lookups;
-    s.hits = t.hits;
-    s.hit_tokens = t.hit_tokens;
-    s.misses = t.misses;
-    s.corrupt = t.corrupt;
-    s.rejected = t.rejected;
-    s.mismatches = t.mismatches;
-    s.errors = t.errors;
-    s.stores = t.stores;
-    s.stores_dropped = t.stores_dropped;
-    s.expired = t.expired;
-    s.cleared = t.cleared;
-    s.bytes_read = t.bytes_read;
-    s.bytes_written = t.bytes_written;
-    s.load_latency_bounds.assign(std::begin(tier::kLoadLatencyBounds), std::end(tier::kLoadLatencyBounds));
-    s.load_latency_buckets = t.load_latency_buckets;
-    s.load_latency_sum = t.load_latency_sum;
-    out.push_back(std::move(s));
-  }
-  return out;
-}
+std::vector<KvTierStats> KvTierLink::stats() const { return tiers_->stats(); }
 
 }  // namespace pagoda::engine

@@ -43,6 +43,7 @@ void KvManager::maybe_pin(SeqId id, Seq* s) {
   while (n < s->pin_blocks && s->entries[static_cast<size_t>(n)] != kNoEntry) ++n;
   const double ttl = s->pin_ttl;
   s->pin_blocks = 0;  // done: a sequence pins once (its readmission asks again)
+  s->pin_ttl = 0;
   if (n == 0) return;
   const PrefixCache& cache = blocks_->cache;
   // Every group's cached blocks of entries [0, n), group 0's being the

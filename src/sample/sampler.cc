@@ -75,7 +75,11 @@ bool mask_allows_any(std::span<const uint32_t> allowed, size_t n) {
 }
 
 Sampler::Sampler(SamplingParams params, std::span<const int32_t> prompt_tokens)
-    : params_(std::move(params)), rng_(params_.seed), prompt_(prompt_tokens.begin(), prompt_tokens.end()) {}
+    : params_(std::move(params)), rng_(params_.seed) {
+  // Only the repetition penalty reads the prompt (through seen_; the others
+  // count generated tokens): without it the sampler keeps no copy of it.
+  if (has_repetition_penalty()) prompt_.assign(prompt_tokens.begin(), prompt_tokens.end());
+}
 
 void Sampler::ensure_vocab(size_t n) {
   if (counts_.size() == n) return;
@@ -100,16 +104,20 @@ void Sampler::accept(int32_t token) {
   }
 }
 
-bool Sampler::has_penalties() const {
+bool Sampler::has_repetition_penalty() const {
   const float rp = params_.repetition_penalty;
-  return (rp != 1.0f && rp > 0.0f) || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
+  return rp != 1.0f && rp > 0.0f;
+}
+
+bool Sampler::has_penalties() const {
+  return has_repetition_penalty() || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
 }
 
 void Sampler::apply_penalties(std::span<float> l) {
   if (!has_penalties()) return;
   const float rp = params_.repetition_penalty;
   const float pres = params_.presence_penalty, freq = params_.frequency_penalty;
-  const bool rep = rp != 1.0f && rp > 0.0f;
+  const bool rep = has_repetition_penalty();
   for (size_t i = 0; i < l.size(); ++i) {
     if (!seen_[i]) continue;
     if (rep) l[i] = l[i] > 0 ? l[i] / rp : l[i] * rp;

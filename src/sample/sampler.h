@@ -24,7 +24,7 @@ using SampleResult = TokenLogprob;
 
 class Sampler {
  public:
-  // prompt_tokens feed the repetition penalty.
+  // prompt_tokens feed the repetition penalty (copied only when it is on).
   explicit Sampler(SamplingParams params, std::span<const int32_t> prompt_tokens = {});
 
   // Picks the next token from logits [n_vocab] (not modified) and records it as
@@ -56,6 +56,7 @@ class Sampler {
   const std::vector<int32_t>& generated() const { return generated_; }
 
  private:
+  bool has_repetition_penalty() const;
   bool has_penalties() const;
   void apply_penalties(std::span<float> l);
   // work_ = logits, masked (allowed non-empty), biased (logit_bias) and penalised.
@@ -71,10 +72,10 @@ class Sampler {
 
   SamplingParams params_;
   Rng rng_;
-  std::vector<int32_t> prompt_;           // until the vocab size is known
+  std::vector<int32_t> prompt_;           // repetition penalty only: seeds seen_ for each vocab size
   std::vector<int32_t> generated_;
   std::vector<int32_t> counts_;           // [n_vocab] times generated
-  std::vector<uint8_t> seen_;             // [n_vocab] in prompt or generated
+  std::vector<uint8_t> seen_;             // [n_vocab] in prompt (repetition penalty only) or generated
   std::vector<float> work_;               // [n_vocab] processed logits
   std::vector<int32_t> cand_;             // candidate ids
   std::vector<float> probs_;              // candidate probabilities

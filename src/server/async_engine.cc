@@ -126,7 +126,7 @@ void AsyncEngine::publish_stats() {
       buckets[b] -= before.load_latency_buckets[b];
     metrics_->add_histogram_counts("pagoda:kv_tier_" + t.kind + "_load_latency_seconds",
                                    "Histogram of KV tier block load latency in seconds (verified hits).",
-                                   t.load_latency_bounds, buckets, t.load_latency_sum - before.load_latency_sum);
+                                   engine::kKvTierLoadLatencyBounds, buckets, t.load_latency_sum - before.load_latency_sum);
   }
   add_spec_decode_metrics(metrics_, s, last_stats_);  // metrics.cc
   add_pin_metrics(metrics_, s, last_stats_);          // metrics.cc

@@ -174,15 +174,14 @@ void Generation::on_event(size_t prompt, const engine::TokenEvent& ev) {
   }
   const size_t text_off0 = c.text.size();
   if (s_.stream) {
-    if (s_.tool_names.empty() || !stream_tool_event(ci, ev)) stream_event(prompt, ci, ev, text_off0);
     // Streamed output is not kept: only the token count matters for usage.
-    c.num_tokens += static_cast<int64_t>(ev.tokens.size());
+    if (s_.tool_names.empty() || !stream_tool_event(ci, ev)) stream_event(prompt, ci, ev, text_off0);
   } else {
     c.text += ev.text;
     c.tokens.insert(c.tokens.end(), ev.tokens.begin(), ev.tokens.end());
-    c.num_tokens = static_cast<int64_t>(c.tokens.size());
     c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
   }
+  c.num_tokens = ev.num_output_tokens;  // the engine's count, this event's tokens included
   c.finish = ev.finish;
   if (ev.finish == engine::FinishReason::kNone) return;
   if (--pending_choices_ > 0) return;

@@ -52,7 +52,7 @@ class Generation {
     std::string text;
     std::vector<int32_t> tokens;                  // kept only when not streaming
     std::vector<engine::TokenLogprob> logprobs;   // likewise
-    int64_t num_tokens = 0;
+    int64_t num_tokens = 0;  // the last event's num_output_tokens (usage; streamed tokens are not kept)
     engine::FinishReason finish = engine::FinishReason::kNone;
     bool first_sent = false;
     // Streaming with tools: output held back while it may be a tool call.

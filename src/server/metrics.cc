@@ -1,5 +1,6 @@
 #include "server/metrics.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -177,19 +178,19 @@ void Metrics::observe(const std::string& name, double v) {
   h.count++;
 }
 
-void Metrics::add_histogram_counts(const std::string& name, const std::string& help, const std::vector<double>& bounds,
+void Metrics::add_histogram_counts(const std::string& name, const std::string& help, std::span<const double> bounds,
                                    const std::vector<uint64_t>& counts, double sum) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = histograms_.find(name);
   if (it == histograms_.end()) {
     help_[name] = {"histogram", help, ""};
     Histogram hg;
-    hg.bounds = bounds;
+    hg.bounds.assign(bounds.begin(), bounds.end());
     hg.counts.assign(bounds.size() + 1, 0);
     it = histograms_.emplace(name, std::move(hg)).first;
   }
   Histogram& h = it->second;
-  if (h.bounds != bounds || counts.size() != h.counts.size()) return;
+  if (!std::ranges::equal(h.bounds, bounds) || counts.size() != h.counts.size()) return;
   for (size_t i = 0; i < counts.size(); ++i) {
     h.counts[i] += counts[i];
     h.count += counts[i];

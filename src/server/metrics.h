@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,7 @@ class Metrics {
   // Adds per-bucket counts (non-cumulative, last = +Inf) and their sum to a
   // histogram, creating it with these bounds (for counts kept elsewhere, such
   // as the KV tiers' load latencies). Counts of other bounds are ignored.
-  void add_histogram_counts(const std::string& name, const std::string& help, const std::vector<double>& bounds,
+  void add_histogram_counts(const std::string& name, const std::string& help, std::span<const double> bounds,
                             const std::vector<uint64_t>& counts, double sum);
   // Prometheus exposition format 0.0.4.
   std::string render() const;
