@@ -180,7 +180,9 @@ void AsyncEngine::observe_finished(const Live& L, const engine::TokenEvent& ev, 
 }
 
 // Hands every prompt of one submission to the engine; all or none stay live.
-void AsyncEngine::admit(Pending& p) {
+// The verdict (on_added) is returned, not called: the loop publishes the stats
+// first, so a client that has its 200 (or 400) finds its request counted in /metrics.
+std::function<void()> AsyncEngine::admit(Pending& p) {
   std::vector<engine::RequestId> ids;
   std::string error;
   for (const auto& params : p.sub.prompts) {
@@ -194,8 +196,7 @@ void AsyncEngine::admit(Pending& p) {
   if (!error.empty()) {
     for (engine::RequestId id : ids) engine_->abort(id);
     if (metrics_) metrics_->inc_counter("pagoda:request_failure_total", 1, "400");
-    p.sub.on_added(error);
-    return;
+    return [fn = std::move(p.sub.on_added), error] { fn(error); };
   }
   for (size_t i = 0; i < ids.size(); ++i) {
     Live live;
@@ -206,11 +207,11 @@ void AsyncEngine::admit(Pending& p) {
     live.max_tokens = p.sub.prompts[i].max_tokens;
     live_[ids[i]] = live;
   }
-  p.sub.on_added("");
   // The prompts' token ids are in the engine now; free the submission's copy early.
   p.sub.prompts.clear();
   p.sub.prompts.shrink_to_fit();
   groups_[p.ticket] = Group{std::move(ids), std::move(p.sub.on_event), std::move(p.sub.tag)};
+  return [fn = std::move(p.sub.on_added)] { fn(""); };
 }
 
 void AsyncEngine::loop() {
@@ -239,7 +240,10 @@ void AsyncEngine::loop() {
     if (!controls.empty()) publish_stats();  // before the replies: /metrics read after one shows its change
     for (auto& r : replies)
       if (r) r();
-    for (auto& p : inbox) admit(p);
+    std::vector<std::function<void()>> verdicts;
+    for (auto& p : inbox) verdicts.push_back(admit(p));
+    if (!verdicts.empty()) publish_stats();  // before the verdicts: see admit()
+    for (auto& v : verdicts) v();
     for (Ticket t : aborts) {
       auto it = groups_.find(t);
       if (it == groups_.end()) {

@@ -98,7 +98,7 @@ class AsyncEngine {
     std::string tag;
   };
   void loop();
-  void admit(Pending& p);
+  std::function<void()> admit(Pending& p);  // returns the submission's verdict to run
   void publish_stats();
   // The vLLM-style stats line, when the interval has passed and something happened.
   void maybe_log_stats(double now);
