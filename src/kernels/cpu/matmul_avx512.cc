@@ -16,7 +16,9 @@
 #include "base/check.h"
 #include "base/ggml_quant.h"
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/gemm_panel_avx512.h"
 #include "kernels/cpu/pack.h"
+#include "kernels/cpu/packed_avx512.h"
 
 namespace pagoda::kernels::cpu::detail {
 namespace {
@@ -40,12 +42,6 @@ inline __m512i load4x128(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2
   v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1)), 1);
   v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p2)), 2);
   v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p3)), 3);
-  return v;
-}
-
-inline uint32_t load_u32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
   return v;
 }
 
@@ -335,12 +331,6 @@ inline void packed_quants(const uint8_t* q, const uint8_t* qh, int r, __m512i& l
   }
 }
 
-// A packed group's 16 f16 scales at p (lane 4r + b = row r, block b) as f32,
-// permuted by idx.
-inline __m512 packed_scales(const uint8_t* p, __m512i idx) {
-  return _mm512_permutexvar_ps(idx, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p))));
-}
-
 // Row r (0..3) of a packed tile, group g: the same registers decode_row_group
 // gives from the GGUF row (same values in the same lanes).
 template <GgmlType kType>
@@ -537,7 +527,6 @@ constexpr bool kAvx512 = true;
 constexpr int64_t kFloatLanes = 16;
 
 #include "kernels/cpu/matmul_driver.inc"
-#include "kernels/cpu/gemm_panel_avx512.inc"
 
 template <GgmlType kType>
 void matmul_q32_t(const WeightView& w, const float* x, int64_t n_tokens, float* y) {

@@ -1,6 +1,6 @@
 // The many-token GEMM over packed Q4_0 / Q4_1 / Q8_0 weights (issue 23):
-// textually included by matmul_avx512.cc inside its anonymous namespace, after
-// the packed helpers (packed_scales, Layout) it uses.
+// its own translation unit (AVX-512 flags), called by matmul_avx512.cc's
+// matmul_q32_t for packed weights from kPanelMinTokens tokens on.
 //
 // Why a second kernel: the direct kernel (qkernel_rows) holds one row's block
 // in a vector (lane = 4 columns of one block) and must fold every token's lane
@@ -30,15 +30,33 @@
 // panel kernel keeps P_k per token in acc[k] (lane = row) and runs exactly those
 // float ops on exactly those values, so every output is bitwise what the direct
 // kernel gives, whatever the token count, tile or thread.
+#include "kernels/cpu/gemm_panel_avx512.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/check.h"
+#include "kernels/cpu/pack.h"
+#include "kernels/cpu/packed_avx512.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace pagoda::kernels::cpu::detail {
+namespace {
+
+// The activation records this kernel quantizes and reads (cpu_internal.h): 4
+// blocks of 32 per record, as matmul_avx512.cc's kG.
+constexpr int kG = 4;
+constexpr size_t kRec = 64 * kG;  // record bytes
+// Below this many multiply-adds a fork/join costs more than it saves.
+constexpr int64_t kMinParallelMacs = 1 << 16;
+
 
 constexpr int kPanelRows = 16;
 constexpr int kPanelTokens = 4;  // tokens per register tile
-// From this many tokens on, packed Q4_0 / Q4_1 / Q8_0 go through the panels
-// (fewer stay direct: restaging a chunk costs about what a few direct tiles do).
-constexpr int64_t kPanelMinTokens = 16;
 constexpr int64_t kPanelPrefetch = 2;  // panels ahead that stage_panel prefetches
 
-constexpr bool panel_type(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0; }
 // Quant vectors per panel record (q[j] above) and the record's bytes.
 constexpr int panel_qv(GgmlType t) { return t == GgmlType::Q8_0 ? 8 : 4; }
 constexpr size_t panel_rec(GgmlType t) { return static_cast<size_t>(panel_qv(t)) * 64 + 128; }
@@ -213,6 +231,9 @@ void panel_kernel(const uint8_t* panel, const uint8_t* const* x, int64_t nb, flo
 // y = W x through the panels: chunks of whole panels split over the threads;
 // each chunk restages its panels once, then runs every token tile over them
 // (token tiles outer: a tile's activations stay in L1 under the chunk's panels).
+
+}  // namespace
+
 template <GgmlType kType>
 void matmul_panels(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
   const PackLayout l = pack_layout(kType, w.rows, w.cols);
@@ -222,7 +243,7 @@ void matmul_panels(const WeightView& w, const float* x, int64_t n_tokens, float*
   uint8_t* act = scratch(0, static_cast<size_t>(n_tokens) * xrow);
   // Q8_0: the block's correction in one lane (the direct kernel's per-lane
   // kLaneCorr128 sums to the same exact block sums).
-  const ActMode mode = kType == GgmlType::Q8_0 ? ActMode::kImplicit128 : act_mode_for(kType, kAvx512, true);
+  const ActMode mode = kType == GgmlType::Q8_0 ? ActMode::kImplicit128 : act_mode_for(kType, /*avx512=*/true, true);
   quantize_act(x, n_tokens, w.cols, kG, mode, act);
   const int64_t n_panels = (w.rows + kPanelRows - 1) / kPanelRows;
   const int nth = threads();
@@ -262,3 +283,9 @@ void matmul_panels(const WeightView& w, const float* x, int64_t n_tokens, float*
     }
   });
 }
+
+template void matmul_panels<GgmlType::Q4_0>(const WeightView&, const float*, int64_t, float*);
+template void matmul_panels<GgmlType::Q4_1>(const WeightView&, const float*, int64_t, float*);
+template void matmul_panels<GgmlType::Q8_0>(const WeightView&, const float*, int64_t, float*);
+
+}  // namespace pagoda::kernels::cpu::detail
