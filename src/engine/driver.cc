@@ -41,6 +41,9 @@ bool Driver::fold(DrivenRequest& r, const TokenEvent& ev, DrivenEvent& out) {
     if (r.first_token < 0) {
       r.first_token = st.end;
       out.first_token = true;
+    } else if (r.decode_steps == 0 && r.last_token_step == steps_) {
+      // Another choice's first token, from the step that gave the request its first:
+      // prefill, not decode (gap 0).
     } else {
       out.gap = st.end - r.last_token;
       if (options_.accumulate) r.itl.push_back(out.gap);

@@ -44,7 +44,8 @@ struct DrivenRequest {
   // Seconds of the engine steps run while the request was in flight: those up to and
   // including the step of its first token (the prefill) and those after it (decode);
   // decode_steps of the latter gave it decode_tokens tokens (several a step when
-  // speculative decoding accepts drafts, or n > 1).
+  // speculative decoding accepts drafts, or n > 1; the other choices' first tokens,
+  // given with the request's first, are not decode tokens).
   double prefill_s = 0, decode_s = 0;
   int64_t decode_steps = 0, decode_tokens = 0;
   // Set when it finished: the last choice's reason, or kError when a choice failed
@@ -68,6 +69,7 @@ struct DrivenEvent {
   bool first_token = false;            // it gave the request's first token
   // It gave tokens after the first: seconds since the end of the previous step that
   // gave the request tokens (per request: a second choice in the same step sees 0).
+  // A server observes it as the inter-token latency of each event after the first.
   double gap = 0;
   bool done = false;                   // the request finished with it
 };

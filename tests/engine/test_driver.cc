@@ -89,13 +89,17 @@ TEST(EngineDriver, ChoicesOfOneRequestAreTheLoneSeededRuns) {
       step_tokens += static_cast<int64_t>(de.event->tokens.size());
       // The first event with tokens carries the request's first token; every later
       // one a gap from the previous step (0 for a second choice in the same step).
-      if (steps == 1 && &de == &st.driven.front()) EXPECT_TRUE(de.first_token);
-      else EXPECT_FALSE(de.first_token);
-      if (steps > 1 && &de == &st.driven.front()) EXPECT_GT(de.gap, 0.0);
-      if (&de != &st.driven.front()) EXPECT_EQ(de.gap, 0.0);
+      const bool front = &de == &st.driven.front();
+      EXPECT_EQ(de.first_token, steps == 1 && front);
+      if (front && steps > 1) {
+        EXPECT_GT(de.gap, 0.0);
+      } else {
+        EXPECT_EQ(de.gap, 0.0);
+      }
       dones += de.done ? 1 : 0;
-      // Only the last event of the request ends it.
-      EXPECT_EQ(de.done, de.request->choices_finished == n);
+      // Only the last event of the request ends it (every choice ends in the last step).
+      EXPECT_EQ(de.done, steps == max_tokens && &de == &st.driven.back());
+      EXPECT_EQ(de.request->choices_finished, steps == max_tokens ? n : 0);
     }
     EXPECT_EQ(st.tokens, step_tokens);
     for (const DrivenRequest& r : st.finished) finished.push_back(r);

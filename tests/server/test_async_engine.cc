@@ -134,8 +134,8 @@ TEST(AsyncEngineDriver, ChoicesStreamTheLoneSeededRunsAndCountOnce) {
   const uint64_t seeds[2] = {11, 50};
   for (size_t p = 0; p < 2; ++p) {
     for (int c = 0; c < 2; ++c) {
-      EXPECT_EQ(seen.finish[{p, c}], engine::FinishReason::kLength);
-      EXPECT_EQ(seen.tokens[{p, c}], alone(seeded(prompts[p], max_tokens, seeds[p] + static_cast<uint64_t>(c), 1)))
+      EXPECT_EQ((seen.finish[{p, c}]), engine::FinishReason::kLength);
+      EXPECT_EQ((seen.tokens[{p, c}]), alone(seeded(prompts[p], max_tokens, seeds[p] + static_cast<uint64_t>(c), 1)))
           << "prompt " << p << " choice " << c;
     }
   }
