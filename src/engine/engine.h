@@ -1,16 +1,22 @@
 // The engine: the only stateful glue. Owns the scheduler, the KV manager, the
 // model runner and per-request samplers; one step() is schedule -> run ->
 // postprocess. Single-threaded: call every method from one thread (the server
-// wraps it in AsyncEngine, which owns that thread).
+// wraps it in AsyncEngine, which owns that thread). Outside the tests, step() is
+// called only through engine::Driver (engine/driver.h).
 //
 // A request's state: one record per layer, each field in one of them (issue 34).
 //   server::Generation (per HTTP request): what the client is sent: per choice
 //     text, tokens and logprobs (non-streamed only), finish; usage counts come
 //     from the events' num_output_tokens.
-//   server::AsyncEngine::Live (per engine request): routing (ticket, prompt
-//     index) and per-request metrics: timestamps, choices finished, max_tokens
-//     and every choice's output count, which it keeps because the engine's
-//     records are gone when the request's histograms are observed.
+//   server::AsyncEngine::Route (per engine request): routing only (ticket,
+//     prompt index).
+//   engine::DrivenRequest (engine/driver.h, per request, every choice): the
+//     driver's record, what every caller of step() measures: timestamps
+//     (submitted, first scheduled, first and last token), choices finished,
+//     max_tokens and every choice's output count, kept because the engine's
+//     records are gone when the request's histograms are observed; the finish
+//     of a request the engine dropped. Tokens and text only for the offline
+//     callers (DriverOptions::accumulate, loadgen::Stream).
 //   engine Choice (engine.cc, per choice): what sampling adds: the Sampler
 //     (RNG, penalty counts), the FinishRule (detokenizer, stop strings, its
 //     max_tokens/context limit), forced tokens, grammar matcher, draft throttle.

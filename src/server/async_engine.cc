@@ -9,7 +9,7 @@
 namespace pagoda::server {
 
 AsyncEngine::AsyncEngine(std::unique_ptr<engine::Engine> engine, Metrics* metrics, double log_stats_interval_s)
-    : engine_(std::move(engine)), metrics_(metrics), info_(engine_->model_info()),
+    : engine_(std::move(engine)), driver_(*engine_), metrics_(metrics), info_(engine_->model_info()),
       log_stats_interval_s_(log_stats_interval_s) {
   stats_ = engine_->stats();
   last_stats_ = stats_;
@@ -160,23 +160,24 @@ void AsyncEngine::maybe_log_stats(double now) {
   log_window_stats_ = s;
 }
 
-void AsyncEngine::observe_finished(const Live& L, const engine::TokenEvent& ev, double now) {
+void AsyncEngine::observe_finished(const engine::DrivenRequest& r, const Route& route, const engine::TokenEvent& ev,
+                                   double now) {
   // queue + prefill + decode = e2e: one clock, consecutive timestamps (submit, first
   // scheduled, first token, last event).
-  const double t_sched = L.t_sched > 0 ? L.t_sched : L.t_submit;
-  const double t_first = L.t_first > 0 ? L.t_first : now;
+  const double t_sched = r.scheduled >= 0 ? r.scheduled : r.submitted;
+  const double t_first = r.first_token >= 0 ? r.first_token : now;
   PAGODA_LOG_DEBUG("request %llu (submission %llu, prompt %zu): queue=%.6fs prefill=%.6fs decode=%.6fs e2e=%.6fs",
-                   static_cast<unsigned long long>(ev.id), static_cast<unsigned long long>(L.ticket), L.prompt,
-                   t_sched - L.t_submit, t_first - t_sched, now - t_first, now - L.t_submit);
-  metrics_->observe("pagoda:e2e_request_latency_seconds", now - L.t_submit);
-  metrics_->observe("pagoda:request_queue_time_seconds", t_sched - L.t_submit);
+                   static_cast<unsigned long long>(ev.id), static_cast<unsigned long long>(route.ticket), route.prompt,
+                   t_sched - r.submitted, t_first - t_sched, now - t_first, now - r.submitted);
+  metrics_->observe("pagoda:e2e_request_latency_seconds", now - r.submitted);
+  metrics_->observe("pagoda:request_queue_time_seconds", t_sched - r.submitted);
   metrics_->observe("pagoda:request_prefill_time_seconds", t_first - t_sched);
   metrics_->observe("pagoda:request_decode_time_seconds", now - t_first);
   metrics_->observe("pagoda:request_inference_time_seconds", now - t_sched);
   metrics_->observe("pagoda:request_prompt_tokens", ev.num_prompt_tokens);
-  metrics_->observe("pagoda:request_generation_tokens", static_cast<double>(L.gen_tokens));
-  metrics_->observe("pagoda:request_max_num_generation_tokens", L.max_tokens);
-  metrics_->observe("pagoda:request_params_n", L.n_choices);
+  metrics_->observe("pagoda:request_generation_tokens", static_cast<double>(r.output_tokens));
+  metrics_->observe("pagoda:request_max_num_generation_tokens", r.max_tokens);
+  metrics_->observe("pagoda:request_params_n", r.n);
 }
 
 // Hands every prompt of one submission to the engine; all or none stay live.
@@ -186,7 +187,8 @@ std::function<void()> AsyncEngine::admit(Pending& p) {
   std::vector<engine::RequestId> ids;
   std::string error;
   for (const auto& params : p.sub.prompts) {
-    auto id = engine_->add_request(params);
+    // TTFT, queue and e2e times count from the HTTP request's submit(), not from here.
+    auto id = driver_.submit(params, p.t_submit);
     if (!id.ok()) {
       error = id.message();
       break;
@@ -194,24 +196,62 @@ std::function<void()> AsyncEngine::admit(Pending& p) {
     ids.push_back(*id);
   }
   if (!error.empty()) {
-    for (engine::RequestId id : ids) engine_->abort(id);
+    for (engine::RequestId id : ids) driver_.abort(id);
     if (metrics_) metrics_->inc_counter("pagoda:request_failure_total", 1, "400");
     return [fn = std::move(p.sub.on_added), error] { fn(error); };
   }
-  for (size_t i = 0; i < ids.size(); ++i) {
-    Live live;
-    live.ticket = p.ticket;
-    live.prompt = i;
-    live.t_submit = p.t_submit;
-    live.n_choices = std::max(1, p.sub.prompts[i].n);
-    live.max_tokens = p.sub.prompts[i].max_tokens;
-    live_[ids[i]] = live;
-  }
+  for (size_t i = 0; i < ids.size(); ++i) routes_[ids[i]] = Route{p.ticket, i};
   // The prompts' token ids are in the engine now; free the submission's copy early.
   p.sub.prompts.clear();
   p.sub.prompts.shrink_to_fit();
   groups_[p.ticket] = Group{std::move(ids), std::move(p.sub.on_event), std::move(p.sub.tag)};
   return [fn = std::move(p.sub.on_added)] { fn(""); };
+}
+
+void AsyncEngine::deliver(const engine::DriverStep& st) {
+  const double now = st.end;
+  for (const engine::DrivenEvent& de : st.driven) {  // events of the engine's requests, then dropped ones
+    const engine::TokenEvent& ev = *de.event;
+    auto rit = routes_.find(ev.id);
+    if (rit == routes_.end()) continue;  // its submission failed earlier in this step
+    const Route route = rit->second;
+    auto git = groups_.find(route.ticket);
+    if (git == groups_.end()) continue;
+    const engine::DrivenRequest& r = *de.request;
+    if (!ev.tokens.empty() && metrics_) {
+      if (de.first_token) {
+        metrics_->observe("pagoda:time_to_first_token_seconds", r.first_token - r.submitted);
+      } else {
+        const double itl = de.gap / static_cast<double>(ev.tokens.size());
+        metrics_->observe("pagoda:inter_token_latency_seconds", itl);
+        metrics_->observe("pagoda:time_per_output_token_seconds", itl);
+      }
+    }
+    // A request's metrics are recorded before its client can see it end, so a
+    // scrape after a response always counts that response.
+    if (metrics_ && de.done && ev.finish != engine::FinishReason::kError) {
+      observe_finished(r, route, ev, now);
+      metrics_->inc_counter("pagoda:request_success_total", 1, engine::finish_reason_name(ev.finish));
+    }
+    if (metrics_ && ev.finish == engine::FinishReason::kError)
+      metrics_->inc_counter("pagoda:request_success_total", 1, "error");
+    git->second.on_event(route.prompt, ev);
+    if (ev.finish == engine::FinishReason::kError) {
+      // One failed prompt fails the whole HTTP request: stop its siblings too (the
+      // driver has ended the failed request itself, every choice of it).
+      for (engine::RequestId other : git->second.ids) {
+        if (driver_.find(other)) driver_.abort(other);
+        routes_.erase(other);
+      }
+      groups_.erase(git);
+      continue;
+    }
+    if (!de.done) continue;
+    auto& ids = git->second.ids;
+    ids.erase(std::remove(ids.begin(), ids.end(), ev.id), ids.end());
+    if (ids.empty()) groups_.erase(git);
+    routes_.erase(ev.id);
+  }
 }
 
 void AsyncEngine::loop() {
@@ -255,77 +295,25 @@ void AsyncEngine::loop() {
         continue;
       }
       for (engine::RequestId id : it->second.ids) {
-        engine_->abort(id);
-        live_.erase(id);
+        driver_.abort(id);
+        routes_.erase(id);
         if (metrics_) metrics_->inc_counter("pagoda:request_success_total", 1, "abort");
       }
       groups_.erase(it);
     }
     if (!inspections.empty()) {
       const EngineView view{*engine_, [this](engine::RequestId id) {
-                              auto lit = live_.find(id);
-                              if (lit == live_.end()) return std::string();
+                              auto lit = routes_.find(id);
+                              if (lit == routes_.end()) return std::string();
                               auto git = groups_.find(lit->second.ticket);
                               return git == groups_.end() ? std::string() : git->second.tag;
                             }};
       for (auto& fn : inspections) fn(view);
     }
-    if (engine_->has_unfinished()) {
-      const double t_step = now_seconds();
-      std::vector<engine::TokenEvent> events = engine_->step();
-      double now = now_seconds();
-      // Queue time ends at the step that first scheduled a request (vLLM's), not at
-      // its admission: a request waiting behind a full pool or --max-num-seqs keeps
-      // queueing until then.
-      for (engine::RequestId id : engine_->newly_scheduled()) {
-        auto it = live_.find(id);
-        if (it != live_.end() && it->second.t_sched == 0) it->second.t_sched = t_step;
-      }
+    if (driver_.has_unfinished()) {
+      const engine::DriverStep& st = driver_.step();
       publish_stats();  // the step's counters, before any client sees its tokens
-      for (auto& ev : events) {
-        auto lit = live_.find(ev.id);
-        if (lit == live_.end()) continue;
-        Live& L = lit->second;
-        auto git = groups_.find(L.ticket);
-        if (git == groups_.end()) continue;
-        L.gen_tokens += static_cast<int64_t>(ev.tokens.size());
-        if (!ev.tokens.empty() && metrics_) {
-          if (L.t_first == 0) {
-            L.t_first = now;
-            metrics_->observe("pagoda:time_to_first_token_seconds", now - L.t_submit);
-          } else {
-            const double itl = (now - L.t_last) / static_cast<double>(ev.tokens.size());
-            metrics_->observe("pagoda:inter_token_latency_seconds", itl);
-            metrics_->observe("pagoda:time_per_output_token_seconds", itl);
-          }
-          L.t_last = now;
-        }
-        // A request's metrics are recorded before its client can see it end, so a
-        // scrape after a response always counts that response.
-        const bool completes = ev.finish != engine::FinishReason::kNone &&
-                               ev.finish != engine::FinishReason::kError && L.n_finished + 1 >= L.n_choices;
-        if (metrics_ && completes) {
-          observe_finished(L, ev, now);
-          metrics_->inc_counter("pagoda:request_success_total", 1, engine::finish_reason_name(ev.finish));
-        }
-        if (metrics_ && ev.finish == engine::FinishReason::kError)
-          metrics_->inc_counter("pagoda:request_success_total", 1, "error");
-        git->second.on_event(L.prompt, ev);
-        if (ev.finish == engine::FinishReason::kError) {
-          // One failed prompt fails the whole HTTP request: stop its siblings too.
-          for (engine::RequestId other : git->second.ids) {
-            if (other != ev.id) engine_->abort(other);
-            live_.erase(other);
-          }
-          groups_.erase(git);
-          continue;
-        }
-        if (ev.finish == engine::FinishReason::kNone || ++L.n_finished < L.n_choices) continue;
-        auto& ids = git->second.ids;
-        ids.erase(std::remove(ids.begin(), ids.end(), ev.id), ids.end());
-        if (ids.empty()) groups_.erase(git);
-        live_.erase(lit);
-      }
+      deliver(st);
     } else {
       publish_stats();  // no step this turn (idle wake-up, aborts): a step publishes right after it runs
     }
@@ -338,17 +326,17 @@ void AsyncEngine::loop() {
     inbox.swap(inbox_);
   }
   for (auto& p : inbox) p.sub.on_added("server is shutting down");
-  for (auto& [id, L] : live_) {
-    auto git = groups_.find(L.ticket);
+  for (auto& [id, route] : routes_) {
+    auto git = groups_.find(route.ticket);
     if (git == groups_.end()) continue;
     engine::TokenEvent ev;
     ev.id = id;
     ev.finish = engine::FinishReason::kError;
     ev.error = "server is shutting down";
-    git->second.on_event(L.prompt, ev);  // a kError ends the whole submission
+    git->second.on_event(route.prompt, ev);  // a kError ends the whole submission
     groups_.erase(git);
   }
-  live_.clear();
+  routes_.clear();
   groups_.clear();
 }
 

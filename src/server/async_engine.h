@@ -1,7 +1,8 @@
 // AsyncEngine: runs the (single-threaded) Engine on its own thread. HTTP and
 // worker threads submit and abort through a command inbox and never wait for a
 // step; results come back through callbacks invoked on the engine thread (a
-// callback must only post work elsewhere, never block).
+// callback must only post work elsewhere, never block). The engine is stepped by
+// the one driver loop (engine/driver.h), which keeps each request's timings.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/driver.h"
 #include "engine/engine.h"
 #include "server/metrics.h"
 
@@ -82,15 +84,11 @@ class AsyncEngine {
     Submission sub;
     double t_submit = 0;
   };
-  // One engine request (one prompt of a submission).
-  struct Live {
+  // Where one engine request's events go: its submission and prompt index. Its
+  // timings and counts are the driver's record (engine::DrivenRequest).
+  struct Route {
     Ticket ticket = 0;
     size_t prompt = 0;
-    double t_submit = 0, t_first = 0, t_last = 0;
-    double t_sched = 0;  // start of the step that first scheduled it (Engine::newly_scheduled; 0: not yet)
-    int n_choices = 1, n_finished = 0;
-    int max_tokens = 0;
-    int64_t gen_tokens = 0;  // every choice's
   };
   struct Group {
     std::vector<engine::RequestId> ids;  // still-live engine requests
@@ -103,9 +101,13 @@ class AsyncEngine {
   // The vLLM-style stats line, when the interval has passed and something happened.
   void maybe_log_stats(double now);
   // One finished engine request's per-request histograms.
-  void observe_finished(const Live& L, const engine::TokenEvent& ev, double now);
+  void observe_finished(const engine::DrivenRequest& r, const Route& route, const engine::TokenEvent& ev,
+                        double now);
+  // Routes one step's events of the driven requests to their submissions.
+  void deliver(const engine::DriverStep& st);
 
   std::unique_ptr<engine::Engine> engine_;
+  engine::Driver driver_;  // engine-thread only; every step of engine_ goes through it
   Metrics* metrics_;
   engine::ModelInfo info_;
   mutable std::mutex mu_;
@@ -119,7 +121,7 @@ class AsyncEngine {
   bool stop_ = false;
   // Engine-thread only.
   std::unordered_map<Ticket, Group> groups_;
-  std::unordered_map<engine::RequestId, Live> live_;
+  std::unordered_map<engine::RequestId, Route> routes_;
   engine::EngineStats last_stats_;
   double log_stats_interval_s_ = 0;
   double log_window_start_ = 0;

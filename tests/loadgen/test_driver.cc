@@ -1,6 +1,7 @@
-// The load driver (loadgen/driver.h), the one loop around Engine::step, on the real
-// stories260K engine: its records against a hand-written loop over Engine::step
-// (the independent reference), the per-step counters, errors, aborts and run_one.
+// The load driver (loadgen/driver.h: the engine's driver loop, engine/driver.h,
+// accumulating tokens and text) on the real stories260K engine: its records against
+// a hand-written loop over Engine::step (the independent reference), the per-step
+// counters, errors, aborts and run_one.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/forwarding_engine.h"
 #include "loadgen/driver.h"
 
 namespace pagoda::loadgen {
@@ -230,41 +232,7 @@ TEST(LoadgenDriver, RunOneGivesTheEnginesRefusal) {
 
 // The real engine, except that its step() silently drops one request (aborts it with
 // no event): the driver must answer that request with an error, not lose it.
-class DroppingEngine : public engine::Engine {
- public:
-  explicit DroppingEngine(std::unique_ptr<engine::Engine> e) : e_(std::move(e)) {}
-  bool drop_next = false;     // drop the next request accepted
-  engine::RequestId drop = 0;
-  Expected<engine::RequestId> add_request(const engine::RequestParams& p) override {
-    auto id = e_->add_request(p);
-    if (id.ok() && drop_next) drop = *id, drop_next = false;
-    return id;
-  }
-  void abort(engine::RequestId id) override { e_->abort(id); }
-  std::vector<engine::TokenEvent> step() override {
-    e_->abort(drop);
-    std::vector<engine::TokenEvent> ev = e_->step();
-    std::erase_if(ev, [&](const engine::TokenEvent& x) { return x.id == drop; });
-    return ev;
-  }
-  bool has_unfinished() const override { return e_->has_unfinished(); }
-  const std::vector<engine::RequestId>& newly_scheduled() const override { return e_->newly_scheduled(); }
-  engine::EngineStats stats() const override { return e_->stats(); }
-  const engine::ModelInfo& model_info() const override { return e_->model_info(); }
-  const tok::Tokenizer& tokenizer() const override { return e_->tokenizer(); }
-  void snapshot(engine::DashboardSnapshot* out, const engine::SnapshotOptions& o) const override {
-    e_->snapshot(out, o);
-  }
-  std::vector<int32_t> cached_block_tokens(int32_t b) const override { return e_->cached_block_tokens(b); }
-  std::string cached_block_salt(int32_t b) const override { return e_->cached_block_salt(b); }
-  Status reset_prefix_cache(bool force, bool tiers, std::vector<std::pair<std::string, int64_t>>* cleared) override {
-    return e_->reset_prefix_cache(force, tiers, cleared);
-  }
-  double pin_ttl_left(int32_t b) const override { return e_->pin_ttl_left(b); }
-
- private:
-  std::unique_ptr<engine::Engine> e_;
-};
+using DroppingEngine = engine::ForwardingEngine;
 
 TEST(LoadgenDriver, ADroppedRequestFinishesWithAnError) {
   DroppingEngine eng(make_engine());
