@@ -150,68 +150,62 @@ inline __m256i group_isum(const WGroup& w, const uint8_t* xt) {
   }
 }
 
-// One group of a kR (= 4) row tile: each row's decoded quants, and the tile's
-// scales in the block-sum lane map: lane 4k + r of wd (wm) = row r's d (m) of
-// block k of the group.
-struct TileGroup {
-  WGroup w[kR];
-  __m256 wd, wm;
-};
+// Lane 4k + r of wd (wm) of a 4-row tile = row r's d (m) of block k of the
+// group: each row's own vectors hold its block k's value in lanes 4k..4k+3, so
+// row r's comes in with a blend on lanes r and 4 + r.
+constexpr int kRowLanes[kR] = {0x11, 0x22, 0x44, 0x88};
 
-// Lane 4k + r of the result: lane 4k of v[r] (each row's lanes 4k..4k+3 hold its block k's value).
-inline __m256 rows_lanes4(__m256 v0, __m256 v1, __m256 v2, __m256 v3) {
-  __m256 o = _mm256_blend_ps(v0, v1, 0x22);
-  o = _mm256_blend_ps(o, v2, 0x44);
-  return _mm256_blend_ps(o, v3, 0x88);
-}
-
-inline TileGroup tile_of(const WGroup& w0, const WGroup& w1, const WGroup& w2, const WGroup& w3) {
-  return {{w0, w1, w2, w3}, rows_lanes4(w0.wd, w1.wd, w2.wd, w3.wd), rows_lanes4(w0.wm, w1.wm, w2.wm, w3.wm)};
-}
-
-// Four rows' lane sums -> lane 4k + r = row r's block k sum (exact integers).
-inline __m256i block_sums4(__m256i a, __m256i b, __m256i c, __m256i d) {
-  return _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
-}
-
-// One group's float step for one token (the canonical sequence above): acc
-// holds P_0 (lanes 0..3) and P_1 (4..7) for an even group, P_2 and P_3 for an odd one.
-template <GgmlType kType>
-inline __m256 group_step(__m256 acc, const TileGroup& tg, const uint8_t* xt) {
+// One group of a 4-row tile for T tokens (the canonical sequence above): acc[t]
+// holds P_0 (lanes 0..3, rows 0..3) and P_1 (4..7) for an even group, P_2 and
+// P_3 for an odd one. load(r) gives row r's decoded group; each row's integer
+// lane sums are folded pairwise into block sums as soon as both rows are in
+// (lane 4k + r = row r's block k sum: exact integers, so the order of the adds
+// does not matter), which keeps few registers live.
+template <GgmlType kType, int T, class LoadRow>
+inline void group_step(LoadRow load, const uint8_t* const* x, size_t o, __m256 (&acc)[T]) {
   constexpr bool kQ8 = kType == GgmlType::Q8_0;
-  __m256i bs = block_sums4(group_isum<kQ8>(tg.w[0], xt), group_isum<kQ8>(tg.w[1], xt),
-                           group_isum<kQ8>(tg.w[2], xt), group_isum<kQ8>(tg.w[3], xt));
-  if constexpr (Layout<kType>::kImplicit != 0.0f) {  // + (-8 or -16) * sum(q), record lane 4k
-    bs = _mm256_add_epi32(bs, _mm256_shuffle_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(xt + 96)), 0));
+  __m256i h01[T], h23[T];
+  __m256 wd, wm;
+  {
+    const WGroup w0 = load(0), w1 = load(1);
+    for (int t = 0; t < T; ++t) h01[t] = _mm256_hadd_epi32(group_isum<kQ8>(w0, x[t] + o), group_isum<kQ8>(w1, x[t] + o));
+    wd = _mm256_blend_ps(w0.wd, w1.wd, kRowLanes[1]);
+    wm = _mm256_blend_ps(w0.wm, w1.wm, kRowLanes[1]);
   }
-  // d_w * d_x first, then one fma per lane: ggml's per-block order.
-  const __m256 dd = _mm256_mul_ps(tg.wd, _mm256_load_ps(reinterpret_cast<const float*>(xt + 64)));
-  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(bs), dd, acc);
-  if constexpr (Layout<kType>::kMin) {  // s_x sits in lane 4k: spread it over 4k..4k+3
-    acc = _mm256_fmadd_ps(tg.wm, _mm256_permute_ps(_mm256_load_ps(reinterpret_cast<const float*>(xt + 96)), 0), acc);
+  {
+    const WGroup w2 = load(2), w3 = load(3);
+    for (int t = 0; t < T; ++t) h23[t] = _mm256_hadd_epi32(group_isum<kQ8>(w2, x[t] + o), group_isum<kQ8>(w3, x[t] + o));
+    wd = _mm256_blend_ps(_mm256_blend_ps(wd, w2.wd, kRowLanes[2]), w3.wd, kRowLanes[3]);
+    wm = _mm256_blend_ps(_mm256_blend_ps(wm, w2.wm, kRowLanes[2]), w3.wm, kRowLanes[3]);
   }
-  return acc;
+  for (int t = 0; t < T; ++t) {
+    const uint8_t* xt = x[t] + o;
+    __m256i bs = _mm256_hadd_epi32(h01[t], h23[t]);
+    if constexpr (Layout<kType>::kImplicit != 0.0f) {  // + (-8 or -16) * sum(q), record lane 4k
+      bs = _mm256_add_epi32(bs, _mm256_shuffle_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(xt + 96)), 0));
+    }
+    // d_w * d_x first, then one fma per lane: ggml's per-block order.
+    const __m256 dd = _mm256_mul_ps(wd, _mm256_load_ps(reinterpret_cast<const float*>(xt + 64)));
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(bs), dd, acc[t]);
+    if constexpr (Layout<kType>::kMin) {  // s_x sits in lane 4k: spread it over 4k..4k+3
+      acc[t] = _mm256_fmadd_ps(wm, _mm256_permute_ps(_mm256_load_ps(reinterpret_cast<const float*>(xt + 96)), 0), acc[t]);
+    }
+  }
 }
 
 // The micro-kernel loop shared by the staged and the direct kernels: kR rows
-// times T tokens, group by group; load(g) gives the tile's group g (TileGroup).
+// times T tokens, group by group; load(r, g) gives row r's decoded group g.
 // out[t * kR + r] = (P_0 + P_2) + (P_1 + P_3).
-template <GgmlType kType, int T, class LoadTile>
-inline void qkernel_rows(LoadTile load, const uint8_t* const* x, int64_t ng, float* out) {
+template <GgmlType kType, int T, class LoadGroup>
+inline void qkernel_rows(LoadGroup load, const uint8_t* const* x, int64_t ng, float* out) {
   __m256 even[T], odd[T];
   for (int t = 0; t < T; ++t) even[t] = odd[t] = _mm256_setzero_ps();
   int64_t g = 0;
   for (; g + 2 <= ng; g += 2) {
-    const size_t o = static_cast<size_t>(g) * kRec;
-    const TileGroup t0 = load(g);
-    for (int t = 0; t < T; ++t) even[t] = group_step<kType>(even[t], t0, x[t] + o);
-    const TileGroup t1 = load(g + 1);
-    for (int t = 0; t < T; ++t) odd[t] = group_step<kType>(odd[t], t1, x[t] + o + kRec);
+    group_step<kType, T>([&](int r) { return load(r, g); }, x, static_cast<size_t>(g) * kRec, even);
+    group_step<kType, T>([&](int r) { return load(r, g + 1); }, x, static_cast<size_t>(g + 1) * kRec, odd);
   }
-  if (g < ng) {
-    const TileGroup t0 = load(g);
-    for (int t = 0; t < T; ++t) even[t] = group_step<kType>(even[t], t0, x[t] + static_cast<size_t>(g) * kRec);
-  }
+  if (g < ng) group_step<kType, T>([&](int r) { return load(r, g); }, x, static_cast<size_t>(g) * kRec, even);
   for (int t = 0; t < T; ++t) {
     const __m256 h = _mm256_add_ps(even[t], odd[t]);  // P_0 + P_2 | P_1 + P_3
     _mm_storeu_ps(out + t * kR, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
@@ -220,12 +214,7 @@ inline void qkernel_rows(LoadTile load, const uint8_t* const* x, int64_t ng, flo
 
 template <GgmlType kType, int T>
 void qkernel(const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) {
-  qkernel_rows<kType, T>(
-      [w](int64_t g) {
-        const size_t o = static_cast<size_t>(g) * kRec;
-        return tile_of(load_group(w[0] + o), load_group(w[1] + o), load_group(w[2] + o), load_group(w[3] + o));
-      },
-      x, ng, out);
+  qkernel_rows<kType, T>([w](int r, int64_t g) { return load_group(w[r] + static_cast<size_t>(g) * kRec); }, x, ng, out);
 }
 
 // Direct (few tokens): decode each group in registers and use it at once.
@@ -234,11 +223,9 @@ void qkernel_direct(const uint8_t* const* rows, int64_t nb, const uint8_t* const
                     float* out) {
   constexpr size_t kGroupBytes = Layout<kType>::kBB * kG;
   qkernel_rows<kType, T>(
-      [rows, nb, prefetch](int64_t g) {
-        for (int r = 0; r < kR; ++r)
-          _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + g * kGroupBytes), _MM_HINT_T0);
-        return tile_of(decode_row_group<kType>(rows[0], nb, g), decode_row_group<kType>(rows[1], nb, g),
-                       decode_row_group<kType>(rows[2], nb, g), decode_row_group<kType>(rows[3], nb, g));
+      [rows, nb, prefetch](int r, int64_t g) {
+        _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + g * kGroupBytes), _MM_HINT_T0);
+        return decode_row_group<kType>(rows[r], nb, g);
       },
       x, ng, out);
 }
