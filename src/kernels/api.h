@@ -232,9 +232,11 @@ void short_conv(const float* bcx, int64_t n_tokens, int64_t n, const float* weig
 namespace cpu {
 PAGODA_KERNEL_OPS
 // Which ISA the dispatcher picked ("avx512-vnni", "avx2"). Bitwise batch
-// invariance holds for a fixed ISA: the AVX2 and AVX-512 matmul paths round
-// differently (8- vs 16-lane sums), so goldens recorded on one may differ in the
-// last bits on the other; PAGODA_ISA=avx2 pins the AVX2 path.
+// invariance holds for a fixed ISA. Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 matmuls give
+// the same bits on both (one canonical sequence, Matmul.Q32OutputsAreTheCanonicalSequence);
+// the float, K-quant and IQ4 paths and attention round differently (8- vs 16-lane
+// sums), so goldens recorded on one may differ in the last bits on the other;
+// PAGODA_ISA=avx2 pins the AVX2 path.
 const char* isa_name();
 // Forces the ISA for later calls: "avx2", "avx512-vnni" or "auto" (the best the
 // machine supports; the default, unless env PAGODA_ISA=avx2 is set at start-up).

@@ -200,6 +200,92 @@ TEST(Matmul, MatchesReferenceOverOddShapes) {
   }
 }
 
+// The canonical float sequence of the integer path (matmul_avx2.cc's header,
+// the same on AVX-512), transcribed in scalar code: x quantized per block of 32
+// as quantize_act does (d = amax / 127, q = round-half-even(x * 127 / amax),
+// d16 = f16(d), s = f16(d * sum q) for Q4_1 / Q5_1), the block's exact integer
+// sum S_b of w * q (Q4_0 / Q5_0 with their -8 / -16 offsets), and per output
+//   P_k = fma(float(S_b), d_w * d16, P_k) [Q4_1 / Q5_1: P_k = fma(m_w, s, P_k)],
+//   k = b mod 4, y = (P_0 + P_2) + (P_1 + P_3).
+float canonical_q32(GgmlType type, const uint8_t* row, const float* x, int64_t cols) {
+  const auto& info = ggml_type_info(type);
+  float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    const float* xb = x + b * 32;
+    float amax = 0.0f;
+    for (int c = 0; c < 32; ++c) amax = std::max(amax, std::fabs(xb[c]));
+    const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    int32_t q[32], sum = 0;
+    for (int c = 0; c < 32; ++c) {
+      q[c] = static_cast<int32_t>(std::nearbyint(xb[c] * id));
+      sum += q[c];
+    }
+    const float d16 = fp16_to_fp32(fp32_to_fp16(d));
+    const uint8_t* blk = row + b * info.type_size;
+    uint16_t dh, mh = 0;
+    std::memcpy(&dh, blk, 2);
+    const bool has_min = type == GgmlType::Q4_1 || type == GgmlType::Q5_1;
+    if (has_min) std::memcpy(&mh, blk + 2, 2);
+    int32_t w[32];
+    if (type == GgmlType::Q8_0) {
+      for (int c = 0; c < 32; ++c) w[c] = static_cast<int8_t>(blk[2 + c]);
+    } else {
+      const bool five = type == GgmlType::Q5_0 || type == GgmlType::Q5_1;
+      const size_t qs = (has_min ? 4 : 2) + (five ? 4 : 0);
+      uint32_t qh = 0;
+      if (five) std::memcpy(&qh, blk + (has_min ? 4 : 2), 4);
+      const int32_t off = type == GgmlType::Q4_0 ? 8 : type == GgmlType::Q5_0 ? 16 : 0;
+      for (int c = 0; c < 16; ++c) {
+        w[c] = (blk[qs + c] & 0x0F) | static_cast<int32_t>(((qh >> c) & 1u) << 4);
+        w[c + 16] = (blk[qs + c] >> 4) | static_cast<int32_t>(((qh >> (c + 16)) & 1u) << 4);
+        w[c] -= off;
+        w[c + 16] -= off;
+      }
+    }
+    int32_t s_b = 0;
+    for (int c = 0; c < 32; ++c) s_b += w[c] * q[c];
+    const float dd = fp16_to_fp32(dh) * d16;
+    float& acc = p[b % 4];
+    acc = std::fma(static_cast<float>(s_b), dd, acc);
+    if (has_min) acc = std::fma(fp16_to_fp32(mh), fp16_to_fp32(fp32_to_fp16(d * static_cast<float>(sum))), acc);
+  }
+  return (p[0] + p[2]) + (p[1] + p[3]);
+}
+
+// Every Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 output is exactly the canonical
+// sequence above on every ISA the machine has, for token counts that take the
+// direct tiles and the panels, odd row counts and every tail of blocks: so the
+// paths agree with each other and the ISAs with each other, bit for bit.
+TEST(Matmul, Q32OutputsAreTheCanonicalSequence) {
+  const auto isas = testing::isas();
+  uint64_t seed = 4242;
+  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0}) {
+    for (int64_t cols : {32, 96, 160, 256, 576}) {
+      const int64_t rows = 37;
+      auto w = make_weight(type, rows, cols, seed++);
+      for (int64_t n : {1, 3, 7, 8, 19}) {
+        const auto x = random_vec(static_cast<size_t>(n * cols), seed++, 3.0);
+        std::vector<float> want(static_cast<size_t>(n * rows));
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t r = 0; r < rows; ++r)
+            want[t * rows + r] = canonical_q32(type, static_cast<const uint8_t*>(w.view.data) + r * w.view.row_bytes,
+                                               x.data() + t * cols, cols);
+        for (const auto& isa : isas) {
+          IsaScope scope(isa);
+          for (int threads : {1, 2}) {
+            set_num_threads(threads);
+            std::vector<float> got(want.size(), -1.0f);
+            cpu::matmul(w.view, x.data(), n, got.data());
+            ASSERT_TRUE(BitwiseEqual(got.data(), want.data(), want.size()))
+                << ggml_type_info(type).name << " cols=" << cols << " n=" << n << " isa=" << isa << " threads=" << threads;
+          }
+        }
+      }
+    }
+  }
+  set_num_threads(1);
+}
+
 class MatmulTest : public ::testing::TestWithParam<std::string> {};
 
 // The decode-packed copies (kernels::pack_weight; AVX-512 only) against the

@@ -29,7 +29,7 @@ inline int64_t act_groups(int64_t cols, int g) { return (cols / 32 + g - 1) / g;
 
 // How quantize_act fills xs and the quant bytes, by the weight type consuming them.
 enum class ActMode {
-  kSigned,    // s8 quants; xs = d * sum(q) (exact): Q4_0, Q5_0 (and Q8_0 on AVX2, xs unused)
+  kSigned,    // s8 quants; xs = d * sum(q) (exact): Q8_0 on AVX2 and IQ4_NL (xs unused by both)
   kQ8_1,      // s8 quants; xs = f16(d_f32 * sum(q)) like ggml's block_q8_1 s: Q4_1, Q5_1
   // s8 quants; xs lane 4b + j holds int32 -128 * (q[4j..4j+3] + q[16+4j..16+4j+3]) of
   // block b: Q8_0 on AVX-512, whose kernel holds the weights as w + 128 (u8, dpbusd's
@@ -41,7 +41,7 @@ enum class ActMode {
   // live registers in the 4 x 4 tile than a per-token correction: pp512 stays as fast).
   kOffsetU8,
   // s8 quants; xs lane 4b holds int32 -8 * sum(q) (kImplicit16: -16 * sum(q)) of
-  // block b, lanes 4b+1..4b+3 zero: Q4_0 (Q5_0) on AVX-512, whose kernels hold the
+  // block b, lanes 4b+1..4b+3 zero: Q4_0 (Q5_0) on both ISAs, whose kernels hold the
   // weights as stored (u8 0..15, 0..31) and start block b's integer sum at this
   // correction, so the block sum is exactly sum((w - 8) * q) (sum((w - 16) * q)),
   // as ggml's own integer dot, and one fma per block adds it: no float offset term.
@@ -57,8 +57,7 @@ enum class ActMode {
 inline ActMode act_mode_for(GgmlType t, bool avx512, bool direct) {
   if (t == GgmlType::Q8_0) return !avx512 ? ActMode::kSigned : direct ? ActMode::kLaneCorr128 : ActMode::kOffsetU8;
   if (t == GgmlType::Q4_1 || t == GgmlType::Q5_1) return ActMode::kQ8_1;
-  if (avx512) return t == GgmlType::Q4_0 ? ActMode::kImplicit8 : ActMode::kImplicit16;
-  return ActMode::kSigned;
+  return t == GgmlType::Q4_0 ? ActMode::kImplicit8 : ActMode::kImplicit16;
 }
 
 // Quantizes x [n_tokens, cols] (cols % 32 == 0) to q8 records (see above), bit

@@ -1,6 +1,20 @@
 // AVX2 + FMA matmul (baseline x86-64-v3, runs everywhere pagoda runs).
-// Same structure and batch-invariance argument as matmul_avx512.cc, with
-// 8-lane vectors and records of 2 blocks; integer dots via maddubs/madd.
+// Same structure as matmul_avx512.cc, with 8-lane vectors and records of 2
+// blocks; integer dots via maddubs/madd.
+//
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0: the canonical float sequence is the AVX-512
+// one, so both ISAs give every output bitwise the same value. For output
+// y[t, r] and each block b of the row in order, with S_b the exact integer
+// sum(w * q) of the block (Q4_0 / Q5_0: sum((w - 8) * q), sum((w - 16) * q),
+// as ggml's integer dot, through the activation record's correction) and
+// k = b mod 4:
+//   P_k = fma(float(S_b), d_w * d_x, P_k)        [Q4_1 / Q5_1: then
+//   P_k = fma(m_w, s_x, P_k), s_x = f16(d_x * sum q), ggml's q8_1 s]
+// from P_k = +0, and y = (P_0 + P_2) + (P_1 + P_3). Every path below (the
+// direct tiles of 4 rows here, the staged records, the 8-row panels of
+// gemm_panel_avx2.cc) computes exactly that, whatever the token count, tile or
+// thread. Tests: Matmul.Q32OutputsAreTheCanonicalSequence (a scalar
+// transcription of the above), Isa/MatmulTest.BatchInvariantBitwise.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -10,6 +24,7 @@
 #include "base/check.h"
 #include "base/ggml_quant.h"
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/gemm_panel_avx2.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace pagoda::kernels::cpu::detail {
@@ -22,8 +37,10 @@ constexpr int kT = 4;
 constexpr int kQT = kT;  // tokens per integer tile
 constexpr int64_t kChunkRows = 16;
 constexpr int64_t kGemmChunkRows = kChunkRows;
-// Tokens up to which groups are decoded in registers instead of packed per chunk.
-constexpr int64_t kDirectMaxTokens = 2;
+// Tokens up to which groups are decoded in registers instead of staged per
+// chunk; from kPanelMinTokens on the panels take over (matmul_q32_t), so the
+// staged records are not used by matmul_avx2 (they stay correct: same sequence).
+constexpr int64_t kDirectMaxTokens = kPanelMinTokensAvx2 - 1;
 // How far ahead (in rows) the direct paths prefetch weights (DRAM latency).
 constexpr size_t kPrefetchRows = 8;
 // Below this many multiply-adds a fork/join costs more than it saves.
@@ -87,8 +104,8 @@ inline WGroup decode_group(const uint8_t* b0, const uint8_t* b1) {
     }
     if constexpr (L::kMin) {
       w.wm = _mm256_permutevar8x32_ps(dm8, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3));
-    } else {
-      w.wm = _mm256_mul_ps(w.wd, _mm256_set1_ps(L::kImplicit));
+    } else {  // Q4_0 / Q5_0: the -8 / -16 offset is in the block's exact integer sum
+      w.wm = _mm256_setzero_ps();
     }
   }
   return w;
@@ -115,58 +132,97 @@ inline WGroup load_group(const uint8_t* rec) {
           _mm256_load_ps(reinterpret_cast<const float*>(rec + 96))};
 }
 
-// The one op sequence every output goes through, per group.
+// The exact integer lane sums of one row's group for one token: lanes 0..3
+// partial sums of block 0, lanes 4..7 of block 1 (their sum is the block's
+// sum(w * q); the Q4_0 / Q5_0 correction is added per block after the fold).
 template <bool kQ8>
-inline __m256 group_dot(__m256 acc, const WGroup& w, const uint8_t* xt) {
+inline __m256i group_isum(const WGroup& w, const uint8_t* xt) {
   const __m256i ones16 = _mm256_set1_epi16(1);
   const __m256i xlo = _mm256_load_si256(reinterpret_cast<const __m256i*>(xt));
   const __m256i xhi = _mm256_load_si256(reinterpret_cast<const __m256i*>(xt + 32));
-  __m256i is;
   if constexpr (kQ8) {
     const __m256i plo = _mm256_maddubs_epi16(_mm256_abs_epi8(w.lo), _mm256_sign_epi8(xlo, w.lo));
     const __m256i phi = _mm256_maddubs_epi16(_mm256_abs_epi8(w.hi), _mm256_sign_epi8(xhi, w.hi));
-    is = _mm256_add_epi32(_mm256_madd_epi16(plo, ones16), _mm256_madd_epi16(phi, ones16));
-  } else {
+    return _mm256_add_epi32(_mm256_madd_epi16(plo, ones16), _mm256_madd_epi16(phi, ones16));
+  } else {  // u8 0..31 times s8: each pair |sum| <= 2 * 31 * 127, two of them fit int16
     const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(w.lo, xlo), _mm256_maddubs_epi16(w.hi, xhi));
-    is = _mm256_madd_epi16(p, ones16);
+    return _mm256_madd_epi16(p, ones16);
   }
-  // d_w * d_x first, then one fma per lane: ggml's per-block order.
-  const __m256 dd = _mm256_mul_ps(w.wd, _mm256_load_ps(reinterpret_cast<const float*>(xt + 64)));
-  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), dd, acc);
-  if constexpr (!kQ8) acc = _mm256_fmadd_ps(w.wm, _mm256_load_ps(reinterpret_cast<const float*>(xt + 96)), acc);
-  return acc;
 }
 
-// The micro-kernel loop shared by the packed and the direct kernels: T tokens
-// times kR rows, group by group; load(r, g) gives row r's weight group g.
-template <int T, bool kQ8, class LoadGroup>
-inline void qkernel_rows(LoadGroup load, const uint8_t* const* x, int64_t ng, float* out) {
-  __m256 acc[kR][T];
-  for (int r = 0; r < kR; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-  for (int64_t g = 0; g < ng; ++g) {
-    const size_t o = static_cast<size_t>(g) * kRec;
-    for (int r = 0; r < kR; ++r) {
-      const WGroup wg = load(r, g);
-      for (int t = 0; t < T; ++t) acc[r][t] = group_dot<kQ8>(acc[r][t], wg, x[t] + o);
+// Lane 4k + r of wd (wm) of a 4-row tile = row r's d (m) of block k of the
+// group: each row's own vectors hold its block k's value in lanes 4k..4k+3, so
+// row r's comes in with a blend on lanes r and 4 + r.
+constexpr int kRowLanes[kR] = {0x11, 0x22, 0x44, 0x88};
+
+// One group of a 4-row tile for T tokens (the canonical sequence above): acc[t]
+// holds P_0 (lanes 0..3, rows 0..3) and P_1 (4..7) for an even group, P_2 and
+// P_3 for an odd one. load(r) gives row r's decoded group; each row's integer
+// lane sums are folded pairwise into block sums as soon as both rows are in
+// (lane 4k + r = row r's block k sum: exact integers, so the order of the adds
+// does not matter), which keeps few registers live.
+template <GgmlType kType, int T, class LoadRow>
+inline void group_step(LoadRow load, const uint8_t* const* x, size_t o, __m256 (&acc)[T]) {
+  constexpr bool kQ8 = kType == GgmlType::Q8_0;
+  __m256i h01[T], h23[T];
+  __m256 wd, wm;
+  {
+    const WGroup w0 = load(0), w1 = load(1);
+    for (int t = 0; t < T; ++t) h01[t] = _mm256_hadd_epi32(group_isum<kQ8>(w0, x[t] + o), group_isum<kQ8>(w1, x[t] + o));
+    wd = _mm256_blend_ps(w0.wd, w1.wd, kRowLanes[1]);
+    wm = _mm256_blend_ps(w0.wm, w1.wm, kRowLanes[1]);
+  }
+  {
+    const WGroup w2 = load(2), w3 = load(3);
+    for (int t = 0; t < T; ++t) h23[t] = _mm256_hadd_epi32(group_isum<kQ8>(w2, x[t] + o), group_isum<kQ8>(w3, x[t] + o));
+    wd = _mm256_blend_ps(_mm256_blend_ps(wd, w2.wd, kRowLanes[2]), w3.wd, kRowLanes[3]);
+    wm = _mm256_blend_ps(_mm256_blend_ps(wm, w2.wm, kRowLanes[2]), w3.wm, kRowLanes[3]);
+  }
+  for (int t = 0; t < T; ++t) {
+    const uint8_t* xt = x[t] + o;
+    __m256i bs = _mm256_hadd_epi32(h01[t], h23[t]);
+    if constexpr (Layout<kType>::kImplicit != 0.0f) {  // + (-8 or -16) * sum(q), record lane 4k
+      bs = _mm256_add_epi32(bs, _mm256_shuffle_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(xt + 96)), 0));
+    }
+    // d_w * d_x first, then one fma per lane: ggml's per-block order.
+    const __m256 dd = _mm256_mul_ps(wd, _mm256_load_ps(reinterpret_cast<const float*>(xt + 64)));
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(bs), dd, acc[t]);
+    if constexpr (Layout<kType>::kMin) {  // s_x sits in lane 4k: spread it over 4k..4k+3
+      acc[t] = _mm256_fmadd_ps(wm, _mm256_permute_ps(_mm256_load_ps(reinterpret_cast<const float*>(xt + 96)), 0), acc[t]);
     }
   }
-  for (int r = 0; r < kR; ++r)
-    for (int t = 0; t < T; ++t) out[t * kR + r] = hsum8(acc[r][t]);
+}
+
+// The micro-kernel loop shared by the staged and the direct kernels: kR rows
+// times T tokens, group by group; load(r, g) gives row r's decoded group g.
+// out[t * kR + r] = (P_0 + P_2) + (P_1 + P_3).
+template <GgmlType kType, int T, class LoadGroup>
+inline void qkernel_rows(LoadGroup load, const uint8_t* const* x, int64_t ng, float* out) {
+  __m256 even[T], odd[T];
+  for (int t = 0; t < T; ++t) even[t] = odd[t] = _mm256_setzero_ps();
+  int64_t g = 0;
+  for (; g + 2 <= ng; g += 2) {
+    group_step<kType, T>([&](int r) { return load(r, g); }, x, static_cast<size_t>(g) * kRec, even);
+    group_step<kType, T>([&](int r) { return load(r, g + 1); }, x, static_cast<size_t>(g + 1) * kRec, odd);
+  }
+  if (g < ng) group_step<kType, T>([&](int r) { return load(r, g); }, x, static_cast<size_t>(g) * kRec, even);
+  for (int t = 0; t < T; ++t) {
+    const __m256 h = _mm256_add_ps(even[t], odd[t]);  // P_0 + P_2 | P_1 + P_3
+    _mm_storeu_ps(out + t * kR, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+  }
 }
 
 template <GgmlType kType, int T>
 void qkernel(const uint8_t* const* w, const uint8_t* const* x, int64_t ng, float* out) {
-  qkernel_rows<T, kType == GgmlType::Q8_0>([w](int r, int64_t g) { return load_group(w[r] + static_cast<size_t>(g) * kRec); }, x, ng, out);
+  qkernel_rows<kType, T>([w](int r, int64_t g) { return load_group(w[r] + static_cast<size_t>(g) * kRec); }, x, ng, out);
 }
 
 // Direct (few tokens): decode each group in registers and use it at once.
 template <GgmlType kType, int T>
 void qkernel_direct(const uint8_t* const* rows, int64_t nb, const uint8_t* const* x, int64_t ng, size_t prefetch,
                     float* out) {
-  constexpr bool kQ8 = kType == GgmlType::Q8_0;
   constexpr size_t kGroupBytes = Layout<kType>::kBB * kG;
-  qkernel_rows<T, kQ8>(
+  qkernel_rows<kType, T>(
       [rows, nb, prefetch](int r, int64_t g) {
         _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + g * kGroupBytes), _MM_HINT_T0);
         return decode_row_group<kType>(rows[r], nb, g);
@@ -300,7 +356,13 @@ inline const WGroup& staged(const WGroup& w) { return w; }
 
 template <GgmlType kType>
 void matmul_q32_t(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
-  matmul_q32_rows<kType>(w, x, n_tokens, y);  // AVX2 ignores w.packed (see pack.h)
+  // AVX2 ignores w.packed (see pack.h): many tokens go through the 8-row
+  // panels restaged from the GGUF rows, fewer through the direct tiles.
+  if (n_tokens >= kPanelMinTokensAvx2) {
+    matmul_panels_avx2<kType>(w, x, n_tokens, y);
+    return;
+  }
+  matmul_q32_rows<kType>(w, x, n_tokens, y);
 }
 
 }  // namespace
