@@ -34,6 +34,7 @@
 
 #include "base/check.h"
 #include "base/ggml_quant.h"
+#include "kernels/cpu/bytes_avx2.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace pagoda::kernels::cpu::detail {
@@ -59,15 +60,6 @@ inline uint16_t load_u16(const uint8_t* p) {
   uint16_t v;
   std::memcpy(&v, p, 2);
   return v;
-}
-
-// byte i of the result is 0xFF if bit i of m is set.
-inline __m256i bits_to_bytes(uint32_t m) {
-  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
-                                          0x0303030303030303);
-  const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(m)), shuf);
-  const __m256i sel = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
-  return _mm256_cmpeq_epi8(_mm256_and_si256(v, sel), sel);
 }
 
 struct Blk {
@@ -137,16 +129,13 @@ void stage_panel(const WeightView& w, int64_t p, int64_t nb, uint8_t* out) {
     transpose8(v);
     uint8_t* rec = out + static_cast<size_t>(b) * kPanelRec;
     for (int j = 0; j < 8; ++j) _mm256_store_si256(reinterpret_cast<__m256i*>(rec + 32 * j), v[j]);
-    __m128i d16 = _mm_setzero_si128(), m16 = _mm_setzero_si128();
     alignas(16) uint16_t dh[8], mh[8];
     for (int i = 0; i < kPanelRows; ++i) {
       dh[i] = load_u16(blk[i]);
       mh[i] = L.min ? load_u16(blk[i] + 2) : 0;
     }
-    d16 = _mm_load_si128(reinterpret_cast<const __m128i*>(dh));
-    m16 = _mm_load_si128(reinterpret_cast<const __m128i*>(mh));
-    _mm256_store_ps(reinterpret_cast<float*>(rec + 256), _mm256_cvtph_ps(d16));
-    _mm256_store_ps(reinterpret_cast<float*>(rec + 288), _mm256_cvtph_ps(m16));
+    _mm256_store_ps(reinterpret_cast<float*>(rec + 256), _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dh))));
+    _mm256_store_ps(reinterpret_cast<float*>(rec + 288), _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(mh))));
   }
 }
 

@@ -23,6 +23,7 @@
 
 #include "base/check.h"
 #include "base/ggml_quant.h"
+#include "kernels/cpu/bytes_avx2.h"
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/gemm_panel_avx2.h"
 #include "kernels/cpu/vec_math.h"
@@ -50,15 +51,6 @@ inline uint32_t load_u32(const uint8_t* p) {
   uint32_t v;
   std::memcpy(&v, p, 4);
   return v;
-}
-
-// byte i of the result is 0xFF if bit i of m is set.
-inline __m256i bits_to_bytes(uint32_t m) {
-  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
-                                          0x0303030303030303);
-  __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(m)), shuf);
-  const __m256i sel = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
-  return _mm256_cmpeq_epi8(_mm256_and_si256(v, sel), sel);
 }
 
 template <GgmlType kType>
