@@ -140,6 +140,11 @@ void Publisher::publish(std::vector<KvEvent> events) {
     events_dropped_.fetch_add(static_cast<int64_t>(events.size()), std::memory_order_relaxed);
     return;
   }
+  // Counted here, not when the thread sends: a step's stats (and /metrics, published after the
+  // step) then cover every message that step will put on the socket, so a subscriber never holds
+  // more messages than the counter says. Sequence numbers follow this same order (FIFO queue).
+  batches_published_.fetch_add(1, std::memory_order_relaxed);
+  events_published_.fetch_add(static_cast<int64_t>(events.size()), std::memory_order_relaxed);
   queue_.push_back(std::move(events));
   work_cv_.notify_one();
 }
@@ -168,8 +173,6 @@ void Publisher::send_batch(std::vector<KvEvent>& events) {
   zmq_send(pub_, cfg_.topic.data(), cfg_.topic.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT);
   zmq_send(pub_, seq_be, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT);
   zmq_send(pub_, payload.data(), payload.size(), ZMQ_DONTWAIT);
-  batches_published_.fetch_add(1, std::memory_order_relaxed);
-  events_published_.fetch_add(static_cast<int64_t>(events.size()), std::memory_order_relaxed);
   if (replay_) {
     buffer_.emplace_back(seq, std::move(payload));
     while (static_cast<int64_t>(buffer_.size()) > cfg_.buffer_steps) buffer_.pop_front();

@@ -44,7 +44,7 @@ struct KvEventsConfig {
 };
 
 struct PublisherStats {
-  int64_t batches_published = 0;  // messages sent on the PUB socket
+  int64_t batches_published = 0;  // messages queued for the PUB socket (each gets a sequence number)
   int64_t events_published = 0;   // events in them
   int64_t batches_dropped = 0;    // batches dropped by a full queue (never sent, no sequence number)
   int64_t events_dropped = 0;
