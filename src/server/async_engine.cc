@@ -12,7 +12,9 @@ AsyncEngine::AsyncEngine(std::unique_ptr<engine::Engine> engine, Metrics* metric
     : engine_(std::move(engine)), driver_(*engine_), metrics_(metrics), info_(engine_->model_info()),
       log_stats_interval_s_(log_stats_interval_s) {
   stats_ = engine_->stats();
-  last_stats_ = stats_;
+  // Counters start from zero, not from the engine's state now: what the engine did while it
+  // was built (the start-up AllBlocksCleared message, a tier's start-up announcements) counts.
+  last_stats_ = engine::EngineStats{};
   log_window_stats_ = stats_;
   log_window_start_ = now_seconds();
   publish_stats();  // the gauges (free blocks) are right before the first request, not 0
