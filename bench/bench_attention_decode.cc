@@ -6,6 +6,7 @@
 // second. Usage: bench_attention_decode [B=32] [L=192] [threads=2] [reps=20]
 // [layers=30] [dtype=f16|f32|bf16|q8_0] [huge=0: 1 asks for transparent huge
 // pages for the pools (madvise; measured no faster here, few were granted)]
+// [kv_heads=3] [query heads per KV head=3] (Llama-3.2-1B: 8 4)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -29,16 +30,17 @@ int main(int argc, char** argv) {
   const int32_t layers = argc > 5 ? std::atoi(argv[5]) : 30;
   const std::string dts = argc > 6 ? argv[6] : "f16";
   const bool huge = argc > 7 && std::atoi(argv[7]) != 0;
+  const int32_t kKv = argc > 8 ? std::atoi(argv[8]) : 3, kGroup = argc > 9 ? std::atoi(argv[9]) : 3;
   KvDtype dt = KvDtype::F16;
   if (!kv_dtype_from_name(dts, &dt)) {
     std::fprintf(stderr, "dtype: one of %s\n", kv_dtype_names());
     return 2;
   }
-  if (B <= 0 || L <= 0 || threads <= 0 || reps <= 0 || layers <= 0) {
+  if (B <= 0 || L <= 0 || threads <= 0 || reps <= 0 || layers <= 0 || kKv <= 0 || kGroup <= 0) {
     std::fprintf(stderr, "bad arguments\n");
     return 2;
   }
-  constexpr int32_t kHeads = 9, kKv = 3, kHd = 64, kBs = 16;
+  const int32_t kHeads = kKv * kGroup, kHd = 64, kBs = 16;
   kernels::set_num_threads(threads);
   const int32_t pages_per_seq = (L + kBs - 1) / kBs, pages = B * pages_per_seq * 2;  // half the pool unused
   const size_t row_bytes = kernels::kv_row_bytes(dt, kKv * kHd);

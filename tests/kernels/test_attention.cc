@@ -481,6 +481,41 @@ TEST(PagedAttention, ManySequencesDecodeEqualsEachTokenAloneBitwise) {
   }
 }
 
+// Decode of fewer sequences than threads x KV heads: an AVX-512 item then takes
+// a run of KV heads and walks them span by span (attend_token_avx512 with
+// n_kv > 1; 1 thread: all 8 heads, 2: 4, 4: 2, 8: one head per item as
+// before). Every split gives bitwise the one-head-per-item output, for shapes
+// with a partial query-head batch (6 heads per KV head), page sizes below, at
+// and above the 64-key span, and a sliding window that starts mid-span.
+TEST(PagedAttention, KvHeadRunsEqualOneHeadPerItemBitwise) {
+  const int threads = num_threads();
+  struct Case {
+    int32_t heads, kv, bs;
+  };
+  uint64_t seed = 4100;
+  for (const Case c : {Case{32, 8, 16}, Case{48, 8, 8}, Case{16, 4, 32}, Case{8, 8, 128}}) {
+    for (KvDtype dt : {KvDtype::F32, KvDtype::F16, KvDtype::BF16}) {
+      for (const std::vector<int32_t>& lens : {std::vector<int32_t>{300}, std::vector<int32_t>{97, 200}}) {
+        std::vector<int32_t> fresh(lens.size(), 1);
+        auto s = Scenario::make(c.heads, c.kv, 64, c.bs, dt, lens, fresh, seed++);
+        s.build(/*shuffle_blocks=*/true, seed);
+        for (int32_t w : {0, 77}) {
+          set_num_threads(8);
+          const auto want = s.run_cpu(w);
+          for (int t : {1, 2, 4}) {
+            set_num_threads(t);
+            const auto got = s.run_cpu(w);
+            ASSERT_TRUE(BitwiseEqual(want.data(), got.data(), want.size()))
+                << c.heads << "/" << c.kv << " heads, bs " << c.bs << ", " << kv_dtype_name(dt) << ", "
+                << lens.size() << " seqs, " << t << " threads, window " << w;
+          }
+        }
+      }
+    }
+  }
+  set_num_threads(threads);
+}
+
 // KV cache groups: a window group's table has the null block before the
 // window of the step's first token. paged_attention (cpu and ref) must start at
 // the page of the first key in the window and never read those entries: here

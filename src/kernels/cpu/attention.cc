@@ -257,7 +257,19 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
   // whole tile, every KV head: the first KV head's pass prefetches whole rows
   // (one contiguous run per page) and the others find them in cache.
   const bool whole_rows = avx512 && hsplit == 1 && n_tiles >= 2 * nth;
-  const int32_t kv_per_item = whole_rows ? nkv : 1;
+  int32_t kv_per_item = whole_rows ? nkv : 1;
+  // Decode of fewer sequences (one-token tiles): an AVX-512 item takes a run of
+  // KV heads, as many as still leave every thread an item, and walks their
+  // slices of each row together (attend_token_avx512 with n_kv > 1) instead of
+  // one head's 128 bytes of every row per pass.
+  if (avx512 && hsplit == 1 && !whole_rows && batch.n_tokens == batch.n_seqs) {
+    for (int32_t d = nkv; d > 1; --d) {
+      if (nkv % d == 0 && static_cast<int64_t>(n_tiles) * (nkv / d) >= nth) {
+        kv_per_item = d;
+        break;
+      }
+    }
+  }
   const int64_t items = base_items * hsplit / kv_per_item;
   const size_t kvbuf = static_cast<size_t>(bs) * static_cast<size_t>(hd);
   const size_t per_token_floats = static_cast<size_t>(group) * (hd + 2);
@@ -305,13 +317,11 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
         const int64_t steps = ((n_keys[0] - first[0]) / 16 + 1) * nkv;  // chunks of this item (about)
         ahead = detail::RowPrefetch(kv, batch.kv_indices + batch.kv_indptr[s2], first2, n2, steps);
       }
-      for (int32_t i = 0; i < nt; ++i) {
-        for (int32_t k = 0; k < kv_per_item; ++k) {
-          const int64_t at = (static_cast<int64_t>(t0 + i) * n_heads + h0 + k * group) * hd;
-          detail::attend_token_avx512({.q = q + at, .out = out + at, .n_heads = gs, .kv = &kv, .kv_head = kvh + k,
-                                       .pages = pages, .first = first[i], .n_keys = n_keys[i], .scale = scale,
-                                       .ahead = read_ahead ? &ahead : nullptr});
-        }
+      for (int32_t i = 0; i < nt; ++i) {  // kv_per_item > 1 only when hsplit == 1: the heads are contiguous
+        const int64_t at = (static_cast<int64_t>(t0 + i) * n_heads + h0) * hd;
+        detail::attend_token_avx512({.q = q + at, .out = out + at, .n_heads = gs, .kv = &kv, .kv_head = kvh,
+                                     .n_kv = kv_per_item, .pages = pages, .first = first[i], .n_keys = n_keys[i],
+                                     .scale = scale, .ahead = read_ahead ? &ahead : nullptr});
       }
       return;
     }

@@ -31,15 +31,17 @@ class RowPrefetch {
   int64_t per_step_ = 0;                       // lines (of K, and as many of V) per step()
 };
 
-// One token's heads [0, n_heads) of one KV head: q [n_heads, head_dim] in, out
-// [n_heads, head_dim] out, over the token's keys [first, n_keys) (logical
-// positions; pages[] maps them to blocks).
+// One token's heads [0, n_heads) of each of the KV heads [kv_head, kv_head +
+// n_kv): q [n_kv, n_heads, head_dim] in, out [n_kv, n_heads, head_dim] out,
+// over the token's keys [first, n_keys) (logical positions; pages[] maps them
+// to blocks). Every head's result is the same bits for any n_kv.
 struct TokenAttn {
   const float* q = nullptr;
   float* out = nullptr;
   int32_t n_heads = 0;
   const KvLayerView* kv = nullptr;
   int32_t kv_head = 0;
+  int32_t n_kv = 1;
   const int32_t* pages = nullptr;
   int64_t first = 0, n_keys = 0;
   float scale = 1.0f;
