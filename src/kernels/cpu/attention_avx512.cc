@@ -272,7 +272,7 @@ void attend_all(const TokenAttn& a) {
   }
 }
 
-// Several KV heads of one token (TokenAttn::n_kv > 1), walked span by span:
+// Several KV heads of one token (TokenAttn::n_kv > 1), walked span by span (kSpanKeys keys):
 // every head's runs take the span's chunks before the next span starts, so the
 // token's rows are read as runs of n_kv heads' slices rather than one head's
 // 2-line slice per row per pass (measured on the Intel Xeon: a head-by-head
@@ -281,7 +281,7 @@ void attend_all(const TokenAttn& a) {
 // those of attend_all: HeadRun gives the same bits whatever the ranges.
 constexpr int kMaxKvRun = 8;   // KV heads one call takes (attention.cc never asks more)
 constexpr int kMaxFull = 4;    // full head batches per KV head taken here (else head by head)
-constexpr int64_t kSpanKeys = 64;
+constexpr int64_t kSpanKeys = 32;  // Intel Xeon (model 167): 16-32 best, 128-256 26% slower; L2 vs L1 hints alike
 
 template <KvDtype DT, int NV, int R>
 void attend_kv_span(const TokenAttn& a, int nfull) {
