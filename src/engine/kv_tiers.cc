@@ -118,6 +118,7 @@ Expected<std::unique_ptr<KvTierLink>> KvTierLink::create(const EngineConfig& c, 
     char ns[24];
     std::snprintf(ns, sizeof(ns), "%016llx", static_cast<unsigned long long>(link->ns_));
     o.key_prefix = std::string("pagoda:kv:") + ns + ":";  // this engine's keys: what a reset clears
+    o.key_events = !c.kv_events_config.empty();  // expired and evicted keys reported (keyspace notifications)
     backends.push_back(std::make_unique<tier::RedisTier>(o));
   }
   link->tiers_ = std::make_unique<tier::TierSet>(std::move(backends), link->codec_);
