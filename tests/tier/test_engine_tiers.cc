@@ -116,8 +116,11 @@ TEST(KvTierAnnounce, ParentsFirstInAnyInputOrder) {
       seen[i] = true;
       if (!b[i].parent) continue;
       // Its parent (group 0), when announced, came before it.
-      for (size_t j = 0; j < b.size(); ++j)
-        if (b[j].group == 0 && b[j].chain == *b[i].parent) EXPECT_TRUE(seen[j]) << "child before its parent";
+      for (size_t j = 0; j < b.size(); ++j) {
+        if (b[j].group == 0 && b[j].chain == *b[i].parent) {
+          EXPECT_TRUE(seen[j]) << "child before its parent";
+        }
+      }
     }
     EXPECT_EQ(ids(b, order), want) << "round " << round;
   }
