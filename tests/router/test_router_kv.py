@@ -205,10 +205,13 @@ class RouterKvEventsTest(unittest.TestCase):
         y = 1 - x
         rec = f'pagoda:router_kv_gaps_total{{{self.labels[y]},outcome="recovered"}}'
         g0, before, replays = self.kv(rec), self.blocks(y), self.pubs[y].replays
+        g3 = self.router_min3.metrics().get(rec, 0)
         self.pubs[y].publish([self.stored(ids, 4, 0x6100)], drop=True)  # the router misses this one
         self.pubs[y].publish([])  # the next one shows the gap
         self.wait_for(lambda: self.kv(rec) == g0 + 1, "the gap was not recovered")
-        self.assertEqual(self.pubs[y].replays, replays + 1)
+        # Both routers (the --kv-min-match one too) saw the gap: one replay each.
+        self.wait_for(lambda: self.router_min3.metrics().get(rec, 0) == g3 + 1, "the second router did not recover")
+        self.assertEqual(self.pubs[y].replays, replays + 2)
         self.assertEqual(self.blocks(y), before + 4)
         self.assertEqual(self.kv(f'pagoda:router_kv_gaps_total{{{self.labels[y]},outcome="lost"}}'), 0)
         self.assertEqual(self.which(ids), y)

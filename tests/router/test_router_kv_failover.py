@@ -182,12 +182,13 @@ class RouterKvFailoverTest(unittest.TestCase):
             self.assertIn(f"{len(files)} entries", "".join(self.reps[victim].log))  # the disk tier found them all
             n_restart = load.count()
 
-            def back():  # (the load may store more blocks on it meanwhile)
+            def back():  # healthy again (its resync done) and the index = its disk (the load may add blocks)
                 mine = self.engine_disk(victim)
-                return len(mine) >= len(files) and self.blocks(self.rm(), victim, "disk") == len(mine)
+                m = self.rm()
+                return m.get(f'pagoda:router_replica_healthy{{{self.labels[victim]}}}') == 1 and \
+                    len(mine) >= len(files) and self.blocks(m, victim, "disk") == len(mine)
             self.wait_for(back, "the restarted replica's disk entries did not come back into the index", 60)
             m = self.rm()
-            self.assertEqual(m.get(f'pagoda:router_replica_healthy{{{self.labels[victim]}}}'), 1)
             self.assertEqual(m.get(f'pagoda:router_kv_rejected_total{{{self.labels[victim]},reason="orphan"}}', 0), orphans0,
                              "a re-announced block came before its parent")
             print(f"replica {victim}: {len(files)} disk entries back in the router's index", flush=True)
