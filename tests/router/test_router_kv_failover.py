@@ -147,10 +147,13 @@ class RouterKvFailoverTest(unittest.TestCase):
     def test_killed_replica_no_failure_dropped_then_back_from_its_disk(self):
         load = Load(self.router.url)
         try:
-            # Every replica serves and publishes; the router indexes what they hold.
-            self.wait_for(lambda: load.count() >= 40 and all(self.blocks(self.rm(), i, "cpu") > 0 for i in range(N))
-                          and all(self.blocks(self.rm(), i, "disk") > 0 for i in range(N)),
-                          "the router never indexed blocks of every replica", timeout=240)
+            # The replicas serve and publish; the router indexes what they hold (the ring may leave
+            # one replica without any of the 8 prefixes: the victim is the one holding most).
+            def warm():
+                m = self.rm()
+                best = max(range(N), key=lambda i: self.all_blocks(m, i))
+                return load.count() >= 40 and self.blocks(m, best, "cpu") >= 12 and self.blocks(m, best, "disk") >= 12
+            self.wait_for(warm, "the router never indexed a replica's blocks", timeout=240)
             m = self.rm()
             victim = max(range(N), key=lambda i: self.all_blocks(m, i))
             disk = os.path.join(self.tmp, f"disk{victim}")
@@ -172,7 +175,7 @@ class RouterKvFailoverTest(unittest.TestCase):
 
             # 2. Same mtime on every entry: the start-up scan's order is the directory's.
             files = [f for f in os.listdir(disk) if len(f) == 32]
-            self.assertGreater(len(files), 8)
+            self.assertGreaterEqual(len(files), 12)
             stamp = time.time() - 60
             for f in files:
                 os.utime(os.path.join(disk, f), (stamp, stamp))
