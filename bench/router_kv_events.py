@@ -17,9 +17,16 @@ Needs the engine's KV event publisher (issue 37, part 1): without it the replica
 refuse --kv-events-config and this script says so and exits 2 (--ring-only runs
 the ring alone, replicas without events: a check of the script, no comparison).
 
+--shared-head N puts one of --heads (4) N-block system prompts before every
+prefix (prefix k gets head k mod 4): with N >= the router's --affinity-blocks (8)
+the ring's key is the head alone, so the ring sends every prompt of a head to one
+replica (spilling past the load bound), while the events see the whole match.
+--kv-min-match N is passed to the event router.
+
 Usage: bench/router_kv_events.py [--pagoda build/release/src/cli/pagoda] [--model GGUF]
        [--replicas 4] [--prefixes 64] [--requests 512] [-c 8] [--rounds 3]
        [--num-kv-blocks 160] [--prefix-blocks 16] [--phases 4] [--ring-only]
+       [--shared-head 0] [--heads 4] [--kv-min-match 1]
 """
 import argparse
 import json
@@ -52,6 +59,9 @@ def workload(args):
     """The request sequence: (prefix index, token ids), the same for every run."""
     rng = random.Random(1234)
     prefixes = [[rng.randrange(300, 40000) for _ in range(args.prefix_blocks * BS)] for _ in range(args.prefixes)]
+    if args.shared_head:
+        heads = [[rng.randrange(300, 40000) for _ in range(args.shared_head * BS)] for _ in range(args.heads)]
+        prefixes = [heads[k % args.heads] + p for k, p in enumerate(prefixes)]
     weights = [1.0 / (i + 1) ** 1.1 for i in range(args.prefixes)]
     per_phase = args.requests // args.phases
     out = []
@@ -130,7 +140,7 @@ def one_run(args, mode, prompts):
         flags += ["--block-size", str(BS), "--health-interval", "1"]
         if mode == "kv":
             flags += ["--kv-events", "--kv-events-endpoint", ",".join(e for e, _ in eps),
-                      "--kv-replay-endpoint", ",".join(r for _, r in eps)]
+                      "--kv-replay-endpoint", ",".join(r for _, r in eps), "--kv-min-match", str(args.kv_min_match)]
         router = PagodaServer(args.pagoda, args.model, flags, command="router").__enter__()
         time.sleep(0.5)  # ZeroMQ subscriptions settle (a missed start-up message is replayed anyway)
         m0 = [r.metrics() for r in reps]
@@ -162,6 +172,9 @@ def main():
     ap.add_argument("-c", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--num-kv-blocks", type=int, default=160)
+    ap.add_argument("--shared-head", type=int, default=0, help="blocks of a shared system prompt before each prefix")
+    ap.add_argument("--heads", type=int, default=4, help="distinct shared heads (with --shared-head)")
+    ap.add_argument("--kv-min-match", type=int, default=1, help="the event router's --kv-min-match")
     ap.add_argument("--ring-only", action="store_true",
                     help="run the ring alone (replicas without events): a check of the workload, no comparison")
     args = ap.parse_args()

@@ -47,6 +47,9 @@ const char* kRouterHelp =
     "  --kv-tier-weight F       what a block held only on a disk/redis tier counts against a RAM one\n"
     "                           (default 0.5: a tier prefix must be twice as long to win; 0..1)\n"
     "  --kv-replay-timeout S    longest wait for a replay answer (default 1)\n"
+    "  --kv-min-match N         route on the events only when a replica holds at least N leading\n"
+    "                           blocks of the prompt (any medium); shorter matches go by the ring\n"
+    "                           (default 1)\n"
     "A request's prompt_cache_key, when present, is its ring key instead of its first blocks.\n"
     "Prompts shorter than one block go to the least-loaded replica. A request is retried on\n"
     "another replica when its replica fails (connection error, 5xx) before any byte of the\n"
@@ -96,6 +99,9 @@ int router_main(int argc, char** argv) {
   if (err.empty()) err = int_option(args, "--max-in-flight", 1, 1 << 20, &cfg.max_in_flight);
   if (err.empty()) err = int_option(args, "--workers", 1, 1 << 14, &cfg.workers);
   if (err.empty()) err = int_option(args, "--upstream-keepalive", 0, 1 << 14, &cfg.keepalive_per_replica);
+  int kv_min_match = 0;  // 0: not given
+  if (err.empty()) err = int_option(args, "--kv-min-match", 1, 1 << 20, &kv_min_match);
+  if (kv_min_match > 0) cfg.kv_min_match = kv_min_match;
   auto dbl = [&](const char* name, double lo, double hi, double* out) {
     if (!err.empty() || !args.value(name, &v)) return;
     double d = 0;
@@ -111,8 +117,8 @@ int router_main(int argc, char** argv) {
   dbl("--kv-tier-weight", 0, 1, &cfg.kv_tier_weight);
   dbl("--kv-replay-timeout", 0.01, 60, &cfg.kv_replay_timeout_s);
   if (err.empty() && !cfg.kv_events &&
-      (!cfg.kv_event_endpoints.empty() || !cfg.kv_replay_endpoints.empty()))
-    err = "--kv-events-endpoint and --kv-replay-endpoint need --kv-events";
+      (!cfg.kv_event_endpoints.empty() || !cfg.kv_replay_endpoints.empty() || kv_min_match > 0))
+    err = "--kv-events-endpoint, --kv-replay-endpoint and --kv-min-match need --kv-events";
   if (err.empty()) err = args.leftover();
   if (err.empty() && replicas.empty()) err = "at least one --replica URL is needed";
   cfg.replicas = replicas;

@@ -14,6 +14,46 @@
 
 namespace pagoda::engine {
 
+std::vector<size_t> parents_first(const std::vector<AnnounceRef>& blocks) {
+  const size_t n = blocks.size();
+  std::unordered_map<uint64_t, size_t> by_chain;  // group 0's blocks: the only parents
+  for (size_t i = 0; i < n; ++i)
+    if (blocks[i].group == 0) by_chain.emplace(blocks[i].chain, i);
+  auto less = [&](size_t a, size_t b) {
+    return std::make_pair(blocks[a].group, blocks[a].chain) < std::make_pair(blocks[b].group, blocks[b].chain);
+  };
+  std::vector<std::vector<size_t>> children(n);
+  std::vector<size_t> roots;
+  for (size_t i = 0; i < n; ++i) {
+    auto p = blocks[i].parent ? by_chain.find(*blocks[i].parent) : by_chain.end();
+    if (p != by_chain.end() && p->second != i) children[p->second].push_back(i);
+    else roots.push_back(i);
+  }
+  std::sort(roots.begin(), roots.end(), less);
+  std::vector<size_t> out;
+  out.reserve(n);
+  std::vector<bool> seen(n, false);
+  std::vector<size_t> stack;
+  auto walk = [&](size_t root) {
+    stack.push_back(root);
+    while (!stack.empty()) {
+      const size_t i = stack.back();
+      stack.pop_back();
+      if (seen[i]) continue;
+      seen[i] = true;
+      out.push_back(i);
+      std::vector<size_t>& c = children[i];
+      std::sort(c.begin(), c.end(), less);
+      for (auto it = c.rbegin(); it != c.rend(); ++it) stack.push_back(*it);  // the first child pops first
+    }
+  };
+  for (size_t r : roots) walk(r);
+  // Only a cycle of parents (no root above it: hash collisions) is left; announced as it comes.
+  for (size_t i = 0; i < n; ++i)
+    if (!seen[i]) walk(i);
+  return out;
+}
+
 bool kv_tiers_enabled(const EngineConfig& c) { return !c.kv_disk_dir.empty() || !c.kv_redis.empty(); }
 
 uint64_t tier_model_fingerprint(const gguf::GgufFile& f, uint64_t model_fingerprint) {
@@ -78,6 +118,7 @@ Expected<std::unique_ptr<KvTierLink>> KvTierLink::create(const EngineConfig& c, 
     char ns[24];
     std::snprintf(ns, sizeof(ns), "%016llx", static_cast<unsigned long long>(link->ns_));
     o.key_prefix = std::string("pagoda:kv:") + ns + ":";  // this engine's keys: what a reset clears
+    o.key_events = !c.kv_events_config.empty();  // expired and evicted keys reported (keyspace notifications)
     backends.push_back(std::make_unique<tier::RedisTier>(o));
   }
   link->tiers_ = std::make_unique<tier::TierSet>(std::move(backends), link->codec_);
@@ -308,13 +349,28 @@ void KvTierLink::store_pins() {
   }
 }
 
+void KvTierLink::announce(const std::vector<std::pair<const Known*, uint32_t>>& items) {
+  std::vector<AnnounceRef> refs;
+  refs.reserve(items.size());
+  for (const auto& [k, tier] : items)
+    refs.push_back({k->group, k->chain.lo, k->root ? std::nullopt : std::optional<uint64_t>(k->parent.lo)});
+  for (size_t i : parents_first(refs)) {
+    const Known& k = *items[i].first;
+    const uint32_t tier = items[i].second;
+    events_->tier_stored(tier < media_.size() ? media_[tier] : "disk", k.chain, k.root ? nullptr : &k.parent,
+                         k.tokens, k.group);
+  }
+}
+
 void KvTierLink::reannounce() {
   if (!events_) return;
+  std::vector<std::pair<const Known*, uint32_t>> items;
   for (const auto& [name, k] : known_) {
-    for (size_t i = 0; i < media_.size(); ++i) {
-      if (k.held & (1u << i)) events_->tier_stored(media_[i], k.chain, k.root ? nullptr : &k.parent, k.tokens, k.group);
+    for (uint32_t i = 0; i < media_.size(); ++i) {
+      if (k.held & (1u << i)) items.emplace_back(&k, i);
     }
   }
+  announce(items);  // known_'s order is a hash's: parents first
 }
 
 std::vector<std::pair<std::string, int64_t>> KvTierLink::clear_tiers() {
@@ -347,18 +403,23 @@ void KvTierLink::set_event_link(KvEventLink* events) {
 
 void KvTierLink::poll_events() {
   if (!events_) return;
+  // Entries found at start-up, announced together, parents first (the tier finds
+  // them in mtime order, which a clock tick shared by several stores leaves open),
+  // before any later event of the same poll.
+  std::vector<std::pair<const Known*, uint32_t>> found;
   for (const tier::TierEvent& e : tiers_->take_events()) {
     if (e.kind == tier::TierEvent::kFound) {  // held at start-up: announced from its meta
       tier::EntryMeta m;
       if (tier::EntryCodec::parse_head(e.head).ns != ns_ || !codec_->decode_meta(e.name, e.head, &m)) continue;
       Known& k = know(e.name, m.chain, m.root ? nullptr : &m.parent, static_cast<int32_t>(m.group), m.tokens);
       const uint32_t bit = 1u << e.tier;
-      if (!(k.held & bit)) {
-        events_->tier_stored(e.tier < media_.size() ? media_[e.tier] : "disk", k.chain, k.root ? nullptr : &k.parent,
-                             k.tokens, k.group);
-      }
+      if (!(k.held & bit)) found.emplace_back(&k, e.tier);
       k.held |= bit;
       continue;
+    }
+    if (!found.empty()) {
+      announce(found);
+      found.clear();
     }
     auto it = known_.find(e.name);
     if (it == known_.end()) continue;  // not stored by this process (an earlier run's entry)
@@ -377,6 +438,7 @@ void KvTierLink::poll_events() {
     }
     if (k.outstanding <= 0 && k.held == 0) known_.erase(it);
   }
+  announce(found);
 }
 
 std::vector<std::pair<int32_t, uint64_t>> KvTierLink::disk_blocks() const {

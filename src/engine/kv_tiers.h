@@ -47,6 +47,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -78,6 +79,21 @@ uint32_t tier_kv_dtype(KvTypes t);
 // The tier key's model fingerprint: the model's own (hyper-parameters) mixed
 // with the file's tensor table and the first and last bytes of every tensor.
 uint64_t tier_model_fingerprint(const gguf::GgufFile& f, uint64_t model_fingerprint);
+
+// The order in which to announce tier blocks (KV events) so that a block comes
+// after its parent whenever the parent is among them: a consumer that drops a
+// block whose parent it does not hold (the router's index, kv_index.h) must meet
+// the parent first. Neither a directory's order nor file mtimes (a clock tick
+// covers several stores) give that. `parent` is group 0's chain of the block
+// before (nullopt for a sequence's first block); a block of another group is
+// never a parent. Returns indices into `blocks`: a preorder walk from the blocks
+// whose parent is not among them, siblings by (group, chain), each index once.
+struct AnnounceRef {
+  int32_t group = 0;
+  uint64_t chain = 0;
+  std::optional<uint64_t> parent;
+};
+std::vector<size_t> parents_first(const std::vector<AnnounceRef>& blocks);
 
 class KvTierLink {
  public:
@@ -157,6 +173,8 @@ class KvTierLink {
   void store_pins();
   Known& know(const std::string& name, const Hash128& chain, const Hash128* parent, int32_t group,
               std::span<const int32_t> tokens);
+  // BlockStored for each (entry, tier), parents first (parents_first).
+  void announce(const std::vector<std::pair<const Known*, uint32_t>>& items);
 
   kv::KvManager* kv_ = nullptr;
   runtime::KvStorage* storage_ = nullptr;

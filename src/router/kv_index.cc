@@ -224,7 +224,7 @@ double kv_score(const PrefixMatch& m, double tier_weight) {
 
 RouteChoice choose_kv(const std::vector<PrefixMatch>& matches, double tier_weight, const HashRing& ring,
                       uint64_t key, const std::vector<int>& in_flight, const std::vector<bool>& eligible,
-                      double max_imbalance) {
+                      double max_imbalance, int min_blocks) {
   const double limit = load_limit(in_flight, eligible, max_imbalance);
   RouteChoice best{-1, RouteKind::kKvEvents};
   double best_score = 0;
@@ -232,6 +232,7 @@ RouteChoice choose_kv(const std::vector<PrefixMatch>& matches, double tier_weigh
   for (int r : ring.walk(key)) {
     const size_t i = static_cast<size_t>(r);
     if (!eligible[i] || in_flight[i] > limit || i >= matches.size()) continue;
+    if (matches[i].any_blocks < std::max(1, min_blocks)) continue;
     const double s = kv_score(matches[i], tier_weight);
     if (s > best_score) {
       best_score = s;

@@ -102,9 +102,12 @@ double kv_score(const PrefixMatch& m, double tier_weight);
 // the ring's load bound (load_limit), ties broken by the ring's order from `key`
 // (so equal matches go where the ring would send them). Returns {-1} when no
 // eligible replica within the bound holds any block of the prompt: the caller
-// falls back to the ring. A choice has kind kKvEvents.
+// falls back to the ring. A choice has kind kKvEvents. `min_blocks`
+// (--kv-min-match): a replica is a candidate only when it holds at least that
+// many leading blocks of the prompt (on any medium); a shorter match leaves the
+// choice to the ring, whose owner keeps the prefix warm for the next request.
 RouteChoice choose_kv(const std::vector<PrefixMatch>& matches, double tier_weight, const HashRing& ring,
                       uint64_t key, const std::vector<int>& in_flight, const std::vector<bool>& eligible,
-                      double max_imbalance);
+                      double max_imbalance, int min_blocks = 1);
 
 }  // namespace pagoda::router

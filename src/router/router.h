@@ -46,6 +46,7 @@ struct RouterConfig {
   std::vector<std::string> kv_replay_endpoints;  // per replica ("": tcp://HOST:5558; "none": no replay)
   double kv_tier_weight = 0.5;                   // kv_index.h kv_score
   double kv_replay_timeout_s = 1.0;              // longest wait for a replay answer
+  int kv_min_match = 1;                          // route on the events only when >= this many blocks match
 };
 
 class Router {

@@ -77,6 +77,11 @@ uint16_t redis_key_slot(std::string_view key) {
 RedisTier::RedisTier(RedisTierOptions opt) : opt_(std::move(opt)), slot_node_(kSlots, -1) {
   for (const auto& [host, port] : opt_.seeds) node_index(host, port);
   discover(false);  // down at start is fine: each call tries again after the backoff
+  if (opt_.key_events) {
+    key_events_ = std::make_unique<RedisKeyEvents>(opt_.key_prefix, opt_.timeout_ms);
+    std::vector<std::string> none;
+    key_events_->poll(notify_nodes(), &none);  // subscribed before the first store
+  }
 }
 
 RedisTier::~RedisTier() {
@@ -271,6 +276,7 @@ TierBackend::Put RedisTier::put(const std::string& name, const std::string& valu
   ReplyPtr r(expiry_ms != 0 ? command(key, {"SET", key, value, "PX", px}) : command(key, {"SET", key, value}));
   if (!r || r->type == REDIS_REPLY_ERROR) return Put::kError;
   set_expiry(name, expiry_ms);
+  if (key_events_) held_.insert(name);
   return Put::kStored;
 }
 
@@ -284,12 +290,57 @@ bool RedisTier::renew(const std::string& name, uint64_t expiry_ms) {
   return true;
 }
 
+void RedisTier::report_dropped(const std::string& name) {
+  if (!key_events_ || held_.erase(name)) note_dropped(name);
+}
+
+bool RedisTier::key_missing(const std::string& name) {
+  const std::string key = opt_.key_prefix + name;
+  ReplyPtr r(command(key, {"EXISTS", key}));
+  return r && r->type == REDIS_REPLY_INTEGER && r->integer == 0;
+}
+
+std::vector<std::pair<std::string, int>> RedisTier::notify_nodes() {
+  std::vector<std::pair<std::string, int>> out;
+  if (!topology_known_ && !discover(false)) return out;
+  auto add = [&](int idx) {
+    const Node& n = nodes_[static_cast<size_t>(idx)];
+    if (std::find(out.begin(), out.end(), std::make_pair(n.host, n.port)) == out.end()) out.emplace_back(n.host, n.port);
+  };
+  if (cluster_) {
+    for (int idx : slot_node_)
+      if (idx >= 0) add(idx);
+  } else {
+    add(single_);
+  }
+  return out;
+}
+
 void RedisTier::sweep(uint64_t now_ms) {
-  while (!by_expiry_.empty() && by_expiry_.begin()->first <= now_ms) {
+  // Keys Redis expired or evicted, by its notifications (key_events).
+  bool live = false;
+  if (key_events_) {
+    std::vector<std::string> gone;
+    live = key_events_->poll(notify_nodes(), &gone);
+    for (const std::string& name : gone) {
+      // Not ours (another replica's key of the same namespace), or stored again since the notice.
+      if (!held_.count(name) || !key_missing(name)) continue;
+      expiry_.erase(name);
+      report_dropped(name);
+    }
+  }
+  // Keys past their expiry by this tier's clock. While notifications are live a
+  // key's own notice reports it; one still held kNotifyGraceMs after its expiry
+  // (renewed by another replica, or its notice lost) is asked for with EXISTS.
+  constexpr uint64_t kNotifyGraceMs = 5000;
+  const uint64_t grace = live ? kNotifyGraceMs : 0;
+  while (!by_expiry_.empty() && by_expiry_.begin()->first + grace <= now_ms) {
     auto it = by_expiry_.begin();
     auto e = expiry_.find(it->second);
-    if (e != expiry_.end() && e->second == it->first) {  // not renewed since: Redis dropped it
-      note_dropped(it->second);
+    if (e != expiry_.end() && e->second == it->first) {  // not renewed since
+      // Without live notifications: Redis dropped it at its expiry. With them:
+      // a key still there was renewed by another client and stays.
+      if (!live || key_missing(it->second)) report_dropped(it->second);
       expiry_.erase(e);
     }
     by_expiry_.erase(it);
@@ -300,7 +351,7 @@ void RedisTier::drop(const std::string& name) {
   const std::string key = opt_.key_prefix + name;
   ReplyPtr r(command(key, {"DEL", key}));
   expiry_.erase(name);
-  note_dropped(name);  // KV events (an expiry: sweep(); a key evicted for maxmemory is not seen)
+  report_dropped(name);  // KV events (an expiry or an eviction: sweep())
 }
 
 redisReply* RedisTier::node_command(Node& n, const std::vector<std::string_view>& argv) {
@@ -344,7 +395,7 @@ int64_t RedisTier::clear(uint64_t ns) {
         if (!d || d->type != REDIS_REPLY_INTEGER || d->integer != 1) continue;
         const std::string name = key.substr(opt_.key_prefix.size());
         expiry_.erase(name);
-        note_dropped(name);
+        report_dropped(name);
         ++n;
       }
     } while (cursor != "0");

@@ -12,10 +12,14 @@
 // engine serves on: a failed load is a miss, a failed store is dropped.
 // Expiry (issues 36, 37): a pinned entry is written with SET ... PX and
 // renewed with PEXPIRE; with --kv-redis-ttl every entry gets EX. The tier
-// remembers the expiry of every key it wrote with one, and sweep() reports a
-// key as dropped (a KV event) once its expiry passed: Redis deletes it then
-// (its own expiry; another replica renewing the same key is not seen, nor a
-// key Redis evicts for maxmemory). clear() removes every key under this
+// remembers the expiry of every key it wrote with one. With key_events (KV
+// events on) it subscribes to Redis's keyspace notifications
+// (redis_key_events.h) and sweep() reports each key of its own that Redis
+// expired or evicted (checked with EXISTS: a key stored again since stays),
+// each stored key's removal at most once; while a node's notifications are not
+// live (CONFIG refused, the connection down) and without key_events, sweep()
+// reports a key dropped once its expiry passed by the tier's clock (then
+// another replica renewing the key is not seen, nor an eviction). clear() removes every key under this
 // engine's prefix (the key prefix carries the engine's namespace tag, so a
 // shared Redis keeps other engines' keys), with SCAN + UNLINK on every node.
 // Called from one thread (the TierSet worker).
@@ -24,13 +28,16 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <unordered_map>
+#include <unordered_set>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "base/status.h"
+#include "tier/redis_key_events.h"
 #include "tier/tier.h"
 
 struct redisContext;
@@ -43,6 +50,9 @@ struct RedisTierOptions {
   int ttl_seconds = 0;                             // 0: no TTL
   int timeout_ms = 1000;                           // connect and command timeout
   std::string key_prefix = "pagoda:kv:";
+  // KV events (issue 37): subscribe to keyspace notifications (expired, evicted;
+  // CONFIG SET notify-keyspace-events when allowed) and track the keys stored.
+  bool key_events = false;
 };
 
 // "redis://HOST:PORT[,HOST:PORT...]" (the scheme may be left out) into seeds.
@@ -90,6 +100,12 @@ class RedisTier final : public TierBackend {
   // One command on node n (no redirection); nullptr: an error.
   redisReply* node_command(Node& n, const std::vector<std::string_view>& argv);
   void set_expiry(const std::string& name, uint64_t expiry_ms);
+  // The nodes whose keyspace notifications cover this tier's keys: every node
+  // serving a slot (cluster) or the one node; empty before the topology is known.
+  std::vector<std::pair<std::string, int>> notify_nodes();
+  // A key of this tier's gone (KV events): reported once per store with key_events.
+  void report_dropped(const std::string& name);
+  bool key_missing(const std::string& name);  // EXISTS answered 0 (false: it exists, or no answer)
 
   RedisTierOptions opt_;
   // Seeds first, then nodes learned from the slot map. A deque: a Node& stays
@@ -103,6 +119,9 @@ class RedisTier final : public TierBackend {
   // renewed key's older record is stale: sweep checks it against expiry_).
   std::unordered_map<std::string, uint64_t> expiry_;
   std::multimap<uint64_t, std::string> by_expiry_;
+  // key_events: the notifications, and the names stored and not reported dropped since.
+  std::unique_ptr<RedisKeyEvents> key_events_;
+  std::unordered_set<std::string> held_;
 };
 
 }  // namespace pagoda::tier

@@ -281,5 +281,25 @@ TEST(ChooseKv, LongestPrefixRamBeforeTierWithinTheLoadBound) {
   EXPECT_EQ(choose_kv({{2, 2}, {0, 0}, {5, 5}}, 0.5, ring, key, idle, {true, true, false}, 0.5).replica, 0);
 }
 
+TEST(ChooseKv, MinMatchLeavesShortMatchesToTheRing) {
+  const HashRing ring({"http://a:1", "http://b:1", "http://c:1"});
+  const std::vector<bool> all(3, true);
+  const std::vector<int> idle(3, 0);
+  const uint64_t key = 77;
+  // min 1 (the default) is the rule above: any held block counts.
+  EXPECT_EQ(choose_kv({{1, 1}, {0, 0}, {0, 0}}, 0.5, ring, key, idle, all, 0.5, 1).replica, 0);
+  EXPECT_EQ(choose_kv({{1, 1}, {0, 0}, {0, 0}}, 0.5, ring, key, idle, all, 0.5).replica, 0);
+  // min 0 is min 1: a replica holding nothing is never an event choice.
+  EXPECT_EQ(choose_kv({{0, 0}, {0, 0}, {0, 0}}, 0.5, ring, key, idle, all, 0.5, 0).replica, -1);
+  // min 3: 2 blocks are not enough (the ring decides), 3 are, on any medium.
+  EXPECT_EQ(choose_kv({{2, 2}, {0, 0}, {0, 0}}, 0.5, ring, key, idle, all, 0.5, 3).replica, -1);
+  EXPECT_EQ(choose_kv({{3, 3}, {0, 0}, {0, 0}}, 0.5, ring, key, idle, all, 0.5, 3).replica, 0);
+  // A replica below the minimum does not compete, even with a higher score (2 RAM blocks:
+  // 2) than a qualifying one (3 tier blocks: 1.5).
+  EXPECT_EQ(choose_kv({{2, 2}, {0, 3}, {0, 0}}, 0.5, ring, key, idle, all, 0.5, 3).replica, 1);
+  // Over the load bound the qualifying replica is skipped and, no other qualifying, the ring decides.
+  EXPECT_EQ(choose_kv({{2, 2}, {0, 0}, {5, 5}}, 0.5, ring, key, {0, 0, 9}, all, 0.5, 3).replica, -1);
+}
+
 }  // namespace
 }  // namespace pagoda::router

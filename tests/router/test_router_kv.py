@@ -13,6 +13,8 @@ replicas' own events until the engine publishes them. The replicas' own
 3. A publisher that restarts at sequence 0 has its replica's entries dropped.
 4. A replica killed: its entries are gone within one health interval (plus the
    /health round trip) and its prompts are served by the other replica.
+5. --kv-min-match 3 (a second router on the same replicas and publishers): a
+   2-block match leaves the prompt to the ring, a 3-block one routes on the events.
 """
 import os
 import signal
@@ -58,19 +60,21 @@ class RouterKvEventsTest(unittest.TestCase):
                  "--kv-events-endpoint", ",".join(p.endpoint for p in cls.pubs),
                  "--kv-replay-endpoint", ",".join(p.replay_endpoint for p in cls.pubs)]
         cls.router = PagodaServer(BINARY, MODEL, args, command="router").__enter__()
+        cls.router_min3 = PagodaServer(BINARY, MODEL, args + ["--kv-min-match", "3"], command="router").__enter__()
         cls.labels = ['replica="%s"' % r.url for r in cls.reps]
         # ZeroMQ's slow joiner: a SUB socket misses what is published before its
         # subscription arrives. Empty batches until the router has seen one of each.
         deadline = time.time() + 30
         for i, p in enumerate(cls.pubs):
-            while cls.kv(f"pagoda:router_kv_messages_total{{{cls.labels[i]}}}") == 0:
+            while cls.kv(f"pagoda:router_kv_messages_total{{{cls.labels[i]}}}") == 0 or \
+                    cls.router_min3.metrics().get(f"pagoda:router_kv_messages_total{{{cls.labels[i]}}}", 0) == 0:
                 assert time.time() < deadline, "the router never received the fake publishers' messages"
                 p.publish([])
                 time.sleep(0.05)
 
     @classmethod
     def tearDownClass(cls):
-        for s in [cls.router] + cls.reps:
+        for s in [cls.router, cls.router_min3] + cls.reps:
             s.__exit__(None, None, None)
         for p in cls.pubs:
             p.close()
@@ -92,11 +96,11 @@ class RouterKvEventsTest(unittest.TestCase):
         from test_router import served
         return served(self.reps)
 
-    def which(self, ids):
+    def which(self, ids, router=None):
         """Sends one completion of token ids; returns the index of the replica that served it."""
         from serverutil import post_json
         before = self.served()
-        status, body = post_json(self.router.url + "/v1/completions",
+        status, body = post_json((router or self.router).url + "/v1/completions",
                                  dict(prompt=ids, max_tokens=2, temperature=0))
         self.assertEqual(status, 200, body)
         deadline = time.time() + 10
@@ -166,16 +170,48 @@ class RouterKvEventsTest(unittest.TestCase):
         self.assertEqual(self.which(ids), x)
         self.assertEqual(self.decisions("kv_events"), kv0 + 6)
 
+    def test_1b_min_match_leaves_short_matches_to_the_ring(self):
+        ids = prompt_ids(6)
+        r3 = self.router_min3
+
+        def decisions3(kind):
+            return r3.metrics().get(f'pagoda:router_routing_decisions_total{{kind="{kind}"}}', 0)
+
+        def blocks3(i):
+            return r3.metrics().get(f'pagoda:router_kv_index_blocks{{{self.labels[i]},medium="cpu"}}', 0)
+        x = self.which(ids, r3)  # nobody holds it: the ring's owner
+        y = 1 - x
+        b1, b3 = self.blocks(y), blocks3(y)
+        self.pubs[y].publish([self.stored(ids, 2, 0x9100)])
+        self.wait_for(lambda: self.blocks(y) == b1 + 2 and blocks3(y) == b3 + 2, "2 blocks were not indexed")
+        kv3, ring3 = decisions3("kv_events"), decisions3("affinity") + decisions3("fallback")
+        for _ in range(2):  # 2 < 3 blocks: the ring keeps it on X; the default router follows the events
+            self.assertEqual(self.which(ids, r3), x)
+            self.assertEqual(self.which(ids), y)
+        self.assertEqual(decisions3("kv_events"), kv3)
+        self.assertEqual(decisions3("affinity") + decisions3("fallback"), ring3 + 2)
+        # The third block (its parent the second): Y holds 3, the minimum: the events decide.
+        from kv_fake_publisher import BlockStored
+        self.pubs[y].publish([BlockStored(block_hashes=[0x9102], parent_block_hash=0x9101,
+                                          token_ids=ids[2 * BS:3 * BS], block_size=BS, medium="cpu")])
+        self.wait_for(lambda: blocks3(y) == b3 + 3, "the third block was not indexed")
+        for _ in range(2):
+            self.assertEqual(self.which(ids, r3), y)
+        self.assertEqual(decisions3("kv_events"), kv3 + 2)
+
     def test_2_gap_is_recovered_through_replay(self):
         ids = prompt_ids(2)
         x = self.which(ids)
         y = 1 - x
         rec = f'pagoda:router_kv_gaps_total{{{self.labels[y]},outcome="recovered"}}'
         g0, before, replays = self.kv(rec), self.blocks(y), self.pubs[y].replays
+        g3 = self.router_min3.metrics().get(rec, 0)
         self.pubs[y].publish([self.stored(ids, 4, 0x6100)], drop=True)  # the router misses this one
         self.pubs[y].publish([])  # the next one shows the gap
         self.wait_for(lambda: self.kv(rec) == g0 + 1, "the gap was not recovered")
-        self.assertEqual(self.pubs[y].replays, replays + 1)
+        # Both routers (the --kv-min-match one too) saw the gap: one replay each.
+        self.wait_for(lambda: self.router_min3.metrics().get(rec, 0) == g3 + 1, "the second router did not recover")
+        self.assertEqual(self.pubs[y].replays, replays + 2)
         self.assertEqual(self.blocks(y), before + 4)
         self.assertEqual(self.kv(f'pagoda:router_kv_gaps_total{{{self.labels[y]},outcome="lost"}}'), 0)
         self.assertEqual(self.which(ids), y)
@@ -223,7 +259,9 @@ class RouterKvFlagsTest(unittest.TestCase):
                  (one + ["--kv-events", "--kv-replay-endpoint", "tcp://a:1,tcp://b:1"], 1,
                   "--kv-replay-endpoint is given 2 times for 1 replicas"),
                  (one + ["--kv-events", "--kv-tier-weight", "2"], 2, "--kv-tier-weight must be a number in"),
-                 (one + ["--kv-events", "--kv-events-endpoint", "bogus://x"], 1, "--kv-events-endpoint:")]
+                 (one + ["--kv-events", "--kv-events-endpoint", "bogus://x"], 1, "--kv-events-endpoint:"),
+                 (one + ["--kv-min-match", "2"], 2, "--kv-min-match need --kv-events"),
+                 (one + ["--kv-events", "--kv-min-match", "0"], 2, "--kv-min-match must be an integer in 1..")]
         for args, rc, msg in cases:
             p = subprocess.run([BINARY, "router", "--port", "0"] + args, capture_output=True, text=True, timeout=30)
             self.assertEqual(p.returncode, rc, (args, p.stderr))

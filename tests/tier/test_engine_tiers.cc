@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <random>
+#include <algorithm>
 
 #include "common/reference_jsonl.h"
 #include "engine/engine.h"
@@ -81,6 +83,53 @@ bool eventually(F pred) {
 const KvTierStats& tier_of(const EngineStats& s, size_t i = 0) {
   static const KvTierStats none;
   return i < s.kv_tiers.size() ? s.kv_tiers[i] : none;
+}
+
+// Start-up and reset re-announces (KV events): a block after its parent whenever
+// the parent is among the announced ones, whatever order the tier found them in.
+TEST(KvTierAnnounce, ParentsFirstInAnyInputOrder) {
+  // Two sequences sharing blocks 10, 11; group 1 (a window group) blocks hang off
+  // group 0's chain; 40 is a block whose parent (99) is not announced.
+  std::vector<AnnounceRef> blocks = {
+      {0, 10, std::nullopt}, {0, 11, 10}, {0, 12, 11}, {0, 13, 12}, {0, 22, 11}, {0, 23, 22},
+      {1, 10, std::nullopt}, {1, 11, 10}, {1, 12, 11},  {0, 40, 99},
+  };
+  auto ids = [&](const std::vector<AnnounceRef>& b, const std::vector<size_t>& order) {
+    std::vector<std::pair<int32_t, uint64_t>> out;
+    for (size_t i : order) out.emplace_back(b[i].group, b[i].chain);
+    return out;
+  };
+  // Preorder from the roots (sorted by group, chain), siblings by (group, chain).
+  const std::vector<std::pair<int32_t, uint64_t>> want = {
+      {0, 10}, {0, 11}, {0, 12}, {0, 13}, {0, 22}, {0, 23}, {1, 12}, {1, 11}, {0, 40}, {1, 10}};
+  std::mt19937 rng(7);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<AnnounceRef> b = blocks;
+    std::shuffle(b.begin(), b.end(), rng);
+    const std::vector<size_t> order = parents_first(b);
+    ASSERT_EQ(order.size(), b.size());
+    std::vector<bool> seen(b.size(), false);
+    for (size_t k = 0; k < order.size(); ++k) {
+      const size_t i = order[k];
+      ASSERT_LT(i, b.size());
+      ASSERT_FALSE(seen[i]) << "index " << i << " twice";
+      seen[i] = true;
+      if (!b[i].parent) continue;
+      // Its parent (group 0), when announced, came before it.
+      for (size_t j = 0; j < b.size(); ++j) {
+        if (b[j].group == 0 && b[j].chain == *b[i].parent) {
+          EXPECT_TRUE(seen[j]) << "child before its parent";
+        }
+      }
+    }
+    EXPECT_EQ(ids(b, order), want) << "round " << round;
+  }
+  // A cycle (only hash collisions could make one) is still announced, each block once.
+  const std::vector<AnnounceRef> cycle = {{0, 1, 2}, {0, 2, 1}};
+  const std::vector<size_t> c = parents_first(cycle);
+  EXPECT_EQ(c.size(), 2u);
+  EXPECT_NE(c[0], c[1]);
+  EXPECT_TRUE(parents_first({}).empty());
 }
 
 TEST(EngineDiskTier, RestartServesThePrefixFromDisk) {

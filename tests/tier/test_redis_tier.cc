@@ -3,9 +3,12 @@
 // ASK and MOVED while a slot migrates, a node killed).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
+#include <vector>
 
 #include "redis_util.h"
+#include "tier/redis_key_events.h"
 #include "tier/redis_tier.h"
 
 namespace pagoda::tier {
@@ -182,6 +185,81 @@ TEST(RedisTier, ClusterRoutesBySlotFollowsMovedAndSurvivesANodeKill) {
   }
   EXPECT_EQ(hits, kKeys - lost);
   EXPECT_EQ(errors, lost);
+}
+
+TEST(RedisKeyEvents, MissingFlagsKeepWhatTheServerHas) {
+  EXPECT_EQ(RedisKeyEvents::missing_flags(""), "Exe");
+  EXPECT_EQ(RedisKeyEvents::missing_flags("Ex"), "e");
+  EXPECT_EQ(RedisKeyEvents::missing_flags("Kg$"), "Exe");
+  EXPECT_EQ(RedisKeyEvents::missing_flags("KA"), "E");  // A covers x and e, not E
+  EXPECT_EQ(RedisKeyEvents::missing_flags("AKE"), "");
+  EXPECT_EQ(RedisKeyEvents::missing_flags("Exe"), "");
+  EXPECT_EQ(RedisKeyEvents::missing_flags("xeKE"), "");
+}
+
+// Sweeps until `name` is reported dropped (at most `ms`); every report is appended to `seen`.
+bool swept_until(RedisTier& t, const std::string& name, int ms, std::vector<std::string>* seen) {
+  for (int i = 0; i < ms / 20; ++i) {
+    t.sweep(unix_now_ms());
+    for (std::string& n : t.take_dropped()) seen->push_back(std::move(n));
+    if (std::find(seen->begin(), seen->end(), name) != seen->end()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+std::string notify_flags(int port) {
+  const std::string r = redis_cmd(port, {"CONFIG", "GET", "notify-keyspace-events"});
+  return r.substr(r.find('\n') + 1);  // redis_cmd: the reply's lines; the value is the second
+}
+
+// With key_events the tier turns keyspace notifications on, reports a key Redis
+// expired once, keeps a key another client made persistent past its expiry (the
+// grace of 5 s, then EXISTS), and subscribes again after Redis restarts.
+TEST(RedisTier, KeyEventsReportExpiriesOnceAndResubscribeAfterARestart) {
+  PAGODA_REQUIRE_REDIS();
+  TempDir d;
+  RedisServer s(d.path);
+  RedisTierOptions o = opts("redis://127.0.0.1:" + std::to_string(s.port()));
+  o.key_events = true;
+  RedisTier t(o);
+  const std::string flags = notify_flags(s.port());
+  for (char f : std::string("Exe")) EXPECT_NE(flags.find(f), std::string::npos) << flags;
+  std::vector<std::string> seen;
+  ASSERT_EQ(t.put(name_of(1), "a", unix_now_ms() + 300), TierBackend::Put::kStored);
+  ASSERT_EQ(t.put(name_of(2), "b"), TierBackend::Put::kStored);
+  ASSERT_EQ(t.put(name_of(3), "c", unix_now_ms() + 300), TierBackend::Put::kStored);
+  ASSERT_EQ(redis_cmd(s.port(), {"PERSIST", "pagoda:kv:" + name_of(3)}), "1");
+  EXPECT_TRUE(swept_until(t, name_of(1), 5000, &seen));
+  // Past the kept key's expiry plus the grace: still held, never reported.
+  std::this_thread::sleep_for(std::chrono::milliseconds(5500));
+  t.sweep(unix_now_ms());
+  for (std::string& n : t.take_dropped()) seen.push_back(std::move(n));
+  EXPECT_EQ(seen, std::vector<std::string>{name_of(1)});
+  EXPECT_EQ(redis_cmd(s.port(), {"EXISTS", "pagoda:kv:" + name_of(3)}), "1");
+  // Dropped by this tier: reported once (its own DEL is not echoed).
+  t.drop(name_of(2));
+  EXPECT_EQ(t.take_dropped(), std::vector<std::string>{name_of(2)});
+
+  // Redis restarts (empty, default flags): the subscriber sets them again and
+  // a key expired after that is reported by its notice (a kept one is not).
+  s.stop(SIGKILL);
+  s.start();
+  for (int i = 0; i < 250 && notify_flags(s.port()).find('E') == std::string::npos; ++i) {
+    t.sweep(unix_now_ms());
+    t.take_dropped();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_NE(notify_flags(s.port()).find('E'), std::string::npos) << "not subscribed again";
+  TierBackend::Put put = TierBackend::Put::kError;
+  for (int i = 0; i < 100 && put != TierBackend::Put::kStored; ++i) {
+    put = t.put(name_of(4), "d", unix_now_ms() + 300);
+    if (put != TierBackend::Put::kStored) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_EQ(put, TierBackend::Put::kStored);
+  seen.clear();
+  EXPECT_TRUE(swept_until(t, name_of(4), 5000, &seen));
+  EXPECT_EQ(seen, std::vector<std::string>{name_of(4)});
 }
 
 }  // namespace
