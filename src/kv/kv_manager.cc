@@ -170,7 +170,7 @@ Expected<int32_t> KvManager::allocate(SeqId seq, const Admission& admission, std
   touch_pins(m);  // a hit over a pinned prefix renews its TTL
   // The checkpoint's blocks are held (touched before fresh blocks are taken,
   // as the hits) until the sequence's first step has copied them.
-  for (BlockId b : m.ckpt_blocks_) pool().incref(b);
+  for (BlockId b : m.ckpt_blocks_) blocks_->pool.incref(b);
   const int32_t total_blocks = num_blocks_for(static_cast<int64_t>(cached) + admission.num_new_tokens_);
   for (const auto& g : groups_) g->grow(seq, g->table_entries(total_blocks));
   Seq s;

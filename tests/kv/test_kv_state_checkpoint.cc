@@ -202,19 +202,22 @@ TEST(KvStateCheckpoint, ForkSharesStateAndHoldsStayWithTheParent) {
   EXPECT_EQ(flush(kv), (Copies{{3, 5}, {4, 6}}));
   EXPECT_EQ(kv.pool().ref_count(3), 2);
   EXPECT_INVARIANTS(kv);
-  // The child's first decode copies the shared state (and gets its own block for token 8).
+  // The child's first decode copies the shared state into 7, 8 (copy-on-write
+  // comes before growth), then gets block 9 for token 8.
   Copies copies;
   ASSERT_TRUE(kv.append_slots(2, 1, &copies));
-  EXPECT_EQ(copies, (Copies{{3, 8}, {4, 9}}));
-  EXPECT_EQ(group_table(kv, 2, 0), (Ids{1, 2, 7}));
-  EXPECT_EQ(group_table(kv, 2, 1), (Ids{8, 9}));
+  EXPECT_EQ(copies, (Copies{{3, 7}, {4, 8}}));
+  EXPECT_EQ(group_table(kv, 2, 0), (Ids{1, 2, 9}));
+  EXPECT_EQ(group_table(kv, 2, 1), (Ids{7, 8}));
   EXPECT_INVARIANTS(kv);
 
   // Seq 3 hits the checkpoint and forks before its first step: the hold stays the parent's.
   const Tokens t3 = testing::concat(t, testing::iota_tokens(300, 3));
   restore.clear();
   ASSERT_EQ(admit(kv, 3, t3, 3, &restore), 8);
-  EXPECT_EQ(restore, (Copies{{5, 12}, {6, 13}}));
+  EXPECT_EQ(group_table(kv, 3, 0), (Ids{1, 2, 10}));
+  EXPECT_EQ(group_table(kv, 3, 1), (Ids{11, 12}));
+  EXPECT_EQ(restore, (Copies{{5, 11}, {6, 12}}));
   EXPECT_EQ(kv.pool().ref_count(5), 1);
   ASSERT_TRUE(kv.fork(3, 4).ok());
   EXPECT_EQ(kv.pool().ref_count(5), 1);

@@ -256,6 +256,12 @@ TEST_F(Lfm2Hybrid, PrefixCacheIsOffWithoutCheckpoints) {
   const auto out = run(cold_config(*path_, 2048), {{prompt}, {prompt}}, 4, false);
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[1][0].num_cached, 0) << "a recurrent state cannot be restored from cached K/V blocks";
+  // A negative interval is refused with the flag's name, and no engine is made.
+  engine::EngineConfig bad = base_config(*path_, 2048);
+  bad.state_checkpoint_interval = -1;
+  auto e = engine::Engine::create(bad);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.message().find("--state-checkpoint-interval must be"), std::string::npos) << e.message();
   expect_same(out[0][0], out[1][0], "repeated prompt");
 }
 
