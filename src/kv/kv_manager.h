@@ -300,9 +300,10 @@ class KvManager {
   // Tokens between checkpoints: interval x block_size with a recurrent state
   // group and prefix caching on, else 0 (no checkpoints).
   int32_t checkpoint_tokens() const { return checkpoint_tokens_; }
-  // A chunk of n tokens from `computed` cut so that it ends at the next
-  // checkpoint boundary when it would cross one (the state at a boundary must
-  // exist at the end of a step to be copied); n when checkpoints are off.
+  // A chunk of n tokens from `computed` cut so that it ends at the latest
+  // checkpoint boundary inside it when it crosses one and does not end at one
+  // (the state at a boundary must exist at the end of a step to be copied);
+  // n when it crosses none or checkpoints are off.
   int32_t checkpoint_chunk(int32_t computed, int32_t n) const;
   // mark_computed makes a checkpoint when a sequence's computed tokens reach a
   // boundary: S blocks are taken (only when S + watermark blocks are free),

@@ -20,9 +20,18 @@
 //   - a checkpoint is taken only when S + watermark blocks are free (best
 //     effort: a missing checkpoint costs recompute, never a wrong answer) and
 //     only when none is cached for that prefix yet.
-//   - the scheduler cuts prefill chunks at the boundaries (checkpoint_chunk),
-//     so the state at a boundary exists at the end of a step; the engine is
-//     chunk-size invariant bitwise, so outputs do not change.
+//   - the scheduler ends a prefill chunk at the LATEST boundary inside it
+//     (checkpoint_chunk), so the state at that boundary exists at the end of
+//     a step; the engine is chunk-size invariant bitwise, so outputs do not
+//     change. So a prompt gets a checkpoint at the end of each prefill chunk
+//     (every --max-num-batched-tokens tokens at most) and at the last
+//     boundary before its end, and decoding one at every boundary it passes;
+//     not one at every boundary inside a long chunk. Cutting every chunk at
+//     the FIRST boundary (a checkpoint at every boundary) was measured: with
+//     blocks of 16 and K = 4 it splits a prefill into 64-token steps, which made
+//     a cold 4,016-token prompt of a LFM2-350M-shaped model 1.3-3x slower
+//     than without checkpoints (bench/state_checkpoint_ttft.py), and a warm
+//     second turn barely faster than a cold one without them.
 //   - match_prefix: the hit is the longest prefix that ends at a checkpoint
 //     whose S blocks are cached, every other group serving it as usual
 //     (checkpoint_hit); whatever the cached K/V cover past it is recomputed.
@@ -49,8 +58,9 @@ Hash128 KvManager::checkpoint_key(const Hash128& chain, int32_t index) const {
 
 int32_t KvManager::checkpoint_chunk(int32_t computed, int32_t n) const {
   if (checkpoint_tokens_ <= 0) return n;
-  const int32_t next = (computed / checkpoint_tokens_ + 1) * checkpoint_tokens_;
-  return computed + n > next ? next - computed : n;
+  // The latest boundary at or before the chunk's end: one cut per chunk at most.
+  const int32_t last = (computed + n) / checkpoint_tokens_ * checkpoint_tokens_;
+  return last > computed ? last - computed : n;
 }
 
 bool KvManager::find_checkpoint(const PrefixMatch& m, int32_t j, std::span<const TokenId> tokens,

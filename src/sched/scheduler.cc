@@ -262,7 +262,7 @@ StepPlan Scheduler::schedule() {
       if ((remaining == 1) != (pass == 0)) continue;
       // The victim of preemption may be a request scheduled earlier this step;
       // it is unscheduled, so a later pass never sees it twice.
-      // A prefill chunk ends at the next state checkpoint boundary it would cross (KvManager::checkpoint_chunk).
+      // A prefill chunk ends at the latest state checkpoint boundary inside it (KvManager::checkpoint_chunk).
       schedule_running(r, kv_->checkpoint_chunk(kv_->num_computed_tokens(id), std::min(remaining, budget)), &slices,
                        &budget, &plan, pass == 0 ? draft_len(r, budget) : 0);
     }

@@ -62,6 +62,10 @@ TEST(KvStateCheckpoint, ChunksEndAtCheckpointBoundaries) {
   EXPECT_EQ(kv.checkpoint_chunk(8, 9), 8);
   EXPECT_EQ(kv.checkpoint_chunk(5, 2), 2);
   EXPECT_EQ(kv.checkpoint_chunk(15, 1), 1);
+  // One cut per chunk, at the latest boundary inside it.
+  EXPECT_EQ(kv.checkpoint_chunk(0, 20), 16);
+  EXPECT_EQ(kv.checkpoint_chunk(3, 30), 29);
+  EXPECT_EQ(kv.checkpoint_chunk(3, 29), 29) << "ends at a boundary: no cut";
   KvManager off = make_kv(16, 0);
   EXPECT_FALSE(off.config().enable_prefix_caching) << "no checkpoints: a recurrent state cannot be restored";
   EXPECT_EQ(off.checkpoint_tokens(), 0);
