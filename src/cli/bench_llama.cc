@@ -140,6 +140,8 @@ std::string parse_options(int argc, char** argv, const std::string& default_mode
     else return "-o must be md, csv, json or jsonl, got '" + v + "'";
   }
   if (args.value("--block-size", &v) && !parse_int(v, 1, 4096, &o->block_size)) return bad("--block-size");
+  if (args.value("--state-checkpoint-interval", &v) && !parse_int(v, 0, 1 << 20, &o->state_checkpoint_interval))
+    return bad("--state-checkpoint-interval");
   if (args.value("--seed", &v) && !parse_int(v, INT64_MIN, INT64_MAX, &o->seed)) return bad("--seed");
   // llama-bench's GPU options (each a list there): accepted, they change nothing on a CPU.
   for (const auto& [name, alias] : std::vector<std::pair<std::string, std::string>>{

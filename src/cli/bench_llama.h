@@ -29,6 +29,7 @@ struct Options {
   bool legacy_json = false;  // --json: pagoda's one-object summary (one pp and one tg test)
   KvTypes kv_dtype = KvDtype::F16;
   int64_t block_size = 16;
+  int64_t state_checkpoint_interval = 4;  // hybrid models (EngineConfig::state_checkpoint_interval)
   int64_t seed = 1234;
   bool ctx_sweep = false;
   bool bandwidth = true;

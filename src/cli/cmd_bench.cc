@@ -77,6 +77,8 @@ const char* kBenchUsage =
     "pagoda's own:\n"
     "      --kv-dtype T    f32 | f16 | bf16 | q8_0 (default f16); or --kv-cache-dtype, -ctk T -ctv T\n"
     "      --block-size N  KV block size (default 16)\n"
+    "      --state-checkpoint-interval K   hybrid models: a state checkpoint every K blocks, used by -d's\n"
+    "                      prefix hit (default 4; 0 = off)\n"
     "      --seed S        seed of the random token ids (default 1234)\n"
     "      --ctx-sweep     also time decode steps at contexts 64..2048, cached vs recomputed\n"
     "      --no-bandwidth  skip measuring the machine's read bandwidth (1 GiB, about a second)\n"
@@ -349,6 +351,7 @@ int run_bench(int argc, char** argv) {
       ec.context_length = static_cast<int>(std::max(positions, ti == 0 ? sweep_positions : 0) + 1);
       ec.kv_dtype = o.kv_dtype;
       ec.block_size = static_cast<int>(o.block_size);
+      ec.state_checkpoint_interval = static_cast<int>(o.state_checkpoint_interval);
       ec.kv_pool_one_context = true;
       ec.watermark = 0;                  // one sequence may fill the whole pool
       // Only -d needs the cache (the depth is computed once, untimed); then every

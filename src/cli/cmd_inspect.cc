@@ -149,7 +149,8 @@ int run_inspect(int argc, char** argv) {
 
   // Hybrid models (lfm2): a recurrent state of constant size per sequence beside
   // the attention layers' K/V (counted above; recurrent layers have 0 KV heads),
-  // as kv/recurrent_state_group.cc keeps it. Prefix caching is off for them.
+  // as kv/recurrent_state_group.cc keeps it. Prefix hits restore it from state
+  // checkpoints (kv/state_checkpoint.cc; serve's --state-checkpoint-interval, default 4 blocks).
   int64_t state_layers = 0, state_bytes = 0;
   if (const gguf::Value* lc = f.find(p + "shortconv.l_cache"); lc && lc->is_int() && n_embd > 0) {
     if (const gguf::Value* kvh = f.find(p + "attention.head_count_kv"); kvh && kvh->type == gguf::ValueType::ARRAY)
@@ -199,7 +200,10 @@ int run_inspect(int argc, char** argv) {
                                 {"kv_group_layers", wk.group_size}};
     }
     if (state_layers > 0) {
-      j["recurrent_state"] = {{"layers", state_layers}, {"bytes_per_sequence", state_bytes}, {"prefix_caching", false}};
+      j["recurrent_state"] = {{"layers", state_layers},
+                              {"bytes_per_sequence", state_bytes},
+                              {"prefix_caching", "state_checkpoints"},
+                              {"checkpoint_interval_blocks_default", 4}};
     }
     if (show_meta) {
       nlohmann::json m = nlohmann::json::object();
@@ -263,8 +267,9 @@ int run_inspect(int argc, char** argv) {
   }
   if (state_layers > 0) {
     std::printf("recurrent state: %lld short-conv layers, %s bytes (f32) per sequence whatever its length, kept in\n"
-                "  KV blocks of its own (the K/V above is the attention layers' only); prefix caching is off for\n"
-                "  this model (no state checkpoints yet: a hit could not restore the state)\n",
+                "  KV blocks of its own (the K/V above is the attention layers' only)\n"
+                "state checkpoints: a copy of the state every 4 KV blocks (--state-checkpoint-interval K; 0: off, and\n"
+                "  no prefix caching), cached like blocks; a prefix hit ends at the latest checkpoint it covers\n",
                 static_cast<long long>(state_layers), with_commas(static_cast<uint64_t>(state_bytes)).c_str());
   }
   if (show_meta) {

@@ -60,6 +60,8 @@ const char* kRunUsage =
     "      --kv-dtype T      f32 | f16 | bf16 | q8_0 (default f16); also --kv-cache-dtype (vLLM) and\n"
     "                        -ctk/-ctv (llama.cpp; K and V must get the same type)\n"
     "      --block-size N    KV block size in tokens (default 16)\n"
+    "      --state-checkpoint-interval K   hybrid models: a state checkpoint every K blocks (default 4;\n"
+    "                        0 = off; one request shares no prefix, so it only validates here)\n"
     "      --no-kv-cache     recompute the whole sequence every step (baseline)\n"
     "      --ref-kernels     scalar reference kernels (debugging)\n"
     "      --disable-hybrid-kv-cache-manager   every layer keeps a full-context KV table\n"
@@ -94,6 +96,7 @@ struct RunOptions {
   int64_t ctx = 0;
   KvTypes kv_dtype = KvDtype::F16;
   int32_t block_size = 16;
+  int32_t state_checkpoint_interval = 4;
   bool no_kv_cache = false;
   bool ref_kernels = false;
   bool no_hybrid_kv = false;  // --disable-hybrid-kv-cache-manager
@@ -214,6 +217,10 @@ std::string parse_args(int argc, char** argv, RunOptions* o, bool* help, bool* v
     if (!parse_int(v, 1, 4096, &iv)) return bad(v, "--block-size");
     o->block_size = static_cast<int32_t>(iv);
   }
+  if (args.value("--state-checkpoint-interval", &v)) {
+    if (!parse_int(v, 0, 1 << 20, &iv)) return bad(v, "--state-checkpoint-interval");
+    o->state_checkpoint_interval = static_cast<int32_t>(iv);
+  }
   if (std::string err = parse_gpu_flags(args); !err.empty()) return err;
   if (std::string err = args.leftover(/*flags_only=*/true); !err.empty()) return err;
   const std::vector<std::string> pos = args.positionals();  // `pagoda run MODEL -p ...`
@@ -277,6 +284,7 @@ int run_run(int argc, char** argv) {
   ec.context_length = static_cast<int>(o.ctx);  // 0: the model's
   ec.kv_dtype = o.kv_dtype;
   ec.block_size = o.block_size;
+  ec.state_checkpoint_interval = o.state_checkpoint_interval;
   ec.kv_pool_one_context = true;
   ec.watermark = 0;                   // one sequence may fill the whole pool
   ec.enable_prefix_caching = false;   // one request: nothing to share

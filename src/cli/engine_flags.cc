@@ -220,6 +220,9 @@ const char* kEngineFlagsHelp =
     "  --kv-cache-memory BYTES       KV pool size, e.g. 512MiB (default 256MiB)\n"
     "  --num-kv-blocks N             KV pool size in blocks (wins over --kv-cache-memory)\n"
     "  --enable-prefix-caching / --no-enable-prefix-caching   (default on)\n"
+    "  --state-checkpoint-interval K   hybrid models (recurrent state, e.g. lfm2): keep a copy of the\n"
+    "                                state every K KV blocks so prefix hits restore it (default 4;\n"
+    "                                1 = every block; 0 = off: no prefix caching for these models)\n"
     "  --disable-hybrid-kv-cache-manager   every layer keeps a full-context KV table (sliding windows\n"
     "                          only masked); default: window layers hold only their window\n"
     "  --max-num-seqs N              running requests per step (default 64); or -np/--parallel\n"
@@ -396,6 +399,12 @@ std::string parse_engine_flags(Args& args, engine::EngineConfig* cfg) {
   if (args.flag("--no-enable-prefix-caching")) cfg->enable_prefix_caching = false;
   if (args.flag("--enable-prefix-caching")) cfg->enable_prefix_caching = true;
   if (args.flag("--disable-hybrid-kv-cache-manager")) cfg->disable_hybrid_kv_cache_manager = true;
+  if (args.value("--state-checkpoint-interval", &v)) {
+    if (!to_int(v, 0, 1 << 20, &n))
+      return "--state-checkpoint-interval must be an integer in 0..1048576 (KV blocks between state checkpoints; 0: off), "
+             "got '" + v + "'";
+    cfg->state_checkpoint_interval = static_cast<int>(n);
+  }
   if (args.value("--max-num-seqs", &v, "-np") || args.value("--parallel", &v)) {
     if (!to_int(v, 1, 4096, &n)) return "--max-num-seqs must be an integer in 1..4096, got '" + v + "'";
     cfg->max_num_seqs = static_cast<int>(n);

@@ -86,6 +86,7 @@ class EngineImpl final : public Engine {
   }
   const std::vector<RequestId>& newly_scheduled() const override { return newly_scheduled_; }
   EngineStats stats() const override;
+  std::string check_invariants() const override { return sched_->check_invariants(); }
   const ModelInfo& model_info() const override { return info_; }
   const tok::Tokenizer& tokenizer() const override { return *tok_; }
   void snapshot(DashboardSnapshot* out, const SnapshotOptions& options) const override;
@@ -197,15 +198,20 @@ Status EngineImpl::init(const EngineConfig& c) {
   // group_size layer slots, so it costs the same in every group.
   std::vector<int32_t> layer_windows;
   for (const model::LayerAttn& a : mc.layers) layer_windows.push_back(a.recurrent ? kv::kStateWindow : a.window);
-  // Hybrid models: a recurrent state cannot roll back (speculative decoding)
-  // and, without state checkpoints, cannot be restored by a prefix hit (tiers).
+  // Hybrid models: a recurrent state cannot roll back (speculative decoding);
+  // prefix hits restore it from state checkpoints, which stay in RAM (no tiers).
   const bool recurrent = mc.n_state_rows > 0;
+  if (c.state_checkpoint_interval < 0 || c.state_checkpoint_interval > (1 << 20))
+    return errorf("--state-checkpoint-interval must be an integer in 0..%d (blocks between state checkpoints; 0: off), got %d",
+                  1 << 20, c.state_checkpoint_interval);
   if (recurrent && c.speculative.enabled())
     return errorf("speculative decoding is not supported for %s: its recurrent state cannot roll back rejected drafts", mc.arch.c_str());
   // Recompute rewrites every position each step: it needs every block, so one full group.
   // Tiers store one entry per block per group (engine/kv_tiers.h).
   const bool tiers = kv_tiers_enabled(c);
-  if (tiers && recurrent) return errorf("KV tiers need prefix caching, which is off for %s (recurrent state)", mc.arch.c_str());
+  if (tiers && recurrent)
+    return errorf("KV tiers (--kv-disk-dir, --kv-redis) are not supported for %s: its recurrent state checkpoints stay in RAM "
+                  "(a tier would hold K/V blocks a hit cannot use without them)", mc.arch.c_str());
   if (tiers && (c.recompute || !c.enable_prefix_caching))
     return errorf("KV tiers (--kv-disk-dir, --kv-redis) need prefix caching and the KV cache (no recompute)");
   // The one pool plan (kv::plan_pool) both the runner's storage and the KvManager are built from.
@@ -248,11 +254,20 @@ Status EngineImpl::init(const EngineConfig& c) {
   if (!(c.kv_pinned_fraction >= 0.0 && c.kv_pinned_fraction <= 1.0))
     return errorf("--kv-pinned-fraction must be in [0, 1], got %g", c.kv_pinned_fraction);
   kc.pinned_fraction = c.kv_pinned_fraction;
+  kc.state_checkpoint_interval = c.state_checkpoint_interval;
   if (c.scheduling_policy == "priority") kc.eviction_classes = sched::kNumEvictionClasses;
   kv_ = std::make_unique<kv::KvManager>(kc);
   if (recurrent) {
-    PAGODA_LOG_INFO("%s: recurrent state of %d layers in %d KV blocks per sequence; prefix caching off (no state checkpoints yet)",
-                    mc.arch.c_str(), mc.n_recurrent_layers(), layout.state_blocks);
+    if (kv_->checkpoint_tokens() > 0) {
+      PAGODA_LOG_INFO("%s: recurrent state of %d layers in %d KV blocks per sequence; prefix caching through state "
+                      "checkpoints every %d tokens (--state-checkpoint-interval %d blocks)",
+                      mc.arch.c_str(), mc.n_recurrent_layers(), layout.state_blocks, kv_->checkpoint_tokens(),
+                      c.state_checkpoint_interval);
+    } else {
+      PAGODA_LOG_INFO("%s: recurrent state of %d layers in %d KV blocks per sequence; prefix caching off (%s)",
+                      mc.arch.c_str(), mc.n_recurrent_layers(), layout.state_blocks,
+                      kc.enable_prefix_caching ? "--state-checkpoint-interval 0" : "prefix caching disabled");
+    }
   }
   if (c.kv_clock_for_testing) kv_->set_clock(c.kv_clock_for_testing);
 
@@ -701,6 +716,8 @@ std::vector<TokenEvent> EngineImpl::step() {
     }
   }
   std::vector<sched::FinishedRequest> finished = sched_->update(plan, outputs);
+  // State checkpoints taken at this step's boundaries: copied before any block is taken again.
+  kv_->flush_checkpoints([this](kv::BlockId src, kv::BlockId dst) { runner_->kv().copy_block(src, dst); });
   if (tiers_) tiers_->store_committed();  // before the next step's allocations reuse a block
   for (const auto& f : finished) {
     auto cit = choices_.find(f.id);
@@ -740,6 +757,10 @@ EngineStats EngineImpl::stats() const {
   s.kv_usage = k.num_blocks_total > 0 ? static_cast<double>(k.num_used) / k.num_blocks_total : 0.0;
   s.prefix_queries_tokens = k.prefix_query_tokens;
   s.prefix_hits_tokens = k.prefix_hit_tokens;
+  s.checkpoints = k.num_checkpoints;
+  s.checkpoints_stored = k.checkpoints_stored;
+  s.checkpoints_hit = k.checkpoints_hit;
+  s.checkpoints_evicted = k.checkpoints_evicted;
   s.num_preemptions = sched_->stats().num_preemptions;
   s.prompt_tokens_total = prompt_tokens_total_;
   s.generation_tokens_total = generation_tokens_total_;

@@ -76,6 +76,11 @@ struct EngineConfig {
   // context length (+ the null block); wins over num_kv_blocks and kv_cache_memory.
   bool kv_pool_one_context = false;
   bool enable_prefix_caching = true;
+  // Hybrid models (a recurrent state group): keep a copy of a sequence's state
+  // every this many blocks (kv/state_checkpoint.cc), so prefix hits restore
+  // it; 0 = no checkpoints, and prefix caching is off for such a model. No
+  // effect on other models. --state-checkpoint-interval.
+  int state_checkpoint_interval = 4;
   bool ref_kernels = false;          // scalar reference kernels instead of the SIMD ones (debugging)
   // No KV cache (the KV-cache-vs-recompute baseline): every step computes each
   // scheduled sequence again from position 0 into its own blocks, so a decode
@@ -198,6 +203,10 @@ struct EngineStats {
   int64_t blocks_pinned_cap = 0;
   int64_t pins_created = 0, pins_renewed = 0, pins_expired = 0, pins_demoted = 0, pins_cleared = 0;
   int64_t prefix_cache_resets = 0;
+  // Recurrent-state checkpoints (kv/state_checkpoint.cc): live in the cache,
+  // and made / restored by a prefix hit / evicted since start.
+  int64_t checkpoints = 0;
+  int64_t checkpoints_stored = 0, checkpoints_hit = 0, checkpoints_evicted = 0;
   // Requests by priority value, ascending ((priority, count); every request
   // is priority 0 unless scheduling_policy is "priority").
   std::vector<std::pair<int32_t, int32_t>> waiting_by_priority, running_by_priority;
@@ -283,6 +292,9 @@ class Engine {
   Status reset_prefix_cache(bool force) { return reset_prefix_cache(force, false, nullptr); }
   // Seconds left of the pin holding block b longest (0: not pinned).
   virtual double pin_ttl_left(int32_t block) const = 0;
+  // Tests: the scheduler's and the KvManager's invariants between steps
+  // ("" when all hold, else the first violation). O(blocks + table entries).
+  virtual std::string check_invariants() const { return ""; }
 };
 
 }  // namespace pagoda::engine

@@ -8,10 +8,13 @@ namespace pagoda::kv {
 
 BlockId SharedBlocks::take() {
   const BlockId b = pool.pop_free();
+  const bool head = checkpoint_head[static_cast<size_t>(b)] != 0;
+  checkpoint_head[static_cast<size_t>(b)] = 0;
   if (cache.contains(b)) {
     evicted.record(cache.key_of(b));
     cache.erase(b);
     ++num_evictions;
+    if (head) ++num_checkpoint_evictions;
   }
   return b;
 }

@@ -52,6 +52,10 @@ struct SharedBlocks {
   EvictionLog evicted;  // keys recently evicted, with when (kv/miss_index.h)
   int64_t num_evictions = 0;   // cached blocks whose key was dropped for reuse
   int64_t num_cow_copies = 0;  // copy-on-write block copies requested
+  // [num_blocks] 1: the block is the first state block of a cached checkpoint
+  // (kv/state_checkpoint.cc), so its eviction counts one checkpoint evicted.
+  std::vector<uint8_t> checkpoint_head = std::vector<uint8_t>(static_cast<size_t>(pool.num_blocks()), 0);
+  int64_t num_checkpoint_evictions = 0;
   // Pops the head of the free queue; a cached block loses its key (an eviction).
   BlockId take();
 };

@@ -26,6 +26,11 @@ KvStats KvManager::stats() const {
   st.collisions_refused = cache.collisions_refused();
   st.num_pins = static_cast<int32_t>(pins_.size());
   st.num_pinned = num_pinned_blocks_;
+  for (BlockId b = 1; b < pool.num_blocks(); ++b)
+    st.num_checkpoints += blocks_->checkpoint_head[static_cast<size_t>(b)] && cache.contains(b) ? 1 : 0;
+  st.checkpoints_stored = checkpoints_stored_;
+  st.checkpoints_hit = checkpoints_hit_;
+  st.checkpoints_evicted = blocks_->num_checkpoint_evictions;
   st.group_blocks_used.assign(groups_.size(), 0);
   // A block sits in one group's tables only (shared by fork within that group).
   std::vector<uint8_t> seen(static_cast<size_t>(pool.num_blocks()), 0);
@@ -125,6 +130,26 @@ std::string KvManager::check_invariants() const {
   std::vector<int32_t> pin_refs(static_cast<size_t>(n), 0);
   if (std::string e = check_pins(&pin_refs); !e.empty()) return "pins: " + e;
   for (size_t i = 0; i < refs.size(); ++i) refs[i] += pin_refs[i];
+  // Checkpoints (state_checkpoint.cc): blocks held for a restore or for a copy
+  // not flushed yet hold one reference each; a checkpoint's block is in no table.
+  for (const auto& [id, s] : seqs_) {
+    for (BlockId b : s.restore_hold) {
+      if (b <= kNullBlock || b >= n) return errorf("seq %llu holds invalid checkpoint block %d", static_cast<unsigned long long>(id), b).message;
+      if (!cache.contains(b) || cache.group_of(b) != state_group_)
+        return errorf("seq %llu holds block %d for a restore, which is not a cached checkpoint", static_cast<unsigned long long>(id), b).message;
+      ++refs[static_cast<size_t>(b)];
+    }
+  }
+  for (const auto& [src, dst] : ckpt_pending_) {
+    ++refs[static_cast<size_t>(src)];
+    ++refs[static_cast<size_t>(dst)];
+  }
+  for (BlockId b = 1; b < n; ++b) {
+    if (cache.contains(b) && state_group_ >= 0 && cache.group_of(b) == state_group_ && group_of[static_cast<size_t>(b)] >= 0)
+      return errorf("checkpoint block %d is in group %d's tables", b, group_of[static_cast<size_t>(b)]).message;
+    if (blocks_->checkpoint_head[static_cast<size_t>(b)] && cache.contains(b) && cache.group_of(b) != state_group_)
+      return errorf("block %d is marked a checkpoint but cached in group %d", b, cache.group_of(b)).message;
+  }
   int32_t used = 0, free_plain = 0, evictable = 0;
   for (BlockId b = 1; b < n; ++b) {
     const auto i = static_cast<size_t>(b);

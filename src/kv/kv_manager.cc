@@ -30,12 +30,22 @@ KvManager::KvManager(const KvConfig& config)
   pin_cap_blocks_ = static_cast<int32_t>(std::floor(config.pinned_fraction * num_usable_blocks() + 1e-9));
   pin_count_.assign(static_cast<size_t>(config.num_blocks), 0);
   const std::vector<KvGroupSpec> specs = config.groups.empty() ? std::vector<KvGroupSpec>{KvGroupSpec{}} : config.groups;
+  PAGODA_CHECK_MSG(config.state_checkpoint_interval >= 0, "state checkpoint interval %d < 0",
+                   config.state_checkpoint_interval);
   for (const KvGroupSpec& g : specs) {
     PAGODA_CHECK_MSG(g.sliding_window >= 0, "sliding window %d < 0", g.sliding_window);
     groups_.push_back(make_group_manager(g, config.block_size, blocks_.get()));
-    // A recurrent state is valid only at its own length: no prefix hit could
-    // restore it (state checkpoints do not exist yet), so the cache is off.
-    if (g.state_blocks > 0) config_.enable_prefix_caching = false;
+    if (g.state_blocks > 0) {
+      PAGODA_CHECK_MSG(state_group_ < 0, "more than one recurrent state group");
+      PAGODA_CHECK_MSG(groups_.size() > 1, "the recurrent state group cannot be group 0 (the prefix chain)");
+      state_group_ = static_cast<int32_t>(groups_.size()) - 1;
+    }
+  }
+  if (state_group_ >= 0) {
+    // A recurrent state is valid only at its own length: a prefix hit must end
+    // at a state checkpoint (state_checkpoint.cc). Without them the cache is off.
+    if (config.state_checkpoint_interval <= 0) config_.enable_prefix_caching = false;
+    if (config_.enable_prefix_caching) checkpoint_tokens_ = config.state_checkpoint_interval * config.block_size;
   }
 }
 
@@ -71,14 +81,17 @@ Status KvManager::check_current(const PrefixMatch& m, const char* what) const {
 }
 
 int32_t KvManager::blocks_needed(const PrefixMatch& m, int32_t num_new_tokens) const {
-  const int32_t hits = m.num_blocks();
   const int32_t total = num_blocks_for(static_cast<int64_t>(m.num_cached_tokens()) + num_new_tokens);
-  int32_t fresh = 0;  // per group: its table's entries past the hit (a state group: its fixed slot)
-  for (const auto& g : groups_) fresh += g->table_entries(total) - g->table_entries(hits);
+  int32_t fresh = 0;  // per group: its table's entries past the hit's (a state group: its whole fixed slot)
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    fresh += groups_[g]->table_entries(total) - (g < m.tables_.size() ? static_cast<int32_t>(m.tables_[g].size()) : 0);
+  }
   int32_t revived = 0;
   for (const auto& table : m.tables_) {
     for (BlockId b : table) revived += b != kNullBlock && pool().ref_count(b) == 0 ? 1 : 0;
   }
+  // A checkpoint's blocks are held from allocate until the first step's copies ran.
+  for (BlockId b : m.ckpt_blocks_) revived += pool().ref_count(b) == 0 ? 1 : 0;
   return fresh + revived;
 }
 
@@ -137,12 +150,15 @@ Expected<Admission> KvManager::can_allocate(PrefixMatch match, int32_t num_new_t
   return a;
 }
 
-Expected<int32_t> KvManager::allocate(SeqId seq, const Admission& admission) {
+Expected<int32_t> KvManager::allocate(SeqId seq, const Admission& admission, std::vector<BlockCopy>* copies) {
   if (seqs_.count(seq)) return errorf("kv: sequence %llu already has blocks", static_cast<unsigned long long>(seq));
   const PrefixMatch& m = admission.match_;
   // Same generation: no block was taken, freed or committed since can_allocate
   // counted the free queue and confirmed the hits, so both still hold.
   PAGODA_TRY(check_current(m, "admission"));
+  if (!m.ckpt_blocks_.empty() && copies == nullptr)
+    return errorf("kv: sequence %llu: a hit at a state checkpoint needs the restore copies taken",
+                  static_cast<unsigned long long>(seq));
   ++generation_;
   const int32_t cached = m.num_cached_tokens();
   // Every group touches its hits first so that taking fresh blocks cannot evict them.
@@ -152,9 +168,19 @@ Expected<int32_t> KvManager::allocate(SeqId seq, const Admission& admission) {
   // The dashboard's per-block hit counts (a statistic: group 0 stands for the chain).
   for (BlockId b : m.tables_[0]) blocks_->cache.count_hit(b);
   touch_pins(m);  // a hit over a pinned prefix renews its TTL
+  // The checkpoint's blocks are held (touched before fresh blocks are taken,
+  // as the hits) until the sequence's first step has copied them.
+  for (BlockId b : m.ckpt_blocks_) blocks_->pool.incref(b);
   const int32_t total_blocks = num_blocks_for(static_cast<int64_t>(cached) + admission.num_new_tokens_);
   for (const auto& g : groups_) g->grow(seq, g->table_entries(total_blocks));
   Seq s;
+  if (!m.ckpt_blocks_.empty()) {
+    const std::span<const BlockId> state = groups_[static_cast<size_t>(state_group_)]->table(seq);
+    PAGODA_CHECK(state.size() == m.ckpt_blocks_.size());
+    for (size_t i = 0; i < state.size(); ++i) copies->emplace_back(m.ckpt_blocks_[i], state[i]);
+    s.restore_hold = m.ckpt_blocks_;
+    ++checkpoints_hit_;
+  }
   s.salt = m.salt_;
   s.keys = m.keys_;
   s.entries = m.entries_;
@@ -233,6 +259,8 @@ void KvManager::mark_computed(SeqId seq, std::span<const TokenId> tokens, int32_
                    static_cast<unsigned long long>(seq), s.num_computed, num_computed_tokens, entries * bs,
                    tokens.size());
   ++generation_;
+  release_restore_hold(&s);  // the step that read the restored state ran
+  const int32_t before = s.num_computed;
   s.num_computed = num_computed_tokens;
   const size_t full = static_cast<size_t>(num_computed_tokens / bs);
   extend_keys(&s, tokens, full);
@@ -251,6 +279,7 @@ void KvManager::mark_computed(SeqId seq, std::span<const TokenId> tokens, int32_
     // Other groups: their own key, parented on group 0's chain (their earlier
     // blocks may be long released).
     for (size_t g = 1; g < groups_.size() && config_.enable_prefix_caching; ++g) {
+      if (static_cast<int32_t>(g) == state_group_) continue;  // its state is cached as checkpoints (below)
       const BlockId b = groups_[g]->table(seq)[i];
       if (b == kNullBlock) continue;
       const auto gi = static_cast<int32_t>(g);
@@ -261,6 +290,9 @@ void KvManager::mark_computed(SeqId seq, std::span<const TokenId> tokens, int32_
       }
     }
     s.entries.push_back(e);
+  }
+  if (checkpoint_tokens_ > 0 && num_computed_tokens > before && num_computed_tokens % checkpoint_tokens_ == 0) {
+    make_checkpoint(seq, s, tokens);
   }
   maybe_pin(seq, &s);
 }
@@ -289,6 +321,7 @@ Status KvManager::fork(SeqId parent, SeqId child) {
   if (seqs_.count(child)) return errorf("kv: fork target %llu already exists", static_cast<unsigned long long>(child));
   ++generation_;
   Seq copy = it->second;
+  copy.restore_hold.clear();  // the parent's until its next step
   for (const auto& g : groups_) g->fork(parent, child);
   seqs_.emplace(child, std::move(copy));
   return Status::Ok();
@@ -299,6 +332,7 @@ bool KvManager::free(SeqId seq) {
   if (it == seqs_.end()) return false;
   ++generation_;
   blocks_->pool.set_release_class(it->second.eviction_class);
+  release_restore_hold(&it->second);
   // Group 0 last, as in append_slots' release.
   for (size_t g = 1; g <= groups_.size(); ++g) groups_[g % groups_.size()]->free(seq);
   blocks_->pool.set_release_class(0);

@@ -68,6 +68,12 @@ struct KvConfig {
   // [n_groups]; empty = one full-context group. Group 0 anchors the prefix
   // chain (put full-context groups first).
   std::vector<KvGroupSpec> groups;
+  // Recurrent-state checkpoints (kv/state_checkpoint.cc, issue 38), in blocks:
+  // with a recurrent state group, K > 0 keeps a copy of a sequence's state at
+  // every block boundary that is a multiple of K blocks, and a prefix hit ends
+  // at the latest such checkpoint; 0 = none, and prefix caching is off for a
+  // model with a recurrent state group. Without such a group it changes nothing.
+  int32_t state_checkpoint_interval = 0;
   // num_blocks, block_size and groups from a pool plan (kv/pool_plan.h); the
   // rest as defaulted here.
   static KvConfig from_plan(const PoolPlan& plan);
@@ -88,6 +94,12 @@ struct KvStats {
   int32_t num_pins = 0;              // live pins (kv_pins.cc)
   int32_t num_pinned = 0;            // distinct blocks held by pins (counted in num_used: a pin holds a reference)
   std::vector<int32_t> group_blocks_used;  // [n_groups] blocks referenced by each group's tables
+  // Recurrent-state checkpoints (kv/state_checkpoint.cc): live ones in the
+  // cache, and since start: made, restored by a prefix hit, evicted for reuse.
+  int32_t num_checkpoints = 0;
+  int64_t checkpoints_stored = 0;
+  int64_t checkpoints_hit = 0;
+  int64_t checkpoints_evicted = 0;
 };
 
 class KvManager;
@@ -116,10 +128,16 @@ class PrefixMatch {
   // (it is not the block of the last token) but the cache lacks it; nullptr
   // otherwise. In-flight dedup compares it with blocks being computed.
   const Hash128* next_block_key() const { return has_next_key_ ? &next_key_ : nullptr; }
+  // With a recurrent state group: the S blocks of the state checkpoint the hit
+  // ends at (allocate copies them into the sequence's own state blocks);
+  // empty when there is no hit. The state group's table in the match is empty.
+  std::span<const BlockId> checkpoint_blocks() const { return ckpt_blocks_; }
 
  private:
   friend class KvManager;
   int32_t num_blocks_ = 0;
+  std::vector<BlockId> ckpt_blocks_;    // [S] or empty
+  std::vector<EntryId> ckpt_entries_;   // their cache entries when matched
   // [n_groups][num_blocks] the cached blocks in sequence order (kNullBlock where
   // a window group does not need one) and their cache entries (kNoEntry there).
   std::vector<std::vector<BlockId>> tables_;
@@ -223,7 +241,13 @@ class KvManager {
   // the matched blocks (num_computed_tokens = the hit) and num_new_tokens more
   // slots. Returns the hit tokens. Fails, changing nothing, when seq exists or
   // the admission is stale.
-  Expected<int32_t> allocate(SeqId seq, const Admission& admission);
+  // A hit that ends at a state checkpoint (PrefixMatch::checkpoint_blocks)
+  // appends one copy per state block (checkpoint block -> the sequence's fresh
+  // state block) to *copies, to run before the sequence's first forward; the
+  // checkpoint blocks are held until its next mark_computed (or free), so
+  // nothing can take them before the copy. Precondition: copies != nullptr
+  // when the admission's match has a checkpoint.
+  Expected<int32_t> allocate(SeqId seq, const Admission& admission, std::vector<BlockCopy>* copies = nullptr);
   // match_prefix + can_allocate + allocate: one walk, for callers without a
   // decision between the lookup and the allocation.
   Expected<int32_t> allocate(SeqId seq, std::span<const TokenId> tokens, int32_t num_new_tokens,
@@ -271,6 +295,28 @@ class KvManager {
   // sequence would need again. Speculative decoding truncates to its computed
   // tokens, past every committed block.
   bool truncate(SeqId seq, int32_t num_tokens);
+
+  // --- recurrent-state checkpoints (kv/state_checkpoint.cc, issue 38) ---
+  // Tokens between checkpoints: interval x block_size with a recurrent state
+  // group and prefix caching on, else 0 (no checkpoints).
+  int32_t checkpoint_tokens() const { return checkpoint_tokens_; }
+  // A chunk of n tokens from `computed` cut so that it ends at the latest
+  // checkpoint boundary inside it when it crosses one and does not end at one
+  // (the state at a boundary must exist at the end of a step to be copied);
+  // n when it crosses none or checkpoints are off.
+  int32_t checkpoint_chunk(int32_t computed, int32_t n) const;
+  // mark_computed makes a checkpoint when a sequence's computed tokens reach a
+  // boundary: S blocks are taken (only when S + watermark blocks are free),
+  // committed to the cache under the boundary block's chain key and held
+  // together with the sequence's state blocks until this call copies the state
+  // into them through copy(src, dst) and releases both (the checkpoint blocks
+  // become cached-evictable, LRU like any cached block). The engine calls it
+  // right after each step's update, before any other block is taken. Returns
+  // the copies made.
+  int32_t flush_checkpoints(const std::function<void(BlockId src, BlockId dst)>& copy);
+  int32_t num_pending_checkpoint_copies() const { return static_cast<int32_t>(ckpt_pending_.size()); }
+  // The index of the recurrent state group; -1 when there is none.
+  int32_t state_group() const { return state_group_; }
 
   // --- access ---
   bool has_seq(SeqId seq) const { return seqs_.count(seq) != 0; }
@@ -426,6 +472,8 @@ class KvManager {
     int32_t pin_blocks = 0;  // pin_prefix: blocks to pin once committed (0: none or done)
     double pin_ttl = 0;
     int32_t eviction_class = 0;
+    // A checkpoint's blocks its first step restores from (held until mark_computed or free).
+    std::vector<BlockId> restore_hold;
   };
   struct Pin {
     uint64_t order = 0;               // creation order (ties of last_touch)
@@ -469,6 +517,19 @@ class KvManager {
   // kNullBlock when it cannot (watermark, refused insert).
   BlockId import_one(const Hash128& key, EntryId parent, std::span<const TokenId> tokens, std::string_view salt,
                      const std::function<void(BlockId)>& fill, const PrefixCache::ChainRef& ref);
+  // Checkpoints (state_checkpoint.cc).
+  // The key of state block `index` of the checkpoint at the end of the block with chain key `chain`.
+  Hash128 checkpoint_key(const Hash128& chain, int32_t index) const;
+  // The S cached blocks of the checkpoint after the first j blocks of m
+  // (their chain is m's), in *blocks / *entries; false when one is missing.
+  bool find_checkpoint(const PrefixMatch& m, int32_t j, std::span<const TokenId> tokens,
+                       std::vector<BlockId>* blocks, std::vector<EntryId>* entries) const;
+  // The longest hit j <= k ending at a checkpoint that every other group serves (sets m's checkpoint).
+  int32_t checkpoint_hit(PrefixMatch* m, int32_t k, std::span<const TokenId> tokens,
+                         const std::function<bool(int32_t, int32_t)>& missing) const;
+  // After mark_computed brought s to a boundary: takes and commits a checkpoint (see flush_checkpoints).
+  void make_checkpoint(SeqId seq, const Seq& s, std::span<const TokenId> tokens);
+  void release_restore_hold(Seq* s);
   // The invariants of one sequence's tables (check_invariants); "" when they hold.
   std::string check_seq(SeqId id, const Seq& s, std::vector<int32_t>* refs, std::vector<int32_t>* group_of) const;
 
@@ -495,6 +556,13 @@ class KvManager {
   std::vector<CommittedBlock> commit_log_;
   std::vector<PinLogEntry> pin_log_;
   bool tiers_configured_ = false;
+  // Checkpoints: the state group (-1: none), tokens between checkpoints (0: off),
+  // copies waiting for flush_checkpoints (each holds a reference on src and dst).
+  int32_t state_group_ = -1;
+  int32_t checkpoint_tokens_ = 0;
+  std::vector<BlockCopy> ckpt_pending_;
+  int64_t checkpoints_stored_ = 0;
+  int64_t checkpoints_hit_ = 0;
 };
 
 }  // namespace pagoda::kv

@@ -55,6 +55,8 @@ void KvManager::maybe_pin(SeqId id, Seq* s) {
     out->push_back(b0);
     ents->push_back(e);
     for (size_t g = 1; g < groups_.size(); ++g) {
+      // A recurrent state's table is its S blocks, not one per prefix block (its checkpoints are not pinned).
+      if (static_cast<int32_t>(g) == state_group_) continue;
       const BlockId b = groups_[g]->table(id)[static_cast<size_t>(i)];
       if (b == kNullBlock || !cache.contains(b) ||
           !(cache.key_of(b) == group_key(s->keys[static_cast<size_t>(i)], static_cast<int32_t>(g)))) {
@@ -207,6 +209,7 @@ bool KvManager::reset_prefix_cache() {
   pin_log_.clear();
   // No sequence holds a block: every cached block is in the free queue.
   for (BlockId b = 1; b < blocks_->pool.num_blocks(); ++b) blocks_->cache.erase(b);
+  std::fill(blocks_->checkpoint_head.begin(), blocks_->checkpoint_head.end(), uint8_t{0});
   notify_all_cleared();  // KV events: AllBlocksCleared after the removals
   return true;
 }

@@ -16,6 +16,7 @@ int32_t KvManager::longest_hit(int32_t k, const std::function<bool(int32_t, int3
   while (j > 0) {
     int32_t miss = -1;
     for (int32_t g = 1; g < num_groups() && miss < 0; ++g) {
+      if (g == state_group_) continue;  // served by a checkpoint at the hit point (checkpoint_hit)
       const int32_t lo = first_needed_block(g, static_cast<int64_t>(j) * config_.block_size);
       for (int32_t i = j - 1; i >= lo; --i) {
         if (missing(g, i)) {
@@ -71,7 +72,7 @@ PrefixMatch KvManager::match_prefix(std::span<const TokenId> tokens, std::string
   m.table_entries_[0] = m.entries_;
   // Each (group, block) is looked up at most once.
   std::vector<std::vector<int8_t>> looked(ng, std::vector<int8_t>(static_cast<size_t>(k), 0));
-  const int32_t j = longest_hit(k, [&](int32_t g, int32_t i) {
+  const std::function<bool(int32_t, int32_t)> missing = [&](int32_t g, int32_t i) {
     const auto ui = static_cast<size_t>(i);
     const auto ug = static_cast<size_t>(g);
     if (!looked[ug][ui]) {
@@ -82,7 +83,9 @@ PrefixMatch KvManager::match_prefix(std::span<const TokenId> tokens, std::string
       m.table_entries_[ug][ui] = b == kNullBlock ? kNoEntry : blocks_->cache.entry_of(b);
     }
     return m.tables_[ug][ui] == kNullBlock;
-  });
+  };
+  int32_t j = longest_hit(k, missing);
+  if (state_group_ >= 0) j = checkpoint_hit(&m, j, tokens, missing);
   if (j < k) {
     m.next_key_ = m.keys_[static_cast<size_t>(j)];
     m.has_next_key_ = true;
@@ -95,7 +98,16 @@ void KvManager::truncate_match(PrefixMatch* m, int32_t j) const {
   m->num_blocks_ = j;
   m->keys_.resize(static_cast<size_t>(j));
   m->entries_.resize(static_cast<size_t>(j));
+  if (j == 0) {
+    m->ckpt_blocks_.clear();
+    m->ckpt_entries_.clear();
+  }
   for (size_t g = 0; g < m->tables_.size(); ++g) {
+    if (static_cast<int32_t>(g) == state_group_) {  // restored from the checkpoint, not adopted
+      m->tables_[g].clear();
+      m->table_entries_[g].clear();
+      continue;
+    }
     m->tables_[g].resize(static_cast<size_t>(j));
     m->table_entries_[g].resize(static_cast<size_t>(j));
     const int32_t lo = std::min(j, first_needed_block(static_cast<int32_t>(g), static_cast<int64_t>(j) * config_.block_size));
@@ -108,6 +120,7 @@ void KvManager::truncate_match(PrefixMatch* m, int32_t j) const {
 
 bool KvManager::hit_valid(const PrefixMatch& m, int32_t j) const {
   for (size_t g = 0; g < m.tables_.size(); ++g) {
+    if (static_cast<int32_t>(g) == state_group_) continue;  // the checkpoint (revalidate)
     const int32_t lo = first_needed_block(static_cast<int32_t>(g), static_cast<int64_t>(j) * config_.block_size);
     for (int32_t i = lo; i < j; ++i) {
       const BlockId b = m.tables_[g][static_cast<size_t>(i)];
@@ -130,6 +143,14 @@ void KvManager::revalidate(PrefixMatch* match) const {
     }
   }
   while (j > 0 && !hit_valid(*match, j)) --j;
+  if (state_group_ >= 0 && j > 0) {
+    // The hit must end at its checkpoint, all of whose blocks are still as matched;
+    // an earlier checkpoint was never looked up, so any loss ends the hit at 0.
+    bool whole = j == match->num_blocks_ && !match->ckpt_blocks_.empty();
+    for (size_t i = 0; whole && i < match->ckpt_blocks_.size(); ++i)
+      whole = blocks_->cache.entry_of(match->ckpt_blocks_[i]) == match->ckpt_entries_[i];
+    if (!whole) j = 0;
+  }
   if (j < match->num_blocks_) {
     // The hit ends before block j: its key is the next one to compute.
     match->next_key_ = match->keys_[static_cast<size_t>(j)];

@@ -262,8 +262,9 @@ StepPlan Scheduler::schedule() {
       if ((remaining == 1) != (pass == 0)) continue;
       // The victim of preemption may be a request scheduled earlier this step;
       // it is unscheduled, so a later pass never sees it twice.
-      schedule_running(r, std::min(remaining, budget), &slices, &budget, &plan,
-                       pass == 0 ? draft_len(r, budget) : 0);
+      // A prefill chunk ends at the latest state checkpoint boundary inside it (KvManager::checkpoint_chunk).
+      schedule_running(r, kv_->checkpoint_chunk(kv_->num_computed_tokens(id), std::min(remaining, budget)), &slices,
+                       &budget, &plan, pass == 0 ? draft_len(r, budget) : 0);
     }
   }
 
@@ -312,7 +313,7 @@ StepPlan Scheduler::schedule() {
           continue;
         }
       }
-      const int32_t n = std::min(w.num_tokens() - cached, budget);
+      const int32_t n = kv_->checkpoint_chunk(cached, std::min(w.num_tokens() - cached, budget));
       // A group also keeps one block per child free (vLLM v0's rule: a running
       // sequence needs at most one new block per decode step): at the fork each
       // child's first decode copies the shared partial block or opens a new one.
@@ -328,7 +329,8 @@ StepPlan Scheduler::schedule() {
                                  (by_priority && preempt_for(w, admitted, &slices, &budget, &plan)))) {
         seats = num_seats();
         kv::PrefixMatch again = kv_->match_prefix(w.tokens, w.cache_salt);
-        n_retry = std::min(w.num_tokens() - again.num_cached_tokens(), budget);
+        n_retry = kv_->checkpoint_chunk(again.num_cached_tokens(),
+                                        std::min(w.num_tokens() - again.num_cached_tokens(), budget));
         if (n_retry <= 0) break;
         admission = kv_->can_allocate(std::move(again), n_retry, num_children * kv_->num_groups(), w.num_tokens(),
                                       config_.max_num_batched_tokens);
@@ -338,7 +340,8 @@ StepPlan Scheduler::schedule() {
       if (w.num_cached_tokens < 0) w.prefix_miss = kv_->explain_miss(admission->match(), w.tokens, w.cache_salt);
       const int32_t hit = admission->num_cached_tokens();
       // Nothing changed the KvManager since the lookup: allocate cannot refuse.
-      auto got = kv_->allocate(w.id, *admission);
+      std::vector<kv::BlockCopy> restore;  // a hit at a state checkpoint: its state copied in first
+      auto got = kv_->allocate(w.id, *admission, &restore);
       PAGODA_CHECK_MSG(got.ok() && *got == hit, "request %llu: allocate after can_allocate failed: %s", ull(w.id),
                        got.ok() ? "hit differs" : got.message().c_str());
       if (w.num_cached_tokens < 0) w.num_cached_tokens = hit;
@@ -349,7 +352,7 @@ StepPlan Scheduler::schedule() {
       admitted.insert(w.id);
       running_.push_back(w.id);
       seats += 1 + num_children;
-      slices.push_back(Slice{w.id, n_retry, {}});
+      slices.push_back(Slice{w.id, n_retry, std::move(restore)});
       budget -= n_retry;
       if (dedup) add_inflight(w);
     }

@@ -17,6 +17,11 @@
 //      the match decides the dedup check and the chunk, can_allocate turns it
 //      into the Admission that allocate consumes, with no change to the
 //      KvManager in between.
+// Hybrid models with state checkpoints (kv/state_checkpoint.cc): a prefill
+// chunk (2 and 3) ends at the latest checkpoint boundary inside it
+// (KvManager::checkpoint_chunk), so the state there exists at a step's end; an
+// admission whose hit ends at a checkpoint carries the copies restoring it
+// (KvManager::allocate) in its slice's block copies.
 // Steps 2-3 share what the decodes leave of the budget; with auto_budget, at
 // most auto_prefill_budget of it (sched/step_cost.h: a step with prefill stays
 // within a multiple of a pure decode step's measured time, and advances at

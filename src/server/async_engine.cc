@@ -94,6 +94,10 @@ void AsyncEngine::publish_stats() {
   delta("pagoda:prefix_cache_queries_total", s.prefix_queries_tokens, last_stats_.prefix_queries_tokens);
   delta("pagoda:prefix_cache_hits_total", s.prefix_hits_tokens, last_stats_.prefix_hits_tokens);
   delta("pagoda:num_preemptions_total", s.num_preemptions, last_stats_.num_preemptions);
+  metrics_->set_gauge("pagoda:state_checkpoints", static_cast<double>(s.checkpoints));
+  delta("pagoda:state_checkpoints_stored_total", s.checkpoints_stored, last_stats_.checkpoints_stored);
+  delta("pagoda:state_checkpoints_hit_total", s.checkpoints_hit, last_stats_.checkpoints_hit);
+  delta("pagoda:state_checkpoints_evicted_total", s.checkpoints_evicted, last_stats_.checkpoints_evicted);
   delta("pagoda:kv_events_published_batches_total", s.kv_events_batches, last_stats_.kv_events_batches);
   delta("pagoda:kv_events_published_total", s.kv_events_events, last_stats_.kv_events_events);
   delta("pagoda:kv_events_dropped_batches_total", s.kv_events_dropped_batches, last_stats_.kv_events_dropped_batches);

@@ -52,6 +52,11 @@ Metrics::Metrics() {
   for (const char* c : {"never_seen", "evicted", "salt", "tier_miss", "diverged"})
     counters_["pagoda:prefix_cache_miss_total"][c] = 0;
   counter("pagoda:num_preemptions_total", "Cumulative number of preemptions.");
+  // Recurrent-state checkpoints of hybrid models (kv/state_checkpoint.cc, issue 38).
+  gauge("pagoda:state_checkpoints", "Recurrent-state checkpoints held in the prefix cache (hybrid models).");
+  counter("pagoda:state_checkpoints_stored_total", "Recurrent-state checkpoints taken at block boundaries.");
+  counter("pagoda:state_checkpoints_hit_total", "Prefix hits that restored a recurrent-state checkpoint.");
+  counter("pagoda:state_checkpoints_evicted_total", "Recurrent-state checkpoints evicted for reuse of their blocks.");
   counter("pagoda:kv_events_published_batches_total", "KV event messages published (one per engine step with events).");
   counter("pagoda:kv_events_published_total", "KV events published.");
   counter("pagoda:kv_events_dropped_batches_total", "KV event messages dropped by the publisher's full queue.");

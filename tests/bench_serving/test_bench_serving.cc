@@ -74,6 +74,18 @@ TEST(EngineFlags, VllmAndLlamaCppNames) {
   EXPECT_FALSE(h.disable_hybrid_kv_cache_manager);
   ASSERT_EQ(parse({"--disable-hybrid-kv-cache-manager"}, &h), "");
   EXPECT_TRUE(h.disable_hybrid_kv_cache_manager);
+  engine::EngineConfig k;  // hybrid models' state checkpoints (issue 38): every 4 blocks unless given
+  EXPECT_EQ(k.state_checkpoint_interval, 4);
+  ASSERT_EQ(parse({"--state-checkpoint-interval", "1"}, &k), "");
+  EXPECT_EQ(k.state_checkpoint_interval, 1);
+  ASSERT_EQ(parse({"--state-checkpoint-interval=0"}, &k), "");
+  EXPECT_EQ(k.state_checkpoint_interval, 0);
+  for (const char* bad : {"-1", "x", "2.5", "2000000"}) {
+    EXPECT_NE(parse({"--state-checkpoint-interval", bad}, &k).find("--state-checkpoint-interval must be an integer in 0.."),
+              std::string::npos)
+        << bad;
+  }
+  EXPECT_EQ(k.state_checkpoint_interval, 0);  // a bad value changes nothing
 }
 
 TokenSpace small_space() {
