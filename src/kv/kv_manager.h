@@ -42,8 +42,10 @@
 
 #include "base/hash.h"
 #include "base/status.h"
+#include "kv/admission.h"
 #include "kv/block_pool.h"
 #include "kv/group_manager.h"
+#include "kv/kv_config.h"
 #include "kv/prefix_cache.h"
 #include "kv/prefix_miss.h"
 #include "kv/types.h"
@@ -52,131 +54,7 @@ namespace pagoda::kv {
 
 struct PoolPlan;
 
-struct KvConfig {
-  int32_t num_blocks = 0;          // including the null block 0; usable = num_blocks - 1
-  int32_t block_size = 16;         // tokens per block, 1..256
-  double watermark = 0.01;         // fraction of usable blocks admission leaves free
-  uint64_t model_fingerprint = 0;  // part of every block key: caches of different models never mix
-  bool enable_prefix_caching = true;
-  // Pins (kv_pins.cc, issue 36): pinned blocks may hold at most this fraction
-  // of the usable blocks; past it the least recently touched pin is demoted.
-  double pinned_fraction = 0.2;
-  // Eviction classes (BlockPool): 1 = one LRU free queue (default). More: a
-  // sequence's blocks are released into its set_eviction_class() class, and
-  // higher classes are evicted first (the scheduler's priority policy).
-  int32_t eviction_classes = 1;
-  // [n_groups]; empty = one full-context group. Group 0 anchors the prefix
-  // chain (put full-context groups first).
-  std::vector<KvGroupSpec> groups;
-  // Recurrent-state checkpoints (kv/state_checkpoint.cc, issue 38), in blocks:
-  // with a recurrent state group, K > 0 keeps a copy of a sequence's state at
-  // every block boundary that is a multiple of K blocks, and a prefix hit ends
-  // at the latest such checkpoint; 0 = none, and prefix caching is off for a
-  // model with a recurrent state group. Without such a group it changes nothing.
-  int32_t state_checkpoint_interval = 0;
-  // num_blocks, block_size and groups from a pool plan (kv/pool_plan.h); the
-  // rest as defaulted here.
-  static KvConfig from_plan(const PoolPlan& plan);
-};
-
-struct KvStats {
-  int32_t num_blocks_total = 0;      // usable blocks (null block excluded)
-  int32_t num_free = 0;              // ref 0 and no key
-  int32_t num_used = 0;              // ref > 0
-  int32_t num_cached_evictable = 0;  // ref 0 with a key: free, but a prefix hit can revive it
-  int32_t num_cached = 0;            // blocks with a key, used or not
-  int64_t prefix_lookups = 0;        // walks of the prefix cache (match_prefix calls)
-  int64_t prefix_query_tokens = 0;   // tokens offered to lookups by allocate()
-  int64_t prefix_hit_tokens = 0;     // of those, served from the cache
-  int64_t num_evictions = 0;         // cached blocks whose key was dropped for reuse
-  int64_t num_cow_copies = 0;        // copy-on-write block copies requested
-  int64_t collisions_refused = 0;    // key matches refused by the token / salt / parent check
-  int32_t num_pins = 0;              // live pins (kv_pins.cc)
-  int32_t num_pinned = 0;            // distinct blocks held by pins (counted in num_used: a pin holds a reference)
-  std::vector<int32_t> group_blocks_used;  // [n_groups] blocks referenced by each group's tables
-  // Recurrent-state checkpoints (kv/state_checkpoint.cc): live ones in the
-  // cache, and since start: made, restored by a prefix hit, evicted for reuse.
-  int32_t num_checkpoints = 0;
-  int64_t checkpoints_stored = 0;
-  int64_t checkpoints_hit = 0;
-  int64_t checkpoints_evicted = 0;
-};
-
-class KvManager;
-
-// The result of one walk of the prefix cache over a sequence's tokens: the
-// longest run of cached full blocks from the start, confirmed token by token,
-// never covering the last token (a step must compute at least one to get
-// logits). Made by KvManager::match_prefix; can_allocate turns it into an
-// Admission that allocate consumes, so admitting a sequence walks the cache
-// once. A match describes the KvManager as it was when made (its generation);
-// KvManager::revalidate brings an older one up to date without hashing.
-//
-// With groups, the hit h is the longest block-aligned prefix (<= group 0's
-// confirmed chain) that every group can serve: a full group needs all its
-// blocks before h, a window group W only those holding a token in
-// [h - W + 1, h) (the keys the first computed token, at h, sees); its other
-// entries are the null block.
-class PrefixMatch {
- public:
-  int32_t num_cached_tokens() const { return num_blocks_ * block_size_; }
-  int32_t num_blocks() const { return num_blocks_; }
-  // Group 0's table of the hit ([num_blocks]); group g's: blocks(g).
-  std::span<const BlockId> blocks() const { return tables_.empty() ? std::span<const BlockId>() : tables_[0]; }
-  std::span<const BlockId> blocks(int32_t group) const { return tables_[static_cast<size_t>(group)]; }
-  // The key of the first full block past the hit when a hit there was possible
-  // (it is not the block of the last token) but the cache lacks it; nullptr
-  // otherwise. In-flight dedup compares it with blocks being computed.
-  const Hash128* next_block_key() const { return has_next_key_ ? &next_key_ : nullptr; }
-  // With a recurrent state group: the S blocks of the state checkpoint the hit
-  // ends at (allocate copies them into the sequence's own state blocks);
-  // empty when there is no hit. The state group's table in the match is empty.
-  std::span<const BlockId> checkpoint_blocks() const { return ckpt_blocks_; }
-
- private:
-  friend class KvManager;
-  int32_t num_blocks_ = 0;
-  std::vector<BlockId> ckpt_blocks_;    // [S] or empty
-  std::vector<EntryId> ckpt_entries_;   // their cache entries when matched
-  // [n_groups][num_blocks] the cached blocks in sequence order (kNullBlock where
-  // a window group does not need one) and their cache entries (kNoEntry there).
-  std::vector<std::vector<BlockId>> tables_;
-  std::vector<std::vector<EntryId>> table_entries_;
-  std::vector<Hash128> keys_;     // [num_blocks] the chain keys of the hit's blocks
-  std::vector<EntryId> entries_;  // [num_blocks] group 0's entry standing for the prefix through each
-  Hash128 next_key_;
-  bool has_next_key_ = false;
-  std::string salt_;
-  int64_t num_query_tokens_ = 0;  // tokens offered to the lookup (for KvStats)
-  int32_t block_size_ = 1;
-  const KvManager* owner_ = nullptr;  // the KvManager that made it
-  uint64_t generation_ = 0;           // owner_->generation_ the blocks were confirmed in
-};
-
-// A PrefixMatch checked against the pool for num_new_tokens more slots: what
-// allocate() takes. Valid only until the KvManager next changes (allocate
-// refuses a stale one); the scheduler makes and consumes it in one admission.
-class Admission {
- public:
-  int32_t num_cached_tokens() const { return match_.num_cached_tokens(); }
-  int32_t num_new_tokens() const { return num_new_tokens_; }
-  // Blocks allocate() takes from the free queue: fresh ones plus cached hits
-  // revived from it (ref count 0).
-  int32_t num_blocks_needed() const { return num_blocks_needed_; }
-  // Blocks kept free for the rest of the sequence's prefill once allocated
-  // (its growth to target_tokens; see KvManager::num_reserved_blocks).
-  int32_t num_blocks_reserved() const { return num_blocks_reserved_; }
-  const PrefixMatch& match() const { return match_; }
-
- private:
-  friend class KvManager;
-  PrefixMatch match_;
-  int32_t num_new_tokens_ = 0;
-  int32_t num_blocks_needed_ = 0;
-  int32_t num_blocks_reserved_ = 0;
-  int32_t target_tokens_ = 0;
-  int32_t max_chunk_ = 1;
-};
+// KvConfig, KvStats: kv/kv_config.h; PrefixMatch, Admission: kv/admission.h.
 
 class KvManager {
  public:
