@@ -317,11 +317,17 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
         const int64_t steps = ((n_keys[0] - first[0]) / 16 + 1) * nkv;  // chunks of this item (about)
         ahead = detail::RowPrefetch(kv, batch.kv_indices + batch.kv_indptr[s2], first2, n2, steps);
       }
-      for (int32_t i = 0; i < nt; ++i) {  // kv_per_item > 1 only when hsplit == 1: the heads are contiguous
-        const int64_t at = (static_cast<int64_t>(t0 + i) * n_heads + h0) * hd;
-        detail::attend_token_avx512({.q = q + at, .out = out + at, .n_heads = gs, .kv = &kv, .kv_head = kvh,
-                                     .n_kv = kv_per_item, .pages = pages, .first = first[i], .n_keys = n_keys[i],
-                                     .scale = scale, .ahead = read_ahead ? &ahead : nullptr});
+      // Whole-row items go head by head (their rows are read ahead whole, by
+      // RowPrefetch); the KV-head runs of few-sequence decode go span by span
+      // (n_kv > 1). kv_per_item > 1 only when hsplit == 1: the heads are contiguous.
+      const int32_t runs = whole_rows ? kv_per_item : 1, n_kv = whole_rows ? 1 : kv_per_item;
+      for (int32_t i = 0; i < nt; ++i) {
+        for (int32_t k = 0; k < runs; ++k) {
+          const int64_t at = (static_cast<int64_t>(t0 + i) * n_heads + h0 + k * group) * hd;
+          detail::attend_token_avx512({.q = q + at, .out = out + at, .n_heads = gs, .kv = &kv, .kv_head = kvh + k,
+                                       .n_kv = n_kv, .pages = pages, .first = first[i], .n_keys = n_keys[i],
+                                       .scale = scale, .ahead = read_ahead ? &ahead : nullptr});
+        }
       }
       return;
     }
