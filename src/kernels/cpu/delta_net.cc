@@ -1,0 +1,87 @@
+// cpu::gated_delta_net (api.h): the shared prologue, then each v-head's rows on
+// the thread pool, AVX-512 or AVX2 by the dispatcher's ISA. Row j of a head keeps
+// its S floats in L1 across the step's tokens; every row is its own fixed
+// sequence of operations, so no split changes a bit.
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/api.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/delta_net.h"
+#include "kernels/cpu/vec_math.h"
+
+namespace pagoda::kernels {
+
+namespace cpu::detail {
+
+void delta_head_avx2(const DeltaHead& p) {
+  const int64_t S = p.S;
+  for (int64_t j = 0; j < S; ++j) {
+    float* r = p.rows[j];
+    if (p.fresh) std::memset(r, 0, static_cast<size_t>(S) * sizeof(float));
+    for (int64_t t = 0; t < p.T; ++t) {
+      const float* q = p.qn + t * p.qk_stride;
+      const float* k = p.kn + t * p.qk_stride;
+      const __m256 eg = _mm256_set1_ps(p.eg[t * p.g_stride]);
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t i = 0; i < S; i += 8) {
+        const __m256 ri = _mm256_mul_ps(_mm256_loadu_ps(r + i), eg);
+        _mm256_storeu_ps(r + i, ri);
+        acc = _mm256_fmadd_ps(ri, _mm256_loadu_ps(k + i), acc);
+      }
+      const float d = (p.v[t * p.ld_v + j] - hsum8(acc)) * p.b[t * p.g_stride];
+      const __m256 dv = _mm256_set1_ps(d);
+      __m256 o = _mm256_setzero_ps();
+      for (int64_t i = 0; i < S; i += 8) {
+        const __m256 ri = _mm256_fmadd_ps(_mm256_loadu_ps(k + i), dv, _mm256_loadu_ps(r + i));
+        _mm256_storeu_ps(r + i, ri);
+        o = _mm256_fmadd_ps(ri, _mm256_loadu_ps(q + i), o);
+      }
+      p.out[t * p.ld_out + j] = hsum8(o) * p.scale;
+    }
+  }
+}
+
+}  // namespace cpu::detail
+
+namespace cpu {
+
+void gated_delta_net(const GatedDeltaNetArgs& a) {
+  using namespace cpu::detail;
+  const int64_t S = a.S, Hk = a.H_k, Hv = a.H_v, T = a.n_tokens;
+  const bool avx512 = isa() == Isa::kAvx512 && S % 16 == 0;
+  if (!avx512 && S % 8 != 0) {  // no vector shape for these heads: the scalar oracle
+    ref::gated_delta_net(a);
+    return;
+  }
+  thread_local std::vector<float> qn, kn, g, b;
+  qn.resize(static_cast<size_t>(T * Hk * S));
+  kn.resize(qn.size());
+  g.resize(static_cast<size_t>(T * Hv));
+  b.resize(g.size());
+  kernels::detail::gated_delta_net_prologue(a, qn.data(), kn.data(), g.data(), b.data());
+  for (float& x : g) x = std::exp(x);  // exp(g), as the scalar oracle computes it
+  const float scale = 1.0f / std::sqrt(static_cast<float>(S));
+  const auto head = [&](int64_t h) {
+    const int64_t hk = h % Hk;
+    const DeltaHead p{.qn = qn.data() + hk * S, .kn = kn.data() + hk * S, .qk_stride = Hk * S,
+                      .eg = g.data() + h, .b = b.data() + h, .g_stride = Hv,
+                      .v = a.qkv + 2 * Hk * S + h * S, .ld_v = a.ld, .rows = a.state + h * S,
+                      .out = a.out + h * S, .ld_out = Hv * S, .T = T, .S = S, .scale = scale, .fresh = a.fresh};
+    if (avx512) delta_head_avx512(p);
+    else delta_head_avx2(p);
+  };
+  // One pool launch over the heads when there is enough work (S x S x T per head).
+  if (Hv > 1 && S * S * T >= 8192) {
+    kernels::parallel_for(Hv, head);
+  } else {
+    for (int64_t h = 0; h < Hv; ++h) head(h);
+  }
+}
+
+}  // namespace cpu
+
+}  // namespace pagoda::kernels
