@@ -110,16 +110,16 @@ TEST(ModelArch, RegistryMapsNamesToArchitectureFiles) {
   EXPECT_EQ(model::find_arch("mistral"), llama);  // a registry line over llama.cc
   ASSERT_NE(model::find_arch("qwen2"), nullptr);
   EXPECT_NE(model::find_arch("qwen2"), llama);
-  for (const char* name : {"qwen3", "phi3", "gemma3", "lfm2"}) {
+  for (const char* name : {"qwen3", "phi3", "gemma3", "lfm2", "qwen35"}) {
     ASSERT_NE(model::find_arch(name), nullptr) << name;
     EXPECT_NE(model::find_arch(name), llama) << name;
   }
   EXPECT_EQ(model::find_arch("gemma2"), nullptr);
   EXPECT_EQ(model::find_arch("Llama"), nullptr);
-  EXPECT_EQ(model::arch_names(), "llama, mistral, qwen2, qwen3, phi3, gemma3, lfm2");
+  EXPECT_EQ(model::arch_names(), "llama, mistral, qwen2, qwen3, phi3, gemma3, lfm2, qwen35");
   Edits e;
   e.arch = "gemma2";
-  EXPECT_EQ(load_error(e), "general.architecture 'gemma2' is not supported (llama, mistral, qwen2, qwen3, phi3, gemma3, lfm2)");
+  EXPECT_EQ(load_error(e), "general.architecture 'gemma2' is not supported (llama, mistral, qwen2, qwen3, phi3, gemma3, lfm2, qwen35)");
 }
 
 TEST(ModelArch, MistralRunsTheLlamaForwardUnderItsOwnKeys) {
