@@ -65,10 +65,12 @@ void gated_delta_net(const GatedDeltaNetArgs& a) {
   kernels::detail::gated_delta_net_prologue(a, qn.data(), kn.data(), g.data(), b.data());
   for (float& x : g) x = std::exp(x);  // exp(g), as the scalar oracle computes it
   const float scale = 1.0f / std::sqrt(static_cast<float>(S));
+  // Plain pointers: the pool's threads must not name this thread's thread_locals.
+  const float *qp = qn.data(), *kp = kn.data(), *gp = g.data(), *bp = b.data();
   const auto head = [&](int64_t h) {
     const int64_t hk = h % Hk;
-    const DeltaHead p{.qn = qn.data() + hk * S, .kn = kn.data() + hk * S, .qk_stride = Hk * S,
-                      .eg = g.data() + h, .b = b.data() + h, .g_stride = Hv,
+    const DeltaHead p{.qn = qp + hk * S, .kn = kp + hk * S, .qk_stride = Hk * S,
+                      .eg = gp + h, .b = bp + h, .g_stride = Hv,
                       .v = a.qkv + 2 * Hk * S + h * S, .ld_v = a.ld, .rows = a.state + h * S,
                       .out = a.out + h * S, .ld_out = Hv * S, .T = T, .S = S, .scale = scale, .fresh = a.fresh};
     if (avx512) delta_head_avx512(p);
