@@ -17,32 +17,53 @@ namespace pagoda::kernels {
 
 namespace cpu::detail {
 
-void delta_head_avx2(const DeltaHead& p) {
+// Rows j0 .. j0 + R - 1 of the head, interleaved: four independent FMA chains
+// and one load of k and q for all of them. Each row's own operations are those
+// of R = 1 in the same order, so the grouping changes no bit.
+template <int R>
+void rows_avx2(const DeltaHead& p, int64_t j0) {
   const int64_t S = p.S;
-  for (int64_t j = 0; j < S; ++j) {
-    float* r = p.rows[j];
-    if (p.fresh) std::memset(r, 0, static_cast<size_t>(S) * sizeof(float));
-    for (int64_t t = 0; t < p.T; ++t) {
-      const float* q = p.qn + t * p.qk_stride;
-      const float* k = p.kn + t * p.qk_stride;
-      const __m256 eg = _mm256_set1_ps(p.eg[t * p.g_stride]);
-      __m256 acc = _mm256_setzero_ps();
-      for (int64_t i = 0; i < S; i += 8) {
-        const __m256 ri = _mm256_mul_ps(_mm256_loadu_ps(r + i), eg);
-        _mm256_storeu_ps(r + i, ri);
-        acc = _mm256_fmadd_ps(ri, _mm256_loadu_ps(k + i), acc);
-      }
-      const float d = (p.v[t * p.ld_v + j] - hsum8(acc)) * p.b[t * p.g_stride];
-      const __m256 dv = _mm256_set1_ps(d);
-      __m256 o = _mm256_setzero_ps();
-      for (int64_t i = 0; i < S; i += 8) {
-        const __m256 ri = _mm256_fmadd_ps(_mm256_loadu_ps(k + i), dv, _mm256_loadu_ps(r + i));
-        _mm256_storeu_ps(r + i, ri);
-        o = _mm256_fmadd_ps(ri, _mm256_loadu_ps(q + i), o);
-      }
-      p.out[t * p.ld_out + j] = hsum8(o) * p.scale;
-    }
+  float* r[R];
+  for (int u = 0; u < R; ++u) {
+    r[u] = p.rows[j0 + u];
+    if (p.fresh) std::memset(r[u], 0, static_cast<size_t>(S) * sizeof(float));
   }
+  for (int64_t t = 0; t < p.T; ++t) {
+    const float* q = p.qn + t * p.qk_stride;
+    const float* k = p.kn + t * p.qk_stride;
+    const __m256 eg = _mm256_set1_ps(p.eg[t * p.g_stride]);
+    __m256 acc[R];
+    for (int u = 0; u < R; ++u) acc[u] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < S; i += 8) {
+      const __m256 ki = _mm256_loadu_ps(k + i);
+      for (int u = 0; u < R; ++u) {
+        const __m256 ri = _mm256_mul_ps(_mm256_loadu_ps(r[u] + i), eg);
+        _mm256_storeu_ps(r[u] + i, ri);
+        acc[u] = _mm256_fmadd_ps(ri, ki, acc[u]);
+      }
+    }
+    const float beta = p.b[t * p.g_stride];
+    __m256 dv[R], o[R];
+    for (int u = 0; u < R; ++u) {
+      dv[u] = _mm256_set1_ps((p.v[t * p.ld_v + j0 + u] - hsum8(acc[u])) * beta);
+      o[u] = _mm256_setzero_ps();
+    }
+    for (int64_t i = 0; i < S; i += 8) {
+      const __m256 ki = _mm256_loadu_ps(k + i), qi = _mm256_loadu_ps(q + i);
+      for (int u = 0; u < R; ++u) {
+        const __m256 ri = _mm256_fmadd_ps(ki, dv[u], _mm256_loadu_ps(r[u] + i));
+        _mm256_storeu_ps(r[u] + i, ri);
+        o[u] = _mm256_fmadd_ps(ri, qi, o[u]);
+      }
+    }
+    for (int u = 0; u < R; ++u) p.out[t * p.ld_out + j0 + u] = hsum8(o[u]) * p.scale;
+  }
+}
+
+void delta_head_avx2(const DeltaHead& p) {
+  int64_t j = 0;
+  for (; j + 4 <= p.S; j += 4) rows_avx2<4>(p, j);
+  for (; j < p.S; ++j) rows_avx2<1>(p, j);
 }
 
 }  // namespace cpu::detail
