@@ -5,7 +5,7 @@
 // delta-net, attention, x 2; f16 K/V in blocks of 4 tokens; 4 delta-net layers x
 // (24 conv + 64 matrix) rows of 16 floats = 352 rows, 32 per block: S = 11):
 //  - every greedy token and every logits row is bitwise the same alone,
-//    batched, in chunked prefill of 1, 3, 5 and 16 tokens per step, after
+//    batched, on 2 threads, in chunked prefill of 1, 3, 5 and 16 tokens per step, after
 //    preemptions (a tiny pool), and for each choice of an n = 3 fork against
 //    lone seeded requests (the forked state is copied on write, not shared);
 //  - each sequence holds exactly ceil(tokens / 4) attention blocks + S state blocks;
@@ -189,6 +189,11 @@ TEST_F(Qwen35Hybrid, AloneBatchedAndChunkedAreBitwiseTheSame) {
   EXPECT_NE(ref[2][0].tokens, ref[3][0].tokens);
   expect_same(ref, run(base_config(*path_, 2048), p, kOut, true), "batched");
   for (int chunk : {1, 3, 5, 16}) expect_same(ref, run(base_config(*path_, chunk), p, kOut, true), "chunked " + std::to_string(chunk));
+  // Two kernel threads: the delta rule's heads split over the pool (prompts of 37
+  // and 61 tokens reach its split), the matmuls too: no bit changes.
+  engine::EngineConfig two = base_config(*path_, 2048);
+  two.threads = 2;
+  expect_same(ref, run(two, p, kOut, true), "2 threads");
 }
 
 // Pools far smaller than the four sequences' 26 + 19 + 32 + 23 blocks at the
