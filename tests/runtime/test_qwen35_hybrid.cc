@@ -9,7 +9,8 @@
 //    preemptions (a tiny pool), and for each choice of an n = 3 fork against
 //    lone seeded requests (the forked state is copied on write, not shared);
 //  - each sequence holds exactly ceil(tokens / 4) attention blocks + S state blocks;
-//  - the prefix cache is off for the model: a repeated prompt gets no hit;
+//  - a repeated prompt is bitwise the same (no prefix hit here; a checkpoint hit
+//    once state checkpoints exist);
 //  - a fixed --kv-cache-memory admits exactly the sequences kv/sizing predicts.
 #include <gtest/gtest.h>
 
@@ -229,11 +230,15 @@ TEST_F(Qwen35Hybrid, ForkedChoicesEqualLoneSeededRequests) {
   EXPECT_NE(forked[0][0].tokens, forked[0][1].tokens);
 }
 
-TEST_F(Qwen35Hybrid, PrefixCacheIsOff) {
+// A repeated prompt gives bitwise the same tokens and logits. On this branch the
+// prefix cache is off for hybrids (no hit: the state is recomputed); with state
+// checkpoints (kv/state_checkpoint.cc, another branch) a hit must restore the
+// delta-net state exactly, which this also checks.
+TEST_F(Qwen35Hybrid, RepeatedPromptIsBitwiseTheSame) {
   const std::vector<int32_t> prompt = random_tokens(5, 40);
   const auto out = run(base_config(*path_, 2048), {{prompt}, {prompt}}, 4, false);
   ASSERT_EQ(out.size(), 2u);
-  EXPECT_EQ(out[1][0].num_cached, 0) << "a recurrent state cannot be restored from cached K/V blocks";
+  ASSERT_EQ(out[0][0].tokens.size(), 4u);
   expect_same(out[0][0], out[1][0], "repeated prompt");
 }
 
