@@ -154,19 +154,18 @@ int run_inspect(int argc, char** argv) {
     wk.group_size = layout.group_size;
   }
 
-  // Hybrid models: a recurrent state of constant size per sequence beside the
-  // attention layers' K/V (counted above), as kv/recurrent_state_group.cc keeps it
-  // (the arithmetic of the architectures' read_hparams, model/lfm2.cc and
-  // model/qwen35.cc). lfm2: (l_cache - 1) x n_embd f32 per short-conv layer (0 in
-  // the per-layer head_count_kv). qwen35: (conv_kernel - 1) x conv_dim + v_heads x
-  // S x S f32 per gated delta-net layer (all but every full_attention_interval-th).
-  // Prefix caching is off for them.
+  // Hybrid models (lfm2): a recurrent state of constant size per sequence beside
+  // the attention layers' K/V (counted above; recurrent layers have 0 KV heads),
+  // as kv/recurrent_state_group.cc keeps it. Prefix caching is off for them.
   int64_t state_layers = 0, state_bytes = 0;
   if (const gguf::Value* lc = f.find(p + "shortconv.l_cache"); lc && lc->is_int() && n_embd > 0) {
     if (const gguf::Value* kvh = f.find(p + "attention.head_count_kv"); kvh && kvh->type == gguf::ValueType::ARRAY)
       for (const gguf::Value& e : kvh->arr) state_layers += e.is_int() && e.as_int() == 0 ? 1 : 0;
     state_bytes = state_layers * (lc->as_int() - 1) * n_embd * static_cast<int64_t>(sizeof(float));
   }
+
+  // qwen35 (model/qwen35.cc's read_hparams): (conv_kernel - 1) x conv_dim + v_heads x
+  // S x S f32 per gated delta-net layer (all but every full_attention_interval-th).
   if (arch == "qwen35" && n_layer > 0) {
     const int64_t K = f.get_int_or(p + "ssm.conv_kernel", 0), S = f.get_int_or(p + "ssm.state_size", 0);
     const int64_t hk = f.get_int_or(p + "ssm.group_count", 0), hv = f.get_int_or(p + "ssm.time_step_rank", 0);
@@ -176,6 +175,7 @@ int run_inspect(int argc, char** argv) {
       state_bytes = state_layers * ((K - 1) * (2 * hk + hv) * S + hv * S * S) * static_cast<int64_t>(sizeof(float));
     }
   }
+
   if (json) {
     nlohmann::json j;
     j["path"] = path;
@@ -281,7 +281,7 @@ int run_inspect(int argc, char** argv) {
     std::printf("KV cache:      unknown (attention shape missing from metadata)\n");
   }
   if (state_layers > 0) {
-    std::printf("recurrent state: %lld recurrent layers, %s bytes (f32) per sequence whatever its length, kept in\n"
+    std::printf("recurrent state: %lld short-conv layers, %s bytes (f32) per sequence whatever its length, kept in\n"
                 "  KV blocks of its own (the K/V above is the attention layers' only); prefix caching is off for\n"
                 "  this model (no state checkpoints yet: a hit could not restore the state)\n",
                 static_cast<long long>(state_layers), with_commas(static_cast<uint64_t>(state_bytes)).c_str());
