@@ -245,6 +245,64 @@ BENCHMARK(BM_PagedAttention)
       if (real_time()) b->UseRealTime();
     });
 
+// Qwen3.5's gated delta rule at Qwen3.5-0.8B's decode shape (16 v and 16 k heads
+// of 128, one token), one layer's state of 1 MiB per call, cycling through 18
+// layers' states (18 MiB: from DRAM / L3 as a real decode step). args: impl
+// (0 ref scalar, 1 cpu AVX2, 2 cpu AVX-512), tokens, threads. Counter: states/s
+// read and written (GB/s of state bytes).
+void BM_GatedDeltaNet(benchmark::State& st) {
+  const int impl = static_cast<int>(st.range(0));
+  const int32_t T = static_cast<int32_t>(st.range(1));
+  set_num_threads(static_cast<int>(st.range(2)));
+  if (impl > 0 && !cpu::set_isa(impl == 1 ? "avx2" : "avx512-vnni")) {
+    st.SkipWithError("ISA not supported here");
+    return;
+  }
+  const int32_t S = 128, H = 16, layers = 18;
+  Rng rng(35);
+  std::vector<float> qkv(static_cast<size_t>(T) * 3 * H * S), ab(static_cast<size_t>(T) * H), dt(H), a(H);
+  for (auto& f : qkv) f = static_cast<float>(rng.normal());
+  for (auto& f : ab) f = static_cast<float>(rng.normal());
+  for (int32_t h = 0; h < H; ++h) a[static_cast<size_t>(h)] = -1.0f - static_cast<float>(h);
+  AlignedBuffer<float> states(static_cast<size_t>(layers) * H * S * S);
+  std::memset(states.data(), 0, states.size() * sizeof(float));
+  std::vector<float*> rows;
+  for (size_t r = 0; r < static_cast<size_t>(layers) * H * S; ++r) rows.push_back(states.data() + r * S);
+  std::vector<float> out(static_cast<size_t>(T) * H * S);
+  GatedDeltaNetArgs g;
+  g.qkv = qkv.data();
+  g.ld = 3 * H * S;
+  g.alpha = ab.data();
+  g.beta = ab.data();
+  g.ld_ab = H;
+  g.dt_bias = dt.data();
+  g.ssm_a = a.data();
+  g.n_tokens = T;
+  g.S = S;
+  g.H_k = H;
+  g.H_v = H;
+  g.out = out.data();
+  int layer = 0;
+  for (auto _ : st) {
+    g.state = rows.data() + static_cast<size_t>(layer) * H * S;
+    layer = (layer + 1) % layers;
+    if (impl == 0) ref::gated_delta_net(g);
+    else cpu::gated_delta_net(g);
+    benchmark::DoNotOptimize(out.data());
+  }
+  cpu::set_isa("auto");
+  st.counters["GB/s"] = benchmark::Counter(static_cast<double>(st.iterations()) * 2.0 * H * S * S * 4 / 1e9,
+                                           benchmark::Counter::kIsRate);
+  st.SetLabel(impl == 0 ? "ref" : impl == 1 ? "avx2" : "avx512");
+}
+BENCHMARK(BM_GatedDeltaNet)
+    ->ArgNames({"impl", "tokens", "thr"})
+    ->Args({0, 1, 1})->Args({1, 1, 1})->Args({2, 1, 1})->Args({1, 1, 2})->Args({2, 1, 2})
+    ->Args({0, 64, 1})->Args({1, 64, 1})->Args({2, 64, 1})
+    ->Unit(benchmark::kMicrosecond)->MinTime(0.2)->Apply([](benchmark::internal::Benchmark* b) {
+      if (real_time()) b->UseRealTime();
+    });
+
 }  // namespace
 }  // namespace pagoda::kernels
 

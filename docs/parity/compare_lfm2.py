@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Teacher-forced parity of pagoda's lfm2 against llama.cpp (issue 38) on a synth
+"""Teacher-forced parity of pagoda's hybrids against llama.cpp (issue 38) on a synth
 LFM2 file (`pagoda synth --preset lfm2-350m`, LFM2-350M's real shapes, random
-weights; or any preset given with --preset), with the method of compare_arch.py's
+weights; or any preset given with --preset: `--preset qwen3.5-0.8b` for Qwen3.5's
+gated delta-net, whose state llama.cpp also keeps in f32), with the method of compare_arch.py's
 gemma3 section: for each of 8 fixed prompts of random token ids (lengths 5 to
 300, seed 38), llama.cpp generates 32 greedy tokens g_0..g_31; pagoda prefills
 the prompt and is fed g_0..g_{i-1} (`pagoda run --force-tokens`), and position i
@@ -11,6 +12,7 @@ Issue 38's bar: at least 30 of 32 positions on each prompt, both caches.
 
   LLAMA_CPP_LIB_PATH=/work/llama.cpp/build/bin PYTHONPATH=/tmp/lcp-py \\
     python3 docs/parity/compare_lfm2.py --pagoda build/release/src/cli/pagoda [--type q8_0]
+    ... --preset qwen3.5-0.8b --type f32 --layers 8   # Qwen3.5: attention at layers 3 and 7
 """
 import argparse
 import os
@@ -39,7 +41,8 @@ def main():
     ap.add_argument("--type", default="q8_0")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=512)
-    ap.add_argument("--layers", type=int, default=0, help="keep the first N layers (0: all; 6 keeps attention layers 2 and 5)")
+    ap.add_argument("--layers", type=int, default=0, help="keep the first N layers (0: all; lfm2-350m: 6 keeps attention layers 2 and 5; "
+                         "qwen3.5-0.8b: 8 keeps attention layers 3 and 7)")
     args = ap.parse_args()
     print("pagoda %s; %s %s, %s layers" % (git_rev(), args.preset, args.type, args.layers or "all"), flush=True)
     ok = True

@@ -134,6 +134,11 @@ class LlamaCpp:
         L.llama_log_set(self._log_cb, ctypes.c_void_p())
         L.llama_backend_init()
         mp = L.llama_model_default_params()
+        if os.environ.get("LLAMA_NO_EXTRA_BUFTS") == "1":
+            # No weight repacking into extra buffer types: a GGML_NATIVE build on a
+            # Sapphire Rapids CPU puts Q8_0 weights in its AMX buffer, whose kernels
+            # fault (SIGILL) where AMX is not usable; the plain CPU path computes the same op.
+            mp.use_extra_bufts = False
         self.model = L.llama_model_load_from_file(model.encode(), mp)
         if not self.model:
             sys.exit("llama.cpp could not load " + model)

@@ -106,7 +106,14 @@ int run_inspect(int argc, char** argv) {
   // KV bytes per token over all layers. A per-layer head_count_kv array is
   // already summed over layers, so the layer factor is then 1.
   const bool have_kv = n_layer > 0 && n_head_kv > 0 && head_dim_k > 0 && head_dim_v > 0;
-  const int64_t layer_factor = kv_per_layer ? 1 : n_layer;
+  // qwen35 marks its recurrent layers by full_attention_interval (default 4), not
+  // by 0 in a per-layer head_count_kv: only its attention layers hold K/V.
+  int64_t attn_layers = n_layer;
+  if (arch == "qwen35" && n_layer > 0) {
+    const int64_t interval = f.get_int_or(p + "full_attention_interval", 4);
+    if (interval > 0) attn_layers = n_layer / interval;
+  }
+  const int64_t layer_factor = kv_per_layer ? 1 : attn_layers;
   struct KvCost { const char* name; int64_t per_token; };  // -1: not representable
   std::vector<KvCost> kv;
   for (KvDtype d : kAllKvDtypes) {
@@ -156,6 +163,18 @@ int run_inspect(int argc, char** argv) {
     if (const gguf::Value* kvh = f.find(p + "attention.head_count_kv"); kvh && kvh->type == gguf::ValueType::ARRAY)
       for (const gguf::Value& e : kvh->arr) state_layers += e.is_int() && e.as_int() == 0 ? 1 : 0;
     state_bytes = state_layers * (lc->as_int() - 1) * n_embd * static_cast<int64_t>(sizeof(float));
+  }
+
+  // qwen35 (model/qwen35.cc's read_hparams): (conv_kernel - 1) x conv_dim + v_heads x
+  // S x S f32 per gated delta-net layer (all but every full_attention_interval-th).
+  if (arch == "qwen35" && n_layer > 0) {
+    const int64_t K = f.get_int_or(p + "ssm.conv_kernel", 0), S = f.get_int_or(p + "ssm.state_size", 0);
+    const int64_t hk = f.get_int_or(p + "ssm.group_count", 0), hv = f.get_int_or(p + "ssm.time_step_rank", 0);
+    const int64_t interval = f.get_int_or(p + "full_attention_interval", 4);
+    if (K >= 2 && S > 0 && hk > 0 && hv > 0 && interval > 0) {
+      for (int64_t l = 0; l < n_layer; ++l) state_layers += (l + 1) % interval != 0 ? 1 : 0;
+      state_bytes = state_layers * ((K - 1) * (2 * hk + hv) * S + hv * S * S) * static_cast<int64_t>(sizeof(float));
+    }
   }
 
   if (json) {

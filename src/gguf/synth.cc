@@ -168,6 +168,30 @@ const std::vector<SynthShape>& synth_presets() {
     v.back().shortconv_l_cache = 3;
     v.back().attn_layers = {1, 4};
     v.back().weight_std = 0.25;
+    // Qwen3.5-0.8B: 24 layers, gated attention every 4th (8 heads, 2 KV heads of
+    // 256, rope over 64 dims, sections 11/11/10), Gated DeltaNet elsewhere (16 k
+    // and 16 v heads of 128, convolution of 4), vocabulary 248320, tied output.
+    v.push_back(preset("qwen3.5-0.8b", "qwen35", "qwen2", 1024, 24, 8, 2, 3584, 248320, 262144, 10000000.0, 1e-6, true, false));
+    v.back().n_head_dim = 256;
+    v.back().rope_dim = 64;
+    v.back().rope_sections = {11, 11, 10, 0};
+    v.back().ssm_conv_kernel = 4;
+    v.back().ssm_state = 128;
+    v.back().ssm_k_heads = 16;
+    v.back().ssm_v_heads = 16;
+    v.back().full_attention_interval = 4;
+    // tiny-qwen35: delta-net, delta-net, attention, delta-net, delta-net, attention;
+    // 4 v heads over 2 k heads (the broadcast), partial rope (16 of 32 dims).
+    v.push_back(preset("tiny-qwen35", "qwen35", "qwen2", 64, 6, 4, 2, 96, 320, 256, 1000000.0, 1e-6, true, false));
+    v.back().n_head_dim = 32;
+    v.back().rope_dim = 16;
+    v.back().rope_sections = {3, 3, 2, 0};
+    v.back().ssm_conv_kernel = 4;
+    v.back().ssm_state = 16;
+    v.back().ssm_k_heads = 2;
+    v.back().ssm_v_heads = 4;
+    v.back().full_attention_interval = 3;
+    v.back().weight_std = 0.25;
     return v;
   }();
   return p;
@@ -203,9 +227,13 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
   const SynthShape& s = opt.shape;
   const int64_t n_layer = opt.n_layers_override > 0 ? opt.n_layers_override : s.n_layer;
   if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "phi3" && s.arch != "gemma3" &&
-      s.arch != "lfm2")
-    return errorf("synth: unsupported arch '%s' (llama, qwen2, qwen3, phi3, gemma3, lfm2)", s.arch.c_str());
-  const bool lfm2 = s.arch == "lfm2";
+      s.arch != "lfm2" && s.arch != "qwen35")
+    return errorf("synth: unsupported arch '%s' (llama, qwen2, qwen3, phi3, gemma3, lfm2, qwen35)", s.arch.c_str());
+  const bool lfm2 = s.arch == "lfm2", qwen35 = s.arch == "qwen35";
+  if (qwen35 && (s.ssm_conv_kernel < 2 || s.ssm_state <= 0 || s.ssm_k_heads <= 0 || s.ssm_v_heads % std::max<int64_t>(s.ssm_k_heads, 1) != 0 ||
+                 s.full_attention_interval <= 0))
+    return errorf("synth: qwen35 shape '%s' needs ssm_conv_kernel >= 2, state size, k heads dividing v heads, and an interval",
+                  s.name.c_str());
   if (lfm2 && (s.shortconv_l_cache < 2 || s.attn_layers.empty()))
     return errorf("synth: lfm2 shape '%s' needs shortconv_l_cache >= 2 and attention layers", s.name.c_str());
   if (s.n_embd <= 0 || n_layer <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.n_ff <= 0 || s.n_vocab <= 0 ||
@@ -223,7 +251,7 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
   const auto stored_type = [&](GgmlType type, int64_t cols) {
     return opt.k_quant_fallback ? synth_weight_type(type, cols) : type;
   };
-  for (int64_t cols : {s.n_embd, s.n_ff, s.n_head * hd}) {
+  for (int64_t cols : {s.n_embd, s.n_ff, s.n_head * hd, qwen35 ? s.ssm_v_heads * s.ssm_state : s.n_embd}) {
     const GgmlType ct = stored_type(t, cols);
     const int64_t bs = ggml_type_info(ct).block_size;
     if (cols % bs != 0)
@@ -253,7 +281,16 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
   w->set_u32(a + ".embedding_length", static_cast<uint32_t>(s.n_embd));
   w->set_u32(a + ".block_count", static_cast<uint32_t>(n_layer));
   w->set_u32(a + ".feed_forward_length", static_cast<uint32_t>(s.n_ff));
-  w->set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(hd));
+  w->set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(s.rope_dim > 0 ? s.rope_dim : hd));
+  if (!s.rope_sections.empty()) w->set_i32_array(a + ".rope.dimension_sections", s.rope_sections);
+  if (qwen35) {  // llama.cpp's converter (Qwen3NextModel / Qwen3_5TextModel)
+    w->set_u32(a + ".ssm.conv_kernel", static_cast<uint32_t>(s.ssm_conv_kernel));
+    w->set_u32(a + ".ssm.state_size", static_cast<uint32_t>(s.ssm_state));
+    w->set_u32(a + ".ssm.group_count", static_cast<uint32_t>(s.ssm_k_heads));
+    w->set_u32(a + ".ssm.time_step_rank", static_cast<uint32_t>(s.ssm_v_heads));
+    w->set_u32(a + ".ssm.inner_size", static_cast<uint32_t>(s.ssm_v_heads * s.ssm_state));
+    w->set_u32(a + ".full_attention_interval", static_cast<uint32_t>(s.full_attention_interval));
+  }
   w->set_f32(a + ".rope.freq_base", static_cast<float>(s.rope_base));
   w->set_u32(a + ".attention.head_count", static_cast<uint32_t>(s.n_head));
   if (lfm2) {  // llama.cpp's converter: per-layer head_count_kv, 0 for a conv layer
@@ -328,13 +365,33 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
                                {static_cast<uint64_t>(hd / 2)}, GgmlType::F32, values_producer(longrope_factors(hd / 2, lf))));
     }
   }
-  const bool qk_norm = s.arch == "qwen3" || s.arch == "gemma3" || lfm2, post_norms = s.arch == "gemma3";
+  const bool qk_norm = s.arch == "qwen3" || s.arch == "gemma3" || lfm2 || qwen35, post_norms = s.arch == "gemma3";
+  const int64_t ssm_k_dim = s.ssm_k_heads * s.ssm_state, ssm_v_dim = s.ssm_v_heads * s.ssm_state;
   const bool fused = s.arch == "phi3";
   for (int64_t l = 0; l < n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     PAGODA_TRY(add(p + "attn_norm.weight", s.n_embd, 0, GgmlType::F32, 1.0f));
     const GgmlType t_more = q4_k_m && synth_more_bits_layer(l, n_layer) ? GgmlType::Q6_K : t;
-    if (!s.is_attn_layer(l)) {  // lfm2's short-conv layer (llama.cpp keeps the taps in F32)
+    if (qwen35 && !s.is_attn_layer(l)) {  // a gated delta-net layer (conv taps, dt, A, norm: F32)
+      PAGODA_TRY(add(p + "attn_qkv.weight", s.n_embd, 2 * ssm_k_dim + ssm_v_dim, t, -1));
+      PAGODA_TRY(add(p + "attn_gate.weight", s.n_embd, ssm_v_dim, t, -1));
+      PAGODA_TRY(add(p + "ssm_conv1d.weight", s.ssm_conv_kernel, 2 * ssm_k_dim + ssm_v_dim, GgmlType::F32, -1));
+      PAGODA_TRY(add(p + "ssm_dt.bias", s.ssm_v_heads, 0, GgmlType::F32, -1));
+      // A = -exp(A_log) with A_log ~ log(U(1, 16)) as Qwen's init: here -1 .. -16 spread over the heads.
+      std::vector<float> a_vals(static_cast<size_t>(s.ssm_v_heads));
+      for (int64_t h = 0; h < s.ssm_v_heads; ++h)
+        a_vals[static_cast<size_t>(h)] = -(1.0f + 15.0f * static_cast<float>(h) / static_cast<float>(std::max<int64_t>(1, s.ssm_v_heads - 1)));
+      PAGODA_TRY(w->add_tensor(p + "ssm_a", {static_cast<uint64_t>(s.ssm_v_heads)}, GgmlType::F32, values_producer(a_vals)));
+      ++id;
+      PAGODA_TRY(add(p + "ssm_beta.weight", s.n_embd, s.ssm_v_heads, t, -1));
+      PAGODA_TRY(add(p + "ssm_alpha.weight", s.n_embd, s.ssm_v_heads, t, -1));
+      PAGODA_TRY(add(p + "ssm_norm.weight", s.ssm_state, 0, GgmlType::F32, 1.0f));
+      PAGODA_TRY(add(p + "ssm_out.weight", ssm_v_dim, s.n_embd, t, -1));
+    } else if (qwen35) {  // gated attention: attn_q holds q | gate per head
+      PAGODA_TRY(add(p + "attn_q.weight", s.n_embd, 2 * q_dim, t, -1));
+      PAGODA_TRY(add(p + "attn_k.weight", s.n_embd, kv_dim, t, -1));
+      PAGODA_TRY(add(p + "attn_v.weight", s.n_embd, kv_dim, t_more, -1));
+    } else if (!s.is_attn_layer(l)) {  // lfm2's short-conv layer (llama.cpp keeps the taps in F32)
       PAGODA_TRY(add(p + "shortconv.in_proj.weight", s.n_embd, 3 * s.n_embd, t, -1));
       PAGODA_TRY(add(p + "shortconv.conv.weight", s.shortconv_l_cache, s.n_embd, GgmlType::F32, -1));
       PAGODA_TRY(add(p + "shortconv.out_proj.weight", s.n_embd, s.n_embd, t, -1));
@@ -356,7 +413,7 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
     }
     if (s.is_attn_layer(l)) PAGODA_TRY(add(p + "attn_output.weight", q_dim, s.n_embd, t, -1));
     if (post_norms) PAGODA_TRY(add(p + "post_attention_norm.weight", s.n_embd, 0, GgmlType::F32, 1.0f));
-    PAGODA_TRY(add(p + "ffn_norm.weight", s.n_embd, 0, GgmlType::F32, 1.0f));
+    PAGODA_TRY(add(p + (qwen35 ? "post_attention_norm.weight" : "ffn_norm.weight"), s.n_embd, 0, GgmlType::F32, 1.0f));
     if (fused) {
       PAGODA_TRY(add(p + "ffn_up.weight", s.n_embd, 2 * s.n_ff, t, -1));  // gate | up
     } else {

@@ -228,7 +228,63 @@ namespace ref {
 // multiply-adds per token and layer, nothing next to the matmuls. y: [n_tokens, n].
 void short_conv(const float* bcx, int64_t n_tokens, int64_t n, const float* weight, int32_t l_cache,
                 float* const* state, bool fresh, float* y);
+// Qwen3.5's causal depthwise convolution + SiLU over ONE sequence's n_tokens new
+// rows (ggml_ssm_conv then ggml_silu, between its attn_qkv projection and the
+// delta rule). x: [n_tokens, C]; weight: [C, K], channel c's taps oldest first;
+// state: the x rows of the sequence's previous K - 1 positions, oldest first,
+// (K - 1) x C floats packed flat across row pointers of row_floats floats each
+// (element (j, c) at flat index j C + c; C % row_floats == 0); fresh: zeros.
+//   y[t, c] = silu(sum_{k=0}^{K-1} w[c, k] * x[t + k - (K - 1), c])
+// (rows before 0 from the state), each sum from 0 in k order as ggml_ssm_conv,
+// silu(v) = v / (1 + exp(-v)); then the state becomes the last K - 1 rows of
+// [state; x]. y must not alias x. Both backends call this scalar version (C x K
+// multiply-adds per token and layer, nothing beside the matmuls). y: [n_tokens, C].
+void ssm_conv_silu(const float* x, int64_t n_tokens, int64_t C, const float* weight, int32_t K,
+                   float* const* state, int32_t row_floats, bool fresh, float* y);
 }  // namespace ref
+
+// Qwen3.5's gated delta rule (llama.cpp's ggml_gated_delta_net, fed as its
+// qwen35 graph feeds it) over ONE sequence's n_tokens new tokens.
+//   qkv row t: q (H_k heads x S) | k (H_k x S) | v (H_v x S), from column 0, row
+//     stride ld (the conv output); q and k are L2-normalized per head here as
+//     llama.cpp's build_gdn_l2_norm: rms_norm(x, eps / S) * (1 / sqrt(S)).
+//   alpha, beta row t (stride ld_ab): H_v raw projections each;
+//     g = softplus(alpha + dt_bias) * ssm_a (ssm_a = -exp(A_log), stored so),
+//     b = sigmoid(beta). v head h reads q/k head h % H_k (ggml's broadcast).
+//   state: H_v x S rows of S floats; row h S + j is column j of head h's S x S
+//     state matrix M (ggml's transposed layout), so every row evolves alone:
+//       row *= exp(g); d = (v[j] - row . k) * b; row += d k; out[t, h, j] = (row . q) / sqrt(S).
+//   fresh: the state is taken as zeros (position 0); its rows are overwritten.
+//   out: [n_tokens, H_v x S].
+// The prologue (norms, g, b) is one shared scalar function, so ref and cpu differ
+// only in the row updates' summation order (cpu: SIMD lanes, fused multiply-adds).
+// Each row's arithmetic is a fixed sequence whatever the batch, split or thread
+// count, so results are bitwise batch-invariant on one ISA.
+struct GatedDeltaNetArgs {
+  const float* qkv = nullptr;
+  int64_t ld = 0;
+  const float* alpha = nullptr;
+  const float* beta = nullptr;
+  int64_t ld_ab = 0;
+  const float* dt_bias = nullptr;  // [H_v]
+  const float* ssm_a = nullptr;    // [H_v]
+  int32_t n_tokens = 0, S = 0, H_k = 0, H_v = 0;
+  float eps = 1e-6f;
+  float* const* state = nullptr;   // [H_v x S] rows
+  bool fresh = false;
+  float* out = nullptr;            // [n_tokens, H_v x S]
+};
+namespace ref {
+void gated_delta_net(const GatedDeltaNetArgs& a);
+}  // namespace ref
+namespace cpu {
+// AVX-512 or AVX2 (isa_name()), heads split over the thread pool.
+void gated_delta_net(const GatedDeltaNetArgs& a);
+}  // namespace cpu
+namespace detail {
+// The shared prologue: qn, kn: [n_tokens, H_k, S] normalized; g, b: [n_tokens, H_v].
+void gated_delta_net_prologue(const GatedDeltaNetArgs& a, float* qn, float* kn, float* g, float* b);
+}  // namespace detail
 namespace cpu {
 PAGODA_KERNEL_OPS
 // Which ISA the dispatcher picked ("avx512-vnni", "avx2"). Bitwise batch
@@ -278,5 +334,6 @@ void add_inplace(float* x, const float* y, int64_t n);                        //
 void add_rows(float* x, const float* bias, int64_t n_rows, int64_t n);        // x[r, :] += bias.  x: [n_rows, n]
 void silu_mul(float* gate, const float* up, int64_t n);                       // gate = silu(gate) * up.  [n]
 void mul_scalar(float* x, float s, int64_t n);                                 // x *= s.  x: [n]
+void sigmoid_mul(float* x, const float* gate, int64_t n);                      // x *= 1 / (1 + exp(-gate)).  [n]
 
 }  // namespace pagoda::kernels

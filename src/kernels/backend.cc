@@ -16,6 +16,7 @@ struct ArithKernels {
   decltype(Backend::rope) rope;
   decltype(Backend::paged_attention) paged_attention;
   decltype(Backend::gelu_mul) gelu_mul;
+  decltype(Backend::gated_delta_net) gated_delta_net;
 };
 
 constexpr Backend make_backend(const char* name, const ArithKernels& k) {
@@ -34,13 +35,16 @@ constexpr Backend make_backend(const char* name, const ArithKernels& k) {
                  .gelu_mul = k.gelu_mul,
                  .mul_scalar = &mul_scalar,
                  .hadamard_rotate = &hadamard_rotate,
-                 .short_conv = &ref::short_conv};
+                 .short_conv = &ref::short_conv,
+                 .ssm_conv_silu = &ref::ssm_conv_silu,
+                 .gated_delta_net = k.gated_delta_net,
+                 .sigmoid_mul = &sigmoid_mul};
 }
 
 constexpr Backend kCpu = make_backend("cpu", {&cpu::matmul, &cpu::matmul_multi, &cpu::rmsnorm, &cpu::rope,
-                                              &cpu::paged_attention, &cpu::gelu_mul});
+                                              &cpu::paged_attention, &cpu::gelu_mul, &cpu::gated_delta_net});
 constexpr Backend kRef = make_backend("ref", {&ref::matmul, &ref::matmul_multi, &ref::rmsnorm, &ref::rope,
-                                              &ref::paged_attention, &ref::gelu_mul});
+                                              &ref::paged_attention, &ref::gelu_mul, &ref::gated_delta_net});
 
 }  // namespace
 

@@ -39,6 +39,11 @@ struct Backend {
   // ref::short_conv in both tables (api.h: its cost is negligible beside the matmuls).
   void (*short_conv)(const float* bcx, int64_t n_tokens, int64_t n, const float* weight, int32_t l_cache,
                      float* const* state, bool fresh, float* y);
+  // Qwen3.5 (api.h): ref::ssm_conv_silu in both tables; gated_delta_net ref or cpu.
+  void (*ssm_conv_silu)(const float* x, int64_t n_tokens, int64_t C, const float* weight, int32_t K,
+                        float* const* state, int32_t row_floats, bool fresh, float* y);
+  void (*gated_delta_net)(const GatedDeltaNetArgs& a);
+  void (*sigmoid_mul)(float* x, const float* gate, int64_t n);
 };
 
 // The table of a backend; static storage, valid for the program's lifetime.

@@ -85,6 +85,11 @@ void mul_scalar(float* x, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
+void sigmoid_mul(float* x, const float* gate, int64_t n) {
+  // ggml_sigmoid's formula, then ggml_mul (qwen35's attention output gate).
+  for (int64_t i = 0; i < n; ++i) x[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+}
+
 void hadamard_rotate(float* x, int64_t n, int32_t block) {
   PAGODA_CHECK(block >= 1 && (block & (block - 1)) == 0 && n % block == 0);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(block)));

@@ -52,7 +52,6 @@ void embed_tokens(const ForwardPass& p) {
 void attention_block(const ForwardPass& p, int32_t l) {
   const ModelConfig& c = p.c;
   const LayerWeights& w = p.w.layers[static_cast<size_t>(l)];
-  const kernels::KvLayerView& kv = p.kv[static_cast<size_t>(l)];
   const int64_t T = p.batch.n_tokens;
   Workspace& ws = p.ws;
   float* x = ws.x.data();        // [T, E]
@@ -60,7 +59,6 @@ void attention_block(const ForwardPass& p, int32_t l) {
   float* q = ws.q.data();        // [T, n_heads, head_dim]
   float* k = ws.k.data();        // [T, n_kv_heads, head_dim]
   float* v = ws.v.data();        // [T, n_kv_heads, head_dim]
-  float* att = ws.att.data();    // [T, n_heads, head_dim]
   float* proj = ws.proj.data();  // [T, E]
 
   rmsnorm_rows(p, x, w.attn_norm, T, c.n_embd, xn);
@@ -72,6 +70,21 @@ void attention_block(const ForwardPass& p, int32_t l) {
     p.k.add_rows(k, w.bk, T, c.kv_dim());
     p.k.add_rows(v, w.bv, T, c.kv_dim());
   }
+  attend(p, l);
+  p.k.matmul(w.wo, ws.att.data(), T, proj);
+  add_residual(p, w.post_attn_norm, x, proj, T);
+}
+
+void attend(const ForwardPass& p, int32_t l) {
+  const ModelConfig& c = p.c;
+  const LayerWeights& w = p.w.layers[static_cast<size_t>(l)];
+  const kernels::KvLayerView& kv = p.kv[static_cast<size_t>(l)];
+  const int64_t T = p.batch.n_tokens;
+  Workspace& ws = p.ws;
+  float* q = ws.q.data();        // [T, n_heads, head_dim]
+  float* k = ws.k.data();        // [T, n_kv_heads, head_dim]
+  float* v = ws.v.data();        // [T, n_kv_heads, head_dim]
+  float* att = ws.att.data();    // [T, n_heads, head_dim]
   if (w.q_norm) {  // per-head RMSNorm (rows of head_dim), in place, before rope
     p.k.rmsnorm(q, w.q_norm, c.rms_eps, T * c.n_heads, c.head_dim, q);
     p.k.rmsnorm(k, w.k_norm, c.rms_eps, T * c.n_kv_heads, c.head_dim, k);
@@ -98,8 +111,6 @@ void attention_block(const ForwardPass& p, int32_t l) {
   });
   p.k.paged_attention(q, kv, gb, c.n_heads, c.attn_scale, att, la.window);
   if (rot_v > 0) over_tokens(T, [&](int64_t t0, int64_t t1) { p.k.hadamard_rotate(att + t0 * qd, (t1 - t0) * qd, rot_v); });
-  p.k.matmul(w.wo, att, T, proj);
-  add_residual(p, w.post_attn_norm, x, proj, T);
 }
 
 void swiglu_ffn_block(const ForwardPass& p, int32_t l) {

@@ -24,6 +24,11 @@ void embed_tokens(const ForwardPass& p);
 // window from c.layers[l], rope frequency factors from w.rope_freqs. Writes the
 // batch's K/V into layer `l` of the KV cache before attending.
 void attention_block(const ForwardPass& p, int32_t l);
+// The middle of attention_block, for an architecture that projects Q/K/V itself
+// (qwen35's gated attention): ws.q, ws.k, ws.v hold the projections (biases
+// added); per-head q/k norms, rope, the KV write and paged attention leave the
+// heads' output in ws.att (rotated back for K/V types below 8 bits).
+void attend(const ForwardPass& p, int32_t l);
 
 // ws.x += post(W_down (act(W_gate xn) * W_up xn)) with xn = rmsnorm(ws.x, ffn_norm),
 // act = silu or tanh-GELU (c.ffn_act), post = the post-FFN norm where the layer has one.

@@ -75,6 +75,16 @@ struct ModelConfig {
   int32_t shortconv_l_cache = 0;  // <arch>.shortconv.l_cache (lfm2)
   int32_t n_state_rows = 0;
   int32_t state_row_floats = 0;
+  // qwen35 (Gated DeltaNet layers, <arch>.ssm.*): conv_kernel, state_size (the
+  // head dim S of q, k and v), group_count (k heads), time_step_rank (v heads);
+  // its attention layers gate their output (sigmoid of a second half of attn_q).
+  int32_t ssm_d_conv = 0, ssm_d_state = 0, ssm_n_k_heads = 0, ssm_n_v_heads = 0;
+  bool attn_output_gate = false;
+  // Per-token floats of Workspace::conv the architecture's own sublayers need
+  // beyond lfm2's 3 n_embd (set by read_hparams; 0: none).
+  int32_t scratch_floats = 0;
+  int32_t ssm_conv_dim() const { return (2 * ssm_n_k_heads + ssm_n_v_heads) * ssm_d_state; }  // q | k | v
+  int32_t ssm_value_dim() const { return ssm_n_v_heads * ssm_d_state; }
 
   int32_t n_recurrent_layers() const {
     int32_t n = 0;

@@ -10,9 +10,16 @@ namespace pagoda::model {
 
 // ---- Workspace ---------------------------------------------------------------
 
+namespace {
+// Per-token floats of Workspace::conv: lfm2's in_proj rows, or the architecture's own.
+int64_t conv_floats(const ModelConfig& c) {
+  return std::max<int64_t>(c.n_recurrent_layers() > 0 && c.ssm_d_state == 0 ? 3 * int64_t{c.n_embd} : 0, c.scratch_floats);
+}
+}  // namespace
+
 void Workspace::reserve(const ModelConfig& c, int32_t max_tokens) {
   if (max_tokens <= max_tokens_ && c.n_embd == embd_ && c.q_dim() == q_dim_ && c.kv_dim() == kv_dim_ &&
-      c.n_ff == ff_ && (c.n_recurrent_layers() > 0 ? 3 * c.n_embd : 0) == conv_) {
+      c.n_ff == ff_ && conv_floats(c) == conv_) {
     return;
   }
   max_tokens_ = std::max(max_tokens, max_tokens_);
@@ -20,7 +27,7 @@ void Workspace::reserve(const ModelConfig& c, int32_t max_tokens) {
   q_dim_ = c.q_dim();
   kv_dim_ = c.kv_dim();
   ff_ = c.n_ff;
-  conv_ = c.n_recurrent_layers() > 0 ? 3 * c.n_embd : 0;
+  conv_ = conv_floats(c);
   const auto t = static_cast<size_t>(max_tokens_);
   x.resize(t * static_cast<size_t>(embd_));
   xn.resize(t * static_cast<size_t>(embd_));

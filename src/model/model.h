@@ -45,7 +45,8 @@ class Workspace {
   AlignedBuffer<float> proj;  // [T, E]       sublayer output; later the gathered logit rows
   AlignedBuffer<float> gate;  // [T, F]       FFN gate, then silu(gate) * up
   AlignedBuffer<float> up;    // [T, F]       FFN up
-  AlignedBuffer<float> conv;  // [T, 3 E]     lfm2's short-conv in_proj output (hybrid models only)
+  AlignedBuffer<float> conv;  // [T, C]       hybrid models' own sublayers: lfm2's short-conv in_proj output
+                              //              (C = 3 E), qwen35's delta-net buffers (C = scratch_floats)
 
  private:
   int32_t max_tokens_ = 0;

@@ -5,8 +5,8 @@
 
 namespace pagoda::model {
 
-// Defined in llama.cc, qwen2.cc, qwen3.cc, phi3.cc, gemma3.cc, lfm2.cc.
-extern const ArchDef kLlamaArch, kQwen2Arch, kQwen3Arch, kPhi3Arch, kGemma3Arch, kLfm2Arch;
+// Defined in llama.cc, qwen2.cc, qwen3.cc, phi3.cc, gemma3.cc, lfm2.cc, qwen35.cc.
+extern const ArchDef kLlamaArch, kQwen2Arch, kQwen3Arch, kPhi3Arch, kGemma3Arch, kLfm2Arch, kQwen35Arch;
 
 namespace {
 
@@ -24,6 +24,7 @@ constexpr Entry kArchs[] = {
     {"phi3", &kPhi3Arch},
     {"gemma3", &kGemma3Arch},
     {"lfm2", &kLfm2Arch},
+    {"qwen35", &kQwen35Arch},  // Qwen3.5: gated delta-net + gated attention
 };
 
 }  // namespace

@@ -37,6 +37,16 @@ struct LayerWeights {
   kernels::WeightView conv_in;            // [3 n_embd, n_embd] shortconv.in_proj: B | C | x
   const float* conv_w = nullptr;          // [n_embd, l_cache] shortconv.conv, taps oldest first
   kernels::WeightView conv_out;           // [n_embd, n_embd] shortconv.out_proj
+  // qwen35's gated delta-net layers (LayerAttn::recurrent; no attention weights):
+  kernels::WeightView ssm_qkv;            // [conv_dim, n_embd] attn_qkv: q | k | v
+  kernels::WeightView ssm_gate;           // [value_dim, n_embd] attn_gate (z)
+  kernels::WeightView ssm_alpha;          // [n_v_heads, n_embd] ssm_alpha
+  kernels::WeightView ssm_beta;           // [n_v_heads, n_embd] ssm_beta
+  kernels::WeightView ssm_out;            // [n_embd, value_dim] ssm_out
+  const float* ssm_conv = nullptr;        // [conv_dim, d_conv] ssm_conv1d, taps oldest first
+  const float* ssm_dt = nullptr;          // [n_v_heads] ssm_dt.bias
+  const float* ssm_a = nullptr;           // [n_v_heads] ssm_a (-exp(A_log))
+  const float* ssm_norm = nullptr;        // [d_state] ssm_norm (gated RMSNorm per head)
 };
 
 // The decode-packed copies of a model's matrices (pack_decode_weights), one buffer.

@@ -278,6 +278,45 @@ TEST(Synth, Lfm2LayersAndKeys) {
   EXPECT_EQ((*f)->find_tensor("output_norm.weight"), nullptr);
 }
 
+// qwen35 (issue 38): llama.cpp's keys and tensors; every 3rd layer of tiny-qwen35
+// (every 4th of Qwen3.5-0.8B) a gated attention one, the others gated delta-net.
+TEST(Synth, Qwen35LayersAndKeys) {
+  const SynthShape* real = find_synth_preset("qwen3.5-0.8b");
+  ASSERT_NE(real, nullptr);
+  EXPECT_EQ(real->n_embd, 1024);
+  EXPECT_EQ(real->n_layer, 24);
+  EXPECT_TRUE(real->is_attn_layer(3));
+  EXPECT_FALSE(real->is_attn_layer(4));
+  SynthOptions o;
+  o.shape = *find_synth_preset("tiny-qwen35");
+  o.type = GgmlType::F32;
+  const auto bytes = synth_bytes(o);
+  auto f = GgufFile::from_memory(bytes.data(), bytes.size());
+  ASSERT_TRUE(f.ok()) << f.message();
+  EXPECT_EQ((*f)->get_int_or("qwen35.ssm.conv_kernel", 0), 4);
+  EXPECT_EQ((*f)->get_int_or("qwen35.ssm.state_size", 0), 16);
+  EXPECT_EQ((*f)->get_int_or("qwen35.ssm.group_count", 0), 2);
+  EXPECT_EQ((*f)->get_int_or("qwen35.ssm.time_step_rank", 0), 4);
+  EXPECT_EQ((*f)->get_int_or("qwen35.ssm.inner_size", 0), 64);
+  EXPECT_EQ((*f)->get_int_or("qwen35.full_attention_interval", 0), 3);
+  EXPECT_EQ((*f)->get_int_or("qwen35.rope.dimension_count", 0), 16);
+  // Delta-net layer 0: qkv of (2 x 2 + 4) x 16 = 128 channels, F32 conv taps [4, 128].
+  EXPECT_EQ((*f)->find_tensor("blk.0.attn_qkv.weight")->dims, (std::vector<uint64_t>{64, 128}));
+  EXPECT_EQ((*f)->find_tensor("blk.0.attn_gate.weight")->dims, (std::vector<uint64_t>{64, 64}));
+  EXPECT_EQ((*f)->find_tensor("blk.0.ssm_conv1d.weight")->dims, (std::vector<uint64_t>{4, 128}));
+  EXPECT_EQ((*f)->find_tensor("blk.0.ssm_conv1d.weight")->type, GgmlType::F32);
+  EXPECT_EQ((*f)->find_tensor("blk.0.ssm_a")->dims, (std::vector<uint64_t>{4}));
+  EXPECT_EQ((*f)->find_tensor("blk.0.ssm_out.weight")->dims, (std::vector<uint64_t>{64, 64}));
+  EXPECT_EQ((*f)->find_tensor("blk.0.attn_q.weight"), nullptr);
+  // Attention layer 2: attn_q holds q | gate (2 x 4 heads x 32).
+  EXPECT_EQ((*f)->find_tensor("blk.2.attn_q.weight")->dims, (std::vector<uint64_t>{64, 256}));
+  EXPECT_NE((*f)->find_tensor("blk.2.attn_q_norm.weight"), nullptr);
+  EXPECT_EQ((*f)->find_tensor("blk.2.attn_qkv.weight"), nullptr);
+  EXPECT_NE((*f)->find_tensor("blk.2.post_attention_norm.weight"), nullptr);
+  EXPECT_EQ((*f)->find_tensor("blk.2.ffn_norm.weight"), nullptr);
+  EXPECT_NE((*f)->find_tensor("output_norm.weight"), nullptr);
+}
+
 TEST(Synth, RejectsBadOptions) {
   SynthOptions o;
   o.shape = *find_synth_preset("smollm2-135m");
@@ -288,7 +327,7 @@ TEST(Synth, RejectsBadOptions) {
   o.shape.arch = "mamba";
   EXPECT_FALSE(synth_model(o, &w).ok());
   EXPECT_EQ(find_synth_preset("gpt-5"), nullptr);
-  EXPECT_EQ(synth_presets().size(), 16u);
+  EXPECT_EQ(synth_presets().size(), 18u);
   EXPECT_EQ(find_synth_preset("llama-3.1-8b")->tied, false);
 }
 

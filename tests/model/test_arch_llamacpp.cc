@@ -1,7 +1,8 @@
 // pagoda against llama.cpp on the tiny synth presets of the newer architectures
 // (tiny-qwen3, tiny-qwen3-yarn, tiny-llama3 with llama-3.x rope_freqs, tiny-phi3
 // with fused tensors and LongRoPE short and long factors, tiny-gemma3 with a
-// sliding window of 8, tiny-lfm2's short convolutions), without
+// sliding window of 8, tiny-lfm2's short convolutions, tiny-qwen35's gated
+// delta-net), without
 // llama.cpp: tests/data/arch_parity/<arch>.bin holds llama.cpp's logits after
 // each of 63 positions of 4 random prompts (docs/parity/compare_arch.py
 // --fixtures wrote them from `pagoda synth --preset tiny-<arch> --type f32`,
@@ -172,5 +173,9 @@ TEST(ArchLlamaCpp, Gemma3SlidingWindow) { check_both("gemma3"); }
 // LFM2 (issue 38): short-convolution layers (their recurrent state in the
 // runner's state blocks) and attention layers with Q/K norms.
 TEST(ArchLlamaCpp, Lfm2ShortConv) { check_both("lfm2"); }
+// Qwen3.5 (issue 38): Gated DeltaNet layers (convolution + delta-rule state in
+// the runner's state blocks; 4 v heads over 2 k heads) and gated attention
+// layers with Q/K norms and partial rope (llama.cpp's interleaved M-RoPE).
+TEST(ArchLlamaCpp, Qwen35GatedDeltaNet) { check_both("qwen35"); }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -110,16 +111,16 @@ TEST(ModelArch, RegistryMapsNamesToArchitectureFiles) {
   EXPECT_EQ(model::find_arch("mistral"), llama);  // a registry line over llama.cc
   ASSERT_NE(model::find_arch("qwen2"), nullptr);
   EXPECT_NE(model::find_arch("qwen2"), llama);
-  for (const char* name : {"qwen3", "phi3", "gemma3", "lfm2"}) {
+  for (const char* name : {"qwen3", "phi3", "gemma3", "lfm2", "qwen35"}) {
     ASSERT_NE(model::find_arch(name), nullptr) << name;
     EXPECT_NE(model::find_arch(name), llama) << name;
   }
   EXPECT_EQ(model::find_arch("gemma2"), nullptr);
   EXPECT_EQ(model::find_arch("Llama"), nullptr);
-  EXPECT_EQ(model::arch_names(), "llama, mistral, qwen2, qwen3, phi3, gemma3, lfm2");
+  EXPECT_EQ(model::arch_names(), "llama, mistral, qwen2, qwen3, phi3, gemma3, lfm2, qwen35");
   Edits e;
   e.arch = "gemma2";
-  EXPECT_EQ(load_error(e), "general.architecture 'gemma2' is not supported (llama, mistral, qwen2, qwen3, phi3, gemma3, lfm2)");
+  EXPECT_EQ(load_error(e), "general.architecture 'gemma2' is not supported (llama, mistral, qwen2, qwen3, phi3, gemma3, lfm2, qwen35)");
 }
 
 TEST(ModelArch, MistralRunsTheLlamaForwardUnderItsOwnKeys) {
@@ -335,3 +336,54 @@ TEST(ModelParity, LlamaQ4_1MatchesDenseReference) { check_parity_ref_and_cpu("ll
 TEST(ModelParity, Qwen2BiasNeoxMatchesDenseReference) {
   check_parity_ref_and_cpu("qwen2", GgmlType::F32, true, 1e-4f);
 }
+
+namespace qwen35_test {
+
+// tiny-qwen35 (F32) in memory, with `edit` applied to the writer before it is written.
+Expected<std::unique_ptr<model::Model>> tiny_qwen35(const std::function<void(gguf::GgufWriter&)>& edit) {
+  gguf::SynthOptions o;
+  o.shape = *gguf::find_synth_preset("tiny-qwen35");
+  o.type = GgmlType::F32;
+  gguf::GgufWriter w;
+  PAGODA_TRY(gguf::synth_model(o, &w));
+  if (edit) edit(w);
+  PAGODA_ASSIGN_OR_RETURN(MemModel m, testutil::to_memory(w));
+  return model::Model::from_gguf(m.file);
+}
+
+// qwen35 (issue 38): the hybrid's config from llama.cpp's keys, and clear errors
+// for what pagoda does not run.
+TEST(ModelArch, Qwen35ConfigAndRefusals) {
+  auto m = tiny_qwen35(nullptr);
+  ASSERT_TRUE(m.ok()) << m.message();
+  const model::ModelConfig& c = (*m)->config();
+  std::vector<bool> rec;
+  for (const model::LayerAttn& a : c.layers) rec.push_back(a.recurrent);
+  EXPECT_EQ(rec, (std::vector<bool>{true, true, false, true, true, false}));
+  EXPECT_EQ(c.ssm_d_conv, 4);
+  EXPECT_EQ(c.ssm_d_state, 16);
+  EXPECT_EQ(c.ssm_n_k_heads, 2);
+  EXPECT_EQ(c.ssm_n_v_heads, 4);
+  EXPECT_EQ(c.rope_dim, 16);
+  EXPECT_EQ(c.head_dim, 32);
+  // 4 delta-net layers x (3 x 128 / 16 conv rows + 4 x 16 matrix rows) of 16 floats.
+  EXPECT_EQ(c.n_state_rows, 4 * (24 + 64));
+  EXPECT_EQ(c.state_row_floats, 16);
+  const auto err = [](const std::function<void(gguf::GgufWriter&)>& edit) {
+    auto r = tiny_qwen35(edit);
+    return r.ok() ? std::string("loaded") : r.message();
+  };
+  EXPECT_EQ(err([](gguf::GgufWriter& w) { w.set_u32("qwen35.ssm.inner_size", 48); }),
+            "qwen35.ssm.inner_size 48 must be time_step_rank x state_size (4 x 16)");
+  EXPECT_EQ(err([](gguf::GgufWriter& w) { w.set_u32("qwen35.ssm.group_count", 3); }),
+            "qwen35.ssm.time_step_rank 4 must be a multiple of ssm.group_count 3");
+  EXPECT_EQ(err([](gguf::GgufWriter& w) { w.set_u32("qwen35.nextn_predict_layers", 1); }),
+            "qwen35.nextn_predict_layers: qwen35's MTP draft layers are not supported");
+  // Sections 2/2/2/2 over 8 rotary pairs: pair 6 would take the 4th (vision) position.
+  EXPECT_EQ(err([](gguf::GgufWriter& w) { w.set_i32_array("qwen35.rope.dimension_sections", {2, 2, 2, 2}); }),
+            "qwen35.rope.dimension_sections: rotary pair 6 takes the 4th (vision) position; unsupported");
+  EXPECT_EQ(err([](gguf::GgufWriter& w) { w.set_u32("qwen35.ssm.conv_kernel", 1); }),
+            "metadata qwen35.ssm.conv_kernel: expected an integer in 2..64");
+}
+
+}  // namespace qwen35_test
