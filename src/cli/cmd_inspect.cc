@@ -285,7 +285,7 @@ int run_inspect(int argc, char** argv) {
     std::printf("KV cache:      unknown (attention shape missing from metadata)\n");
   }
   if (state_layers > 0) {
-    std::printf("recurrent state: %lld short-conv layers, %s bytes (f32) per sequence whatever its length, kept in\n"
+    std::printf("recurrent state: %lld recurrent layers, %s bytes (f32) per sequence whatever its length, kept in\n"
                 "  KV blocks of its own (the K/V above is the attention layers' only)\n"
                 "state checkpoints: a copy of the state every 4 KV blocks (--state-checkpoint-interval K; 0: off, and\n"
                 "  no prefix caching), cached like blocks; a prefix hit ends at the latest checkpoint it covers\n",
