@@ -163,12 +163,14 @@ bool RedisKeyEvents::poll(const std::vector<std::pair<std::string, int>>& nodes,
     if (it->c) redisFree(it->c);
     it = subs_.erase(it);
   }
-  for (const auto& [host, port] : nodes) {
-    const bool have = std::any_of(subs_.begin(), subs_.end(), [&](const Sub& s) { return s.host == host && s.port == port; });
+  for (const auto& node : nodes) {
+    // Not a structured binding: clang 14 (the fuzz preset) cannot capture one in a lambda.
+    const bool have =
+        std::any_of(subs_.begin(), subs_.end(), [&](const Sub& s) { return s.host == node.first && s.port == node.second; });
     if (!have) {
       Sub s;
-      s.host = host;
-      s.port = port;
+      s.host = node.first;
+      s.port = node.second;
       subs_.push_back(std::move(s));
     }
   }
