@@ -304,15 +304,20 @@ TEST(PagedAttention, MixedKvTypesMatchRef) {
 TEST(PagedAttention, OneKeyOutputIsTheDequantizedVRow) {
   for (const Shape& sh : {Shape{4, 2, 64}, Shape{8, 4, 8}, Shape{4, 1, 256}}) {
     for (KvDtype vt : kAllKvDtypes) {
-      auto s = Scenario::make(sh.n_heads, sh.n_kv, sh.hd, 16, KvTypes(KvDtype::Q4_0, vt), {1}, {1}, 4500);
-      const auto got = s.run_cpu();
-      const int64_t row = static_cast<int64_t>(sh.n_kv) * sh.hd;
-      std::vector<float> v(static_cast<size_t>(row));
-      kv_read_row(vt, s.vpool.data(), row, v.data());  // slot 0: the sequence's one key
-      for (int32_t h = 0; h < sh.n_heads; ++h) {
-        const int32_t kvh = h / (sh.n_heads / sh.n_kv);
-        for (int32_t d = 0; d < sh.hd; ++d)  // == : the output adds p * v to +0, so a -0 comes out +0
-          ASSERT_EQ(got[h * sh.hd + d], v[kvh * sh.hd + d]) << kv_dtype_name(vt) << " hd=" << sh.hd << " head " << h;
+      // K q4_0 (a mixed pair: the AVX2 path unless V is q4_0 too), and K = V
+      // (the AVX-512 path on a machine with it, for the head sizes it takes).
+      for (KvDtype kt : {KvDtype::Q4_0, vt}) {
+        auto s = Scenario::make(sh.n_heads, sh.n_kv, sh.hd, 16, KvTypes(kt, vt), {1}, {1}, 4500);
+        const auto got = s.run_cpu();
+        const int64_t row = static_cast<int64_t>(sh.n_kv) * sh.hd;
+        std::vector<float> v(static_cast<size_t>(row));
+        kv_read_row(vt, s.vpool.data(), row, v.data());  // slot 0: the sequence's one key
+        for (int32_t h = 0; h < sh.n_heads; ++h) {
+          const int32_t kvh = h / (sh.n_heads / sh.n_kv);
+          for (int32_t d = 0; d < sh.hd; ++d)  // == : the output adds p * v to +0, so a -0 comes out +0
+            ASSERT_EQ(got[h * sh.hd + d], v[kvh * sh.hd + d])
+                << "K " << kv_dtype_name(kt) << " V " << kv_dtype_name(vt) << " hd=" << sh.hd << " head " << h;
+        }
       }
     }
   }
@@ -494,7 +499,8 @@ TEST(PagedAttention, KvHeadRunsEqualOneHeadPerItemBitwise) {
   };
   uint64_t seed = 4100;
   for (const Case c : {Case{32, 8, 16}, Case{48, 8, 8}, Case{16, 4, 32}, Case{8, 8, 128}}) {
-    for (KvDtype dt : {KvDtype::F32, KvDtype::F16, KvDtype::BF16}) {
+    for (KvTypes dt : {KvTypes(KvDtype::F32), KvTypes(KvDtype::F16), KvTypes(KvDtype::BF16), KvTypes(KvDtype::Q8_0),
+                       KvTypes(KvDtype::Q4_0), KvTypes(KvDtype::Q5_1), KvTypes(KvDtype::Q8_0, KvDtype::Q4_0)}) {
       for (const std::vector<int32_t>& lens : {std::vector<int32_t>{300}, std::vector<int32_t>{97, 200}}) {
         std::vector<int32_t> fresh(lens.size(), 1);
         auto s = Scenario::make(c.heads, c.kv, 64, c.bs, dt, lens, fresh, seed++);
@@ -506,7 +512,8 @@ TEST(PagedAttention, KvHeadRunsEqualOneHeadPerItemBitwise) {
             set_num_threads(t);
             const auto got = s.run_cpu(w);
             ASSERT_TRUE(BitwiseEqual(want.data(), got.data(), want.size()))
-                << c.heads << "/" << c.kv << " heads, bs " << c.bs << ", " << kv_dtype_name(dt) << ", "
+                << c.heads << "/" << c.kv << " heads, bs " << c.bs << ", " << kv_dtype_name(dt.k) << "/"
+                << kv_dtype_name(dt.v) << ", "
                 << lens.size() << " seqs, " << t << " threads, window " << w;
           }
         }
@@ -568,6 +575,33 @@ TEST(PagedAttention, Avx512OutputsArePinned) {
     }
   }
   EXPECT_EQ(h, 0x7d9e8d0fa29203dfull) << std::hex << "hash 0x" << h;
+}
+
+// The same for the quantized K/V types and the mixed pairs the AVX-512 path
+// takes (attend_token_avx512_supports; head sizes 32 and up): their values are
+// decoded in registers, each bitwise the scalar dequantizer's
+// (OneKeyOutputIsTheDequantizedVRow), so the hash pins the op sequence.
+TEST(PagedAttention, Avx512QuantizedOutputsArePinned) {
+  IsaScope scope("avx2");
+  if (!cpu::set_isa("avx512-vnni")) GTEST_SKIP() << "no AVX-512 on this machine";
+  const Shape shapes[] = {{9, 3, 64}, {7, 1, 64}, {4, 2, 32}, {4, 1, 128}, {4, 1, 256}};
+  const KvTypes types[] = {KvTypes(KvDtype::Q8_0),  KvTypes(KvDtype::Q4_0),   KvTypes(KvDtype::Q4_1),
+                           KvTypes(KvDtype::IQ4_NL), KvTypes(KvDtype::Q5_0),   KvTypes(KvDtype::Q5_1),
+                           KvTypes(KvDtype::F16, KvDtype::Q8_0), KvTypes(KvDtype::F16, KvDtype::Q4_0),
+                           KvTypes(KvDtype::Q8_0, KvDtype::Q4_0)};
+  uint64_t h = 0, seed = 4300;
+  for (const Shape& sh : shapes) {
+    for (const KvTypes& dt : types) {
+      for (int32_t bs : {5, 16, 48}) {
+        auto s = Scenario::make(sh.n_heads, sh.n_kv, sh.hd, bs, dt, {37, 20, 97, 1}, {1, 20, 9, 1}, seed++);
+        for (int32_t w : {0, 19}) {
+          const auto out = s.run_cpu(w);
+          h = xxh3_64(out.data(), out.size() * sizeof(float), h);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(h, 0x5f6111483ca8b31dull) << std::hex << "hash 0x" << h;
 }
 
 }  // namespace

@@ -210,15 +210,14 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
   const int32_t hd = kv.head_dim, nkv = kv.n_kv_heads, bs = kv.block_size;
   PAGODA_CHECK(nkv > 0 && n_heads % nkv == 0 && bs > 0 && bs <= kMaxBlockSize);
   const int32_t group = n_heads / nkv;
-  // The AVX-512 kernel reads one type for K and V (f32, f16 or bf16), its
-  // arithmetic pinned by PagedAttention.Avx512OutputsArePinned: q8_0, the 4/5-bit
-  // types and mixed K/V types take the AVX2 path below on every machine (known
-  // limitation: no AVX-512 kernel for them, none could be tested where they were
-  // written). The AVX-512 path where it takes the dtype and head size: the
-  // choice depends only on the ISA and the cache's shape, so a token's op
-  // sequence never depends on the batch.
-  const bool avx512 = detail::isa() == detail::Isa::kAvx512 && kv.v_dtype == kv.dtype &&
-                      detail::attend_token_avx512_supports(kv.dtype, hd);
+  // The AVX-512 kernel reads every K/V type with itself and three mixed pairs
+  // (attend_token_avx512_supports), its arithmetic pinned by
+  // PagedAttention.Avx512OutputsArePinned and Avx512QuantizedOutputsArePinned;
+  // other pairs take the AVX2 path below on every machine. The choice depends
+  // only on the ISA and the cache's shape, so a token's op sequence never
+  // depends on the batch.
+  const bool avx512 = detail::isa() == detail::Isa::kAvx512 &&
+                      detail::attend_token_avx512_supports(kv.dtype, kv.v_dtype, hd);
   // The AVX-512 path keeps its tiles of 8 tokens (its partition, untested here
   // since this change; the AVX2 path, which blocks a tile's rows, takes 16).
   const int32_t qtile = avx512 ? 8 : kQueryTile;

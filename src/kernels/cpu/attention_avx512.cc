@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cpu/kv_rows_avx512.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace pagoda::kernels::cpu::detail {
@@ -24,23 +25,6 @@ namespace {
 constexpr int kChunk = 16;    // keys per chunk (lanes of a score vector)
 constexpr int kMaxBatch = 4;  // query heads sharing one pass over the keys
 constexpr int kPrefetchChunks = 1;  // chunks read ahead (1, 2, 4, 8 and L2 hints measured alike)
-
-// Vector i (values 16i .. 16i+15) of a K/V head slice, as f32 (exact conversions).
-template <KvDtype DT>
-inline __m512 load16(const uint8_t* p, int i) {
-  if constexpr (DT == KvDtype::F32) {
-    return _mm512_loadu_ps(reinterpret_cast<const float*>(p) + 16 * i);
-  } else {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i));
-    if constexpr (DT == KvDtype::F16) return _mm512_cvtph_ps(h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));  // bf16
-  }
-}
-
-template <KvDtype DT>
-constexpr int elem_bytes() {
-  return DT == KvDtype::F32 ? 4 : 2;
-}
 
 // vec_math's exp_lanes on 16 lanes: each lane bitwise what exp8 gives it.
 struct Avx512Ops {
@@ -83,7 +67,7 @@ inline int64_t first_chunk(const TokenAttn& a) {
 // the chunks that start in a range of keys. A head's float operations depend
 // only on the chunks, never on how the ranges split them, so a pass over all
 // the keys at once and one resumed range by range give the same bits.
-template <KvDtype DT, int NV, int HB>
+template <KvDtype DK, KvDtype DV, int NV, int HB>
 struct HeadRun {
   static constexpr int32_t hd = 16 * NV;
   alignas(64) float acc[HB][hd];
@@ -107,33 +91,36 @@ struct HeadRun {
 };
 
 // The chunks starting in [c_begin, min(c_end, n_keys)); c_begin is a chunk start.
-template <KvDtype DT, int NV, int HB>
-void HeadRun<DT, NV, HB>::run(const TokenAttn& a, int32_t kv_head, const float* q, int64_t c_begin, int64_t c_end) {
+template <KvDtype DK, KvDtype DV, int NV, int HB>
+void HeadRun<DK, DV, NV, HB>::run(const TokenAttn& a, int32_t kv_head, const float* q, int64_t c_begin, int64_t c_end) {
   const KvLayerView& kv = *a.kv;
   const int32_t bs = kv.block_size;
-  const size_t head_off = static_cast<size_t>(kv_head) * hd * elem_bytes<DT>();
+  const size_t k_off = KvRows<DK>::bytes(static_cast<int64_t>(kv_head) * hd);
+  const size_t v_off = KvRows<DV>::bytes(static_cast<int64_t>(kv_head) * hd);
   alignas(64) float p[HB][kChunk];
   const __m512 scale = _mm512_set1_ps(a.scale);
   const int64_t stop = std::min(c_end, a.n_keys);
-  // Byte offset of the chunk starting at c0's first row: a chunk never crosses
-  // a page, so its rows are consecutive slots of one page (one page lookup and
-  // one division per chunk, not per key).
-  const auto chunk_off = [&](int64_t c0) {
-    const int64_t slot = static_cast<int64_t>(a.pages[c0 / bs]) * bs + c0 % bs;
-    return static_cast<size_t>(slot) * kv.row_bytes + head_off;
+  // The cache slot of the chunk starting at c0's first row: a chunk never
+  // crosses a page, so its rows are consecutive slots of one page (one page
+  // lookup and one division per chunk, not per key).
+  const auto chunk_slot = [&](int64_t c0) {
+    return static_cast<size_t>(static_cast<int64_t>(a.pages[c0 / bs]) * bs + c0 % bs);
+  };
+  // The cache lines of [p, p + n) into L1.
+  const auto prefetch_bytes = [](const uint8_t* p, size_t n) {
+    const uintptr_t end = reinterpret_cast<uintptr_t>(p) + n;
+    for (uintptr_t l = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63}; l < end; l += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(l), _MM_HINT_T0);
+    }
   };
   // Prefetches the token's keys of the chunk starting at c (its K and V rows).
   const auto prefetch_chunk = [&](int64_t c) {
     const int64_t e = chunk_end(c, bs, a.n_keys);
-    const size_t off = chunk_off(c);
+    const size_t slot = chunk_slot(c);
     for (int64_t key = std::max(c, a.first); key < e; ++key) {
-      const size_t o = off + static_cast<size_t>(key - c) * kv.row_bytes;
-      const uint8_t* kr = kv.k + o;
-      const uint8_t* vr = kv.v + o;
-      for (int b = 0; b < hd * elem_bytes<DT>(); b += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(kr + b), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(vr + b), _MM_HINT_T0);
-      }
+      const size_t r = slot + static_cast<size_t>(key - c);
+      prefetch_bytes(kv.k + r * kv.row_bytes + k_off, KvRows<DK>::bytes(hd));
+      prefetch_bytes(kv.v + r * kv.v_row_bytes + v_off, KvRows<DV>::bytes(hd));
     }
   };
   // Chunk starts; `ahead` runs kPrefetchChunks chunks in front of the one computed.
@@ -153,10 +140,10 @@ void HeadRun<DT, NV, HB>::run(const TokenAttn& a, int32_t kv_head, const float* 
     const __mmask16 valid = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
     const uint8_t* krow[kChunk];
     const uint8_t* vrow[kChunk];
-    const size_t off = chunk_off(c0);
+    const size_t slot = chunk_slot(c0);
     for (int j = lo; j < hi; ++j) {
-      krow[j] = kv.k + off + static_cast<size_t>(j) * kv.row_bytes;
-      vrow[j] = kv.v + off + static_cast<size_t>(j) * kv.row_bytes;
+      krow[j] = kv.k + (slot + static_cast<size_t>(j)) * kv.row_bytes + k_off;
+      vrow[j] = kv.v + (slot + static_cast<size_t>(j)) * kv.v_row_bytes + v_off;
     }
     // Scores: key by key, each K vector decoded once for all the heads (the
     // queries stay in registers); head g's dot product with key j is its own
@@ -171,10 +158,10 @@ void HeadRun<DT, NV, HB>::run(const TokenAttn& a, int32_t kv_head, const float* 
         for (int g = 0; g < HB; ++g) sj[g] = _mm512_setzero_ps();
         return;
       }
-      const __m512 k0 = load16<DT>(krow[j], 0);
+      const __m512 k0 = KvRows<DK>::load16(krow[j], 0);
       for (int g = 0; g < HB; ++g) sj[g] = _mm512_mul_ps(qv[g][0], k0);
       for (int i = 1; i < NV; ++i) {
-        const __m512 ki = load16<DT>(krow[j], i);
+        const __m512 ki = KvRows<DK>::load16(krow[j], i);
         for (int g = 0; g < HB; ++g) sj[g] = _mm512_fmadd_ps(qv[g][i], ki, sj[g]);
       }
     };
@@ -236,7 +223,7 @@ void HeadRun<DT, NV, HB>::run(const TokenAttn& a, int32_t kv_head, const float* 
     }
     for (int j = lo; j < hi; ++j) {
       for (int i = 0; i < NV; ++i) {
-        const __m512 vv = load16<DT>(vrow[j], i);
+        const __m512 vv = KvRows<DV>::load16(vrow[j], i);
         for (int g = 0; g < HB; ++g) o[g][i] = _mm512_fmadd_ps(_mm512_set1_ps(p[g][j]), vv, o[g][i]);
       }
     }
@@ -248,10 +235,10 @@ void HeadRun<DT, NV, HB>::run(const TokenAttn& a, int32_t kv_head, const float* 
 }
 
 // Heads [g0, g0 + HB) of the token's KV head, over all its keys in one run.
-template <KvDtype DT, int NV, int HB>
+template <KvDtype DK, KvDtype DV, int NV, int HB>
 void attend_heads(const TokenAttn& a, int32_t g0) {
   constexpr int32_t hd = 16 * NV;
-  HeadRun<DT, NV, HB> h;
+  HeadRun<DK, DV, NV, HB> h;
   h.init();
   h.run(a, a.kv_head, a.q + static_cast<int64_t>(g0) * hd, first_chunk(a), a.n_keys);
   h.finish(a, a.out + static_cast<int64_t>(g0) * hd);
@@ -259,16 +246,16 @@ void attend_heads(const TokenAttn& a, int32_t g0) {
 
 // All the token's heads, up to kMaxBatch (fewer for wide heads: their running
 // outputs stay in registers) per pass over the keys.
-template <KvDtype DT, int NV>
+template <KvDtype DK, KvDtype DV, int NV>
 void attend_all(const TokenAttn& a) {
   constexpr int kBatch = std::max(1, std::min(kMaxBatch, 16 / NV));
   int32_t g = 0;
-  for (; g + kBatch <= a.n_heads; g += kBatch) attend_heads<DT, NV, kBatch>(a, g);
+  for (; g + kBatch <= a.n_heads; g += kBatch) attend_heads<DK, DV, NV, kBatch>(a, g);
   switch (a.n_heads - g) {  // the rest: fewer than kBatch heads
     case 0: break;
-    case 1: attend_heads<DT, NV, 1>(a, g); break;
-    case 2: if constexpr (kBatch > 2) attend_heads<DT, NV, 2>(a, g); break;
-    default: if constexpr (kBatch > 3) attend_heads<DT, NV, 3>(a, g); break;
+    case 1: attend_heads<DK, DV, NV, 1>(a, g); break;
+    case 2: if constexpr (kBatch > 2) attend_heads<DK, DV, NV, 2>(a, g); break;
+    default: if constexpr (kBatch > 3) attend_heads<DK, DV, NV, 3>(a, g); break;
   }
 }
 
@@ -283,30 +270,31 @@ constexpr int kMaxKvRun = 8;   // KV heads one call takes (attention.cc never as
 constexpr int kMaxFull = 4;    // full head batches per KV head taken here (else head by head)
 constexpr int64_t kSpanKeys = 32;  // Intel Xeon (model 167): 16-32 best, 128-256 26% slower; L2 vs L1 hints alike
 
-template <KvDtype DT, int NV, int R>
+template <KvDtype DK, KvDtype DV, int NV, int R>
 void attend_kv_span(const TokenAttn& a, int nfull) {
   constexpr int kBatch = std::max(1, std::min(kMaxBatch, 16 / NV));
   constexpr int32_t hd = 16 * NV;
   const KvLayerView& kv = *a.kv;
   const int32_t bs = kv.block_size;
   const int n_kv = a.n_kv;
-  HeadRun<DT, NV, kBatch> full[kMaxKvRun][kMaxFull];
-  HeadRun<DT, NV, std::max(R, 1)> rest[kMaxKvRun];
+  HeadRun<DK, DV, NV, kBatch> full[kMaxKvRun][kMaxFull];
+  HeadRun<DK, DV, NV, std::max(R, 1)> rest[kMaxKvRun];
   for (int k = 0; k < n_kv; ++k) {
     for (int b = 0; b < nfull; ++b) full[k][b].init();
     if constexpr (R > 0) rest[k].init();
   }
-  const size_t off0 = static_cast<size_t>(a.kv_head) * hd * elem_bytes<DT>();
-  const size_t run_bytes = static_cast<size_t>(n_kv) * hd * elem_bytes<DT>();
+  const size_t k_off = KvRows<DK>::bytes(static_cast<int64_t>(a.kv_head) * hd);
+  const size_t v_off = KvRows<DV>::bytes(static_cast<int64_t>(a.kv_head) * hd);
+  const size_t k_run = KvRows<DK>::bytes(static_cast<int64_t>(n_kv) * hd);
+  const size_t v_run = KvRows<DV>::bytes(static_cast<int64_t>(n_kv) * hd);
   // Keys [p0, p1)'s slices of the n_kv heads into L2 (demand reads and the
   // runs' own one-chunk prefetch then find them there).
   const auto prefetch_keys = [&](int64_t p0, int64_t p1) {
     for (int64_t key = std::max(p0, a.first); key < p1; ++key) {
-      const size_t o = (static_cast<size_t>(a.pages[key / bs]) * bs + static_cast<size_t>(key % bs)) * kv.row_bytes + off0;
-      for (size_t b = o & ~size_t{63}; b < o + run_bytes; b += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(kv.k + b), _MM_HINT_T1);
-        _mm_prefetch(reinterpret_cast<const char*>(kv.v + b), _MM_HINT_T1);
-      }
+      const size_t r = static_cast<size_t>(a.pages[key / bs]) * bs + static_cast<size_t>(key % bs);
+      const size_t ko = r * kv.row_bytes + k_off, vo = r * kv.v_row_bytes + v_off;
+      for (size_t b = ko & ~size_t{63}; b < ko + k_run; b += 64) _mm_prefetch(reinterpret_cast<const char*>(kv.k + b), _MM_HINT_T1);
+      for (size_t b = vo & ~size_t{63}; b < vo + v_run; b += 64) _mm_prefetch(reinterpret_cast<const char*>(kv.v + b), _MM_HINT_T1);
     }
   };
   const int64_t span = std::max<int64_t>(1, kSpanKeys / bs) * bs;  // whole pages: spans split no chunk
@@ -330,7 +318,7 @@ void attend_kv_span(const TokenAttn& a, int nfull) {
   }
 }
 
-template <KvDtype DT, int NV>
+template <KvDtype DK, KvDtype DV, int NV>
 void attend_kv(const TokenAttn& a) {
   constexpr int kBatch = std::max(1, std::min(kMaxBatch, 16 / NV));
   constexpr int32_t hd = 16 * NV;
@@ -342,38 +330,46 @@ void attend_kv(const TokenAttn& a) {
       one.kv_head = a.kv_head + k;
       one.q = a.q + static_cast<int64_t>(k) * a.n_heads * hd;
       one.out = a.out + static_cast<int64_t>(k) * a.n_heads * hd;
-      attend_all<DT, NV>(one);
+      attend_all<DK, DV, NV>(one);
     }
     return;
   }
   switch (r) {
-    case 0: attend_kv_span<DT, NV, 0>(a, nfull); break;
-    case 1: attend_kv_span<DT, NV, 1>(a, nfull); break;
-    case 2: if constexpr (kBatch > 2) attend_kv_span<DT, NV, 2>(a, nfull); break;
-    default: if constexpr (kBatch > 3) attend_kv_span<DT, NV, 3>(a, nfull); break;
+    case 0: attend_kv_span<DK, DV, NV, 0>(a, nfull); break;
+    case 1: attend_kv_span<DK, DV, NV, 1>(a, nfull); break;
+    case 2: if constexpr (kBatch > 2) attend_kv_span<DK, DV, NV, 2>(a, nfull); break;
+    default: if constexpr (kBatch > 3) attend_kv_span<DK, DV, NV, 3>(a, nfull); break;
   }
 }
 
-template <KvDtype DT, int NV>
+template <KvDtype DK, KvDtype DV, int NV>
 void attend_token_heads(const TokenAttn& a) {
   if (a.n_kv > 1) {
-    attend_kv<DT, NV>(a);
+    attend_kv<DK, DV, NV>(a);
   } else {
-    attend_all<DT, NV>(a);
+    attend_all<DK, DV, NV>(a);
   }
 }
 
-template <KvDtype DT>
+template <KvDtype DK, KvDtype DV>
 void attend_dtype(const TokenAttn& a) {
   switch (a.kv->head_dim) {
-    case 16: attend_token_heads<DT, 1>(a); break;
-    case 32: attend_token_heads<DT, 2>(a); break;
-    case 64: attend_token_heads<DT, 4>(a); break;
-    case 128: attend_token_heads<DT, 8>(a); break;
-    case 256: attend_token_heads<DT, 16>(a); break;
+    case 16: if constexpr (!KvRows<DK>::kBlock && !KvRows<DV>::kBlock) attend_token_heads<DK, DV, 1>(a); break;
+    case 32: attend_token_heads<DK, DV, 2>(a); break;
+    case 64: attend_token_heads<DK, DV, 4>(a); break;
+    case 128: attend_token_heads<DK, DV, 8>(a); break;
+    case 256: attend_token_heads<DK, DV, 16>(a); break;
     default: break;  // attend_token_avx512_supports said no
   }
 }
+
+// The (K, V) type pairs taken here: every type with itself, and the mixed
+// pairs llama.cpp users run (-ctk f16/q8_0 with a smaller -ctv). Others take
+// the AVX2 path (attention.cc), on every machine, so the choice never depends
+// on the batch.
+#define PAGODA_KV_PAIRS(X)                                                                                  \
+  X(F32, F32) X(F16, F16) X(BF16, BF16) X(Q8_0, Q8_0) X(Q4_0, Q4_0) X(Q4_1, Q4_1) X(IQ4_NL, IQ4_NL) \
+      X(Q5_0, Q5_0) X(Q5_1, Q5_1) X(F16, Q8_0) X(F16, Q4_0) X(Q8_0, Q4_0)
 
 }  // namespace
 
@@ -383,7 +379,8 @@ RowPrefetch::RowPrefetch(const KvLayerView& kv, const int32_t* pages, int64_t fi
     page_ = n_keys;  // nothing to read
     return;
   }
-  const int64_t lines = ((n_keys - first) * static_cast<int64_t>(kv.row_bytes) + 63) / 64 + (n_keys - first) / kv.block_size + 2;
+  const int64_t row = static_cast<int64_t>(std::max(kv.row_bytes, kv.v_row_bytes));
+  const int64_t lines = ((n_keys - first) * row + 63) / 64 + (n_keys - first) / kv.block_size + 2;
   per_step_ = lines / std::max<int64_t>(1, steps) + 1;
   next_page();
 }
@@ -393,32 +390,44 @@ void RowPrefetch::next_page() {
   ++page_;
   if (page_ * bs >= n_keys_) return;
   const int64_t s0 = std::max(first_, page_ * bs) - page_ * bs, s1 = std::min(n_keys_, (page_ + 1) * bs) - page_ * bs;
-  const size_t base = static_cast<size_t>(pages_[page_]) * static_cast<size_t>(bs) * kv_->row_bytes;
-  off_ = (base + static_cast<size_t>(s0) * kv_->row_bytes) & ~size_t{63};
-  end_ = base + static_cast<size_t>(s1) * kv_->row_bytes;
+  const size_t slot = static_cast<size_t>(pages_[page_]) * static_cast<size_t>(bs);
+  const size_t kr = kv_->row_bytes, vr = kv_->v_row_bytes;
+  off_ = ((slot + static_cast<size_t>(s0)) * kr) & ~size_t{63};
+  end_ = (slot + static_cast<size_t>(s1)) * kr;
+  v_off_ = ((slot + static_cast<size_t>(s0)) * vr) & ~size_t{63};
+  v_end_ = (slot + static_cast<size_t>(s1)) * vr;
 }
 
 void RowPrefetch::step() {
   for (int64_t n = 0; n < per_step_ && page_ * kv_->block_size < n_keys_; ++n) {
-    _mm_prefetch(reinterpret_cast<const char*>(kv_->k + off_), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(kv_->v + off_), _MM_HINT_T0);
+    if (off_ < end_) _mm_prefetch(reinterpret_cast<const char*>(kv_->k + off_), _MM_HINT_T0);
+    if (v_off_ < v_end_) _mm_prefetch(reinterpret_cast<const char*>(kv_->v + v_off_), _MM_HINT_T0);
     off_ += 64;
-    if (off_ >= end_) next_page();
+    v_off_ += 64;
+    if (off_ >= end_ && v_off_ >= v_end_) next_page();
   }
 }
 
-bool attend_token_avx512_supports(KvDtype dtype, int32_t head_dim) {
-  const bool dt = dtype == KvDtype::F32 || dtype == KvDtype::F16 || dtype == KvDtype::BF16;
-  return dt && (head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256);
+bool attend_token_avx512_supports(KvDtype k_dtype, KvDtype v_dtype, int32_t head_dim) {
+  bool pair = false;
+#define PAGODA_KV_PAIR_IS(K, V) pair = pair || (k_dtype == KvDtype::K && v_dtype == KvDtype::V);
+  PAGODA_KV_PAIRS(PAGODA_KV_PAIR_IS)
+#undef PAGODA_KV_PAIR_IS
+  // A quantized slice must start on a 32-value block: head_dim a multiple of 32.
+  const bool blocks = kv_dtype_is_quantized(k_dtype) || kv_dtype_is_quantized(v_dtype);
+  return pair && ((head_dim == 16 && !blocks) || head_dim == 32 || head_dim == 64 || head_dim == 128 ||
+                  head_dim == 256);
 }
 
 void attend_token_avx512(const TokenAttn& a) {
-  switch (a.kv->dtype) {
-    case KvDtype::F32: attend_dtype<KvDtype::F32>(a); break;
-    case KvDtype::F16: attend_dtype<KvDtype::F16>(a); break;
-    case KvDtype::BF16: attend_dtype<KvDtype::BF16>(a); break;
-    default: break;  // attend_token_avx512_supports said no
+#define PAGODA_KV_PAIR_RUN(K, V)                                         \
+  if (a.kv->dtype == KvDtype::K && a.kv->v_dtype == KvDtype::V) {      \
+    attend_dtype<KvDtype::K, KvDtype::V>(a);                             \
+    return;                                                              \
   }
+  PAGODA_KV_PAIRS(PAGODA_KV_PAIR_RUN)
+#undef PAGODA_KV_PAIR_RUN
+  // Not reached: attend_token_avx512_supports said no.
 }
 
 }  // namespace pagoda::kernels::cpu::detail

@@ -27,7 +27,8 @@ class RowPrefetch {
   const KvLayerView* kv_ = nullptr;
   const int32_t* pages_ = nullptr;
   int64_t first_ = 0, n_keys_ = 0, page_ = 0;  // page_: the logical page being read
-  size_t off_ = 0, end_ = 0;                   // byte range left in that page's run
+  size_t off_ = 0, end_ = 0;                   // byte range of K left in that page's run
+  size_t v_off_ = 0, v_end_ = 0;               // and of V
   int64_t per_step_ = 0;                       // lines (of K, and as many of V) per step()
 };
 
@@ -48,9 +49,11 @@ struct TokenAttn {
   RowPrefetch* ahead = nullptr;  // stepped once per chunk when set
 };
 
-// Whether attend_token_avx512 takes this KV dtype and head size (f32, f16 and
-// bf16 K/V; head_dim a multiple of 16 up to 256).
-bool attend_token_avx512_supports(KvDtype dtype, int32_t head_dim);
+// Whether attend_token_avx512 takes this pair of K and V types and head size:
+// every type with itself (f32, f16, bf16, q8_0 and the 4/5-bit types) and the
+// pairs f16/q8_0, f16/q4_0, q8_0/q4_0 (K/V); head_dim 16 (16-bit and f32 types
+// only), 32, 64, 128 or 256.
+bool attend_token_avx512_supports(KvDtype k_dtype, KvDtype v_dtype, int32_t head_dim);
 void attend_token_avx512(const TokenAttn& a);
 
 }  // namespace pagoda::kernels::cpu::detail
