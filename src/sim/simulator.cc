@@ -41,6 +41,9 @@ StepWork step_work(const PlanInput& p, const sched::StepPlan& plan) {
     w.attended_keys_local += sum_min(s.start_pos + 1, end, rank.sliding_window > 0 ? rank.sliding_window : end);
     w.kv_bytes_read += static_cast<double>(kv::kv_bytes_for_sequence(rank, p.kv_dtype, end));
     w.kv_bytes_written += written_per_token * static_cast<double>(n);
+    // A hybrid model's recurrent state: read and written once per step.
+    w.kv_bytes_read += static_cast<double>(p.model.state_bytes());
+    w.kv_bytes_written += static_cast<double>(p.model.state_bytes());
   }
   return w;
 }
@@ -166,7 +169,12 @@ Expected<SimResult> simulate(const SimConfig& cfg, const std::vector<SimRequest>
   kc.block_size = p.block_size;
   kc.watermark = p.watermark;
   kc.enable_prefix_caching = cfg.enable_prefix_caching;
-  for (int32_t w : plan.kv_groups.windows) kc.groups.push_back(kv::KvGroupSpec{w});
+  // The groups as the engine's KvManager has them (KvConfig::from_plan: the state group's blocks too).
+  kv::PoolPlan pool;
+  pool.layout = plan.kv_groups;
+  pool.block_size = p.block_size;
+  kc.groups = kv::KvConfig::from_plan(pool).groups;
+  kc.state_checkpoint_interval = cfg.state_checkpoint_interval;
   kv::KvManager kvm(kc);
   sched::SchedulerConfig sc;
   sc.max_num_seqs = cfg.max_num_seqs;
