@@ -252,10 +252,15 @@ Expected<SimResult> simulate(const SimConfig& cfg, const std::vector<SimRequest>
     const int32_t usable = kvm.num_usable_blocks();
     const double usage = usable > 0 ? static_cast<double>(usable - kvm.num_free_blocks()) / usable : 0.0;
     mt.peak_kv_usage = std::max(mt.peak_kv_usage, usage);
+    mt.peak_running = std::max<int64_t>(mt.peak_running, scheduler.num_running());
     trace_out += static_cast<int64_t>(outputs.size());
     res.trace.push_back({t - t0, usage, scheduler.num_running(), scheduler.num_waiting(), kvm.prefix_query_tokens(),
                          kvm.prefix_hit_tokens(), scheduler.stats().num_preemptions, trace_out, trace_prompt});
-    for (const sched::FinishedRequest& f : scheduler.update(step, outputs)) {
+    const std::vector<sched::FinishedRequest> finished = scheduler.update(step, outputs);
+    // Hybrid models' state checkpoints taken this step: released as the engine does
+    // right after its update (there is no state to copy here).
+    kvm.flush_checkpoints([](kv::BlockId, kv::BlockId) {});
+    for (const sched::FinishedRequest& f : finished) {
       const Track& tr = track[static_cast<size_t>(f.id - 1)];
       ++mt.num_requests;
       --in_flight;
@@ -335,7 +340,7 @@ std::string metrics_to_json(const SimMetrics& m) {
       {"median_tpot_ms", m.tpot_p50_ms}, {"p99_tpot_ms", m.tpot_p99_ms}, {"peak_kv_usage", m.peak_kv_usage},
       {"num_preemptions", m.num_preemptions}, {"prefix_cache_hit_rate", m.prefix_hit_rate},
       {"prefix_lookup_hit_rate", m.prefix_lookup_hit_rate},
-      {"num_kv_blocks", m.num_blocks}, {"compute_bound_s", m.busy_compute_s}, {"memory_bound_s", m.busy_memory_s}};
+      {"num_kv_blocks", m.num_blocks}, {"peak_running", m.peak_running}, {"compute_bound_s", m.busy_compute_s}, {"memory_bound_s", m.busy_memory_s}};
   return j.dump(2);
 }
 

@@ -112,6 +112,7 @@ struct SimMetrics {
   double ttft_p50_ms = 0, ttft_p99_ms = 0, ttft_mean_ms = 0;
   double tpot_p50_ms = 0, tpot_p99_ms = 0, tpot_mean_ms = 0;  // per output token after the first
   double peak_kv_usage = 0;        // max over steps of used blocks / usable blocks
+  int64_t peak_running = 0;        // max over steps of the requests the scheduler runs at once
   int64_t num_preemptions = 0;
   // Prompt tokens served from the prefix cache at each request's first
   // admission / prompt tokens, over completed requests: what `pagoda bench`
