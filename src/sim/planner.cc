@@ -246,7 +246,8 @@ std::string format_report(const PlanInput& in, const PlanReport& r) {
          " recurrent layers hold none)\n";
     s += pad("recurrent state") + with_commas(r.state_bytes_per_sequence) + " B per sequence (" +
          with_commas(static_cast<uint64_t>(m.state_rows)) + " f32 rows of " + std::to_string(m.state_row_floats) +
-         ", whatever its length) in " + std::to_string(r.state_blocks_per_sequence) + " pool blocks\n";
+         ", whatever its length) in " + std::to_string(r.state_blocks_per_sequence) +
+         (r.state_blocks_per_sequence == 1 ? " pool block\n" : " pool blocks\n");
   } else {
     s += pad("KV cache per token") + with_commas(r.kv_bytes_per_token) + " B (whole model, every layer)\n";
   }
@@ -315,7 +316,7 @@ std::string format_report(const PlanInput& in, const PlanReport& r) {
   s += pad("  longest sequence") + with_commas_signed(r.pool_max_tokens) + " tokens (one sequence alone in the pool)\n";
   if (rec > 0) {
     s += "  state checkpoints (--state-checkpoint-interval, default every 4 blocks) take " +
-         std::to_string(r.state_blocks_per_sequence) + " blocks each from\n"
+         std::to_string(r.state_blocks_per_sequence) + " block(s) each from\n"
          "  free blocks only, on demand, and are evicted before a sequence is preempted: they do not lower the above\n";
   }
   return s;
