@@ -14,6 +14,7 @@
 #include "cli/engine_flags.h"
 #include "gguf/gguf.h"
 #include "sim/model_desc.h"
+#include "sim/planner.h"
 
 namespace pagoda::cli {
 namespace {
@@ -47,14 +48,28 @@ int run_inspect(int argc, char** argv) {
   Args args(argc, argv);  // the one parser of every subcommand (cli/engine_flags.h)
   if (args.help()) {
     std::printf("usage: pagoda inspect [MODEL.gguf | -m MODEL.gguf] [--json] [--metadata] [--tensors]\n"
+                "                      [--kv-cache-memory BYTES] [--context L]\n"
                 "  Prints architecture, parameter count, tensor types, attention shape and KV cache\n"
-                "  bytes per token / per full-context sequence. Default model: %s\n",
+                "  bytes per token / per full-context sequence. Hybrid models (lfm2, qwen35): the\n"
+                "  recurrent state per sequence and the sequences of L tokens (default: the model's\n"
+                "  context) a --kv-cache-memory pool (default 256MiB, f16, blocks of 16) holds, by the\n"
+                "  engine's arithmetic. Default model: %s\n",
                 default_model_path().c_str());
     return 0;
   }
   std::string path;
   args.value("--model", &path, "-m");
   const bool json = args.flag("--json"), show_meta = args.flag("--metadata"), show_tensors = args.flag("--tensors");
+  int64_t kv_memory = 256ll << 20, context = 0;  // the engine's default pool; 0: the model's context
+  std::string v;
+  if (args.value("--kv-cache-memory", &v) && (!parse_bytes(v, &kv_memory) || kv_memory <= 0)) {
+    std::fprintf(stderr, "pagoda inspect: --kv-cache-memory must be a byte size like 512MiB, got '%s'\n", v.c_str());
+    return 2;
+  }
+  if (args.value("--context", &v, "-c") && !parse_int(v, 1, int64_t{1} << 40, &context)) {
+    std::fprintf(stderr, "pagoda inspect: --context must be a positive integer, got '%s'\n", v.c_str());
+    return 2;
+  }
   if (std::string err = args.leftover(/*flags_only=*/true); !err.empty()) {
     std::fprintf(stderr, "pagoda inspect: %s\n", err.c_str());
     return 2;
@@ -106,13 +121,10 @@ int run_inspect(int argc, char** argv) {
   // KV bytes per token over all layers. A per-layer head_count_kv array is
   // already summed over layers, so the layer factor is then 1.
   const bool have_kv = n_layer > 0 && n_head_kv > 0 && head_dim_k > 0 && head_dim_v > 0;
-  // qwen35 marks its recurrent layers by full_attention_interval (default 4), not
-  // by 0 in a per-layer head_count_kv: only its attention layers hold K/V.
-  int64_t attn_layers = n_layer;
-  if (arch == "qwen35" && n_layer > 0) {
-    const int64_t interval = f.get_int_or(p + "full_attention_interval", 4);
-    if (interval > 0) attn_layers = n_layer / interval;
-  }
+  // Hybrid models: only the attention layers hold K/V (sim::ModelDesc reads which
+  // layers are recurrent: lfm2's 0 in head_count_kv, qwen35's full_attention_interval).
+  const Expected<sim::ModelDesc> md = sim::resolve_model(path);
+  const int64_t attn_layers = md.ok() ? md->kv_shape().num_layers : n_layer;
   const int64_t layer_factor = kv_per_layer ? 1 : attn_layers;
   struct KvCost { const char* name; int64_t per_token; };  // -1: not representable
   std::vector<KvCost> kv;
@@ -137,7 +149,7 @@ int run_inspect(int argc, char** argv) {
     int32_t groups = 0, group_size = 0;
   } wk;
   constexpr int64_t kSeq = 32768;
-  if (auto md = sim::resolve_model(path); md.ok() && md->sliding_window > 0) {
+  if (md.ok() && md->sliding_window > 0) {
     const kv::KvShape shape = md->kv_shape();
     const kv::KvDtype f16 = kv::kv_dtype_f16();
     const uint64_t per_layer = kv::kv_bytes_per_token_per_layer(shape, f16);
@@ -154,26 +166,34 @@ int run_inspect(int argc, char** argv) {
     wk.group_size = layout.group_size;
   }
 
-  // Hybrid models (lfm2): a recurrent state of constant size per sequence beside
-  // the attention layers' K/V (counted above; recurrent layers have 0 KV heads),
-  // as kv/recurrent_state_group.cc keeps it. Prefix hits restore it from state
-  // checkpoints (kv/state_checkpoint.cc; serve's --state-checkpoint-interval, default 4 blocks).
-  int64_t state_layers = 0, state_bytes = 0;
-  if (const gguf::Value* lc = f.find(p + "shortconv.l_cache"); lc && lc->is_int() && n_embd > 0) {
-    if (const gguf::Value* kvh = f.find(p + "attention.head_count_kv"); kvh && kvh->type == gguf::ValueType::ARRAY)
-      for (const gguf::Value& e : kvh->arr) state_layers += e.is_int() && e.as_int() == 0 ? 1 : 0;
-    state_bytes = state_layers * (lc->as_int() - 1) * n_embd * static_cast<int64_t>(sizeof(float));
-  }
-
-  // qwen35 (model/qwen35.cc's read_hparams): (conv_kernel - 1) x conv_dim + v_heads x
-  // S x S f32 per gated delta-net layer (all but every full_attention_interval-th).
-  if (arch == "qwen35" && n_layer > 0) {
-    const int64_t K = f.get_int_or(p + "ssm.conv_kernel", 0), S = f.get_int_or(p + "ssm.state_size", 0);
-    const int64_t hk = f.get_int_or(p + "ssm.group_count", 0), hv = f.get_int_or(p + "ssm.time_step_rank", 0);
-    const int64_t interval = f.get_int_or(p + "full_attention_interval", 4);
-    if (K >= 2 && S > 0 && hk > 0 && hv > 0 && interval > 0) {
-      for (int64_t l = 0; l < n_layer; ++l) state_layers += (l + 1) % interval != 0 ? 1 : 0;
-      state_bytes = state_layers * ((K - 1) * (2 * hk + hv) * S + hv * S * S) * static_cast<int64_t>(sizeof(float));
+  // Hybrid models (lfm2, qwen35): a recurrent state of constant size per
+  // sequence beside the attention layers' K/V (counted above), kept in blocks of
+  // the KV pool (kv/recurrent_state_group.cc). The pool a --kv-cache-memory
+  // budget gives and the sequences it holds: the planner of `pagoda size` and
+  // `pagoda sim` (sim::plan_capacity -> kv::plan_pool, the engine's arithmetic;
+  // f16, blocks of 16, watermark 0.01: the engine's defaults). Prefix hits
+  // restore the state from checkpoints (kv/state_checkpoint.cc), which take
+  // free blocks only.
+  const int32_t state_layers = md.ok() ? md->num_recurrent_layers() : 0;
+  sim::PlanInput plan_in;
+  sim::PlanReport plan;
+  if (state_layers > 0) {
+    plan_in.model = *md;
+    plan_in.kv_dtype = kv::kv_dtype_f16();
+    plan_in.weights_from_file = md->weights_file_bytes > 0;  // irrelevant with a given budget
+    plan_in.kv_cache_memory = static_cast<uint64_t>(kv_memory);
+    plan_in.block_size = 16;
+    plan_in.watermark = 0.01;
+    plan_in.context = context > 0 ? context : md->max_context;
+    if (const Status st = sim::validate_plan_input(plan_in); !st.ok()) {
+      std::fprintf(stderr, "pagoda inspect: %s\n", st.message().c_str());
+      return 1;
+    }
+    plan = sim::plan_capacity(plan_in);
+    // The engine caps its context at the longest sequence the pool holds.
+    if (context == 0 && plan.pool_max_tokens > 0 && plan_in.context > plan.pool_max_tokens) {
+      plan_in.context = plan.pool_max_tokens;
+      plan = sim::plan_capacity(plan_in);
     }
   }
 
@@ -220,9 +240,21 @@ int run_inspect(int argc, char** argv) {
     }
     if (state_layers > 0) {
       j["recurrent_state"] = {{"layers", state_layers},
-                              {"bytes_per_sequence", state_bytes},
+                              {"attention_layers", attn_layers},
+                              {"bytes_per_sequence", plan.state_bytes_per_sequence},
+                              {"f16_kv_bytes_per_token", plan.kv_bytes_per_token},
                               {"prefix_caching", "state_checkpoints"},
                               {"checkpoint_interval_blocks_default", 4}};
+      j["kv_pool"] = {{"kv_cache_memory", kv_memory},
+                      {"kv_dtype", "f16"},
+                      {"block_size", plan_in.block_size},
+                      {"block_bytes", plan.kv_bytes_per_block},
+                      {"num_blocks", plan.num_blocks},
+                      {"state_blocks_per_sequence", plan.state_blocks_per_sequence},
+                      {"context", plan_in.context},
+                      {"blocks_per_sequence", plan.blocks_per_request},
+                      {"max_sequences", plan.pool_max_concurrency},
+                      {"max_tokens", plan.pool_max_tokens}};
     }
     if (show_meta) {
       nlohmann::json m = nlohmann::json::object();
@@ -285,11 +317,20 @@ int run_inspect(int argc, char** argv) {
     std::printf("KV cache:      unknown (attention shape missing from metadata)\n");
   }
   if (state_layers > 0) {
-    std::printf("recurrent state: %lld recurrent layers, %s bytes (f32) per sequence whatever its length, kept in\n"
-                "  KV blocks of its own (the K/V above is the attention layers' only)\n"
-                "state checkpoints: a copy of the state every 4 KV blocks (--state-checkpoint-interval K; 0: off, and\n"
-                "  no prefix caching), cached like blocks; a prefix hit ends at the latest checkpoint it covers\n",
-                static_cast<long long>(state_layers), with_commas(static_cast<uint64_t>(state_bytes)).c_str());
+    std::printf("recurrent state: %d recurrent layers, %s bytes (f32) per sequence whatever its length, kept in\n"
+                "  KV blocks of its own (the K/V above is the %lld attention layers' only)\n",
+                state_layers, with_commas(plan.state_bytes_per_sequence).c_str(), static_cast<long long>(attn_layers));
+    std::printf("KV pool of %s bytes (f16, blocks of %d tokens = %s bytes): %s blocks; a sequence of %s tokens\n"
+                "  holds %s blocks (%d of them its state): %s sequences at once (watermark 0.01); one alone: %s tokens\n",
+                with_commas(static_cast<uint64_t>(kv_memory)).c_str(), plan_in.block_size,
+                with_commas(plan.kv_bytes_per_block).c_str(), with_commas(static_cast<uint64_t>(plan.num_blocks)).c_str(),
+                with_commas(static_cast<uint64_t>(plan_in.context)).c_str(),
+                with_commas(static_cast<uint64_t>(plan.blocks_per_request)).c_str(), plan.state_blocks_per_sequence,
+                with_commas(static_cast<uint64_t>(plan.pool_max_concurrency)).c_str(),
+                with_commas(static_cast<uint64_t>(plan.pool_max_tokens)).c_str());
+    std::printf("state checkpoints: a copy of the state every 4 KV blocks (--state-checkpoint-interval K; 0: off, and\n"
+                "  no prefix caching), cached like blocks; a prefix hit ends at the latest checkpoint it covers.\n"
+                "  They take free blocks only, on demand, and are evicted first: they do not lower the sequences above\n");
   }
   if (show_meta) {
     std::printf("metadata (%zu keys):\n", f.metadata().size());

@@ -63,6 +63,8 @@ data/hardware.json). Prints the serving metrics `pagoda bench` prints.
   --max-num-seqs N           scheduler cap on running requests (default 256)
   --max-num-batched-tokens N token budget per step (default 8192)
   --no-prefix-caching        disable automatic prefix caching
+  --state-checkpoint-interval K  hybrid models (lfm2, qwen35): a copy of the recurrent state every K
+                             blocks, as the engine's flag (default 4; 0: none, and no prefix caching)
   --disable-hybrid-kv-cache-manager   one full-context KV group (window layers hold every token)
   --schedule-policy fcfs|lpm admission order: arrival, or longest cached prefix first (default fcfs)
   --json                     metrics as JSON
@@ -189,6 +191,8 @@ int run_sim(int argc, char** argv) {
   if (!int_flag("--suffix-len", 0, 1 << 24, &shape.suffix_len)) return fail("--suffix-len: expected an integer >= 0");
   if (!int_flag("--seed", 0, INT64_MAX, &ws.seed)) return fail("--seed: expected an integer >= 0");
   if (!int_flag("--max-num-seqs", 1, 1 << 20, &cfg.max_num_seqs)) return fail("--max-num-seqs: expected a positive integer");
+  if (!int_flag("--state-checkpoint-interval", 0, 1 << 20, &cfg.state_checkpoint_interval))
+    return fail("--state-checkpoint-interval: expected an integer in 0..1048576");
   if (!int_flag("--max-num-batched-tokens", 1, 1 << 24, &cfg.max_num_batched_tokens)) {
     return fail("--max-num-batched-tokens: expected a positive integer");
   }
@@ -210,9 +214,9 @@ int run_sim(int argc, char** argv) {
   if (like_bench && ws.kind == sim::WorkloadKind::kTrace) return fail("--bench-workload: random or shared-prefix only");
   if (num_kv_blocks > 0) {
     // Exactly the engine's pool: N blocks, whatever the byte budget would give.
-    const kv::KvShape rank = kv::shard_for_tp(in.model.kv_shape(), in.tp);
-    const kv::KvGroupLayout groups = kv::kv_group_layout(kv::kv_layer_windows(rank), in.hybrid_kv);
-    in.kv_cache_memory = static_cast<uint64_t>(num_kv_blocks) * kv::kv_group_bytes_per_block(rank, in.kv_dtype, in.block_size, groups);
+    auto layout = kv::plan_pool_layout(sim::pool_request(in, 0));
+    if (!layout.ok()) return fail(layout.message());
+    in.kv_cache_memory = static_cast<uint64_t>(num_kv_blocks) * layout->block_bytes;
     cfg.max_num_blocks = num_kv_blocks;
   }
 
@@ -228,6 +232,12 @@ int run_sim(int argc, char** argv) {
                 in.model.name.c_str(), in.hw.name.c_str(), in.tp, kv::kv_dtype_label(in.kv_dtype).c_str(),
                 static_cast<long long>(res->metrics.num_blocks), in.block_size, workload.c_str(), reqs->size());
     if (max_concurrency > 0) std::printf(", max concurrency %d", max_concurrency);
+    if (in.model.state_rows > 0) {
+      const sim::PlanReport pr = sim::plan_capacity(in);
+      std::printf("\nrecurrent state %llu B per sequence in %d KV blocks (+ %llu K/V bytes per token, %d attention layers)",
+                  static_cast<unsigned long long>(pr.state_bytes_per_sequence), pr.state_blocks_per_sequence,
+                  static_cast<unsigned long long>(pr.kv_bytes_per_token_per_gpu), in.model.kv_shape().num_layers);
+    }
     std::printf("\n%s", sim::format_metrics(res->metrics).c_str());
   }
   if (!report_path.empty()) {

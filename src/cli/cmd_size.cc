@@ -42,6 +42,10 @@ and how much context fit after the weights.
   --table                 print the context x concurrency fit table (on by default with a device)
   --json                  one JSON object instead of text
   --disable-hybrid-kv-cache-manager   size one full-context KV group (as the engine with that flag)
+
+Hybrid models (lfm2, qwen35 GGUF files): K/V per token counts the attention layers only;
+each sequence also holds its recurrent state (fixed bytes, whatever its length) in blocks
+of the same pool, packed as the engine packs them (kv::plan_pool, the engine's arithmetic).
   --plot out.svg          SVG: KV memory per GPU vs concurrent requests for several contexts
   --list                  list model presets and devices
 )";
@@ -124,13 +128,20 @@ int run_size(int argc, char** argv) {
     if (Status s = kv::validate_kv_shape(shape); !s.ok()) return fail(s.message());
     const uint64_t per_token = kv::kv_bytes_per_token(shape, in.kv_dtype);
     const uint64_t per_token_gpu = kv::kv_bytes_per_token(rank, in.kv_dtype);
-    const uint64_t per_req = kv::kv_bytes_for_sequence(rank, in.kv_dtype, in.context);
+    const uint64_t per_req = sim::request_bytes(in, in.context);  // K/V + a hybrid model's recurrent state
     const uint64_t per_block = kv::kv_bytes_per_block(rank, in.kv_dtype, in.block_size);
+    // Hybrid models: the state's blocks as the engine's pool packs them (kv::plan_pool_layout).
+    const int32_t rec = in.model.num_recurrent_layers();
+    auto layout = kv::plan_pool_layout(sim::pool_request(in, 0));
+    if (!layout.ok()) return fail(layout.message());
+    const int32_t state_blocks = layout->layout.state_blocks;
     if (json) {
       nlohmann::json j = {{"model", in.model.name}, {"kv_dtype", kv::kv_dtype_label(in.kv_dtype)}, {"tp", in.tp},
                           {"context", in.context}, {"kv_bytes_per_token", per_token},
                           {"kv_bytes_per_token_per_gpu", per_token_gpu}, {"kv_bytes_per_request", per_req},
-                          {"kv_bytes_per_block", per_block}};
+                          {"kv_bytes_per_block", per_block}, {"recurrent_layers", rec},
+                          {"state_bytes_per_sequence", in.model.state_bytes()},
+                          {"state_blocks_per_sequence", state_blocks}};
       std::printf("%s\n", j.dump(2).c_str());
     } else {
       std::printf("model               %s (%s)\n", in.model.name.c_str(), in.model.source.c_str());
@@ -138,6 +149,9 @@ int run_size(int argc, char** argv) {
       std::printf("KV bytes per token  %llu (%d layers x %llu per layer)\n", static_cast<unsigned long long>(per_token),
                   shape.num_layers, static_cast<unsigned long long>(kv::kv_bytes_per_token_per_layer(shape, in.kv_dtype)));
       if (in.tp > 1) std::printf("  per GPU (tp %d)    %llu\n", in.tp, static_cast<unsigned long long>(per_token_gpu));
+      if (rec > 0)
+        std::printf("recurrent state     %llu bytes per sequence (%d recurrent layers, no K/V), in %d KV blocks\n",
+                    static_cast<unsigned long long>(in.model.state_bytes()), rec, state_blocks);
       std::printf("KV per request      %llu bytes = %s at %lld tokens\n", static_cast<unsigned long long>(per_req),
                   sim::format_bytes(static_cast<double>(per_req)).c_str(), static_cast<long long>(in.context));
       std::printf("KV per block        %llu bytes (%d tokens)\n", static_cast<unsigned long long>(per_block), in.block_size);

@@ -18,7 +18,7 @@ namespace {
 
 void synth_usage(FILE* out) {
   std::fprintf(out,
-               "usage: pagoda synth --preset NAME --type TYPE [--layers N] [--seed S] -o FILE.gguf\n"
+               "usage: pagoda synth --preset NAME --type TYPE [--layers N] [--seed S] [--metadata-only] -o FILE.gguf\n"
                "  --preset  ");
   for (const auto& p : gguf::synth_presets()) std::fprintf(out, "%s ", p.name.c_str());
   std::fprintf(out,
@@ -27,7 +27,9 @@ void synth_usage(FILE* out) {
                "            of 256 as q4_0 (q2_k, q3_k) / q4_1 (q4_k) / q8_0 (q6_k) / iq4_nl (iq4_xs); q4_k_m is\n"
                "            llama.cpp's mix: q4_k with q6_k attn_v and ffn_down in half the layers)\n"
                "  --layers  keep only the first N layers (default: the preset's)\n"
-               "  --seed    weight RNG seed (default 0); weights are N(0, 0.02), norm weights 1.0\n");
+               "  --seed    weight RNG seed (default 0); weights are N(0, 0.02), norm weights 1.0\n"
+               "  --metadata-only  the header and metadata alone, no tensors: a shape for `pagoda size`,\n"
+               "            `sim` and `inspect` (which read no weights), not a model the engine can load\n");
 }
 
 bool parse_type(const std::string& s, GgmlType* t) {
@@ -68,6 +70,7 @@ int run_synth(int argc, char** argv) {
   args.value("--preset", &preset);
   args.value("--type", &type_name);
   args.value("--output", &out, "-o");
+  const bool metadata_only = args.flag("--metadata-only");
   if (args.value("--layers", &v) && (!parse_u64(v.c_str(), &layers) || layers == 0 || layers > 4096)) {
     std::fprintf(stderr, "pagoda synth: --layers needs a positive integer\n");
     return 2;
@@ -105,7 +108,15 @@ int run_synth(int argc, char** argv) {
   opt.seed = seed;
 
   Timer timer;
-  Status st = gguf::synth_model_file(opt, out);
+  Status st = Status::Ok();
+  if (metadata_only) {
+    gguf::GgufWriter full, meta;
+    st = gguf::synth_model(opt, &full);
+    for (const auto& [key, value] : full.metadata()) meta.set(key, value);
+    if (st.ok()) st = meta.write_file(out);
+  } else {
+    st = gguf::synth_model_file(opt, out);
+  }
   if (!st.ok()) {
     std::fprintf(stderr, "pagoda synth: %s\n", st.message().c_str());
     return 1;

@@ -190,7 +190,7 @@ Status EngineImpl::init(const EngineConfig& c) {
   }
   kv::KvShape shape;
   shape.kind = kv::AttentionKind::kMQA;
-  shape.num_layers = mc.n_layers;
+  shape.num_layers = mc.n_layers - mc.n_recurrent_layers();  // the layers holding K/V (hybrid: not the recurrent ones)
   shape.num_kv_heads = 1;
   shape.head_dim = static_cast<int32_t>(kv_dim);
   const kv::KvDtype dtype_desc = kv::kv_dtype_of(c.kv_dtype);

@@ -5,7 +5,7 @@
 
 namespace pagoda::kv {
 
-Expected<PoolPlan> plan_pool(const PoolRequest& r) {
+Expected<PoolPlan> plan_pool_layout(const PoolRequest& r) {
   if (r.block_size < 1 || r.block_size > 256) return errorf("block size must be in 1..256, got %d", r.block_size);
   if (r.max_chunk < 1) return errorf("kv pool: the step budget must be >= 1 token, got %d", r.max_chunk);
   if (r.layer_windows.empty()) return errorf("kv pool: no layers");
@@ -23,6 +23,11 @@ Expected<PoolPlan> plan_pool(const PoolRequest& r) {
                     static_cast<unsigned long long>(r.state_row_bytes), r.block_size);
     p.layout.state_blocks = kv_state_blocks(r.state_rows, per_block);
   }
+  return p;
+}
+
+Expected<PoolPlan> plan_pool(const PoolRequest& r) {
+  PAGODA_ASSIGN_OR_RETURN(PoolPlan p, plan_pool_layout(r));
   auto seq_blocks = [&](int64_t n) { return kv_blocks_for_sequence(p.layout, n, r.block_size, r.max_chunk); };
   int64_t num_blocks = r.num_blocks;
   if (r.one_context_tokens > 0) {

@@ -46,5 +46,10 @@ struct PoolPlan {
 // Errors: block_size outside 1..256, max_chunk < 1, no layers (or no attention
 // layer), a state row larger than a block's K or V chunk, or a pool of fewer than 2 blocks. The pool is capped at INT32_MAX / 2 blocks.
 Expected<PoolPlan> plan_pool(const PoolRequest& request);
+// The first half of plan_pool: the layout (state_blocks included), block_size
+// and block_bytes, whatever the pool's size (num_blocks and max_tokens left 0).
+// `pagoda size` and sim's planner size a budget that may hold no pool with it.
+// Errors: those of plan_pool but the pool's size.
+Expected<PoolPlan> plan_pool_layout(const PoolRequest& request);
 
 }  // namespace pagoda::kv

@@ -9,10 +9,31 @@ namespace pagoda::sim {
 
 using detail::json;
 
+int32_t ModelDesc::num_recurrent_layers() const {
+  int32_t n = 0;
+  for (bool r : recurrent_layers) n += r ? 1 : 0;
+  return n;
+}
+
 kv::KvShape ModelDesc::kv_shape() const {
-  return kv::KvShape{.kind = attention, .num_layers = num_layers, .num_kv_heads = num_kv_heads, .head_dim = head_dim,
+  return kv::KvShape{.kind = attention, .num_layers = num_layers - num_recurrent_layers(), .num_kv_heads = num_kv_heads, .head_dim = head_dim,
                      .v_head_dim = v_head_dim, .kv_lora_rank = kv_lora_rank, .qk_rope_head_dim = qk_rope_head_dim,
                      .sliding_window = sliding_window, .swa_period = swa_period};
+}
+
+std::vector<int32_t> ModelDesc::layer_windows() const {
+  const kv::KvShape shape = kv_shape();
+  std::vector<int32_t> w;
+  int32_t attn = 0;  // the attention layer's index in kv_shape()
+  for (int32_t l = 0; l < num_layers; ++l) {
+    if (static_cast<size_t>(l) < recurrent_layers.size() && recurrent_layers[static_cast<size_t>(l)]) {
+      w.push_back(kv::kStateWindow);
+    } else {
+      w.push_back(attn < shape.num_layers && shape.is_local_layer(attn) ? shape.sliding_window : 0);
+      ++attn;
+    }
+  }
+  return w;
 }
 
 ParamEstimate estimate_params(const ModelDesc& m) {
@@ -64,6 +85,16 @@ Status validate_model(const ModelDesc& m) {
   if (m.params_total <= 0 || m.params_active <= 0 || m.params_active > m.params_total) {
     return errorf("%s: params %lld / active %lld must be positive with active <= total", n.c_str(),
                   static_cast<long long>(m.params_total), static_cast<long long>(m.params_active));
+  }
+  if (!m.recurrent_layers.empty()) {
+    const int32_t rec = m.num_recurrent_layers();
+    if (m.recurrent_layers.size() != static_cast<size_t>(m.num_layers) || rec == m.num_layers)
+      return errorf("%s: recurrent layers must flag each of the %d layers and leave an attention layer", n.c_str(), m.num_layers);
+    if ((rec > 0) != (m.state_rows > 0 && m.state_row_floats > 0))
+      return errorf("%s: %d recurrent layers but a state of %lld rows of %d floats", n.c_str(), rec,
+                    static_cast<long long>(m.state_rows), m.state_row_floats);
+  } else if (m.state_rows != 0) {
+    return errorf("%s: a recurrent state but no recurrent layer", n.c_str());
   }
   Status s = kv::validate_kv_shape(m.kv_shape());
   if (!s.ok()) return errorf("%s: %s", n.c_str(), s.message().c_str());

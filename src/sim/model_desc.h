@@ -41,6 +41,13 @@ struct ModelDesc {
   int32_t q_lora_rank = 0;       // MLA (0: full-rank Q projection)
   int32_t qk_rope_head_dim = 0;  // MLA
   int32_t qk_nope_head_dim = 0;  // MLA
+  // Hybrid models (lfm2, qwen35; GGUF only): the recurrent layers hold no K/V
+  // but a fixed-size state per sequence, state_rows f32 rows of state_row_floats
+  // (as model/lfm2.cc and model/qwen35.cc read it), kept in the KV pool's blocks
+  // (kv::PoolRequest::state_rows). Empty / 0: no recurrent layer.
+  std::vector<bool> recurrent_layers;  // [num_layers] or empty
+  int64_t state_rows = 0;
+  int32_t state_row_floats = 0;
   // Parameter counts: total, and touched per token (MoE); 0 = unknown (estimate_params fills them).
   int64_t params_total = 0;
   int64_t params_active = 0;
@@ -51,7 +58,15 @@ struct ModelDesc {
   uint64_t embed_file_bytes = 0;
   uint64_t output_file_bytes = 0;
 
+  // The attention as the KV cache stores it: the layers that hold K/V
+  // (num_layers less the recurrent ones).
   kv::KvShape kv_shape() const;
+  int32_t num_recurrent_layers() const;
+  // One sequence's recurrent state: state_rows x state_row_floats x 4 bytes (0: none).
+  uint64_t state_bytes() const { return static_cast<uint64_t>(state_rows) * static_cast<uint64_t>(state_row_floats) * 4; }
+  // [num_layers] as kv::PoolRequest::layer_windows takes them: kv::kStateWindow
+  // for a recurrent layer, else the attention layer's window (0: full context).
+  std::vector<int32_t> layer_windows() const;
   bool is_moe() const { return num_experts > 0; }
   // Parameters of the output head (vocab x hidden): one matmul per logits row.
   int64_t head_params() const { return int64_t{vocab} * hidden; }

@@ -36,6 +36,55 @@ Expected<int32_t> dim(const gguf::GgufFile& f, const std::string& key, int64_t d
   return static_cast<int32_t>(v);
 }
 
+// Hybrid models: which layers are recurrent and the state each sequence
+// keeps, read as model/lfm2.cc and model/qwen35.cc read it (sim/ plans without
+// model/; tests/engine_capacity checks the two agree on the synth presets).
+//   lfm2:   a per-layer head_count_kv of 0 marks a short-conv layer; its state
+//           is l_cache - 1 rows of n_embd.
+//   qwen35: attention.recurrent_layers (a flag per layer), else every layer but
+//           each full_attention_interval-th (default 4) is a Gated DeltaNet one;
+//           its state is (conv_kernel - 1) x (2 k heads + v heads) rows (the
+//           convolution's taps of q | k | v) + v heads x S rows (the S x S
+//           state of each v head), rows of S = ssm.state_size floats.
+Status read_recurrent_state(const gguf::GgufFile& f, const std::string& p, ModelDesc* m) {
+  const auto n = static_cast<size_t>(m->num_layers);
+  int64_t rows_per_layer = 0;
+  if (m->arch == "lfm2") {
+    const gguf::Value* kvh = f.find(p + "attention.head_count_kv");
+    if (!kvh || kvh->type != gguf::ValueType::ARRAY) return Status::Ok();  // no short-conv layer
+    if (kvh->arr.size() != n) return errorf("metadata %sattention.head_count_kv: %zu entries for %zu layers", p.c_str(), kvh->arr.size(), n);
+    m->recurrent_layers.assign(n, false);
+    for (size_t l = 0; l < n; ++l) m->recurrent_layers[l] = kvh->arr[l].is_int() && kvh->arr[l].as_int() == 0;
+    PAGODA_ASSIGN_OR_RETURN(const int32_t l_cache, dim(f, p + "shortconv.l_cache", -1, 2));
+    rows_per_layer = l_cache - 1;
+    m->state_row_floats = m->hidden;
+  } else if (m->arch == "qwen35") {
+    m->recurrent_layers.assign(n, false);
+    if (const gguf::Value* rl = f.find(p + "attention.recurrent_layers")) {
+      if (rl->type != gguf::ValueType::ARRAY || rl->arr.size() != n)
+        return errorf("metadata %sattention.recurrent_layers: expected %zu flags", p.c_str(), n);
+      for (size_t l = 0; l < n; ++l) m->recurrent_layers[l] = rl->arr[l].is_int() && rl->arr[l].as_int() != 0;
+    } else {
+      PAGODA_ASSIGN_OR_RETURN(const int32_t interval, dim(f, p + "full_attention_interval", 4, 1));
+      for (size_t l = 0; l < n; ++l) m->recurrent_layers[l] = (l + 1) % static_cast<size_t>(interval) != 0;
+    }
+    PAGODA_ASSIGN_OR_RETURN(const int32_t conv_kernel, dim(f, p + "ssm.conv_kernel", -1, 2));
+    PAGODA_ASSIGN_OR_RETURN(const int32_t S, dim(f, p + "ssm.state_size", -1, 1));
+    PAGODA_ASSIGN_OR_RETURN(const int32_t k_heads, dim(f, p + "ssm.group_count", -1, 1));
+    PAGODA_ASSIGN_OR_RETURN(const int32_t v_heads, dim(f, p + "ssm.time_step_rank", -1, 1));
+    rows_per_layer = int64_t{conv_kernel - 1} * (2 * int64_t{k_heads} + v_heads) + int64_t{v_heads} * S;
+    m->state_row_floats = S;
+  } else {
+    return Status::Ok();
+  }
+  m->state_rows = m->num_recurrent_layers() * rows_per_layer;
+  if (m->state_rows == 0) {
+    m->recurrent_layers.clear();
+    m->state_row_floats = 0;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Expected<ModelDesc> load_gguf_model(const std::string& path) {
@@ -98,6 +147,8 @@ Expected<ModelDesc> load_gguf_model(const std::string& path) {
     PAGODA_ASSIGN_OR_RETURN(period, int_or_array_max(f, p + "attention.sliding_window_pattern", period));
     m.swa_period = static_cast<int32_t>(std::clamp<int64_t>(period, 0, INT32_MAX));
   }
+
+  PAGODA_TRY(read_recurrent_state(f, p, &m));
 
   int64_t params = 0;
   uint64_t bytes = 0;

@@ -27,6 +27,24 @@ Expected<WeightsDtype> parse_weights_dtype(const std::string& s) {
   return errorf("unknown weights dtype '%s' (f32, bf16, fp16, fp8, int8, q8_0, q4)", s.c_str());
 }
 
+kv::PoolRequest pool_request(const PlanInput& in, uint64_t budget_bytes) {
+  kv::PoolRequest pr;
+  pr.shape = kv::shard_for_tp(in.model.kv_shape(), in.tp);
+  pr.dtype = in.kv_dtype;
+  pr.layer_windows = in.model.layer_windows();
+  pr.state_rows = in.model.state_rows;
+  pr.state_row_bytes = static_cast<uint64_t>(in.model.state_row_floats) * 4;
+  pr.hybrid = in.hybrid_kv;
+  pr.block_size = in.block_size;
+  pr.budget_bytes = budget_bytes;
+  return pr;
+}
+
+uint64_t request_bytes(const PlanInput& in, int64_t L) {
+  const kv::KvShape rank = kv::shard_for_tp(in.model.kv_shape(), in.tp);
+  return kv::kv_bytes_for_sequence(rank, in.kv_dtype, L) + in.model.state_bytes();
+}
+
 Status validate_plan_input(const PlanInput& in) {
   PAGODA_TRY(validate_model(in.model));
   if (in.tp < 1) return errorf("--tp must be >= 1 (got %d)", in.tp);
@@ -42,6 +60,7 @@ Status validate_plan_input(const PlanInput& in) {
     return errorf("model %s: no weight bytes known (not read from a GGUF file); give --weights-dtype",
                   in.model.name.c_str());
   }
+  if (auto layout = kv::plan_pool_layout(pool_request(in, 0)); !layout.ok()) return layout.error();
   return Status::Ok();
 }
 
@@ -54,9 +73,15 @@ PlanReport plan_one(const PlanInput& in) {
   const kv::KvShape rank = kv::shard_for_tp(shape, in.tp);
   r.kv_bytes_per_token = kv::kv_bytes_per_token(shape, in.kv_dtype);
   r.kv_bytes_per_token_per_gpu = kv::kv_bytes_per_token(rank, in.kv_dtype);
-  r.kv_bytes_per_request = kv::kv_bytes_for_sequence(rank, in.kv_dtype, in.context);
-  r.kv_groups = kv::kv_group_layout(kv::kv_layer_windows(shape), in.hybrid_kv);
-  r.kv_bytes_per_block = kv::kv_group_bytes_per_block(rank, in.kv_dtype, in.block_size, r.kv_groups);
+  r.kv_bytes_per_request = request_bytes(in, in.context);
+  r.state_bytes_per_sequence = in.model.state_bytes();
+  // The engine's pool layout (a tp degree whose rank cannot pack the state has none: no pool).
+  const Expected<kv::PoolPlan> layout = kv::plan_pool_layout(pool_request(in, 0));
+  if (layout.ok()) {
+    r.kv_groups = layout->layout;
+    r.kv_bytes_per_block = layout->block_bytes;
+    r.state_blocks_per_sequence = layout->layout.state_blocks;
+  }
   r.memory_bytes = in.hw.memory_bytes;
 
   if (in.kv_cache_memory > 0) {
@@ -81,12 +106,13 @@ PlanReport plan_one(const PlanInput& in) {
                         static_cast<int64_t>(r.activation_bytes) - static_cast<int64_t>(r.runtime_overhead_bytes);
   }
   const uint64_t budget = r.kv_budget_bytes > 0 ? static_cast<uint64_t>(r.kv_budget_bytes) : 0;
-  r.max_tokens_in_cache = r.kv_bytes_per_token_per_gpu ? static_cast<int64_t>(budget / r.kv_bytes_per_token_per_gpu) : 0;
+  const uint64_t kv_room = budget > r.state_bytes_per_sequence ? budget - r.state_bytes_per_sequence : 0;
+  r.max_tokens_in_cache = r.kv_bytes_per_token_per_gpu ? static_cast<int64_t>(kv_room / r.kv_bytes_per_token_per_gpu) : 0;
   r.max_concurrency = r.kv_bytes_per_request ? static_cast<int64_t>(budget / r.kv_bytes_per_request) : 0;
 
   // Longest L <= max_context with concurrency x bytes(L) <= budget (bytes(L) is non-decreasing).
   const auto need = [&](int64_t L) {
-    const uint64_t per = kv::kv_bytes_for_sequence(rank, in.kv_dtype, L);
+    const uint64_t per = request_bytes(in, L);
     const uint64_t c = static_cast<uint64_t>(in.concurrency);
     return per > budget / c + 1 ? UINT64_MAX : per * c;  // saturate instead of overflowing
   };
@@ -105,7 +131,15 @@ PlanReport plan_one(const PlanInput& in) {
   r.kv_bytes_needed = static_cast<uint64_t>(in.concurrency) * r.kv_bytes_per_request;
   r.fits = r.kv_budget_bytes >= 0 && r.kv_bytes_needed <= budget && in.context <= in.model.max_context;
 
+  if (!layout.ok()) return r;
   r.num_blocks = kv::num_blocks_for_budget(budget, r.kv_bytes_per_block);
+  if (r.num_blocks >= 2) {  // the pool the engine builds with this budget (plan_pool: >= 2 blocks)
+    const Expected<kv::PoolPlan> pool = kv::plan_pool(pool_request(in, budget));
+    if (pool.ok()) {
+      r.num_blocks = pool->num_blocks;
+      r.pool_max_tokens = pool->max_tokens;
+    }
+  }
   r.blocks_per_request = kv::kv_blocks_for_sequence(r.kv_groups, in.context, in.block_size);
   r.pool_max_concurrency = kv::max_concurrency(r.num_blocks, r.blocks_per_request, in.watermark);
   return r;
@@ -166,9 +200,8 @@ FitTable fit_table(const PlanInput& in, const std::vector<int64_t>& contexts,
   t.concurrencies = concurrencies;
   t.kv_budget_bytes = plan_one(in).kv_budget_bytes;
   t.max_context = in.model.max_context;
-  const kv::KvShape rank = kv::shard_for_tp(in.model.kv_shape(), in.tp);
   for (int64_t L : contexts) {
-    const uint64_t per = kv::kv_bytes_for_sequence(rank, in.kv_dtype, L);
+    const uint64_t per = request_bytes(in, L);
     std::vector<uint64_t> row;
     for (int64_t c : concurrencies) row.push_back(per * static_cast<uint64_t>(c));
     t.kv_bytes.push_back(std::move(row));
@@ -206,7 +239,18 @@ std::string format_report(const PlanInput& in, const PlanReport& r) {
   s += "dtypes       KV " + kv::kv_dtype_label(in.kv_dtype) + ", weights " +
        (in.weights_from_file ? std::string("as in the file") : in.weights.name) + "\n\n";
 
-  s += pad("KV cache per token") + with_commas(r.kv_bytes_per_token) + " B (whole model, every layer)\n";
+  const int32_t rec = m.num_recurrent_layers();
+  if (rec > 0) {
+    s += pad("KV cache per token") + with_commas(r.kv_bytes_per_token) + " B (whole model, the " +
+         std::to_string(m.num_layers - rec) + " attention layers; the " + std::to_string(rec) +
+         " recurrent layers hold none)\n";
+    s += pad("recurrent state") + with_commas(r.state_bytes_per_sequence) + " B per sequence (" +
+         with_commas(static_cast<uint64_t>(m.state_rows)) + " f32 rows of " + std::to_string(m.state_row_floats) +
+         ", whatever its length) in " + std::to_string(r.state_blocks_per_sequence) +
+         (r.state_blocks_per_sequence == 1 ? " pool block\n" : " pool blocks\n");
+  } else {
+    s += pad("KV cache per token") + with_commas(r.kv_bytes_per_token) + " B (whole model, every layer)\n";
+  }
   if (in.tp > 1) {
     s += pad("  per GPU") + with_commas(r.kv_bytes_per_token_per_gpu) + " B (";
     if (m.attention == kv::AttentionKind::kMLA) s += "MLA latent replicated on every rank)\n";
@@ -215,6 +259,7 @@ std::string format_report(const PlanInput& in, const PlanReport& r) {
   }
   s += pad("KV per request @ " + with_commas(static_cast<uint64_t>(in.context))) + with_commas(r.kv_bytes_per_request) + " B = " + gib(static_cast<double>(r.kv_bytes_per_request)) + " per GPU";
   if (m.sliding_window > 0) s += " (local layers hold at most the window)";
+  if (rec > 0) s += " (K/V + the state)";
   s += "\n\n";
 
   if (in.kv_cache_memory == 0) {
@@ -234,7 +279,8 @@ std::string format_report(const PlanInput& in, const PlanReport& r) {
   }
 
   s += "capacity per GPU\n";
-  s += pad("  max tokens in cache") + with_commas_signed(r.max_tokens_in_cache) + "\n";
+  s += pad("  max tokens in cache") + with_commas_signed(r.max_tokens_in_cache) +
+       (rec > 0 ? " (beside one sequence's state)\n" : "\n");
   s += pad("  max concurrency @ " + with_commas(static_cast<uint64_t>(in.context))) + with_commas_signed(r.max_concurrency) + " requests\n";
   s += pad("  longest context @ C=" + std::to_string(in.concurrency)) + with_commas_signed(r.longest_context) +
        (r.longest_context_capped ? " tokens (the model's max context)" : " tokens") + "\n";
@@ -248,7 +294,12 @@ std::string format_report(const PlanInput& in, const PlanReport& r) {
   s += "paged pool (block " + std::to_string(in.block_size) + " tokens = " + with_commas(r.kv_bytes_per_block) +
        " B per GPU)\n";
   s += pad("  blocks") + with_commas_signed(r.num_blocks) + "  (floor(budget / bytes per block))\n";
-  if (r.kv_groups.num_groups() > 1) {
+  if (rec > 0) {
+    s += pad("  blocks per request") + with_commas_signed(r.blocks_per_request) + "  (" +
+         with_commas_signed(r.blocks_per_request - r.state_blocks_per_sequence) + " K/V: ceil(" +
+         with_commas(static_cast<uint64_t>(in.context)) + " / " + std::to_string(in.block_size) + "), + " +
+         std::to_string(r.state_blocks_per_sequence) + " state)\n";
+  } else if (r.kv_groups.num_groups() > 1) {
     int32_t windowed = 0;
     for (int32_t w : r.kv_groups.windows) windowed += w > 0 ? 1 : 0;
     s += pad("  KV cache groups") + std::to_string(r.kv_groups.num_groups()) + " of " +
@@ -262,6 +313,12 @@ std::string format_report(const PlanInput& in, const PlanReport& r) {
   }
   s += pad("  max concurrency") + with_commas_signed(r.pool_max_concurrency) + "  (floor((blocks - 1 null - " +
        with_commas_signed(kv::watermark_blocks(r.num_blocks, in.watermark)) + " watermark) / blocks per request))\n";
+  s += pad("  longest sequence") + with_commas_signed(r.pool_max_tokens) + " tokens (one sequence alone in the pool)\n";
+  if (rec > 0) {
+    s += "  state checkpoints (--state-checkpoint-interval, default every 4 blocks) take " +
+         std::to_string(r.state_blocks_per_sequence) + " block(s) each from\n"
+         "  free blocks only, on demand, and are evicted before a sequence is preempted: they do not lower the above\n";
+  }
   return s;
 }
 
@@ -302,7 +359,9 @@ std::string plan_to_json(const PlanInput& in, const PlanReport& r, const FitTabl
             {"context", in.context}, {"concurrency", in.concurrency}, {"block_size", in.block_size},
             {"kv_cache_memory", in.kv_cache_memory}, {"kv_bytes_per_token", r.kv_bytes_per_token},
             {"kv_bytes_per_token_per_gpu", r.kv_bytes_per_token_per_gpu},
-            {"kv_bytes_per_request", r.kv_bytes_per_request}, {"kv_bytes_per_block", r.kv_bytes_per_block}});
+            {"kv_bytes_per_request", r.kv_bytes_per_request}, {"kv_bytes_per_block", r.kv_bytes_per_block},
+            {"recurrent_layers", m.num_recurrent_layers()}, {"state_bytes_per_sequence", r.state_bytes_per_sequence},
+            {"state_blocks_per_sequence", r.state_blocks_per_sequence}});
   j["memory_per_gpu"] = {{"usable", r.usable_bytes}, {"weights", r.weights_bytes},
                          {"activations", r.activation_bytes}, {"runtime_overhead", r.runtime_overhead_bytes},
                          {"kv_budget", r.kv_budget_bytes}};
@@ -311,7 +370,7 @@ std::string plan_to_json(const PlanInput& in, const PlanReport& r, const FitTabl
             {"kv_bytes_needed", r.kv_bytes_needed}, {"fits", r.fits}, {"min_tp", r.min_tp}});
   j["pool"] = {{"num_blocks", r.num_blocks}, {"blocks_per_request", r.blocks_per_request},
                {"watermark_blocks", kv::watermark_blocks(r.num_blocks, in.watermark)},
-               {"max_concurrency", r.pool_max_concurrency}};
+               {"max_concurrency", r.pool_max_concurrency}, {"max_tokens", r.pool_max_tokens}};
   if (table) {
     json rows = json::array();
     for (size_t i = 0; i < table->contexts.size(); ++i) {
@@ -328,7 +387,6 @@ std::string plan_to_json(const PlanInput& in, const PlanReport& r, const FitTabl
 }
 
 std::string kv_memory_plot_svg(const PlanInput& in, const std::vector<int64_t>& contexts, int64_t max_concurrency) {
-  const kv::KvShape rank = kv::shard_for_tp(in.model.kv_shape(), in.tp);
   const PlanReport r = plan_one(in);
   LinePlot p;
   p.title = in.model.name + " on " + (in.kv_cache_memory > 0 ? std::string("a given KV budget") : in.hw.name) +
@@ -349,7 +407,7 @@ std::string kv_memory_plot_svg(const PlanInput& in, const std::vector<int64_t>& 
   p.width = 860;
   for (int64_t L : contexts) {
     PlotSeries ser;
-    const double per = static_cast<double>(kv::kv_bytes_for_sequence(rank, in.kv_dtype, L)) / 0x1p30;
+    const double per = static_cast<double>(request_bytes(in, L)) / 0x1p30;
     const int64_t fit = per > 0 ? static_cast<int64_t>(std::floor(budget_gib / per)) : 0;
     ser.label = "context " + (L % 1024 == 0 ? std::to_string(L / 1024) + "k" : std::to_string(L)) +
                 " (max " + std::to_string(fit) + ")";

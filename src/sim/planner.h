@@ -12,13 +12,22 @@
 //               + logits of `logits_rows` sequences: rows x vocab / tp x 4 bytes (fp32)
 //   kv budget   = usable - weights - reserve                (negative: does not fit)
 // KV per token per device: kv::shard_for_tp (heads split, at least one per rank; MLA replicated).
-// Per request at context L: kv::kv_bytes_for_sequence (sliding-window layers keep the window only).
+// Per request at context L: kv::kv_bytes_for_sequence (sliding-window layers keep the window only)
+// + the recurrent state of a hybrid model (ModelDesc::state_bytes, whatever L).
+// Hybrid models (lfm2, qwen35): only the attention layers hold K/V per token;
+// each sequence also holds its fixed-size recurrent state in blocks of the same
+// pool. The pool (blocks, block bytes, state blocks per sequence, the longest
+// sequence) is kv::plan_pool's, from the request the engine builds
+// (pool_request), so `pagoda size`, `pagoda sim`, `pagoda inspect` and the
+// engine's allocator size it with one arithmetic. The state is not split by
+// tp (every rank is given the whole state: an upper bound).
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
+#include "kv/pool_plan.h"
 #include "kv/sizing.h"
 #include "sim/hardware.h"
 #include "sim/model_desc.h"
@@ -56,7 +65,11 @@ struct PlanReport {
   // Per token / request.
   uint64_t kv_bytes_per_token = 0;          // whole model, one copy, full context (all layers)
   uint64_t kv_bytes_per_token_per_gpu = 0;  // one TP rank
-  uint64_t kv_bytes_per_request = 0;        // one rank, at `context` (window-aware)
+  uint64_t kv_bytes_per_request = 0;        // one rank, at `context` (window-aware), + the recurrent state
+  // Hybrid models: one sequence's recurrent state, exact (ModelDesc::state_bytes)
+  // and the pool blocks holding it (kv::plan_pool_layout: rows packed chunk by chunk).
+  uint64_t state_bytes_per_sequence = 0;
+  int32_t state_blocks_per_sequence = 0;
   uint64_t kv_bytes_per_block = 0;          // one rank: group_size layer slots x block_size tokens
   kv::KvGroupLayout kv_groups;              // the engine's groups for this model (and hybrid_kv)
   // Memory per device.
@@ -67,7 +80,7 @@ struct PlanReport {
   uint64_t runtime_overhead_bytes = 0;
   int64_t kv_budget_bytes = 0;              // may be negative
   // Capacity.
-  int64_t max_tokens_in_cache = 0;          // kv budget / full-context bytes per token
+  int64_t max_tokens_in_cache = 0;          // (kv budget - one state) / full-context bytes per token
   int64_t max_concurrency = 0;              // at `context` (bytes, no block rounding)
   int64_t longest_context = 0;              // at `concurrency`, capped at the model's max context
   bool longest_context_capped = false;
@@ -77,8 +90,16 @@ struct PlanReport {
   int64_t num_blocks = 0;
   int64_t blocks_per_request = 0;           // all groups, at `context` (kv::kv_blocks_for_sequence)
   int64_t pool_max_concurrency = 0;         // kv::max_concurrency(num_blocks, blocks_per_request, watermark)
+  int64_t pool_max_tokens = 0;              // the longest sequence the pool holds (kv::plan_pool; 0: no pool)
   int32_t min_tp = 0;                       // smallest power of two <= 64 that fits; 0 = none
 };
+
+// The engine's kv::PoolRequest for this input on one rank (engine.cc builds
+// the same from the model's config): the layers' windows, the recurrent state,
+// hybrid grouping, block size, and a pool of budget_bytes.
+kv::PoolRequest pool_request(const PlanInput& in, uint64_t budget_bytes);
+// KV bytes a request of L tokens takes on one rank: kv::kv_bytes_for_sequence + the recurrent state.
+uint64_t request_bytes(const PlanInput& in, int64_t L);
 
 Status validate_plan_input(const PlanInput& in);
 // Precondition: validate_plan_input(in).ok().

@@ -41,6 +41,9 @@ StepWork step_work(const PlanInput& p, const sched::StepPlan& plan) {
     w.attended_keys_local += sum_min(s.start_pos + 1, end, rank.sliding_window > 0 ? rank.sliding_window : end);
     w.kv_bytes_read += static_cast<double>(kv::kv_bytes_for_sequence(rank, p.kv_dtype, end));
     w.kv_bytes_written += written_per_token * static_cast<double>(n);
+    // A hybrid model's recurrent state: read and written once per step.
+    w.kv_bytes_read += static_cast<double>(p.model.state_bytes());
+    w.kv_bytes_written += static_cast<double>(p.model.state_bytes());
   }
   return w;
 }
@@ -166,7 +169,12 @@ Expected<SimResult> simulate(const SimConfig& cfg, const std::vector<SimRequest>
   kc.block_size = p.block_size;
   kc.watermark = p.watermark;
   kc.enable_prefix_caching = cfg.enable_prefix_caching;
-  for (int32_t w : plan.kv_groups.windows) kc.groups.push_back(kv::KvGroupSpec{w});
+  // The groups as the engine's KvManager has them (KvConfig::from_plan: the state group's blocks too).
+  kv::PoolPlan pool;
+  pool.layout = plan.kv_groups;
+  pool.block_size = p.block_size;
+  kc.groups = kv::KvConfig::from_plan(pool).groups;
+  kc.state_checkpoint_interval = cfg.state_checkpoint_interval;
   kv::KvManager kvm(kc);
   sched::SchedulerConfig sc;
   sc.max_num_seqs = cfg.max_num_seqs;
@@ -244,10 +252,15 @@ Expected<SimResult> simulate(const SimConfig& cfg, const std::vector<SimRequest>
     const int32_t usable = kvm.num_usable_blocks();
     const double usage = usable > 0 ? static_cast<double>(usable - kvm.num_free_blocks()) / usable : 0.0;
     mt.peak_kv_usage = std::max(mt.peak_kv_usage, usage);
+    mt.peak_running = std::max<int64_t>(mt.peak_running, scheduler.num_running());
     trace_out += static_cast<int64_t>(outputs.size());
     res.trace.push_back({t - t0, usage, scheduler.num_running(), scheduler.num_waiting(), kvm.prefix_query_tokens(),
                          kvm.prefix_hit_tokens(), scheduler.stats().num_preemptions, trace_out, trace_prompt});
-    for (const sched::FinishedRequest& f : scheduler.update(step, outputs)) {
+    const std::vector<sched::FinishedRequest> finished = scheduler.update(step, outputs);
+    // Hybrid models' state checkpoints taken this step: released as the engine does
+    // right after its update (there is no state to copy here).
+    kvm.flush_checkpoints([](kv::BlockId, kv::BlockId) {});
+    for (const sched::FinishedRequest& f : finished) {
       const Track& tr = track[static_cast<size_t>(f.id - 1)];
       ++mt.num_requests;
       --in_flight;
@@ -327,7 +340,7 @@ std::string metrics_to_json(const SimMetrics& m) {
       {"median_tpot_ms", m.tpot_p50_ms}, {"p99_tpot_ms", m.tpot_p99_ms}, {"peak_kv_usage", m.peak_kv_usage},
       {"num_preemptions", m.num_preemptions}, {"prefix_cache_hit_rate", m.prefix_hit_rate},
       {"prefix_lookup_hit_rate", m.prefix_lookup_hit_rate},
-      {"num_kv_blocks", m.num_blocks}, {"compute_bound_s", m.busy_compute_s}, {"memory_bound_s", m.busy_memory_s}};
+      {"num_kv_blocks", m.num_blocks}, {"peak_running", m.peak_running}, {"compute_bound_s", m.busy_compute_s}, {"memory_bound_s", m.busy_memory_s}};
   return j.dump(2);
 }
 

@@ -16,6 +16,7 @@
 //             (sliding-window layers attend to at most the window)
 //   memory  = bytes / (bandwidth x bandwidth_efficiency)
 //     bytes = weights read / tp + KV read + KV written + sampling bytes
+//             (a hybrid model's recurrent state: read and written once per scheduled sequence)
 //             weights read = body weights (MoE: E x (1 - (1 - k/E)^N) of E experts touched)
 //                          + the N embedding rows looked up
 //                          + the head's V x h weights when R > 0 (tied: the same table, counted once)
@@ -53,6 +54,9 @@ struct SimConfig {
   int32_t max_num_batched_tokens = 8192;
   bool enable_prefix_caching = true;
   bool schedule_lpm = false;           // admission: longest cached prefix first (else arrival order)
+  // Hybrid models: a copy of the recurrent state every this many blocks, as the
+  // engine's --state-checkpoint-interval (kv::KvConfig; 0: none, and no prefix caching).
+  int32_t state_checkpoint_interval = 4;
   int32_t max_num_blocks = 1 << 22;    // cap on the simulated pool (bookkeeping memory)
   // Client-side limit, as `pagoda bench --max-concurrency C`: at most C requests in
   // flight; the next is submitted when one finishes and its TTFT counts from that
@@ -108,6 +112,7 @@ struct SimMetrics {
   double ttft_p50_ms = 0, ttft_p99_ms = 0, ttft_mean_ms = 0;
   double tpot_p50_ms = 0, tpot_p99_ms = 0, tpot_mean_ms = 0;  // per output token after the first
   double peak_kv_usage = 0;        // max over steps of used blocks / usable blocks
+  int64_t peak_running = 0;        // max over steps of the requests the scheduler runs at once
   int64_t num_preemptions = 0;
   // Prompt tokens served from the prefix cache at each request's first
   // admission / prompt tokens, over completed requests: what `pagoda bench`

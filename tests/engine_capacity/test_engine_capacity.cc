@@ -12,9 +12,16 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include <map>
+
 #include "base/rng.h"
 #include "engine/engine.h"
+#include "gguf/gguf.h"
+#include "gguf/synth.h"
 #include "kv/sizing.h"
+#include "model/config.h"
 #include "sim/model_desc.h"
 #include "sim/planner.h"
 
@@ -237,6 +244,122 @@ TEST(PlannerOnGguf, Q4_0HoldsAtLeast1_75xTheTokensOfQ8_0) {
   EXPECT_GE(tokens[1] * 4, tokens[0] * 7) << "q4_0 " << tokens[1] << " tokens, q8_0 " << tokens[0];
   EXPECT_GT(tokens[2], tokens[0]);
   EXPECT_LT(tokens[2], tokens[1]);
+}
+
+// ---- Hybrid models (issue 38) ----------------------------------------------
+// A recurrent state of fixed bytes per sequence in blocks of the pool, beside the
+// K/V of the attention layers only: `pagoda size` (the planner) predicts the
+// sequences a --kv-cache-memory holds, and the engine, built with it, runs
+// exactly that many at once. (`size`, `sim` and `inspect` against each other on
+// the full-size lfm2-350m and qwen3.5-0.8b shapes: ctest cli_hybrid_sizing.)
+
+// A synth preset written once per process (f32 weights; removed at exit).
+std::string synth_path(const std::string& preset) {
+  struct Files {
+    std::map<std::string, std::string> paths;
+    ~Files() {
+      for (const auto& [name, path] : paths) std::remove(path.c_str());
+    }
+  };
+  static Files files;
+  auto it = files.paths.find(preset);
+  if (it != files.paths.end()) return it->second;
+  const std::string path = ::testing::TempDir() + "pagoda_cap_" + preset + "_" + std::to_string(::getpid()) + ".gguf";
+  gguf::SynthOptions o;
+  o.shape = *gguf::find_synth_preset(preset);
+  o.type = GgmlType::F32;
+  const Status st = gguf::synth_model_file(o, path);
+  EXPECT_TRUE(st.ok()) << st.message();
+  files.paths[preset] = path;
+  return path;
+}
+
+struct HybridCase {
+  std::string preset;
+  uint64_t budget = 0;
+  int32_t context = 0;
+  uint64_t state_bytes = 0;  // from the shape, by hand (below)
+  int32_t state_blocks = 0;
+  int64_t predicted = 0;
+};
+
+class HybridCapacity : public ::testing::TestWithParam<HybridCase> {};
+
+TEST_P(HybridCapacity, RunsExactlyThePredictedFullContextRequestsAtOnce) {
+  const HybridCase h = GetParam();
+  const Case c{synth_path(h.preset), h.budget, h.context, h.predicted};
+  const sim::PlanReport r = plan(c);
+  EXPECT_EQ(r.state_bytes_per_sequence, h.state_bytes);
+  EXPECT_EQ(r.state_blocks_per_sequence, h.state_blocks);
+  EXPECT_EQ(r.blocks_per_request, (h.context + 15) / 16 + h.state_blocks);
+  ASSERT_EQ(r.pool_max_concurrency, h.predicted);
+  const int extra = 3;
+  const int n = static_cast<int>(h.predicted) + extra;
+  auto eng = make_engine(c, n);
+  ASSERT_NE(eng, nullptr);
+  // The engine built the pool the planner describes, and counts K/V of the attention layers only.
+  const engine::ModelInfo& mi = eng->model_info();
+  EXPECT_EQ(mi.num_kv_blocks, r.num_blocks);
+  EXPECT_EQ(static_cast<uint64_t>(mi.kv_bytes_per_block), r.kv_bytes_per_block);
+  EXPECT_EQ(static_cast<uint64_t>(mi.kv_bytes_per_token), r.kv_bytes_per_token);
+  EXPECT_EQ(mi.kv_cache_tokens, r.pool_max_tokens);
+  add_requests(*eng, n, h.context - 2, 2, 1);
+  const RunTrace t = run_to_completion(*eng);
+  EXPECT_EQ(t.first_step.num_running, h.predicted);
+  EXPECT_EQ(t.first_step.num_waiting, extra);
+  EXPECT_EQ(t.first_step.blocks_used, h.predicted * r.blocks_per_request);  // the state's blocks included
+  EXPECT_EQ(t.peak_running, h.predicted);
+  EXPECT_EQ(t.end.num_preemptions, 0);
+  EXPECT_EQ(t.finished, n);
+}
+
+// f16 K/V in blocks of 16 tokens, 64-token sequences (4 K/V blocks):
+// tiny-lfm2: 2 attention layers of 2 KV heads x 16 -> a block is 2 slots x 16 x (K, V) x 32 x 2 B
+//   = 4,096 B; 4 short-conv layers x 2 rows of 64 f32 = 8 rows of 256 B = 2,048 B; a 1,024 B
+//   chunk (16 rows of 32 x 2 B) holds 4 of them, 4 chunks a block: 1 block. 256 KiB = 64 blocks,
+//   watermark 0, 63 usable / (4 + 1) = 12.
+// tiny-qwen35: 2 attention layers of 2 KV heads x 32 -> 8,192 B blocks; 4 delta-net layers x
+//   ((4 - 1) x (2 x 2 + 4) + 4 x 16) = 352 rows of 16 f32 (64 B) = 22,528 B; a 2,048 B chunk
+//   holds 32 rows, a block 128: 3 blocks. 512 KiB = 64 blocks, 63 usable / (4 + 3) = 9.
+INSTANTIATE_TEST_SUITE_P(Presets, HybridCapacity,
+                         ::testing::Values(HybridCase{"tiny-lfm2", 256u << 10, 64, 2048, 1, 12},
+                                           HybridCase{"tiny-qwen35", 512u << 10, 64, 22528, 3, 9}),
+                         [](const ::testing::TestParamInfo<HybridCase>& i) {
+                           return i.param.preset == "tiny-lfm2" ? std::string("TinyLfm2") : std::string("TinyQwen35");
+                         });
+
+// sim/ reads a hybrid model's recurrent layers and state from the GGUF metadata
+// itself (it may not use model/); the engine's model/ reads the same: they must
+// agree on every synth preset of these architectures, the full-size ones too
+// (their metadata, a 512-token vocabulary and token_embd alone: no weights).
+TEST(HybridShape, SimReadsTheStateTheModelReads) {
+  for (const char* preset : {"tiny-lfm2", "tiny-qwen35", "lfm2-350m", "qwen3.5-0.8b"}) {
+    SCOPED_TRACE(preset);
+    gguf::SynthOptions o;
+    o.shape = *gguf::find_synth_preset(preset);
+    o.shape.n_vocab = 512;
+    gguf::GgufWriter full, w;
+    ASSERT_TRUE(gguf::synth_model(o, &full).ok());
+    for (const auto& [key, value] : full.metadata()) w.set(key, value);
+    const std::vector<float> emb(static_cast<size_t>(o.shape.n_embd) * 512, 0.0f);
+    ASSERT_TRUE(w.add_tensor("token_embd.weight", {static_cast<uint64_t>(o.shape.n_embd), 512}, GgmlType::F32,
+                             emb.data(), emb.size() * sizeof(float)).ok());
+    const std::string path = ::testing::TempDir() + "pagoda_shape_" + std::to_string(::getpid()) + ".gguf";
+    ASSERT_TRUE(w.write_file(path).ok());
+    auto f = gguf::GgufFile::open(path);
+    ASSERT_TRUE(f.ok()) << f.message();
+    auto mc = model::config_from_gguf(**f);
+    auto md = sim::resolve_model(path);
+    std::remove(path.c_str());
+    ASSERT_TRUE(mc.ok()) << mc.message();
+    ASSERT_TRUE(md.ok()) << md.message();
+    ASSERT_EQ(md->recurrent_layers.size(), mc->layers.size());
+    for (size_t l = 0; l < mc->layers.size(); ++l) EXPECT_EQ(md->recurrent_layers[l], mc->layers[l].recurrent) << l;
+    EXPECT_EQ(md->state_rows, mc->n_state_rows);
+    EXPECT_EQ(md->state_row_floats, mc->state_row_floats);
+    EXPECT_EQ(md->kv_shape().num_layers, mc->n_layers - mc->n_recurrent_layers());
+    EXPECT_EQ(int64_t{md->num_kv_heads} * md->head_dim, int64_t{mc->n_kv_heads} * mc->head_dim);
+  }
 }
 
 }  // namespace
