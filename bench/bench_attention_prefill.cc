@@ -11,7 +11,10 @@
 // (D + (L + 1) / 2) * L pairs per head. The process CPU seconds per call are
 // printed too: on a shared machine they compare two builds better than wall time.
 //   usage: bench_attention_prefill [L=2048] [threads=2] [reps=7] [heads=32] [kv_heads=8] [dtype=f16] [depth=0]
+//          [huge=0: 1 maps the K/V pools with transparent huge pages (madvise), as KvStorage does]
 //   (dtype: any KV type, f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1)
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -50,13 +53,22 @@ int main(int argc, char** argv) {
   const int32_t n_pages = (T + kBs - 1) / kBs, pool_pages = 2 * n_pages;  // half the pool unused
   const size_t row_bytes = kernels::kv_row_bytes(dt, static_cast<int64_t>(n_kv) * kHd);
   const size_t pool = static_cast<size_t>(pool_pages) * kBs * row_bytes;
-  std::vector<uint8_t> kmem(pool), vmem(pool);
+  // huge=1: the pools in transparent huge pages, as KvStorage maps them (madvise).
+  const bool huge = argc > 8 && std::atoi(argv[8]) != 0;
+  const auto map_pool = [&] {
+    void* m = mmap(nullptr, pool, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) std::abort();
+    if (huge) madvise(m, pool, MADV_HUGEPAGE);
+    return static_cast<uint8_t*>(m);
+  };
+  uint8_t* kmem = map_pool();
+  uint8_t* vmem = map_pool();
   Rng rng(11);
   std::vector<int32_t> perm(static_cast<size_t>(pool_pages));
   std::iota(perm.begin(), perm.end(), 0);
   for (int32_t i = pool_pages - 1; i > 0; --i) std::swap(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(rng.uniform_int(0, i))]);
   std::vector<int32_t> indices(perm.begin(), perm.begin() + n_pages);
-  const kernels::KvLayerView kv{kmem.data(), vmem.data(), dt, kBs, n_kv, kHd, row_bytes, 0, dt, row_bytes};
+  const kernels::KvLayerView kv{kmem, vmem, dt, kBs, n_kv, kHd, row_bytes, 0, dt, row_bytes};
   std::vector<float> row(static_cast<size_t>(n_kv) * kHd);
   for (int32_t t = 0; t < T; ++t) {
     const int64_t slot = static_cast<int64_t>(indices[static_cast<size_t>(t / kBs)]) * kBs + t % kBs;

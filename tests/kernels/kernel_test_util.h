@@ -172,6 +172,7 @@ struct IsaScope {
   }
   ~IsaScope() {
     cpu::set_isa("auto");
+    cpu::set_attention("auto");
     set_num_threads(threads);
   }
   int threads;

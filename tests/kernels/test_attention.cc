@@ -266,12 +266,23 @@ TEST(PagedAttention, Q8KvCloseToF32Kv) {
 // prefill, pages of 16 and 5; each output bitwise the same with 2 threads and
 // with the blocks shuffled. Mixed pairs always take the AVX2 path (also on
 // AVX-512 machines: attention.cc's dispatch), which both ISA settings check.
+// The attention kernels a machine can run: AVX2's tile, and on AVX-512 both the
+// AVX-512 kernel and the tile (cpu::set_attention; "auto" picks one by processor).
+struct IsaKernel {
+  const char* isa;
+  const char* attention;
+  bool set() const { return cpu::set_isa(isa) && cpu::set_attention(attention); }
+  std::string name() const { return std::string(isa) + "/" + attention; }
+};
+const IsaKernel kIsaKernels[] = {{"avx2", "tile"}, {"avx512-vnni", "avx512"}, {"avx512-vnni", "tile"}};
+
 TEST(PagedAttention, MixedKvTypesMatchRef) {
   const Shape shapes[] = {{9, 3, 64}, {4, 1, 128}, {8, 4, 8}};
   uint64_t seed = 4000;
-  for (const char* isa : {"avx2", "avx512-vnni"}) {
+  for (const IsaKernel& ik : kIsaKernels) {
     IsaScope scope("avx2");
-    if (!cpu::set_isa(isa)) continue;  // no AVX-512 on this machine
+    if (!ik.set()) continue;  // no AVX-512 on this machine
+    const std::string isa = ik.name();
     for (const Shape& sh : shapes) {
       for (KvDtype kt : kAllKvDtypes) {
         for (KvDtype vt : kAllKvDtypes) {
@@ -302,6 +313,9 @@ TEST(PagedAttention, MixedKvTypesMatchRef) {
 // blocks through the scalar dequantizer) is bitwise ggml's dequantize_row_* of
 // the stored bytes, for every type, head slices on and off block boundaries.
 TEST(PagedAttention, OneKeyOutputIsTheDequantizedVRow) {
+ for (const IsaKernel& ik : kIsaKernels) {
+  IsaScope scope("avx2");
+  if (!ik.set()) continue;  // no AVX-512 on this machine
   for (const Shape& sh : {Shape{4, 2, 64}, Shape{8, 4, 8}, Shape{4, 1, 256}}) {
     for (KvDtype vt : kAllKvDtypes) {
       // K q4_0 (a mixed pair: the AVX2 path unless V is q4_0 too), and K = V
@@ -316,11 +330,13 @@ TEST(PagedAttention, OneKeyOutputIsTheDequantizedVRow) {
           const int32_t kvh = h / (sh.n_heads / sh.n_kv);
           for (int32_t d = 0; d < sh.hd; ++d)  // == : the output adds p * v to +0, so a -0 comes out +0
             ASSERT_EQ(got[h * sh.hd + d], v[kvh * sh.hd + d])
-                << "K " << kv_dtype_name(kt) << " V " << kv_dtype_name(vt) << " hd=" << sh.hd << " head " << h;
+                << ik.name() << " K " << kv_dtype_name(kt) << " V " << kv_dtype_name(vt) << " hd=" << sh.hd
+                << " head " << h;
         }
       }
     }
   }
+ }
 }
 
 // Both ISAs' paths (AVX2 staged pages; AVX-512 token by token in chunks of up
@@ -332,9 +348,10 @@ TEST(PagedAttention, OneKeyOutputIsTheDequantizedVRow) {
 TEST(PagedAttention, BothIsasMatchRefEveryChunking) {
   const Shape shapes[] = {{9, 3, 64}, {7, 1, 64}, {8, 4, 16}, {4, 2, 32}, {4, 1, 128}, {4, 1, 256}, {8, 8, 12}};
   uint64_t seed = 900;
-  for (const char* isa : {"avx2", "avx512-vnni"}) {
+  for (const IsaKernel& ik : kIsaKernels) {
     IsaScope scope("avx2");
-    if (!cpu::set_isa(isa)) continue;  // no AVX-512 on this machine
+    if (!ik.set()) continue;  // no AVX-512 on this machine
+    const std::string isa = ik.name();
     for (const Shape& sh : shapes) {
       for (KvDtype dt : kDtypes) {
         for (int32_t bs : {5, 16, 32, 48}) {
@@ -446,9 +463,10 @@ TEST(PagedAttention, ManySequencesDecodeEqualsEachTokenAloneBitwise) {
   std::vector<int32_t> fresh(lens.size(), 1);
   fresh[6] = 20;  // a prefill chunk between decode tokens
   uint64_t seed = 1200;
-  for (const char* isa : {"avx2", "avx512-vnni"}) {
+  for (const IsaKernel& ik : kIsaKernels) {
     IsaScope scope("avx2");
-    if (!cpu::set_isa(isa)) continue;  // no AVX-512 on this machine
+    if (!ik.set()) continue;  // no AVX-512 on this machine
+    const std::string isa = ik.name();
     for (KvDtype dt : kDtypes) {
       auto batch = Scenario::make(9, 3, 64, 16, dt, lens, fresh, seed++);
       batch.build(/*shuffle_blocks=*/true, seed);
@@ -494,6 +512,7 @@ TEST(PagedAttention, ManySequencesDecodeEqualsEachTokenAloneBitwise) {
 // and above the 64-key span, and a sliding window that starts mid-span.
 TEST(PagedAttention, KvHeadRunsEqualOneHeadPerItemBitwise) {
   const int threads = num_threads();
+  ASSERT_TRUE(cpu::set_attention("avx512"));  // the AVX-512 kernel's KV-head runs (the tile where the ISA is AVX2)
   struct Case {
     int32_t heads, kv, bs;
   };
@@ -521,6 +540,7 @@ TEST(PagedAttention, KvHeadRunsEqualOneHeadPerItemBitwise) {
     }
   }
   set_num_threads(threads);
+  cpu::set_attention("auto");
 }
 
 // KV cache groups: a window group's table has the null block before the
@@ -561,6 +581,7 @@ TEST(PagedAttentionWindow, NeverReadsThePagesBeforeTheWindow) {
 TEST(PagedAttention, Avx512OutputsArePinned) {
   IsaScope scope("avx2");
   if (!cpu::set_isa("avx512-vnni")) GTEST_SKIP() << "no AVX-512 on this machine";
+  ASSERT_TRUE(cpu::set_attention("avx512"));
   const Shape shapes[] = {{9, 3, 64}, {7, 1, 64}, {8, 4, 16}, {4, 2, 32}, {4, 1, 128}, {4, 1, 256}};
   uint64_t h = 0, seed = 4200;
   for (const Shape& sh : shapes) {
@@ -584,6 +605,7 @@ TEST(PagedAttention, Avx512OutputsArePinned) {
 TEST(PagedAttention, Avx512QuantizedOutputsArePinned) {
   IsaScope scope("avx2");
   if (!cpu::set_isa("avx512-vnni")) GTEST_SKIP() << "no AVX-512 on this machine";
+  ASSERT_TRUE(cpu::set_attention("avx512"));
   const Shape shapes[] = {{9, 3, 64}, {7, 1, 64}, {4, 2, 32}, {4, 1, 128}, {4, 1, 256}};
   const KvTypes types[] = {KvTypes(KvDtype::Q8_0),  KvTypes(KvDtype::Q4_0),   KvTypes(KvDtype::Q4_1),
                            KvTypes(KvDtype::IQ4_NL), KvTypes(KvDtype::Q5_0),   KvTypes(KvDtype::Q5_1),

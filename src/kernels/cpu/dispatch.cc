@@ -39,6 +39,30 @@ std::atomic<int>& isa_state() {
   return s;
 }
 
+// Paged attention on AVX-512: 0 auto (by processor), 1 the AVX-512 kernel, 2 the tile.
+int attention_from_name(const char* name) {
+  if (name == nullptr) return -1;
+  if (std::strcmp(name, "auto") == 0) return 0;
+  if (std::strcmp(name, "avx512") == 0) return 1;
+  if (std::strcmp(name, "tile") == 0) return 2;
+  return -1;
+}
+
+int initial_attention() {
+  const int v = attention_from_name(std::getenv("PAGODA_ATTENTION"));
+  return v < 0 ? 0 : v;
+}
+
+std::atomic<int>& attention_state() {
+  static std::atomic<int> s{0};
+  return s;
+}
+
+bool cpu_is_intel() {
+  __builtin_cpu_init();
+  return __builtin_cpu_is("intel");
+}
+
 // PAGODA_KQUANT_FALLBACK=1 at start-up sends K-quant (and IQ4_XS, IQ4_NL) weights through the
 // old path (dequantize rows to f32, f32 activations) instead of the q8_K integer
 // kernels: for speed comparisons and for bisecting numerics.
@@ -98,6 +122,17 @@ bool set_isa(const char* name) {
   return false;
 }
 
+bool set_attention(const char* name) {
+  const int v = attention_from_name(name);
+  if (v < 0) return false;
+  attention_state().store(v);
+  return true;
+}
+
+const char* attention_name() {
+  return detail::attention_avx512(KvDtype::F16, KvDtype::F16) ? "avx512" : "tile";
+}
+
 void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
   PAGODA_CHECK_MSG(matmul_supports(w.type), "matmul: unsupported weight type %u",
                    static_cast<unsigned>(w.type));
@@ -137,6 +172,21 @@ void matmul_multi(const WeightView* const* ws, int n, const float* x, int64_t n_
 namespace detail {
 
 Isa isa() { return isa_state().load(std::memory_order_relaxed) == 1 ? Isa::kAvx512 : Isa::kAvx2; }
+
+bool attention_avx512(KvDtype k, KvDtype v) {
+  if (isa() != Isa::kAvx512) return false;
+  static const int start_up = initial_attention();  // env PAGODA_ATTENTION, else 0
+  int mode = attention_state().load(std::memory_order_relaxed);
+  if (mode == 0) mode = start_up;
+  switch (mode) {
+    case 1: return true;
+    case 2: return false;
+    default: {
+      static const bool intel = cpu_is_intel();
+      return !intel && !kv_dtype_is_quantized(k) && !kv_dtype_is_quantized(v);
+    }
+  }
+}
 int threads() { return thread_state().load(std::memory_order_relaxed); }
 
 uint8_t* scratch(int slot, size_t bytes) {
