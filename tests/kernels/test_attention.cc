@@ -313,30 +313,30 @@ TEST(PagedAttention, MixedKvTypesMatchRef) {
 // blocks through the scalar dequantizer) is bitwise ggml's dequantize_row_* of
 // the stored bytes, for every type, head slices on and off block boundaries.
 TEST(PagedAttention, OneKeyOutputIsTheDequantizedVRow) {
- for (const IsaKernel& ik : kIsaKernels) {
-  IsaScope scope("avx2");
-  if (!ik.set()) continue;  // no AVX-512 on this machine
-  for (const Shape& sh : {Shape{4, 2, 64}, Shape{8, 4, 8}, Shape{4, 1, 256}}) {
-    for (KvDtype vt : kAllKvDtypes) {
-      // K q4_0 (a mixed pair: the AVX2 path unless V is q4_0 too), and K = V
-      // (the AVX-512 path on a machine with it, for the head sizes it takes).
-      for (KvDtype kt : {KvDtype::Q4_0, vt}) {
-        auto s = Scenario::make(sh.n_heads, sh.n_kv, sh.hd, 16, KvTypes(kt, vt), {1}, {1}, 4500);
-        const auto got = s.run_cpu();
-        const int64_t row = static_cast<int64_t>(sh.n_kv) * sh.hd;
-        std::vector<float> v(static_cast<size_t>(row));
-        kv_read_row(vt, s.vpool.data(), row, v.data());  // slot 0: the sequence's one key
-        for (int32_t h = 0; h < sh.n_heads; ++h) {
-          const int32_t kvh = h / (sh.n_heads / sh.n_kv);
-          for (int32_t d = 0; d < sh.hd; ++d)  // == : the output adds p * v to +0, so a -0 comes out +0
-            ASSERT_EQ(got[h * sh.hd + d], v[kvh * sh.hd + d])
-                << ik.name() << " K " << kv_dtype_name(kt) << " V " << kv_dtype_name(vt) << " hd=" << sh.hd
-                << " head " << h;
+  for (const IsaKernel& ik : kIsaKernels) {
+    IsaScope scope("avx2");
+    if (!ik.set()) continue;  // no AVX-512 on this machine
+    for (const Shape& sh : {Shape{4, 2, 64}, Shape{8, 4, 8}, Shape{4, 1, 256}}) {
+      for (KvDtype vt : kAllKvDtypes) {
+        // K q4_0 (a mixed pair: the tile unless V is q4_0 too), and K = V (the
+        // AVX-512 kernel under avx512-vnni/avx512, for the head sizes it takes).
+        for (KvDtype kt : {KvDtype::Q4_0, vt}) {
+          auto s = Scenario::make(sh.n_heads, sh.n_kv, sh.hd, 16, KvTypes(kt, vt), {1}, {1}, 4500);
+          const auto got = s.run_cpu();
+          const int64_t row = static_cast<int64_t>(sh.n_kv) * sh.hd;
+          std::vector<float> v(static_cast<size_t>(row));
+          kv_read_row(vt, s.vpool.data(), row, v.data());  // slot 0: the sequence's one key
+          for (int32_t h = 0; h < sh.n_heads; ++h) {
+            const int32_t kvh = h / (sh.n_heads / sh.n_kv);
+            for (int32_t d = 0; d < sh.hd; ++d)  // == : the output adds p * v to +0, so a -0 comes out +0
+              ASSERT_EQ(got[h * sh.hd + d], v[kvh * sh.hd + d])
+                  << ik.name() << " K " << kv_dtype_name(kt) << " V " << kv_dtype_name(vt) << " hd=" << sh.hd
+                  << " head " << h;
+          }
         }
       }
     }
   }
- }
 }
 
 // Both ISAs' paths (AVX2 staged pages; AVX-512 token by token in chunks of up
