@@ -300,18 +300,17 @@ const char* isa_name();
 // Not thread-safe: call between steps, never while a kernel runs.
 bool set_isa(const char* name);
 // Which paged-attention kernel runs where the ISA is AVX-512 (AVX2 machines have
-// one): "avx512" (attention_avx512.cc, each token alone, K/V decoded in
-// registers) or "tile" (attention.cc's page tiles, the AVX2 arithmetic: a page
-// decoded once for a tile of 16 tokens). "auto", the default, chooses by
-// processor: on Intel Xeons the tile (measured there: prefill attention at
-// depth 4096 1.6-2x faster, decode alike); elsewhere (AMD Zen) the AVX-512
-// kernel for f32/f16/bf16 K/V and the tile for the quantized types, as before.
-// env PAGODA_ATTENTION=avx512|tile at start-up forces one ("auto" then means it). The choice depends
-// only on the machine and the cache's types, never on the batch; the two round
-// differently (16- vs 8-lane sums). Returns false for an unknown name. Not
-// thread-safe, like set_isa.
+// one): "avx512" (attention_avx512.cc: K/V decoded in registers, each token's
+// heads alone; a prefill tile's tokens go span by span over shared K/V) or
+// "tile" (attention.cc's page tiles, the AVX2 arithmetic). "auto", the default,
+// is the AVX-512 kernel wherever it takes the K/V types (measured on an Intel
+// Xeon, model 167: prefill attention at depth 4096 within 2% of the tile for
+// f16, q8_0 and q4_0, decode at depth 5-27% faster); env PAGODA_ATTENTION=
+// avx512|tile at start-up forces one ("auto" then means it), for comparisons.
+// The choice depends only on the machine and the cache's types, never on the
+// batch; the two round differently (16- vs 8-lane sums). Returns false for an
+// unknown name. Not thread-safe, like set_isa.
 bool set_attention(const char* name);
-const char* attention_name();  // "avx512" or "tile": what auto is on this machine for f16 K/V
 }  // namespace cpu
 
 // ---- Ops both backends share ----------------------------------------------------

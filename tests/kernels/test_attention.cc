@@ -571,47 +571,11 @@ TEST(PagedAttentionWindow, NeverReadsThePagesBeforeTheWindow) {
   }
 }
 
-// The AVX-512 path's outputs, pinned: one hash over prefill and decode batches
-// of every head size it takes, three KV dtypes, pages of 5, 16 and 48 keys, with
-// and without a window. Its op sequence per (token, head) is the batch-invariance
-// contract (decode of a token = the same token inside a prefill), so a kernel
-// change that moves any bit must be deliberate: the hash here changes with it.
-// (Session 13 folded the score reduction tree in as keys come and gave exp its
-// 16-lane form; the hash was taken before that change and held after it.)
-TEST(PagedAttention, Avx512OutputsArePinned) {
-  IsaScope scope("avx2");
-  if (!cpu::set_isa("avx512-vnni")) GTEST_SKIP() << "no AVX-512 on this machine";
-  ASSERT_TRUE(cpu::set_attention("avx512"));
-  const Shape shapes[] = {{9, 3, 64}, {7, 1, 64}, {8, 4, 16}, {4, 2, 32}, {4, 1, 128}, {4, 1, 256}};
-  uint64_t h = 0, seed = 4200;
-  for (const Shape& sh : shapes) {
-    for (KvDtype dt : {KvDtype::F32, KvDtype::F16, KvDtype::BF16}) {
-      for (int32_t bs : {5, 16, 48}) {
-        auto s = Scenario::make(sh.n_heads, sh.n_kv, sh.hd, bs, dt, {37, 20, 97, 1}, {1, 20, 9, 1}, seed++);
-        for (int32_t w : {0, 19}) {
-          const auto out = s.run_cpu(w);
-          h = xxh3_64(out.data(), out.size() * sizeof(float), h);
-        }
-      }
-    }
-  }
-  EXPECT_EQ(h, 0x7d9e8d0fa29203dfull) << std::hex << "hash 0x" << h;
-}
-
-// The same for the quantized K/V types and the mixed pairs the AVX-512 path
-// takes (attend_token_avx512_supports; head sizes 32 and up): their values are
-// decoded in registers, each bitwise the scalar dequantizer's
-// (OneKeyOutputIsTheDequantizedVRow), so the hash pins the op sequence.
-TEST(PagedAttention, Avx512QuantizedOutputsArePinned) {
-  IsaScope scope("avx2");
-  if (!cpu::set_isa("avx512-vnni")) GTEST_SKIP() << "no AVX-512 on this machine";
-  ASSERT_TRUE(cpu::set_attention("avx512"));
-  const Shape shapes[] = {{9, 3, 64}, {7, 1, 64}, {4, 2, 32}, {4, 1, 128}, {4, 1, 256}};
-  const KvTypes types[] = {KvTypes(KvDtype::Q8_0),  KvTypes(KvDtype::Q4_0),   KvTypes(KvDtype::Q4_1),
-                           KvTypes(KvDtype::IQ4_NL), KvTypes(KvDtype::Q5_0),   KvTypes(KvDtype::Q5_1),
-                           KvTypes(KvDtype::F16, KvDtype::Q8_0), KvTypes(KvDtype::F16, KvDtype::Q4_0),
-                           KvTypes(KvDtype::Q8_0, KvDtype::Q4_0)};
-  uint64_t h = 0, seed = 4300;
+// One hash over the AVX-512 kernel's outputs: prefill and decode batches of
+// every shape and K/V type pair given, pages of 5, 16 and 48 keys, with and
+// without a window (Scenarios seeded from `seed` in that order).
+uint64_t avx512_outputs_hash(const std::vector<Shape>& shapes, const std::vector<KvTypes>& types, uint64_t seed) {
+  uint64_t h = 0;
   for (const Shape& sh : shapes) {
     for (const KvTypes& dt : types) {
       for (int32_t bs : {5, 16, 48}) {
@@ -623,6 +587,38 @@ TEST(PagedAttention, Avx512QuantizedOutputsArePinned) {
       }
     }
   }
+  return h;
+}
+
+// The AVX-512 path's outputs, pinned: every head size it takes, three KV
+// dtypes. Its op sequence per (token, head) is the batch-invariance contract
+// (decode of a token = the same token inside a prefill), so a kernel change
+// that moves any bit must be deliberate: the hash here changes with it.
+// (Session 13 folded the score reduction tree in as keys come and gave exp its
+// 16-lane form; the hash was taken before that change and held after it.)
+TEST(PagedAttention, Avx512OutputsArePinned) {
+  IsaScope scope("avx2");
+  if (!cpu::set_isa("avx512-vnni")) GTEST_SKIP() << "no AVX-512 on this machine";
+  ASSERT_TRUE(cpu::set_attention("avx512"));
+  const uint64_t h = avx512_outputs_hash({{9, 3, 64}, {7, 1, 64}, {8, 4, 16}, {4, 2, 32}, {4, 1, 128}, {4, 1, 256}},
+                                         {KvTypes(KvDtype::F32), KvTypes(KvDtype::F16), KvTypes(KvDtype::BF16)}, 4200);
+  EXPECT_EQ(h, 0x7d9e8d0fa29203dfull) << std::hex << "hash 0x" << h;
+}
+
+// The same for the quantized K/V types and the mixed pairs the AVX-512 path
+// takes (attend_token_avx512_supports; head sizes 32 and up): their values are
+// decoded in registers, each bitwise the scalar dequantizer's
+// (OneKeyOutputIsTheDequantizedVRow), so the hash pins the op sequence.
+TEST(PagedAttention, Avx512QuantizedOutputsArePinned) {
+  IsaScope scope("avx2");
+  if (!cpu::set_isa("avx512-vnni")) GTEST_SKIP() << "no AVX-512 on this machine";
+  ASSERT_TRUE(cpu::set_attention("avx512"));
+  const uint64_t h = avx512_outputs_hash(
+      {{9, 3, 64}, {7, 1, 64}, {4, 2, 32}, {4, 1, 128}, {4, 1, 256}},
+      {KvTypes(KvDtype::Q8_0), KvTypes(KvDtype::Q4_0), KvTypes(KvDtype::Q4_1), KvTypes(KvDtype::IQ4_NL),
+       KvTypes(KvDtype::Q5_0), KvTypes(KvDtype::Q5_1), KvTypes(KvDtype::F16, KvDtype::Q8_0),
+       KvTypes(KvDtype::F16, KvDtype::Q4_0), KvTypes(KvDtype::Q8_0, KvDtype::Q4_0)},
+      4300);
   EXPECT_EQ(h, 0x5f6111483ca8b31dull) << std::hex << "hash 0x" << h;
 }
 

@@ -213,11 +213,11 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
   // The AVX-512 kernel reads every K/V type with itself and three mixed pairs
   // (attend_token_avx512_supports), its arithmetic pinned by
   // PagedAttention.Avx512OutputsArePinned and Avx512QuantizedOutputsArePinned;
-  // where the machine's choice (cpu::set_attention, "auto" by processor) is
-  // the tile, and for other pairs, the AVX2 path below runs. The choice depends
+  // where cpu::set_attention chose the tile, and for other pairs, the AVX2
+  // path below runs. The choice depends
   // only on the machine and the cache's shape, so a token's op sequence never
   // depends on the batch.
-  const bool avx512 = detail::attention_avx512(kv.dtype, kv.v_dtype) &&
+  const bool avx512 = detail::attention_avx512() &&
                       detail::attend_token_avx512_supports(kv.dtype, kv.v_dtype, hd);
   // The AVX-512 path keeps its tiles of 8 tokens (its partition, untested here
   // since this change; the AVX2 path, which blocks a tile's rows, takes 16).
@@ -320,19 +320,22 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
       // Whole-row items go head by head (their rows are read ahead whole, by
       // RowPrefetch); the KV-head runs of few-sequence decode go span by span
       // (n_kv > 1). kv_per_item > 1 only when hsplit == 1: the heads are contiguous.
-      // KV head by KV head, then the tile's tokens: a prefill tile at depth
-      // reads one KV head's slices of every key once per token, and those stay
-      // in L2 (4,096 keys of f16 x 64: 1 MiB), where all the KV heads' whole
-      // rows for each token in turn (8 MiB) came from memory once per token
-      // (Intel Xeon, pp512 @ d4096: 2x the attention time). Each call is one
-      // (token, KV head): the order of the calls moves no bit.
+      // KV head by KV head; a tile's tokens of one KV head go span by span
+      // together (attend_tokens_avx512), each reading a span's slices from
+      // cache after the first. Each (token, head)'s ops are those it has alone.
       const int32_t runs = whole_rows ? kv_per_item : 1, n_kv = whole_rows ? 1 : kv_per_item;
       for (int32_t k = 0; k < runs; ++k) {
+        detail::TokenAttn toks[kQueryTile];
         for (int32_t i = 0; i < nt; ++i) {
           const int64_t at = (static_cast<int64_t>(t0 + i) * n_heads + h0 + k * group) * hd;
-          detail::attend_token_avx512({.q = q + at, .out = out + at, .n_heads = gs, .kv = &kv, .kv_head = kvh + k,
-                                       .n_kv = n_kv, .pages = pages, .first = first[i], .n_keys = n_keys[i],
-                                       .scale = scale, .ahead = read_ahead ? &ahead : nullptr});
+          toks[i] = {.q = q + at, .out = out + at, .n_heads = gs, .kv = &kv, .kv_head = kvh + k, .n_kv = n_kv,
+                     .pages = pages, .first = first[i], .n_keys = n_keys[i], .scale = scale,
+                     .ahead = read_ahead ? &ahead : nullptr};
+        }
+        if (nt == 1 || n_kv > 1) {
+          for (int32_t i = 0; i < nt; ++i) detail::attend_token_avx512(toks[i]);
+        } else {  // a tile of one KV head: span by span over its tokens (attend_tokens_avx512)
+          detail::attend_tokens_avx512(toks, nt);
         }
       }
       return;

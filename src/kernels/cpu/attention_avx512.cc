@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/kv_rows_avx512.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -342,6 +343,162 @@ void attend_kv(const TokenAttn& a) {
   }
 }
 
+// Several tokens of one sequence and KV head (a prefill tile), walked span by
+// span (kTileSpanKeys keys, whole pages): every token's head runs take the
+// span's chunks before the next span starts, so the span's K/V slices are read
+// from memory once for the tile and then from cache, where one token after
+// another over all the keys read them once per token (at depth 4096 a KV
+// head's slices are 1 MiB of f16: Intel Xeon, prefill attention at half the
+// tile's rate). Each head's float operations are those of attend_all: HeadRun
+// gives the same bits whatever the ranges.
+constexpr int kMaxTileTokens = 8;  // attention.cc's AVX-512 tiles
+constexpr int64_t kTileSpanKeys = 128;
+
+template <KvDtype DK, KvDtype DV, int NV, int R>
+void attend_tile_span(const TokenAttn* toks, int nt, int nfull) {
+  constexpr int kBatch = std::max(1, std::min(kMaxBatch, 16 / NV));
+  constexpr int32_t hd = 16 * NV;
+  const TokenAttn& a0 = toks[0];
+  HeadRun<DK, DV, NV, kBatch> full[kMaxTileTokens][kMaxFull];
+  HeadRun<DK, DV, NV, std::max(R, 1)> rest[kMaxTileTokens];
+  int64_t start[kMaxTileTokens], end = 0, begin = INT64_MAX;
+  for (int t = 0; t < nt; ++t) {
+    for (int b = 0; b < nfull; ++b) full[t][b].init();
+    if constexpr (R > 0) rest[t].init();
+    start[t] = first_chunk(toks[t]);
+    if (toks[t].n_keys > toks[t].first) {
+      begin = std::min(begin, start[t]);
+      end = std::max(end, toks[t].n_keys);
+    }
+  }
+  const int32_t bs = a0.kv->block_size;
+  const int64_t span = std::max<int64_t>(1, kTileSpanKeys / bs) * bs;  // whole pages: spans split no chunk
+  for (int64_t s0 = begin / span * span; s0 < end; s0 += span) {
+    const int64_t s1 = s0 + span;
+    for (int t = 0; t < nt; ++t) {
+      const TokenAttn& a = toks[t];
+      if (a.n_keys <= a.first || start[t] >= s1 || s0 >= a.n_keys) continue;
+      const int64_t c0 = std::max(s0, start[t]);
+      for (int b = 0; b < nfull; ++b) full[t][b].run(a, a.kv_head, a.q + static_cast<int64_t>(b) * kBatch * hd, c0, s1);
+      if constexpr (R > 0) rest[t].run(a, a.kv_head, a.q + static_cast<int64_t>(nfull) * kBatch * hd, c0, s1);
+    }
+  }
+  for (int t = 0; t < nt; ++t) {
+    float* o = toks[t].out;
+    for (int b = 0; b < nfull; ++b) full[t][b].finish(toks[t], o + static_cast<int64_t>(b) * kBatch * hd);
+    if constexpr (R > 0) rest[t].finish(toks[t], o + static_cast<int64_t>(nfull) * kBatch * hd);
+  }
+}
+
+// attend_tile_span for quantized K or V: each span's K/V slices are decoded
+// once for the tile into f32 rows (per-thread scratch slot 3, KvRows::load16's
+// values, each the scalar dequantizer's bits) and the tokens run the f32 kernel
+// on them through a view whose pages map the span's logical pages onto the
+// scratch: the same values in the same ops, so the same bits as decoding in
+// registers token by token, at one decode per tile instead of one per token.
+template <KvDtype DK, KvDtype DV, int NV, int R>
+void attend_tile_decoded(const TokenAttn* toks, int nt, int nfull) {
+  constexpr int kBatch = std::max(1, std::min(kMaxBatch, 16 / NV));
+  constexpr int32_t hd = 16 * NV;
+  const TokenAttn& a0 = toks[0];
+  const KvLayerView& kv = *a0.kv;
+  const int32_t bs = kv.block_size;
+  const int64_t span = std::max<int64_t>(1, kTileSpanKeys / bs) * bs;
+  HeadRun<KvDtype::F32, KvDtype::F32, NV, kBatch> full[kMaxTileTokens][kMaxFull];
+  HeadRun<KvDtype::F32, KvDtype::F32, NV, std::max(R, 1)> rest[kMaxTileTokens];
+  int64_t start[kMaxTileTokens], end = 0, begin = INT64_MAX;
+  for (int t = 0; t < nt; ++t) {
+    for (int b = 0; b < nfull; ++b) full[t][b].init();
+    if constexpr (R > 0) rest[t].init();
+    start[t] = first_chunk(toks[t]);
+    if (toks[t].n_keys > toks[t].first) {
+      begin = std::min(begin, start[t]);
+      end = std::max(end, toks[t].n_keys);
+    }
+  }
+  if (end == 0) begin = 0;
+  // Scratch: K rows [span][hd], V rows [span][hd], then the page map of every
+  // logical page up to the tile's last (only the current span's entries are read).
+  const int64_t n_pages = (end + bs - 1) / bs + 1;
+  const size_t rows_bytes = static_cast<size_t>(span) * hd * sizeof(float);
+  uint8_t* buf = scratch(3, 2 * rows_bytes + static_cast<size_t>(n_pages) * sizeof(int32_t));
+  float* kf = reinterpret_cast<float*>(buf);
+  float* vf = reinterpret_cast<float*>(buf + rows_bytes);
+  int32_t* pmap = reinterpret_cast<int32_t*>(buf + 2 * rows_bytes);
+  KvLayerView view = kv;
+  view.k = reinterpret_cast<uint8_t*>(kf);
+  view.v = reinterpret_cast<uint8_t*>(vf);
+  view.dtype = view.v_dtype = KvDtype::F32;
+  view.n_kv_heads = 1;
+  view.row_bytes = view.v_row_bytes = static_cast<size_t>(hd) * sizeof(float);
+  const size_t k_off = KvRows<DK>::bytes(static_cast<int64_t>(a0.kv_head) * hd);
+  const size_t v_off = KvRows<DV>::bytes(static_cast<int64_t>(a0.kv_head) * hd);
+  for (int64_t s0 = begin / span * span; s0 < end; s0 += span) {
+    const int64_t s1 = s0 + span;
+    for (int64_t p = s0 / bs; p < s1 / bs && p < n_pages; ++p) pmap[p] = static_cast<int32_t>(p - s0 / bs);
+    // The span's keys any token reads, decoded once.
+    int64_t d0 = s1, d1 = s0;
+    for (int t = 0; t < nt; ++t) {
+      if (toks[t].n_keys <= toks[t].first || start[t] >= s1 || s0 >= toks[t].n_keys) continue;
+      d0 = std::min(d0, std::max(s0, std::max<int64_t>(toks[t].first, start[t])));
+      d1 = std::max(d1, std::min(s1, toks[t].n_keys));
+    }
+    if (d0 >= d1) continue;
+    for (int64_t key = d0; key < d1; ++key) {
+      const size_t slot = static_cast<size_t>(a0.pages[key / bs]) * bs + static_cast<size_t>(key % bs);
+      const uint8_t* kr = kv.k + slot * kv.row_bytes + k_off;
+      const uint8_t* vr = kv.v + slot * kv.v_row_bytes + v_off;
+      float* ko = kf + (key - s0) * hd;
+      float* vo = vf + (key - s0) * hd;
+      for (int i = 0; i < NV; ++i) {
+        _mm512_storeu_ps(ko + 16 * i, KvRows<DK>::load16(kr, i));
+        _mm512_storeu_ps(vo + 16 * i, KvRows<DV>::load16(vr, i));
+      }
+    }
+    for (int t = 0; t < nt; ++t) {
+      if (toks[t].n_keys <= toks[t].first || start[t] >= s1 || s0 >= toks[t].n_keys) continue;
+      TokenAttn a = toks[t];
+      a.kv = &view;
+      a.kv_head = 0;
+      a.pages = pmap;
+      a.ahead = nullptr;
+      const int64_t c0 = std::max(s0, start[t]);
+      for (int b = 0; b < nfull; ++b) full[t][b].run(a, 0, a.q + static_cast<int64_t>(b) * kBatch * hd, c0, s1);
+      if constexpr (R > 0) rest[t].run(a, 0, a.q + static_cast<int64_t>(nfull) * kBatch * hd, c0, s1);
+    }
+  }
+  for (int t = 0; t < nt; ++t) {
+    float* o = toks[t].out;
+    for (int b = 0; b < nfull; ++b) full[t][b].finish(toks[t], o + static_cast<int64_t>(b) * kBatch * hd);
+    if constexpr (R > 0) rest[t].finish(toks[t], o + static_cast<int64_t>(nfull) * kBatch * hd);
+  }
+}
+
+template <KvDtype DK, KvDtype DV, int NV, int R>
+void attend_tile_any(const TokenAttn* toks, int nt, int nfull) {
+  if constexpr (KvRows<DK>::kBlock || KvRows<DV>::kBlock) {
+    attend_tile_decoded<DK, DV, NV, R>(toks, nt, nfull);
+  } else {
+    attend_tile_span<DK, DV, NV, R>(toks, nt, nfull);
+  }
+}
+
+template <KvDtype DK, KvDtype DV, int NV>
+void attend_tile(const TokenAttn* toks, int nt) {
+  constexpr int kBatch = std::max(1, std::min(kMaxBatch, 16 / NV));
+  const int n_heads = toks[0].n_heads, nfull = n_heads / kBatch, r = n_heads % kBatch;
+  if (nt > kMaxTileTokens || nfull > kMaxFull) {  // token by token
+    for (int t = 0; t < nt; ++t) attend_all<DK, DV, NV>(toks[t]);
+    return;
+  }
+  switch (r) {
+    case 0: attend_tile_any<DK, DV, NV, 0>(toks, nt, nfull); break;
+    case 1: attend_tile_any<DK, DV, NV, 1>(toks, nt, nfull); break;
+    case 2: if constexpr (kBatch > 2) attend_tile_any<DK, DV, NV, 2>(toks, nt, nfull); break;
+    default: if constexpr (kBatch > 3) attend_tile_any<DK, DV, NV, 3>(toks, nt, nfull); break;
+  }
+}
+
 template <KvDtype DK, KvDtype DV, int NV>
 void attend_token_heads(const TokenAttn& a) {
   if (a.n_kv > 1) {
@@ -351,14 +508,24 @@ void attend_token_heads(const TokenAttn& a) {
   }
 }
 
+// One token (nt == 1: its KV-head runs or its heads) or a tile of tokens of one KV head.
+template <KvDtype DK, KvDtype DV, int NV>
+void attend_tokens(const TokenAttn* toks, int nt) {
+  if (nt == 1) {
+    attend_token_heads<DK, DV, NV>(toks[0]);
+  } else {
+    attend_tile<DK, DV, NV>(toks, nt);
+  }
+}
+
 template <KvDtype DK, KvDtype DV>
-void attend_dtype(const TokenAttn& a) {
-  switch (a.kv->head_dim) {
-    case 16: if constexpr (!KvRows<DK>::kBlock && !KvRows<DV>::kBlock) attend_token_heads<DK, DV, 1>(a); break;
-    case 32: attend_token_heads<DK, DV, 2>(a); break;
-    case 64: attend_token_heads<DK, DV, 4>(a); break;
-    case 128: attend_token_heads<DK, DV, 8>(a); break;
-    case 256: attend_token_heads<DK, DV, 16>(a); break;
+void attend_dtype(const TokenAttn* toks, int nt) {
+  switch (toks[0].kv->head_dim) {
+    case 16: if constexpr (!KvRows<DK>::kBlock && !KvRows<DV>::kBlock) attend_tokens<DK, DV, 1>(toks, nt); break;
+    case 32: attend_tokens<DK, DV, 2>(toks, nt); break;
+    case 64: attend_tokens<DK, DV, 4>(toks, nt); break;
+    case 128: attend_tokens<DK, DV, 8>(toks, nt); break;
+    case 256: attend_tokens<DK, DV, 16>(toks, nt); break;
     default: break;  // attend_token_avx512_supports said no
   }
 }
@@ -419,15 +586,19 @@ bool attend_token_avx512_supports(KvDtype k_dtype, KvDtype v_dtype, int32_t head
                   head_dim == 256);
 }
 
-void attend_token_avx512(const TokenAttn& a) {
+void attend_tokens_avx512(const TokenAttn* toks, int nt) {
+  if (nt <= 0) return;
+  const KvLayerView& kv = *toks[0].kv;
 #define PAGODA_KV_PAIR_RUN(K, V)                                         \
-  if (a.kv->dtype == KvDtype::K && a.kv->v_dtype == KvDtype::V) {      \
-    attend_dtype<KvDtype::K, KvDtype::V>(a);                             \
+  if (kv.dtype == KvDtype::K && kv.v_dtype == KvDtype::V) {            \
+    attend_dtype<KvDtype::K, KvDtype::V>(toks, nt);                      \
     return;                                                              \
   }
   PAGODA_KV_PAIRS(PAGODA_KV_PAIR_RUN)
 #undef PAGODA_KV_PAIR_RUN
   // Not reached: attend_token_avx512_supports said no.
 }
+
+void attend_token_avx512(const TokenAttn& a) { attend_tokens_avx512(&a, 1); }
 
 }  // namespace pagoda::kernels::cpu::detail

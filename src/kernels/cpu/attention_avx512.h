@@ -55,5 +55,9 @@ struct TokenAttn {
 // only), 32, 64, 128 or 256.
 bool attend_token_avx512_supports(KvDtype k_dtype, KvDtype v_dtype, int32_t head_dim);
 void attend_token_avx512(const TokenAttn& a);
+// Tokens of one sequence and one KV head (n_kv == 1 each, the same kv, kv_head,
+// pages, scale and n_heads; their own q, out, first, n_keys), a prefill tile:
+// each token's result is bitwise attend_token_avx512's for it alone.
+void attend_tokens_avx512(const TokenAttn* toks, int nt);
 
 }  // namespace pagoda::kernels::cpu::detail

@@ -23,10 +23,9 @@ namespace pagoda::kernels::cpu::detail {
 enum class Isa { kAvx2 = 0, kAvx512 = 1 };
 Isa isa();
 int threads();
-// Whether paged attention takes the AVX-512 kernel for these K/V types (where it
-// supports them, attend_token_avx512_supports): the ISA and cpu::set_attention's
-// choice, "auto" by processor (api.h).
-bool attention_avx512(KvDtype k, KvDtype v);
+// Whether paged attention takes the AVX-512 kernel (where it supports the K/V
+// types, attend_token_avx512_supports): the ISA and cpu::set_attention's choice (api.h).
+bool attention_avx512();
 
 inline size_t act_record_bytes(int g) { return static_cast<size_t>(64 * g); }
 inline int64_t act_groups(int64_t cols, int g) { return (cols / 32 + g - 1) / g; }

@@ -39,7 +39,7 @@ std::atomic<int>& isa_state() {
   return s;
 }
 
-// Paged attention on AVX-512: 0 auto (by processor), 1 the AVX-512 kernel, 2 the tile.
+// Paged attention on AVX-512: 0 auto (the start-up choice), 1 the AVX-512 kernel, 2 the tile.
 int attention_from_name(const char* name) {
   if (name == nullptr) return -1;
   if (std::strcmp(name, "auto") == 0) return 0;
@@ -56,11 +56,6 @@ int initial_attention() {
 std::atomic<int>& attention_state() {
   static std::atomic<int> s{0};
   return s;
-}
-
-bool cpu_is_intel() {
-  __builtin_cpu_init();
-  return __builtin_cpu_is("intel");
 }
 
 // PAGODA_KQUANT_FALLBACK=1 at start-up sends K-quant (and IQ4_XS, IQ4_NL) weights through the
@@ -129,10 +124,6 @@ bool set_attention(const char* name) {
   return true;
 }
 
-const char* attention_name() {
-  return detail::attention_avx512(KvDtype::F16, KvDtype::F16) ? "avx512" : "tile";
-}
-
 void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y) {
   PAGODA_CHECK_MSG(matmul_supports(w.type), "matmul: unsupported weight type %u",
                    static_cast<unsigned>(w.type));
@@ -173,19 +164,12 @@ namespace detail {
 
 Isa isa() { return isa_state().load(std::memory_order_relaxed) == 1 ? Isa::kAvx512 : Isa::kAvx2; }
 
-bool attention_avx512(KvDtype k, KvDtype v) {
+bool attention_avx512() {
   if (isa() != Isa::kAvx512) return false;
   static const int start_up = initial_attention();  // env PAGODA_ATTENTION, else 0
   int mode = attention_state().load(std::memory_order_relaxed);
   if (mode == 0) mode = start_up;
-  switch (mode) {
-    case 1: return true;
-    case 2: return false;
-    default: {
-      static const bool intel = cpu_is_intel();
-      return !intel && !kv_dtype_is_quantized(k) && !kv_dtype_is_quantized(v);
-    }
-  }
+  return mode != 2;  // auto: the AVX-512 kernel wherever it takes the types (attend_token_avx512_supports)
 }
 int threads() { return thread_state().load(std::memory_order_relaxed); }
 
