@@ -354,40 +354,63 @@ void attend_kv(const TokenAttn& a) {
 constexpr int kMaxTileTokens = 8;  // attention.cc's AVX-512 tiles
 constexpr int64_t kTileSpanKeys = 128;
 
+// The head runs of a tile's tokens (full batches of kBatch heads, then R
+// heads), each token starting at its first chunk; [begin, end): the keys any
+// token reads.
 template <KvDtype DK, KvDtype DV, int NV, int R>
-void attend_tile_span(const TokenAttn* toks, int nt, int nfull) {
-  constexpr int kBatch = std::max(1, std::min(kMaxBatch, 16 / NV));
-  constexpr int32_t hd = 16 * NV;
-  const TokenAttn& a0 = toks[0];
+struct TileRuns {
+  static constexpr int kBatch = std::max(1, std::min(kMaxBatch, 16 / NV));
+  static constexpr int32_t hd = 16 * NV;
   HeadRun<DK, DV, NV, kBatch> full[kMaxTileTokens][kMaxFull];
   HeadRun<DK, DV, NV, std::max(R, 1)> rest[kMaxTileTokens];
-  int64_t start[kMaxTileTokens], end = 0, begin = INT64_MAX;
-  for (int t = 0; t < nt; ++t) {
-    for (int b = 0; b < nfull; ++b) full[t][b].init();
-    if constexpr (R > 0) rest[t].init();
-    start[t] = first_chunk(toks[t]);
-    if (toks[t].n_keys > toks[t].first) {
-      begin = std::min(begin, start[t]);
-      end = std::max(end, toks[t].n_keys);
-    }
-  }
-  const int32_t bs = a0.kv->block_size;
-  const int64_t span = std::max<int64_t>(1, kTileSpanKeys / bs) * bs;  // whole pages: spans split no chunk
-  for (int64_t s0 = begin / span * span; s0 < end; s0 += span) {
-    const int64_t s1 = s0 + span;
+  int64_t start[kMaxTileTokens], begin = INT64_MAX, end = 0;
+  int nt = 0, nfull = 0;
+
+  void init(const TokenAttn* toks, int n, int full_batches) {
+    nt = n;
+    nfull = full_batches;
     for (int t = 0; t < nt; ++t) {
-      const TokenAttn& a = toks[t];
-      if (a.n_keys <= a.first || start[t] >= s1 || s0 >= a.n_keys) continue;
-      const int64_t c0 = std::max(s0, start[t]);
-      for (int b = 0; b < nfull; ++b) full[t][b].run(a, a.kv_head, a.q + static_cast<int64_t>(b) * kBatch * hd, c0, s1);
-      if constexpr (R > 0) rest[t].run(a, a.kv_head, a.q + static_cast<int64_t>(nfull) * kBatch * hd, c0, s1);
+      for (int b = 0; b < nfull; ++b) full[t][b].init();
+      if constexpr (R > 0) rest[t].init();
+      start[t] = first_chunk(toks[t]);
+      if (toks[t].n_keys > toks[t].first) {
+        begin = std::min(begin, start[t]);
+        end = std::max(end, toks[t].n_keys);
+      }
+    }
+    if (end == 0) begin = 0;
+  }
+  // Whether token t (toks[t] = a) has chunks starting in the span [s0, s1).
+  bool reads(int t, const TokenAttn& a, int64_t s0, int64_t s1) const {
+    return a.n_keys > a.first && start[t] < s1 && s0 < a.n_keys;
+  }
+  // Token t's chunks starting in [s0, s1) (a: its TokenAttn, or a view of it).
+  void run(int t, const TokenAttn& a, int64_t s0, int64_t s1) {
+    const int64_t c0 = std::max(s0, start[t]);
+    for (int b = 0; b < nfull; ++b) full[t][b].run(a, a.kv_head, a.q + static_cast<int64_t>(b) * kBatch * hd, c0, s1);
+    if constexpr (R > 0) rest[t].run(a, a.kv_head, a.q + static_cast<int64_t>(nfull) * kBatch * hd, c0, s1);
+  }
+  void finish(const TokenAttn* toks) const {
+    for (int t = 0; t < nt; ++t) {
+      float* o = toks[t].out;
+      for (int b = 0; b < nfull; ++b) full[t][b].finish(toks[t], o + static_cast<int64_t>(b) * kBatch * hd);
+      if constexpr (R > 0) rest[t].finish(toks[t], o + static_cast<int64_t>(nfull) * kBatch * hd);
     }
   }
-  for (int t = 0; t < nt; ++t) {
-    float* o = toks[t].out;
-    for (int b = 0; b < nfull; ++b) full[t][b].finish(toks[t], o + static_cast<int64_t>(b) * kBatch * hd);
-    if constexpr (R > 0) rest[t].finish(toks[t], o + static_cast<int64_t>(nfull) * kBatch * hd);
+};
+
+template <KvDtype DK, KvDtype DV, int NV, int R>
+void attend_tile_span(const TokenAttn* toks, int nt, int nfull) {
+  TileRuns<DK, DV, NV, R> runs;
+  runs.init(toks, nt, nfull);
+  const int32_t bs = toks[0].kv->block_size;
+  const int64_t span = std::max<int64_t>(1, kTileSpanKeys / bs) * bs;  // whole pages: spans split no chunk
+  for (int64_t s0 = runs.begin / span * span; s0 < runs.end; s0 += span) {
+    for (int t = 0; t < nt; ++t) {
+      if (runs.reads(t, toks[t], s0, s0 + span)) runs.run(t, toks[t], s0, s0 + span);
+    }
   }
+  runs.finish(toks);
 }
 
 // attend_tile_span for quantized K or V: each span's K/V slices are decoded
@@ -398,28 +421,16 @@ void attend_tile_span(const TokenAttn* toks, int nt, int nfull) {
 // registers token by token, at one decode per tile instead of one per token.
 template <KvDtype DK, KvDtype DV, int NV, int R>
 void attend_tile_decoded(const TokenAttn* toks, int nt, int nfull) {
-  constexpr int kBatch = std::max(1, std::min(kMaxBatch, 16 / NV));
   constexpr int32_t hd = 16 * NV;
   const TokenAttn& a0 = toks[0];
   const KvLayerView& kv = *a0.kv;
   const int32_t bs = kv.block_size;
   const int64_t span = std::max<int64_t>(1, kTileSpanKeys / bs) * bs;
-  HeadRun<KvDtype::F32, KvDtype::F32, NV, kBatch> full[kMaxTileTokens][kMaxFull];
-  HeadRun<KvDtype::F32, KvDtype::F32, NV, std::max(R, 1)> rest[kMaxTileTokens];
-  int64_t start[kMaxTileTokens], end = 0, begin = INT64_MAX;
-  for (int t = 0; t < nt; ++t) {
-    for (int b = 0; b < nfull; ++b) full[t][b].init();
-    if constexpr (R > 0) rest[t].init();
-    start[t] = first_chunk(toks[t]);
-    if (toks[t].n_keys > toks[t].first) {
-      begin = std::min(begin, start[t]);
-      end = std::max(end, toks[t].n_keys);
-    }
-  }
-  if (end == 0) begin = 0;
+  TileRuns<KvDtype::F32, KvDtype::F32, NV, R> runs;
+  runs.init(toks, nt, nfull);
   // Scratch: K rows [span][hd], V rows [span][hd], then the page map of every
   // logical page up to the tile's last (only the current span's entries are read).
-  const int64_t n_pages = (end + bs - 1) / bs + 1;
+  const int64_t n_pages = (runs.end + bs - 1) / bs + 1;
   const size_t rows_bytes = static_cast<size_t>(span) * hd * sizeof(float);
   uint8_t* buf = scratch(3, 2 * rows_bytes + static_cast<size_t>(n_pages) * sizeof(int32_t));
   float* kf = reinterpret_cast<float*>(buf);
@@ -433,14 +444,14 @@ void attend_tile_decoded(const TokenAttn* toks, int nt, int nfull) {
   view.row_bytes = view.v_row_bytes = static_cast<size_t>(hd) * sizeof(float);
   const size_t k_off = KvRows<DK>::bytes(static_cast<int64_t>(a0.kv_head) * hd);
   const size_t v_off = KvRows<DV>::bytes(static_cast<int64_t>(a0.kv_head) * hd);
-  for (int64_t s0 = begin / span * span; s0 < end; s0 += span) {
+  for (int64_t s0 = runs.begin / span * span; s0 < runs.end; s0 += span) {
     const int64_t s1 = s0 + span;
     for (int64_t p = s0 / bs; p < s1 / bs && p < n_pages; ++p) pmap[p] = static_cast<int32_t>(p - s0 / bs);
     // The span's keys any token reads, decoded once.
     int64_t d0 = s1, d1 = s0;
     for (int t = 0; t < nt; ++t) {
-      if (toks[t].n_keys <= toks[t].first || start[t] >= s1 || s0 >= toks[t].n_keys) continue;
-      d0 = std::min(d0, std::max(s0, std::max<int64_t>(toks[t].first, start[t])));
+      if (!runs.reads(t, toks[t], s0, s1)) continue;
+      d0 = std::min(d0, std::max(s0, std::max<int64_t>(toks[t].first, runs.start[t])));
       d1 = std::max(d1, std::min(s1, toks[t].n_keys));
     }
     if (d0 >= d1) continue;
@@ -456,22 +467,16 @@ void attend_tile_decoded(const TokenAttn* toks, int nt, int nfull) {
       }
     }
     for (int t = 0; t < nt; ++t) {
-      if (toks[t].n_keys <= toks[t].first || start[t] >= s1 || s0 >= toks[t].n_keys) continue;
+      if (!runs.reads(t, toks[t], s0, s1)) continue;
       TokenAttn a = toks[t];
       a.kv = &view;
       a.kv_head = 0;
       a.pages = pmap;
       a.ahead = nullptr;
-      const int64_t c0 = std::max(s0, start[t]);
-      for (int b = 0; b < nfull; ++b) full[t][b].run(a, 0, a.q + static_cast<int64_t>(b) * kBatch * hd, c0, s1);
-      if constexpr (R > 0) rest[t].run(a, 0, a.q + static_cast<int64_t>(nfull) * kBatch * hd, c0, s1);
+      runs.run(t, a, s0, s1);
     }
   }
-  for (int t = 0; t < nt; ++t) {
-    float* o = toks[t].out;
-    for (int b = 0; b < nfull; ++b) full[t][b].finish(toks[t], o + static_cast<int64_t>(b) * kBatch * hd);
-    if constexpr (R > 0) rest[t].finish(toks[t], o + static_cast<int64_t>(nfull) * kBatch * hd);
-  }
+  runs.finish(toks);
 }
 
 template <KvDtype DK, KvDtype DV, int NV, int R>
