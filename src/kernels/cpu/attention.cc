@@ -221,7 +221,7 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
                       detail::attend_token_avx512_supports(kv.dtype, kv.v_dtype, hd);
   // The AVX-512 path keeps its tiles of 8 tokens (its partition, untested here
   // since this change; the AVX2 path, which blocks a tile's rows, takes 16).
-  const int32_t qtile = avx512 ? 8 : kQueryTile;
+  const int32_t qtile = avx512 ? detail::kAvx512TileTokens : kQueryTile;
   // Tiles of up to qtile consecutive tokens of one sequence: the tile decodes
   // each K/V page once for all its tokens (a prefill chunk's tokens read the same
   // pages). Each token's own op sequence is exactly what it would be alone.
@@ -325,7 +325,7 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
       // cache after the first. Each (token, head)'s ops are those it has alone.
       const int32_t runs = whole_rows ? kv_per_item : 1, n_kv = whole_rows ? 1 : kv_per_item;
       for (int32_t k = 0; k < runs; ++k) {
-        detail::TokenAttn toks[kQueryTile];
+        detail::TokenAttn toks[detail::kAvx512TileTokens];
         for (int32_t i = 0; i < nt; ++i) {
           const int64_t at = (static_cast<int64_t>(t0 + i) * n_heads + h0 + k * group) * hd;
           toks[i] = {.q = q + at, .out = out + at, .n_heads = gs, .kv = &kv, .kv_head = kvh + k, .n_kv = n_kv,

@@ -351,7 +351,7 @@ void attend_kv(const TokenAttn& a) {
 // head's slices are 1 MiB of f16: Intel Xeon, prefill attention at half the
 // tile's rate). Each head's float operations are those of attend_all: HeadRun
 // gives the same bits whatever the ranges.
-constexpr int kMaxTileTokens = 8;  // attention.cc's AVX-512 tiles
+constexpr int kMaxTileTokens = kAvx512TileTokens;
 constexpr int64_t kTileSpanKeys = 128;
 
 // The head runs of a tile's tokens (full batches of kBatch heads, then R

@@ -59,5 +59,7 @@ void attend_token_avx512(const TokenAttn& a);
 // pages, scale and n_heads; their own q, out, first, n_keys), a prefill tile:
 // each token's result is bitwise attend_token_avx512's for it alone.
 void attend_tokens_avx512(const TokenAttn* toks, int nt);
+// Tokens per tile on the AVX-512 path (attention.cc's tiles; attend_tokens_avx512's most).
+constexpr int32_t kAvx512TileTokens = 8;
 
 }  // namespace pagoda::kernels::cpu::detail
