@@ -1,6 +1,6 @@
 // Load-time packed K-quants (issue 22): Q2_K / Q3_K / Q4_K / Q5_K / Q6_K /
 // IQ4_XS matrices packed by
-// kernels::pack_weight into 16-row chunks (kquant_avx512.cc, "load-time packed
+// kernels::pack_weight into 16-row chunks (kquant_layouts_avx512.h, "load-time packed
 // layout") give bitwise the outputs of the GGUF rows for every token count
 // (the few-token and the GEMM paths both read the packed chunks), row counts
 // that do not fill a chunk, 1 and 2 threads; one token's outputs do not depend

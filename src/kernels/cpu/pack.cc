@@ -1,7 +1,7 @@
 // Packs Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 matrices into the decode layout of
 // pack.h (once, at model load; plain byte copies, so any ISA can run it), and
-// Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS into the AVX-512 K-quant layout (kquant_avx512.cc,
-// KTileSet::pack).
+// Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS into the AVX-512 K-quant layout
+// (kquant_layouts_avx512.h, KTileSet::pack).
 #include "kernels/cpu/pack.h"
 
 #include <sys/mman.h>
