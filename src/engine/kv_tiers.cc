@@ -180,9 +180,10 @@ void KvTierLink::request(Wait& w, int32_t g, int32_t j) {
 bool KvTierLink::start(sched::NewRequest& r) {
   std::vector<Hash128> keys = kv_->chain_keys(r.prompt, r.cache_salt);
   const int32_t first = kv_->match_prefix(r.prompt, r.cache_salt).num_blocks();
-  const auto k = static_cast<int32_t>(keys.size());
+  auto k = static_cast<int32_t>(keys.size());
+  // A hybrid's hit ends at a checkpoint boundary: nothing past the last one is asked for.
+  if (state_group_ >= 0) k = ckpt_interval_ > 0 ? k - k % ckpt_interval_ : 0;
   if (k - first <= 0) return false;
-  if (state_group_ >= 0 && (ckpt_interval_ <= 0 || k - k % ckpt_interval_ <= first)) return false;  // no boundary past RAM's
   const sched::RequestId id = r.id;
   Wait w;
   w.r = std::move(r);
@@ -202,9 +203,8 @@ bool KvTierLink::start(sched::NewRequest& r) {
     }
   }
   for (int32_t g = 0; g < kv_->num_groups(); ++g) {
-    if (g == state_group_) {  // the latest checkpoint (decide() asks for earlier ones after a miss)
-      const int32_t c = k - k % ckpt_interval_;
-      if (w.state[static_cast<size_t>(g)][static_cast<size_t>(c - 1 - first)] == kUnasked) request(w, g, c - 1 - first);
+    if (g == state_group_) {  // the latest checkpoint, at k (decide() asks for earlier ones after a miss)
+      if (w.state[static_cast<size_t>(g)][static_cast<size_t>(k - 1 - first)] == kUnasked) request(w, g, k - 1 - first);
       continue;
     }
     const int32_t lo = std::max(first, kv_->first_needed_block(g, static_cast<int64_t>(k) * block_size_));

@@ -87,6 +87,7 @@ int32_t KvManager::import_blocks(std::span<const TokenId> tokens, std::string_vi
     h = c;
   }
   for (int32_t g = 1; g < num_groups(); ++g) {  // pin what the cache has first: imports cannot evict it then
+    if (g == state_group_) continue;  // no blocks of its own: the checkpoint (above)
     auto& table = pinned[static_cast<size_t>(g)];
     table.assign(static_cast<size_t>(h), kNullBlock);
     for (int32_t i = first_needed_block(g, static_cast<int64_t>(h) * config_.block_size); i < h; ++i) {
@@ -96,6 +97,7 @@ int32_t KvManager::import_blocks(std::span<const TokenId> tokens, std::string_vi
     }
   }
   for (int32_t g = 1; g < num_groups(); ++g) {
+    if (g == state_group_) continue;
     auto& table = pinned[static_cast<size_t>(g)];
     for (int32_t i = first_needed_block(g, static_cast<int64_t>(h) * config_.block_size); i < h; ++i) {
       const auto ui = static_cast<size_t>(i);
