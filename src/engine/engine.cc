@@ -856,6 +856,7 @@ std::vector<KvBlockKey> EngineImpl::kv_block_keys(const SnapshotOptions& options
   const kv::PrefixCache& c = kv_->cache();
   for (kv::BlockId b = 1; b < kv_->pool().num_blocks(); ++b) {
     if (!c.contains(b) || !salt_visible(options, c.salt_of(b))) continue;
+    if (c.group_of(b) == kv_->state_group()) continue;  // a state checkpoint: not announced (kv/prefix_cache.h)
     out.push_back(KvBlockKey{c.group_of(b), "cpu", c.chain_of(b).lo});
   }
   // The disk tier's files do not say their tenant: a tenant's view leaves them out.

@@ -102,7 +102,7 @@ bool KvManager::import_checkpoint(const Hash128& chain, const Hash128* prev, Ent
                                   const std::function<void(int32_t, BlockId)>& fill, std::vector<BlockId>* held) {
   const int32_t S = groups_[static_cast<size_t>(state_group_)]->spec().state_blocks;
   if (num_free_blocks() < S + watermark_blocks_) return false;
-  const PrefixCache::ChainRef ref{state_group_, chain, prev ? *prev : Hash128{}, prev == nullptr};
+  const PrefixCache::ChainRef ref{state_group_, chain, prev ? *prev : Hash128{}, prev == nullptr, false};
   std::vector<BlockId> taken;
   for (int32_t i = 0; i < S; ++i) {
     const BlockId b = blocks_->take();
@@ -159,7 +159,8 @@ void KvManager::make_checkpoint(SeqId seq, const Seq& s, std::span<const TokenId
   if (cached) return;
   // Best effort: never below the watermark (admission's margin).
   if (num_free_blocks() < S + watermark_blocks_) return;
-  PrefixCache::ChainRef ref{state_group_, s.keys[last], last == 0 ? Hash128{} : s.keys[last - 1], last == 0};
+  // Not a K/V block: no KV event (PrefixCache::ChainRef::announce).
+  PrefixCache::ChainRef ref{state_group_, s.keys[last], last == 0 ? Hash128{} : s.keys[last - 1], last == 0, false};
   std::vector<BlockId> taken;
   bool ok = true;
   for (int32_t i = 0; i < S; ++i) {
