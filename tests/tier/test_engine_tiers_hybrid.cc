@@ -1,6 +1,7 @@
 // KV tiers for a hybrid model (issue 38): the synth tiny-lfm2 (conv, attn,
 // conv, conv, attn, conv; blocks of 4 tokens, its recurrent state in S = 2
-// blocks; a state checkpoint every 4 blocks = 16 tokens). Turn 1 is a 37-token
+// blocks) and tiny-qwen35 (gated delta-net and attention; S = 11), a state
+// checkpoint every 4 blocks = 16 tokens. Turn 1 is a 37-token
 // prompt + 8 outputs (44 computed tokens: 11 blocks, a checkpoint at 32, none
 // at its decode's end); turn 2 is turn 1 + its answer + 11 new tokens. With
 // RAM emptied (a reset of the RAM prefix cache only, or a restart), turn 2's
@@ -20,6 +21,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -42,26 +44,24 @@ struct Out {
   int32_t cached = 0;
 };
 
-class TierHybrid : public ::testing::Test {
+// Per preset: its model file, turn 1's prompt, turn 2's prompt and turn 2's cold output.
+struct Model {
+  std::string path;
+  std::vector<int32_t> turn1, turn2;
+  Out cold2;
+};
+
+class TierHybrid : public ::testing::TestWithParam<const char*> {
  protected:
-  static void SetUpTestSuite() {
-    gguf::SynthOptions o;
-    o.shape = *gguf::find_synth_preset("tiny-lfm2");
-    o.type = GgmlType::F32;
-    o.seed = 38;
-    path_ = new std::string(::testing::TempDir() + "pagoda_tier_hybrid_" + std::to_string(::getpid()) + ".gguf");
-    ASSERT_TRUE(gguf::synth_model_file(o, *path_).ok());
-  }
   static void TearDownTestSuite() {
-    if (path_) std::remove(path_->c_str());
-    delete path_;
-    path_ = nullptr;
+    for (const auto& [name, m] : models_) std::remove(m.path.c_str());
+    models_.clear();
   }
 
   // interval 0: no checkpoints, so no prefix caching at all (the cold reference).
   static EngineConfig config(int interval) {
     EngineConfig c;
-    c.model_path = *path_;
+    c.model_path = model().path;
     c.threads = 1;
     c.kv_dtype = KvDtype::F16;
     c.block_size = 4;
@@ -124,24 +124,37 @@ class TierHybrid : public ::testing::Test {
     return t;
   }
 
-  // Turn 1's prompt, turn 2's prompt and turn 2's cold output (no caching).
-  static void SetUpTurns() {
-    if (!turn2_.empty()) return;
-    turn1_ = tokens(11, 37);
+  static Model& model() { return models_[GetParam()]; }
+  // The preset's model (synthesized once) and its turns, the cold one without any caching.
+  void SetUp() override {
+    Model& m = model();
+    if (m.turn2.empty()) make_model(&m);
+    turn1_ = m.turn1;
+    turn2_ = m.turn2;
+    cold2_ = m.cold2;
+  }
+  static void make_model(Model* mp) {
+    Model& m = *mp;
+    gguf::SynthOptions o;
+    o.shape = *gguf::find_synth_preset(GetParam());
+    o.type = GgmlType::F32;
+    o.seed = 38;
+    m.path = ::testing::TempDir() + "pagoda_tier_" + GetParam() + "_" + std::to_string(::getpid()) + ".gguf";
+    ASSERT_TRUE(gguf::synth_model_file(o, m.path).ok());
+    m.turn1 = tokens(11, 37);
     auto e = make(config(0));
     ASSERT_TRUE(e);
-    const Out t1 = run(*e, turn1_);
+    const Out t1 = run(*e, m.turn1);
     ASSERT_EQ(t1.tokens.size(), 8u);
-    turn2_ = turn1_;
-    turn2_.insert(turn2_.end(), t1.tokens.begin(), t1.tokens.end());
+    m.turn2 = m.turn1;
+    m.turn2.insert(m.turn2.end(), t1.tokens.begin(), t1.tokens.end());
     const auto more = tokens(12, 11);
-    turn2_.insert(turn2_.end(), more.begin(), more.end());
+    m.turn2.insert(m.turn2.end(), more.begin(), more.end());
     auto f = make(config(0));
     ASSERT_TRUE(f);
-    cold2_ = run(*f, turn2_);
-    ASSERT_EQ(cold2_.cached, 0);
+    m.cold2 = run(*f, m.turn2);
+    ASSERT_EQ(m.cold2.cached, 0);
   }
-  void SetUp() override { SetUpTurns(); }
 
   static const KvTierStats& tier(const EngineStats& s) {
     static const KvTierStats none;
@@ -154,13 +167,11 @@ class TierHybrid : public ::testing::Test {
     return pred();
   }
 
-  static std::string* path_;
-  static std::vector<int32_t> turn1_, turn2_;
-  static Out cold2_;
+  static std::map<std::string, Model> models_;
+  std::vector<int32_t> turn1_, turn2_;
+  Out cold2_;
 };
-std::string* TierHybrid::path_ = nullptr;
-std::vector<int32_t> TierHybrid::turn1_, TierHybrid::turn2_;
-Out TierHybrid::cold2_;
+std::map<std::string, Model> TierHybrid::models_;
 
 // Turn 1 stores 11 K/V blocks and 1 checkpoint (at 32 tokens).
 constexpr int64_t kTurn1Blocks = 11;
@@ -176,7 +187,7 @@ std::vector<std::pair<uintmax_t, fs::path>> entries(const std::string& dir) {
   return out;
 }
 
-TEST_F(TierHybrid, ResetRamThenSecondTurnRestoresTheCheckpointFromDiskBitwise) {
+TEST_P(TierHybrid, ResetRamThenSecondTurnRestoresTheCheckpointFromDiskBitwise) {
   tiertest::TempDir d;
   auto a = make(disk_config(d.path));
   ASSERT_TRUE(a);
@@ -207,7 +218,7 @@ TEST_F(TierHybrid, ResetRamThenSecondTurnRestoresTheCheckpointFromDiskBitwise) {
   EXPECT_EQ(st.blocks_used, 0);
 }
 
-TEST_F(TierHybrid, RestartServesKvAndCheckpointFromDiskBitwise) {
+TEST_P(TierHybrid, RestartServesKvAndCheckpointFromDiskBitwise) {
   tiertest::TempDir d;
   {
     auto a = make(disk_config(d.path));
@@ -239,7 +250,7 @@ TEST_F(TierHybrid, RestartServesKvAndCheckpointFromDiskBitwise) {
 }
 
 // K/V blocks whose checkpoint is gone, or fails verification, are no hit.
-TEST_F(TierHybrid, KvWithoutAUsableCheckpointIsRecomputed) {
+TEST_P(TierHybrid, KvWithoutAUsableCheckpointIsRecomputed) {
   for (bool flip : {false, true}) {
     const std::string what = flip ? "checkpoint flipped" : "checkpoint removed";
     tiertest::TempDir d;
@@ -274,7 +285,7 @@ TEST_F(TierHybrid, KvWithoutAUsableCheckpointIsRecomputed) {
   }
 }
 
-TEST_F(TierHybrid, TwoReplicasShareCheckpointsThroughRedisBitwise) {
+TEST_P(TierHybrid, TwoReplicasShareCheckpointsThroughRedisBitwise) {
   PAGODA_REQUIRE_REDIS();
   tiertest::TempDir d;
   tiertest::RedisServer s(d.path);
@@ -295,7 +306,7 @@ TEST_F(TierHybrid, TwoReplicasShareCheckpointsThroughRedisBitwise) {
   EXPECT_EQ(st.checkpoints_hit, 1);
 }
 
-TEST_F(TierHybrid, TiersWithoutCheckpointsAreRefused) {
+TEST_P(TierHybrid, TiersWithoutCheckpointsAreRefused) {
   tiertest::TempDir d;
   EngineConfig c = disk_config(d.path);
   c.state_checkpoint_interval = 0;
@@ -304,6 +315,11 @@ TEST_F(TierHybrid, TiersWithoutCheckpointsAreRefused) {
   EXPECT_NE(e.message().find("need state checkpoints (--state-checkpoint-interval > 0)"), std::string::npos)
       << e.message();
 }
+
+INSTANTIATE_TEST_SUITE_P(Presets, TierHybrid, ::testing::Values("tiny-lfm2", "tiny-qwen35"),
+                         [](const ::testing::TestParamInfo<const char*>& i) {
+                           return std::string(i.param) == "tiny-lfm2" ? std::string("TinyLfm2") : std::string("TinyQwen35");
+                         });
 
 }  // namespace
 }  // namespace pagoda::engine
