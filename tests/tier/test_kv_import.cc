@@ -2,6 +2,7 @@
 // (loaded blocks into the prefix cache), with every invariant after each call.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -193,6 +194,90 @@ TEST(KvTierHooks, LongestHitSkipsBlocksOutsideTheWindow) {
   EXPECT_EQ(kv.longest_hit(5, [](int32_t, int32_t i) { return i == 3 || i == 2; }), 2);
   KvManager one = make(16);
   EXPECT_EQ(one.longest_hit(5, [](int32_t, int32_t) { return true; }), 5);
+}
+
+}  // namespace
+}  // namespace pagoda::kv
+
+namespace pagoda::kv {
+namespace {
+
+// Issue 38, a recurrent state group (S = 2) with a checkpoint every 2 blocks:
+// the commit log lists each checkpoint made (its blocks, chain, tokens), and
+// an import's hit ends at the latest boundary whose checkpoint is cached or
+// loaded, the loaded one committed whole (all S blocks) or not at all.
+KvManager make_hybrid(int32_t num_blocks, double watermark = 0.0) {
+  KvConfig c;
+  c.num_blocks = num_blocks;
+  c.block_size = 4;
+  c.watermark = watermark;
+  c.model_fingerprint = 7;
+  c.groups = {KvGroupSpec{0, 0}, KvGroupSpec{0, 2}};
+  c.state_checkpoint_interval = 2;
+  return KvManager(c);
+}
+
+TEST(KvTierHooks, CheckpointsAreLoggedAndImportedWholeAtTheLatestBoundary) {
+  const auto p = prompt(21);  // 5 full blocks a hit may cover: boundaries at 2 and 4 blocks
+  {
+    KvManager kv = make_hybrid(32);
+    kv.set_commit_log(true);
+    ASSERT_TRUE(kv.allocate(1, p, 16, "s").ok());
+    kv.mark_computed(1, p, 16);  // 4 blocks: a checkpoint at 16 tokens
+    const auto logged = kv.take_committed_checkpoints();
+    ASSERT_EQ(logged.size(), 1u);
+    EXPECT_EQ(logged[0].blocks.size(), 2u);
+    EXPECT_EQ(logged[0].key, kv.chain_keys(p, "s")[3]);
+    EXPECT_EQ(logged[0].parent, kv.chain_keys(p, "s")[2]);
+    EXPECT_FALSE(logged[0].root);
+    EXPECT_EQ(logged[0].tokens, std::vector<TokenId>(p.begin() + 12, p.begin() + 16));
+    EXPECT_EQ(logged[0].salt, "s");
+    EXPECT_EQ(kv.flush_checkpoints([](BlockId, BlockId) {}), 2);
+    EXPECT_TRUE(kv.take_committed_checkpoints().empty());
+  }
+  // Loaded: K/V of 5 blocks; checkpoints as `ckpts` says ([block index] at its end).
+  auto import = [&](KvManager& kv, std::vector<int32_t> ckpts, int32_t* filled) {
+    *filled = 0;
+    return kv.import_blocks(
+        p, "", 5,
+        [&](int32_t g, int32_t i) {
+          return g == 0 || std::find(ckpts.begin(), ckpts.end(), i) != ckpts.end();
+        },
+        [](int32_t, int32_t, BlockId) {}, [&](int32_t, int32_t, BlockId) { ++*filled; });
+  };
+  int32_t filled = 0;
+  {
+    KvManager kv = make_hybrid(32);
+    EXPECT_EQ(import(kv, {1, 3}, &filled), 5 + 2);  // the one at 4 blocks, not at 2
+    EXPECT_EQ(filled, 2);
+    EXPECT_EQ(kv.cached_blocks(p, "")[1], (std::vector<int8_t>{0, 0, 0, 1, 0}));
+    const PrefixMatch m = kv.match_prefix(p, "");
+    EXPECT_EQ(m.num_blocks(), 4);
+    EXPECT_EQ(m.checkpoint_blocks().size(), 2u);
+    EXPECT_EQ(kv.check_invariants(), "");
+  }
+  {
+    KvManager kv = make_hybrid(32);
+    EXPECT_EQ(import(kv, {1}, &filled), 5 + 2);  // only the one at 2 blocks
+    EXPECT_EQ(kv.match_prefix(p, "").num_blocks(), 2);
+    EXPECT_EQ(kv.check_invariants(), "");
+  }
+  {
+    KvManager kv = make_hybrid(32);
+    EXPECT_EQ(import(kv, {}, &filled), 5);  // K/V without a checkpoint: no hit
+    EXPECT_EQ(filled, 0);
+    EXPECT_EQ(kv.match_prefix(p, "").num_blocks(), 0);
+    EXPECT_EQ(kv.check_invariants(), "");
+  }
+  {
+    // 7 usable blocks: the 5 K/V blocks leave 2 free, the watermark (1 block) takes one: no room for S = 2.
+    KvManager kv = make_hybrid(8, 0.15);
+    ASSERT_EQ(kv.watermark_blocks(), 1);
+    EXPECT_EQ(import(kv, {3}, &filled), 5);
+    EXPECT_EQ(kv.cached_blocks(p, "")[1], (std::vector<int8_t>{0, 0, 0, 0, 0})) << "all or none";
+    EXPECT_EQ(kv.match_prefix(p, "").num_blocks(), 0);
+    EXPECT_EQ(kv.check_invariants(), "");
+  }
 }
 
 }  // namespace
