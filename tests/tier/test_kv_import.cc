@@ -234,6 +234,18 @@ TEST(KvTierHooks, CheckpointsAreLoggedAndImportedWholeAtTheLatestBoundary) {
     EXPECT_EQ(logged[0].salt, "s");
     EXPECT_EQ(kv.flush_checkpoints([](BlockId, BlockId) {}), 2);
     EXPECT_TRUE(kv.take_committed_checkpoints().empty());
+    ASSERT_TRUE(kv.free(1));
+    ASSERT_EQ(kv.match_prefix(p, "s").num_blocks(), 4);
+    // RAM loses the checkpoint (not its K/V): no hit, until a tier brings the checkpoint back.
+    for (const BlockId b : logged[0].blocks) kv.mutable_cache_for_testing().erase(b);
+    ASSERT_EQ(kv.match_prefix(p, "s").num_blocks(), 0);
+    int32_t parts = 0;
+    EXPECT_EQ(kv.import_blocks(
+                  p, "s", 4, [](int32_t g, int32_t i) { return g == 1 && i == 3; }, [](int32_t, int32_t, BlockId) {},
+                  [&](int32_t i, int32_t part, BlockId) { EXPECT_EQ(i * 10 + part, 30 + parts++); }),
+              2);
+    EXPECT_EQ(kv.match_prefix(p, "s").num_blocks(), 4);
+    EXPECT_EQ(kv.check_invariants(), "");
   }
   // Loaded: K/V of 5 blocks; checkpoints as `ckpts` says ([block index] at its end).
   auto import = [&](KvManager& kv, std::vector<int32_t> ckpts, int32_t* filled) {
