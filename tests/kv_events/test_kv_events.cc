@@ -325,58 +325,6 @@ TEST(KvEventHooks, TierImportStoresEveryImportedBlock) {
   EXPECT_EQ(rec.view, cache_view(kv));
 }
 
-// Issue 38: a hybrid model's state checkpoints (S = 2 blocks under one chain)
-// are no K/V blocks: neither made, imported from a tier nor evicted, they are
-// never announced; the K/V blocks around them are, exactly as without them.
-TEST(KvEventHooks, StateCheckpointsAreNeverAnnounced) {
-  kv::KvConfig c = kv::testing::make_config(17, 4);  // 16 usable
-  c.groups = {kv::KvGroupSpec{0, 0}, kv::KvGroupSpec{0, 2}};  // full attention, a recurrent state of 2 blocks
-  c.state_checkpoint_interval = 1;  // a checkpoint at every block boundary
-  kv::KvManager kv(c);
-  Recorder rec;
-  kv.set_event_sink(&rec);
-  auto blocks_view = [&] {  // the cache's entries less its checkpoints
-    std::set<std::pair<int32_t, uint64_t>> v;
-    for (const auto& e : cache_view(kv))
-      if (e.first != kv.state_group()) v.insert(e);
-    return v;
-  };
-  const auto a = kv::testing::iota_tokens(100, 9);
-  ASSERT_TRUE(kv.allocate(1, a, 9, "").ok());
-  kv.mark_computed(1, a, 8);  // 2 blocks and the checkpoint at their end
-  EXPECT_EQ(kv.flush_checkpoints([](kv::BlockId, kv::BlockId) {}), 2);
-  EXPECT_EQ(kv.stats().num_checkpoints, 1);
-  EXPECT_EQ(rec.stored.size(), 2u);
-  for (const auto& st : rec.stored) EXPECT_EQ(st.group, 0);
-  EXPECT_EQ(rec.view, blocks_view());
-  ASSERT_TRUE(kv.free(1));
-  // A tier import of 3 blocks and the checkpoint after them: the blocks only.
-  rec.reset();
-  const auto b = kv::testing::iota_tokens(500, 13);
-  int parts = 0;
-  const int32_t n = kv.import_blocks(
-      b, "", 3, [](int32_t, int32_t) { return true; }, [](int32_t, int32_t, kv::BlockId) {},
-      [&](int32_t i, int32_t part, kv::BlockId) {
-        EXPECT_EQ(i, 2);
-        EXPECT_EQ(part, parts++);
-      });
-  EXPECT_EQ(n, 3 + 2);
-  EXPECT_EQ(parts, 2);
-  EXPECT_EQ(kv.cached_blocks(b, "")[static_cast<size_t>(kv.state_group())], (std::vector<int8_t>{0, 0, 1}));
-  EXPECT_EQ(kv.stats().num_checkpoints, 2);
-  EXPECT_EQ(rec.stored.size(), 3u);
-  EXPECT_EQ(rec.view, blocks_view());
-  EXPECT_EQ(kv.check_invariants(), "");
-  // A prompt taking 14 of the 16 blocks evicts cached blocks and checkpoints: only the blocks are removed.
-  rec.reset();
-  const auto big = kv::testing::iota_tokens(2000, 48);
-  ASSERT_TRUE(kv.allocate(2, big, 48, "").ok());
-  EXPECT_FALSE(rec.removed.empty());
-  for (const auto& r : rec.removed) EXPECT_EQ(r.first, 0);
-  EXPECT_EQ(rec.view, blocks_view());
-  EXPECT_EQ(kv.check_invariants(), "");
-}
-
 // ---- publisher sockets ----
 std::string recv_frame(void* s, bool* more) {
   zmq_msg_t m;

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "kv/event_sink.h"
 #include "kv/kv_manager.h"
 
 namespace pagoda::kv {
@@ -290,6 +292,61 @@ TEST(KvTierHooks, CheckpointsAreLoggedAndImportedWholeAtTheLatestBoundary) {
     EXPECT_EQ(kv.match_prefix(p, "").num_blocks(), 0);
     EXPECT_EQ(kv.check_invariants(), "");
   }
+}
+
+
+// KV events (issue 37): a checkpoint (S = 2 blocks under one chain) is no K/V
+// block: neither made, imported nor evicted, it is never announced; the K/V
+// blocks around it are, as without it. The view a subscriber keeps is the
+// cache's entries less its checkpoints, each stored once, removed once.
+class Recorder final : public KvEventSink {
+ public:
+  void block_stored(const Hash128& chain, const Hash128*, std::span<const TokenId>, int32_t group) override {
+    ++stored;
+    EXPECT_EQ(group, 0);
+    EXPECT_TRUE(view.insert({group, chain.lo}).second) << "stored twice";
+  }
+  void block_removed(const Hash128& chain, int32_t group) override {
+    ++removed;
+    EXPECT_EQ(view.erase({group, chain.lo}), 1u) << "removed without being stored";
+  }
+  void all_cleared() override { view.clear(); }
+  int stored = 0, removed = 0;
+  std::set<std::pair<int32_t, uint64_t>> view;
+};
+
+TEST(KvTierHooks, CheckpointsAreNeverAnnouncedAsKvEvents) {
+  KvManager kv = make_hybrid(17);  // 16 usable
+  Recorder rec;
+  kv.set_event_sink(&rec);
+  auto blocks_view = [&] {
+    std::set<std::pair<int32_t, uint64_t>> v;
+    for (BlockId b = 1; b < kv.pool().num_blocks(); ++b) {
+      if (kv.cache().contains(b) && kv.cache().group_of(b) != kv.state_group())
+        v.insert({kv.cache().group_of(b), kv.cache().chain_of(b).lo});
+    }
+    return v;
+  };
+  const auto a = prompt(9, 100);
+  ASSERT_TRUE(kv.allocate(1, a, 9, "").ok());
+  kv.mark_computed(1, a, 8);  // 2 blocks and the checkpoint at their end
+  EXPECT_EQ(kv.flush_checkpoints([](BlockId, BlockId) {}), 2);
+  EXPECT_EQ(kv.stats().num_checkpoints, 1);
+  EXPECT_EQ(rec.stored, 2);
+  EXPECT_EQ(rec.view, blocks_view());
+  ASSERT_TRUE(kv.free(1));
+  const auto b = prompt(21, 500);  // 5 blocks; imported with the checkpoint at 4
+  EXPECT_EQ(kv.import_blocks(b, "", 5, all, [](int32_t, int32_t, BlockId) {}, [](int32_t, int32_t, BlockId) {}), 5 + 2);
+  EXPECT_EQ(kv.stats().num_checkpoints, 2);
+  EXPECT_EQ(rec.stored, 2 + 5);
+  EXPECT_EQ(rec.view, blocks_view());
+  // A prompt taking 14 of the 16 blocks evicts blocks and checkpoints: only the blocks are removed.
+  const auto big = prompt(48, 2000);
+  ASSERT_TRUE(kv.allocate(2, big, 48, "").ok());
+  EXPECT_GT(rec.removed, 0);
+  EXPECT_LT(kv.stats().num_checkpoints, 2);
+  EXPECT_EQ(rec.view, blocks_view());
+  EXPECT_EQ(kv.check_invariants(), "");
 }
 
 }  // namespace
