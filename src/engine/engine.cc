@@ -199,7 +199,7 @@ Status EngineImpl::init(const EngineConfig& c) {
   std::vector<int32_t> layer_windows;
   for (const model::LayerAttn& a : mc.layers) layer_windows.push_back(a.recurrent ? kv::kStateWindow : a.window);
   // Hybrid models: a recurrent state cannot roll back (speculative decoding);
-  // prefix hits restore it from state checkpoints, which stay in RAM (no tiers).
+  // prefix hits restore it from state checkpoints (which the KV tiers keep too).
   const bool recurrent = mc.n_state_rows > 0;
   if (c.state_checkpoint_interval < 0 || c.state_checkpoint_interval > (1 << 20))
     return errorf("--state-checkpoint-interval must be an integer in 0..%d (blocks between state checkpoints; 0: off), got %d",
@@ -209,9 +209,9 @@ Status EngineImpl::init(const EngineConfig& c) {
   // Recompute rewrites every position each step: it needs every block, so one full group.
   // Tiers store one entry per block per group (engine/kv_tiers.h).
   const bool tiers = kv_tiers_enabled(c);
-  if (tiers && recurrent)
-    return errorf("KV tiers (--kv-disk-dir, --kv-redis) are not supported for %s: its recurrent state checkpoints stay in RAM "
-                  "(a tier would hold K/V blocks a hit cannot use without them)", mc.arch.c_str());
+  if (tiers && recurrent && c.state_checkpoint_interval == 0)
+    return errorf("KV tiers (--kv-disk-dir, --kv-redis) for %s need state checkpoints (--state-checkpoint-interval > 0): "
+                  "without them its prefix cache is off and a tier could serve no hit", mc.arch.c_str());
   if (tiers && (c.recompute || !c.enable_prefix_caching))
     return errorf("KV tiers (--kv-disk-dir, --kv-redis) need prefix caching and the KV cache (no recompute)");
   // The one pool plan (kv::plan_pool) both the runner's storage and the KvManager are built from.
@@ -856,6 +856,7 @@ std::vector<KvBlockKey> EngineImpl::kv_block_keys(const SnapshotOptions& options
   const kv::PrefixCache& c = kv_->cache();
   for (kv::BlockId b = 1; b < kv_->pool().num_blocks(); ++b) {
     if (!c.contains(b) || !salt_visible(options, c.salt_of(b))) continue;
+    if (c.group_of(b) == kv_->state_group()) continue;  // a state checkpoint: not announced (kv/prefix_cache.h)
     out.push_back(KvBlockKey{c.group_of(b), "cpu", c.chain_of(b).lo});
   }
   // The disk tier's files do not say their tenant: a tenant's view leaves them out.

@@ -96,6 +96,11 @@ Expected<std::unique_ptr<KvTierLink>> KvTierLink::create(const EngineConfig& c, 
   link->kv_dtype_ = tier_kv_dtype(c.kv_dtype);
   link->block_size_ = kv->block_size();
   link->block_bytes_ = storage->block_bytes();
+  link->state_group_ = kv->state_group();
+  if (link->state_group_ >= 0) {
+    link->ckpt_interval_ = kv->checkpoint_tokens() / kv->block_size();
+    link->ckpt_bytes_ = static_cast<uint64_t>(kv->group(link->state_group_).spec().state_blocks) * link->block_bytes_;
+  }
   link->ns_ = link->codec_->namespace_tag(link->key_for(Hash128{}, "", 0));
   std::vector<std::unique_ptr<tier::TierBackend>> backends;
   if (!c.kv_disk_dir.empty()) {
@@ -133,7 +138,7 @@ uint32_t tier_kv_dtype(KvTypes t) {
   return (t.same() ? k : k | v << 8 | 1u << 16) | rotated;
 }
 
-tier::TierKey KvTierLink::key_for(const Hash128& chain, const std::string& salt, int32_t group) const {
+tier::TierKey KvTierLink::key_for(const Hash128& chain, const std::string& salt, int32_t group, uint32_t kind) const {
   tier::TierKey k;
   k.model_fingerprint = fingerprint_;
   k.kv_dtype = kv_dtype_;
@@ -141,6 +146,7 @@ tier::TierKey KvTierLink::key_for(const Hash128& chain, const std::string& salt,
   k.group = static_cast<uint32_t>(group);
   k.cache_salt = salt;
   k.chain = chain;
+  k.kind = kind;
   return k;
 }
 
@@ -150,7 +156,8 @@ void KvTierLink::request(Wait& w, int32_t g, int32_t j) {
   w.state[ug][uj] = kPending;
   const auto i = static_cast<size_t>(w.first + j);
   const auto bs = static_cast<size_t>(block_size_);
-  tier::TierKey key = key_for(w.keys[i], w.r.cache_salt, g);
+  const bool ckpt = g == state_group_;  // the checkpoint at the end of block i
+  tier::TierKey key = key_for(w.keys[i], w.r.cache_salt, g, ckpt ? tier::TierKey::kCheckpoint : tier::TierKey::kBlock);
   std::string name = codec_->name(key);
   std::vector<int32_t> tokens(w.r.prompt.begin() + static_cast<std::ptrdiff_t>(i * bs),
                               w.r.prompt.begin() + static_cast<std::ptrdiff_t>((i + 1) * bs));
@@ -166,14 +173,16 @@ void KvTierLink::request(Wait& w, int32_t g, int32_t j) {
   lr.ticket = ticket;
   lr.key = std::move(key);
   lr.tokens = std::move(tokens);
-  lr.kv_bytes = block_bytes_;
+  lr.kv_bytes = ckpt ? ckpt_bytes_ : block_bytes_;
   tiers_->load(std::move(lr));
 }
 
 bool KvTierLink::start(sched::NewRequest& r) {
   std::vector<Hash128> keys = kv_->chain_keys(r.prompt, r.cache_salt);
   const int32_t first = kv_->match_prefix(r.prompt, r.cache_salt).num_blocks();
-  const auto k = static_cast<int32_t>(keys.size());
+  auto k = static_cast<int32_t>(keys.size());
+  // A hybrid's hit ends at a checkpoint boundary: nothing past the last one is asked for.
+  if (state_group_ >= 0) k = ckpt_interval_ > 0 ? k - k % ckpt_interval_ : 0;
   if (k - first <= 0) return false;
   const sched::RequestId id = r.id;
   Wait w;
@@ -194,6 +203,10 @@ bool KvTierLink::start(sched::NewRequest& r) {
     }
   }
   for (int32_t g = 0; g < kv_->num_groups(); ++g) {
+    if (g == state_group_) {  // the latest checkpoint, at k (decide() asks for earlier ones after a miss)
+      if (w.state[static_cast<size_t>(g)][static_cast<size_t>(k - 1 - first)] == kUnasked) request(w, g, k - 1 - first);
+      continue;
+    }
     const int32_t lo = std::max(first, kv_->first_needed_block(g, static_cast<int64_t>(k) * block_size_));
     for (int32_t i = lo; i < k; ++i) {
       if (w.state[static_cast<size_t>(g)][static_cast<size_t>(i - first)] == kUnasked) request(w, g, i - first);
@@ -212,11 +225,19 @@ int32_t KvTierLink::decide(Wait& w) {
   if (e < n && w.state[0][static_cast<size_t>(e)] != kMiss) return -1;
   // The longest hit with only the misses known so far ruled out (blocks
   // before `first` are in RAM: the RAM hit needed every one a longer hit does).
-  const int32_t h = kv_->longest_hit(w.first + e, [&](int32_t g, int32_t i) {
+  const std::function<bool(int32_t, int32_t)> missing = [&](int32_t g, int32_t i) {
     return i >= w.first && w.state[static_cast<size_t>(g)][static_cast<size_t>(i - w.first)] == kMiss;
-  });
+  };
+  const int32_t h = kv_->longest_hit(w.first + e, missing);
+  if (state_group_ >= 0) return checkpoint_hit(w, h, missing);
+  return windows_ready(w, h) ? h : -1;
+}
+
+bool KvTierLink::windows_ready(Wait& w, int32_t h) {
+  auto have = [](int8_t s) { return s == kHit || s == kRam; };
   bool pending = false;
   for (int32_t g = 1; g < kv_->num_groups(); ++g) {
+    if (g == state_group_) continue;
     const int32_t lo = std::max(w.first, kv_->first_needed_block(g, static_cast<int64_t>(h) * block_size_));
     for (int32_t i = lo; i < h; ++i) {
       int8_t& s = w.state[static_cast<size_t>(g)][static_cast<size_t>(i - w.first)];
@@ -224,7 +245,7 @@ int32_t KvTierLink::decide(Wait& w) {
       pending = pending || !have(s);
     }
   }
-  return pending ? -1 : h;
+  return !pending;
 }
 
 std::vector<sched::NewRequest> KvTierLink::take_ready() {
@@ -264,7 +285,10 @@ std::vector<sched::NewRequest> KvTierLink::take_ready() {
     if (h > w.first) {
       imported_blocks_ += kv_->import_blocks(
           w.r.prompt, w.r.cache_salt, h, [&](int32_t g, int32_t i) { return loaded(g, i) != nullptr; },
-          [&](int32_t g, int32_t i, kv::BlockId b) { storage_->import_block(b, *loaded(g, i)); });
+          [&](int32_t g, int32_t i, kv::BlockId b) { storage_->import_block(b, *loaded(g, i)); },
+          [&](int32_t i, int32_t part, kv::BlockId b) {  // part `part` of the checkpoint at the end of block i
+            storage_->import_block(b, std::string_view(*loaded(state_group_, i)).substr(part * block_bytes_, block_bytes_));
+          });
     }
     out.push_back(std::move(w.r));
     waits_.erase(wit);
@@ -286,6 +310,7 @@ void KvTierLink::store_committed() {
     }
     tiers_->store(key, cb.tokens, bytes, parent);
   }
+  store_checkpoints();
   store_pins();
 }
 
@@ -411,6 +436,7 @@ void KvTierLink::poll_events() {
     if (e.kind == tier::TierEvent::kFound) {  // held at start-up: announced from its meta
       tier::EntryMeta m;
       if (tier::EntryCodec::parse_head(e.head).ns != ns_ || !codec_->decode_meta(e.name, e.head, &m)) continue;
+      if (m.kind != tier::TierKey::kBlock) continue;  // a state checkpoint: not a block (kv_tiers.h)
       Known& k = know(e.name, m.chain, m.root ? nullptr : &m.parent, static_cast<int32_t>(m.group), m.tokens);
       const uint32_t bit = 1u << e.tier;
       if (!(k.held & bit)) found.emplace_back(&k, e.tier);

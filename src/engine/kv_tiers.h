@@ -22,6 +22,19 @@
 // tokens before h); when a miss lowers h, the window blocks the lower h needs
 // are asked for in turn. The request waits until every block h needs is back.
 //
+// Hybrid models (issue 38, kv/state_checkpoint.cc): a hit needs the recurrent
+// state at its end, so the state group has no block entries; each state
+// checkpoint is written through as one entry of kind kCheckpoint (its S
+// blocks; kv_tier_checkpoints.cc) right after flush_checkpoints copied it. A
+// load asks for group 0's blocks as above plus the checkpoint at the latest
+// boundary (every state_checkpoint_interval blocks) past the RAM hit; the hit
+// is the latest boundary <= group 0's hit whose checkpoint RAM or a tier has
+// (a checkpoint missing there asks for the one before, down to the RAM hit),
+// and import_blocks brings in the K/V and that checkpoint. K/V without a
+// usable checkpoint are never imported: no wrong state, only recompute.
+// Checkpoint entries are not announced as KV events (vLLM announces K/V
+// blocks only): a router scores prefixes by blocks.
+//
 // Entries are keyed by a fingerprint of the model file (hyper-parameters,
 // tensor table and a sample of every tensor's bytes) mixed with the KV group
 // layout (group count, windows, bytes per block: a run with
@@ -46,6 +59,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -168,7 +182,17 @@ class KvTierLink {
   // The hit w can import (blocks), or -1 while blocks it needs are still
   // loading (those not yet asked for are asked for now).
   int32_t decide(Wait& w);
-  tier::TierKey key_for(const Hash128& chain, const std::string& salt, int32_t group) const;
+  tier::TierKey key_for(const Hash128& chain, const std::string& salt, int32_t group,
+                        uint32_t kind = tier::TierKey::kBlock) const;
+  // Whether every window group's block the hit h needs is back (those not yet
+  // asked for are asked for now). The state group is not a window group.
+  bool windows_ready(Wait& w, int32_t h);
+  // Hybrid models (kv_tier_checkpoints.cc): the hit at the latest boundary <= h
+  // whose checkpoint RAM or a tier has and every window group serves; -1
+  // while one it needs is loading (the next lower is asked for after a miss).
+  int32_t checkpoint_hit(Wait& w, int32_t h, const std::function<bool(int32_t, int32_t)>& missing);
+  // Write-through of the checkpoints made since the last call (flushed).
+  void store_checkpoints();
   // Writes the pins made or renewed since the last call to the tiers with their expiry.
   void store_pins();
   Known& know(const std::string& name, const Hash128& chain, const Hash128* parent, int32_t group,
@@ -184,6 +208,9 @@ class KvTierLink {
   uint32_t kv_dtype_ = 0;
   int32_t block_size_ = 0;
   uint64_t block_bytes_ = 0;
+  int32_t state_group_ = -1;    // the KvManager's recurrent state group (-1: none)
+  int32_t ckpt_interval_ = 0;   // blocks between checkpoints (0: none)
+  uint64_t ckpt_bytes_ = 0;     // a checkpoint entry's bytes: S blocks
   std::unordered_map<sched::RequestId, Wait> waits_;
   std::deque<sched::RequestId> order_;                     // start order (ids may be aborted since)
   std::unordered_map<uint64_t, Load> loads_;               // ticket -> in-flight load

@@ -23,7 +23,8 @@ BlockId KvManager::import_one(const Hash128& key, EntryId parent, std::span<cons
 
 int32_t KvManager::import_blocks(std::span<const TokenId> tokens, std::string_view cache_salt, int32_t num_blocks,
                                  const std::function<bool(int32_t, int32_t)>& loaded,
-                                 const std::function<void(int32_t, int32_t, BlockId)>& fill) {
+                                 const std::function<void(int32_t, int32_t, BlockId)>& fill,
+                                 const std::function<void(int32_t, int32_t, BlockId)>& fill_checkpoint) {
   if (!config_.enable_prefix_caching || num_blocks <= 0 || tokens.empty()) return 0;
   ++generation_;
   const size_t bs = static_cast<size_t>(config_.block_size);
@@ -60,9 +61,33 @@ int32_t KvManager::import_blocks(std::span<const TokenId> tokens, std::string_vi
     return blocks_->cache.find(group_key(keys[ui], g), i == 0 ? kRootEntry : entries[ui - 1], tokens.subspan(ui * bs, bs),
                        cache_salt);
   };
-  const int32_t h = longest_hit(static_cast<int32_t>(keys.size()),
-                                [&](int32_t g, int32_t i) { return find_g(g, i) == kNullBlock && !loaded(g, i); });
+  const auto window_missing = [&](int32_t g, int32_t i) { return find_g(g, i) == kNullBlock && !loaded(g, i); };
+  int32_t h = longest_hit(static_cast<int32_t>(keys.size()), window_missing);
+  // A recurrent state group: the hit ends at a checkpoint, cached (held from
+  // here on: imports cannot evict it) or loaded (imported below).
+  std::vector<BlockId> ckpt;  // the checkpoint's blocks held during the call
+  bool ckpt_loaded = false;
+  if (state_group_ >= 0) {
+    const int32_t K = config_.state_checkpoint_interval;
+    int32_t c = h - h % K;
+    for (; c > 0; c -= K) {
+      const auto last = static_cast<size_t>(c - 1);
+      const EntryId parent = last == 0 ? kRootEntry : entries[last - 1];
+      const bool cached = find_checkpoint_blocks(keys[last], parent, tokens.subspan(last * bs, bs), cache_salt, &ckpt);
+      ckpt_loaded = !cached && fill_checkpoint && loaded(state_group_, c - 1);
+      if ((cached || ckpt_loaded) && longest_hit(c, window_missing) == c) {
+        if (cached) {
+          for (BlockId b : ckpt) blocks_->pool.incref(b);
+        }
+        break;
+      }
+      ckpt.clear();
+      ckpt_loaded = false;
+    }
+    h = c;
+  }
   for (int32_t g = 1; g < num_groups(); ++g) {  // pin what the cache has first: imports cannot evict it then
+    if (g == state_group_) continue;  // no blocks of its own: the checkpoint (above)
     auto& table = pinned[static_cast<size_t>(g)];
     table.assign(static_cast<size_t>(h), kNullBlock);
     for (int32_t i = first_needed_block(g, static_cast<int64_t>(h) * config_.block_size); i < h; ++i) {
@@ -72,6 +97,7 @@ int32_t KvManager::import_blocks(std::span<const TokenId> tokens, std::string_vi
     }
   }
   for (int32_t g = 1; g < num_groups(); ++g) {
+    if (g == state_group_) continue;
     auto& table = pinned[static_cast<size_t>(g)];
     for (int32_t i = first_needed_block(g, static_cast<int64_t>(h) * config_.block_size); i < h; ++i) {
       const auto ui = static_cast<size_t>(i);
@@ -84,7 +110,18 @@ int32_t KvManager::import_blocks(std::span<const TokenId> tokens, std::string_vi
       ++imported;
     }
   }
-  // Released as free() does: group 0 last, each group's last block first.
+  if (ckpt_loaded) {
+    const auto last = static_cast<size_t>(h - 1);
+    ckpt.clear();
+    if (import_checkpoint(keys[last], last == 0 ? nullptr : &keys[last - 1], last == 0 ? kRootEntry : entries[last - 1],
+                          tokens.subspan(last * bs, bs), cache_salt,
+                          [&](int32_t part, BlockId b) { fill_checkpoint(h - 1, part, b); }, &ckpt)) {
+      imported += static_cast<int32_t>(ckpt.size());
+    }
+  }
+  // The checkpoint first (evicted before the blocks it needs), then as free()
+  // does: group 0 last, each group's last block first.
+  for (BlockId b : ckpt) blocks_->pool.decref(b);
   for (size_t g = 1; g <= ng; ++g) {
     const auto& blocks = pinned[g % ng];
     for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {

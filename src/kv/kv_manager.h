@@ -223,13 +223,30 @@ class KvManager {
   // log over. The blocks' K/V are valid until the next allocation.
   void set_commit_log(bool on) { commit_log_on_ = on; }
   std::vector<CommittedBlock> take_committed() { return std::exchange(commit_log_, {}); }
+  // A state checkpoint newly committed (kv/state_checkpoint.cc), logged while
+  // the commit log is on: its S blocks in order, at the end of the block with
+  // chain key `key` (tokens: that block's; parent: the block before's chain).
+  // Their state is valid once flush_checkpoints has copied it, until the next
+  // allocation; `entries` are their cache entries when made (a caller checks
+  // the blocks still hold them).
+  struct CommittedCheckpoint {
+    std::vector<BlockId> blocks;
+    std::vector<EntryId> entries;
+    Hash128 key;
+    std::vector<TokenId> tokens;
+    std::string salt;
+    Hash128 parent;
+    bool root = true;
+  };
+  std::vector<CommittedCheckpoint> take_committed_checkpoints() { return std::exchange(checkpoint_log_, {}); }
   // The keys of the full blocks of `tokens` a prefix hit may cover (never the
   // last token's block), in chain order. Changes nothing.
   std::vector<Hash128> chain_keys(std::span<const TokenId> tokens, std::string_view cache_salt) const;
   // Which full blocks of `tokens` a hit may cover each group holds in the
   // cache now ([group][block], 1: held): group 0 along its chain (nothing past
-  // its first miss), group g under its own key parented on group 0's chain.
-  // Changes nothing.
+  // its first miss), group g under its own key parented on group 0's chain;
+  // the recurrent state group's row says whether the state checkpoint at the
+  // end of block i is cached (all its S blocks). Changes nothing.
   std::vector<std::vector<int8_t>> cached_blocks(std::span<const TokenId> tokens, std::string_view cache_salt) const;
   // First logical block a window group needs before computing from `start`:
   // the block of key start - W + 1; 0 for a full group.
@@ -251,9 +268,18 @@ class KvManager {
   // evicted last). Best effort: a refused insert or the watermark stops a
   // group's imports (the next match_prefix finds a shorter hit, never a wrong
   // one). Returns the blocks imported, all groups.
+  // With a recurrent state group (issue 38) the hit must also end at a state
+  // checkpoint: h is the latest checkpoint boundary c <= the chain's hit whose
+  // checkpoint the cache holds or `loaded(state_group(), c - 1)` has (and
+  // every window group serves c), 0 when none; a loaded checkpoint's S blocks
+  // are taken (never below the watermark, all or none), filled by
+  // fill_checkpoint(c - 1, part, block) for part 0..S-1 and committed under
+  // its checkpoint keys, as make_checkpoint does; released first. Without
+  // fill_checkpoint only cached checkpoints count.
   int32_t import_blocks(std::span<const TokenId> tokens, std::string_view cache_salt, int32_t num_blocks,
                         const std::function<bool(int32_t group, int32_t index)>& loaded,
-                        const std::function<void(int32_t group, int32_t index, BlockId block)>& fill);
+                        const std::function<void(int32_t group, int32_t index, BlockId block)>& fill,
+                        const std::function<void(int32_t index, int32_t part, BlockId block)>& fill_checkpoint = {});
 
   // --- KV events (issue 37, kv/event_sink.h) ---
   // Every prefix-cache entry made or dropped from now on is reported to sink
@@ -402,6 +428,18 @@ class KvManager {
   // (their chain is m's), in *blocks / *entries; false when one is missing.
   bool find_checkpoint(const PrefixMatch& m, int32_t j, std::span<const TokenId> tokens,
                        std::vector<BlockId>* blocks, std::vector<EntryId>* entries) const;
+  // The S cached blocks of the checkpoint at the end of the block with chain
+  // key `chain`, whose group 0 parent entry is `parent`; false when one is missing.
+  bool find_checkpoint_blocks(const Hash128& chain, EntryId parent, std::span<const TokenId> block_tokens,
+                              std::string_view salt, std::vector<BlockId>* blocks) const;
+  // Takes S free blocks (only when S + watermark are free), fills them by
+  // fill(part, block) and commits them as the checkpoint at the end of the
+  // block with chain key `chain` (prev: the chain before it, nullptr at the
+  // first block). All or none: true and the blocks held (ref 1, appended to
+  // *held) when every insert took.
+  bool import_checkpoint(const Hash128& chain, const Hash128* prev, EntryId parent, std::span<const TokenId> block_tokens,
+                         std::string_view salt, const std::function<void(int32_t part, BlockId block)>& fill,
+                         std::vector<BlockId>* held);
   // The longest hit j <= k ending at a checkpoint that every other group serves (sets m's checkpoint).
   int32_t checkpoint_hit(PrefixMatch* m, int32_t k, std::span<const TokenId> tokens,
                          const std::function<bool(int32_t, int32_t)>& missing) const;
@@ -432,6 +470,7 @@ class KvManager {
   std::function<double()> clock_;
   bool commit_log_on_ = false;
   std::vector<CommittedBlock> commit_log_;
+  std::vector<CommittedCheckpoint> checkpoint_log_;
   std::vector<PinLogEntry> pin_log_;
   bool tiers_configured_ = false;
   // Checkpoints: the state group (-1: none), tokens between checkpoints (0: off),

@@ -186,8 +186,14 @@ std::vector<std::vector<int8_t>> KvManager::cached_blocks(std::span<const TokenI
     const BlockId b = blocks_->cache.find(key, parent, block_tokens, cache_salt);
     if (b == kNullBlock) break;
     held[0][i] = 1;
-    for (size_t g = 1; g < groups_.size(); ++g)
+    for (size_t g = 1; g < groups_.size(); ++g) {
+      if (static_cast<int32_t>(g) == state_group_) {  // a checkpoint at the end of block i
+        std::vector<BlockId> ckpt;
+        held[g][i] = checkpoint_tokens_ > 0 && find_checkpoint_blocks(key, parent, block_tokens, cache_salt, &ckpt);
+        continue;
+      }
       held[g][i] = blocks_->cache.find(group_key(key, static_cast<int32_t>(g)), parent, block_tokens, cache_salt) != kNullBlock;
+    }
     parent = blocks_->cache.entry_of(b);
   }
   return held;

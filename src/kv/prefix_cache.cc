@@ -95,7 +95,8 @@ EntryId PrefixCache::insert(BlockId b, const Hash128& key, EntryId parent, std::
   s.hits = 0;
   s.chain = ref ? ref->chain : key;
   s.group = ref ? ref->group : 0;
-  if (sink_) {
+  s.announce = ref == nullptr || ref->announce;
+  if (sink_ && s.announce) {
     const Hash128* parent_chain = nullptr;
     if (ref) {
       if (!ref->root) parent_chain = &ref->parent;
@@ -134,7 +135,7 @@ void PrefixCache::erase(BlockId b) {
   if (s.entry == kNoEntry) return;
   auto it = map_.find(s.key);
   PAGODA_CHECK(it != map_.end() && it->second == b);
-  if (sink_) sink_->block_removed(s.chain, s.group);
+  if (sink_ && s.announce) sink_->block_removed(s.chain, s.group);
   map_.erase(it);
   live_.erase(s.entry);
   miss_index_.remove(b);

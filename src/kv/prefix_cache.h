@@ -72,6 +72,10 @@ class PrefixCache {
     Hash128 chain;
     Hash128 parent;
     bool root = true;
+    // false: not a K/V block (a hybrid model's state checkpoint,
+    // kv/state_checkpoint.cc): neither its entry nor its removal is reported
+    // (vLLM's KV events announce K/V blocks only; S checkpoint blocks share one chain).
+    bool announce = true;
   };
   // Commits full block b. Returns the entry that now stands for this prefix: a
   // new one, the existing one when identical content is already cached, or
@@ -142,6 +146,7 @@ class PrefixCache {
     int64_t hits = 0;  // admissions served from this block since its commit (count_hit)
     Hash128 chain;     // chain key (group 0's) and KV group, for KV events
     int32_t group = 0;
+    bool announce = true;  // ChainRef::announce
   };
   static std::string_view salt_view(const Slot& s) { return s.salt ? std::string_view(*s.salt) : std::string_view(); }
   // Takes / drops one reference to an interned salt; nullptr for "".

@@ -39,8 +39,18 @@
 //     checkpoint -> state (run before its first forward), holding the
 //     checkpoint's blocks until that step is marked computed (or the sequence
 //     freed), so nothing can take them before the copy.
-// Checkpoints are not pinned with a pinned prefix and do not go to the KV
-// tiers (the engine refuses tiers for these models). The design is generic over
+//   - KV tiers (engine/kv_tiers.h): with the commit log on, each checkpoint
+//     made is logged (take_committed_checkpoints) and, once flushed, written
+//     through to the tiers as ONE entry of its own kind (tier::TierKey::kind
+//     kCheckpoint: its S blocks' bytes; a kind apart in the entry's name and
+//     MACs, so it is never read as a K/V block nor the reverse), verified by
+//     the boundary block's chain, tokens and salt like a block. A tier hit
+//     imports it with the K/V (import_blocks: the hit is capped at the latest
+//     boundary whose checkpoint is cached or loaded; import_checkpoint commits
+//     a loaded one as make_checkpoint does), so the scheduler's match_prefix
+//     then restores it as any cached checkpoint. The RAM cached_blocks view's
+//     state-group row is "a checkpoint at the end of this block".
+// Checkpoints are not pinned with a pinned prefix. The design is generic over
 // the state group's kind: only S and the state group's index are used.
 #include <algorithm>
 
@@ -69,16 +79,46 @@ bool KvManager::find_checkpoint(const PrefixMatch& m, int32_t j, std::span<const
   const auto bs = static_cast<size_t>(config_.block_size);
   const auto last = static_cast<size_t>(j - 1);
   const EntryId parent = last == 0 ? kRootEntry : m.entries_[last - 1];
-  const auto block_tokens = tokens.subspan(last * bs, bs);
+  entries->clear();
+  if (!find_checkpoint_blocks(m.keys_[last], parent, tokens.subspan(last * bs, bs), m.salt_, blocks)) return false;
+  for (BlockId b : *blocks) entries->push_back(blocks_->cache.entry_of(b));
+  return true;
+}
+
+bool KvManager::find_checkpoint_blocks(const Hash128& chain, EntryId parent, std::span<const TokenId> block_tokens,
+                                       std::string_view salt, std::vector<BlockId>* blocks) const {
   const int32_t S = groups_[static_cast<size_t>(state_group_)]->spec().state_blocks;
   blocks->clear();
-  entries->clear();
   for (int32_t i = 0; i < S; ++i) {
-    const BlockId b = blocks_->cache.find(checkpoint_key(m.keys_[last], i), parent, block_tokens, m.salt_);
+    const BlockId b = blocks_->cache.find(checkpoint_key(chain, i), parent, block_tokens, salt);
     if (b == kNullBlock) return false;
     blocks->push_back(b);
-    entries->push_back(blocks_->cache.entry_of(b));
   }
+  return true;
+}
+
+bool KvManager::import_checkpoint(const Hash128& chain, const Hash128* prev, EntryId parent,
+                                  std::span<const TokenId> block_tokens, std::string_view salt,
+                                  const std::function<void(int32_t, BlockId)>& fill, std::vector<BlockId>* held) {
+  const int32_t S = groups_[static_cast<size_t>(state_group_)]->spec().state_blocks;
+  if (num_free_blocks() < S + watermark_blocks_) return false;
+  const PrefixCache::ChainRef ref{state_group_, chain, prev ? *prev : Hash128{}, prev == nullptr, false};
+  std::vector<BlockId> taken;
+  for (int32_t i = 0; i < S; ++i) {
+    const BlockId b = blocks_->take();
+    taken.push_back(b);
+    fill(i, b);
+    const EntryId e = blocks_->cache.insert(b, checkpoint_key(chain, i), parent, block_tokens, salt, &ref);
+    if (e == kNoEntry || blocks_->cache.entry_of(b) != e) {  // refused: none of it stays
+      for (BlockId t : taken) {
+        blocks_->cache.erase(t);
+        blocks_->pool.decref(t);
+      }
+      return false;
+    }
+  }
+  blocks_->checkpoint_head[static_cast<size_t>(taken[0])] = 1;
+  held->insert(held->end(), taken.begin(), taken.end());
   return true;
 }
 
@@ -119,7 +159,8 @@ void KvManager::make_checkpoint(SeqId seq, const Seq& s, std::span<const TokenId
   if (cached) return;
   // Best effort: never below the watermark (admission's margin).
   if (num_free_blocks() < S + watermark_blocks_) return;
-  PrefixCache::ChainRef ref{state_group_, s.keys[last], last == 0 ? Hash128{} : s.keys[last - 1], last == 0};
+  // Not a K/V block: no KV event (PrefixCache::ChainRef::announce).
+  PrefixCache::ChainRef ref{state_group_, s.keys[last], last == 0 ? Hash128{} : s.keys[last - 1], last == 0, false};
   std::vector<BlockId> taken;
   bool ok = true;
   for (int32_t i = 0; i < S; ++i) {
@@ -139,6 +180,11 @@ void KvManager::make_checkpoint(SeqId seq, const Seq& s, std::span<const TokenId
     return;
   }
   blocks_->checkpoint_head[static_cast<size_t>(taken[0])] = 1;
+  if (commit_log_on_) {  // write-through to the tiers, once flush_checkpoints copied the state
+    CommittedCheckpoint cc{taken, {}, s.keys[last], {block_tokens.begin(), block_tokens.end()}, s.salt, ref.parent, ref.root};
+    for (BlockId b : taken) cc.entries.push_back(blocks_->cache.entry_of(b));
+    checkpoint_log_.push_back(std::move(cc));
+  }
   for (int32_t i = 0; i < S; ++i) {
     blocks_->pool.incref(src[static_cast<size_t>(i)]);  // held with the checkpoint's block until the copy
     ckpt_pending_.emplace_back(src[static_cast<size_t>(i)], taken[static_cast<size_t>(i)]);

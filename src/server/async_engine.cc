@@ -118,6 +118,8 @@ void AsyncEngine::publish_stats() {
     tier_delta("pagoda:kv_tier_lookups_total", t.lookups, before.lookups);
     tier_delta("pagoda:kv_tier_hits_total", t.hits, before.hits);
     tier_delta("pagoda:kv_tier_hit_tokens_total", t.hit_tokens, before.hit_tokens);
+    tier_delta("pagoda:kv_tier_checkpoint_hits_total", t.checkpoint_hits, before.checkpoint_hits);
+    tier_delta("pagoda:kv_tier_checkpoint_stores_total", t.checkpoint_stores, before.checkpoint_stores);
     tier_delta("pagoda:kv_tier_bytes_read_total", t.bytes_read, before.bytes_read);
     tier_delta("pagoda:kv_tier_bytes_written_total", t.bytes_written, before.bytes_written);
     tier_delta("pagoda:kv_tier_stores_total", t.stores, before.stores);

@@ -71,6 +71,8 @@ Metrics::Metrics() {
   counter("pagoda:kv_tier_lookups_total", "KV tier block lookups (loads asked of the tier).", "tier");
   counter("pagoda:kv_tier_hits_total", "KV tier blocks loaded and verified.", "tier");
   counter("pagoda:kv_tier_hit_tokens_total", "Prompt tokens of the KV tier blocks loaded and verified.", "tier");
+  counter("pagoda:kv_tier_checkpoint_hits_total", "KV tier recurrent-state checkpoints loaded and verified (hybrid models).", "tier");
+  counter("pagoda:kv_tier_checkpoint_stores_total", "KV tier recurrent-state checkpoints written (hybrid models; also in stores_total).", "tier");
   counter("pagoda:kv_tier_bytes_read_total", "Bytes read from the KV tier.", "tier");
   counter("pagoda:kv_tier_bytes_written_total", "Bytes written to the KV tier.", "tier");
   counter("pagoda:kv_tier_stores_total", "KV tier entries written.", "tier");

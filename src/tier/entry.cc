@@ -31,7 +31,7 @@ struct Header {
 static_assert(sizeof(Header) == 72 && offsetof(Header, expiry_ms) == EntryCodec::kExpiryOffset);
 constexpr size_t kTagBytes = 32;
 
-// chain (16), parent (16), group (4), flags (4: bit 0 root), then the token ids.
+// chain (16), parent (16), group (4), flags (4: bit 0 root, bit 1 a checkpoint), then the token ids.
 size_t meta_size(size_t num_tokens) { return 40 + 4 * num_tokens; }
 
 // The key fields, in one fixed layout (the name's and the MAC's input).
@@ -39,6 +39,12 @@ void hash_key(HmacSha256& h, const TierKey& key) {
   const uint64_t words[7] = {key.model_fingerprint, key.kv_dtype, key.block_size, key.group,
                              key.chain.lo,          key.chain.hi, key.cache_salt.size()};
   h.update(words, sizeof(words));
+  // Another kind adds a word: the input is then 8 bytes longer for the same
+  // salt size (words[6]), so it can never equal a block key's.
+  if (key.kind != TierKey::kBlock) {
+    const uint64_t kind = key.kind;
+    h.update(&kind, sizeof(kind));
+  }
   h.update(key.cache_salt);
 }
 
@@ -122,7 +128,7 @@ std::string EntryCodec::encode(const TierKey& key, std::span<const int32_t> toke
   random_bytes(h.meta_iv, sizeof(h.meta_iv));
   std::string meta(h.meta_bytes, '\0');
   const uint64_t words[4] = {key.chain.lo, key.chain.hi, parent ? parent->lo : 0, parent ? parent->hi : 0};
-  const uint32_t small[2] = {key.group, parent ? 0u : 1u};
+  const uint32_t small[2] = {key.group, (parent ? 0u : 1u) | (key.kind == TierKey::kCheckpoint ? 2u : 0u)};
   std::memcpy(meta.data(), words, sizeof(words));
   std::memcpy(meta.data() + sizeof(words), small, sizeof(small));
   std::memcpy(meta.data() + 40, tokens.data(), tokens.size_bytes());
@@ -170,6 +176,7 @@ bool EntryCodec::decode_meta(std::string_view name, std::string_view head, Entry
   out->parent = Hash128{words[2], words[3]};
   out->group = small[0];
   out->root = (small[1] & 1u) != 0;
+  out->kind = (small[1] & 2u) != 0 ? TierKey::kCheckpoint : TierKey::kBlock;
   out->tokens.resize((meta.size() - 40) / 4);
   std::memcpy(out->tokens.data(), meta.data() + 40, meta.size() - 40);
   return true;

@@ -51,6 +51,13 @@ struct TierKey {
   uint32_t group = 0;       // KV cache group
   std::string cache_salt;
   Hash128 chain;            // the block's prefix-cache key
+  // What the entry holds (issue 38): a K/V block, or the recurrent-state
+  // checkpoint of a hybrid model taken at the end of block `chain` (its S
+  // state blocks, one entry; kv/state_checkpoint.cc). Part of the name and of
+  // both MACs: an entry of one kind never decodes as the other. kBlock hashes
+  // as before the field existed (v3 entries keep their names).
+  enum Kind : uint32_t { kBlock = 0, kCheckpoint = 1 };
+  uint32_t kind = kBlock;
 };
 
 // What a KV event announces of an entry; stored encrypted in it (v3).
@@ -58,6 +65,7 @@ struct EntryMeta {
   Hash128 chain, parent;  // parent: meaningless when root
   bool root = true;
   uint32_t group = 0;
+  uint32_t kind = TierKey::kBlock;  // TierKey::Kind (KV events announce only blocks)
   std::vector<int32_t> tokens;
 };
 

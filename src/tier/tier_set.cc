@@ -214,8 +214,12 @@ void TierSet::run(size_t i) {
       if (g.status == TierGet::kRejected) ++t.stats.rejected;
       if (g.status == TierGet::kHit && dr == DecodeResult::kMismatch) ++t.stats.mismatches;
       if (g.status == TierGet::kHit && dr == DecodeResult::kOk) {
-        ++t.stats.hits;
-        t.stats.hit_tokens += static_cast<int64_t>(r.tokens.size());
+        if (r.key.kind == TierKey::kCheckpoint) {
+          ++t.stats.checkpoint_hits;
+        } else {
+          ++t.stats.hits;
+          t.stats.hit_tokens += static_cast<int64_t>(r.tokens.size());
+        }
         size_t b = 0;
         while (b + 1 < kNumLatencyBuckets && secs > kLoadLatencyBounds[b]) ++b;
         ++t.stats.load_latency_buckets[b];
@@ -254,6 +258,7 @@ void TierSet::run(size_t i) {
       t.queued_store_bytes -= job.queued_bytes;
       if (put == TierBackend::Put::kStored) {
         ++t.stats.stores;
+        if (job.key.kind == TierKey::kCheckpoint) ++t.stats.checkpoint_stores;
         t.stats.bytes_written += static_cast<int64_t>(job.blob.size());
       } else if (put == TierBackend::Put::kError) {
         ++t.stats.errors;

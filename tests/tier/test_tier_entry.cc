@@ -299,3 +299,47 @@ TEST(RedisHelpers, ParseUrl) {
 
 }  // namespace
 }  // namespace pagoda::tier
+
+namespace pagoda::tier {
+namespace {
+
+// Issue 38: a hybrid model's state checkpoint is an entry of its own kind. The
+// kind is part of the name and of both MACs, so one kind is never served as
+// the other (even with the same K/V size), the meta says which it is, and a
+// block's name is what it was before the field existed (v3 entries stay found).
+TEST(TierEntry, ACheckpointIsNeverReadAsABlockNorTheReverse) {
+  const TierKey block = test_key(42, "a");
+  TierKey ckpt = block;
+  ckpt.kind = TierKey::kCheckpoint;
+  EXPECT_NE(kCodec.name(block), kCodec.name(ckpt));
+  EXPECT_EQ(kCodec.namespace_tag(block), kCodec.namespace_tag(ckpt));  // one engine's entries: a reset clears both
+  const std::string kv = test_bytes(64, 3);
+  const std::string as_ckpt = kCodec.encode(ckpt, kTokens, kv);
+  const std::string as_block = kCodec.encode(block, kTokens, kv);
+  std::string out;
+  EXPECT_EQ(kCodec.decode(as_ckpt, block, kTokens, kv.size(), &out), DecodeResult::kCorrupt);
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(kCodec.decode(as_block, ckpt, kTokens, kv.size(), &out), DecodeResult::kCorrupt);
+  EXPECT_TRUE(out.empty());
+  ASSERT_EQ(kCodec.decode(as_ckpt, ckpt, kTokens, kv.size(), &out), DecodeResult::kOk);
+  EXPECT_EQ(out, kv);
+  // The meta says the kind; it is bound to the entry's own name.
+  EntryMeta m;
+  ASSERT_TRUE(kCodec.decode_meta(kCodec.name(ckpt), as_ckpt, &m));
+  EXPECT_EQ(m.kind, TierKey::kCheckpoint);
+  EXPECT_EQ(m.chain, ckpt.chain);
+  EXPECT_FALSE(kCodec.decode_meta(kCodec.name(block), as_ckpt, &m));
+  ASSERT_TRUE(kCodec.decode_meta(kCodec.name(block), as_block, &m));
+  EXPECT_EQ(m.kind, TierKey::kBlock);
+  // A block's name: HMAC(name key, the seven key words, the salt), as before the kind.
+  const auto name_key = hmac_sha256("the deployment's secret", "pagoda kv tier: entry names");
+  HmacSha256 h(std::string_view(reinterpret_cast<const char*>(name_key.data()), name_key.size()));
+  const uint64_t words[7] = {block.model_fingerprint, block.kv_dtype, block.block_size, block.group,
+                             block.chain.lo,          block.chain.hi, block.cache_salt.size()};
+  h.update(words, sizeof(words));
+  h.update(block.cache_salt);
+  EXPECT_EQ(kCodec.name(block), hex(h.final()).substr(0, 32));
+}
+
+}  // namespace
+}  // namespace pagoda::tier

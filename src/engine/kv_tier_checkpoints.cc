@@ -1,0 +1,49 @@
+// KvTierLink's side of hybrid models' state checkpoints (issue 38; the design:
+// kv/state_checkpoint.cc, engine/kv_tiers.h): their write-through as entries
+// of kind kCheckpoint and the choice of the checkpoint a tier hit ends at.
+#include <string>
+
+#include "engine/kv_tiers.h"
+#include "kv/kv_manager.h"
+#include "runtime/kv_storage.h"
+
+namespace pagoda::engine {
+
+void KvTierLink::store_checkpoints() {
+  const kv::PrefixCache& cache = kv_->cache();
+  std::string block, bytes;
+  for (const kv::KvManager::CommittedCheckpoint& cc : kv_->take_committed_checkpoints()) {
+    // Flushed (copied) just before; still as made unless reused since (never
+    // between a step's flush and this call, but a changed block is skipped).
+    bool intact = true;
+    for (size_t i = 0; i < cc.blocks.size() && intact; ++i)
+      intact = cache.contains(cc.blocks[i]) && cache.entry_of(cc.blocks[i]) == cc.entries[i];
+    if (!intact) continue;
+    bytes.clear();
+    for (kv::BlockId b : cc.blocks) {
+      storage_->export_block(b, &block);
+      bytes += block;
+    }
+    // Not announced (KV events): only K/V blocks are.
+    tiers_->store(key_for(cc.key, cc.salt, state_group_, tier::TierKey::kCheckpoint), cc.tokens, bytes,
+                  cc.root ? nullptr : &cc.parent);
+  }
+}
+
+int32_t KvTierLink::checkpoint_hit(Wait& w, int32_t h, const std::function<bool(int32_t, int32_t)>& missing) {
+  const auto sg = static_cast<size_t>(state_group_);
+  // From the latest boundary down; the RAM hit (w.first) ends at a checkpoint
+  // RAM held, or is 0.
+  for (int32_t c = h - h % ckpt_interval_; c > w.first; c -= ckpt_interval_) {
+    const int32_t j = c - 1 - w.first;  // the checkpoint at the end of block c - 1
+    int8_t& s = w.state[sg][static_cast<size_t>(j)];
+    if (s == kMiss) continue;
+    if (s == kUnasked) request(w, state_group_, j);
+    if (s == kPending) return -1;
+    if (!windows_ready(w, c)) return -1;  // kHit or kRam: the window groups' blocks c needs
+    if (kv_->longest_hit(c, missing) == c) return c;
+  }
+  return w.first;
+}
+
+}  // namespace pagoda::engine
