@@ -30,6 +30,37 @@ void KvTierLink::store_checkpoints() {
   }
 }
 
+size_t KvTierLink::store_pinned_checkpoint(const kv::KvManager::PinLogEntry& p, size_t i, const Hash128* parent,
+                                           uint64_t expiry) {
+  const kv::PrefixCache& cache = kv_->cache();
+  const kv::BlockId head = p.blocks[i];
+  size_t end = i;
+  bool intact = true;
+  while (end < p.blocks.size() && cache.contains(p.blocks[end]) && cache.group_of(p.blocks[end]) == state_group_) {
+    intact = intact && cache.entry_of(p.blocks[end]) == p.entries[end];
+    ++end;
+  }
+  if (!intact || end == i) return end == i ? i + 1 : end;  // released and reused since
+  // As store_checkpoints: keyed by the boundary block's chain, with its tokens and parent.
+  const tier::TierKey key =
+      key_for(cache.chain_of(head), std::string(cache.salt_of(head)), state_group_, tier::TierKey::kCheckpoint);
+  const std::string name = codec_->name(key);
+  auto it = pin_sent_.find(name);
+  if (it == pin_sent_.end()) {
+    std::string block, bytes;
+    for (size_t j = i; j < end; ++j) {
+      storage_->export_block(p.blocks[j], &block);
+      bytes += block;
+    }
+    tiers_->store(key, cache.tokens_of(head), bytes, parent, expiry);  // not announced: only K/V blocks are
+    pin_sent_[name] = expiry;
+  } else if (expiry >= it->second + 1000) {
+    tiers_->renew(name, expiry);
+    it->second = expiry;
+  }
+  return end;
+}
+
 int32_t KvTierLink::checkpoint_hit(Wait& w, int32_t h, const std::function<bool(int32_t, int32_t)>& missing) {
   const auto sg = static_cast<size_t>(state_group_);
   // From the latest boundary down; the RAM hit (w.first) ends at a checkpoint

@@ -345,6 +345,10 @@ void KvTierLink::store_pins() {
       if (!cache.contains(b) || cache.entry_of(b) != p.entries[i]) break;  // released and reused since
       const int32_t g = cache.group_of(b);
       const Hash128 chain = cache.chain_of(b);
+      if (g == state_group_) {  // a checkpoint at the end of the block before: its S blocks, one entry
+        i = store_pinned_checkpoint(p, i, root ? nullptr : &parent, expiry) - 1;
+        continue;
+      }
       if (g == 0) {
         root = !have_prev;
         parent = prev;

@@ -309,7 +309,10 @@ class KvManager {
   // pin is keyed by group 0's cache entry of its last block, so it follows the cache salt (entries never match
   // across salts). It lives until ttl seconds after its last touch (creation, or an allocate() whose hit covers
   // its whole prefix); pinned blocks never exceed pin_cap_blocks(): past it the least recently touched pins are
-  // demoted (released to the free queue as cached blocks).
+  // demoted (released to the free queue as cached blocks). With a recurrent state group (issue 38) a pin also
+  // holds the state checkpoints cached at boundaries inside its prefix, the ones cached when it is made and the
+  // ones made or imported later while it lives (pin_new_checkpoint), each one's S blocks right after its
+  // boundary block's in Pin::blocks.
   struct PinStats {
     int32_t num_pins = 0;
     int32_t num_pinned_blocks = 0;
@@ -319,6 +322,8 @@ class KvManager {
     int64_t expired = 0;   // released by their TTL
     int64_t demoted = 0;   // released by the cap, or by unpin_oldest (admission)
     int64_t cleared = 0;   // released by reset_prefix_cache
+    int64_t checkpoints_added = 0;     // checkpoints made or imported inside a live pin, pinned with it
+    int64_t checkpoints_over_cap = 0;  // such checkpoints left unpinned: the cap had no room for them
   };
   // The clock of TTLs, in seconds (default: steady clock). Tests inject theirs.
   void set_clock(std::function<double()> clock);
@@ -389,6 +394,9 @@ class KvManager {
   // Pins seq's committed prefix when its pin_blocks are all committed.
   void maybe_pin(SeqId id, Seq* s);
   void log_pin(const Pin& p);  // into pin_log_ while the commit log is on
+  // A checkpoint (its S blocks) just committed at the end of cached block `boundary` (group 0's): every pin
+  // holding `boundary` pins it too, unless that would pass the cap.
+  void pin_new_checkpoint(BlockId boundary, std::span<const BlockId> ckpt);
   // Releases pin `end` (its blocks last first, so the head is evicted last).
   void release_pin(EntryId end);
   // Renews the pins whose whole prefix a hit covers.

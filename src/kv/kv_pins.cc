@@ -55,7 +55,7 @@ void KvManager::maybe_pin(SeqId id, Seq* s) {
     out->push_back(b0);
     ents->push_back(e);
     for (size_t g = 1; g < groups_.size(); ++g) {
-      // A recurrent state's table is its S blocks, not one per prefix block (its checkpoints are not pinned).
+      // A recurrent state's table is its S blocks, not one per prefix block: its checkpoints (below) are pinned.
       if (static_cast<int32_t>(g) == state_group_) continue;
       const BlockId b = groups_[g]->table(id)[static_cast<size_t>(i)];
       if (b == kNullBlock || !cache.contains(b) ||
@@ -64,6 +64,17 @@ void KvManager::maybe_pin(SeqId id, Seq* s) {
       }
       out->push_back(b);
       ents->push_back(cache.entry_of(b));
+    }
+    // The checkpoint at the end of block i, when cached: its S blocks after the block's own.
+    if (checkpoint_tokens_ > 0 && (i + 1) % config_.state_checkpoint_interval == 0) {
+      std::vector<BlockId> ck;
+      const EntryId parent = i == 0 ? kRootEntry : s->entries[static_cast<size_t>(i - 1)];
+      if (find_checkpoint_blocks(s->keys[static_cast<size_t>(i)], parent, cache.tokens_of(b0), s->salt, &ck)) {
+        for (BlockId b : ck) {
+          out->push_back(b);
+          ents->push_back(cache.entry_of(b));
+        }
+      }
     }
     return true;
   };
@@ -120,6 +131,36 @@ void KvManager::maybe_pin(SeqId id, Seq* s) {
     release_pin(oldest);
     ++pin_stats_.demoted;
   }
+}
+
+void KvManager::pin_new_checkpoint(BlockId boundary, std::span<const BlockId> ckpt) {
+  if (boundary == kNullBlock || pin_count_[static_cast<size_t>(boundary)] == 0) return;
+  // Best effort, as the checkpoint itself: never past the cap (no pin is demoted for it).
+  if (num_pinned_blocks_ + static_cast<int32_t>(ckpt.size()) > pin_cap_blocks_) {
+    ++pin_stats_.checkpoints_over_cap;
+    return;
+  }
+  const PrefixCache& cache = blocks_->cache;
+  ++generation_;
+  for (auto& [end, p] : pins_) {
+    auto at = std::find(p.blocks.begin(), p.blocks.end(), boundary);
+    if (at == p.blocks.end()) continue;
+    // After the boundary block's other groups' blocks: chain order, as maybe_pin lays it out.
+    auto pos = static_cast<size_t>(at - p.blocks.begin()) + 1;
+    while (pos < p.blocks.size() && cache.group_of(p.blocks[pos]) != 0) ++pos;
+    std::vector<EntryId> ents;
+    for (BlockId b : ckpt) {
+      ents.push_back(cache.entry_of(b));
+      if (pin_count_[static_cast<size_t>(b)]++ == 0) {
+        blocks_->pool.incref(b);
+        ++num_pinned_blocks_;
+      }
+    }
+    p.blocks.insert(p.blocks.begin() + static_cast<std::ptrdiff_t>(pos), ckpt.begin(), ckpt.end());
+    p.entries.insert(p.entries.begin() + static_cast<std::ptrdiff_t>(pos), ents.begin(), ents.end());
+    log_pin(p);  // the tiers store it with the pin's expiry (after the flush that copies it)
+  }
+  ++pin_stats_.checkpoints_added;
 }
 
 void KvManager::log_pin(const Pin& p) {

@@ -118,6 +118,7 @@ bool KvManager::import_checkpoint(const Hash128& chain, const Hash128* prev, Ent
     }
   }
   blocks_->checkpoint_head[static_cast<size_t>(taken[0])] = 1;
+  pin_new_checkpoint(blocks_->cache.find(chain, parent, block_tokens, salt), taken);
   held->insert(held->end(), taken.begin(), taken.end());
   return true;
 }
@@ -185,6 +186,7 @@ void KvManager::make_checkpoint(SeqId seq, const Seq& s, std::span<const TokenId
     for (BlockId b : taken) cc.entries.push_back(blocks_->cache.entry_of(b));
     checkpoint_log_.push_back(std::move(cc));
   }
+  pin_new_checkpoint(blocks_->cache.block_of_entry(s.entries[last]), taken);
   for (int32_t i = 0; i < S; ++i) {
     blocks_->pool.incref(src[static_cast<size_t>(i)]);  // held with the checkpoint's block until the copy
     ckpt_pending_.emplace_back(src[static_cast<size_t>(i)], taken[static_cast<size_t>(i)]);

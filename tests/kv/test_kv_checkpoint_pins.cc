@@ -1,0 +1,202 @@
+// Pins of a hybrid model's state checkpoints (kv/kv_pins.cc, issue 38): a pinned
+// prefix also pins the checkpoints cached at boundaries inside it, the ones
+// there when the pin is made and the ones made later while it lives. KvManager
+// with one full-attention group and a recurrent state group of S = 2 blocks,
+// blocks of 4 tokens, a checkpoint every 2 blocks (8 tokens), the pin cap the
+// whole pool; exact block ids and counters, the invariants after every step.
+#include <gtest/gtest.h>
+
+#include <utility>
+#include <vector>
+
+#include "kv/kv_manager.h"
+#include "kv/test_util.h"
+
+namespace pagoda::kv {
+namespace {
+
+using testing::Ids;
+using testing::Tokens;
+using Copies = std::vector<BlockCopy>;
+
+KvManager make_kv(int32_t num_blocks) {
+  KvConfig c = testing::make_config(num_blocks, 4);
+  c.groups = {KvGroupSpec{0, 0}, KvGroupSpec{0, 2}};
+  c.state_checkpoint_interval = 2;
+  c.pinned_fraction = 1.0;
+  return KvManager(c);
+}
+
+Copies flush(KvManager& kv) {
+  Copies done;
+  kv.flush_checkpoints([&](BlockId src, BlockId dst) { done.emplace_back(src, dst); });
+  return done;
+}
+
+int32_t admit(KvManager& kv, SeqId id, const Tokens& t, int32_t num_new, Copies* restore) {
+  auto a = kv.can_allocate(kv.match_prefix(t, ""), num_new);
+  EXPECT_TRUE(a.ok()) << (a.ok() ? "" : a.message());
+  if (!a.ok()) return -1;
+  auto got = kv.allocate(id, *a, restore);
+  EXPECT_TRUE(got.ok()) << (got.ok() ? "" : got.message());
+  return got.ok() ? *got : -1;
+}
+
+// An unrelated prompt of n tokens, computed whole in one step (no checkpoint: n is no boundary) and freed.
+void flood(KvManager& kv, SeqId id, TokenId start, int32_t n) {
+  Copies restore;
+  const Tokens t = testing::iota_tokens(start, n);
+  ASSERT_EQ(admit(kv, id, t, n, &restore), 0);
+  kv.mark_computed(id, t, n);
+  EXPECT_EQ(kv.num_pending_checkpoint_copies(), 0);
+  EXPECT_INVARIANTS(kv);
+  ASSERT_TRUE(kv.free(id));
+  EXPECT_INVARIANTS(kv);
+}
+
+TEST(KvCheckpointPins, APinnedPrefixKeepsItsCheckpointUntilUnpinned) {
+  // 15 usable blocks. Seq 1 computes 8 tokens: K/V 1, 2, state 3, 4, the checkpoint at 8 in 5, 6.
+  KvManager kv = make_kv(16);
+  double now = 1000;
+  kv.set_clock([&] { return now; });
+  const Tokens t = testing::iota_tokens(100, 10);
+  Copies restore;
+  ASSERT_EQ(admit(kv, 1, t, 8, &restore), 0);
+  kv.mark_computed(1, t, 8);
+  EXPECT_EQ(flush(kv), (Copies{{3, 5}, {4, 6}}));
+  // Pinned once computed: its 2 K/V blocks and the checkpoint's 2 blocks.
+  kv.pin_prefix(1, 8, 60);
+  EXPECT_EQ(kv.pin_stats().num_pins, 1);
+  EXPECT_EQ(kv.num_pinned_blocks(), 4);
+  EXPECT_EQ(kv.pin_expiry(5), 1060);
+  EXPECT_EQ(kv.pin_expiry(6), 1060);
+  EXPECT_EQ(kv.pool().ref_count(5), 1) << "the pin's reference";
+  EXPECT_INVARIANTS(kv);
+  ASSERT_TRUE(kv.free(1));
+  EXPECT_EQ(kv.pool().free_queue(), (Ids{7, 8, 9, 10, 11, 12, 13, 14, 15, 4, 3}));
+  EXPECT_INVARIANTS(kv);
+
+  // Traffic takes every free block (9 K/V + 2 state): the checkpoint's are not among them.
+  flood(kv, 2, 700, 36);
+  EXPECT_EQ(kv.stats().checkpoints_evicted, 0);
+  EXPECT_EQ(kv.stats().num_checkpoints, 1);
+  // The second turn hits the pinned checkpoint: restored from 5, 6.
+  const Tokens t2 = testing::concat(Tokens(t.begin(), t.begin() + 10), testing::iota_tokens(500, 4));
+  const PrefixMatch m = kv.match_prefix(t2, "");
+  EXPECT_EQ(m.num_cached_tokens(), 8);
+  EXPECT_EQ(Ids(m.checkpoint_blocks().begin(), m.checkpoint_blocks().end()), (Ids{5, 6}));
+  ASSERT_EQ(admit(kv, 3, t2, 6, &restore), 8);
+  ASSERT_EQ(restore.size(), 2u);
+  EXPECT_EQ(restore[0].first, 5);
+  EXPECT_EQ(restore[1].first, 6);
+  EXPECT_EQ(kv.stats().checkpoints_hit, 1);
+  EXPECT_EQ(kv.pin_stats().renewed, 1) << "a hit over the whole pinned prefix renews it";
+  EXPECT_EQ(kv.pool().ref_count(5), 2) << "the pin and the restore hold";
+  kv.mark_computed(3, t2, 14);
+  EXPECT_INVARIANTS(kv);
+  ASSERT_TRUE(kv.free(3));
+  EXPECT_INVARIANTS(kv);
+
+  // Expired: K/V and checkpoint become cached-evictable, and the same traffic (now 15 blocks) evicts them.
+  now += 61;
+  EXPECT_EQ(kv.expire_pins(), 1);
+  EXPECT_EQ(kv.num_pinned_blocks(), 0);
+  EXPECT_EQ(kv.pool().ref_count(5), 0);
+  EXPECT_TRUE(kv.cache().contains(5));
+  EXPECT_EQ(testing::cached_tokens(kv, t2), 8);
+  EXPECT_INVARIANTS(kv);
+  flood(kv, 4, 900, 52);
+  EXPECT_EQ(kv.stats().checkpoints_evicted, 1);
+  EXPECT_EQ(kv.stats().num_checkpoints, 0);
+  EXPECT_EQ(testing::cached_tokens(kv, t2), 0);
+}
+
+TEST(KvCheckpointPins, CheckpointsMadeLaterInsideAPinAreAddedToIt) {
+  // 23 usable blocks. The pin is asked before the prompt runs (16 tokens of 18): one
+  // chunk of 16 checkpoints only at 16, and the pin then takes K/V 1..4 and that checkpoint's 7, 8.
+  KvManager kv = make_kv(24);
+  double now = 1000;
+  kv.set_clock([&] { return now; });
+  const Tokens t = testing::iota_tokens(100, 18);
+  Copies restore;
+  ASSERT_EQ(admit(kv, 1, t, kv.checkpoint_chunk(0, 18), &restore), 0);
+  kv.pin_prefix(1, 16, 60);
+  EXPECT_EQ(kv.pin_stats().num_pins, 0) << "deferred until its blocks are committed";
+  kv.mark_computed(1, t, 16);
+  EXPECT_EQ(kv.pin_stats().num_pins, 1);
+  EXPECT_EQ(kv.num_pinned_blocks(), 6);
+  EXPECT_EQ(kv.pin_expiry(7), 1060);
+  EXPECT_EQ(kv.pool().ref_count(7), 2) << "the pin and the pending copy";
+  EXPECT_EQ(flush(kv), (Copies{{5, 7}, {6, 8}}));
+  EXPECT_EQ(kv.pool().ref_count(7), 1);
+  EXPECT_INVARIANTS(kv);
+  ASSERT_TRUE(kv.free(1));
+  EXPECT_INVARIANTS(kv);
+
+  // A prompt of the first 12 tokens finds no checkpoint inside its 3 cached blocks: it
+  // computes 8 (one chunk to the boundary: K/V 9, 10, state 11, 12) and checkpoints at 8
+  // into 13, 14, the pin's K/V block 2 ending there: the pin takes them too.
+  const Tokens head(t.begin(), t.begin() + 12);
+  EXPECT_EQ(testing::cached_tokens(kv, head), 0);
+  ASSERT_EQ(admit(kv, 2, head, kv.checkpoint_chunk(0, 12), &restore), 0);
+  kv.mark_computed(2, head, 8);
+  EXPECT_EQ(kv.pin_stats().checkpoints_added, 1);
+  EXPECT_EQ(kv.num_pinned_blocks(), 8);
+  EXPECT_EQ(kv.pin_expiry(13), 1060);
+  EXPECT_EQ(kv.pin_expiry(14), 1060);
+  EXPECT_EQ(flush(kv), (Copies{{11, 13}, {12, 14}}));
+  EXPECT_EQ(kv.pool().ref_count(13), 1);
+  EXPECT_INVARIANTS(kv);
+  ASSERT_TRUE(kv.free(2));
+  EXPECT_INVARIANTS(kv);
+
+  // Traffic takes all 15 free blocks; both checkpoints stay and hit.
+  flood(kv, 3, 700, 52);
+  EXPECT_EQ(kv.stats().checkpoints_evicted, 0);
+  EXPECT_EQ(testing::cached_tokens(kv, head), 8);
+  EXPECT_EQ(testing::cached_tokens(kv, t), 16);
+
+  // Expired: all 8 blocks go back; traffic of the whole pool evicts both checkpoints.
+  now += 61;
+  EXPECT_EQ(kv.expire_pins(), 1);
+  EXPECT_EQ(kv.num_pinned_blocks(), 0);
+  EXPECT_INVARIANTS(kv);
+  flood(kv, 4, 900, 84);
+  EXPECT_EQ(kv.stats().checkpoints_evicted, 2);
+  EXPECT_EQ(testing::cached_tokens(kv, t), 0);
+}
+
+TEST(KvCheckpointPins, ACheckpointPastTheCapStaysUnpinned) {
+  // Cap 6 of 23 usable blocks: the pin of 16 tokens takes 4 K/V + 2 checkpoint blocks = the cap, so
+  // the checkpoint made later at 8 finds no room and stays an ordinary cached one.
+  KvConfig c = testing::make_config(24, 4);
+  c.groups = {KvGroupSpec{0, 0}, KvGroupSpec{0, 2}};
+  c.state_checkpoint_interval = 2;
+  c.pinned_fraction = 0.27;
+  KvManager kv(c);
+  ASSERT_EQ(kv.pin_cap_blocks(), 6);
+  const Tokens t = testing::iota_tokens(100, 18);
+  Copies restore;
+  ASSERT_EQ(admit(kv, 1, t, 16, &restore), 0);
+  kv.pin_prefix(1, 16, 60);
+  kv.mark_computed(1, t, 16);
+  EXPECT_EQ(kv.num_pinned_blocks(), 6);
+  flush(kv);
+  ASSERT_TRUE(kv.free(1));
+  const Tokens head(t.begin(), t.begin() + 12);
+  ASSERT_EQ(admit(kv, 2, head, 8, &restore), 0);
+  kv.mark_computed(2, head, 8);
+  EXPECT_EQ(kv.stats().checkpoints_stored, 2);
+  EXPECT_EQ(kv.pin_stats().checkpoints_added, 0);
+  EXPECT_EQ(kv.pin_stats().checkpoints_over_cap, 1);
+  EXPECT_EQ(kv.num_pinned_blocks(), 6);
+  EXPECT_EQ(flush(kv), (Copies{{11, 13}, {12, 14}}));
+  EXPECT_EQ(kv.pool().ref_count(13), 0);
+  EXPECT_EQ(kv.pin_expiry(13), 0);
+  EXPECT_INVARIANTS(kv);
+  ASSERT_TRUE(kv.free(2));
+  EXPECT_INVARIANTS(kv);
+}
+
+}  // namespace
+}  // namespace pagoda::kv
