@@ -30,14 +30,14 @@ void KvTierLink::store_checkpoints() {
   }
 }
 
-size_t KvTierLink::store_pinned_checkpoint(const kv::KvManager::PinLogEntry& p, size_t i, const Hash128* parent,
-                                           uint64_t expiry) {
+size_t KvTierLink::store_pinned_checkpoint(std::span<const kv::BlockId> blocks, std::span<const kv::EntryId> entries,
+                                           size_t i, const Hash128* parent, uint64_t expiry) {
   const kv::PrefixCache& cache = kv_->cache();
-  const kv::BlockId head = p.blocks[i];
+  const kv::BlockId head = blocks[i];
   size_t end = i;
   bool intact = true;
-  while (end < p.blocks.size() && cache.contains(p.blocks[end]) && cache.group_of(p.blocks[end]) == state_group_) {
-    intact = intact && cache.entry_of(p.blocks[end]) == p.entries[end];
+  while (end < blocks.size() && cache.contains(blocks[end]) && cache.group_of(blocks[end]) == state_group_) {
+    intact = intact && cache.entry_of(blocks[end]) == entries[end];
     ++end;
   }
   if (!intact || end == i) return end == i ? i + 1 : end;  // released and reused since
@@ -49,7 +49,7 @@ size_t KvTierLink::store_pinned_checkpoint(const kv::KvManager::PinLogEntry& p, 
   if (it == pin_sent_.end()) {
     std::string block, bytes;
     for (size_t j = i; j < end; ++j) {
-      storage_->export_block(p.blocks[j], &block);
+      storage_->export_block(blocks[j], &block);
       bytes += block;
     }
     tiers_->store(key, cache.tokens_of(head), bytes, parent, expiry);  // not announced: only K/V blocks are

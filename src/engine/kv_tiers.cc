@@ -346,7 +346,7 @@ void KvTierLink::store_pins() {
       const int32_t g = cache.group_of(b);
       const Hash128 chain = cache.chain_of(b);
       if (g == state_group_) {  // a checkpoint at the end of the block before: its S blocks, one entry
-        i = store_pinned_checkpoint(p, i, root ? nullptr : &parent, expiry) - 1;
+        i = store_pinned_checkpoint(p.blocks, p.entries, i, root ? nullptr : &parent, expiry) - 1;
         continue;
       }
       if (g == 0) {

@@ -195,10 +195,11 @@ class KvTierLink {
   void store_checkpoints();
   // Writes the pins made or renewed since the last call to the tiers with their expiry.
   void store_pins();
-  // store_pins' part for the checkpoint whose blocks start at p.blocks[i] (kv_tier_checkpoints.cc): stored
-  // as one kCheckpoint entry with `expiry`, or only renewed. Returns the index past its blocks.
-  size_t store_pinned_checkpoint(const kv::KvManager::PinLogEntry& p, size_t i, const Hash128* parent,
-                                 uint64_t expiry);
+  // store_pins' part for the checkpoint whose blocks start at blocks[i] (a pin's blocks and their entries as
+  // pinned; kv_tier_checkpoints.cc): stored as one kCheckpoint entry with `expiry`, or only renewed. Returns
+  // the index past its blocks.
+  size_t store_pinned_checkpoint(std::span<const int32_t> blocks, std::span<const uint64_t> entries, size_t i,
+                                 const Hash128* parent, uint64_t expiry);
   Known& know(const std::string& name, const Hash128& chain, const Hash128* parent, int32_t group,
               std::span<const int32_t> tokens);
   // BlockStored for each (entry, tier), parents first (parents_first).
