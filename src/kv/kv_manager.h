@@ -181,8 +181,10 @@ class KvManager {
   // A chunk of n tokens from `computed` cut so that it ends at the latest
   // checkpoint boundary inside it when it crosses one and does not end at one
   // (the state at a boundary must exist at the end of a step to be copied);
-  // n when it crosses none or checkpoints are off.
-  int32_t checkpoint_chunk(int32_t computed, int32_t n) const;
+  // n when it crosses none or checkpoints are off. pin_tokens > 0 (a request
+  // pinning its first pin_tokens): the chunk ends first at the pin's last
+  // boundary when it crosses it, so the pinned prefix has a checkpoint to pin.
+  int32_t checkpoint_chunk(int32_t computed, int32_t n, int32_t pin_tokens = 0) const;
   // mark_computed makes a checkpoint when a sequence's computed tokens reach a
   // boundary: S blocks are taken (only when S + watermark blocks are free),
   // committed to the cache under the boundary block's chain key and held

@@ -66,8 +66,11 @@ Hash128 KvManager::checkpoint_key(const Hash128& chain, int32_t index) const {
   return xxh3_128(words, sizeof(words));
 }
 
-int32_t KvManager::checkpoint_chunk(int32_t computed, int32_t n) const {
+int32_t KvManager::checkpoint_chunk(int32_t computed, int32_t n, int32_t pin_tokens) const {
   if (checkpoint_tokens_ <= 0) return n;
+  // A pinned prefix's last boundary first (one more cut, for pinned prompts only).
+  const int32_t pinned = pin_tokens / checkpoint_tokens_ * checkpoint_tokens_;
+  if (pinned > computed && pinned < computed + n) return pinned - computed;
   // The latest boundary at or before the chunk's end: one cut per chunk at most.
   const int32_t last = (computed + n) / checkpoint_tokens_ * checkpoint_tokens_;
   return last > computed ? last - computed : n;

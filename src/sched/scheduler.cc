@@ -29,6 +29,8 @@ const char* schedule_policy_name(SchedulePolicy p) {
 
 namespace {
 unsigned long long ull(RequestId id) { return static_cast<unsigned long long>(id); }
+// The tokens a request pins, for KvManager::checkpoint_chunk's cut (0: no pin).
+int32_t pin_cut(const Request& r) { return r.pin_ttl_s > 0 ? r.pin_tokens : 0; }
 using KeySet = std::unordered_set<Hash128, Hash128Hasher>;
 }  // namespace
 
@@ -263,8 +265,8 @@ StepPlan Scheduler::schedule() {
       // The victim of preemption may be a request scheduled earlier this step;
       // it is unscheduled, so a later pass never sees it twice.
       // A prefill chunk ends at the latest state checkpoint boundary inside it (KvManager::checkpoint_chunk).
-      schedule_running(r, kv_->checkpoint_chunk(kv_->num_computed_tokens(id), std::min(remaining, budget)), &slices,
-                       &budget, &plan, pass == 0 ? draft_len(r, budget) : 0);
+      const int32_t n = kv_->checkpoint_chunk(kv_->num_computed_tokens(id), std::min(remaining, budget), pin_cut(r));
+      schedule_running(r, n, &slices, &budget, &plan, pass == 0 ? draft_len(r, budget) : 0);
     }
   }
 
@@ -313,7 +315,7 @@ StepPlan Scheduler::schedule() {
           continue;
         }
       }
-      const int32_t n = kv_->checkpoint_chunk(cached, std::min(w.num_tokens() - cached, budget));
+      const int32_t n = kv_->checkpoint_chunk(cached, std::min(w.num_tokens() - cached, budget), pin_cut(w));
       // A group also keeps one block per child free (vLLM v0's rule: a running
       // sequence needs at most one new block per decode step): at the fork each
       // child's first decode copies the shared partial block or opens a new one.
@@ -330,7 +332,7 @@ StepPlan Scheduler::schedule() {
         seats = num_seats();
         kv::PrefixMatch again = kv_->match_prefix(w.tokens, w.cache_salt);
         n_retry = kv_->checkpoint_chunk(again.num_cached_tokens(),
-                                        std::min(w.num_tokens() - again.num_cached_tokens(), budget));
+                                        std::min(w.num_tokens() - again.num_cached_tokens(), budget), pin_cut(w));
         if (n_retry <= 0) break;
         admission = kv_->can_allocate(std::move(again), n_retry, num_children * kv_->num_groups(), w.num_tokens(),
                                       config_.max_num_batched_tokens);

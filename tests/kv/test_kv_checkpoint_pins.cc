@@ -54,6 +54,21 @@ void flood(KvManager& kv, SeqId id, TokenId start, int32_t n) {
   EXPECT_INVARIANTS(kv);
 }
 
+TEST(KvCheckpointPins, ChunksAlsoEndAtThePinsLastBoundary) {
+  KvManager kv = make_kv(16);
+  // Boundaries every 8 tokens; a pin of 21 tokens ends its checkpoints at 16.
+  EXPECT_EQ(kv.checkpoint_chunk(0, 30), 24) << "no pin: the latest boundary";
+  EXPECT_EQ(kv.checkpoint_chunk(0, 30, 21), 16) << "the pin's last boundary first";
+  EXPECT_EQ(kv.checkpoint_chunk(16, 14, 21), 8) << "then as without a pin";
+  EXPECT_EQ(kv.checkpoint_chunk(0, 16, 21), 16) << "a chunk ending there needs no cut";
+  EXPECT_EQ(kv.checkpoint_chunk(0, 12, 21), 8) << "a chunk before it: as without a pin";
+  EXPECT_EQ(kv.checkpoint_chunk(3, 30, 7), 29) << "a pin shorter than a checkpoint interval: no cut of its own";
+  KvConfig c = testing::make_config(16, 4);
+  c.groups = {KvGroupSpec{0, 0}, KvGroupSpec{0, 2}};
+  c.state_checkpoint_interval = 0;
+  EXPECT_EQ(KvManager(c).checkpoint_chunk(0, 30, 21), 30) << "no checkpoints: no cut";
+}
+
 TEST(KvCheckpointPins, APinnedPrefixKeepsItsCheckpointUntilUnpinned) {
   // 15 usable blocks. Seq 1 computes 8 tokens: K/V 1, 2, state 3, 4, the checkpoint at 8 in 5, 6.
   KvManager kv = make_kv(16);

@@ -206,6 +206,24 @@ TEST_P(HybridPins, APinnedPrefixKeepsItsCheckpointThroughTrafficUntilItsTtl) {
   EXPECT_EQ(e->stats().checkpoints_hit, 1);
 }
 
+// A pin of 20 tokens (5 blocks): turn 1's prefill is cut at 16, the pin's last
+// boundary, so it has a checkpoint there to pin (else its one chunk of 32
+// checkpoints only at 32, past the pin): turn 2 hits 16 after the traffic.
+TEST_P(HybridPins, APinBetweenBoundariesPinsTheCheckpointAtItsLastOne) {
+  const Model& m = model();
+  auto e = make(config(4));
+  ASSERT_TRUE(e);
+  EXPECT_EQ(run(*e, m.turn1, 20, 60).cached, 0);
+  EngineStats st = e->stats();
+  EXPECT_EQ(st.checkpoints_stored, 2) << "at 16 (the pin's cut) and 32";
+  EXPECT_EQ(st.blocks_pinned, 5 + state_blocks());
+  flood(*e, 100);
+  const Out t2 = run(*e, m.turn2);
+  EXPECT_EQ(t2.cached, 16);
+  expect_bitwise(m.cold2, t2, "turn 2 after the traffic, 20 tokens pinned");
+  EXPECT_EQ(e->stats().checkpoints_hit, 1);
+}
+
 // Every entry file of the directory with its header's expiry (unix ms, 0: none), largest first.
 std::vector<std::pair<uintmax_t, uint64_t>> disk_entries(const std::string& dir) {
   std::vector<std::pair<uintmax_t, uint64_t>> out;
