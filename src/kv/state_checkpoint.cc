@@ -50,8 +50,14 @@
 //     a loaded one as make_checkpoint does), so the scheduler's match_prefix
 //     then restores it as any cached checkpoint. The RAM cached_blocks view's
 //     state-group row is "a checkpoint at the end of this block".
-// Checkpoints are not pinned with a pinned prefix. The design is generic over
-// the state group's kind: only S and the state group's index are used.
+//   - pins (kv_pins.cc, docs/pins.md): a pinned prefix also pins the
+//     checkpoints cached at boundaries inside it, those there when it is made
+//     and those made or imported later while it lives (pin_new_checkpoint,
+//     within the pin cap); the tiers store them with the pin's expiry. A
+//     pinning request's prefill is also cut at the pin's last boundary
+//     (checkpoint_chunk's pin_tokens) so that the pin has a checkpoint.
+// The design is generic over the state group's kind: only S and the state
+// group's index are used.
 #include <algorithm>
 
 #include "base/check.h"
