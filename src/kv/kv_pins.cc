@@ -47,13 +47,18 @@ void KvManager::maybe_pin(SeqId id, Seq* s) {
   if (n == 0) return;
   const PrefixCache& cache = blocks_->cache;
   // Every group's cached blocks of entries [0, n), group 0's being the
-  // entries' own blocks (a block computed twice maps to the first copy).
-  auto blocks_of = [&](int32_t i, std::vector<BlockId>* out, std::vector<EntryId>* ents) {
+  // entries' own blocks (a block computed twice maps to the first copy), and
+  // the checkpoint cached at the end of each block (its S blocks).
+  struct Part {
+    std::vector<BlockId> kv, ck;
+    std::vector<EntryId> kv_e, ck_e;
+  };
+  auto part_of = [&](int32_t i, Part* p) {
     const EntryId e = s->entries[static_cast<size_t>(i)];
     const BlockId b0 = cache.block_of_entry(e);
     if (b0 == kNullBlock) return false;  // not cached any more: the chain ends here
-    out->push_back(b0);
-    ents->push_back(e);
+    p->kv.push_back(b0);
+    p->kv_e.push_back(e);
     for (size_t g = 1; g < groups_.size(); ++g) {
       // A recurrent state's table is its S blocks, not one per prefix block: its checkpoints (below) are pinned.
       if (static_cast<int32_t>(g) == state_group_) continue;
@@ -62,37 +67,64 @@ void KvManager::maybe_pin(SeqId id, Seq* s) {
           !(cache.key_of(b) == group_key(s->keys[static_cast<size_t>(i)], static_cast<int32_t>(g)))) {
         continue;
       }
-      out->push_back(b);
-      ents->push_back(cache.entry_of(b));
+      p->kv.push_back(b);
+      p->kv_e.push_back(cache.entry_of(b));
     }
-    // The checkpoint at the end of block i, when cached: its S blocks after the block's own.
     if (checkpoint_tokens_ > 0 && (i + 1) % config_.state_checkpoint_interval == 0) {
-      std::vector<BlockId> ck;
       const EntryId parent = i == 0 ? kRootEntry : s->entries[static_cast<size_t>(i - 1)];
-      if (find_checkpoint_blocks(s->keys[static_cast<size_t>(i)], parent, cache.tokens_of(b0), s->salt, &ck)) {
-        for (BlockId b : ck) {
-          out->push_back(b);
-          ents->push_back(cache.entry_of(b));
-        }
+      if (find_checkpoint_blocks(s->keys[static_cast<size_t>(i)], parent, cache.tokens_of(b0), s->salt, &p->ck)) {
+        for (BlockId b : p->ck) p->ck_e.push_back(cache.entry_of(b));
       }
     }
     return true;
   };
-  Pin pin;
+  std::vector<Part> parts;
+  int64_t total = 0;
   for (int32_t i = 0; i < n; ++i) {
-    std::vector<BlockId> bl;
-    std::vector<EntryId> en;
-    if (!blocks_of(i, &bl, &en)) {
-      n = i;
-      break;
+    Part p;
+    if (!part_of(i, &p)) break;
+    total += static_cast<int64_t>(p.kv.size() + p.ck.size());
+    parts.push_back(std::move(p));
+  }
+  n = static_cast<int32_t>(parts.size());
+  // Blocks [0, m) with their checkpoints (only the one at m's end when last_only), chain order.
+  Pin pin;
+  auto take = [&](int32_t m, bool last_only) {
+    for (int32_t i = 0; i < m; ++i) {
+      const Part& p = parts[static_cast<size_t>(i)];
+      pin.blocks.insert(pin.blocks.end(), p.kv.begin(), p.kv.end());
+      pin.entries.insert(pin.entries.end(), p.kv_e.begin(), p.kv_e.end());
+      if (last_only && i != m - 1) continue;
+      pin.blocks.insert(pin.blocks.end(), p.ck.begin(), p.ck.end());
+      pin.entries.insert(pin.entries.end(), p.ck_e.begin(), p.ck_e.end());
     }
-    // A pin alone never exceeds the cap: it keeps its head.
-    if (static_cast<int32_t>(pin.blocks.size() + bl.size()) > pin_cap_blocks_) {
-      n = i;
-      break;
+    n = m;
+  };
+  if (total <= pin_cap_blocks_) {
+    take(n, false);
+  } else {
+    // A pin alone never exceeds the cap. A hybrid model's hit ends at a checkpoint, so the pin keeps the
+    // longest head that ends at one and fits with that one alone (the earlier ones serve only prompts that
+    // leave the prefix sooner); else, as for other models, the longest head that fits.
+    int32_t m = 0;
+    std::vector<int64_t> kv_before(static_cast<size_t>(n) + 1, 0);
+    for (size_t i = 0; i < parts.size(); ++i) kv_before[i + 1] = kv_before[i] + static_cast<int64_t>(parts[i].kv.size());
+    for (int32_t j = n; j >= 1 && m == 0; --j) {
+      const auto& ck = parts[static_cast<size_t>(j - 1)].ck;
+      if (!ck.empty() && kv_before[static_cast<size_t>(j)] + static_cast<int64_t>(ck.size()) <= pin_cap_blocks_) m = j;
     }
-    pin.blocks.insert(pin.blocks.end(), bl.begin(), bl.end());
-    pin.entries.insert(pin.entries.end(), en.begin(), en.end());
+    if (m > 0) {
+      take(m, true);
+    } else {
+      int64_t size = 0;
+      while (m < n) {
+        const Part& p = parts[static_cast<size_t>(m)];
+        if (size + static_cast<int64_t>(p.kv.size() + p.ck.size()) > pin_cap_blocks_) break;
+        size += static_cast<int64_t>(p.kv.size() + p.ck.size());
+        ++m;
+      }
+      take(m, false);
+    }
   }
   if (n == 0) return;
   const EntryId end = s->entries[static_cast<size_t>(n - 1)];

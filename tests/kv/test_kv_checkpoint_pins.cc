@@ -213,5 +213,41 @@ TEST(KvCheckpointPins, ACheckpointPastTheCapStaysUnpinned) {
   EXPECT_INVARIANTS(kv);
 }
 
+TEST(KvCheckpointPins, OverTheCapAPinKeepsTheLongestHeadEndingAtACheckpoint) {
+  // Cap 6 of 23 usable blocks. 16 tokens in two chunks of 8: K/V 1, 2, 7, 8, state 3, 4, checkpoints at
+  // 8 (5, 6) and 16 (9, 10). All of it is 4 K/V + 4 checkpoint blocks = 8: over the cap, the pin keeps
+  // K/V 1, 2, 7, 8 and the checkpoint at 16 only (6 blocks; the former rule, the longest head that fits,
+  // kept K/V 1, 2, 7 and the checkpoint at 8: a hit of 8 tokens only).
+  KvConfig c = testing::make_config(24, 4);
+  c.groups = {KvGroupSpec{0, 0}, KvGroupSpec{0, 2}};
+  c.state_checkpoint_interval = 2;
+  c.pinned_fraction = 0.27;
+  KvManager kv(c);
+  ASSERT_EQ(kv.pin_cap_blocks(), 6);
+  const Tokens t = testing::iota_tokens(100, 18);
+  Copies restore;
+  ASSERT_EQ(admit(kv, 1, t, 8, &restore), 0);
+  kv.mark_computed(1, t, 8);
+  EXPECT_EQ(flush(kv), (Copies{{3, 5}, {4, 6}}));
+  Copies copies;
+  ASSERT_TRUE(kv.append_slots(1, 8, &copies));
+  kv.mark_computed(1, t, 16);
+  EXPECT_EQ(flush(kv), (Copies{{3, 9}, {4, 10}}));
+  EXPECT_EQ(kv.stats().num_checkpoints, 2);
+  EXPECT_INVARIANTS(kv);
+  kv.pin_prefix(1, 16, 60);
+  EXPECT_EQ(kv.num_pinned_blocks(), 6);
+  for (BlockId b : {1, 2, 7, 8, 9, 10}) EXPECT_GT(kv.pin_expiry(b), 0) << b;
+  for (BlockId b : {5, 6}) EXPECT_EQ(kv.pin_expiry(b), 0) << b;
+  EXPECT_INVARIANTS(kv);
+  ASSERT_TRUE(kv.free(1));
+  EXPECT_INVARIANTS(kv);
+  // Traffic over every free block: the checkpoint at 8 goes, the pinned one at 16 stays.
+  flood(kv, 2, 700, 60);
+  EXPECT_EQ(kv.stats().checkpoints_evicted, 1);
+  EXPECT_EQ(testing::cached_tokens(kv, t), 16);
+  EXPECT_EQ(testing::cached_tokens(kv, Tokens(t.begin(), t.begin() + 12)), 0) << "the one at 8 was not pinned";
+}
+
 }  // namespace
 }  // namespace pagoda::kv
