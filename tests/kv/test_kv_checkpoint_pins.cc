@@ -181,6 +181,36 @@ TEST(KvCheckpointPins, CheckpointsMadeLaterInsideAPinAreAddedToIt) {
   EXPECT_EQ(testing::cached_tokens(kv, t), 0);
 }
 
+TEST(KvCheckpointPins, ACheckpointImportedFromATierInsideAPinJoinsIt) {
+  // 15 usable blocks. Seq 1 computes 10 tokens in one step: 3 K/V blocks, its state, no checkpoint
+  // (10 is no boundary). Its pin of 8 tokens holds K/V 1, 2 alone: no hit (no checkpoint).
+  KvManager kv = make_kv(16);
+  const Tokens t = testing::iota_tokens(100, 10);
+  Copies restore;
+  ASSERT_EQ(admit(kv, 1, t, 10, &restore), 0);
+  kv.mark_computed(1, t, 10);
+  EXPECT_EQ(kv.stats().checkpoints_stored, 0);
+  kv.pin_prefix(1, 8, 60);
+  EXPECT_EQ(kv.num_pinned_blocks(), 2);
+  ASSERT_TRUE(kv.free(1));
+  EXPECT_EQ(testing::cached_tokens(kv, t), 0);
+  // A tier brings the checkpoint at 8 (import_blocks: K/V from RAM, the checkpoint loaded): the pin takes it.
+  int32_t parts = 0;
+  EXPECT_EQ(kv.import_blocks(
+                t, "", 2, [](int32_t g, int32_t i) { return g == 1 && i == 1; }, [](int32_t, int32_t, BlockId) {},
+                [&](int32_t i, int32_t, BlockId) { EXPECT_EQ(i, 1); ++parts; }),
+            2);
+  EXPECT_EQ(parts, 2);
+  EXPECT_EQ(kv.pin_stats().checkpoints_added, 1);
+  EXPECT_EQ(kv.num_pinned_blocks(), 4);
+  EXPECT_INVARIANTS(kv);
+  EXPECT_EQ(testing::cached_tokens(kv, t), 8);
+  // Traffic over the 11 free blocks: the imported checkpoint stays.
+  flood(kv, 2, 700, 36);
+  EXPECT_EQ(kv.stats().checkpoints_evicted, 0);
+  EXPECT_EQ(testing::cached_tokens(kv, t), 8);
+}
+
 TEST(KvCheckpointPins, ACheckpointPastTheCapStaysUnpinned) {
   // Cap 6 of 23 usable blocks: the pin of 16 tokens takes 4 K/V + 2 checkpoint blocks = the cap, so
   // the checkpoint made later at 8 finds no room and stays an ordinary cached one.
