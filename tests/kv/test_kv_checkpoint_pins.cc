@@ -205,8 +205,9 @@ TEST(KvCheckpointPins, ACheckpointImportedFromATierInsideAPinJoinsIt) {
   EXPECT_EQ(kv.num_pinned_blocks(), 4);
   EXPECT_INVARIANTS(kv);
   EXPECT_EQ(testing::cached_tokens(kv, t), 8);
-  // Traffic over the 11 free blocks: the imported checkpoint stays.
+  // Traffic over the 11 free blocks, twice (unpinned, the checkpoint would be among the second's): it stays.
   flood(kv, 2, 700, 36);
+  flood(kv, 3, 900, 36);
   EXPECT_EQ(kv.stats().checkpoints_evicted, 0);
   EXPECT_EQ(testing::cached_tokens(kv, t), 8);
 }
