@@ -74,6 +74,8 @@ void KvManager::maybe_pin(SeqId id, Seq* s) {
       const EntryId parent = i == 0 ? kRootEntry : s->entries[static_cast<size_t>(i - 1)];
       if (find_checkpoint_blocks(s->keys[static_cast<size_t>(i)], parent, cache.tokens_of(b0), s->salt, &p->ck)) {
         for (BlockId b : p->ck) p->ck_e.push_back(cache.entry_of(b));
+      } else {
+        p->ck.clear();  // none, or only some of its S blocks cached: no checkpoint
       }
     }
     return true;

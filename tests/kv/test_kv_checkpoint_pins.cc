@@ -6,9 +6,13 @@
 // whole pool; exact block ids and counters, the invariants after every step.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <iterator>
+#include <map>
 #include <utility>
 #include <vector>
 
+#include "base/rng.h"
 #include "kv/kv_manager.h"
 #include "kv/test_util.h"
 
@@ -278,6 +282,94 @@ TEST(KvCheckpointPins, OverTheCapAPinKeepsTheLongestHeadEndingAtACheckpoint) {
   EXPECT_EQ(kv.stats().checkpoints_evicted, 1);
   EXPECT_EQ(testing::cached_tokens(kv, t), 16);
   EXPECT_EQ(testing::cached_tokens(kv, Tokens(t.begin(), t.begin() + 12)), 0) << "the one at 8 was not pinned";
+}
+
+// Random admissions (some pinning, before their prompt runs), chunks cut at
+// boundaries (and at the pin's), decodes, forks, frees, TTLs passing, the
+// pending checkpoint copies flushed after each step: every invariant holds
+// after every operation, pins never pass the cap, and checkpoints are pinned
+// both with their pin and later.
+TEST(KvCheckpointPins, RandomizedWithCheckpointsPinsAndForks) {
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    double now = 0;
+    KvConfig c = testing::make_config(61, 4);
+    c.groups = {KvGroupSpec{0, 0}, KvGroupSpec{0, 2}};
+    c.state_checkpoint_interval = 2;
+    c.pinned_fraction = 0.3;  // 18 blocks
+    KvManager kv(c);
+    kv.set_clock([&] { return now; });
+    Rng rng(seed);
+    std::vector<Tokens> bases(3);
+    for (auto& b : bases)
+      for (int i = 0; i < 64; ++i) b.push_back(static_cast<TokenId>(rng.uniform_int(0, 3)));
+    std::map<SeqId, Tokens> seqs;
+    std::map<SeqId, int32_t> pin_of;
+    SeqId next = 1;
+    int64_t max_pinned = 0;
+    for (int op = 0; op < 4000; ++op) {
+      const double r = rng.uniform();
+      if (r < 0.25 || seqs.empty()) {
+        const Tokens& b = bases[static_cast<size_t>(rng.uniform_int(0, 2))];
+        Tokens p(b.begin(), b.begin() + rng.uniform_int(1, 64));
+        for (int64_t i = rng.uniform_int(0, 6); i > 0; --i) p.push_back(static_cast<TokenId>(rng.uniform_int(0, 3)));
+        const int32_t pin = rng.uniform() < 0.5 ? static_cast<int32_t>(rng.uniform_int(0, 48)) : 0;
+        PrefixMatch m = kv.match_prefix(p, "");
+        const int32_t hit = m.num_cached_tokens();
+        const int32_t n = kv.checkpoint_chunk(hit, std::min<int32_t>(static_cast<int32_t>(p.size()) - hit, 12), pin);
+        auto a = kv.can_allocate(std::move(m), n);
+        if (!a.ok()) {
+          if (rng.uniform() < 0.5) kv.unpin_oldest();
+        } else {
+          Copies restore;
+          ASSERT_TRUE(kv.allocate(next, *a, &restore).ok());
+          if (pin > 0) kv.pin_prefix(next, pin, 1 + 29 * rng.uniform());
+          kv.mark_computed(next, p, hit + n);
+          pin_of[next] = pin;
+          seqs[next++] = p;
+        }
+      } else if (r < 0.65) {  // a step: the rest of the prompt in chunks, then decodes
+        auto it = seqs.begin();
+        std::advance(it, rng.uniform_int(0, static_cast<int64_t>(seqs.size()) - 1));
+        Tokens& tok = it->second;
+        const int32_t done = kv.num_computed_tokens(it->first);
+        if (done == static_cast<int32_t>(tok.size())) tok.push_back(static_cast<TokenId>(rng.uniform_int(0, 3)));
+        const int32_t n = kv.checkpoint_chunk(done, std::min<int32_t>(static_cast<int32_t>(tok.size()) - done, 12),
+                                              pin_of[it->first]);
+        Copies copies;
+        if (kv.append_slots(it->first, n, &copies)) kv.mark_computed(it->first, tok, done + n);
+      } else if (r < 0.72) {
+        auto it = seqs.begin();
+        std::advance(it, rng.uniform_int(0, static_cast<int64_t>(seqs.size()) - 1));
+        if (kv.num_computed_tokens(it->first) == static_cast<int32_t>(it->second.size()) &&
+            kv.fork(it->first, next).ok()) {
+          pin_of[next] = 0;
+          seqs[next++] = it->second;
+        }
+      } else if (r < 0.9) {
+        auto it = seqs.begin();
+        std::advance(it, rng.uniform_int(0, static_cast<int64_t>(seqs.size()) - 1));
+        ASSERT_TRUE(kv.free(it->first));
+        seqs.erase(it);
+      } else {
+        now += 5 * rng.uniform();
+        kv.expire_pins();
+      }
+      flush(kv);
+      ASSERT_EQ(kv.check_invariants(), "") << "seed " << seed << " op " << op;
+      ASSERT_LE(kv.num_pinned_blocks(), kv.pin_cap_blocks());
+      max_pinned = std::max<int64_t>(max_pinned, kv.num_pinned_blocks());
+    }
+    const KvManager::PinStats st = kv.pin_stats();
+    EXPECT_GT(st.created, 50) << "seed " << seed;
+    EXPECT_GT(st.expired, 10) << "seed " << seed;
+    EXPECT_GT(st.checkpoints_added, 0) << "seed " << seed;
+    EXPECT_GT(kv.stats().checkpoints_hit, 50) << "seed " << seed;
+    for (auto& [id, tok] : seqs) ASSERT_TRUE(kv.free(id));
+    now += 1000;
+    kv.expire_pins();
+    EXPECT_EQ(kv.num_free_blocks(), kv.num_usable_blocks()) << "seed " << seed;
+    EXPECT_EQ(kv.check_invariants(), "");
+  }
 }
 
 }  // namespace
