@@ -32,6 +32,12 @@
 // (a checkpoint missing there asks for the one before, down to the RAM hit),
 // and import_blocks brings in the K/V and that checkpoint. K/V without a
 // usable checkpoint are never imported: no wrong state, only recompute.
+// K/V loaded past the hit's checkpoint are dropped, not imported (typically
+// the < interval blocks a turn computed after its last checkpoint; all of
+// them when the tier has no checkpoint). Not loading them would need the
+// checkpoint's answer before asking for K/V: one more round trip on every tier
+// hit, and one per boundary down a prompt with no checkpoint; not done.
+// A pinned checkpoint is written with the pin's expiry (store_pins).
 // Checkpoint entries are not announced as KV events (vLLM announces K/V
 // blocks only): a router scores prefixes by blocks.
 //
