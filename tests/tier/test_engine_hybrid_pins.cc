@@ -7,7 +7,8 @@
 // its answer + 11 tokens) still hits 32 tokens, restoring that checkpoint, its
 // tokens and every logits row bitwise a cold run's. The same traffic without
 // the pin, or after its TTL, leaves turn 2 no hit. With a disk tier the pinned
-// checkpoint's entry carries the pin's expiry like its K/V blocks' entries.
+// checkpoint's entry carries the pin's expiry like its K/V blocks' entries,
+// and in Redis the pin's PX.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -28,6 +29,7 @@
 #include "engine/engine.h"
 #include "gguf/synth.h"
 #include "tier/entry.h"
+#include "redis_util.h"
 #include "tier/tier.h"
 #include "tier_test_util.h"
 
@@ -268,6 +270,41 @@ TEST_P(HybridPins, ThePinnedCheckpointGoesToTheDiskTierWithThePinsExpiry) {
   const Out t2 = run(*b, m.turn2);
   EXPECT_EQ(t2.cached, kPin);
   expect_bitwise(m.cold2, t2, "turn 2 after a restart");
+  EXPECT_EQ(b->stats().checkpoints_hit, 1);
+}
+
+TEST_P(HybridPins, ThePinnedCheckpointGoesToRedisUnderThePinsPx) {
+  PAGODA_REQUIRE_REDIS();
+  const Model& m = model();
+  tiertest::TempDir d;
+  tiertest::RedisServer srv(d.path);
+  EngineConfig c = config(4);
+  c.kv_redis = "redis://127.0.0.1:" + std::to_string(srv.port());
+  {
+    auto e = make(c);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(run(*e, m.turn1, kPin, 60).cached, 0);
+  }  // drains the stores
+  // Every key as (value bytes, PTTL): 11 K/V blocks and the checkpoint, the largest.
+  std::vector<std::pair<long long, long long>> keys;
+  const std::string names = tiertest::redis_cmd(srv.port(), {"KEYS", "pagoda:kv:*"});
+  for (size_t at = 0, nl; (nl = names.find('\n', at)) != std::string::npos; at = nl + 1) {
+    const std::string k = names.substr(at, nl - at);
+    keys.emplace_back(std::stoll(tiertest::redis_cmd(srv.port(), {"STRLEN", k})),
+                      std::stoll(tiertest::redis_cmd(srv.port(), {"PTTL", k})));
+  }
+  std::sort(keys.rbegin(), keys.rend());
+  ASSERT_EQ(keys.size(), 12u);
+  EXPECT_GT(keys[0].second, 0) << "the checkpoint under the pin's PX";
+  EXPECT_LE(keys[0].second, 60000);
+  const auto with_px = std::count_if(keys.begin(), keys.end(), [](const auto& k) { return k.second > 0; });
+  EXPECT_EQ(with_px, 8 + 1);
+  // Another replica serves the pinned prefix with its checkpoint.
+  auto b = make(c);
+  ASSERT_TRUE(b);
+  const Out t2 = run(*b, m.turn2);
+  EXPECT_EQ(t2.cached, kPin);
+  expect_bitwise(m.cold2, t2, "turn 2 on another replica");
   EXPECT_EQ(b->stats().checkpoints_hit, 1);
 }
 
