@@ -19,7 +19,8 @@
 //      KvManager in between.
 // Hybrid models with state checkpoints (kv/state_checkpoint.cc): a prefill
 // chunk (2 and 3) ends at the latest checkpoint boundary inside it
-// (KvManager::checkpoint_chunk), so the state there exists at a step's end; an
+// (KvManager::checkpoint_chunk), or first at the last boundary of the prefix
+// it pins (so that the pin holds a checkpoint), so the state there exists at a step's end; an
 // admission whose hit ends at a checkpoint carries the copies restoring it
 // (KvManager::allocate) in its slice's block copies.
 // Steps 2-3 share what the decodes leave of the budget; with auto_budget, at
