@@ -25,8 +25,9 @@ void KvTierLink::store_checkpoints() {
       bytes += block;
     }
     // Not announced (KV events): only K/V blocks are.
-    tiers_->store(key_for(cc.key, cc.salt, state_group_, tier::TierKey::kCheckpoint), cc.tokens, bytes,
-                  cc.root ? nullptr : &cc.parent);
+    const tier::TierKey key = key_for(cc.key, cc.salt, state_group_, tier::TierKey::kCheckpoint);
+    tiers_->store(key, cc.tokens, bytes, cc.root ? nullptr : &cc.parent);
+    stored(key);
   }
 }
 
@@ -53,6 +54,7 @@ size_t KvTierLink::store_pinned_checkpoint(std::span<const kv::BlockId> blocks, 
       bytes += block;
     }
     tiers_->store(key, cache.tokens_of(head), bytes, parent, expiry);  // not announced: only K/V blocks are
+    stored(key);
     pin_sent_[name] = expiry;
   } else if (expiry >= it->second + 1000) {
     tiers_->renew(name, expiry);

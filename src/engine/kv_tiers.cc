@@ -299,6 +299,12 @@ std::vector<sched::NewRequest> KvTierLink::take_ready() {
 
 void KvTierLink::abort(sched::RequestId id) { waits_.erase(id); }
 
+void KvTierLink::stored(const tier::TierKey& key) {
+  // A load of it asked for before this store may answer a miss: a request from
+  // now on asks again rather than sharing it (its earlier waiters keep it).
+  if (!load_by_name_.empty()) load_by_name_.erase(codec_->name(key));
+}
+
 void KvTierLink::store_committed() {
   std::string bytes;
   for (const kv::KvManager::CommittedBlock& cb : kv_->take_committed()) {
@@ -308,6 +314,7 @@ void KvTierLink::store_committed() {
     if (events_) {  // the entry's name maps the tiers' reports back to its chain
       know(codec_->name(key), cb.key, parent, cb.group, cb.tokens).outstanding += static_cast<int32_t>(tiers_->size());
     }
+    stored(key);
     tiers_->store(key, cb.tokens, bytes, parent);
   }
   store_checkpoints();
@@ -365,6 +372,7 @@ void KvTierLink::store_pins() {
           know(name, chain, root ? nullptr : &parent, g, tokens).outstanding += static_cast<int32_t>(tiers_->size());
         }
         tiers_->store(key, tokens, bytes, root ? nullptr : &parent, expiry);
+        stored(key);
         pin_sent_[name] = expiry;
       } else if (expiry >= it->second + 1000) {  // a renewal that moved by a second or more
         tiers_->renew(name, expiry);

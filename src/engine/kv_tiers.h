@@ -197,6 +197,8 @@ class KvTierLink {
   // whose checkpoint RAM or a tier has and every window group serves; -1
   // while one it needs is loading (the next lower is asked for after a miss).
   int32_t checkpoint_hit(Wait& w, int32_t h, const std::function<bool(int32_t, int32_t)>& missing);
+  // After a store of `key`: an in-flight load of it (asked for before) is no longer shared with new requests.
+  void stored(const tier::TierKey& key);
   // Write-through of the checkpoints made since the last call (flushed).
   void store_checkpoints();
   // Writes the pins made or renewed since the last call to the tiers with their expiry.
