@@ -8,7 +8,8 @@
 // full blocks past the RAM hit remain, the request is held here ("waiting for
 // KV load", it holds no blocks and no step), and a load goes out for each of
 // those blocks (one in-flight load per entry, shared by every request waiting
-// for it). Once every block up to its first miss is back, the loaded blocks
+// for it that came after the entry's last store: a load asked for before a
+// store may miss). Once every block up to its first miss is back, the loaded blocks
 // (verified against key, tokens and checksum by the tier worker) are written
 // into free blocks and committed to the prefix cache (KvManager::import_blocks)
 // and the request goes to the scheduler, whose RAM match takes them like any
