@@ -65,6 +65,20 @@ def main():
                 ok = ok and agree >= 30
                 print("%s cache, prompt %d (%3d tokens): top-1 %2d/%d (near-tie misses %d), min cosine %.6f" %
                       (cache, i, len(ids), agree, N_GEN, near, mincos), flush=True)
+                for j in range(N_GEN):
+                    p = int(np.argmax(test[j]))
+                    if p != g[j]:
+                        # llama.cpp's margin of its pick g_j over pagoda's pick p, and pagoda's
+                        # margin of p over g_j, each relative to that engine's max |logit|
+                        # (NEAR_TIE is on llama.cpp's top-2 gap, the same relative scale)
+                        rm = float(np.max(np.abs(ref[j])))
+                        tm = float(np.max(np.abs(test[j])))
+                        print("    miss at position %2d: llama.cpp %d, pagoda %d; llama.cpp top-2 gap %.5f "
+                              "(%.3f%% of max |logit|), its margin of %d over %d %.3f%%; pagoda's margin of %d over %d %.3f%%; %s" %
+                              (j, g[j], p, gaps[j], 100 * gaps[j] / rm, g[j], p,
+                               100 * (ref[j][g[j]] - ref[j][p]) / rm, p, g[j],
+                               100 * (test[j][p] - test[j][g[j]]) / tm,
+                               "near-tie" if gaps[j] < NEAR_TIE * rm else "NOT a near-tie"), flush=True)
             print("%s cache: %d/%d positions" % (cache, total, N_GEN * len(LENGTHS)), flush=True)
             del llm
     print("PASS" if ok else "FAIL (a prompt below 30/32)")
