@@ -13,6 +13,11 @@ Issue 38's bar: at least 30 of 32 positions on each prompt, both caches.
   LLAMA_CPP_LIB_PATH=/work/llama.cpp/build/bin PYTHONPATH=/tmp/lcp-py \\
     python3 docs/parity/compare_lfm2.py --pagoda build/release/src/cli/pagoda [--type q8_0]
     ... --preset qwen3.5-0.8b --type f32 --layers 8   # Qwen3.5: attention at layers 3 and 7
+On the Intel Xeon (model 167), use /work/llama.cpp/build-avx512/bin, with LD_LIBRARY_PATH
+set to it as well, PYTHONPATH=/tmp/q35py and LLAMA_NO_EXTRA_BUFTS=1. The full-depth
+results are in docs/parity/architectures.md. For every miss, the script prints both
+picks, llama.cpp's top-2 gap and each engine's margin. docs/parity/q8_noise.py measures
+the noise floor that the Q8_0 misses come from.
 """
 import argparse
 import os
