@@ -13,6 +13,11 @@ Issue 38's bar: at least 30 of 32 positions on each prompt, both caches.
   LLAMA_CPP_LIB_PATH=/work/llama.cpp/build/bin PYTHONPATH=/tmp/lcp-py \\
     python3 docs/parity/compare_lfm2.py --pagoda build/release/src/cli/pagoda [--type q8_0]
     ... --preset qwen3.5-0.8b --type f32 --layers 8   # Qwen3.5: attention at layers 3 and 7
+On the Intel Xeon (model 167), use /work/llama.cpp/build-avx512/bin, with LD_LIBRARY_PATH
+set to it as well, PYTHONPATH=/tmp/q35py and LLAMA_NO_EXTRA_BUFTS=1. The full-depth
+results are in docs/parity/architectures.md. For every miss, the script prints both
+picks, llama.cpp's top-2 gap and each engine's margin. docs/parity/q8_noise.py measures
+the noise floor that the Q8_0 misses come from.
 """
 import argparse
 import os
@@ -65,6 +70,20 @@ def main():
                 ok = ok and agree >= 30
                 print("%s cache, prompt %d (%3d tokens): top-1 %2d/%d (near-tie misses %d), min cosine %.6f" %
                       (cache, i, len(ids), agree, N_GEN, near, mincos), flush=True)
+                for j in range(N_GEN):
+                    p = int(np.argmax(test[j]))
+                    if p != g[j]:
+                        # llama.cpp's margin of its pick g_j over pagoda's pick p, and pagoda's
+                        # margin of p over g_j, each relative to that engine's max |logit|
+                        # (NEAR_TIE is on llama.cpp's top-2 gap, the same relative scale)
+                        rm = float(np.max(np.abs(ref[j])))
+                        tm = float(np.max(np.abs(test[j])))
+                        print("    miss at position %2d: llama.cpp %d, pagoda %d; llama.cpp top-2 gap %.5f "
+                              "(%.3f%% of max |logit|), its margin of %d over %d %.3f%%; pagoda's margin of %d over %d %.3f%%; %s" %
+                              (j, g[j], p, gaps[j], 100 * gaps[j] / rm, g[j], p,
+                               100 * (ref[j][g[j]] - ref[j][p]) / rm, p, g[j],
+                               100 * (test[j][p] - test[j][g[j]]) / tm,
+                               "near-tie" if gaps[j] < NEAR_TIE * rm else "NOT a near-tie"), flush=True)
             print("%s cache: %d/%d positions" % (cache, total, N_GEN * len(LENGTHS)), flush=True)
             del llm
     print("PASS" if ok else "FAIL (a prompt below 30/32)")
