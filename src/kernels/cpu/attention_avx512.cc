@@ -15,9 +15,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/kv_rows_avx512.h"
+#include "kernels/cpu/transpose_avx512.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace pagoda::kernels::cpu::detail {
@@ -469,6 +471,16 @@ struct TileRuns {
   bool reads(int t, const TokenAttn& a, int64_t s0, int64_t s1) const {
     return a.n_keys > a.first && start[t] < s1 && s0 < a.n_keys;
   }
+  // The keys [d0, d1) of the span [s0, s1) that any token reads (d0 >= d1: none).
+  std::pair<int64_t, int64_t> keys_read(const TokenAttn* toks, int64_t s0, int64_t s1) const {
+    int64_t d0 = s1, d1 = s0;
+    for (int t = 0; t < nt; ++t) {
+      if (!reads(t, toks[t], s0, s1)) continue;
+      d0 = std::min(d0, std::max(s0, std::max<int64_t>(toks[t].first, start[t])));
+      d1 = std::max(d1, std::min(s1, toks[t].n_keys));
+    }
+    return {d0, d1};
+  }
   // Token t's chunks starting in [s0, s1) (a: its TokenAttn, or a view of it).
   void run(int t, const TokenAttn& a, int64_t s0, int64_t s1) {
     const int64_t c0 = std::max(s0, start[t]);
@@ -533,12 +545,7 @@ void attend_tile_decoded(const TokenAttn* toks, int nt, int nfull) {
     const int64_t s1 = s0 + span;
     for (int64_t p = s0 / bs; p < s1 / bs && p < n_pages; ++p) pmap[p] = static_cast<int32_t>(p - s0 / bs);
     // The span's keys any token reads, decoded once.
-    int64_t d0 = s1, d1 = s0;
-    for (int t = 0; t < nt; ++t) {
-      if (!runs.reads(t, toks[t], s0, s1)) continue;
-      d0 = std::min(d0, std::max(s0, std::max<int64_t>(toks[t].first, runs.start[t])));
-      d1 = std::max(d1, std::min(s1, toks[t].n_keys));
-    }
+    const auto [d0, d1] = runs.keys_read(toks, s0, s1);
     if (d0 >= d1) continue;
     for (int64_t key = d0; key < d1; ++key) {
       const size_t slot = static_cast<size_t>(a0.pages[key / bs]) * bs + static_cast<size_t>(key % bs);
@@ -562,30 +569,6 @@ void attend_tile_decoded(const TokenAttn* toks, int nt, int nfull) {
     }
   }
   runs.finish(toks);
-}
-
-// 16 rows r[0..15] of 16 floats -> out[l] = (r[0][l], r[1][l], ..., r[15][l]).
-inline void transpose16(const __m512* r, __m512* out) {
-  __m512 t[16], u[16];
-  for (int k = 0; k < 8; ++k) {  // in 128-bit lane c: rows 2k, 2k+1 of columns 4c, 4c+1 | 4c+2, 4c+3
-    t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
-    t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
-  }
-  for (int m = 0; m < 4; ++m) {  // u[4m + k], 128-bit lane c: column 4c + k of rows 4m .. 4m + 3
-    u[4 * m] = _mm512_shuffle_ps(t[4 * m], t[4 * m + 2], 0x44);
-    u[4 * m + 1] = _mm512_shuffle_ps(t[4 * m], t[4 * m + 2], 0xEE);
-    u[4 * m + 2] = _mm512_shuffle_ps(t[4 * m + 1], t[4 * m + 3], 0x44);
-    u[4 * m + 3] = _mm512_shuffle_ps(t[4 * m + 1], t[4 * m + 3], 0xEE);
-  }
-  for (int k = 0; k < 4; ++k) {
-    const __m512 v0 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88), v1 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xDD);
-    const __m512 v2 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x88);
-    const __m512 v3 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xDD);
-    out[k] = _mm512_shuffle_f32x4(v0, v2, 0x88);
-    out[8 + k] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
-    out[4 + k] = _mm512_shuffle_f32x4(v1, v3, 0x88);
-    out[12 + k] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
-  }
 }
 
 // A prefill tile with pages of a multiple of 16 keys (every chunk is 16 keys
@@ -617,24 +600,20 @@ void attend_tile_transposed(const TokenAttn* toks, int nt, int nfull) {
   for (int64_t s0 = runs.begin / span * span; s0 < runs.end; s0 += span) {
     const int64_t s1 = s0 + span;
     // The span's keys any token reads, decoded once.
-    int64_t d0 = s1, d1 = s0;
-    for (int t = 0; t < nt; ++t) {
-      if (!runs.reads(t, toks[t], s0, s1)) continue;
-      d0 = std::min(d0, std::max(s0, std::max<int64_t>(toks[t].first, runs.start[t])));
-      d1 = std::max(d1, std::min(s1, toks[t].n_keys));
-    }
+    const auto [d0, d1] = runs.keys_read(toks, s0, s1);
     if (d0 >= d1) continue;
     for (int64_t g0 = (d0 - s0) / kChunk * kChunk; s0 + g0 < d1; g0 += kChunk) {
-      __m512 rows[kChunk], cols[kChunk];
+      __m512i rows[kChunk];  // the floats' bits: the transpose only moves lanes
       for (int i = 0; i < NV; ++i) {
         for (int j = 0; j < kChunk; ++j) {
           const int64_t key = s0 + g0 + j;
-          rows[j] = key >= d0 && key < d1 ? KvRows<DK>::load16(kv.k + row_of(key) * kv.row_bytes + k_off, i)
-                                          : _mm512_setzero_ps();
+          rows[j] = key >= d0 && key < d1
+                        ? _mm512_castps_si512(KvRows<DK>::load16(kv.k + row_of(key) * kv.row_bytes + k_off, i))
+                        : _mm512_setzero_si512();
         }
-        transpose16(rows, cols);
+        transpose16x16_epi32(rows);
         float* dst = kt + (g0 * hd + 16 * i * kChunk);
-        for (int l = 0; l < kChunk; ++l) _mm512_store_ps(dst + l * kChunk, cols[l]);
+        for (int l = 0; l < kChunk; ++l) _mm512_store_ps(dst + l * kChunk, _mm512_castsi512_ps(rows[l]));
       }
       for (int j = 0; j < kChunk; ++j) {
         const int64_t key = s0 + g0 + j;

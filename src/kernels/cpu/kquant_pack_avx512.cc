@@ -10,35 +10,10 @@
 
 #include "kernels/cpu/kquant_formats_avx512.h"
 #include "kernels/cpu/kquant_layouts_avx512.h"
+#include "kernels/cpu/transpose_avx512.h"
 
 namespace pagoda::kernels::cpu::detail::kquant512 {
 namespace {
-
-// In place: m[r] lane c -> m[c] lane r (16 x 16 int32).
-inline void transpose16(__m512i* m) {
-  __m512i t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(m[2 * i], m[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(m[2 * i], m[2 * i + 1]);
-  }
-  // m[4i + c], 128-bit lane q: rows 4i..4i+3 of column 4q + c
-  for (int i = 0; i < 4; ++i) {
-    m[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    m[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    m[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    m[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512i u0 = _mm512_shuffle_i32x4(m[c], m[4 + c], 0x44), u1 = _mm512_shuffle_i32x4(m[c], m[4 + c], 0xEE);
-    const __m512i u2 = _mm512_shuffle_i32x4(m[8 + c], m[12 + c], 0x44);
-    const __m512i u3 = _mm512_shuffle_i32x4(m[8 + c], m[12 + c], 0xEE);
-    t[c] = _mm512_shuffle_i32x4(u0, u2, 0x88);
-    t[4 + c] = _mm512_shuffle_i32x4(u0, u2, 0xDD);
-    t[8 + c] = _mm512_shuffle_i32x4(u1, u3, 0x88);
-    t[12 + c] = _mm512_shuffle_i32x4(u1, u3, 0xDD);
-  }
-  for (int i = 0; i < 16; ++i) m[i] = t[i];
-}
 
 // Stores the 16-row granule vectors of one half (values 128h..128h+127) of
 // a Q4_K super-block from the rows' raw quant bytes: dword i of the 64 bytes
@@ -47,7 +22,7 @@ inline void transpose16(__m512i* m) {
 inline void pack_q4_half(const uint8_t* const* blk, int h, uint8_t* q) {
   __m512i m[16];
   for (int r = 0; r < 16; ++r) m[r] = load512(blk[r] + 16 + 64 * h);
-  transpose16(m);
+  transpose16x16_epi32(m);
   const __m512i nib = _mm512_set1_epi8(0x0F);
   for (int i = 0; i < 16; ++i) {
     const int c = 2 * h + i / 8, g = 16 * c + i % 8;
@@ -63,12 +38,12 @@ inline void pack_q4_half(const uint8_t* const* blk, int h, uint8_t* q) {
 inline void pack_q6(const uint8_t* const* blk, uint8_t* q) {
   __m512i hq[16];
   for (int r = 0; r < 16; ++r) hq[r] = load512(blk[r] + 128);
-  transpose16(hq);
+  transpose16x16_epi32(hq);
   const __m512i nib = _mm512_set1_epi8(0x0F), two = _mm512_set1_epi8(0x03);
   for (int h = 0; h < 2; ++h) {
     __m512i m[16];
     for (int r = 0; r < 16; ++r) m[r] = load512(blk[r] + 64 * h);
-    transpose16(m);
+    transpose16x16_epi32(m);
     for (int i = 0; i < 16; ++i) {
       const __m512i qh = hq[8 * h + i % 8];
       const int sh = i < 8 ? 0 : 2;
@@ -110,7 +85,7 @@ void KPack<Fmt>::pack_rows(const uint8_t* w0, size_t row_bytes, int64_t nr, int6
       for (int j = 0; j < 4; ++j) {
         __m512i m[16];
         for (int r = 0; r < 16; ++r) m[r] = _mm512_load_si512(vals[r] + 64 * j);
-        transpose16(m);
+        transpose16x16_epi32(m);
         for (int i = 0; i < 16; ++i) _mm512_store_si512(p + 64 * (16 * j + i), m[i]);
       }
     }
@@ -127,13 +102,13 @@ void KPack<Fmt>::kp_pack(const uint8_t* w0, size_t row_bytes, int64_t nr, int64_
     __m512i m[16];
     for (const int off : KpFmt<Fmt>::kHdr) {
       for (int r = 0; r < 16; ++r) m[r] = _mm512_castsi128_si512(_mm_cvtsi32_si128(static_cast<int>(load_u32(blk[r] + off))));
-      transpose16(m);
+      transpose16x16_epi32(m);
       _mm512_store_si512(p, m[0]);
       p += 64;
     }
     for (const auto& seg : KpFmt<Fmt>::kSeg) {
       for (int r = 0; r < 16; ++r) m[r] = load512(blk[r] + seg[0]);  // stays inside the block (static_assert below)
-      transpose16(m);
+      transpose16x16_epi32(m);
       for (int i = 0; i < seg[1]; ++i, p += 64) _mm512_store_si512(p, m[i]);
     }
   }
