@@ -510,67 +510,6 @@ void attend_tile_span(const TokenAttn* toks, int nt, int nfull) {
   runs.finish(toks);
 }
 
-// attend_tile_span for quantized K or V: each span's K/V slices are decoded
-// once for the tile into f32 rows (per-thread scratch slot 3, KvRows::load16's
-// values, each the scalar dequantizer's bits) and the tokens run the f32 kernel
-// on them through a view whose pages map the span's logical pages onto the
-// scratch: the same values in the same ops, so the same bits as decoding in
-// registers token by token, at one decode per tile instead of one per token.
-template <KvDtype DK, KvDtype DV, int NV, int R>
-void attend_tile_decoded(const TokenAttn* toks, int nt, int nfull) {
-  constexpr int32_t hd = 16 * NV;
-  const TokenAttn& a0 = toks[0];
-  const KvLayerView& kv = *a0.kv;
-  const int32_t bs = kv.block_size;
-  const int64_t span = std::max<int64_t>(1, kTileSpanKeys / bs) * bs;
-  TileRuns<KvDtype::F32, KvDtype::F32, NV, R> runs;
-  runs.init(toks, nt, nfull);
-  // Scratch: K rows [span][hd], V rows [span][hd], then the page map of every
-  // logical page up to the tile's last (only the current span's entries are read).
-  const int64_t n_pages = (runs.end + bs - 1) / bs + 1;
-  const size_t rows_bytes = static_cast<size_t>(span) * hd * sizeof(float);
-  uint8_t* buf = scratch(3, 2 * rows_bytes + static_cast<size_t>(n_pages) * sizeof(int32_t));
-  float* kf = reinterpret_cast<float*>(buf);
-  float* vf = reinterpret_cast<float*>(buf + rows_bytes);
-  int32_t* pmap = reinterpret_cast<int32_t*>(buf + 2 * rows_bytes);
-  KvLayerView view = kv;
-  view.k = reinterpret_cast<uint8_t*>(kf);
-  view.v = reinterpret_cast<uint8_t*>(vf);
-  view.dtype = view.v_dtype = KvDtype::F32;
-  view.n_kv_heads = 1;
-  view.row_bytes = view.v_row_bytes = static_cast<size_t>(hd) * sizeof(float);
-  const size_t k_off = KvRows<DK>::bytes(static_cast<int64_t>(a0.kv_head) * hd);
-  const size_t v_off = KvRows<DV>::bytes(static_cast<int64_t>(a0.kv_head) * hd);
-  for (int64_t s0 = runs.begin / span * span; s0 < runs.end; s0 += span) {
-    const int64_t s1 = s0 + span;
-    for (int64_t p = s0 / bs; p < s1 / bs && p < n_pages; ++p) pmap[p] = static_cast<int32_t>(p - s0 / bs);
-    // The span's keys any token reads, decoded once.
-    const auto [d0, d1] = runs.keys_read(toks, s0, s1);
-    if (d0 >= d1) continue;
-    for (int64_t key = d0; key < d1; ++key) {
-      const size_t slot = static_cast<size_t>(a0.pages[key / bs]) * bs + static_cast<size_t>(key % bs);
-      const uint8_t* kr = kv.k + slot * kv.row_bytes + k_off;
-      const uint8_t* vr = kv.v + slot * kv.v_row_bytes + v_off;
-      float* ko = kf + (key - s0) * hd;
-      float* vo = vf + (key - s0) * hd;
-      for (int i = 0; i < NV; ++i) {
-        _mm512_storeu_ps(ko + 16 * i, KvRows<DK>::load16(kr, i));
-        _mm512_storeu_ps(vo + 16 * i, KvRows<DV>::load16(vr, i));
-      }
-    }
-    for (int t = 0; t < nt; ++t) {
-      if (!runs.reads(t, toks[t], s0, s1)) continue;
-      TokenAttn a = toks[t];
-      a.kv = &view;
-      a.kv_head = 0;
-      a.pages = pmap;
-      a.ahead = nullptr;
-      runs.run(t, a, s0, s1);
-    }
-  }
-  runs.finish(toks);
-}
-
 // A prefill tile with pages of a multiple of 16 keys (every chunk is 16 keys
 // from a multiple of 16, or fewer at the end), any K/V types: each span's K
 // slices are decoded once for the tile into f32 and transposed (16 keys per
@@ -641,9 +580,7 @@ template <KvDtype DK, KvDtype DV, int NV, int R>
 void attend_tile_any(const TokenAttn* toks, int nt, int nfull) {
   if (toks[0].kv->block_size % kChunk == 0) {
     attend_tile_transposed<DK, DV, NV, R>(toks, nt, nfull);
-  } else if constexpr (KvRows<DK>::kBlock || KvRows<DV>::kBlock) {
-    attend_tile_decoded<DK, DV, NV, R>(toks, nt, nfull);
-  } else {
+  } else {  // pages of other sizes (rare): rows decoded in registers token by token, the same bits
     attend_tile_span<DK, DV, NV, R>(toks, nt, nfull);
   }
 }
