@@ -192,6 +192,25 @@ const std::vector<SynthShape>& synth_presets() {
     v.back().ssm_v_heads = 4;
     v.back().full_attention_interval = 3;
     v.back().weight_std = 0.25;
+    // Mamba-2 130M (state-spaces/mamba2-130m): 24 layers of d_model 768, d_inner
+    // 1536 in 24 heads of 64, d_state 128, one B/C group, convolution of 4,
+    // vocabulary 50288 (GPT-NeoX's 50277 padded to 16; here synth's byte-level
+    // BPE with the smollm specials), tied output. No attention, no FFN.
+    v.push_back(preset("mamba2-130m", "mamba2", "smollm", 768, 24, 0, 0, 0, 50288, 1048576, 10000.0, 1e-5, true, false));
+    v.back().ssm_conv_kernel = 4;
+    v.back().ssm_state = 128;
+    v.back().ssm_k_heads = 1;
+    v.back().ssm_v_heads = 24;
+    v.back().ssm_inner = 1536;
+    // tiny-mamba2: 3 layers, d_inner 128 in 8 heads of 16, d_state 32, two B/C
+    // groups (4 heads each).
+    v.push_back(preset("tiny-mamba2", "mamba2", "smollm", 64, 3, 0, 0, 0, 320, 1048576, 10000.0, 1e-5, true, false));
+    v.back().ssm_conv_kernel = 4;
+    v.back().ssm_state = 32;
+    v.back().ssm_k_heads = 2;
+    v.back().ssm_v_heads = 8;
+    v.back().ssm_inner = 128;
+    v.back().weight_std = 0.25;
     return v;
   }();
   return p;
@@ -223,13 +242,133 @@ int llama_file_type(GgmlType type) {
   }
 }
 
+namespace {
+
+// general.* keys: architecture, type, name, file type, quantization version.
+void write_general_keys(const SynthOptions& opt, GgufWriter* w) {
+  const SynthShape& s = opt.shape;
+  w->set_string("general.architecture", s.arch);
+  w->set_string("general.type", "model");
+  // llama.cpp gives tokens of a model whose name contains "phi-3"/"phi3" Phi-3's
+  // attributes by looking up </s>, <unk>, <s>, which the synthetic vocabulary
+  // lacks (it would refuse the file): the name spells it "phi_3" instead.
+  std::string name = s.name;
+  for (const char* phi : {"phi-3", "phi3"}) {
+    for (size_t at; (at = name.find(phi)) != std::string::npos;) name.replace(at, std::strlen(phi), "phi_3");
+  }
+  w->set_string("general.name", name + " (pagoda synth, random weights)");
+  const bool q4_k_m = opt.q4_k_m && opt.type == GgmlType::Q4_K;
+  w->set_u32("general.file_type", q4_k_m ? 15u : static_cast<uint32_t>(llama_file_type(opt.type)));  // 15: Q4_K_M
+  w->set_u32("general.quantization_version", 2);
+}
+
+// tokenizer.* keys of a synthetic byte-level BPE vocabulary.
+void write_tokenizer_keys(const std::string& pre, const SynthVocab& vocab, GgufWriter* w) {
+  w->set_string("tokenizer.ggml.model", "gpt2");
+  w->set_string("tokenizer.ggml.pre", pre);
+  w->set_string_array("tokenizer.ggml.tokens", vocab.tokens);
+  w->set_i32_array("tokenizer.ggml.token_type", vocab.token_types);
+  w->set_string_array("tokenizer.ggml.merges", vocab.merges);
+  w->set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(vocab.bos));
+  w->set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(vocab.eos));
+  if (vocab.unk >= 0) w->set_u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(vocab.unk));
+  w->set_u32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(vocab.pad));
+  w->set_bool("tokenizer.ggml.add_bos_token", vocab.add_bos);
+  w->set_string("tokenizer.chat_template", vocab.chat_template);
+}
+
+// mamba2: the keys and tensors llama.cpp's converter (Mamba2Model) writes: no
+// attention and no FFN (head_count and feed_forward_length 0), context 2^20, the
+// ssm.* keys; per layer attn_norm, ssm_in, ssm_conv1d (+ bias), ssm_dt.bias,
+// ssm_a and ssm_d ({1, n_head}), ssm_norm ({d_inner / n_group, n_group}), ssm_out.
+// Small vectors (taps, biases, A, D, norms) are F32.
+Status synth_mamba2(const SynthOptions& opt, GgufWriter* w) {
+  const SynthShape& s = opt.shape;
+  const int64_t n_layer = opt.n_layers_override > 0 ? opt.n_layers_override : s.n_layer;
+  const int64_t Di = s.ssm_inner, N = s.ssm_state, G = s.ssm_k_heads, H = s.ssm_v_heads;
+  if (s.n_embd <= 0 || n_layer <= 0 || s.n_vocab <= 0 || s.n_ctx <= 0 || s.ssm_conv_kernel < 2 || Di <= 0 || N <= 0 ||
+      G <= 0 || H <= 0 || Di % H != 0 || H % G != 0)
+    return errorf("synth: mamba2 shape '%s' needs positive dims, ssm_conv_kernel >= 2, heads dividing inner size "
+                  "and groups dividing heads", s.name.c_str());
+  const GgmlType t = opt.type;
+  if (llama_file_type(t) < 0 || !quantize_supported(t))
+    return errorf("synth: weight type %s is not supported", ggml_type_info(t).name);
+  const auto stored_type = [&](GgmlType type, int64_t cols) {
+    return opt.k_quant_fallback ? synth_weight_type(type, cols) : type;
+  };
+  for (int64_t cols : {s.n_embd, Di}) {
+    const GgmlType ct = stored_type(t, cols);
+    if (cols % ggml_type_info(ct).block_size != 0)
+      return errorf("synth: row length %lld is not a multiple of the %s block size", (long long)cols, ggml_type_info(ct).name);
+  }
+  PAGODA_ASSIGN_OR_RETURN(SynthVocab vocab, make_synth_vocab(s.n_vocab, s.pre, s.arch));
+  const std::string a = s.arch;
+  write_general_keys(opt, w);
+  w->set_u32(a + ".context_length", static_cast<uint32_t>(s.n_ctx));
+  w->set_u32(a + ".embedding_length", static_cast<uint32_t>(s.n_embd));
+  w->set_u32(a + ".feed_forward_length", 0);
+  w->set_u32(a + ".attention.head_count", 0);
+  w->set_u32(a + ".block_count", static_cast<uint32_t>(n_layer));
+  w->set_u32(a + ".ssm.conv_kernel", static_cast<uint32_t>(s.ssm_conv_kernel));
+  w->set_u32(a + ".ssm.inner_size", static_cast<uint32_t>(Di));
+  w->set_u32(a + ".ssm.state_size", static_cast<uint32_t>(N));
+  w->set_u32(a + ".ssm.time_step_rank", static_cast<uint32_t>(H));
+  w->set_u32(a + ".ssm.group_count", static_cast<uint32_t>(G));
+  w->set_f32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(s.rms_eps));
+  write_tokenizer_keys(s.pre, vocab, w);
+
+  uint64_t id = 0;
+  auto add = [&](const std::string& name, std::vector<uint64_t> dims, GgmlType type, float constant) -> Status {
+    type = stored_type(type, static_cast<int64_t>(dims[0]));
+    const int64_t rows = dims.size() > 1 ? static_cast<int64_t>(dims[1]) : 1;
+    return w->add_tensor(name, dims, type,
+                         weight_producer(opt.seed, id++, static_cast<int64_t>(dims[0]), rows, type, constant,
+                                         static_cast<float>(s.weight_std)));
+  };
+  const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
+  const bool four_bit = t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q5_1 ||
+                        t == GgmlType::IQ4_NL;
+  const bool k_quant = t == GgmlType::Q2_K || t == GgmlType::Q3_K || t == GgmlType::Q4_K || t == GgmlType::Q6_K ||
+                       t == GgmlType::IQ4_XS;
+  const GgmlType out_type = k_quant ? GgmlType::Q6_K : four_bit ? GgmlType::Q8_0 : t;
+  PAGODA_TRY(add("token_embd.weight", {u(s.n_embd), u(s.n_vocab)}, s.tied ? out_type : t, -1));
+  const int64_t conv_dim = Di + 2 * G * N, d_in_proj = Di + conv_dim + H;
+  // Mamba-2's initialization, spread over the heads: dt log-uniform in [0.001, 0.1]
+  // (dt_bias = softplus^-1(dt)), A = -exp(A_log) in -1 .. -16, D = 1.
+  std::vector<float> dt_bias(static_cast<size_t>(H)), a_vals(static_cast<size_t>(H));
+  for (int64_t h = 0; h < H; ++h) {
+    const double f = static_cast<double>(h) / static_cast<double>(std::max<int64_t>(1, H - 1));
+    const double dt = std::exp(std::log(0.001) + f * (std::log(0.1) - std::log(0.001)));
+    dt_bias[static_cast<size_t>(h)] = static_cast<float>(dt + std::log(-std::expm1(-dt)));
+    a_vals[static_cast<size_t>(h)] = -(1.0f + 15.0f * static_cast<float>(f));
+  }
+  for (int64_t l = 0; l < n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    PAGODA_TRY(add(p + "attn_norm.weight", {u(s.n_embd)}, GgmlType::F32, 1.0f));
+    PAGODA_TRY(add(p + "ssm_in.weight", {u(s.n_embd), u(d_in_proj)}, t, -1));
+    PAGODA_TRY(add(p + "ssm_conv1d.weight", {u(s.ssm_conv_kernel), u(conv_dim)}, GgmlType::F32, -1));
+    PAGODA_TRY(add(p + "ssm_conv1d.bias", {u(conv_dim)}, GgmlType::F32, -1));
+    PAGODA_TRY(w->add_tensor(p + "ssm_dt.bias", {u(H)}, GgmlType::F32, values_producer(dt_bias)));
+    PAGODA_TRY(w->add_tensor(p + "ssm_a", {1, u(H)}, GgmlType::F32, values_producer(a_vals)));
+    PAGODA_TRY(add(p + "ssm_d", {1, u(H)}, GgmlType::F32, 1.0f));
+    PAGODA_TRY(add(p + "ssm_norm.weight", {u(Di / G), u(G)}, GgmlType::F32, 1.0f));
+    PAGODA_TRY(add(p + "ssm_out.weight", {u(Di), u(s.n_embd)}, t, -1));
+  }
+  PAGODA_TRY(add("output_norm.weight", {u(s.n_embd)}, GgmlType::F32, 1.0f));
+  if (!s.tied) PAGODA_TRY(add("output.weight", {u(s.n_embd), u(s.n_vocab)}, out_type, -1));
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status synth_model(const SynthOptions& opt, GgufWriter* w) {
   const SynthShape& s = opt.shape;
   const int64_t n_layer = opt.n_layers_override > 0 ? opt.n_layers_override : s.n_layer;
   if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "phi3" && s.arch != "gemma3" &&
-      s.arch != "lfm2" && s.arch != "qwen35")
-    return errorf("synth: unsupported arch '%s' (llama, qwen2, qwen3, phi3, gemma3, lfm2, qwen35)", s.arch.c_str());
-  const bool lfm2 = s.arch == "lfm2", qwen35 = s.arch == "qwen35";
+      s.arch != "lfm2" && s.arch != "qwen35" && s.arch != "mamba2")
+    return errorf("synth: unsupported arch '%s' (llama, qwen2, qwen3, phi3, gemma3, lfm2, qwen35, mamba2)", s.arch.c_str());
+  const bool lfm2 = s.arch == "lfm2", qwen35 = s.arch == "qwen35", mamba2 = s.arch == "mamba2";
+  if (mamba2) return synth_mamba2(opt, w);
   if (qwen35 && (s.ssm_conv_kernel < 2 || s.ssm_state <= 0 || s.ssm_k_heads <= 0 || s.ssm_v_heads % std::max<int64_t>(s.ssm_k_heads, 1) != 0 ||
                  s.full_attention_interval <= 0))
     return errorf("synth: qwen35 shape '%s' needs ssm_conv_kernel >= 2, state size, k heads dividing v heads, and an interval",
@@ -263,19 +402,8 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
 
   // ---- metadata
   const std::string a = s.arch;
-  w->set_string("general.architecture", a);
-  w->set_string("general.type", "model");
-  // llama.cpp gives tokens of a model whose name contains "phi-3"/"phi3" Phi-3's
-  // attributes by looking up </s>, <unk>, <s>, which the synthetic vocabulary
-  // lacks (it would refuse the file): the name spells it "phi_3" instead.
-  std::string name = s.name;
-  for (const char* phi : {"phi-3", "phi3"}) {
-    for (size_t at; (at = name.find(phi)) != std::string::npos;) name.replace(at, std::strlen(phi), "phi_3");
-  }
-  w->set_string("general.name", name + " (pagoda synth, random weights)");
   const bool q4_k_m = opt.q4_k_m && t == GgmlType::Q4_K;
-  w->set_u32("general.file_type", q4_k_m ? 15u : static_cast<uint32_t>(llama_file_type(t)));  // 15: Q4_K_M
-  w->set_u32("general.quantization_version", 2);
+  write_general_keys(opt, w);
   w->set_u32(a + ".vocab_size", static_cast<uint32_t>(s.n_vocab));
   w->set_u32(a + ".context_length", static_cast<uint32_t>(s.n_ctx));
   w->set_u32(a + ".embedding_length", static_cast<uint32_t>(s.n_embd));
@@ -321,17 +449,7 @@ Status synth_model(const SynthOptions& opt, GgufWriter* w) {
     w->set_f32(a + ".rope.scaling.factor", static_cast<float>(s.yarn_factor));
     w->set_u32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(s.yarn_original_context));
   }
-  w->set_string("tokenizer.ggml.model", "gpt2");
-  w->set_string("tokenizer.ggml.pre", s.pre);
-  w->set_string_array("tokenizer.ggml.tokens", vocab.tokens);
-  w->set_i32_array("tokenizer.ggml.token_type", vocab.token_types);
-  w->set_string_array("tokenizer.ggml.merges", vocab.merges);
-  w->set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(vocab.bos));
-  w->set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(vocab.eos));
-  if (vocab.unk >= 0) w->set_u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(vocab.unk));
-  w->set_u32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(vocab.pad));
-  w->set_bool("tokenizer.ggml.add_bos_token", vocab.add_bos);
-  w->set_string("tokenizer.chat_template", vocab.chat_template);
+  write_tokenizer_keys(s.pre, vocab, w);
 
   // ---- tensors (dims in ggml order: {row length, rows})
   uint64_t id = 0;

@@ -1,5 +1,5 @@
 // Random-weight models of real shapes, written as llama.cpp-compatible GGUF:
-// full metadata for arch llama, qwen2, qwen3, phi3, gemma3, lfm2 or qwen35, tensor names as llama.cpp expects,
+// full metadata for arch llama, qwen2, qwen3, phi3, gemma3, lfm2, qwen35 or mamba2, tensor names as llama.cpp expects,
 // weights N(0, 0.02) from base/rng.h (norm weights 1.0), and a synthetic gpt2-style
 // byte-level BPE vocabulary of exactly the model's vocab size. Tensor bytes are
 // generated while the file is written (streaming), so any size fits in memory.
@@ -24,7 +24,7 @@ struct SynthLlama3Rope {
 
 struct SynthShape {
   std::string name;            // preset name, also general.name
-  std::string arch = "llama";  // "llama", "qwen2", "qwen3", "phi3", "gemma3", "lfm2" or "qwen35"
+  std::string arch = "llama";  // "llama", "qwen2", "qwen3", "phi3", "gemma3", "lfm2", "qwen35" or "mamba2"
   std::string pre = "smollm";  // tokenizer.ggml.pre: "smollm", "llama-bpe" or "qwen2" (also picks the specials, but for phi3)
   int64_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_ff = 0, n_vocab = 0, n_ctx = 0;
   int64_t n_head_dim = 0;      // attention.key_length; 0: n_embd / n_head
@@ -54,12 +54,17 @@ struct SynthShape {
   // ssm.group_count (k heads), ssm.time_step_rank (v heads); every
   // full_attention_interval-th layer is a gated attention one; rope over
   // rope_dim dims (0: head_dim) with rope.dimension_sections.
+  // mamba2 (no attention, no FFN: n_head, n_head_kv, n_ff 0): ssm.conv_kernel,
+  // ssm.state_size, ssm.group_count (ssm_k_heads: the B/C groups),
+  // ssm.time_step_rank (ssm_v_heads: the heads) and ssm.inner_size (ssm_inner).
   int64_t ssm_conv_kernel = 0, ssm_state = 0, ssm_k_heads = 0, ssm_v_heads = 0;
+  int64_t ssm_inner = 0;
   int64_t full_attention_interval = 0;
   int64_t rope_dim = 0;
   std::vector<int32_t> rope_sections = {};
   bool is_attn_layer(int64_t l) const {
     if (arch == "qwen35") return full_attention_interval > 0 && (l + 1) % full_attention_interval == 0;
+    if (arch == "mamba2") return false;
     if (arch != "lfm2") return true;
     for (int64_t a : attn_layers) if (a == l) return true;
     return false;
@@ -73,8 +78,8 @@ std::vector<float> llama3_rope_factors(const SynthLlama3Rope& r, double rope_bas
 
 // smollm2-135m, smollm2-360m, llama-3.2-1b (with its rope scaling), llama-3.1-8b,
 // qwen2.5-0.5b, qwen3-0.6b, phi-3-mini (4k), phi-3-mini-128k (LongRoPE), gemma3-270m,
-// lfm2-350m, qwen3.5-0.8b, and tiny-qwen3, tiny-qwen3-yarn, tiny-llama3, tiny-phi3, tiny-gemma3, tiny-lfm2,
-// tiny-qwen35 (toy sizes for parity fixtures).
+// lfm2-350m, qwen3.5-0.8b, mamba2-130m, and tiny-qwen3, tiny-qwen3-yarn, tiny-llama3, tiny-phi3, tiny-gemma3,
+// tiny-lfm2, tiny-qwen35, tiny-mamba2 (toy sizes for parity fixtures).
 const std::vector<SynthShape>& synth_presets();
 const SynthShape* find_synth_preset(const std::string& name);
 

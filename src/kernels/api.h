@@ -237,10 +237,12 @@ void short_conv(const float* bcx, int64_t n_tokens, int64_t n, const float* weig
 //   y[t, c] = silu(sum_{k=0}^{K-1} w[c, k] * x[t + k - (K - 1), c])
 // (rows before 0 from the state), each sum from 0 in k order as ggml_ssm_conv,
 // silu(v) = v / (1 + exp(-v)); then the state becomes the last K - 1 rows of
-// [state; x]. y must not alias x. Both backends call this scalar version (C x K
-// multiply-adds per token and layer, nothing beside the matmuls). y: [n_tokens, C].
+// [state; x]. bias: null (Qwen3.5), or [C] added to each sum before the SiLU
+// (Mamba-2's conv1d bias, ggml_add after ggml_ssm_conv). y must not alias x.
+// Both backends call this scalar version (C x K multiply-adds per token and
+// layer, nothing beside the matmuls). y: [n_tokens, C].
 void ssm_conv_silu(const float* x, int64_t n_tokens, int64_t C, const float* weight, int32_t K,
-                   float* const* state, int32_t row_floats, bool fresh, float* y);
+                   float* const* state, int32_t row_floats, bool fresh, float* y, const float* bias);
 }  // namespace ref
 
 // Qwen3.5's gated delta rule (llama.cpp's ggml_gated_delta_net, fed as its
@@ -284,6 +286,50 @@ void gated_delta_net(const GatedDeltaNetArgs& a);
 namespace detail {
 // The shared prologue: qn, kn: [n_tokens, H_k, S] normalized; g, b: [n_tokens, H_v].
 void gated_delta_net_prologue(const GatedDeltaNetArgs& a, float* qn, float* kn, float* g, float* b);
+}  // namespace detail
+
+// Mamba-2's selective scan (llama.cpp's ggml_ssm_scan with a scalar A per head,
+// then its ggml_add of x * D) over ONE sequence's n_tokens new tokens.
+//   x row t (stride ld_x): H heads x P values; B and C rows t (stride ld_bc):
+//     G groups x N values each; head h reads group h / (H / G) (repeat_interleave).
+//   dt row t (stride ld_dt): H raw values; dt_sp = softplus(dt + dt_bias[h])
+//     (ggml's: x > 20 ? x : log(1 + exp(x))), dA = exp(dt_sp * A[h]).
+//   state: H x P rows of N floats, row h P + i (ggml's {d_state, head_dim, n_head}):
+//     row = row * dA + B * (x[h, i] * dt_sp); out[t, h, i] = (row . C) + x[h, i] * D[h].
+//   fresh: the state is taken as zeros (position 0); its rows are overwritten.
+//   out: [n_tokens, H x P], row stride ld_out; must not alias x, B, C or dt.
+// dt_sp and dA come from one shared scalar prologue, so ref and cpu differ only
+// in the rows' summation order (cpu: SIMD lanes, fused multiply-adds). Each
+// row's arithmetic is a fixed sequence whatever the batch, split or thread
+// count, so results are bitwise batch-invariant on one ISA.
+struct Mamba2ScanArgs {
+  const float* x = nullptr;
+  int64_t ld_x = 0;
+  const float* dt = nullptr;
+  int64_t ld_dt = 0;
+  const float* B = nullptr;
+  const float* C = nullptr;
+  int64_t ld_bc = 0;
+  const float* dt_bias = nullptr;  // [H]
+  const float* A = nullptr;        // [H] (-exp(A_log))
+  const float* D = nullptr;        // [H]
+  int32_t n_tokens = 0, H = 0, P = 0, N = 0, G = 0;
+  float* const* state = nullptr;   // [H x P] rows of N floats
+  bool fresh = false;
+  float* out = nullptr;
+  int64_t ld_out = 0;
+};
+namespace ref {
+void ssm_scan(const Mamba2ScanArgs& a);
+}  // namespace ref
+namespace cpu {
+// AVX-512 (N % 16 == 0) or AVX2 (N % 8 == 0) by isa_name(), else the scalar
+// oracle; heads split over the thread pool.
+void ssm_scan(const Mamba2ScanArgs& a);
+}  // namespace cpu
+namespace detail {
+// The shared prologue: dt_sp, dA: [n_tokens, H].
+void ssm_scan_prologue(const Mamba2ScanArgs& a, float* dt_sp, float* dA);
 }  // namespace detail
 namespace cpu {
 PAGODA_KERNEL_OPS

@@ -17,6 +17,7 @@ struct ArithKernels {
   decltype(Backend::paged_attention) paged_attention;
   decltype(Backend::gelu_mul) gelu_mul;
   decltype(Backend::gated_delta_net) gated_delta_net;
+  decltype(Backend::ssm_scan) ssm_scan;
 };
 
 constexpr Backend make_backend(const char* name, const ArithKernels& k) {
@@ -38,13 +39,16 @@ constexpr Backend make_backend(const char* name, const ArithKernels& k) {
                  .short_conv = &ref::short_conv,
                  .ssm_conv_silu = &ref::ssm_conv_silu,
                  .gated_delta_net = k.gated_delta_net,
+                 .ssm_scan = k.ssm_scan,
                  .sigmoid_mul = &sigmoid_mul};
 }
 
 constexpr Backend kCpu = make_backend("cpu", {&cpu::matmul, &cpu::matmul_multi, &cpu::rmsnorm, &cpu::rope,
-                                              &cpu::paged_attention, &cpu::gelu_mul, &cpu::gated_delta_net});
+                                              &cpu::paged_attention, &cpu::gelu_mul, &cpu::gated_delta_net,
+                                              &cpu::ssm_scan});
 constexpr Backend kRef = make_backend("ref", {&ref::matmul, &ref::matmul_multi, &ref::rmsnorm, &ref::rope,
-                                              &ref::paged_attention, &ref::gelu_mul, &ref::gated_delta_net});
+                                              &ref::paged_attention, &ref::gelu_mul, &ref::gated_delta_net,
+                                              &ref::ssm_scan});
 
 }  // namespace
 

@@ -41,8 +41,10 @@ struct Backend {
                      float* const* state, bool fresh, float* y);
   // Qwen3.5 (api.h): ref::ssm_conv_silu in both tables; gated_delta_net ref or cpu.
   void (*ssm_conv_silu)(const float* x, int64_t n_tokens, int64_t C, const float* weight, int32_t K,
-                        float* const* state, int32_t row_floats, bool fresh, float* y);
+                        float* const* state, int32_t row_floats, bool fresh, float* y, const float* bias);
   void (*gated_delta_net)(const GatedDeltaNetArgs& a);
+  // Mamba-2 (api.h): ssm_scan ref or cpu.
+  void (*ssm_scan)(const Mamba2ScanArgs& a);
   void (*sigmoid_mul)(float* x, const float* gate, int64_t n);
 };
 

@@ -12,7 +12,7 @@ Expected<PoolPlan> plan_pool_layout(const PoolRequest& r) {
   PoolPlan p;
   p.layout = kv_group_layout(r.layer_windows, r.hybrid);
   p.block_size = r.block_size;
-  if (p.layout.group_size <= 0) return errorf("kv pool: no attention layer (a model of recurrent layers only is not supported)");
+  if (p.layout.group_size <= 0) return errorf("kv pool: no layer slot");
   p.block_bytes = kv_group_bytes_per_block(r.shape, r.dtype, r.block_size, p.layout);
   const bool has_state = !p.layout.windows.empty() && p.layout.windows.back() == kStateWindow;
   if (has_state != (r.state_rows > 0)) return errorf("kv pool: recurrent layers and state rows (%lld) disagree", static_cast<long long>(r.state_rows));

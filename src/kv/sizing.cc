@@ -180,7 +180,9 @@ KvGroupLayout kv_group_layout(std::span<const int32_t> layer_windows, bool hybri
   std::sort(kinds.begin(), kinds.end());
   kinds.erase(std::unique(kinds.begin(), kinds.end()), kinds.end());
   if (!hybrid || kinds.size() <= 1) {
-    g.group_size = n_attn;
+    // No attention layer at all (mamba2): one slot no layer uses, so the token
+    // group (the prefix chain) and the state group's blocks have bytes to hold state rows.
+    g.group_size = n_attn > 0 || n == 0 ? n_attn : 1;
     g.windows.push_back(hybrid && kinds.size() == 1 ? kinds[0] : 0);
     for (int32_t l = 0, slot = 0; l < n; ++l)
       if (layer_windows[static_cast<size_t>(l)] != kStateWindow) g.layer_slot[static_cast<size_t>(l)] = slot++;

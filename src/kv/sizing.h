@@ -145,7 +145,10 @@ struct KvGroupLayout {
 // hybrid = false (or a single kind): one group of every attention layer, G =
 // their count (the window, if all share one, is kept only when hybrid); the
 // state group, if any, after it. state_blocks is left 0 (plan_pool's).
-// Precondition: windows >= kStateWindow, at least one attention layer.
+// Every layer recurrent (an attention-free model, mamba2): one full group of
+// G = 1 slot that no layer uses, then the state group; the slot's K/V chunks
+// hold the state's rows (kv_state_rows_per_block), the full group's blocks
+// only carry the prefix chain. Precondition: windows >= kStateWindow.
 KvGroupLayout kv_group_layout(std::span<const int32_t> layer_windows, bool hybrid);
 // The windows of a KvShape's layers (is_local_layer -> sliding_window, else 0).
 std::vector<int32_t> kv_layer_windows(const KvShape& shape);

@@ -48,6 +48,10 @@ struct ArchDef {
   // Whether head_count_kv may be a per-layer array whose 0 entries mark
   // recurrent layers (LayerAttn::recurrent; lfm2's short convolutions).
   bool recurrent_layers = false;
+  // No attention and no feed-forward anywhere (mamba2): config.cc then reads no
+  // attention.* key nor feed_forward_length (llama.cpp's converter writes 0 for
+  // both) and read_hparams sets the head counts, head_dim and recurrent layers.
+  bool attention_free = false;
 };
 
 // The ArchDef registered for a `general.architecture` name, or null.

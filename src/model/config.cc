@@ -58,41 +58,43 @@ Expected<ModelConfig> config_from_gguf(const gguf::GgufFile& f, const ModelLoadO
   const std::string p = c.arch + ".";
   PAGODA_ASSIGN_OR_RETURN(c.n_layers, read_dim(f, p + "block_count", -1));
   PAGODA_ASSIGN_OR_RETURN(c.n_embd, read_dim(f, p + "embedding_length", -1));
-  PAGODA_ASSIGN_OR_RETURN(c.n_ff, read_dim(f, p + "feed_forward_length", -1));
-  PAGODA_ASSIGN_OR_RETURN(c.n_heads, read_dim(f, p + "attention.head_count", -1));
-  // head_count_kv: one value, or (a hybrid architecture) one per layer, 0 for
-  // a recurrent layer; the attention layers must then agree on one value.
   std::vector<bool> recurrent(static_cast<size_t>(c.n_layers), false);
-  if (const gguf::Value* kvh = f.find(p + "attention.head_count_kv"); kvh && kvh->type == gguf::ValueType::ARRAY) {
-    if (!def->recurrent_layers) return errorf("%sattention.head_count_kv: per-layer arrays are not supported for %s", p.c_str(), c.arch.c_str());
-    if (kvh->arr.size() != static_cast<size_t>(c.n_layers))
-      return errorf("%sattention.head_count_kv: %zu entries for %d layers", p.c_str(), kvh->arr.size(), c.n_layers);
-    for (size_t l = 0; l < kvh->arr.size(); ++l) {
-      const gguf::Value& e = kvh->arr[l];
-      if (!e.is_int() || e.as_int() < 0 || e.as_int() > c.n_heads)
-        return errorf("%sattention.head_count_kv[%zu]: expected an integer in 0..%d", p.c_str(), l, c.n_heads);
-      recurrent[l] = e.as_int() == 0;
-      if (e.as_int() == 0) continue;
-      if (c.n_kv_heads != 0 && c.n_kv_heads != e.as_int())
-        return errorf("%sattention.head_count_kv[%zu] = %lld: every attention layer must have %d", p.c_str(), l,
-                      static_cast<long long>(e.as_int()), c.n_kv_heads);
-      c.n_kv_heads = static_cast<int32_t>(e.as_int());
+  if (!def->attention_free) {  // mamba2: read_hparams sets the head counts (model/arch.h)
+    PAGODA_ASSIGN_OR_RETURN(c.n_ff, read_dim(f, p + "feed_forward_length", -1));
+    PAGODA_ASSIGN_OR_RETURN(c.n_heads, read_dim(f, p + "attention.head_count", -1));
+    // head_count_kv: one value, or (a hybrid architecture) one per layer, 0 for
+    // a recurrent layer; the attention layers must then agree on one value.
+    if (const gguf::Value* kvh = f.find(p + "attention.head_count_kv"); kvh && kvh->type == gguf::ValueType::ARRAY) {
+      if (!def->recurrent_layers) return errorf("%sattention.head_count_kv: per-layer arrays are not supported for %s", p.c_str(), c.arch.c_str());
+      if (kvh->arr.size() != static_cast<size_t>(c.n_layers))
+        return errorf("%sattention.head_count_kv: %zu entries for %d layers", p.c_str(), kvh->arr.size(), c.n_layers);
+      for (size_t l = 0; l < kvh->arr.size(); ++l) {
+        const gguf::Value& e = kvh->arr[l];
+        if (!e.is_int() || e.as_int() < 0 || e.as_int() > c.n_heads)
+          return errorf("%sattention.head_count_kv[%zu]: expected an integer in 0..%d", p.c_str(), l, c.n_heads);
+        recurrent[l] = e.as_int() == 0;
+        if (e.as_int() == 0) continue;
+        if (c.n_kv_heads != 0 && c.n_kv_heads != e.as_int())
+          return errorf("%sattention.head_count_kv[%zu] = %lld: every attention layer must have %d", p.c_str(), l,
+                        static_cast<long long>(e.as_int()), c.n_kv_heads);
+        c.n_kv_heads = static_cast<int32_t>(e.as_int());
+      }
+      if (c.n_kv_heads == 0) return errorf("%sattention.head_count_kv: no attention layer", p.c_str());
+    } else {
+      PAGODA_ASSIGN_OR_RETURN(c.n_kv_heads, read_dim(f, p + "attention.head_count_kv", c.n_heads));
     }
-    if (c.n_kv_heads == 0) return errorf("%sattention.head_count_kv: no attention layer", p.c_str());
-  } else {
-    PAGODA_ASSIGN_OR_RETURN(c.n_kv_heads, read_dim(f, p + "attention.head_count_kv", c.n_heads));
-  }
-  if (c.n_embd % c.n_heads != 0 && !f.find(p + "attention.key_length")) {
-    return errorf("%sembedding_length %d is not a multiple of attention.head_count %d", p.c_str(),
-                  c.n_embd, c.n_heads);
-  }
-  PAGODA_ASSIGN_OR_RETURN(c.head_dim, read_dim(f, p + "attention.key_length", c.n_embd / c.n_heads));
-  if (const gguf::Value* vl = f.find(p + "attention.value_length")) {
-    if (!vl->is_int() || vl->as_int() != c.head_dim) {
-      return errorf("%sattention.value_length must equal key_length (%d)", p.c_str(), c.head_dim);
+    if (c.n_embd % c.n_heads != 0 && !f.find(p + "attention.key_length")) {
+      return errorf("%sembedding_length %d is not a multiple of attention.head_count %d", p.c_str(),
+                    c.n_embd, c.n_heads);
     }
+    PAGODA_ASSIGN_OR_RETURN(c.head_dim, read_dim(f, p + "attention.key_length", c.n_embd / c.n_heads));
+    if (const gguf::Value* vl = f.find(p + "attention.value_length")) {
+      if (!vl->is_int() || vl->as_int() != c.head_dim) {
+        return errorf("%sattention.value_length must equal key_length (%d)", p.c_str(), c.head_dim);
+      }
+    }
+    PAGODA_ASSIGN_OR_RETURN(c.rope_dim, read_dim(f, p + "rope.dimension_count", c.head_dim));
   }
-  PAGODA_ASSIGN_OR_RETURN(c.rope_dim, read_dim(f, p + "rope.dimension_count", c.head_dim));
   PAGODA_ASSIGN_OR_RETURN(c.n_ctx_train, read_dim(f, p + "context_length", 2048));
   PAGODA_ASSIGN_OR_RETURN(c.rms_eps, read_float(f, p + "attention.layer_norm_rms_epsilon", 1e-5));
   PAGODA_ASSIGN_OR_RETURN(c.rope_base, read_float(f, p + "rope.freq_base", 10000.0));

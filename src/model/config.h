@@ -80,6 +80,12 @@ struct ModelConfig {
   // its attention layers gate their output (sigmoid of a second half of attn_q).
   int32_t ssm_d_conv = 0, ssm_d_state = 0, ssm_n_k_heads = 0, ssm_n_v_heads = 0;
   bool attn_output_gate = false;
+  // mamba2 (<arch>.ssm.*, with ssm_d_conv and ssm_d_state above): inner_size,
+  // group_count (B/C groups), time_step_rank (heads of inner_size / n_head).
+  // Attention-free (ArchDef::attention_free): every layer is recurrent; n_heads =
+  // n_kv_heads = 1 and head_dim = ssm_d_state only lay out the KV pool's token
+  // blocks, which then hold state rows (no layer attends).
+  int32_t ssm_d_inner = 0, ssm_n_group = 0, ssm_n_head = 0;
   // Per-token floats of Workspace::conv the architecture's own sublayers need
   // beyond lfm2's 3 n_embd (set by read_hparams; 0: none).
   int32_t scratch_floats = 0;
@@ -94,6 +100,11 @@ struct ModelConfig {
   int32_t q_dim() const { return n_heads * head_dim; }      // width of Q and of attention output
   int32_t kv_dim() const { return n_kv_heads * head_dim; }  // width of one token's K (or V) row
 };
+
+// Rows of ssm.state_size floats one mamba2 layer's recurrent state takes
+// (model/mamba2.cc): (d_conv - 1) x (d_inner + 2 n_group d_state) / d_state conv
+// rows plus d_inner scan rows. Precondition: d_inner % d_state == 0.
+int64_t mamba2_state_rows_per_layer(int64_t d_conv, int64_t d_inner, int64_t n_group, int64_t d_state);
 
 // What a model is loaded for beyond its file.
 struct ModelLoadOptions {

@@ -186,7 +186,7 @@ void delta_net_block(const ForwardPass& p, int32_t l, int32_t rec_index) {
     if (n == 0) continue;
     float* const* rows = b.state_rows + static_cast<int64_t>(s) * b.n_state_rows + static_cast<int64_t>(rec_index) * rows_per_layer;
     const bool fresh = b.positions[t0] == 0;
-    p.k.ssm_conv_silu(mixed + t0 * cd, n, cd, w.ssm_conv, c.ssm_d_conv, rows, S, fresh, conv + t0 * cd);
+    p.k.ssm_conv_silu(mixed + t0 * cd, n, cd, w.ssm_conv, c.ssm_d_conv, rows, S, fresh, conv + t0 * cd, nullptr);
     kernels::GatedDeltaNetArgs a;
     a.qkv = conv + t0 * cd;
     a.ld = cd;

@@ -5,8 +5,8 @@
 
 namespace pagoda::model {
 
-// Defined in llama.cc, qwen2.cc, qwen3.cc, phi3.cc, gemma3.cc, lfm2.cc, qwen35.cc.
-extern const ArchDef kLlamaArch, kQwen2Arch, kQwen3Arch, kPhi3Arch, kGemma3Arch, kLfm2Arch, kQwen35Arch;
+// Defined in llama.cc, qwen2.cc, qwen3.cc, phi3.cc, gemma3.cc, lfm2.cc, qwen35.cc, mamba2.cc.
+extern const ArchDef kLlamaArch, kQwen2Arch, kQwen3Arch, kPhi3Arch, kGemma3Arch, kLfm2Arch, kQwen35Arch, kMamba2Arch;
 
 namespace {
 
@@ -25,6 +25,7 @@ constexpr Entry kArchs[] = {
     {"gemma3", &kGemma3Arch},
     {"lfm2", &kLfm2Arch},
     {"qwen35", &kQwen35Arch},  // Qwen3.5: gated delta-net + gated attention
+    {"mamba2", &kMamba2Arch},  // Mamba-2: selective-scan layers only, no attention
 };
 
 }  // namespace

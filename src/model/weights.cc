@@ -157,7 +157,11 @@ uint64_t weight_bytes_per_token(const ModelWeights& w, const ModelConfig& c) {
     if (l.q_norm) total += 2 * 4 * static_cast<uint64_t>(c.head_dim);
     if (l.post_attn_norm) total += 2 * vec;
     if (l.conv_w) total += matrix_bytes(l.conv_in) + matrix_bytes(l.conv_out) + vec * static_cast<uint64_t>(c.shortconv_l_cache);
-    if (l.ssm_conv)
+    if (l.ssm_in.data)  // mamba2
+      total += matrix_bytes(l.ssm_in) + matrix_bytes(l.ssm_out) +
+               4 * static_cast<uint64_t>((c.ssm_d_inner + 2 * c.ssm_n_group * c.ssm_d_state) * (c.ssm_d_conv + 1) +
+                                         3 * c.ssm_n_head + c.ssm_d_inner);
+    else if (l.ssm_conv)
       total += matrix_bytes(l.ssm_qkv) + matrix_bytes(l.ssm_gate) + matrix_bytes(l.ssm_alpha) + matrix_bytes(l.ssm_beta) +
                matrix_bytes(l.ssm_out) +
                4 * static_cast<uint64_t>(c.ssm_conv_dim() * c.ssm_d_conv + 2 * c.ssm_n_v_heads + c.ssm_d_state);
@@ -171,7 +175,7 @@ void pack_decode_weights(const gguf::GgufFile& file, ModelWeights& w) {
   if (w.token_embd.data == w.output.data) views.push_back(&w.token_embd);  // tied: same copy
   for (LayerWeights& l : w.layers)
     for (kernels::WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.conv_in, &l.conv_out, &l.ssm_qkv,
-                                     &l.ssm_gate, &l.ssm_alpha, &l.ssm_beta, &l.ssm_out})
+                                     &l.ssm_gate, &l.ssm_alpha, &l.ssm_beta, &l.ssm_out, &l.ssm_in})
       views.push_back(v);
   // One copy per distinct matrix (same data, shape and type), 64-byte aligned offsets.
   std::map<const void*, size_t> offset;

@@ -47,6 +47,12 @@ struct LayerWeights {
   const float* ssm_dt = nullptr;          // [n_v_heads] ssm_dt.bias
   const float* ssm_a = nullptr;           // [n_v_heads] ssm_a (-exp(A_log))
   const float* ssm_norm = nullptr;        // [d_state] ssm_norm (gated RMSNorm per head)
+  // mamba2's layers (all recurrent), beside ssm_out [n_embd, d_inner], ssm_conv
+  // [conv_dim, d_conv], ssm_dt [n_head] (dt bias), ssm_a [n_head] and ssm_norm
+  // [d_inner] (grouped RMSNorm: n_group groups of d_inner / n_group):
+  kernels::WeightView ssm_in;             // [2 d_inner + 2 n_group d_state + n_head, n_embd]: z | x B C | dt
+  const float* ssm_conv_b = nullptr;      // [conv_dim] ssm_conv1d.bias
+  const float* ssm_d = nullptr;           // [n_head] ssm_d (skip connection)
 };
 
 // The decode-packed copies of a model's matrices (pack_decode_weights), one buffer.

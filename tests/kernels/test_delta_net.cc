@@ -68,7 +68,7 @@ TEST(SsmConvSilu, MatchesNaiveLoopExactly) {
         naive_conv(x, T, C, w, K, st0, fresh, &want, &want_state);
         std::vector<float> st = st0, got(static_cast<size_t>(T * C), -1.0f);
         Rows rows(&st, rf);
-        ref::ssm_conv_silu(x.data(), T, C, w.data(), K, rows.rows.data(), static_cast<int32_t>(rf), fresh, got.data());
+        ref::ssm_conv_silu(x.data(), T, C, w.data(), K, rows.rows.data(), static_cast<int32_t>(rf), fresh, got.data(), nullptr);
         ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << "K " << K << " T " << T << " fresh " << fresh;
         ASSERT_EQ(0, std::memcmp(st.data(), want_state.data(), st.size() * sizeof(float))) << "state: K " << K << " T " << T;
       }
@@ -86,13 +86,13 @@ TEST(SsmConvSilu, ChunksCarryTheState) {
   const auto w = random_vec(rng, static_cast<size_t>(C * K), 0.5f);
   std::vector<float> whole_state(static_cast<size_t>(d * C), 9.0f), whole(static_cast<size_t>(T * C));
   Rows wr(&whole_state, 8);
-  ref::ssm_conv_silu(x.data(), T, C, w.data(), K, wr.rows.data(), 8, /*fresh=*/true, whole.data());
+  ref::ssm_conv_silu(x.data(), T, C, w.data(), K, wr.rows.data(), 8, /*fresh=*/true, whole.data(), nullptr);
   for (int64_t chunk : {1, 2, 3, 8}) {
     std::vector<float> st(static_cast<size_t>(d * C), -3.0f), y(static_cast<size_t>(T * C));
     Rows rows(&st, 8);
     for (int64_t t0 = 0; t0 < T; t0 += chunk) {
       const int64_t m = std::min(chunk, T - t0);
-      ref::ssm_conv_silu(x.data() + t0 * C, m, C, w.data(), K, rows.rows.data(), 8, t0 == 0, y.data() + t0 * C);
+      ref::ssm_conv_silu(x.data() + t0 * C, m, C, w.data(), K, rows.rows.data(), 8, t0 == 0, y.data() + t0 * C, nullptr);
     }
     ASSERT_EQ(0, std::memcmp(y.data(), whole.data(), y.size() * sizeof(float))) << "chunk " << chunk;
     ASSERT_EQ(0, std::memcmp(st.data(), whole_state.data(), st.size() * sizeof(float))) << "chunk " << chunk;

@@ -12,7 +12,7 @@ namespace pagoda::kernels {
 namespace ref {
 
 void ssm_conv_silu(const float* x, int64_t n_tokens, int64_t C, const float* weight, int32_t K, float* const* state,
-                   int32_t row_floats, bool fresh, float* y) {
+                   int32_t row_floats, bool fresh, float* y, const float* bias) {
   const int64_t d = K - 1;  // state rows (time steps)
   // The padded input [state; x] for one channel is read through `at`: time index
   // i < d from the state, else x row i - d.
@@ -28,6 +28,7 @@ void ssm_conv_silu(const float* x, int64_t n_tokens, int64_t C, const float* wei
         const float v = src >= 0 ? x[src * C + c] : fresh ? 0.0f : state_at(d + src, c);
         sum += v * weight[c * K + k];
       }
+      if (bias) sum += bias[c];
       y[t * C + c] = sum / (1.0f + std::exp(-sum));
     }
   }
