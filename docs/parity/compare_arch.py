@@ -268,7 +268,7 @@ def synth_section(args, tmp):
 # original 256, where both take rope_factors_long.
 FIXTURES = [("qwen3", "tiny-qwen3", 256), ("qwen3-yarn", "tiny-qwen3-yarn", 256), ("llama3", "tiny-llama3", 256),
             ("phi3", "tiny-phi3", 256), ("phi3-long", "tiny-phi3", 512), ("gemma3", "tiny-gemma3", 256),
-            ("lfm2", "tiny-lfm2", 256), ("qwen35", "tiny-qwen35", 256)]
+            ("lfm2", "tiny-lfm2", 256), ("qwen35", "tiny-qwen35", 256), ("mamba2", "tiny-mamba2", 256)]
 
 
 def write_fixture(path, prompts, refs):

@@ -177,5 +177,9 @@ TEST(ArchLlamaCpp, Lfm2ShortConv) { check_both("lfm2"); }
 // the runner's state blocks; 4 v heads over 2 k heads) and gated attention
 // layers with Q/K norms and partial rope (llama.cpp's interleaved M-RoPE).
 TEST(ArchLlamaCpp, Qwen35GatedDeltaNet) { check_both("qwen35"); }
+// Mamba-2 (issue 38): selective-scan layers only (no attention, no FFN): the
+// conv (+ bias, SiLU) and scan state in the runner's state blocks, 8 heads over
+// 2 B/C groups, the gated grouped RMSNorm.
+TEST(ArchLlamaCpp, Mamba2SelectiveScan) { check_both("mamba2"); }
 
 }  // namespace
