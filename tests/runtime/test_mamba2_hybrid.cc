@@ -1,0 +1,321 @@
+// Mamba-2 (issue 38): no attention layer at all; every layer's fixed-size
+// recurrent state (conv rows + the scan's H x P rows of N floats) lives in the
+// KV pool's state group (kv/recurrent_state_group.cc), and the token group
+// (the prefix chain) has one K/V slot no layer uses (kv/sizing.h). Through the
+// real Engine on the tiny-mamba2 synth preset (3 layers, d_inner 128 in 8 heads,
+// d_state 32, 2 B/C groups; f16 pool in blocks of 4 tokens: one slot of
+// 4 x (K + V) x 32 f16 holds 4 state rows of 32 floats, so the 3 x 152 = 456
+// rows take S = 114 blocks per sequence):
+//  - every greedy token and every logits row is bitwise the same alone,
+//    batched, on 2 threads, in chunked prefill of 1, 3, 5 and 16 tokens per
+//    step, after preemptions (small pools), and for each choice of an n = 3
+//    fork against lone seeded requests (the forked state copied on write);
+//  - the scalar (ref) kernels give the same greedy tokens, logits within rounding;
+//  - each sequence holds exactly ceil(tokens / 4) token blocks + S state blocks;
+//  - state checkpoints: a second turn restores the latest checkpoint inside its
+//    cached prefix, bitwise a cold run; shared-prefix prompts hitting checkpoints
+//    are bitwise the cold outputs alone, batched, chunked, after preemptions and
+//    in n = 3 forks; a ~4,000-token conversation restores bitwise;
+//  - a fixed --kv-cache-memory admits exactly the sequences kv/sizing predicts.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/rng.h"
+#include "engine/engine.h"
+#include "gguf/synth.h"
+#include "kv/pool_plan.h"
+#include "kv/sizing.h"
+#include "runtime/hybrid_run.h"
+
+namespace pagoda {
+namespace {
+
+using namespace hybrid_test;
+
+class Mamba2Hybrid : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    path_ = new std::string(::testing::TempDir() + "pagoda_mamba2_" + std::to_string(::getpid()) + ".gguf");
+    const gguf::SynthShape* s = gguf::find_synth_preset("tiny-mamba2");
+    ASSERT_NE(s, nullptr);
+    gguf::SynthOptions o;
+    o.shape = *s;
+    o.type = GgmlType::F32;
+    o.seed = 2;
+    const Status st = gguf::synth_model_file(o, *path_);
+    ASSERT_TRUE(st.ok()) << st.message();
+  }
+  static void TearDownTestSuite() {
+    if (path_) std::remove(path_->c_str());
+    delete path_;
+    path_ = nullptr;
+  }
+  static std::vector<Req> prompts() {
+    return {{random_tokens(1, 37)}, {random_tokens(2, 9)}, {random_tokens(3, 61)}, {random_tokens(4, 22)}};
+  }
+  static std::string* path_;
+};
+std::string* Mamba2Hybrid::path_ = nullptr;
+
+constexpr int kStateBlocks = 114;  // 456 rows of 128 B; a block's 2 chunks (1 slot x K, V of 4 x 64 B) hold 2 each: 4
+
+// No checkpoints, no prefix caching: the reference of the checkpoint tests.
+engine::EngineConfig cold_config(const std::string& path, int chunk) {
+  engine::EngineConfig c = base_config(path, chunk);
+  c.state_checkpoint_interval = 0;
+  return c;
+}
+
+std::vector<int32_t> cat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST_F(Mamba2Hybrid, AloneBatchedAndChunkedAreBitwiseTheSame) {
+  const auto p = prompts();
+  const int kOut = 8;
+  const auto ref = run(base_config(*path_, 2048), p, kOut, false);
+  ASSERT_EQ(ref.size(), p.size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    ASSERT_EQ(ref[i][0].tokens.size(), static_cast<size_t>(kOut));
+    // Exactly the token blocks of the computed tokens plus the state's S blocks.
+    const int32_t computed = ref[i][0].last_computed;
+    EXPECT_EQ(ref[i][0].last_blocks, (computed + 3) / 4 + kStateBlocks) << "request " << i;
+  }
+  // The four continuations differ (the state and the prompts matter).
+  EXPECT_NE(ref[0][0].tokens, ref[1][0].tokens);
+  EXPECT_NE(ref[2][0].tokens, ref[3][0].tokens);
+  expect_same(ref, run(base_config(*path_, 2048), p, kOut, true), "batched");
+  for (int chunk : {1, 3, 5, 16}) expect_same(ref, run(base_config(*path_, chunk), p, kOut, true), "chunked " + std::to_string(chunk));
+  // Two kernel threads: the matmuls split over the pool (the scan's heads of
+  // 16 x 32 split from 16 tokens on): no bit changes.
+  engine::EngineConfig two = base_config(*path_, 2048);
+  two.threads = 2;
+  expect_same(ref, run(two, p, kOut, true), "2 threads");
+}
+
+// The scalar kernels (ref::ssm_scan, ref matmuls and norms): the same greedy
+// tokens, logits within float rounding of the SIMD forward.
+TEST_F(Mamba2Hybrid, RefKernelsAgree) {
+  const auto p = prompts();
+  const int kOut = 8;
+  const auto cpu = run(base_config(*path_, 2048), p, kOut, true);
+  engine::EngineConfig rc = base_config(*path_, 2048);
+  rc.ref_kernels = true;
+  const auto ref = run(rc, p, kOut, true);
+  ASSERT_EQ(cpu.size(), ref.size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    EXPECT_EQ(cpu[i][0].tokens, ref[i][0].tokens) << "request " << i;
+    ASSERT_EQ(cpu[i][0].logits.size(), ref[i][0].logits.size());
+    for (size_t s = 0; s < cpu[i][0].logits.size(); ++s) {
+      float scale = 0, diff = 0;
+      for (size_t v = 0; v < cpu[i][0].logits[s].size(); ++v) {
+        scale = std::max(scale, std::fabs(ref[i][0].logits[s][v]));
+        diff = std::max(diff, std::fabs(cpu[i][0].logits[s][v] - ref[i][0].logits[s][v]));
+      }
+      EXPECT_LT(diff, 1e-3f * scale) << "request " << i << " step " << s;
+    }
+  }
+}
+
+// Pools far smaller than the four sequences' 129 + 122 + 135 + 126 blocks at
+// the end of 24 outputs each: growth preempts, and the preempted sequences
+// recompute from the zero state, bitwise as alone.
+TEST_F(Mamba2Hybrid, PreemptedIsBitwiseTheSame) {
+  const auto p = prompts();
+  const int kOut = 24;
+  const auto ref = run(base_config(*path_, 2048), p, kOut, false);
+  int64_t preemptions = 0;
+  for (int blocks : {200, 260, 320}) {
+    engine::EngineConfig small = base_config(*path_, 8);
+    small.num_kv_blocks = blocks;
+    RunStats st;
+    expect_same(ref, run(small, p, kOut, true, &st), "preempted, " + std::to_string(blocks) + " blocks");
+    preemptions += st.preemptions;
+  }
+  EXPECT_GT(preemptions, 0);
+}
+
+TEST_F(Mamba2Hybrid, ForkedChoicesEqualLoneSeededRequests) {
+  const std::vector<int32_t> prompt = random_tokens(9, 30);
+  const int kOut = 12;
+  const auto forked = run(base_config(*path_, 2048), {{prompt, 3, 1234}}, kOut, true);
+  ASSERT_EQ(forked.size(), 1u);
+  ASSERT_EQ(forked[0].size(), 3u);
+  for (int k = 0; k < 3; ++k) {
+    const auto lone = run(base_config(*path_, 2048), {{prompt, 1, 1234u + static_cast<uint64_t>(k)}}, kOut, true);
+    expect_same(lone[0][0], forked[0][static_cast<size_t>(k)], "choice " + std::to_string(k));
+  }
+  // Seeded sampling at temperature 1 gives the choices different tokens: a
+  // shared (not copied) state would have mixed them.
+  EXPECT_NE(forked[0][0].tokens, forked[0][1].tokens);
+}
+
+TEST_F(Mamba2Hybrid, PrefixCacheIsOffWithoutCheckpoints) {
+  const std::vector<int32_t> prompt = random_tokens(5, 40);
+  const auto out = run(cold_config(*path_, 2048), {{prompt}, {prompt}}, 4, false);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[1][0].num_cached, 0) << "a recurrent state cannot be restored without a checkpoint";
+  expect_same(out[0][0], out[1][0], "repeated prompt");
+}
+
+// Turn 1 (37 prompt tokens, 8 outputs) then turn 2 (turn 1 + its answer + 11
+// new tokens) in one engine: 44 computed tokens, 11 full blocks of 4; the
+// latest checkpoint inside them is at 32 (every 4 blocks) or 44 (every block).
+// Turn 2's tokens and logits are bitwise a cold run of its whole prompt.
+TEST_F(Mamba2Hybrid, SecondTurnRestoresACheckpointBitwiseAsCold) {
+  const int kOut = 8;
+  const std::vector<int32_t> p1 = random_tokens(11, 37);
+  const auto turn1 = run(cold_config(*path_, 2048), {{p1}}, kOut, true);
+  ASSERT_EQ(turn1[0][0].tokens.size(), static_cast<size_t>(kOut));
+  const std::vector<int32_t> p2 = cat(cat(p1, turn1[0][0].tokens), random_tokens(12, 11));
+  const auto cold = run(cold_config(*path_, 2048), {{p2}}, kOut, true);
+  ASSERT_EQ(cold[0][0].num_cached, 0);
+  for (int interval : {4, 1}) {
+    engine::EngineConfig c = base_config(*path_, 2048);
+    c.state_checkpoint_interval = interval;
+    RunStats st;
+    const auto warm = run(c, {{p1}, {p2}}, kOut, false, &st);
+    const std::string what = "interval " + std::to_string(interval);
+    ASSERT_EQ(warm.size(), 2u);
+    expect_same(turn1[0][0], warm[0][0], what + ": turn 1");
+    EXPECT_EQ(warm[0][0].num_cached, 0);
+    EXPECT_EQ(warm[1][0].num_cached, interval == 4 ? 32 : 44) << what;
+    expect_same(cold[0][0], warm[1][0], what + ": turn 2");
+    EXPECT_EQ(st.checkpoints_hit, 1) << what;
+    EXPECT_EQ(st.checkpoints_stored, interval == 4 ? 2 : 5) << what;
+  }
+}
+
+// A ~4,000-token conversation in blocks of 16 (a checkpoint every 64 tokens):
+// turn 1 is 3,000 prompt tokens + 16 outputs, turn 2 adds 1,000 tokens and
+// restores the checkpoint at 3,008, bitwise a cold run of all 4,016.
+TEST_F(Mamba2Hybrid, FourThousandTokenConversationRestoresBitwise) {
+  const int kOut = 16;
+  auto cfg = [&](int interval) {
+    engine::EngineConfig c = base_config(*path_, 2048);
+    c.block_size = 16;
+    c.num_kv_blocks = 800;
+    c.context_length = 4200;
+    c.state_checkpoint_interval = interval;
+    return c;
+  };
+  const std::vector<int32_t> p1 = random_tokens(21, 3000);
+  const auto turn1 = run(cfg(0), {{p1}}, kOut, true);
+  ASSERT_EQ(turn1[0][0].tokens.size(), static_cast<size_t>(kOut));
+  const std::vector<int32_t> p2 = cat(cat(p1, turn1[0][0].tokens), random_tokens(22, 1000));
+  ASSERT_EQ(p2.size(), 4016u);
+  const auto cold = run(cfg(0), {{p2}}, kOut, true);
+  RunStats st;
+  const auto warm = run(cfg(4), {{p1}, {p2}}, kOut, false, &st);
+  ASSERT_EQ(warm.size(), 2u);
+  expect_same(turn1[0][0], warm[0][0], "turn 1");
+  EXPECT_EQ(warm[1][0].num_cached, 3008);
+  expect_same(cold[0][0], warm[1][0], "turn 2");
+  EXPECT_EQ(st.checkpoints_hit, 1);
+}
+
+// Prompts sharing a 40-token prefix: with a checkpoint every 4 blocks of 4 the
+// later ones restore the one at 32. Everything is bitwise the outputs without
+// any prefix caching: alone, batched, chunked, in small pools (preemptions) and
+// n = 3 forked choices.
+TEST_F(Mamba2Hybrid, CheckpointHitsAreBatchInvariant) {
+  const std::vector<int32_t> shared = random_tokens(31, 40);
+  std::vector<Req> p;
+  int i = 0;
+  for (int len : {5, 23, 9, 30}) p.push_back({cat(shared, random_tokens(32 + static_cast<uint64_t>(i++), len))});
+  const int kOut = 12;
+  const auto ref = run(cold_config(*path_, 2048), p, kOut, false);
+  RunStats st;
+  const auto alone = run(base_config(*path_, 2048), p, kOut, false, &st);
+  expect_same(ref, alone, "alone");
+  EXPECT_EQ(alone[0][0].num_cached, 0);
+  for (size_t k = 1; k < p.size(); ++k) EXPECT_EQ(alone[k][0].num_cached, 32) << "request " << k;
+  EXPECT_EQ(st.checkpoints_hit, 3);
+  expect_same(ref, run(base_config(*path_, 2048), p, kOut, true), "batched");
+  for (int chunk : {1, 3, 16}) {
+    expect_same(ref, run(base_config(*path_, chunk), p, kOut, true), "chunked " + std::to_string(chunk));
+    expect_same(ref, run(base_config(*path_, chunk), p, kOut, false), "chunked alone " + std::to_string(chunk));
+  }
+  // Small pools (a sequence holds ~135 blocks, 114 of them state): 260 blocks
+  // preempts a decoding sequence; at 370 the later admissions hit checkpoints.
+  int64_t preemptions = 0, hits = 0;
+  for (int blocks : {260, 370, 400}) {
+    engine::EngineConfig small = base_config(*path_, 8);
+    small.num_kv_blocks = blocks;
+    RunStats ps;
+    expect_same(ref, run(small, p, kOut, true, &ps), "small pool, " + std::to_string(blocks) + " blocks");
+    preemptions += ps.preemptions;
+    hits += ps.checkpoints_hit;
+  }
+  EXPECT_GT(preemptions, 0);
+  EXPECT_GT(hits, 0);
+  const std::vector<int32_t> forked_prompt = cat(shared, random_tokens(40, 7));
+  RunStats fs;
+  const auto forked = run(base_config(*path_, 2048), {{p[0].prompt}, {forked_prompt, 3, 777}}, kOut, false, &fs);
+  ASSERT_EQ(forked.size(), 2u);
+  ASSERT_EQ(forked[1].size(), 3u);
+  EXPECT_EQ(forked[1][0].num_cached, 32);
+  EXPECT_EQ(fs.checkpoints_hit, 1);
+  for (int k = 0; k < 3; ++k) {
+    const auto lone = run(cold_config(*path_, 2048), {{forked_prompt, 1, 777u + static_cast<uint64_t>(k)}}, kOut, true);
+    expect_same(lone[0][0], forked[1][static_cast<size_t>(k)], "choice " + std::to_string(k));
+  }
+  EXPECT_NE(forked[1][0].tokens, forked[1][1].tokens);
+}
+
+// A pool of a fixed byte budget admits exactly floor(usable / per-sequence)
+// sequences, the per-sequence blocks being kv/sizing's token blocks plus the
+// state's (the same plan_pool the engine sizes itself with).
+TEST_F(Mamba2Hybrid, KvCacheMemoryAdmitsWhatSizingPredicts) {
+  // 13-token prompts and 3 outputs: 15 computed tokens, 4 token blocks of 4 + S per sequence.
+  const int kPrompt = 13, kOut = 3;
+  kv::PoolRequest pr;
+  pr.shape.kind = kv::AttentionKind::kMQA;
+  pr.shape.num_layers = 0;  // no attention layer
+  pr.shape.num_kv_heads = 1;
+  pr.shape.head_dim = 32;  // the slot's row: one state row of d_state
+  pr.dtype = kv::kv_dtype_of(KvDtype::F16);
+  pr.layer_windows = {kv::kStateWindow, kv::kStateWindow, kv::kStateWindow};
+  pr.block_size = 4;
+  pr.max_chunk = 2048;
+  pr.state_rows = 456;
+  pr.state_row_bytes = 32 * 4;
+  const uint64_t block_bytes = 1 * 4 * 2 * 32 * 2;  // G = 1 slot x 4 tokens x (K + V) x 32 x f16
+  pr.budget_bytes = 710 * block_bytes + block_bytes / 2;  // 710 blocks
+  auto plan = kv::plan_pool(pr);
+  ASSERT_TRUE(plan.ok()) << plan.message();
+  ASSERT_EQ(plan->block_bytes, block_bytes);
+  ASSERT_EQ(plan->num_blocks, 710);
+  ASSERT_EQ(plan->layout.state_blocks, kStateBlocks);
+  const int64_t per_seq = kv::kv_blocks_for_sequence(plan->layout, kPrompt + kOut - 1, 4);
+  ASSERT_EQ(per_seq, 4 + kStateBlocks);
+  const int64_t predicted = kv::max_concurrency(plan->num_blocks, per_seq, 0.0);
+  ASSERT_EQ(predicted, 6);  // 709 usable / 118
+
+  engine::EngineConfig c = base_config(*path_, 2048);
+  c.num_kv_blocks = 0;
+  c.kv_cache_memory = static_cast<int64_t>(pr.budget_bytes);
+  std::vector<Req> reqs;
+  for (int k = 0; k < 10; ++k) reqs.push_back({random_tokens(100 + static_cast<uint64_t>(k), kPrompt)});
+  RunStats st;
+  const auto out = run(c, reqs, kOut, true, &st);
+  EXPECT_EQ(st.max_running, predicted);
+  EXPECT_EQ(st.preemptions, 0);
+  for (const auto& o : out) EXPECT_EQ(o[0].tokens.size(), static_cast<size_t>(kOut));
+  auto e = engine::Engine::create(c);
+  ASSERT_TRUE(e.ok()) << e.message();
+  EXPECT_EQ((*e)->model_info().num_kv_blocks, 710);
+}
+
+}  // namespace
+}  // namespace pagoda
