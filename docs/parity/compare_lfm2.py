@@ -13,6 +13,7 @@ Issue 38's bar: at least 30 of 32 positions on each prompt, both caches.
   LLAMA_CPP_LIB_PATH=/work/llama.cpp/build/bin PYTHONPATH=/tmp/lcp-py \\
     python3 docs/parity/compare_lfm2.py --pagoda build/release/src/cli/pagoda [--type q8_0]
     ... --preset qwen3.5-0.8b --type f32 --layers 8   # Qwen3.5: attention at layers 3 and 7
+    ... --preset mamba2-130m --type f32               # Mamba-2: no attention (the cache type changes nothing)
 On the Intel Xeon (model 167), use /work/llama.cpp/build-avx512/bin, with LD_LIBRARY_PATH
 set to it as well, PYTHONPATH=/tmp/q35py and LLAMA_NO_EXTRA_BUFTS=1. The full-depth
 results are in docs/parity/architectures.md. For every miss, the script prints both
