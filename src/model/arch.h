@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 #include "gguf/gguf.h"
@@ -53,6 +54,15 @@ struct ArchDef {
   // both) and read_hparams sets the head counts, head_dim and recurrent layers.
   bool attention_free = false;
 };
+
+// Helpers for read_hparams and bind_weights (config.cc, weights.cc):
+// an integer key the architecture requires, in lo..hi (errors name the key, and
+// the architecture when it is missing);
+Expected<int32_t> read_required_int(const gguf::GgufFile& f, const std::string& key, int64_t lo, int64_t hi,
+                                    const std::string& arch);
+// an F32 tensor of exactly these GGUF dims (trailing 1s aside, as llama.cpp's
+// loader), 4-byte aligned: conv taps, ssm vectors, grouped norms.
+Expected<const float*> bind_f32(const gguf::GgufFile& file, const std::string& name, std::vector<uint64_t> dims);
 
 // The ArchDef registered for a `general.architecture` name, or null.
 const ArchDef* find_arch(std::string_view name);

@@ -37,6 +37,16 @@ Expected<float> read_float(const gguf::GgufFile& f, const std::string& key, doub
 
 }  // namespace
 
+Expected<int32_t> read_required_int(const gguf::GgufFile& f, const std::string& key, int64_t lo, int64_t hi,
+                                    const std::string& arch) {
+  const gguf::Value* v = f.find(key);
+  if (!v) return errorf("metadata %s: missing (required for %s)", key.c_str(), arch.c_str());
+  if (!v->is_int() || v->as_int() < lo || v->as_int() > hi)
+    return errorf("metadata %s: expected an integer in %lld..%lld", key.c_str(), static_cast<long long>(lo),
+                  static_cast<long long>(hi));
+  return static_cast<int32_t>(v->as_int());
+}
+
 void yarn_corr_dims(int32_t rope_dim, int32_t n_ctx_orig, float base, float beta_fast, float beta_slow, float dims[2]) {
   // ggml_rope_yarn_corr_dim: the pair index whose wavelength spans n_ctx_orig / n_rot turns.
   const auto corr_dim = [&](float n_rot) {

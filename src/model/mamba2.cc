@@ -44,21 +44,12 @@ int64_t mamba2_state_rows_per_layer(int64_t d_conv, int64_t d_inner, int64_t n_g
 
 namespace {
 
-Expected<int32_t> read_count(const gguf::GgufFile& f, const std::string& key, int64_t lo, int64_t hi) {
-  const gguf::Value* v = f.find(key);
-  if (!v) return errorf("metadata %s: missing (required for mamba2)", key.c_str());
-  if (!v->is_int() || v->as_int() < lo || v->as_int() > hi)
-    return errorf("metadata %s: expected an integer in %lld..%lld", key.c_str(), static_cast<long long>(lo),
-                  static_cast<long long>(hi));
-  return static_cast<int32_t>(v->as_int());
-}
-
 Status read_hparams(const gguf::GgufFile& f, const std::string& p, ModelConfig& c) {
-  PAGODA_ASSIGN_OR_RETURN(c.ssm_d_conv, read_count(f, p + "ssm.conv_kernel", 2, 64));
-  PAGODA_ASSIGN_OR_RETURN(c.ssm_d_inner, read_count(f, p + "ssm.inner_size", 1, int64_t{1} << 20));
-  PAGODA_ASSIGN_OR_RETURN(c.ssm_d_state, read_count(f, p + "ssm.state_size", 1, 1024));
-  PAGODA_ASSIGN_OR_RETURN(c.ssm_n_head, read_count(f, p + "ssm.time_step_rank", 1, 65536));
-  PAGODA_ASSIGN_OR_RETURN(c.ssm_n_group, read_count(f, p + "ssm.group_count", 1, 1024));
+  PAGODA_ASSIGN_OR_RETURN(c.ssm_d_conv, read_required_int(f, p + "ssm.conv_kernel", 2, 64, "mamba2"));
+  PAGODA_ASSIGN_OR_RETURN(c.ssm_d_inner, read_required_int(f, p + "ssm.inner_size", 1, int64_t{1} << 20, "mamba2"));
+  PAGODA_ASSIGN_OR_RETURN(c.ssm_d_state, read_required_int(f, p + "ssm.state_size", 1, 1024, "mamba2"));
+  PAGODA_ASSIGN_OR_RETURN(c.ssm_n_head, read_required_int(f, p + "ssm.time_step_rank", 1, 65536, "mamba2"));
+  PAGODA_ASSIGN_OR_RETURN(c.ssm_n_group, read_required_int(f, p + "ssm.group_count", 1, 1024, "mamba2"));
   const int32_t Di = c.ssm_d_inner, N = c.ssm_d_state, H = c.ssm_n_head, G = c.ssm_n_group;
   if (Di % H != 0)
     return errorf("%sssm.inner_size %d must be a multiple of ssm.time_step_rank (heads) %d", p.c_str(), Di, H);
@@ -83,22 +74,6 @@ Status read_hparams(const gguf::GgufFile& f, const std::string& p, ModelConfig& 
   const int32_t conv_dim = Di + 2 * G * N, d_in_proj = Di + conv_dim + H;
   c.scratch_floats = d_in_proj + 2 * conv_dim + Di;
   return Status::Ok();
-}
-
-// An F32 tensor of exactly these GGUF dims, trailing 1s aside (as llama.cpp's loader).
-Expected<const float*> bind_f32(const gguf::GgufFile& f, const std::string& name, std::vector<uint64_t> dims) {
-  const gguf::TensorInfo* t = f.find_tensor(name);
-  std::string want;
-  for (uint64_t d : dims) want += (want.empty() ? "" : ", ") + std::to_string(d);
-  if (!t) return errorf("tensor %s: missing (expected [%s])", name.c_str(), want.c_str());
-  std::vector<uint64_t> have = t->dims;
-  while (have.size() > 1 && have.back() == 1) have.pop_back();
-  while (dims.size() > 1 && dims.back() == 1) dims.pop_back();
-  if (have != dims) return errorf("tensor %s: expected [%s]", name.c_str(), want.c_str());
-  if (t->type != GgmlType::F32) return errorf("tensor %s: must be F32", name.c_str());
-  if (!t->data || reinterpret_cast<uintptr_t>(t->data) % alignof(float) != 0)
-    return errorf("tensor %s: no data or not 4-byte aligned", name.c_str());
-  return reinterpret_cast<const float*>(t->data);
 }
 
 Expected<ModelWeights> bind_weights(const gguf::GgufFile& f, const ModelConfig& c) {

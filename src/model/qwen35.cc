@@ -32,25 +32,16 @@ namespace pagoda::model {
 
 namespace {
 
-Expected<int32_t> read_count(const gguf::GgufFile& f, const std::string& key, int64_t lo, int64_t hi) {
-  const gguf::Value* v = f.find(key);
-  if (!v) return errorf("metadata %s: missing (required for qwen35)", key.c_str());
-  if (!v->is_int() || v->as_int() < lo || v->as_int() > hi)
-    return errorf("metadata %s: expected an integer in %lld..%lld", key.c_str(), static_cast<long long>(lo),
-                  static_cast<long long>(hi));
-  return static_cast<int32_t>(v->as_int());
-}
-
 Status read_hparams(const gguf::GgufFile& f, const std::string& p, ModelConfig& c) {
   c.rope_neox = true;
   c.qk_norm = true;
   c.attn_output_gate = true;
-  PAGODA_ASSIGN_OR_RETURN(c.ssm_d_conv, read_count(f, p + "ssm.conv_kernel", 2, 64));
-  PAGODA_ASSIGN_OR_RETURN(c.ssm_d_state, read_count(f, p + "ssm.state_size", 1, 1024));
-  PAGODA_ASSIGN_OR_RETURN(c.ssm_n_k_heads, read_count(f, p + "ssm.group_count", 1, 1024));
-  PAGODA_ASSIGN_OR_RETURN(c.ssm_n_v_heads, read_count(f, p + "ssm.time_step_rank", 1, 1024));
+  PAGODA_ASSIGN_OR_RETURN(c.ssm_d_conv, read_required_int(f, p + "ssm.conv_kernel", 2, 64, "qwen35"));
+  PAGODA_ASSIGN_OR_RETURN(c.ssm_d_state, read_required_int(f, p + "ssm.state_size", 1, 1024, "qwen35"));
+  PAGODA_ASSIGN_OR_RETURN(c.ssm_n_k_heads, read_required_int(f, p + "ssm.group_count", 1, 1024, "qwen35"));
+  PAGODA_ASSIGN_OR_RETURN(c.ssm_n_v_heads, read_required_int(f, p + "ssm.time_step_rank", 1, 1024, "qwen35"));
   int32_t d_inner = 0;
-  PAGODA_ASSIGN_OR_RETURN(d_inner, read_count(f, p + "ssm.inner_size", 1, int64_t{1} << 20));
+  PAGODA_ASSIGN_OR_RETURN(d_inner, read_required_int(f, p + "ssm.inner_size", 1, int64_t{1} << 20, "qwen35"));
   if (d_inner != c.ssm_n_v_heads * c.ssm_d_state)
     return errorf("%sssm.inner_size %d must be time_step_rank x state_size (%d x %d)", p.c_str(), d_inner,
                   c.ssm_n_v_heads, c.ssm_d_state);
@@ -73,7 +64,7 @@ Status read_hparams(const gguf::GgufFile& f, const std::string& p, ModelConfig& 
   } else {
     int32_t interval = 4;
     if (f.find(p + "full_attention_interval")) {
-      PAGODA_ASSIGN_OR_RETURN(interval, read_count(f, p + "full_attention_interval", 1, c.n_layers));
+      PAGODA_ASSIGN_OR_RETURN(interval, read_required_int(f, p + "full_attention_interval", 1, c.n_layers, "qwen35"));
     }
     for (int32_t l = 0; l < c.n_layers; ++l) c.layers[static_cast<size_t>(l)].recurrent = (l + 1) % interval != 0;
   }
@@ -108,16 +99,6 @@ Status read_hparams(const gguf::GgufFile& f, const std::string& p, ModelConfig& 
   // rows and the gates (delta_net_block, gated_attention_block).
   c.scratch_floats = std::max(2 * cd + 2 * c.ssm_value_dim() + 2 * c.ssm_n_v_heads, 3 * c.q_dim());
   return Status::Ok();
-}
-
-Expected<const float*> bind_f32(const gguf::GgufFile& f, const std::string& name, const std::vector<uint64_t>& dims) {
-  const gguf::TensorInfo* t = f.find_tensor(name);
-  if (!t) return errorf("tensor %s: missing", name.c_str());
-  if (t->dims != dims) return errorf("tensor %s: unexpected shape", name.c_str());
-  if (t->type != GgmlType::F32) return errorf("tensor %s: must be F32", name.c_str());
-  if (!t->data || reinterpret_cast<uintptr_t>(t->data) % alignof(float) != 0)
-    return errorf("tensor %s: no data or not 4-byte aligned", name.c_str());
-  return reinterpret_cast<const float*>(t->data);
 }
 
 Expected<ModelWeights> bind_weights(const gguf::GgufFile& f, const ModelConfig& c) {

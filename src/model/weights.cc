@@ -11,6 +11,7 @@
 
 #include "base/ggml_quant.h"
 #include "kernels/backend.h"
+#include "model/arch.h"
 
 namespace pagoda::model {
 
@@ -50,6 +51,21 @@ Expected<const float*> bind_vector(const gguf::GgufFile& f, const std::string& n
   if (reinterpret_cast<uintptr_t>(t->data) % alignof(float) != 0) {
     return errorf("tensor %s: data not 4-byte aligned", name.c_str());
   }
+  return reinterpret_cast<const float*>(t->data);
+}
+
+Expected<const float*> bind_f32(const gguf::GgufFile& f, const std::string& name, std::vector<uint64_t> dims) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  std::string want;
+  for (uint64_t d : dims) want += (want.empty() ? "" : ", ") + std::to_string(d);
+  if (!t) return errorf("tensor %s: missing (expected [%s])", name.c_str(), want.c_str());
+  std::vector<uint64_t> have = t->dims;
+  while (have.size() > 1 && have.back() == 1) have.pop_back();
+  while (dims.size() > 1 && dims.back() == 1) dims.pop_back();
+  if (have != dims) return errorf("tensor %s: expected [%s]", name.c_str(), want.c_str());
+  if (t->type != GgmlType::F32) return errorf("tensor %s: must be F32", name.c_str());
+  if (!t->data || reinterpret_cast<uintptr_t>(t->data) % alignof(float) != 0)
+    return errorf("tensor %s: no data or not 4-byte aligned", name.c_str());
   return reinterpret_cast<const float*>(t->data);
 }
 

@@ -1,5 +1,5 @@
 // The engine-run staging shared by the hybrid-model tests (test_lfm2_hybrid.cc,
-// test_qwen35_hybrid.cc): requests with their logits through the real Engine,
+// test_qwen35_hybrid.cc, test_mamba2_hybrid.cc): requests with their logits through the real Engine,
 // the KV invariants checked after every step, and bitwise comparison.
 #pragma once
 #include <gtest/gtest.h>
@@ -138,6 +138,133 @@ inline std::vector<int32_t> random_tokens(uint64_t seed, int n) {
   std::vector<int32_t> t;
   for (int i = 0; i < n; ++i) t.push_back(static_cast<int32_t>(rng.uniform_int(3, 300)));
   return t;
+}
+
+// No checkpoints, no prefix caching: the reference of the checkpoint checks below.
+inline engine::EngineConfig cold_config(const std::string& path, int chunk) {
+  engine::EngineConfig c = base_config(path, chunk);
+  c.state_checkpoint_interval = 0;
+  return c;
+}
+
+inline std::vector<int32_t> cat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// The state-checkpoint checks every hybrid model's test runs (test_lfm2_hybrid.cc,
+// test_mamba2_hybrid.cc), in blocks of 4 unless said otherwise.
+//
+// Turn 1 (37 prompt tokens, 8 outputs) then turn 2 (turn 1 + its answer + 11
+// new tokens) in one engine. Turn 1 computed 44 tokens (its last output is not
+// computed): 11 full blocks of 4. With a checkpoint every 4 blocks (16 tokens)
+// the latest inside them is at 32; every block: at 44. Turn 2's tokens and
+// logits are bitwise a cold run of its whole prompt.
+inline void check_second_turn_restores_checkpoint(const std::string& path) {
+  const int kOut = 8;
+  const std::vector<int32_t> p1 = random_tokens(11, 37);
+  const auto turn1 = run(cold_config(path, 2048), {{p1}}, kOut, true);
+  ASSERT_EQ(turn1[0][0].tokens.size(), static_cast<size_t>(kOut));
+  const std::vector<int32_t> p2 = cat(cat(p1, turn1[0][0].tokens), random_tokens(12, 11));
+  const auto cold = run(cold_config(path, 2048), {{p2}}, kOut, true);
+  ASSERT_EQ(cold[0][0].num_cached, 0);
+  for (int interval : {4, 1}) {
+    engine::EngineConfig c = base_config(path, 2048);
+    c.state_checkpoint_interval = interval;
+    RunStats st;
+    const auto warm = run(c, {{p1}, {p2}}, kOut, false, &st);
+    const std::string what = "interval " + std::to_string(interval);
+    ASSERT_EQ(warm.size(), 2u);
+    expect_same(turn1[0][0], warm[0][0], what + ": turn 1");
+    EXPECT_EQ(warm[0][0].num_cached, 0);
+    EXPECT_EQ(warm[1][0].num_cached, interval == 4 ? 32 : 44) << what;
+    expect_same(cold[0][0], warm[1][0], what + ": turn 2");
+    EXPECT_EQ(st.checkpoints_hit, 1) << what;
+    // A prefill chunk ends at the latest boundary inside it. Interval 4: turn 1
+    // [0, 32) + [32, 37) stores 32, its decode to 44 none; turn 2 [32, 48) +
+    // [48, 56) stores 48, its decode to 63 none. Interval 1: turn 1 stores 36
+    // (its prefill's last boundary), 40, 44 (decode); turn 2 56 and 60.
+    EXPECT_EQ(st.checkpoints_stored, interval == 4 ? 2 : 5) << what;
+  }
+}
+
+// A ~4,000-token conversation (issue 38's Done-when) in blocks of 16 with the
+// default interval (a checkpoint every 64 tokens) in a pool of num_kv_blocks:
+// turn 1 is 3,000 prompt tokens + 16 outputs (3,015 computed; the decode
+// reaching 3,008 = 47 x 64 stores one), turn 2 adds 1,000 tokens: it restores
+// the checkpoint at 3,008 and recomputes 1,008 tokens, bitwise a cold run of all 4,016.
+inline void check_long_conversation_restores(const std::string& path, int num_kv_blocks) {
+  const int kOut = 16;
+  auto cfg = [&](int interval) {
+    engine::EngineConfig c = base_config(path, 2048);
+    c.block_size = 16;
+    c.num_kv_blocks = num_kv_blocks;
+    c.context_length = 4200;
+    c.state_checkpoint_interval = interval;
+    return c;
+  };
+  const std::vector<int32_t> p1 = random_tokens(21, 3000);
+  const auto turn1 = run(cfg(0), {{p1}}, kOut, true);
+  ASSERT_EQ(turn1[0][0].tokens.size(), static_cast<size_t>(kOut));
+  const std::vector<int32_t> p2 = cat(cat(p1, turn1[0][0].tokens), random_tokens(22, 1000));
+  ASSERT_EQ(p2.size(), 4016u);
+  const auto cold = run(cfg(0), {{p2}}, kOut, true);
+  RunStats st;
+  const auto warm = run(cfg(4), {{p1}, {p2}}, kOut, false, &st);
+  ASSERT_EQ(warm.size(), 2u);
+  expect_same(turn1[0][0], warm[0][0], "turn 1");
+  EXPECT_EQ(warm[1][0].num_cached, 3008);
+  expect_same(cold[0][0], warm[1][0], "turn 2");
+  EXPECT_EQ(st.checkpoints_hit, 1);
+}
+
+// Prompts sharing a 40-token prefix: with a checkpoint every 4 blocks of 4 the
+// later ones restore the one at 32. Everything is bitwise the outputs without
+// any prefix caching: alone, batched, chunked, in the small pools given (which
+// must preempt somewhere, and whose readmissions must hit checkpoints
+// somewhere) and n = 3 forked choices.
+inline void check_checkpoint_hits_batch_invariant(const std::string& path, const std::vector<int>& small_pools) {
+  const std::vector<int32_t> shared = random_tokens(31, 40);
+  std::vector<Req> p;
+  int i = 0;
+  for (int len : {5, 23, 9, 30}) p.push_back({cat(shared, random_tokens(32 + static_cast<uint64_t>(i++), len))});
+  const int kOut = 12;
+  const auto ref = run(cold_config(path, 2048), p, kOut, false);
+  RunStats st;
+  const auto alone = run(base_config(path, 2048), p, kOut, false, &st);
+  expect_same(ref, alone, "alone");
+  EXPECT_EQ(alone[0][0].num_cached, 0);
+  for (size_t k = 1; k < p.size(); ++k) EXPECT_EQ(alone[k][0].num_cached, 32) << "request " << k;
+  EXPECT_EQ(st.checkpoints_hit, 3);
+  expect_same(ref, run(base_config(path, 2048), p, kOut, true), "batched");
+  for (int chunk : {1, 3, 16}) {
+    expect_same(ref, run(base_config(path, chunk), p, kOut, true), "chunked " + std::to_string(chunk));
+    expect_same(ref, run(base_config(path, chunk), p, kOut, false), "chunked alone " + std::to_string(chunk));
+  }
+  int64_t preemptions = 0, hits = 0;
+  for (int blocks : small_pools) {
+    engine::EngineConfig small = base_config(path, 8);
+    small.num_kv_blocks = blocks;
+    RunStats ps;
+    expect_same(ref, run(small, p, kOut, true, &ps), "small pool, " + std::to_string(blocks) + " blocks");
+    preemptions += ps.preemptions;
+    hits += ps.checkpoints_hit;
+  }
+  EXPECT_GT(preemptions, 0);
+  EXPECT_GT(hits, 0) << "readmissions restore checkpoints";
+  // n = 3 after a checkpoint hit: each choice as a lone seeded request without caching.
+  const std::vector<int32_t> forked_prompt = cat(shared, random_tokens(40, 7));
+  RunStats fs;
+  const auto forked = run(base_config(path, 2048), {{p[0].prompt}, {forked_prompt, 3, 777}}, kOut, false, &fs);
+  ASSERT_EQ(forked.size(), 2u);
+  ASSERT_EQ(forked[1].size(), 3u);
+  EXPECT_EQ(forked[1][0].num_cached, 32);
+  EXPECT_EQ(fs.checkpoints_hit, 1);
+  for (int k = 0; k < 3; ++k) {
+    const auto lone = run(cold_config(path, 2048), {{forked_prompt, 1, 777u + static_cast<uint64_t>(k)}}, kOut, true);
+    expect_same(lone[0][0], forked[1][static_cast<size_t>(k)], "choice " + std::to_string(k));
+  }
+  EXPECT_NE(forked[1][0].tokens, forked[1][1].tokens);
 }
 
 }  // namespace pagoda::hybrid_test

@@ -68,18 +68,6 @@ std::string* Mamba2Hybrid::path_ = nullptr;
 
 constexpr int kStateBlocks = 114;  // 456 rows of 128 B; a block's 2 chunks (1 slot x K, V of 4 x 64 B) hold 2 each: 4
 
-// No checkpoints, no prefix caching: the reference of the checkpoint tests.
-engine::EngineConfig cold_config(const std::string& path, int chunk) {
-  engine::EngineConfig c = base_config(path, chunk);
-  c.state_checkpoint_interval = 0;
-  return c;
-}
-
-std::vector<int32_t> cat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 TEST_F(Mamba2Hybrid, AloneBatchedAndChunkedAreBitwiseTheSame) {
   const auto p = prompts();
   const int kOut = 8;
@@ -168,110 +156,18 @@ TEST_F(Mamba2Hybrid, PrefixCacheIsOffWithoutCheckpoints) {
   expect_same(out[0][0], out[1][0], "repeated prompt");
 }
 
-// Turn 1 (37 prompt tokens, 8 outputs) then turn 2 (turn 1 + its answer + 11
-// new tokens) in one engine: 44 computed tokens, 11 full blocks of 4; the
-// latest checkpoint inside them is at 32 (every 4 blocks) or 44 (every block).
-// Turn 2's tokens and logits are bitwise a cold run of its whole prompt.
-TEST_F(Mamba2Hybrid, SecondTurnRestoresACheckpointBitwiseAsCold) {
-  const int kOut = 8;
-  const std::vector<int32_t> p1 = random_tokens(11, 37);
-  const auto turn1 = run(cold_config(*path_, 2048), {{p1}}, kOut, true);
-  ASSERT_EQ(turn1[0][0].tokens.size(), static_cast<size_t>(kOut));
-  const std::vector<int32_t> p2 = cat(cat(p1, turn1[0][0].tokens), random_tokens(12, 11));
-  const auto cold = run(cold_config(*path_, 2048), {{p2}}, kOut, true);
-  ASSERT_EQ(cold[0][0].num_cached, 0);
-  for (int interval : {4, 1}) {
-    engine::EngineConfig c = base_config(*path_, 2048);
-    c.state_checkpoint_interval = interval;
-    RunStats st;
-    const auto warm = run(c, {{p1}, {p2}}, kOut, false, &st);
-    const std::string what = "interval " + std::to_string(interval);
-    ASSERT_EQ(warm.size(), 2u);
-    expect_same(turn1[0][0], warm[0][0], what + ": turn 1");
-    EXPECT_EQ(warm[0][0].num_cached, 0);
-    EXPECT_EQ(warm[1][0].num_cached, interval == 4 ? 32 : 44) << what;
-    expect_same(cold[0][0], warm[1][0], what + ": turn 2");
-    EXPECT_EQ(st.checkpoints_hit, 1) << what;
-    EXPECT_EQ(st.checkpoints_stored, interval == 4 ? 2 : 5) << what;
-  }
-}
+// A second turn restores the latest checkpoint inside its cached prefix, bitwise a cold run (hybrid_run.h).
+TEST_F(Mamba2Hybrid, SecondTurnRestoresACheckpointBitwiseAsCold) { check_second_turn_restores_checkpoint(*path_); }
 
-// A ~4,000-token conversation in blocks of 16 (a checkpoint every 64 tokens):
-// turn 1 is 3,000 prompt tokens + 16 outputs, turn 2 adds 1,000 tokens and
-// restores the checkpoint at 3,008, bitwise a cold run of all 4,016.
-TEST_F(Mamba2Hybrid, FourThousandTokenConversationRestoresBitwise) {
-  const int kOut = 16;
-  auto cfg = [&](int interval) {
-    engine::EngineConfig c = base_config(*path_, 2048);
-    c.block_size = 16;
-    c.num_kv_blocks = 800;
-    c.context_length = 4200;
-    c.state_checkpoint_interval = interval;
-    return c;
-  };
-  const std::vector<int32_t> p1 = random_tokens(21, 3000);
-  const auto turn1 = run(cfg(0), {{p1}}, kOut, true);
-  ASSERT_EQ(turn1[0][0].tokens.size(), static_cast<size_t>(kOut));
-  const std::vector<int32_t> p2 = cat(cat(p1, turn1[0][0].tokens), random_tokens(22, 1000));
-  ASSERT_EQ(p2.size(), 4016u);
-  const auto cold = run(cfg(0), {{p2}}, kOut, true);
-  RunStats st;
-  const auto warm = run(cfg(4), {{p1}, {p2}}, kOut, false, &st);
-  ASSERT_EQ(warm.size(), 2u);
-  expect_same(turn1[0][0], warm[0][0], "turn 1");
-  EXPECT_EQ(warm[1][0].num_cached, 3008);
-  expect_same(cold[0][0], warm[1][0], "turn 2");
-  EXPECT_EQ(st.checkpoints_hit, 1);
-}
+// A ~4,000-token conversation restores the checkpoint at 3,008 bitwise (hybrid_run.h);
+// 800 blocks of 16: the 29 state blocks of each checkpoint beside the 251 token blocks.
+TEST_F(Mamba2Hybrid, FourThousandTokenConversationRestoresBitwise) { check_long_conversation_restores(*path_, 800); }
 
-// Prompts sharing a 40-token prefix: with a checkpoint every 4 blocks of 4 the
-// later ones restore the one at 32. Everything is bitwise the outputs without
-// any prefix caching: alone, batched, chunked, in small pools (preemptions) and
-// n = 3 forked choices.
-TEST_F(Mamba2Hybrid, CheckpointHitsAreBatchInvariant) {
-  const std::vector<int32_t> shared = random_tokens(31, 40);
-  std::vector<Req> p;
-  int i = 0;
-  for (int len : {5, 23, 9, 30}) p.push_back({cat(shared, random_tokens(32 + static_cast<uint64_t>(i++), len))});
-  const int kOut = 12;
-  const auto ref = run(cold_config(*path_, 2048), p, kOut, false);
-  RunStats st;
-  const auto alone = run(base_config(*path_, 2048), p, kOut, false, &st);
-  expect_same(ref, alone, "alone");
-  EXPECT_EQ(alone[0][0].num_cached, 0);
-  for (size_t k = 1; k < p.size(); ++k) EXPECT_EQ(alone[k][0].num_cached, 32) << "request " << k;
-  EXPECT_EQ(st.checkpoints_hit, 3);
-  expect_same(ref, run(base_config(*path_, 2048), p, kOut, true), "batched");
-  for (int chunk : {1, 3, 16}) {
-    expect_same(ref, run(base_config(*path_, chunk), p, kOut, true), "chunked " + std::to_string(chunk));
-    expect_same(ref, run(base_config(*path_, chunk), p, kOut, false), "chunked alone " + std::to_string(chunk));
-  }
-  // Small pools (a sequence holds ~135 blocks, 114 of them state): 260 blocks
-  // preempts a decoding sequence; at 370 the later admissions hit checkpoints.
-  int64_t preemptions = 0, hits = 0;
-  for (int blocks : {260, 370, 400}) {
-    engine::EngineConfig small = base_config(*path_, 8);
-    small.num_kv_blocks = blocks;
-    RunStats ps;
-    expect_same(ref, run(small, p, kOut, true, &ps), "small pool, " + std::to_string(blocks) + " blocks");
-    preemptions += ps.preemptions;
-    hits += ps.checkpoints_hit;
-  }
-  EXPECT_GT(preemptions, 0);
-  EXPECT_GT(hits, 0);
-  const std::vector<int32_t> forked_prompt = cat(shared, random_tokens(40, 7));
-  RunStats fs;
-  const auto forked = run(base_config(*path_, 2048), {{p[0].prompt}, {forked_prompt, 3, 777}}, kOut, false, &fs);
-  ASSERT_EQ(forked.size(), 2u);
-  ASSERT_EQ(forked[1].size(), 3u);
-  EXPECT_EQ(forked[1][0].num_cached, 32);
-  EXPECT_EQ(fs.checkpoints_hit, 1);
-  for (int k = 0; k < 3; ++k) {
-    const auto lone = run(cold_config(*path_, 2048), {{forked_prompt, 1, 777u + static_cast<uint64_t>(k)}}, kOut, true);
-    expect_same(lone[0][0], forked[1][static_cast<size_t>(k)], "choice " + std::to_string(k));
-  }
-  EXPECT_NE(forked[1][0].tokens, forked[1][1].tokens);
-}
+// Shared-prefix prompts hitting checkpoints: bitwise the cold outputs alone,
+// batched, chunked, in small pools and n = 3 forks (hybrid_run.h). A sequence
+// holds ~135 blocks, 114 of them state: 260 blocks preempts a decoding
+// sequence; at 370 the later admissions hit checkpoints.
+TEST_F(Mamba2Hybrid, CheckpointHitsAreBatchInvariant) { check_checkpoint_hits_batch_invariant(*path_, {260, 370, 400}); }
 
 // A pool of a fixed byte budget admits exactly floor(usable / per-sequence)
 // sequences, the per-sequence blocks being kv/sizing's token blocks plus the
