@@ -1,6 +1,7 @@
 // Qwen3.5's recurrent ops (api.h), scalar: ref::ssm_conv_silu (both backends),
 // the shared prologue of the gated delta rule, and ref::gated_delta_net, the
 // oracle the SIMD cpu::gated_delta_net is tested against.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -14,30 +15,40 @@ namespace ref {
 void ssm_conv_silu(const float* x, int64_t n_tokens, int64_t C, const float* weight, int32_t K, float* const* state,
                    int32_t row_floats, bool fresh, float* y, const float* bias) {
   const int64_t d = K - 1;  // state rows (time steps)
-  // The padded input [state; x] for one channel is read through `at`: time index
-  // i < d from the state, else x row i - d.
-  const auto state_at = [&](int64_t j, int64_t c) -> float& {
-    const int64_t flat = j * C + c;
-    return state[flat / row_floats][flat % row_floats];
+  const int64_t flat = d * C;
+  // The old state, contiguous ([d, C]; zeros when fresh): the padded input
+  // [prev; x] is then read by row pointers, one pass over the channels per tap
+  // (each channel's sum still from 0 in k order: the same bits as per channel).
+  thread_local std::vector<float> prev, sum;
+  prev.assign(static_cast<size_t>(flat), 0.0f);
+  if (!fresh) {
+    for (int64_t f = 0; f < flat; f += row_floats)
+      std::memcpy(prev.data() + f, state[f / row_floats], static_cast<size_t>(std::min<int64_t>(row_floats, flat - f)) * sizeof(float));
+  }
+  const auto row = [&](int64_t i) {  // time index i of [prev; x]
+    return i < d ? prev.data() + i * C : x + (i - d) * C;
   };
+  sum.resize(static_cast<size_t>(C));
+  float* acc = sum.data();
   for (int64_t t = 0; t < n_tokens; ++t) {
+    std::fill(acc, acc + C, 0.0f);
+    for (int64_t k = 0; k < K; ++k) {
+      const float* v = row(t + k);
+      for (int64_t c = 0; c < C; ++c) acc[c] += v[c] * weight[c * K + k];
+    }
+    float* yt = y + t * C;
     for (int64_t c = 0; c < C; ++c) {
-      float sum = 0.0f;
-      for (int64_t k = 0; k < K; ++k) {
-        const int64_t src = t + k - d;  // x row, negative: state row d + src
-        const float v = src >= 0 ? x[src * C + c] : fresh ? 0.0f : state_at(d + src, c);
-        sum += v * weight[c * K + k];
-      }
-      if (bias) sum += bias[c];
-      y[t * C + c] = sum / (1.0f + std::exp(-sum));
+      float s = acc[c];
+      if (bias) s += bias[c];
+      yt[c] = s / (1.0f + std::exp(-s));
     }
   }
-  // The next state: the last d rows of [state; x]. Rows still to be read from
-  // the old state (n_tokens < d) move forward first, in increasing j.
+  // The next state: the last d rows of [prev; x], written back flat across the rows.
   for (int64_t j = 0; j < d; ++j) {
-    const int64_t src = n_tokens - d + j;  // index into x, negative: the old state row d + src
-    for (int64_t c = 0; c < C; ++c) {
-      state_at(j, c) = src >= 0 ? x[src * C + c] : fresh ? 0.0f : state_at(d + src, c);
+    const float* src = row(n_tokens + j);
+    for (int64_t c = 0; c < C; c += row_floats) {
+      const int64_t f = j * C + c;  // C % row_floats == 0: a row never straddles two time steps
+      std::memcpy(state[f / row_floats], src + c, static_cast<size_t>(std::min<int64_t>(row_floats, C - c)) * sizeof(float));
     }
   }
 }
