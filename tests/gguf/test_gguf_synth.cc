@@ -317,6 +317,46 @@ TEST(Synth, Qwen35LayersAndKeys) {
   EXPECT_NE((*f)->find_tensor("output_norm.weight"), nullptr);
 }
 
+// mamba2 (issue 38): the keys and tensor shapes llama.cpp's converter (Mamba2Model) writes.
+TEST(Synth, Mamba2KeysAndTensors) {
+  const SynthShape* real = find_synth_preset("mamba2-130m");
+  ASSERT_NE(real, nullptr);
+  EXPECT_EQ(real->n_embd, 768);
+  EXPECT_EQ(real->n_layer, 24);
+  EXPECT_EQ(real->ssm_inner, 1536);
+  EXPECT_EQ(real->n_vocab, 50288);
+  EXPECT_FALSE(real->is_attn_layer(0));
+  SynthOptions o;
+  o.shape = *find_synth_preset("tiny-mamba2");
+  o.type = GgmlType::F32;
+  const auto bytes = synth_bytes(o);
+  auto f = GgufFile::from_memory(bytes.data(), bytes.size());
+  ASSERT_TRUE(f.ok()) << f.message();
+  EXPECT_EQ((*f)->get_int_or("mamba2.ssm.conv_kernel", 0), 4);
+  EXPECT_EQ((*f)->get_int_or("mamba2.ssm.inner_size", 0), 128);
+  EXPECT_EQ((*f)->get_int_or("mamba2.ssm.state_size", 0), 32);
+  EXPECT_EQ((*f)->get_int_or("mamba2.ssm.time_step_rank", 0), 8);
+  EXPECT_EQ((*f)->get_int_or("mamba2.ssm.group_count", 0), 2);
+  EXPECT_EQ((*f)->get_int_or("mamba2.attention.head_count", -1), 0);
+  EXPECT_EQ((*f)->get_int_or("mamba2.feed_forward_length", -1), 0);
+  EXPECT_EQ((*f)->get_int_or("mamba2.context_length", 0), 1048576);
+  EXPECT_EQ((*f)->find("mamba2.attention.head_count_kv"), nullptr);
+  // ssm_in: z | xBC | dt = 128 + (128 + 2 x 2 x 32) + 8 = 392 rows.
+  EXPECT_EQ((*f)->find_tensor("blk.0.ssm_in.weight")->dims, (std::vector<uint64_t>{64, 392}));
+  EXPECT_EQ((*f)->find_tensor("blk.0.ssm_conv1d.weight")->dims, (std::vector<uint64_t>{4, 256}));
+  EXPECT_EQ((*f)->find_tensor("blk.0.ssm_conv1d.weight")->type, GgmlType::F32);
+  EXPECT_EQ((*f)->find_tensor("blk.0.ssm_conv1d.bias")->dims, (std::vector<uint64_t>{256}));
+  EXPECT_EQ((*f)->find_tensor("blk.0.ssm_dt.bias")->dims, (std::vector<uint64_t>{8}));
+  EXPECT_EQ((*f)->find_tensor("blk.0.ssm_a")->dims, (std::vector<uint64_t>{1, 8}));
+  EXPECT_EQ((*f)->find_tensor("blk.0.ssm_d")->dims, (std::vector<uint64_t>{1, 8}));
+  EXPECT_EQ((*f)->find_tensor("blk.0.ssm_norm.weight")->dims, (std::vector<uint64_t>{64, 2}));
+  EXPECT_EQ((*f)->find_tensor("blk.0.ssm_out.weight")->dims, (std::vector<uint64_t>{128, 64}));
+  EXPECT_EQ((*f)->find_tensor("blk.0.attn_q.weight"), nullptr);
+  EXPECT_EQ((*f)->find_tensor("blk.0.ffn_up.weight"), nullptr);
+  EXPECT_NE((*f)->find_tensor("output_norm.weight"), nullptr);
+  EXPECT_EQ((*f)->find_tensor("output.weight"), nullptr);  // tied
+}
+
 TEST(Synth, RejectsBadOptions) {
   SynthOptions o;
   o.shape = *find_synth_preset("smollm2-135m");
@@ -327,7 +367,7 @@ TEST(Synth, RejectsBadOptions) {
   o.shape.arch = "mamba";
   EXPECT_FALSE(synth_model(o, &w).ok());
   EXPECT_EQ(find_synth_preset("gpt-5"), nullptr);
-  EXPECT_EQ(synth_presets().size(), 18u);
+  EXPECT_EQ(synth_presets().size(), 20u);  // + mamba2-130m, tiny-mamba2
   EXPECT_EQ(find_synth_preset("llama-3.1-8b")->tied, false);
 }
 

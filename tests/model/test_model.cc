@@ -111,16 +111,16 @@ TEST(ModelArch, RegistryMapsNamesToArchitectureFiles) {
   EXPECT_EQ(model::find_arch("mistral"), llama);  // a registry line over llama.cc
   ASSERT_NE(model::find_arch("qwen2"), nullptr);
   EXPECT_NE(model::find_arch("qwen2"), llama);
-  for (const char* name : {"qwen3", "phi3", "gemma3", "lfm2", "qwen35"}) {
+  for (const char* name : {"qwen3", "phi3", "gemma3", "lfm2", "qwen35", "mamba2"}) {
     ASSERT_NE(model::find_arch(name), nullptr) << name;
     EXPECT_NE(model::find_arch(name), llama) << name;
   }
   EXPECT_EQ(model::find_arch("gemma2"), nullptr);
   EXPECT_EQ(model::find_arch("Llama"), nullptr);
-  EXPECT_EQ(model::arch_names(), "llama, mistral, qwen2, qwen3, phi3, gemma3, lfm2, qwen35");
+  EXPECT_EQ(model::arch_names(), "llama, mistral, qwen2, qwen3, phi3, gemma3, lfm2, qwen35, mamba2");
   Edits e;
   e.arch = "gemma2";
-  EXPECT_EQ(load_error(e), "general.architecture 'gemma2' is not supported (llama, mistral, qwen2, qwen3, phi3, gemma3, lfm2, qwen35)");
+  EXPECT_EQ(load_error(e), "general.architecture 'gemma2' is not supported (llama, mistral, qwen2, qwen3, phi3, gemma3, lfm2, qwen35, mamba2)");
 }
 
 TEST(ModelArch, MistralRunsTheLlamaForwardUnderItsOwnKeys) {
@@ -387,3 +387,60 @@ TEST(ModelArch, Qwen35ConfigAndRefusals) {
 }
 
 }  // namespace qwen35_test
+
+namespace mamba2_test {
+
+// tiny-mamba2 (F32) in memory, with `edit` applied to the writer before it is written.
+Expected<std::unique_ptr<model::Model>> tiny_mamba2(const std::function<void(gguf::GgufWriter&)>& edit) {
+  gguf::SynthOptions o;
+  o.shape = *gguf::find_synth_preset("tiny-mamba2");
+  o.type = GgmlType::F32;
+  gguf::GgufWriter w;
+  PAGODA_TRY(gguf::synth_model(o, &w));
+  if (edit) edit(w);
+  PAGODA_ASSIGN_OR_RETURN(MemModel m, testutil::to_memory(w));
+  return model::Model::from_gguf(m.file);
+}
+
+// mamba2 (issue 38): the config from llama.cpp's keys (no attention, no FFN:
+// head_count and feed_forward_length 0), and clear errors for malformed files.
+TEST(ModelArch, Mamba2ConfigAndRefusals) {
+  auto m = tiny_mamba2(nullptr);
+  ASSERT_TRUE(m.ok()) << m.message();
+  const model::ModelConfig& c = (*m)->config();
+  EXPECT_EQ(c.n_recurrent_layers(), 3);
+  EXPECT_EQ(c.ssm_d_conv, 4);
+  EXPECT_EQ(c.ssm_d_inner, 128);
+  EXPECT_EQ(c.ssm_d_state, 32);
+  EXPECT_EQ(c.ssm_n_head, 8);
+  EXPECT_EQ(c.ssm_n_group, 2);
+  EXPECT_EQ(c.n_ff, 0);
+  // The pool's token rows: one "head" one state row wide.
+  EXPECT_EQ(c.n_kv_heads, 1);
+  EXPECT_EQ(c.head_dim, 32);
+  // 3 layers x (3 x (128 + 2 x 2 x 32) / 32 conv rows + 128 scan rows) of 32 floats.
+  EXPECT_EQ(c.n_state_rows, 3 * (24 + 128));
+  EXPECT_EQ(c.state_row_floats, 32);
+  EXPECT_EQ(model::mamba2_state_rows_per_layer(4, 1536, 1, 128), 42 + 1536);  // mamba2-130m
+  const auto err = [](const std::function<void(gguf::GgufWriter&)>& edit) {
+    auto r = tiny_mamba2(edit);
+    return r.ok() ? std::string("loaded") : r.message();
+  };
+  EXPECT_EQ(err([](gguf::GgufWriter& w) { w.set_u32("mamba2.ssm.time_step_rank", 6); }),
+            "mamba2.ssm.inner_size 128 must be a multiple of ssm.time_step_rank (heads) 6");
+  EXPECT_EQ(err([](gguf::GgufWriter& w) { w.set_u32("mamba2.ssm.group_count", 3); }),
+            "mamba2.ssm.time_step_rank 8 must be a multiple of ssm.group_count 3");
+  EXPECT_EQ(err([](gguf::GgufWriter& w) { w.set_u32("mamba2.ssm.state_size", 48); }),
+            "mamba2.ssm.inner_size 128 must be a multiple of ssm.state_size 48 (the state is kept in rows of state_size floats)");
+  EXPECT_EQ(err([](gguf::GgufWriter& w) { w.set_u32("mamba2.ssm.conv_kernel", 1); }),
+            "metadata mamba2.ssm.conv_kernel: expected an integer in 2..64");
+  EXPECT_EQ(err([](gguf::GgufWriter& w) { w.set_string("mamba2.ssm.group_count", "two"); }),
+            "metadata mamba2.ssm.group_count: expected an integer in 1..1024");
+  EXPECT_EQ(err([](gguf::GgufWriter& w) { w.set_u32("mamba2.attention.head_count", 8); }),
+            "mamba2.: mamba2 with attention heads or a feed-forward (a hybrid such as falcon-h1) is not supported");
+  // A state_size the tensors do not have: the first tensor whose shape depends on it is named.
+  EXPECT_EQ(err([](gguf::GgufWriter& w) { w.set_u32("mamba2.ssm.state_size", 16); }),
+            "tensor blk.0.ssm_in.weight: expected [64, 328], found [64, 392]");
+}
+
+}  // namespace mamba2_test
