@@ -1,6 +1,7 @@
 // KV tiers for a hybrid model (issue 38): the synth tiny-lfm2 (conv, attn,
 // conv, conv, attn, conv; blocks of 4 tokens, its recurrent state in S = 2
-// blocks) and tiny-qwen35 (gated delta-net and attention; S = 11), a state
+// blocks), tiny-qwen35 (gated delta-net and attention; S = 11) and
+// tiny-mamba2 (selective-scan layers only, no attention; S = 114), a state
 // checkpoint every 4 blocks = 16 tokens. Turn 1 is a 37-token
 // prompt + 8 outputs (44 computed tokens: 11 blocks, a checkpoint at 32, none
 // at its decode's end); turn 2 is turn 1 + its answer + 11 new tokens. With
@@ -316,9 +317,13 @@ TEST_P(TierHybrid, TiersWithoutCheckpointsAreRefused) {
       << e.message();
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, TierHybrid, ::testing::Values("tiny-lfm2", "tiny-qwen35"),
+// tiny-mamba2: no attention layer; its token group's blocks carry the K/V
+// entries (nothing in them) and S = 114 state blocks make each checkpoint.
+INSTANTIATE_TEST_SUITE_P(Presets, TierHybrid, ::testing::Values("tiny-lfm2", "tiny-qwen35", "tiny-mamba2"),
                          [](const ::testing::TestParamInfo<const char*>& i) {
-                           return std::string(i.param) == "tiny-lfm2" ? std::string("TinyLfm2") : std::string("TinyQwen35");
+                           const std::string p = i.param;
+                           return p == "tiny-lfm2" ? std::string("TinyLfm2") : p == "tiny-qwen35" ? std::string("TinyQwen35")
+                                                                                              : std::string("TinyMamba2");
                          });
 
 }  // namespace
