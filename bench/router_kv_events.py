@@ -137,7 +137,7 @@ def one_run(args, mode, prompts):
         flags = []
         for r in reps:
             flags += ["--replica", r.url]
-        flags += ["--block-size", str(BS), "--health-interval", "1"]
+        flags += ["--block-size", str(BS), "--health-interval", "1", "--max-imbalance", str(args.max_imbalance)]
         if mode == "kv":
             flags += ["--kv-events", "--kv-events-endpoint", ",".join(e for e, _ in eps),
                       "--kv-replay-endpoint", ",".join(r for _, r in eps), "--kv-min-match", str(args.kv_min_match)]
@@ -175,6 +175,7 @@ def main():
     ap.add_argument("--shared-head", type=int, default=0, help="blocks of a shared system prompt before each prefix")
     ap.add_argument("--heads", type=int, default=4, help="distinct shared heads (with --shared-head)")
     ap.add_argument("--kv-min-match", type=int, default=1, help="the event router's --kv-min-match")
+    ap.add_argument("--max-imbalance", type=float, default=0.5, help="both routers' --max-imbalance (their load bound)")
     ap.add_argument("--ring-only", action="store_true",
                     help="run the ring alone (replicas without events): a check of the workload, no comparison")
     args = ap.parse_args()
