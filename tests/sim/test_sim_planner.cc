@@ -50,7 +50,7 @@ PlanInput h100_plan(const std::string& model, int tp) {
 
 TEST(SimPresets, AllLoadAndMatchPublishedParamCounts) {
   const auto names = list_model_presets();
-  ASSERT_EQ(names.size(), 15u);
+  ASSERT_EQ(names.size(), 22u);
   for (const auto& n : names) {
     auto m = load_model_preset(n);
     ASSERT_TRUE(m.ok()) << n << ": " << m.message();
