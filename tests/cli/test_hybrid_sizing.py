@@ -128,7 +128,8 @@ HF_DIRS = {"lfm2-350m": "LFM2-350M", "qwen3.5-0.8b": "Qwen3.5-0.8B"}
 
 def check_sources(binary, tmp, name, p):
     """The preset (data/models.json), the Hugging Face config and the GGUF give the same
-    state, K/V per token and pool: `size --json` and `sim --json` agree number for number."""
+    state, K/V per token and pool: `size --json`, `sim --json` and `inspect --json` agree
+    number for number."""
     e = expected(p)
     gguf = os.path.join(tmp, name + ".gguf")  # written by check()
     hf = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", HF_DIRS[name])
@@ -147,6 +148,11 @@ def check_sources(binary, tmp, name, p):
         sim = run_json(binary, "sim", "-m", spec, *common, "--num-prompts", str(n), "--input-len", str(CONTEXT - 2),
                        "--output-len", "2", "--json")
         got.update({k: sim[k] for k in ("num_kv_blocks", "peak_running", "completed", "num_preemptions")})
+        ins = run_json(binary, "inspect", spec, "--kv-cache-memory", str(BUDGET), "--context", str(CONTEXT), "--json")
+        got["inspect_kv_f16"] = ins["kv_bytes_per_token"]["f16"]
+        got["inspect_state"] = ins["recurrent_state"]
+        got["inspect_pool"] = ins["kv_pool"]
+        assert ins["recurrent_state"]["bytes_per_sequence"] == e["state_bytes"], (spec, ins)
         assert got["peak_running"] == e["max_seqs"], (spec, got)
         seen[spec] = got
     first = seen[name]
