@@ -56,8 +56,9 @@ struct HybridPlan {
   sim::PlanInput in;
   sim::PlanReport report;
 };
-Expected<HybridPlan> plan_hybrid(const sim::ModelDesc& md, int64_t kv_memory, int64_t context) {
-  HybridPlan h;
+// The plan into *out; false (the error printed) when the model cannot be planned.
+bool plan_hybrid(const sim::ModelDesc& md, int64_t kv_memory, int64_t context, HybridPlan* out) {
+  HybridPlan& h = *out;
   h.in.model = md;
   h.in.kv_dtype = kv::kv_dtype_f16();
   h.in.weights_from_file = md.weights_file_bytes > 0;  // irrelevant with a given budget
@@ -65,14 +66,17 @@ Expected<HybridPlan> plan_hybrid(const sim::ModelDesc& md, int64_t kv_memory, in
   h.in.block_size = 16;
   h.in.watermark = 0.01;
   h.in.context = context > 0 ? context : md.max_context;
-  PAGODA_TRY(sim::validate_plan_input(h.in));
+  if (const Status st = sim::validate_plan_input(h.in); !st.ok()) {
+    std::fprintf(stderr, "pagoda inspect: %s\n", st.message().c_str());
+    return false;
+  }
   h.report = sim::plan_capacity(h.in);
   // The engine caps its context at the longest sequence the pool holds.
   if (context == 0 && h.report.pool_max_tokens > 0 && h.in.context > h.report.pool_max_tokens) {
     h.in.context = h.report.pool_max_tokens;
     h.report = sim::plan_capacity(h.in);
   }
-  return h;
+  return true;
 }
 
 void hybrid_json(const HybridPlan& h, int64_t kv_memory, nlohmann::json& j) {
@@ -121,14 +125,7 @@ int inspect_desc(const sim::ModelDesc& md, bool json, int64_t kv_memory, int64_t
   const kv::KvShape shape = md.kv_shape();
   const uint64_t f16_per_token = kv::kv_bytes_per_token(shape, kv::kv_dtype_f16());
   HybridPlan h;
-  if (md.num_recurrent_layers() > 0) {
-    auto p = plan_hybrid(md, kv_memory, context);
-    if (!p.ok()) {
-      std::fprintf(stderr, "pagoda inspect: %s\n", p.message().c_str());
-      return 1;
-    }
-    h = std::move(p).value();
-  }
+  if (md.num_recurrent_layers() > 0 && !plan_hybrid(md, kv_memory, context, &h)) return 1;
   if (json) {
     nlohmann::json j;
     j["name"] = md.name;
@@ -298,14 +295,7 @@ int run_inspect(int argc, char** argv) {
 
   const int32_t state_layers = md.ok() ? md->num_recurrent_layers() : 0;
   HybridPlan hybrid;
-  if (state_layers > 0) {
-    auto p = plan_hybrid(*md, kv_memory, context);
-    if (!p.ok()) {
-      std::fprintf(stderr, "pagoda inspect: %s\n", p.message().c_str());
-      return 1;
-    }
-    hybrid = std::move(p).value();
-  }
+  if (state_layers > 0 && !plan_hybrid(*md, kv_memory, context, &hybrid)) return 1;
 
   if (json) {
     nlohmann::json j;
