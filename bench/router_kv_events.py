@@ -21,12 +21,15 @@ the ring alone, replicas without events: a check of the script, no comparison).
 prefix (prefix k gets head k mod 4): with N >= the router's --affinity-blocks (8)
 the ring's key is the head alone, so the ring sends every prompt of a head to one
 replica (spilling past the load bound), while the events see the whole match.
---kv-min-match N is passed to the event router.
+--kv-min-match N is passed to the event router; --max-imbalance F to both routers
+(their load bound). Issue 37's figures: `--shared-head 8 --heads 1 --max-imbalance 2
+--rounds 3` (docs/router_kv_events.md); bench/router_kv_oracle.py shows what a
+perfect index could gain on the same sequences.
 
 Usage: bench/router_kv_events.py [--pagoda build/release/src/cli/pagoda] [--model GGUF]
        [--replicas 4] [--prefixes 64] [--requests 512] [-c 8] [--rounds 3]
        [--num-kv-blocks 160] [--prefix-blocks 16] [--phases 4] [--ring-only]
-       [--shared-head 0] [--heads 4] [--kv-min-match 1]
+       [--shared-head 0] [--heads 4] [--kv-min-match 1] [--max-imbalance 0.5]
 """
 import argparse
 import json
@@ -137,7 +140,7 @@ def one_run(args, mode, prompts):
         flags = []
         for r in reps:
             flags += ["--replica", r.url]
-        flags += ["--block-size", str(BS), "--health-interval", "1"]
+        flags += ["--block-size", str(BS), "--health-interval", "1", "--max-imbalance", str(args.max_imbalance)]
         if mode == "kv":
             flags += ["--kv-events", "--kv-events-endpoint", ",".join(e for e, _ in eps),
                       "--kv-replay-endpoint", ",".join(r for _, r in eps), "--kv-min-match", str(args.kv_min_match)]
@@ -175,6 +178,7 @@ def main():
     ap.add_argument("--shared-head", type=int, default=0, help="blocks of a shared system prompt before each prefix")
     ap.add_argument("--heads", type=int, default=4, help="distinct shared heads (with --shared-head)")
     ap.add_argument("--kv-min-match", type=int, default=1, help="the event router's --kv-min-match")
+    ap.add_argument("--max-imbalance", type=float, default=0.5, help="both routers' --max-imbalance (their load bound)")
     ap.add_argument("--ring-only", action="store_true",
                     help="run the ring alone (replicas without events): a check of the workload, no comparison")
     args = ap.parse_args()

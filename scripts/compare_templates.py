@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compare pagoda's Jinja interpreter with Python jinja2 on real chat templates.
 
-For every *.jinja template in the template folder and each of six conversations,
+For every *.jinja template in the template folder and each of eight conversations (two with reasoning blocks),
 render with jinja2 configured as Hugging Face's apply_chat_template does (the
 oracle) and with `pagoda template` (the subject), then classify the template:
 
@@ -67,6 +67,18 @@ CONVERSATIONS = [
              "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}}]},
         {"role": "tool", "tool_call_id": "call_1", "name": "get_weather",
          "content": "{\"temperature\": 21, \"sky\": \"clear\"}"}]},
+    # Reasoning blocks (Qwen3/3.5, DeepSeek-R1, LFM2.5...): an earlier turn's thinking
+    # as reasoning_content and as <think> in the content; templates keep or drop it.
+    {"name": "reasoning", "gen": True, "tools": None, "messages": [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "reasoning_content": "Two plus two.\nThat is four.", "content": "4"},
+        {"role": "user", "content": "And 3+3?"},
+        {"role": "assistant", "content": "<think>\nThree plus three is six.\n</think>\n\n6"},
+        {"role": "user", "content": "Thanks."}]},
+    {"name": "reasoning_last", "gen": False, "tools": None, "messages": [
+        {"role": "system", "content": "Think first."},
+        {"role": "user", "content": "Is 7 prime?"},
+        {"role": "assistant", "reasoning_content": "7 has no divisor but 1 and 7.", "content": "Yes."}]},
     {"name": "content_parts", "gen": True, "tools": None, "messages": [
         {"role": "system", "content": "You describe things."},
         {"role": "user", "content": [{"type": "text", "text": "Describe this:"},

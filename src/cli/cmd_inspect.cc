@@ -1,6 +1,7 @@
-// pagoda inspect MODEL.gguf [--json] [--metadata] [--tensors]
+// pagoda inspect MODEL.gguf | PRESET | config.json [--json] [--metadata] [--tensors]
 // Architecture, parameter count, tensor types, attention shape and the KV cache
 // cost per token and per full-context sequence for each KV dtype.
+#include <cctype>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -44,16 +45,127 @@ int64_t int_or_layer_sum(const gguf::GgufFile& f, const std::string& key, bool* 
   return -1;
 }
 
+// Hybrid models (lfm2, qwen35): a recurrent state of constant size per
+// sequence beside the attention layers' K/V, kept in blocks of the KV pool
+// (kv/recurrent_state_group.cc). The pool a --kv-cache-memory budget gives and
+// the sequences it holds: the planner of `pagoda size` and `pagoda sim`
+// (sim::plan_capacity -> kv::plan_pool, the engine's arithmetic; f16, blocks of
+// 16, watermark 0.01: the engine's defaults). Prefix hits restore the state
+// from checkpoints (kv/state_checkpoint.cc), which take free blocks only.
+struct HybridPlan {
+  sim::PlanInput in;
+  sim::PlanReport report;
+};
+// The plan into *out; false (the error printed) when the model cannot be planned.
+bool plan_hybrid(const sim::ModelDesc& md, int64_t kv_memory, int64_t context, HybridPlan* out) {
+  HybridPlan& h = *out;
+  h.in.model = md;
+  h.in.kv_dtype = kv::kv_dtype_f16();
+  h.in.weights_from_file = md.weights_file_bytes > 0;  // irrelevant with a given budget
+  h.in.kv_cache_memory = static_cast<uint64_t>(kv_memory);
+  h.in.block_size = 16;
+  h.in.watermark = 0.01;
+  h.in.context = context > 0 ? context : md.max_context;
+  if (const Status st = sim::validate_plan_input(h.in); !st.ok()) {
+    std::fprintf(stderr, "pagoda inspect: %s\n", st.message().c_str());
+    return false;
+  }
+  h.report = sim::plan_capacity(h.in);
+  // The engine caps its context at the longest sequence the pool holds.
+  if (context == 0 && h.report.pool_max_tokens > 0 && h.in.context > h.report.pool_max_tokens) {
+    h.in.context = h.report.pool_max_tokens;
+    h.report = sim::plan_capacity(h.in);
+  }
+  return true;
+}
+
+void hybrid_json(const HybridPlan& h, int64_t kv_memory, nlohmann::json& j) {
+  const sim::ModelDesc& md = h.in.model;
+  const sim::PlanReport& plan = h.report;
+  j["recurrent_state"] = {{"layers", md.num_recurrent_layers()},
+                          {"attention_layers", md.kv_shape().num_layers},
+                          {"bytes_per_sequence", plan.state_bytes_per_sequence},
+                          {"f16_kv_bytes_per_token", plan.kv_bytes_per_token},
+                          {"prefix_caching", "state_checkpoints"},
+                          {"checkpoint_interval_blocks_default", 4}};
+  j["kv_pool"] = {{"kv_cache_memory", kv_memory},
+                  {"kv_dtype", "f16"},
+                  {"block_size", h.in.block_size},
+                  {"block_bytes", plan.kv_bytes_per_block},
+                  {"num_blocks", plan.num_blocks},
+                  {"state_blocks_per_sequence", plan.state_blocks_per_sequence},
+                  {"context", h.in.context},
+                  {"blocks_per_sequence", plan.blocks_per_request},
+                  {"max_sequences", plan.pool_max_concurrency},
+                  {"max_tokens", plan.pool_max_tokens}};
+}
+
+void hybrid_text(const HybridPlan& h, int64_t kv_memory) {
+  const sim::PlanReport& plan = h.report;
+  std::printf("recurrent state: %d recurrent layers, %s bytes (f32) per sequence whatever its length, kept in\n"
+              "  KV blocks of its own (the K/V above is the %lld attention layers' only)\n",
+              h.in.model.num_recurrent_layers(), with_commas(plan.state_bytes_per_sequence).c_str(),
+              static_cast<long long>(h.in.model.kv_shape().num_layers));
+  std::printf("KV pool of %s bytes (f16, blocks of %d tokens = %s bytes): %s blocks; a sequence of %s tokens\n"
+              "  holds %s blocks (%d of them its state): %s sequences at once (watermark 0.01); one alone: %s tokens\n",
+              with_commas(static_cast<uint64_t>(kv_memory)).c_str(), h.in.block_size,
+              with_commas(plan.kv_bytes_per_block).c_str(), with_commas(static_cast<uint64_t>(plan.num_blocks)).c_str(),
+              with_commas(static_cast<uint64_t>(h.in.context)).c_str(),
+              with_commas(static_cast<uint64_t>(plan.blocks_per_request)).c_str(), plan.state_blocks_per_sequence,
+              with_commas(static_cast<uint64_t>(plan.pool_max_concurrency)).c_str(),
+              with_commas(static_cast<uint64_t>(plan.pool_max_tokens)).c_str());
+  std::printf("state checkpoints: a copy of the state every 4 KV blocks (--state-checkpoint-interval K; 0: off, and\n"
+              "  no prefix caching), cached like blocks; a prefix hit ends at the latest checkpoint it covers.\n"
+              "  They take free blocks only, on demand, and are evicted first: they do not lower the sequences above\n");
+}
+
+// A preset name or a Hugging Face config (no GGUF file): the shape the sizing
+// reads (sim::resolve_model), its K/V per token and, for a hybrid, the state and the pool.
+int inspect_desc(const sim::ModelDesc& md, bool json, int64_t kv_memory, int64_t context) {
+  const kv::KvShape shape = md.kv_shape();
+  const uint64_t f16_per_token = kv::kv_bytes_per_token(shape, kv::kv_dtype_f16());
+  HybridPlan h;
+  if (md.num_recurrent_layers() > 0 && !plan_hybrid(md, kv_memory, context, &h)) return 1;
+  if (json) {
+    nlohmann::json j;
+    j["name"] = md.name;
+    j["source"] = md.source;
+    j["architecture"] = md.arch;
+    j["parameters"] = md.params_total;
+    j["context_length"] = md.max_context;
+    j["n_layer"] = md.num_layers;
+    j["n_embd"] = md.hidden;
+    j["n_head"] = md.num_heads;
+    j["n_head_kv"] = md.num_kv_heads;
+    j["head_dim"] = md.head_dim;
+    j["n_ff"] = md.ffn;
+    j["vocab_size"] = md.vocab;
+    j["kv_bytes_per_token"] = {{"f16", f16_per_token}};
+    if (md.num_recurrent_layers() > 0) hybrid_json(h, kv_memory, j);
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("model:         %s (%s), no GGUF file: the shape only\n", md.name.c_str(), md.source.c_str());
+  std::printf("architecture:  %s, %d layers, %d heads, %d KV heads x %d, hidden %d\n", md.arch.c_str(), md.num_layers,
+              md.num_heads, md.num_kv_heads, md.head_dim, md.hidden);
+  std::printf("parameters:    %s\n", with_commas(static_cast<uint64_t>(md.params_total)).c_str());
+  std::printf("KV cache:      %s bytes per token (f16, %d attention layers)\n", with_commas(f16_per_token).c_str(),
+              shape.num_layers);
+  if (md.num_recurrent_layers() > 0) hybrid_text(h, kv_memory);
+  return 0;
+}
+
 int run_inspect(int argc, char** argv) {
   Args args(argc, argv);  // the one parser of every subcommand (cli/engine_flags.h)
   if (args.help()) {
-    std::printf("usage: pagoda inspect [MODEL.gguf | -m MODEL.gguf] [--json] [--metadata] [--tensors]\n"
+    std::printf("usage: pagoda inspect [MODEL.gguf | PRESET | config.json | -m ...] [--json] [--metadata] [--tensors]\n"
                 "                      [--kv-cache-memory BYTES] [--context L]\n"
                 "  Prints architecture, parameter count, tensor types, attention shape and KV cache\n"
                 "  bytes per token / per full-context sequence. Hybrid models (lfm2, qwen35): the\n"
                 "  recurrent state per sequence and the sequences of L tokens (default: the model's\n"
                 "  context) a --kv-cache-memory pool (default 256MiB, f16, blocks of 16) holds, by the\n"
-                "  engine's arithmetic. Default model: %s\n",
+                "  engine's arithmetic. A preset (data/models.json) or a Hugging Face config.json: the\n"
+                "  shape, K/V per token and, for a hybrid, the state and the pool alone. Default model: %s\n",
                 default_model_path().c_str());
     return 0;
   }
@@ -81,6 +193,21 @@ int run_inspect(int argc, char** argv) {
   }
   if (!pos.empty()) path = pos[0];
   if (path.empty()) path = default_model_path();
+  std::string lower = path;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower.size() < 5 || lower.compare(lower.size() - 5, 5, ".gguf") != 0) {
+    // A preset name or a Hugging Face config.json (or its folder).
+    if (show_meta || show_tensors) {
+      std::fprintf(stderr, "pagoda inspect: --metadata and --tensors need a GGUF file\n");
+      return 2;
+    }
+    auto md = sim::resolve_model(path);
+    if (!md.ok()) {
+      std::fprintf(stderr, "pagoda inspect: %s\n", md.message().c_str());
+      return 1;
+    }
+    return inspect_desc(*md, json, kv_memory, context);
+  }
 
   auto opened = gguf::GgufFile::open(path);
   if (!opened.ok()) {
@@ -166,36 +293,9 @@ int run_inspect(int argc, char** argv) {
     wk.group_size = layout.group_size;
   }
 
-  // Hybrid models (lfm2, qwen35): a recurrent state of constant size per
-  // sequence beside the attention layers' K/V (counted above), kept in blocks of
-  // the KV pool (kv/recurrent_state_group.cc). The pool a --kv-cache-memory
-  // budget gives and the sequences it holds: the planner of `pagoda size` and
-  // `pagoda sim` (sim::plan_capacity -> kv::plan_pool, the engine's arithmetic;
-  // f16, blocks of 16, watermark 0.01: the engine's defaults). Prefix hits
-  // restore the state from checkpoints (kv/state_checkpoint.cc), which take
-  // free blocks only.
   const int32_t state_layers = md.ok() ? md->num_recurrent_layers() : 0;
-  sim::PlanInput plan_in;
-  sim::PlanReport plan;
-  if (state_layers > 0) {
-    plan_in.model = *md;
-    plan_in.kv_dtype = kv::kv_dtype_f16();
-    plan_in.weights_from_file = md->weights_file_bytes > 0;  // irrelevant with a given budget
-    plan_in.kv_cache_memory = static_cast<uint64_t>(kv_memory);
-    plan_in.block_size = 16;
-    plan_in.watermark = 0.01;
-    plan_in.context = context > 0 ? context : md->max_context;
-    if (const Status st = sim::validate_plan_input(plan_in); !st.ok()) {
-      std::fprintf(stderr, "pagoda inspect: %s\n", st.message().c_str());
-      return 1;
-    }
-    plan = sim::plan_capacity(plan_in);
-    // The engine caps its context at the longest sequence the pool holds.
-    if (context == 0 && plan.pool_max_tokens > 0 && plan_in.context > plan.pool_max_tokens) {
-      plan_in.context = plan.pool_max_tokens;
-      plan = sim::plan_capacity(plan_in);
-    }
-  }
+  HybridPlan hybrid;
+  if (state_layers > 0 && !plan_hybrid(*md, kv_memory, context, &hybrid)) return 1;
 
   if (json) {
     nlohmann::json j;
@@ -238,24 +338,7 @@ int run_inspect(int argc, char** argv) {
                                 {"kv_groups", wk.groups},
                                 {"kv_group_layers", wk.group_size}};
     }
-    if (state_layers > 0) {
-      j["recurrent_state"] = {{"layers", state_layers},
-                              {"attention_layers", attn_layers},
-                              {"bytes_per_sequence", plan.state_bytes_per_sequence},
-                              {"f16_kv_bytes_per_token", plan.kv_bytes_per_token},
-                              {"prefix_caching", "state_checkpoints"},
-                              {"checkpoint_interval_blocks_default", 4}};
-      j["kv_pool"] = {{"kv_cache_memory", kv_memory},
-                      {"kv_dtype", "f16"},
-                      {"block_size", plan_in.block_size},
-                      {"block_bytes", plan.kv_bytes_per_block},
-                      {"num_blocks", plan.num_blocks},
-                      {"state_blocks_per_sequence", plan.state_blocks_per_sequence},
-                      {"context", plan_in.context},
-                      {"blocks_per_sequence", plan.blocks_per_request},
-                      {"max_sequences", plan.pool_max_concurrency},
-                      {"max_tokens", plan.pool_max_tokens}};
-    }
+    if (state_layers > 0) hybrid_json(hybrid, kv_memory, j);
     if (show_meta) {
       nlohmann::json m = nlohmann::json::object();
       for (const auto& [k, v] : f.metadata()) m[k] = gguf::format_value(v, 8);
@@ -316,22 +399,7 @@ int run_inspect(int argc, char** argv) {
   } else {
     std::printf("KV cache:      unknown (attention shape missing from metadata)\n");
   }
-  if (state_layers > 0) {
-    std::printf("recurrent state: %d recurrent layers, %s bytes (f32) per sequence whatever its length, kept in\n"
-                "  KV blocks of its own (the K/V above is the %lld attention layers' only)\n",
-                state_layers, with_commas(plan.state_bytes_per_sequence).c_str(), static_cast<long long>(attn_layers));
-    std::printf("KV pool of %s bytes (f16, blocks of %d tokens = %s bytes): %s blocks; a sequence of %s tokens\n"
-                "  holds %s blocks (%d of them its state): %s sequences at once (watermark 0.01); one alone: %s tokens\n",
-                with_commas(static_cast<uint64_t>(kv_memory)).c_str(), plan_in.block_size,
-                with_commas(plan.kv_bytes_per_block).c_str(), with_commas(static_cast<uint64_t>(plan.num_blocks)).c_str(),
-                with_commas(static_cast<uint64_t>(plan_in.context)).c_str(),
-                with_commas(static_cast<uint64_t>(plan.blocks_per_request)).c_str(), plan.state_blocks_per_sequence,
-                with_commas(static_cast<uint64_t>(plan.pool_max_concurrency)).c_str(),
-                with_commas(static_cast<uint64_t>(plan.pool_max_tokens)).c_str());
-    std::printf("state checkpoints: a copy of the state every 4 KV blocks (--state-checkpoint-interval K; 0: off, and\n"
-                "  no prefix caching), cached like blocks; a prefix hit ends at the latest checkpoint it covers.\n"
-                "  They take free blocks only, on demand, and are evicted first: they do not lower the sequences above\n");
-  }
+  if (state_layers > 0) hybrid_text(hybrid, kv_memory);
   if (show_meta) {
     std::printf("metadata (%zu keys):\n", f.metadata().size());
     for (const auto& [k, v] : f.metadata())

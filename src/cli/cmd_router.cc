@@ -50,6 +50,10 @@ const char* kRouterHelp =
     "  --kv-min-match N         route on the events only when a replica holds at least N leading\n"
     "                           blocks of the prompt (any medium); shorter matches go by the ring\n"
     "                           (default 1)\n"
+    "  --kv-match-threshold F   follow a match only when it covers at least F of the prompt's whole\n"
+    "                           blocks (SGLang's cache_threshold); a shorter one (a shared system\n"
+    "                           prompt) goes by the ring keyed past it, so such prompts spread\n"
+    "                           (default 0.5; 0: follow every match)\n"
     "A request's prompt_cache_key, when present, is its ring key instead of its first blocks.\n"
     "Prompts shorter than one block go to the least-loaded replica. A request is retried on\n"
     "another replica when its replica fails (connection error, 5xx) before any byte of the\n"
@@ -116,9 +120,13 @@ int router_main(int argc, char** argv) {
   dbl("--request-timeout", 0.1, 86400, &cfg.timeouts.read_s);
   dbl("--kv-tier-weight", 0, 1, &cfg.kv_tier_weight);
   dbl("--kv-replay-timeout", 0.01, 60, &cfg.kv_replay_timeout_s);
+  double threshold = -1;  // < 0: not given
+  dbl("--kv-match-threshold", 0, 1, &threshold);
+  const bool threshold_given = threshold >= 0;
+  if (threshold_given) cfg.kv_match_threshold = threshold;
   if (err.empty() && !cfg.kv_events &&
-      (!cfg.kv_event_endpoints.empty() || !cfg.kv_replay_endpoints.empty() || kv_min_match > 0))
-    err = "--kv-events-endpoint, --kv-replay-endpoint and --kv-min-match need --kv-events";
+      (!cfg.kv_event_endpoints.empty() || !cfg.kv_replay_endpoints.empty() || kv_min_match > 0 || threshold_given))
+    err = "--kv-events-endpoint, --kv-replay-endpoint, --kv-min-match and --kv-match-threshold need --kv-events";
   if (err.empty()) err = args.leftover();
   if (err.empty() && replicas.empty()) err = "at least one --replica URL is needed";
   cfg.replicas = replicas;

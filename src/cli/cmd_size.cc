@@ -126,6 +126,8 @@ int run_size(int argc, char** argv) {
     const kv::KvShape shape = in.model.kv_shape();
     const kv::KvShape rank = kv::shard_for_tp(shape, in.tp);
     if (Status s = kv::validate_kv_shape(shape); !s.ok()) return fail(s.message());
+    if (auto st = in.model.state_on_rank(in.tp); !st.ok()) return fail("--tp " + std::to_string(in.tp) + ": " + st.message());
+    const uint64_t state_bytes = sim::rank_state(in).bytes();  // one rank's share
     const uint64_t per_token = kv::kv_bytes_per_token(shape, in.kv_dtype);
     const uint64_t per_token_gpu = kv::kv_bytes_per_token(rank, in.kv_dtype);
     const uint64_t per_req = sim::request_bytes(in, in.context);  // K/V + a hybrid model's recurrent state
@@ -140,7 +142,7 @@ int run_size(int argc, char** argv) {
                           {"context", in.context}, {"kv_bytes_per_token", per_token},
                           {"kv_bytes_per_token_per_gpu", per_token_gpu}, {"kv_bytes_per_request", per_req},
                           {"kv_bytes_per_block", per_block}, {"recurrent_layers", rec},
-                          {"state_bytes_per_sequence", in.model.state_bytes()},
+                          {"state_bytes_per_sequence", state_bytes},
                           {"state_blocks_per_sequence", state_blocks}};
       std::printf("%s\n", j.dump(2).c_str());
     } else {
@@ -151,7 +153,7 @@ int run_size(int argc, char** argv) {
       if (in.tp > 1) std::printf("  per GPU (tp %d)    %llu\n", in.tp, static_cast<unsigned long long>(per_token_gpu));
       if (rec > 0)
         std::printf("recurrent state     %llu bytes per sequence (%d recurrent layers, no K/V), in %d KV blocks\n",
-                    static_cast<unsigned long long>(in.model.state_bytes()), rec, state_blocks);
+                    static_cast<unsigned long long>(state_bytes), rec, state_blocks);
       std::printf("KV per request      %llu bytes = %s at %lld tokens\n", static_cast<unsigned long long>(per_req),
                   sim::format_bytes(static_cast<double>(per_req)).c_str(), static_cast<long long>(in.context));
       std::printf("KV per block        %llu bytes (%d tokens)\n", static_cast<unsigned long long>(per_block), in.block_size);

@@ -792,6 +792,8 @@ EngineStats EngineImpl::stats() const {
   s.pins_expired = ps.expired;
   s.pins_demoted = ps.demoted;
   s.pins_cleared = ps.cleared;
+  s.pins_checkpoints_added = ps.checkpoints_added;
+  s.pins_checkpoints_over_cap = ps.checkpoints_over_cap;
   s.prefix_cache_resets = prefix_cache_resets_;
   sched_->count_by_priority(&s.waiting_by_priority, &s.running_by_priority);
   return s;

@@ -202,6 +202,9 @@ struct EngineStats {
   int64_t blocks_pinned = 0;
   int64_t blocks_pinned_cap = 0;
   int64_t pins_created = 0, pins_renewed = 0, pins_expired = 0, pins_demoted = 0, pins_cleared = 0;
+  // Hybrid models: recurrent-state checkpoints made or imported inside a live pin
+  // and pinned with it, and those left unpinned because the cap had no room.
+  int64_t pins_checkpoints_added = 0, pins_checkpoints_over_cap = 0;
   int64_t prefix_cache_resets = 0;
   // Recurrent-state checkpoints (kv/state_checkpoint.cc): live in the cache,
   // and made / restored by a prefix hit / evicted since start.

@@ -16,6 +16,7 @@
 // lfm2moe (its MoE feed-forward), the sliding-window variant and the ColBERT head.
 #include <string>
 
+#include "base/recurrent_state.h"
 #include "model/arch.h"
 #include "model/blocks.h"
 #include "model/model.h"
@@ -34,8 +35,9 @@ Status read_hparams(const gguf::GgufFile& f, const std::string& p, ModelConfig& 
   c.shortconv_l_cache = static_cast<int32_t>(lc->as_int());
   if (f.get_int_or(p + "attention.sliding_window", 0) > 0)
     return errorf("%sattention.sliding_window: lfm2 with a sliding window is not supported", p.c_str());
-  c.n_state_rows = c.n_recurrent_layers() * (c.shortconv_l_cache - 1);
-  c.state_row_floats = c.n_state_rows > 0 ? c.n_embd : 0;
+  const StateRows st = short_conv_state(c.n_recurrent_layers(), c.shortconv_l_cache, c.n_embd);
+  c.n_state_rows = static_cast<int32_t>(st.rows);
+  c.state_row_floats = st.row_floats;
   if (c.n_heads * c.head_dim != c.n_embd)
     return errorf("%sattention: head_count x key_length (%d x %d) must equal embedding_length %d", p.c_str(), c.n_heads,
                   c.head_dim, c.n_embd);

@@ -24,6 +24,7 @@
 #include <cstring>
 #include <string>
 
+#include "base/recurrent_state.h"
 #include "model/arch.h"
 #include "model/blocks.h"
 #include "model/model.h"
@@ -91,10 +92,11 @@ Status read_hparams(const gguf::GgufFile& f, const std::string& p, ModelConfig& 
                       p.c_str(), pair);
     }
   }
-  const int32_t S = c.ssm_d_state, cd = c.ssm_conv_dim();
-  const int32_t rows_per_layer = (c.ssm_d_conv - 1) * cd / S + c.ssm_n_v_heads * S;  // cd is a multiple of S
-  c.n_state_rows = c.n_recurrent_layers() * rows_per_layer;
-  c.state_row_floats = S;
+  const int32_t cd = c.ssm_conv_dim();
+  const StateRows st =
+      gated_delta_net_state(c.n_recurrent_layers(), c.ssm_d_conv, c.ssm_n_k_heads, c.ssm_n_v_heads, c.ssm_d_state);
+  c.n_state_rows = static_cast<int32_t>(st.rows);
+  c.state_row_floats = st.row_floats;
   // Workspace::conv per token: the delta-net buffers, or the attention's q | gate
   // rows and the gates (delta_net_block, gated_attention_block).
   c.scratch_floats = std::max(2 * cd + 2 * c.ssm_value_dim() + 2 * c.ssm_n_v_heads, 3 * c.q_dim());

@@ -222,18 +222,35 @@ double kv_score(const PrefixMatch& m, double tier_weight) {
   return m.ram_blocks + tier_weight * (m.any_blocks - m.ram_blocks);
 }
 
-RouteChoice choose_kv(const std::vector<PrefixMatch>& matches, double tier_weight, const HashRing& ring,
-                      uint64_t key, const std::vector<int>& in_flight, const std::vector<bool>& eligible,
-                      double max_imbalance, int min_blocks) {
+RouteChoice choose_kv(const std::vector<PrefixMatch>& matches, const KvRouting& how, const HashRing& ring,
+                      uint64_t key, const std::vector<uint64_t>& chain, const std::vector<int>& in_flight,
+                      const std::vector<bool>& eligible, double max_imbalance) {
   const double limit = load_limit(in_flight, eligible, max_imbalance);
+  auto within = [&](size_t i) { return i < eligible.size() && eligible[i] && in_flight[i] <= limit; };
+  auto candidate = [&](size_t i) {
+    return within(i) && i < matches.size() && matches[i].any_blocks >= std::max(1, how.min_blocks);
+  };
+  int longest = 0;
+  for (size_t i = 0; i < matches.size(); ++i)
+    if (candidate(i)) longest = std::max(longest, matches[i].any_blocks);
+  if (longest == 0) return {-1, RouteKind::kKvEvents};
+  // The ring's order from the prompt's key through its first block past the
+  // longest match: prompts that share only a head spread by what follows it.
+  const uint64_t past = chain.empty() ? key : chain[std::min(static_cast<size_t>(longest), chain.size() - 1)];
+  if (!chain.empty() && longest < how.match_threshold * static_cast<double>(chain.size())) {
+    // Too short a match to be worth following (SGLang's cache_threshold): the
+    // ring from past the match, over every replica within the bound.
+    for (int r : ring.walk(past))
+      if (within(static_cast<size_t>(r))) return {r, RouteKind::kKvEvents};
+    return {-1, RouteKind::kKvEvents};
+  }
   RouteChoice best{-1, RouteKind::kKvEvents};
   double best_score = 0;
-  // The ring's order from the key breaks ties: the first of equal scores met wins.
-  for (int r : ring.walk(key)) {
+  // The first of equal scores met in that order wins.
+  for (int r : ring.walk(past)) {
     const size_t i = static_cast<size_t>(r);
-    if (!eligible[i] || in_flight[i] > limit || i >= matches.size()) continue;
-    if (matches[i].any_blocks < std::max(1, min_blocks)) continue;
-    const double s = kv_score(matches[i], tier_weight);
+    if (!candidate(i)) continue;
+    const double s = kv_score(matches[i], how.tier_weight);
     if (s > best_score) {
       best_score = s;
       best.replica = r;

@@ -98,16 +98,35 @@ class KvIndex {
 // prefill but not free.
 double kv_score(const PrefixMatch& m, double tier_weight);
 
+// How event routing weighs a match (the router's --kv-* flags).
+struct KvRouting {
+  double tier_weight = 0.5;  // kv_score
+  // --kv-min-match: a replica is a candidate only when it holds at least that
+  // many leading blocks of the prompt (any medium); a shorter match leaves the
+  // choice to the ring, whose owner keeps the prefix warm for the next request.
+  int min_blocks = 1;
+  // --kv-match-threshold (SGLang's cache_threshold): when the longest match
+  // covers less than this fraction of the prompt's whole blocks, it is not
+  // followed; the request goes by the ring from the prompt's first block past
+  // the match (see choose_kv). 0: every match is followed.
+  double match_threshold = 0;
+};
+
 // Event routing: the eligible replica with the highest kv_score that is within
-// the ring's load bound (load_limit), ties broken by the ring's order from `key`
-// (so equal matches go where the ring would send them). Returns {-1} when no
-// eligible replica within the bound holds any block of the prompt: the caller
-// falls back to the ring. A choice has kind kKvEvents. `min_blocks`
-// (--kv-min-match): a replica is a candidate only when it holds at least that
-// many leading blocks of the prompt (on any medium); a shorter match leaves the
-// choice to the ring, whose owner keeps the prefix warm for the next request.
-RouteChoice choose_kv(const std::vector<PrefixMatch>& matches, double tier_weight, const HashRing& ring,
-                      uint64_t key, const std::vector<int>& in_flight, const std::vector<bool>& eligible,
-                      double max_imbalance, int min_blocks = 1);
+// the ring's load bound (load_limit). Ties are broken by the ring's order from
+// chain[m], m the longest match among the candidates (clamped to the last entry):
+// chain[b] is the prompt's chain key through its first b + 1 blocks
+// (prefix_chain), so equal matches go where the ring sends the prompt's first
+// block past them. A match shorter than how.match_threshold x chain.size()
+// blocks is not followed: the first replica within the bound in that same ring
+// order gets the request, so prompts that share only a system prompt spread over
+// the replicas by what follows it instead of all going to the head's holder. An
+// empty chain: ties follow `key` and the threshold is off. Returns {-1} when no
+// eligible replica within the bound holds at least max(1, how.min_blocks)
+// leading blocks of the prompt: the caller falls back to the ring. A choice has
+// kind kKvEvents.
+RouteChoice choose_kv(const std::vector<PrefixMatch>& matches, const KvRouting& how, const HashRing& ring,
+                      uint64_t key, const std::vector<uint64_t>& chain, const std::vector<int>& in_flight,
+                      const std::vector<bool>& eligible, double max_imbalance);
 
 }  // namespace pagoda::router

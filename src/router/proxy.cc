@@ -37,9 +37,14 @@ void Exchange::begin() {
     const std::vector<int32_t> prompt = routing_prompt(
         req_.target == "/v1/chat/completions" ? server::Endpoint::kChat : server::Endpoint::kCompletions, req_.body,
         m_->codec.get());
-    if (auto k = prompt_cache_key(req_.body)) route_.key = xxh3_64(k->data(), k->size());
+    const std::optional<std::string> cache_key = prompt_cache_key(req_.body);
+    if (cache_key) route_.key = xxh3_64(cache_key->data(), cache_key->size());
     else route_.key = prefix_key(prompt, m_->cfg.block_size, m_->cfg.affinity_blocks);
-    if (m_->kv && m_->cfg.policy == Policy::kPrefix) route_.matches = m_->kv->match(prompt);
+    if (m_->kv && m_->cfg.policy == Policy::kPrefix) {
+      route_.matches = m_->kv->match(prompt);
+      // Ties among equal matches follow the prompt past them, unless a cache key names the home.
+      if (!cache_key) route_.chain = prefix_chain(prompt, m_->cfg.block_size);
+    }
   }
   up_.method = req_.method == "HEAD" ? "GET" : req_.method;
   up_.target = req_.target;

@@ -93,8 +93,10 @@ RouteChoice Router::Impl::pick(const RouteInput* in, const std::vector<bool>& tr
   } else {
     const std::optional<uint64_t> key = cfg.policy == Policy::kPrefix && in ? in->key : std::nullopt;
     if (key && !in->matches.empty())
-      c = choose_kv(in->matches, cfg.kv_tier_weight, *ring, *key, in_flight, eligible, cfg.max_imbalance,
-                    cfg.kv_min_match);
+      c = choose_kv(in->matches,
+                    {.tier_weight = cfg.kv_tier_weight, .min_blocks = cfg.kv_min_match,
+                     .match_threshold = cfg.kv_match_threshold},
+                    *ring, *key, in->chain, in_flight, eligible, cfg.max_imbalance);
     if (c.replica < 0)
       c = key ? choose_affinity(*ring, *key, in_flight, eligible, cfg.max_imbalance)
               : choose_least_loaded(in_flight, eligible, turn);
@@ -241,6 +243,8 @@ Expected<std::unique_ptr<Router>> Router::create(const RouterConfig& config) {
     return make_error("--kv-replay-endpoint is given " + std::to_string(config.kv_replay_endpoints.size()) +
                       " times for " + std::to_string(config.replicas.size()) + " replicas");
   if (config.kv_min_match < 1) return make_error("--kv-min-match must be at least 1");
+  if (!(config.kv_match_threshold >= 0 && config.kv_match_threshold <= 1))
+    return make_error("--kv-match-threshold must be in [0, 1]");
   if (!(config.kv_tier_weight >= 0 && config.kv_tier_weight <= 1)) return make_error("--kv-tier-weight must be in 0..1");
   std::unique_ptr<Router> router(new Router());
   router->impl_ = std::make_unique<Impl>();

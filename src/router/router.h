@@ -47,6 +47,7 @@ struct RouterConfig {
   double kv_tier_weight = 0.5;                   // kv_index.h kv_score
   double kv_replay_timeout_s = 1.0;              // longest wait for a replay answer
   int kv_min_match = 1;                          // route on the events only when >= this many blocks match
+  double kv_match_threshold = 0.5;               // kv_index.h KvRouting::match_threshold
 };
 
 class Router {

@@ -96,6 +96,10 @@ Metrics::Metrics() {
   counter("pagoda:kv_pins_expired_total", "Pins released by their TTL.");
   counter("pagoda:kv_pins_demoted_total", "Pins released early: over the cap, or to admit a request.");
   counter("pagoda:kv_pins_cleared_total", "Pins released by POST /reset_prefix_cache.");
+  counter("pagoda:kv_pins_checkpoints_added_total",
+          "Recurrent-state checkpoints made or imported inside a live pin, pinned with it (hybrid models).");
+  counter("pagoda:kv_pins_checkpoints_over_cap_total",
+          "Recurrent-state checkpoints inside a live pin left unpinned: the pin cap had no room (hybrid models).");
   counter("pagoda:prefix_cache_resets_total", "POST /reset_prefix_cache calls that cleared the cache.");
   help_["pagoda:num_requests_waiting_by_priority"] = {"gauge", "Waiting requests by priority bucket.", "priority"};
   help_["pagoda:num_requests_running_by_priority"] = {"gauge", "Running requests by priority bucket.", "priority"};
@@ -272,6 +276,8 @@ void add_pin_metrics(Metrics* m, const engine::EngineStats& now, const engine::E
   delta("pagoda:kv_pins_expired_total", now.pins_expired, before.pins_expired);
   delta("pagoda:kv_pins_demoted_total", now.pins_demoted, before.pins_demoted);
   delta("pagoda:kv_pins_cleared_total", now.pins_cleared, before.pins_cleared);
+  delta("pagoda:kv_pins_checkpoints_added_total", now.pins_checkpoints_added, before.pins_checkpoints_added);
+  delta("pagoda:kv_pins_checkpoints_over_cap_total", now.pins_checkpoints_over_cap, before.pins_checkpoints_over_cap);
   delta("pagoda:prefix_cache_resets_total", now.prefix_cache_resets, before.prefix_cache_resets);
   // Five fixed buckets (bounded label cardinality), every one set each time.
   static const char* const kBuckets[] = {"negative", "0", "1-9", "10-99", "100+"};

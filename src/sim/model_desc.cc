@@ -1,5 +1,6 @@
 #include "sim/model_desc.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
@@ -19,6 +20,21 @@ kv::KvShape ModelDesc::kv_shape() const {
   return kv::KvShape{.kind = attention, .num_layers = num_layers - num_recurrent_layers(), .num_kv_heads = num_kv_heads, .head_dim = head_dim,
                      .v_head_dim = v_head_dim, .kv_lora_rank = kv_lora_rank, .qk_rope_head_dim = qk_rope_head_dim,
                      .sliding_window = sliding_window, .swa_period = swa_period};
+}
+
+Expected<StateRows> ModelDesc::state_on_rank(int32_t tp) const {
+  return recurrent_state_rows(recurrent, num_recurrent_layers(), tp);
+}
+
+Status set_recurrent_state(ModelDesc& m) {
+  PAGODA_ASSIGN_OR_RETURN(const StateRows st, recurrent_state_rows(m.recurrent, m.num_recurrent_layers()));
+  m.state_rows = st.rows;
+  m.state_row_floats = st.row_floats;
+  if (st.rows == 0) {
+    m.recurrent_layers.clear();
+    m.recurrent = {};
+  }
+  return Status::Ok();
 }
 
 std::vector<int32_t> ModelDesc::layer_windows() const {
@@ -48,9 +64,24 @@ ParamEstimate estimate_params(const ModelDesc& m) {
     const int64_t kv_b = int64_t{m.kv_lora_rank} * H * (nope + vd);
     attn = q + kv_a + kv_b + H * vd * h;
   } else {
-    attn = h * H * hd + h * kvh * hd + h * kvh * vd + H * vd * h;
+    attn = h * H * hd * (m.attn_output_gate ? 2 : 1) + h * kvh * hd + h * kvh * vd + H * vd * h;
     if (m.attn_bias) attn += H * hd + kvh * hd + kvh * vd;
+    if (m.qk_norm) attn += 2 * hd;
   }
+  // Hybrids: a recurrent layer has its own mixer instead of the attention.
+  const int64_t rec_layers = m.num_recurrent_layers();
+  const RecurrentShape& r = m.recurrent;
+  int64_t mixer = 0;
+  if (r.kind == RecurrentKind::kShortConv) {  // in_proj (B | C | x), out_proj, the taps of each channel
+    mixer = 3 * h * r.channels + int64_t{r.channels} * h + int64_t{r.channels} * r.conv_kernel;
+  } else if (r.kind == RecurrentKind::kGatedDeltaNet) {
+    // qkv, z (gate), beta, alpha projections; conv taps of q | k | v; dt bias and A per v head;
+    // the output norm (one head's S); out_proj.
+    const int64_t S = r.head_dim, conv_dim = (2 * int64_t{r.k_heads} + r.v_heads) * S, vdim = int64_t{r.v_heads} * S;
+    mixer = h * conv_dim + h * vdim + 2 * h * r.v_heads + conv_dim * r.conv_kernel + 2 * int64_t{r.v_heads} + S +
+            vdim * h;
+  }
+  const int64_t mixers = (L - rec_layers) * attn + rec_layers * mixer;
   const int64_t dense_layers = m.is_moe() ? m.first_dense_layers : L;
   const int64_t moe_layers = L - dense_layers;
   const int64_t dense_mlp = 3 * h * m.ffn;
@@ -59,7 +90,7 @@ ParamEstimate estimate_params(const ModelDesc& m) {
   const int64_t moe_total = (int64_t{m.num_experts} + m.num_shared_experts) * expert + router;
   const int64_t moe_active = (int64_t{m.experts_per_token} + m.num_shared_experts) * expert + router;
   const int64_t embed = int64_t{m.vocab} * h * (m.tied_embeddings ? 1 : 2);
-  const int64_t common = L * (attn + 2 * h) + embed + h;
+  const int64_t common = mixers + L * 2 * h + embed + h;
   ParamEstimate e;
   e.total = common + dense_layers * dense_mlp + moe_layers * moe_total;
   e.active = common + dense_layers * dense_mlp + moe_layers * moe_active;
@@ -167,9 +198,10 @@ constexpr IntField kIntFields[] = {
     {"swa_period", nullptr, &ModelDesc::swa_period, Default::kZero, Default::kZero, kWindow},
 };
 
+constexpr int64_t kI32 = INT32_MAX;
+
 // Reads the table's fields of `parts` from `o` into m, by the preset or the HF names.
 Status read_int_fields(const json& o, const std::string& ctx, bool hf, unsigned parts, ModelDesc& m) {
-  constexpr int64_t kI32 = INT32_MAX;
   for (const IntField& f : kIntFields) {
     const char* key = hf ? f.hf_key : f.preset_key;
     if (!(f.part & parts) || key == nullptr) continue;
@@ -189,6 +221,150 @@ Status read_int_fields(const json& o, const std::string& ctx, bool hf, unsigned 
   return Status::Ok();
 }
 
+// Flags the layers from a list of layer kinds ("layer_types" of a Hugging Face
+// config): `recurrent_kind` marks a recurrent layer, "full_attention" an attention one.
+Status layers_from_types(const json& types, const std::string& ctx, const char* recurrent_kind, ModelDesc& m) {
+  if (!types.is_array() || types.size() != static_cast<size_t>(m.num_layers))
+    return errorf("%s: layer_types must list the kind of each of the %d layers", ctx.c_str(), m.num_layers);
+  m.recurrent_layers.assign(static_cast<size_t>(m.num_layers), false);
+  for (size_t l = 0; l < types.size(); ++l) {
+    const std::string t = types[l].is_string() ? types[l].get<std::string>() : "";
+    if (t != recurrent_kind && t != "full_attention")
+      return errorf("%s: layer_types[%zu] is '%s' (expected \"%s\" or \"full_attention\")", ctx.c_str(), l,
+                    types[l].dump().c_str(), recurrent_kind);
+    m.recurrent_layers[l] = t == recurrent_kind;
+  }
+  return Status::Ok();
+}
+
+// Flags every layer recurrent but those listed (indices of the attention layers).
+Status layers_from_attention_list(const json& idx, const std::string& ctx, const char* key, ModelDesc& m) {
+  if (!idx.is_array()) return errorf("%s: %s must be an array of layer indices", ctx.c_str(), key);
+  m.recurrent_layers.assign(static_cast<size_t>(m.num_layers), true);
+  for (const auto& v : idx) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= m.num_layers)
+      return errorf("%s: %s: %s is not a layer index below %d", ctx.c_str(), key, v.dump().c_str(), m.num_layers);
+    m.recurrent_layers[static_cast<size_t>(v.get<int64_t>())] = false;
+  }
+  return Status::Ok();
+}
+
+// Every layer but each interval-th (1-based) is recurrent (Qwen3.5's full_attention_interval).
+void layers_from_interval(int64_t interval, ModelDesc& m) {
+  m.recurrent_layers.assign(static_cast<size_t>(m.num_layers), false);
+  for (int64_t l = 0; l < m.num_layers; ++l) m.recurrent_layers[static_cast<size_t>(l)] = (l + 1) % interval != 0;
+}
+
+// A preset's recurrent shape (data/models.json): "recurrent" "short_conv" (lfm2)
+// or "gated_delta_net" (qwen35), "attention_layers" (the attention layers'
+// indices) or "full_attention_interval", "conv_kernel", and for a Gated
+// DeltaNet "linear_k_heads", "linear_v_heads", "linear_head_dim".
+Status read_preset_recurrent(const json& o, const std::string& ctx, ModelDesc& m) {
+  PAGODA_ASSIGN_OR_RETURN(const std::string kind, detail::get_string(o, "recurrent", "", ctx));
+  m.attn_output_gate = detail::get_bool(o, "attn_output_gate", false);
+  m.qk_norm = detail::get_bool(o, "qk_norm", false);
+  if (kind.empty()) return Status::Ok();
+  if (kind != "short_conv" && kind != "gated_delta_net")
+    return errorf("%s: recurrent '%s' (expected short_conv or gated_delta_net)", ctx.c_str(), kind.c_str());
+  if (o.contains("attention_layers")) {
+    PAGODA_TRY(layers_from_attention_list(o["attention_layers"], ctx, "attention_layers", m));
+  } else {
+    PAGODA_ASSIGN_OR_RETURN(const int64_t interval,
+                            detail::get_required_int(o, "full_attention_interval", ctx, 1, m.num_layers));
+    layers_from_interval(interval, m);
+  }
+  PAGODA_ASSIGN_OR_RETURN(const int64_t k, detail::get_required_int(o, "conv_kernel", ctx, 2, 64));
+  if (kind == "short_conv") {
+    m.recurrent = {.kind = RecurrentKind::kShortConv, .conv_kernel = static_cast<int32_t>(k), .channels = m.hidden};
+  } else {
+    PAGODA_ASSIGN_OR_RETURN(const int64_t kh, detail::get_required_int(o, "linear_k_heads", ctx, 1, 1024));
+    PAGODA_ASSIGN_OR_RETURN(const int64_t vh, detail::get_required_int(o, "linear_v_heads", ctx, 1, 1024));
+    PAGODA_ASSIGN_OR_RETURN(const int64_t hd, detail::get_required_int(o, "linear_head_dim", ctx, 1, 1024));
+    m.recurrent = {.kind = RecurrentKind::kGatedDeltaNet, .conv_kernel = static_cast<int32_t>(k),
+                   .k_heads = static_cast<int32_t>(kh), .v_heads = static_cast<int32_t>(vh),
+                   .head_dim = static_cast<int32_t>(hd)};
+  }
+  return set_recurrent_state(m);
+}
+
+// The recurrent layers of a Hugging Face config, as transformers reads them:
+//  - LFM2 (model_type "lfm2", layer_types "conv" / "full_attention", or the older
+//    full_attn_idxs): short convolutions of conv_L_cache taps over hidden_size
+//    channels. Its MLP width is block_ff_dim (else intermediate_size), which
+//    block_auto_adjust_ff_dim (default true) turns into int(2/3 x width) x
+//    block_ffn_dim_multiplier rounded up to block_multiple_of (Lfm2MLP); the
+//    output is tied unless tie_embedding / tie_word_embeddings says otherwise.
+//  - Qwen3.5 (model_type "qwen3_5" with a text_config "qwen3_5_text", the MoE
+//    "qwen3_5_moe", "qwen3_next", or any config whose layer_types hold
+//    "linear_attention"): Gated DeltaNet layers of linear_num_key_heads /
+//    linear_num_value_heads heads of linear_key_head_dim (= linear_value_head_dim)
+//    with a convolution of linear_conv_kernel_dim taps; layer_types, else every
+//    full_attention_interval-th (default 4) layer is a full-attention one, gated
+//    (attn_output_gate, default true).
+Status read_hf_recurrent(const json& o, const json& top, const std::string& ctx, ModelDesc& m) {
+  const auto lt = o.find("layer_types");
+  const bool has_types = lt != o.end() && lt->is_array();
+  const auto lists = [&](const char* kind) {
+    if (!has_types) return false;
+    for (const auto& t : *lt)
+      if (t.is_string() && t.get<std::string>() == kind) return true;
+    return false;
+  };
+  const std::string& a = m.arch;
+  const bool lfm2 = a == "lfm2" || lists("conv");
+  const bool gdn = a == "qwen3_5" || a == "qwen3_5_text" || a == "qwen3_5_moe" || a == "qwen3_5_moe_text" ||
+                   a == "qwen3_next" || lists("linear_attention");
+  if (!lfm2 && !gdn) return Status::Ok();
+  m.qk_norm = true;
+  if (lfm2) {
+    m.arch = "lfm2";
+    if (has_types) {
+      PAGODA_TRY(layers_from_types(*lt, ctx, "conv", m));
+    } else if (o.contains("full_attn_idxs")) {
+      PAGODA_TRY(layers_from_attention_list(o["full_attn_idxs"], ctx, "full_attn_idxs", m));
+    } else {
+      return errorf("%s: layer_types is missing (lfm2 needs the kind of each layer, or full_attn_idxs)", ctx.c_str());
+    }
+    PAGODA_ASSIGN_OR_RETURN(const int64_t l_cache, detail::get_required_int(o, "conv_L_cache", ctx, 2, 64));
+    m.recurrent = {.kind = RecurrentKind::kShortConv, .conv_kernel = static_cast<int32_t>(l_cache), .channels = m.hidden};
+    m.tied_embeddings = detail::get_bool(o, "tie_embedding", detail::get_bool(o, "tie_word_embeddings", true));
+    PAGODA_ASSIGN_OR_RETURN(int64_t ff, detail::get_int(o, "block_ff_dim", m.ffn, ctx, 0, kI32));
+    if (detail::get_bool(o, "block_auto_adjust_ff_dim", true)) {
+      ff = 2 * ff / 3;
+      PAGODA_ASSIGN_OR_RETURN(const double mult, detail::get_number(o, "block_ffn_dim_multiplier", 1.0, ctx));
+      ff = static_cast<int64_t>(mult * static_cast<double>(ff));
+      PAGODA_ASSIGN_OR_RETURN(const int64_t mo, detail::get_int(o, "block_multiple_of", 256, ctx, 1, kI32));
+      ff = mo * ((ff + mo - 1) / mo);
+    }
+    m.ffn = static_cast<int32_t>(std::min<int64_t>(ff, kI32));
+  } else {
+    m.arch = "qwen35";
+    if (has_types) {
+      PAGODA_TRY(layers_from_types(*lt, ctx, "linear_attention", m));
+    } else {
+      PAGODA_ASSIGN_OR_RETURN(const int64_t interval,
+                              detail::get_int(o, "full_attention_interval", 4, ctx, 1, m.num_layers));
+      layers_from_interval(interval, m);
+    }
+    PAGODA_ASSIGN_OR_RETURN(const int64_t k, detail::get_required_int(o, "linear_conv_kernel_dim", ctx, 2, 64));
+    PAGODA_ASSIGN_OR_RETURN(const int64_t kh, detail::get_required_int(o, "linear_num_key_heads", ctx, 1, 1024));
+    PAGODA_ASSIGN_OR_RETURN(const int64_t vh, detail::get_required_int(o, "linear_num_value_heads", ctx, 1, 1024));
+    PAGODA_ASSIGN_OR_RETURN(const int64_t dk, detail::get_required_int(o, "linear_key_head_dim", ctx, 1, 1024));
+    PAGODA_ASSIGN_OR_RETURN(const int64_t dv, detail::get_required_int(o, "linear_value_head_dim", ctx, 1, 1024));
+    if (dk != dv)
+      return errorf("%s: linear_key_head_dim %lld and linear_value_head_dim %lld differ (the state keeps rows of one head dim)",
+                    ctx.c_str(), static_cast<long long>(dk), static_cast<long long>(dv));
+    if (vh % kh != 0)
+      return errorf("%s: linear_num_value_heads %lld must be a multiple of linear_num_key_heads %lld", ctx.c_str(),
+                    static_cast<long long>(vh), static_cast<long long>(kh));
+    m.recurrent = {.kind = RecurrentKind::kGatedDeltaNet, .conv_kernel = static_cast<int32_t>(k),
+                   .k_heads = static_cast<int32_t>(kh), .v_heads = static_cast<int32_t>(vh),
+                   .head_dim = static_cast<int32_t>(dk)};
+    m.attn_output_gate = detail::get_bool(o, "attn_output_gate", detail::get_bool(top, "attn_output_gate", true));
+  }
+  return set_recurrent_state(m);
+}
+
 Expected<ModelDesc> preset_from_json(const std::string& name, const json& o) {
   const std::string ctx = "models.json " + name;
   ModelDesc m;
@@ -206,6 +382,7 @@ Expected<ModelDesc> preset_from_json(const std::string& name, const json& o) {
   } else {
     PAGODA_ASSIGN_OR_RETURN(m.attention, kv::parse_attention_kind(kind));
   }
+  PAGODA_TRY(read_preset_recurrent(o, ctx, m));
   fill_params(m);
   PAGODA_TRY(validate_model(m));
   return m;
@@ -241,8 +418,10 @@ Expected<ModelDesc> load_hf_config(const std::string& path) {
   m.tied_embeddings = detail::get_bool(o, "tie_word_embeddings", detail::get_bool(top, "tie_word_embeddings", false));
   m.attn_bias = detail::get_bool(o, "attention_bias", m.arch == "qwen2" || m.arch == "qwen2_moe");
 
+  // Hybrids (LFM2, Qwen3.5): which layers are recurrent, and their state.
+  PAGODA_TRY(read_hf_recurrent(o, top, ctx, m));
+
   // Mixture of experts: Mixtral (num_local_experts), DeepSeek (n_routed_experts), Qwen-MoE (num_experts).
-  constexpr int64_t kI32 = INT32_MAX;
   PAGODA_ASSIGN_OR_RETURN(int64_t e1, detail::get_int(o, "num_local_experts", 0, ctx, 0, kI32));
   PAGODA_ASSIGN_OR_RETURN(int64_t e2, detail::get_int(o, "n_routed_experts", 0, ctx, 0, kI32));
   PAGODA_ASSIGN_OR_RETURN(int64_t e3, detail::get_int(o, "num_experts", 0, ctx, 0, kI32));

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "base/recurrent_state.h"
 #include "base/status.h"
 #include "kv/sizing.h"
 
@@ -41,13 +42,21 @@ struct ModelDesc {
   int32_t q_lora_rank = 0;       // MLA (0: full-rank Q projection)
   int32_t qk_rope_head_dim = 0;  // MLA
   int32_t qk_nope_head_dim = 0;  // MLA
-  // Hybrid models (lfm2, qwen35; GGUF only): the recurrent layers hold no K/V
-  // but a fixed-size state per sequence, state_rows f32 rows of state_row_floats
-  // (as model/lfm2.cc and model/qwen35.cc read it), kept in the KV pool's blocks
-  // (kv::PoolRequest::state_rows). Empty / 0: no recurrent layer.
+  // Hybrid models (lfm2, qwen35; a preset, a Hugging Face config or a GGUF):
+  // the recurrent layers hold no K/V but a fixed-size state per sequence,
+  // state_rows f32 rows of state_row_floats, kept in the KV pool's blocks
+  // (kv::PoolRequest::state_rows). The rows follow from `recurrent` and the
+  // recurrent layers' count by base/recurrent_state.h, the formula
+  // model/lfm2.cc and model/qwen35.cc use (set_recurrent_state fills them).
+  // Empty / 0 / kNone: no recurrent layer.
   std::vector<bool> recurrent_layers;  // [num_layers] or empty
+  RecurrentShape recurrent;
   int64_t state_rows = 0;
   int32_t state_row_floats = 0;
+  // Attention details of the hybrids (parameter counts only): qwen35's attn_q
+  // also gives a sigmoid gate per head (q | gate); per-head RMSNorm of q and k.
+  bool attn_output_gate = false;
+  bool qk_norm = false;
   // Parameter counts: total, and touched per token (MoE); 0 = unknown (estimate_params fills them).
   int64_t params_total = 0;
   int64_t params_active = 0;
@@ -64,6 +73,9 @@ struct ModelDesc {
   int32_t num_recurrent_layers() const;
   // One sequence's recurrent state: state_rows x state_row_floats x 4 bytes (0: none).
   uint64_t state_bytes() const { return static_cast<uint64_t>(state_rows) * static_cast<uint64_t>(state_row_floats) * 4; }
+  // The share of that state one of tp tensor-parallel ranks keeps (base/recurrent_state.h:
+  // channels / heads split as vLLM splits them; an error when they do not divide).
+  Expected<StateRows> state_on_rank(int32_t tp) const;
   // [num_layers] as kv::PoolRequest::layer_windows takes them: kv::kStateWindow
   // for a recurrent layer, else the attention layer's window (0: full context).
   std::vector<int32_t> layer_windows() const;
@@ -83,6 +95,10 @@ ParamEstimate estimate_params(const ModelDesc& m);
 
 // Checks the fields are positive and consistent; names the bad field.
 Status validate_model(const ModelDesc& m);
+
+// Sets state_rows / state_row_floats from recurrent_layers and `recurrent` (the
+// whole state, tp 1); a model whose state comes to no row is left with none.
+Status set_recurrent_state(ModelDesc& m);
 
 // The data directory: $PAGODA_DATA_DIR if set, else <source tree>/data.
 std::string data_dir();

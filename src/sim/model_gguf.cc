@@ -36,19 +36,18 @@ Expected<int32_t> dim(const gguf::GgufFile& f, const std::string& key, int64_t d
   return static_cast<int32_t>(v);
 }
 
-// Hybrid models: which layers are recurrent and the state each sequence
-// keeps, read as model/lfm2.cc and model/qwen35.cc read it (sim/ plans without
-// model/; tests/engine_capacity checks the two agree on the synth presets).
-//   lfm2:   a per-layer head_count_kv of 0 marks a short-conv layer; its state
-//           is l_cache - 1 rows of n_embd.
+// Hybrid models: which layers are recurrent and the shape of their state, read
+// as model/lfm2.cc and model/qwen35.cc read them (sim/ plans without model/);
+// the state's rows then follow from base/recurrent_state.h, the formula the
+// model uses (tests/engine_capacity checks the two agree on the synth presets).
+//   lfm2:   a per-layer head_count_kv of 0 marks a short-conv layer of
+//           shortconv.l_cache taps over n_embd channels.
 //   qwen35: attention.recurrent_layers (a flag per layer), else every layer but
-//           each full_attention_interval-th (default 4) is a Gated DeltaNet one;
-//           its state is (conv_kernel - 1) x (2 k heads + v heads) rows (the
-//           convolution's taps of q | k | v) + v heads x S rows (the S x S
-//           state of each v head), rows of S = ssm.state_size floats.
+//           each full_attention_interval-th (default 4) is a Gated DeltaNet one
+//           of ssm.conv_kernel taps, ssm.group_count k heads and
+//           ssm.time_step_rank v heads of ssm.state_size.
 Status read_recurrent_state(const gguf::GgufFile& f, const std::string& p, ModelDesc* m) {
   const auto n = static_cast<size_t>(m->num_layers);
-  int64_t rows_per_layer = 0;
   if (m->arch == "lfm2") {
     const gguf::Value* kvh = f.find(p + "attention.head_count_kv");
     if (!kvh || kvh->type != gguf::ValueType::ARRAY) return Status::Ok();  // no short-conv layer
@@ -56,8 +55,8 @@ Status read_recurrent_state(const gguf::GgufFile& f, const std::string& p, Model
     m->recurrent_layers.assign(n, false);
     for (size_t l = 0; l < n; ++l) m->recurrent_layers[l] = kvh->arr[l].is_int() && kvh->arr[l].as_int() == 0;
     PAGODA_ASSIGN_OR_RETURN(const int32_t l_cache, dim(f, p + "shortconv.l_cache", -1, 2));
-    rows_per_layer = l_cache - 1;
-    m->state_row_floats = m->hidden;
+    m->recurrent = {.kind = RecurrentKind::kShortConv, .conv_kernel = l_cache, .channels = m->hidden};
+    m->qk_norm = true;
   } else if (m->arch == "qwen35") {
     m->recurrent_layers.assign(n, false);
     if (const gguf::Value* rl = f.find(p + "attention.recurrent_layers")) {
@@ -72,17 +71,14 @@ Status read_recurrent_state(const gguf::GgufFile& f, const std::string& p, Model
     PAGODA_ASSIGN_OR_RETURN(const int32_t S, dim(f, p + "ssm.state_size", -1, 1));
     PAGODA_ASSIGN_OR_RETURN(const int32_t k_heads, dim(f, p + "ssm.group_count", -1, 1));
     PAGODA_ASSIGN_OR_RETURN(const int32_t v_heads, dim(f, p + "ssm.time_step_rank", -1, 1));
-    rows_per_layer = int64_t{conv_kernel - 1} * (2 * int64_t{k_heads} + v_heads) + int64_t{v_heads} * S;
-    m->state_row_floats = S;
+    m->recurrent = {.kind = RecurrentKind::kGatedDeltaNet, .conv_kernel = conv_kernel, .k_heads = k_heads,
+                    .v_heads = v_heads, .head_dim = S};
+    m->qk_norm = true;
+    m->attn_output_gate = true;
   } else {
     return Status::Ok();
   }
-  m->state_rows = m->num_recurrent_layers() * rows_per_layer;
-  if (m->state_rows == 0) {
-    m->recurrent_layers.clear();
-    m->state_row_floats = 0;
-  }
-  return Status::Ok();
+  return set_recurrent_state(*m);
 }
 
 }  // namespace

@@ -27,13 +27,19 @@ Expected<WeightsDtype> parse_weights_dtype(const std::string& s) {
   return errorf("unknown weights dtype '%s' (f32, bf16, fp16, fp8, int8, q8_0, q4)", s.c_str());
 }
 
+StateRows rank_state(const PlanInput& in) {
+  const Expected<StateRows> st = in.model.state_on_rank(in.tp);
+  return st.ok() ? *st : StateRows{};  // validate_plan_input refuses a state that does not split
+}
+
 kv::PoolRequest pool_request(const PlanInput& in, uint64_t budget_bytes) {
   kv::PoolRequest pr;
   pr.shape = kv::shard_for_tp(in.model.kv_shape(), in.tp);
   pr.dtype = in.kv_dtype;
   pr.layer_windows = in.model.layer_windows();
-  pr.state_rows = in.model.state_rows;
-  pr.state_row_bytes = static_cast<uint64_t>(in.model.state_row_floats) * 4;
+  const StateRows st = rank_state(in);
+  pr.state_rows = st.rows;
+  pr.state_row_bytes = static_cast<uint64_t>(st.row_floats) * sizeof(float);
   pr.hybrid = in.hybrid_kv;
   pr.block_size = in.block_size;
   pr.budget_bytes = budget_bytes;
@@ -42,12 +48,13 @@ kv::PoolRequest pool_request(const PlanInput& in, uint64_t budget_bytes) {
 
 uint64_t request_bytes(const PlanInput& in, int64_t L) {
   const kv::KvShape rank = kv::shard_for_tp(in.model.kv_shape(), in.tp);
-  return kv::kv_bytes_for_sequence(rank, in.kv_dtype, L) + in.model.state_bytes();
+  return kv::kv_bytes_for_sequence(rank, in.kv_dtype, L) + rank_state(in).bytes();
 }
 
 Status validate_plan_input(const PlanInput& in) {
   PAGODA_TRY(validate_model(in.model));
   if (in.tp < 1) return errorf("--tp must be >= 1 (got %d)", in.tp);
+  if (auto st = in.model.state_on_rank(in.tp); !st.ok()) return errorf("--tp %d: %s", in.tp, st.message().c_str());
   if (in.context < 1) return errorf("--context must be >= 1 (got %lld)", static_cast<long long>(in.context));
   if (in.concurrency < 1) return errorf("--concurrency must be >= 1 (got %lld)", static_cast<long long>(in.concurrency));
   if (!(in.utilization > 0 && in.utilization <= 1)) return errorf("--utilization must be in (0, 1] (got %g)", in.utilization);
@@ -74,7 +81,7 @@ PlanReport plan_one(const PlanInput& in) {
   r.kv_bytes_per_token = kv::kv_bytes_per_token(shape, in.kv_dtype);
   r.kv_bytes_per_token_per_gpu = kv::kv_bytes_per_token(rank, in.kv_dtype);
   r.kv_bytes_per_request = request_bytes(in, in.context);
-  r.state_bytes_per_sequence = in.model.state_bytes();
+  r.state_bytes_per_sequence = rank_state(in).bytes();
   // The engine's pool layout (a tp degree whose rank cannot pack the state has none: no pool).
   const Expected<kv::PoolPlan> layout = kv::plan_pool_layout(pool_request(in, 0));
   if (layout.ok()) {
@@ -175,6 +182,7 @@ PlanReport plan_capacity(const PlanInput& in) {
   PlanReport r = plan_one(in);
   for (int32_t tp = 1; tp <= 64; tp *= 2) {
     if (in.model.num_heads % tp != 0) break;
+    if (!in.model.state_on_rank(tp).ok()) break;  // the recurrent state does not split further
     PlanInput t = in;
     t.tp = tp;
     if (plan_one(t).fits) {
@@ -244,9 +252,11 @@ std::string format_report(const PlanInput& in, const PlanReport& r) {
     s += pad("KV cache per token") + with_commas(r.kv_bytes_per_token) + " B (whole model, the " +
          std::to_string(m.num_layers - rec) + " attention layers; the " + std::to_string(rec) +
          " recurrent layers hold none)\n";
+    const StateRows st = rank_state(in);
     s += pad("recurrent state") + with_commas(r.state_bytes_per_sequence) + " B per sequence (" +
-         with_commas(static_cast<uint64_t>(m.state_rows)) + " f32 rows of " + std::to_string(m.state_row_floats) +
-         ", whatever its length) in " + std::to_string(r.state_blocks_per_sequence) +
+         with_commas(static_cast<uint64_t>(st.rows)) + " f32 rows of " + std::to_string(st.row_floats) +
+         ", whatever its length" + (in.tp > 1 ? ", one rank's share" : "") + ") in " +
+         std::to_string(r.state_blocks_per_sequence) +
          (r.state_blocks_per_sequence == 1 ? " pool block\n" : " pool blocks\n");
   } else {
     s += pad("KV cache per token") + with_commas(r.kv_bytes_per_token) + " B (whole model, every layer)\n";

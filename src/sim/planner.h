@@ -19,8 +19,10 @@
 // pool. The pool (blocks, block bytes, state blocks per sequence, the longest
 // sequence) is kv::plan_pool's, from the request the engine builds
 // (pool_request), so `pagoda size`, `pagoda sim`, `pagoda inspect` and the
-// engine's allocator size it with one arithmetic. The state is not split by
-// tp (every rank is given the whole state: an upper bound).
+// engine's allocator size it with one arithmetic. With tp ranks each rank
+// keeps its share of the state, as vLLM splits it (base/recurrent_state.h:
+// lfm2's channels, qwen35's k and v heads divided by tp; a tp they do not
+// divide is refused).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -98,6 +100,9 @@ struct PlanReport {
 // the same from the model's config): the layers' windows, the recurrent state,
 // hybrid grouping, block size, and a pool of budget_bytes.
 kv::PoolRequest pool_request(const PlanInput& in, uint64_t budget_bytes);
+// The recurrent state one rank keeps (ModelDesc::state_on_rank(tp); none when the
+// state does not split across in.tp ranks, which validate_plan_input refuses).
+StateRows rank_state(const PlanInput& in);
 // KV bytes a request of L tokens takes on one rank: kv::kv_bytes_for_sequence + the recurrent state.
 uint64_t request_bytes(const PlanInput& in, int64_t L);
 

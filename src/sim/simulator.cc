@@ -29,6 +29,7 @@ double sum_min(int64_t a, int64_t b, int64_t w) {
 StepWork step_work(const PlanInput& p, const sched::StepPlan& plan) {
   const kv::KvShape rank = kv::shard_for_tp(p.model.kv_shape(), p.tp);
   const double written_per_token = static_cast<double>(kv::kv_bytes_per_token(rank, p.kv_dtype));
+  const double state_bytes = static_cast<double>(rank_state(p).bytes());  // one rank's share
   StepWork w;
   for (const sched::ScheduledSeq& s : plan.seqs) {
     const int64_t n = static_cast<int64_t>(s.token_ids.size());
@@ -42,8 +43,8 @@ StepWork step_work(const PlanInput& p, const sched::StepPlan& plan) {
     w.kv_bytes_read += static_cast<double>(kv::kv_bytes_for_sequence(rank, p.kv_dtype, end));
     w.kv_bytes_written += written_per_token * static_cast<double>(n);
     // A hybrid model's recurrent state: read and written once per step.
-    w.kv_bytes_read += static_cast<double>(p.model.state_bytes());
-    w.kv_bytes_written += static_cast<double>(p.model.state_bytes());
+    w.kv_bytes_read += state_bytes;
+    w.kv_bytes_written += state_bytes;
   }
   return w;
 }

@@ -122,11 +122,72 @@ def check(binary, tmp, name, p):
           f"{e['kv_per_token']} B/token; {BUDGET} B hold {e['max_seqs']} sequences of {CONTEXT} tokens")
 
 
+# The published Hugging Face configs of the two models (tests/cli/data/<name>/config.json).
+HF_DIRS = {"lfm2-350m": "LFM2-350M", "qwen3.5-0.8b": "Qwen3.5-0.8B"}
+
+
+def check_sources(binary, tmp, name, p):
+    """The preset (data/models.json), the Hugging Face config and the GGUF give the same
+    state, K/V per token and pool: `size --json`, `sim --json` and `inspect --json` agree
+    number for number."""
+    e = expected(p)
+    gguf = os.path.join(tmp, name + ".gguf")  # written by check()
+    hf = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", HF_DIRS[name])
+    common = ["--kv-cache-memory", str(BUDGET), "--kv-dtype", "f16", "--weights-dtype", "q8_0"]
+    keys = ("recurrent_layers", "kv_bytes_per_token", "state_bytes_per_sequence", "state_blocks_per_sequence",
+            "kv_bytes_per_block", "kv_bytes_per_request")
+    seen = {}
+    for spec in (name, hf, gguf):
+        size = run_json(binary, "size", "-m", spec, *common, "--context", str(CONTEXT), "--json")
+        got = {k: size[k] for k in keys}
+        got.update({k: size["pool"][k] for k in ("num_blocks", "blocks_per_request", "max_concurrency", "max_tokens")})
+        assert got["state_bytes_per_sequence"] == e["state_bytes"], (spec, got)
+        assert got["kv_bytes_per_token"] == e["kv_per_token"], (spec, got)
+        assert got["max_concurrency"] == e["max_seqs"], (spec, got)
+        n = e["max_seqs"] + 3
+        sim = run_json(binary, "sim", "-m", spec, *common, "--num-prompts", str(n), "--input-len", str(CONTEXT - 2),
+                       "--output-len", "2", "--json")
+        got.update({k: sim[k] for k in ("num_kv_blocks", "peak_running", "completed", "num_preemptions")})
+        ins = run_json(binary, "inspect", spec, "--kv-cache-memory", str(BUDGET), "--context", str(CONTEXT), "--json")
+        got["inspect_kv_f16"] = ins["kv_bytes_per_token"]["f16"]
+        got["inspect_state"] = ins["recurrent_state"]
+        got["inspect_pool"] = ins["kv_pool"]
+        assert ins["recurrent_state"]["bytes_per_sequence"] == e["state_bytes"], (spec, ins)
+        assert got["peak_running"] == e["max_seqs"], (spec, got)
+        seen[spec] = got
+    first = seen[name]
+    for spec, got in seen.items():
+        assert got == first, f"{name}: {spec} gives {got}, the preset {first}"
+    print(f"{name}: preset, HF config and GGUF agree: {first}")
+
+
+def check_tp(binary, name, p):
+    """--tp: each rank keeps its share of the state, as vLLM splits it (lfm2: the conv
+    channels / tp; qwen35: the k and v heads / tp), and a tp that does not divide them is refused."""
+    e = expected(p)
+    for tp in (2, 4, 8, 16):
+        size = run_json(binary, "size", "-m", name, "--kv-dtype", "f16", "--context", str(CONTEXT), "--tp", str(tp),
+                        "--json")
+        # Every term of both formulas scales with the split channels / heads: exactly 1/tp of the state.
+        assert size["state_bytes_per_sequence"] == e["state_bytes"] // tp, (tp, size)
+        assert e["state_bytes"] % tp == 0
+        plan = run_json(binary, "size", "-m", name, "--kv-dtype", "f16", "--context", str(CONTEXT), "--tp", str(tp),
+                        "--kv-cache-memory", str(BUDGET), "--json")
+        assert plan["state_bytes_per_sequence"] == e["state_bytes"] // tp, (tp, plan)
+    bad = {"lfm2-350m": 3, "qwen3.5-0.8b": 32}[name]  # 1024 channels / 3; 16 k heads / 32
+    r = subprocess.run([binary, "size", "-m", name, "--kv-dtype", "f16", "--tp", str(bad)], capture_output=True,
+                       text=True, timeout=240)
+    assert r.returncode != 0 and "do not split across tp %d ranks" % bad in r.stderr, r.stderr
+    print(f"{name}: --tp 2..16 keep 1/tp of the state per rank; --tp {bad} is refused: {r.stderr.strip()}")
+
+
 def main():
     binary = sys.argv[1]
     with tempfile.TemporaryDirectory() as tmp:
         for name, p in PRESETS.items():
             check(binary, tmp, name, p)
+            check_sources(binary, tmp, name, p)
+            check_tp(binary, name, p)
     print("ok")
 
 

@@ -263,22 +263,89 @@ TEST(ChooseKv, LongestPrefixRamBeforeTierWithinTheLoadBound) {
   const uint64_t key = 77;
   const int ring_first = ring.walk(key)[0];
   // Nobody holds anything: the ring decides.
-  EXPECT_EQ(choose_kv({{0, 0}, {0, 0}, {0, 0}}, 0.5, ring, key, idle, all, 0.5).replica, -1);
+  EXPECT_EQ(choose_kv({{0, 0}, {0, 0}, {0, 0}}, {}, ring, key, {}, idle, all, 0.5).replica, -1);
   // The longest prefix wins.
-  auto c = choose_kv({{2, 2}, {0, 0}, {5, 5}}, 0.5, ring, key, idle, all, 0.5);
+  auto c = choose_kv({{2, 2}, {0, 0}, {5, 5}}, {}, ring, key, {}, idle, all, 0.5);
   EXPECT_EQ(c.replica, 2);
   EXPECT_EQ(c.kind, RouteKind::kKvEvents);
   // RAM beats a tier at equal length; a tier prefix wins only when more than twice as long.
-  EXPECT_EQ(choose_kv({{4, 4}, {0, 4}, {0, 0}}, 0.5, ring, key, idle, all, 0.5).replica, 0);
-  EXPECT_EQ(choose_kv({{4, 4}, {0, 9}, {0, 0}}, 0.5, ring, key, idle, all, 0.5).replica, 1);
-  EXPECT_EQ(choose_kv({{4, 4}, {2, 7}, {0, 0}}, 0.5, ring, key, idle, all, 0.5).replica, 1);  // 2 + 2.5 > 4
+  EXPECT_EQ(choose_kv({{4, 4}, {0, 4}, {0, 0}}, {}, ring, key, {}, idle, all, 0.5).replica, 0);
+  EXPECT_EQ(choose_kv({{4, 4}, {0, 9}, {0, 0}}, {}, ring, key, {}, idle, all, 0.5).replica, 1);
+  EXPECT_EQ(choose_kv({{4, 4}, {2, 7}, {0, 0}}, {}, ring, key, {}, idle, all, 0.5).replica, 1);  // 2 + 2.5 > 4
   // Equal scores: the ring's order from the key.
-  EXPECT_EQ(choose_kv({{3, 3}, {3, 3}, {3, 3}}, 0.5, ring, key, idle, all, 0.5).replica, ring_first);
+  EXPECT_EQ(choose_kv({{3, 3}, {3, 3}, {3, 3}}, {}, ring, key, {}, idle, all, 0.5).replica, ring_first);
   // Over the load bound ((1 + 0.5) x mean + 1): the next best holder; no holder within it: the ring.
-  EXPECT_EQ(choose_kv({{2, 2}, {0, 0}, {5, 5}}, 0.5, ring, key, {0, 0, 9}, all, 0.5).replica, 0);
-  EXPECT_EQ(choose_kv({{0, 0}, {0, 0}, {5, 5}}, 0.5, ring, key, {0, 0, 9}, all, 0.5).replica, -1);
+  EXPECT_EQ(choose_kv({{2, 2}, {0, 0}, {5, 5}}, {}, ring, key, {}, {0, 0, 9}, all, 0.5).replica, 0);
+  EXPECT_EQ(choose_kv({{0, 0}, {0, 0}, {5, 5}}, {}, ring, key, {}, {0, 0, 9}, all, 0.5).replica, -1);
   // Ineligible (unhealthy, or tried already) replicas are skipped.
-  EXPECT_EQ(choose_kv({{2, 2}, {0, 0}, {5, 5}}, 0.5, ring, key, idle, {true, true, false}, 0.5).replica, 0);
+  EXPECT_EQ(choose_kv({{2, 2}, {0, 0}, {5, 5}}, {}, ring, key, {}, idle, {true, true, false}, 0.5).replica, 0);
+}
+
+TEST(ChooseKv, TiesFollowThePromptPastTheLongestMatch) {
+  const HashRing ring({"http://a:1", "http://b:1", "http://c:1", "http://d:1"});
+  const std::vector<bool> all(4, true);
+  const std::vector<int> idle(4, 0);
+  // 64 prompts that share a 2-block head (every replica holds it) and differ after it.
+  std::map<int, int> chosen;
+  for (int p = 0; p < 64; ++p) {
+    std::vector<int32_t> prompt(4 * 16, 7);
+    for (int t = 32; t < 64; ++t) prompt[static_cast<size_t>(t)] = 1000 + p * 64 + t;
+    const std::vector<uint64_t> chain = prefix_chain(prompt, 16);
+    ASSERT_EQ(chain.size(), 4u);
+    for (size_t b = 0; b < chain.size(); ++b) EXPECT_EQ(chain[b], *prefix_key(prompt, 16, static_cast<int>(b) + 1));
+    const uint64_t head_key = *prefix_key(prompt, 16, 2);
+    const std::vector<PrefixMatch> m(4, PrefixMatch{2, 2});
+    // Without the chain, every one goes to the head's ring owner.
+    EXPECT_EQ(choose_kv(m, {}, ring, head_key, {}, idle, all, 0.5).replica, ring.walk(head_key)[0]);
+    // With it, to the ring owner of its first block past the head (chain[2]).
+    const RouteChoice c = choose_kv(m, {}, ring, head_key, chain, idle, all, 0.5);
+    EXPECT_EQ(c.replica, ring.walk(chain[2])[0]);
+    ++chosen[c.replica];
+    // A longer match still wins over the tie order; the order is from past the longest match.
+    std::vector<PrefixMatch> m2 = m;
+    m2[1] = {3, 3};
+    EXPECT_EQ(choose_kv(m2, {}, ring, head_key, chain, idle, all, 0.5).replica, 1);
+    m2[2] = {3, 3};
+    const int first_of_1_2 = [&] {
+      for (int r : ring.walk(chain[3]))
+        if (r == 1 || r == 2) return r;
+      return -1;
+    }();
+    EXPECT_EQ(choose_kv(m2, {}, ring, head_key, chain, idle, all, 0.5).replica, first_of_1_2);
+  }
+  // The 64 prompts spread over all four replicas.
+  EXPECT_EQ(chosen.size(), 4u);
+  for (const auto& [r, n] : chosen) EXPECT_GE(n, 6) << "replica " << r;
+}
+
+TEST(ChooseKv, MatchThresholdLeavesShortMatchesToTheRingPastThem) {
+  const HashRing ring({"http://a:1", "http://b:1", "http://c:1", "http://d:1"});
+  const std::vector<bool> all(4, true);
+  const std::vector<int> idle(4, 0);
+  std::vector<int32_t> prompt(10 * 16);
+  for (size_t t = 0; t < prompt.size(); ++t) prompt[t] = static_cast<int32_t>(500 + t);
+  const std::vector<uint64_t> chain = prefix_chain(prompt, 16);  // 10 blocks
+  const KvRouting half{.match_threshold = 0.5};
+  // One replica alone holds 4 of 10 blocks (< 5): not followed; the ring from
+  // chain[4] over every replica within the bound (holders or not).
+  const int past4 = ring.walk(chain[4])[0];
+  const int holder = (past4 + 1) % 4;
+  std::vector<PrefixMatch> m(4);
+  m[static_cast<size_t>(holder)] = {4, 4};
+  RouteChoice c = choose_kv(m, half, ring, 1, chain, idle, all, 0.5);
+  EXPECT_EQ(c.replica, past4);
+  EXPECT_EQ(c.kind, RouteKind::kKvEvents);
+  // Without the threshold the holder wins; at 5 of 10 blocks the match is followed.
+  EXPECT_EQ(choose_kv(m, {}, ring, 1, chain, idle, all, 0.5).replica, holder);
+  std::vector<PrefixMatch> m5(4);
+  m5[static_cast<size_t>(holder)] = {5, 5};
+  EXPECT_EQ(choose_kv(m5, half, ring, 1, chain, idle, all, 0.5).replica, holder);
+  // The ring's pick over the bound: the next replica of that order within it.
+  std::vector<int> busy(4, 0);
+  busy[static_cast<size_t>(past4)] = 9;
+  EXPECT_EQ(choose_kv(m, half, ring, 1, chain, busy, all, 0.5).replica, ring.walk(chain[4])[1]);
+  // No holder: -1 (the caller's ring), whatever the threshold.
+  EXPECT_EQ(choose_kv(std::vector<PrefixMatch>(4), half, ring, 1, chain, idle, all, 0.5).replica, -1);
 }
 
 TEST(ChooseKv, MinMatchLeavesShortMatchesToTheRing) {
@@ -287,18 +354,18 @@ TEST(ChooseKv, MinMatchLeavesShortMatchesToTheRing) {
   const std::vector<int> idle(3, 0);
   const uint64_t key = 77;
   // min 1 (the default) is the rule above: any held block counts.
-  EXPECT_EQ(choose_kv({{1, 1}, {0, 0}, {0, 0}}, 0.5, ring, key, idle, all, 0.5, 1).replica, 0);
-  EXPECT_EQ(choose_kv({{1, 1}, {0, 0}, {0, 0}}, 0.5, ring, key, idle, all, 0.5).replica, 0);
+  EXPECT_EQ(choose_kv({{1, 1}, {0, 0}, {0, 0}}, {.min_blocks = 1}, ring, key, {}, idle, all, 0.5).replica, 0);
+  EXPECT_EQ(choose_kv({{1, 1}, {0, 0}, {0, 0}}, {}, ring, key, {}, idle, all, 0.5).replica, 0);
   // min 0 is min 1: a replica holding nothing is never an event choice.
-  EXPECT_EQ(choose_kv({{0, 0}, {0, 0}, {0, 0}}, 0.5, ring, key, idle, all, 0.5, 0).replica, -1);
+  EXPECT_EQ(choose_kv({{0, 0}, {0, 0}, {0, 0}}, {.min_blocks = 0}, ring, key, {}, idle, all, 0.5).replica, -1);
   // min 3: 2 blocks are not enough (the ring decides), 3 are, on any medium.
-  EXPECT_EQ(choose_kv({{2, 2}, {0, 0}, {0, 0}}, 0.5, ring, key, idle, all, 0.5, 3).replica, -1);
-  EXPECT_EQ(choose_kv({{3, 3}, {0, 0}, {0, 0}}, 0.5, ring, key, idle, all, 0.5, 3).replica, 0);
+  EXPECT_EQ(choose_kv({{2, 2}, {0, 0}, {0, 0}}, {.min_blocks = 3}, ring, key, {}, idle, all, 0.5).replica, -1);
+  EXPECT_EQ(choose_kv({{3, 3}, {0, 0}, {0, 0}}, {.min_blocks = 3}, ring, key, {}, idle, all, 0.5).replica, 0);
   // A replica below the minimum does not compete, even with a higher score (2 RAM blocks:
   // 2) than a qualifying one (3 tier blocks: 1.5).
-  EXPECT_EQ(choose_kv({{2, 2}, {0, 3}, {0, 0}}, 0.5, ring, key, idle, all, 0.5, 3).replica, 1);
+  EXPECT_EQ(choose_kv({{2, 2}, {0, 3}, {0, 0}}, {.min_blocks = 3}, ring, key, {}, idle, all, 0.5).replica, 1);
   // Over the load bound the qualifying replica is skipped and, no other qualifying, the ring decides.
-  EXPECT_EQ(choose_kv({{2, 2}, {0, 0}, {5, 5}}, 0.5, ring, key, {0, 0, 9}, all, 0.5, 3).replica, -1);
+  EXPECT_EQ(choose_kv({{2, 2}, {0, 0}, {5, 5}}, {.min_blocks = 3}, ring, key, {}, {0, 0, 9}, all, 0.5).replica, -1);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -18,8 +19,11 @@
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
+
 #include "engine/engine.h"
 #include "engine/forwarding_engine.h"
+#include "gguf/synth.h"
 #include "server/async_engine.h"
 #include "server/metrics.h"
 
@@ -208,6 +212,67 @@ TEST(AsyncEngineDriver, ADroppedRequestIsAnsweredWithAnError) {
   EXPECT_EQ(metrics.counter("pagoda:request_success_total", "error"), 1);
   EXPECT_EQ(metrics.counter("pagoda:request_success_total", "length"), 1);
 }
+
+// Hybrid models (issue 38): the recurrent-state checkpoints a live pin takes in
+// (KvManager::PinStats) reach /metrics. tiny-lfm2, blocks of 16, a checkpoint at
+// every block boundary. A: 40 tokens, its first 32 pinned: its prompt runs to the
+// boundary 32 (a checkpoint there), and the pin takes K/V blocks 0, 1 and that
+// checkpoint's one block. B: A's first 24 tokens: block 0 is cached but has no
+// checkpoint at 16, so B computes to 16 and checkpoints there, inside A's pin: the
+// pin takes it (added 1) unless the cap is full (the cap of 3 blocks is: over_cap 1).
+struct PinCase {
+  double pinned_fraction = 0;
+  int64_t added = 0, over_cap = 0, pinned_blocks = 0;
+};
+class HybridPinMetrics : public ::testing::TestWithParam<PinCase> {};
+
+TEST_P(HybridPinMetrics, CheckpointsInsideAPinAreCounted) {
+  const PinCase pc = GetParam();
+  const std::string path = ::testing::TempDir() + "pagoda_ae_lfm2_" + std::to_string(::getpid()) + ".gguf";
+  gguf::SynthOptions o;
+  o.shape = *gguf::find_synth_preset("tiny-lfm2");
+  o.type = GgmlType::F32;
+  ASSERT_TRUE(gguf::synth_model_file(o, path).ok());
+  engine::EngineConfig cfg;
+  cfg.model_path = path;
+  cfg.context_length = 256;
+  cfg.threads = 1;
+  cfg.num_kv_blocks = 64;
+  cfg.state_checkpoint_interval = 1;
+  cfg.kv_pinned_fraction = pc.pinned_fraction;
+  auto e = engine::Engine::create(cfg);
+  std::remove(path.c_str());
+  ASSERT_TRUE(e.ok()) << e.message();
+  Metrics metrics;
+  const std::vector<int32_t> a = prompt_of(40, 5);
+  engine::RequestParams pa = seeded(a, 1, 1, 1);
+  pa.pin_tokens = 32;
+  pa.pin_ttl_s = 600;
+  const engine::RequestParams pb = seeded(std::vector<int32_t>(a.begin(), a.begin() + 24), 1, 2, 1);
+  {
+    AsyncEngine ae(std::move(e).value(), &metrics);
+    Seen first, second;
+    ae.submit(first.submission({pa}));
+    ASSERT_TRUE(first.wait(1));
+    ae.submit(second.submission({pb}));
+    ASSERT_TRUE(second.wait(1));
+    ae.stop();
+    ASSERT_TRUE(first.errors.empty() && second.errors.empty());
+  }
+  const std::string text = metrics.render();
+  EXPECT_EQ(scrape(text, "pagoda:kv_pins"), 1);
+  EXPECT_EQ(scrape(text, "pagoda:kv_pinned_blocks"), pc.pinned_blocks);
+  EXPECT_EQ(scrape(text, "pagoda:kv_pins_checkpoints_added_total"), pc.added);
+  EXPECT_EQ(scrape(text, "pagoda:kv_pins_checkpoints_over_cap_total"), pc.over_cap);
+  EXPECT_NE(text.find("# TYPE pagoda:kv_pins_checkpoints_added_total counter"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE pagoda:kv_pins_checkpoints_over_cap_total counter"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyLfm2, HybridPinMetrics,
+                         ::testing::Values(PinCase{0.2, 1, 0, 4}, PinCase{0.05, 0, 1, 3}),
+                         [](const ::testing::TestParamInfo<PinCase>& i) {
+                           return i.param.added > 0 ? std::string("Added") : std::string("OverCap");
+                         });
 
 }  // namespace
 }  // namespace pagoda::server

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "kv/sizing.h"
 #include "sim/hardware.h"
 #include "sim/model_desc.h"
@@ -50,7 +52,7 @@ PlanInput h100_plan(const std::string& model, int tp) {
 
 TEST(SimPresets, AllLoadAndMatchPublishedParamCounts) {
   const auto names = list_model_presets();
-  ASSERT_EQ(names.size(), 15u);
+  ASSERT_EQ(names.size(), 22u);
   for (const auto& n : names) {
     auto m = load_model_preset(n);
     ASSERT_TRUE(m.ok()) << n << ": " << m.message();
@@ -454,6 +456,100 @@ TEST(SimReport, TextAndJsonCarryTheNumbers) {
   EXPECT_NE(md.find("| 128k |"), std::string::npos);
   EXPECT_NE(md.find(" x |"), std::string::npos);  // 128k x 256 does not fit
   EXPECT_TRUE(t.fits(0, 0));
+}
+
+// ---- Hybrid models (issue 38): the recurrent state's one formula, its sources, and --tp ----
+
+// base/recurrent_state.h, the formula model/lfm2.cc, model/qwen35.cc and sim/ share.
+TEST(RecurrentState, FormulaAndTpSplit) {
+  // LFM2-350M: 10 short-conv layers of l_cache 3 over 1024 channels: 2 rows of 1024 each.
+  EXPECT_EQ(short_conv_state(10, 3, 1024), (StateRows{20, 1024}));
+  EXPECT_EQ(short_conv_state(10, 3, 1024).bytes(), 81920u);
+  EXPECT_EQ(short_conv_state(0, 3, 1024), StateRows{});
+  // Qwen3.5-0.8B: 18 Gated DeltaNet layers: (4 - 1) x (2 x 16 + 16) + 16 x 128 = 2,192 rows of 128.
+  EXPECT_EQ(gated_delta_net_state(18, 4, 16, 16, 128), (StateRows{39456, 128}));
+  EXPECT_EQ(gated_delta_net_state(18, 4, 16, 16, 128).bytes(), 20201472u);
+  const RecurrentShape conv{.kind = RecurrentKind::kShortConv, .conv_kernel = 3, .channels = 1024};
+  const RecurrentShape gdn{.kind = RecurrentKind::kGatedDeltaNet, .conv_kernel = 4, .k_heads = 16, .v_heads = 16,
+                           .head_dim = 128};
+  // vLLM's split: the channels (short conv) or the k and v heads (Gated DeltaNet) over the ranks.
+  EXPECT_EQ(recurrent_state_rows(conv, 10, 4).value(), (StateRows{20, 256}));
+  EXPECT_EQ(recurrent_state_rows(gdn, 18, 2).value(), (StateRows{18 * (3 * 24 + 8 * 128), 128}));
+  EXPECT_EQ(recurrent_state_rows(gdn, 18, 16).value(), (StateRows{18 * (3 * 3 + 1 * 128), 128}));
+  auto bad = recurrent_state_rows(conv, 10, 3);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("1024 channels do not split across tp 3"), std::string::npos) << bad.message();
+  bad = recurrent_state_rows(gdn, 18, 32);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("16 k heads and 16 v heads do not split across tp 32"), std::string::npos);
+}
+
+std::string hf_fixture(const std::string& dir) { return data_dir() + "/../tests/cli/data/" + dir + "/config.json"; }
+
+// The published Hugging Face configs read as the presets say (the same layers, state and
+// parameter count: the published count, exactly).
+TEST(SimHfConfig, HybridsMatchTheirPresets) {
+  for (const auto& [dir, name] : {std::pair<std::string, std::string>{"LFM2-350M", "LFM2-350M"},
+                                  {"Qwen3.5-0.8B", "Qwen3.5-0.8B"}}) {
+    SCOPED_TRACE(dir);
+    auto hf = load_hf_config(hf_fixture(dir));
+    ASSERT_TRUE(hf.ok()) << hf.message();
+    const ModelDesc p = preset(name);
+    EXPECT_EQ(hf->arch, p.arch);
+    EXPECT_EQ(hf->recurrent_layers, p.recurrent_layers);
+    EXPECT_EQ(hf->recurrent, p.recurrent);
+    EXPECT_EQ(hf->state_rows, p.state_rows);
+    EXPECT_EQ(hf->state_row_floats, p.state_row_floats);
+    EXPECT_EQ(hf->ffn, p.ffn);  // LFM2: block_ff_dim 6656 auto-adjusted to 4608
+    EXPECT_EQ(hf->params_total, p.params_total);
+    EXPECT_EQ(kv::kv_bytes_per_token(hf->kv_shape(), kv::kv_dtype_f16()), 12288u);
+  }
+  EXPECT_EQ(preset("LFM2-350M").state_bytes(), 81920u);
+  EXPECT_EQ(preset("Qwen3.5-0.8B").state_bytes(), 20201472u);
+  EXPECT_EQ(preset("LFM2-1.2B").state_bytes(), 10u * 2 * 2048 * 4);
+  EXPECT_EQ(preset("Qwen3.5-27B").state_rows, 48 * (3 * (2 * 16 + 48) + 48 * 128));
+}
+
+// A hybrid config without a field its state needs is refused, naming the field.
+TEST(SimHfConfig, HybridMissingFieldsAreNamed) {
+  const auto without = [](const std::string& dir, const std::string& key, bool text) {
+    std::ifstream in(hf_fixture(dir));
+    nlohmann::json j = nlohmann::json::parse(in);
+    (text ? j["text_config"] : j).erase(key);
+    const std::string path = write_temp(dir + "-" + key + ".json", j.dump());
+    auto m = load_hf_config(path);
+    std::remove(path.c_str());
+    return m.ok() ? std::string("ok") : m.message();
+  };
+  EXPECT_NE(without("LFM2-350M", "conv_L_cache", false).find("conv_L_cache is missing"), std::string::npos);
+  EXPECT_NE(without("LFM2-350M", "layer_types", false).find("layer_types is missing"), std::string::npos);
+  for (const char* k : {"linear_conv_kernel_dim", "linear_num_key_heads", "linear_num_value_heads",
+                        "linear_key_head_dim", "linear_value_head_dim"}) {
+    EXPECT_NE(without("Qwen3.5-0.8B", k, true).find(std::string(k) + " is missing"), std::string::npos) << k;
+  }
+  // Without layer_types, Qwen3.5 takes every full_attention_interval-th layer (transformers' rule).
+  EXPECT_EQ(without("Qwen3.5-0.8B", "layer_types", true), "ok");
+}
+
+// --tp: each rank plans with its share of the state; a tp that does not split it is refused.
+TEST(SimPlanner, HybridStatePerRank) {
+  PlanInput in;
+  in.model = preset("Qwen3.5-0.8B");
+  in.kv_dtype = kv::kv_dtype_f16();
+  in.kv_cache_memory = 64u << 20;
+  in.context = 1024;
+  in.tp = 1;
+  ASSERT_TRUE(validate_plan_input(in).ok());
+  EXPECT_EQ(plan_capacity(in).state_bytes_per_sequence, 20201472u);
+  in.tp = 2;
+  ASSERT_TRUE(validate_plan_input(in).ok());
+  const PlanReport r = plan_capacity(in);
+  EXPECT_EQ(r.state_bytes_per_sequence, 10100736u);
+  EXPECT_EQ(r.kv_bytes_per_request, 1024u * 6144u + 10100736u);  // 1 of 2 KV heads per rank
+  in.tp = 32;
+  Status s = validate_plan_input(in);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--tp 32"), std::string::npos) << s.message();
 }
 
 }  // namespace
