@@ -396,6 +396,8 @@ int run_inspect(int argc, char** argv) {
                   with_commas(static_cast<uint64_t>(kSeq)).c_str(), wk.window, wk.groups, wk.group_size,
                   with_commas(wk.held_32k).c_str());
     }
+  } else if (state_layers > 0 && state_layers == n_layer) {
+    std::printf("KV cache:      none (no attention layer: every layer is recurrent)\n");
   } else {
     std::printf("KV cache:      unknown (attention shape missing from metadata)\n");
   }

@@ -157,6 +157,9 @@ int run_size(int argc, char** argv) {
       std::printf("KV per request      %llu bytes = %s at %lld tokens\n", static_cast<unsigned long long>(per_req),
                   sim::format_bytes(static_cast<double>(per_req)).c_str(), static_cast<long long>(in.context));
       std::printf("KV per block        %llu bytes (%d tokens)\n", static_cast<unsigned long long>(per_block), in.block_size);
+      if (shape.num_layers == 0 && rec > 0)  // attention-free (mamba2): the token group's slot holds state rows only
+        std::printf("pool block          %llu bytes (no attention layer: one K/V slot a state row wide, state rows only)\n",
+                    static_cast<unsigned long long>(layout->block_bytes));
       std::printf("\n(give --gpu, --gpu-mem or --kv-cache-memory for a capacity plan)\n");
     }
     return 0;

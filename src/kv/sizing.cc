@@ -45,7 +45,8 @@ int32_t KvShape::num_local_layers() const {
 }
 
 Status validate_kv_shape(const KvShape& s) {
-  if (s.num_layers <= 0) return errorf("kv shape: num_layers must be positive (got %d)", s.num_layers);
+  // 0: no attention layer (an attention-free model, mamba2: its K/V is none, its pool a token group's slot).
+  if (s.num_layers < 0) return errorf("kv shape: num_layers must not be negative (got %d)", s.num_layers);
   if (s.sliding_window < 0 || s.swa_period < 0) {
     return errorf("kv shape: sliding_window (%d) and swa_period (%d) must be >= 0", s.sliding_window,
                   s.swa_period);

@@ -101,11 +101,6 @@ struct ModelConfig {
   int32_t kv_dim() const { return n_kv_heads * head_dim; }  // width of one token's K (or V) row
 };
 
-// Rows of ssm.state_size floats one mamba2 layer's recurrent state takes
-// (model/mamba2.cc): (d_conv - 1) x (d_inner + 2 n_group d_state) / d_state conv
-// rows plus d_inner scan rows. Precondition: d_inner % d_state == 0.
-int64_t mamba2_state_rows_per_layer(int64_t d_conv, int64_t d_inner, int64_t n_group, int64_t d_state);
-
 // What a model is loaded for beyond its file.
 struct ModelLoadOptions {
   int32_t context_length = 0;  // the longest sequence it will run (0: the model's n_ctx_train)

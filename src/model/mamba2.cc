@@ -14,7 +14,8 @@
 //   y = rmsnorm_grouped(silu(z) * y, ssm_norm)  over G groups of d_inner / G
 // The output is tied to token_embd unless output.weight exists.
 //
-// The recurrent state of one layer, f32 (mamba2_state_rows): the convolution's
+// The recurrent state of one layer, f32 (base/recurrent_state.h's mamba2_state,
+// the formula sizing uses too): the convolution's
 // (conv_kernel - 1) x (d_inner + 2 G N) previous inputs, then the scan's H x P x N
 // state, kept as rows of N = ssm.state_size floats in the sequence's state rows
 // (the conv rows first, flat; then row h P + i of head h). Shapes whose conv
@@ -28,19 +29,12 @@
 #include <string>
 #include <vector>
 
+#include "base/recurrent_state.h"
 #include "model/arch.h"
 #include "model/blocks.h"
 #include "model/model.h"
 
 namespace pagoda::model {
-
-// Rows of ssm.state_size floats one mamba2 layer's recurrent state takes: the
-// conv state's (d_conv - 1) x conv_dim floats (whole rows: d_inner % d_state == 0)
-// plus d_inner scan rows (H heads x P). Keep this the one formula (sizing reads it).
-int64_t mamba2_state_rows_per_layer(int64_t d_conv, int64_t d_inner, int64_t n_group, int64_t d_state) {
-  const int64_t conv_dim = d_inner + 2 * n_group * d_state;
-  return (d_conv - 1) * conv_dim / d_state + d_inner;
-}
 
 namespace {
 
@@ -66,7 +60,7 @@ Status read_hparams(const gguf::GgufFile& f, const std::string& p, ModelConfig& 
   c.head_dim = N;
   c.rope_dim = 0;
   c.n_ff = 0;
-  const int64_t rows = static_cast<int64_t>(c.n_layers) * mamba2_state_rows_per_layer(c.ssm_d_conv, Di, G, N);
+  const int64_t rows = mamba2_state(c.n_layers, c.ssm_d_conv, Di, G, N).rows;
   if (rows > (int64_t{1} << 30)) return errorf("%s: a recurrent state of %lld rows is too large", p.c_str(), static_cast<long long>(rows));
   c.n_state_rows = static_cast<int32_t>(rows);
   c.state_row_floats = N;
@@ -100,7 +94,7 @@ Expected<ModelWeights> bind_weights(const gguf::GgufFile& f, const ModelConfig& 
 }
 
 // x += ssm_out(mixer(rmsnorm(x))) for layer l, whose state rows start at
-// l x mamba2_state_rows_per_layer.
+// l x (one layer's mamba2_state rows).
 void mixer_block(const ForwardPass& p, int32_t l) {
   const ModelConfig& c = p.c;
   const LayerWeights& w = p.w.layers[static_cast<size_t>(l)];
@@ -108,7 +102,7 @@ void mixer_block(const ForwardPass& p, int32_t l) {
   const int32_t Di = c.ssm_d_inner, N = c.ssm_d_state, H = c.ssm_n_head, G = c.ssm_n_group;
   const int64_t conv_dim = Di + 2 * int64_t{G} * N, d_in_proj = Di + conv_dim + H;
   const auto conv_rows = static_cast<int32_t>((c.ssm_d_conv - 1) * conv_dim / N);
-  const int64_t rows_per_layer = mamba2_state_rows_per_layer(c.ssm_d_conv, Di, G, N);
+  const int64_t rows_per_layer = mamba2_state(1, c.ssm_d_conv, Di, G, N).rows;
   Workspace& ws = p.ws;
   float* x = ws.x.data();
   float* xn = ws.xn.data();

@@ -80,6 +80,11 @@ ParamEstimate estimate_params(const ModelDesc& m) {
     const int64_t S = r.head_dim, conv_dim = (2 * int64_t{r.k_heads} + r.v_heads) * S, vdim = int64_t{r.v_heads} * S;
     mixer = h * conv_dim + h * vdim + 2 * h * r.v_heads + conv_dim * r.conv_kernel + 2 * int64_t{r.v_heads} + S +
             vdim * h;
+  } else if (r.kind == RecurrentKind::kMamba2) {
+    // in_proj (z | x B C | dt), conv taps and bias, dt bias, A and D per head, the grouped norm, out_proj.
+    const int64_t conv_dim = r.channels + 2 * int64_t{r.k_heads} * r.head_dim;
+    mixer = h * (r.channels + conv_dim + r.v_heads) + conv_dim * (r.conv_kernel + 1) + 3 * int64_t{r.v_heads} +
+            r.channels + int64_t{r.channels} * h;
   }
   const int64_t mixers = (L - rec_layers) * attn + rec_layers * mixer;
   const int64_t dense_layers = m.is_moe() ? m.first_dense_layers : L;
@@ -119,7 +124,9 @@ Status validate_model(const ModelDesc& m) {
   }
   if (!m.recurrent_layers.empty()) {
     const int32_t rec = m.num_recurrent_layers();
-    if (m.recurrent_layers.size() != static_cast<size_t>(m.num_layers) || rec == m.num_layers)
+    // Every layer recurrent: an attention-free model (mamba2); its pool keeps a token group of its own (kv/sizing.h).
+    if (m.recurrent_layers.size() != static_cast<size_t>(m.num_layers) ||
+        (rec == m.num_layers && m.recurrent.kind != RecurrentKind::kMamba2))
       return errorf("%s: recurrent layers must flag each of the %d layers and leave an attention layer", n.c_str(), m.num_layers);
     if ((rec > 0) != (m.state_rows > 0 && m.state_row_floats > 0))
       return errorf("%s: %d recurrent layers but a state of %lld rows of %d floats", n.c_str(), rec,

@@ -46,6 +46,8 @@ Expected<int32_t> dim(const gguf::GgufFile& f, const std::string& key, int64_t d
 //           each full_attention_interval-th (default 4) is a Gated DeltaNet one
 //           of ssm.conv_kernel taps, ssm.group_count k heads and
 //           ssm.time_step_rank v heads of ssm.state_size.
+//   mamba2: every layer (no attention), ssm.conv_kernel taps over ssm.inner_size
+//           + 2 ssm.group_count ssm.state_size channels, ssm.time_step_rank heads.
 Status read_recurrent_state(const gguf::GgufFile& f, const std::string& p, ModelDesc* m) {
   const auto n = static_cast<size_t>(m->num_layers);
   if (m->arch == "lfm2") {
@@ -75,6 +77,20 @@ Status read_recurrent_state(const gguf::GgufFile& f, const std::string& p, Model
                     .v_heads = v_heads, .head_dim = S};
     m->qk_norm = true;
     m->attn_output_gate = true;
+  } else if (m->arch == "mamba2") {
+    // No attention layer (head_count 0): every layer a Mamba-2 mixer of
+    // ssm.conv_kernel taps over ssm.inner_size + 2 ssm.group_count ssm.state_size
+    // channels; load_gguf_model gives the pool's token rows the model's layout.
+    m->recurrent_layers.assign(n, true);
+    PAGODA_ASSIGN_OR_RETURN(const int32_t conv_kernel, dim(f, p + "ssm.conv_kernel", -1, 2));
+    PAGODA_ASSIGN_OR_RETURN(const int32_t d_inner, dim(f, p + "ssm.inner_size", -1, 1));
+    PAGODA_ASSIGN_OR_RETURN(const int32_t N, dim(f, p + "ssm.state_size", -1, 1));
+    PAGODA_ASSIGN_OR_RETURN(const int32_t groups, dim(f, p + "ssm.group_count", -1, 1));
+    PAGODA_ASSIGN_OR_RETURN(const int32_t heads, dim(f, p + "ssm.time_step_rank", -1, 1));
+    if (d_inner % N != 0)
+      return errorf("metadata %sssm.inner_size %d: not a multiple of ssm.state_size %d", p.c_str(), d_inner, N);
+    m->recurrent = {.kind = RecurrentKind::kMamba2, .conv_kernel = conv_kernel, .channels = d_inner, .k_heads = groups,
+                    .v_heads = heads, .head_dim = N};
   } else {
     return Status::Ok();
   }
@@ -95,9 +111,16 @@ Expected<ModelDesc> load_gguf_model(const std::string& path) {
   const std::string p = m.arch + ".";
   PAGODA_ASSIGN_OR_RETURN(m.num_layers, dim(f, p + "block_count", -1, 1));
   PAGODA_ASSIGN_OR_RETURN(m.hidden, dim(f, p + "embedding_length", -1, 1));
-  PAGODA_ASSIGN_OR_RETURN(m.num_heads, dim(f, p + "attention.head_count", -1, 1));
-  PAGODA_ASSIGN_OR_RETURN(m.num_kv_heads, dim(f, p + "attention.head_count_kv", m.num_heads, 1));
-  PAGODA_ASSIGN_OR_RETURN(m.head_dim, dim(f, p + "attention.key_length", m.hidden / m.num_heads, 1));
+  if (m.arch == "mamba2") {
+    // Attention-free: one K/V "head" one state row (ssm.state_size) wide lays out
+    // the pool's token blocks, as model/mamba2.cc sets it (no layer attends).
+    m.num_heads = m.num_kv_heads = 1;
+    PAGODA_ASSIGN_OR_RETURN(m.head_dim, dim(f, p + "ssm.state_size", -1, 1));
+  } else {
+    PAGODA_ASSIGN_OR_RETURN(m.num_heads, dim(f, p + "attention.head_count", -1, 1));
+    PAGODA_ASSIGN_OR_RETURN(m.num_kv_heads, dim(f, p + "attention.head_count_kv", m.num_heads, 1));
+    PAGODA_ASSIGN_OR_RETURN(m.head_dim, dim(f, p + "attention.key_length", m.hidden / m.num_heads, 1));
+  }
   PAGODA_ASSIGN_OR_RETURN(int32_t v_len, dim(f, p + "attention.value_length", m.head_dim, 1));
   m.v_head_dim = v_len == m.head_dim ? 0 : v_len;
   PAGODA_ASSIGN_OR_RETURN(m.ffn, dim(f, p + "feed_forward_length", 0, 0));

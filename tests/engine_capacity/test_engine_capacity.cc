@@ -321,11 +321,18 @@ TEST_P(HybridCapacity, RunsExactlyThePredictedFullContextRequestsAtOnce) {
 // tiny-qwen35: 2 attention layers of 2 KV heads x 32 -> 8,192 B blocks; 4 delta-net layers x
 //   ((4 - 1) x (2 x 2 + 4) + 4 x 16) = 352 rows of 16 f32 (64 B) = 22,528 B; a 2,048 B chunk
 //   holds 32 rows, a block 128: 3 blocks. 512 KiB = 64 blocks, 63 usable / (4 + 3) = 9.
+// tiny-mamba2: no attention layer -> one slot of 16 x (K, V) x 32 x 2 B = 2,048 B blocks (a state
+//   row of 32 f32 wide: no K/V); 3 layers x (3 x 256 / 32 + 128) = 456 rows of 128 B = 58,368 B;
+//   a 1,024 B chunk holds 8 rows, a block 16: 29 blocks. 256 KiB = 128 blocks, 127 usable /
+//   (4 + 29) = 3.
 INSTANTIATE_TEST_SUITE_P(Presets, HybridCapacity,
                          ::testing::Values(HybridCase{"tiny-lfm2", 256u << 10, 64, 2048, 1, 12},
-                                           HybridCase{"tiny-qwen35", 512u << 10, 64, 22528, 3, 9}),
+                                           HybridCase{"tiny-qwen35", 512u << 10, 64, 22528, 3, 9},
+                                           HybridCase{"tiny-mamba2", 256u << 10, 64, 58368, 29, 3}),
                          [](const ::testing::TestParamInfo<HybridCase>& i) {
-                           return i.param.preset == "tiny-lfm2" ? std::string("TinyLfm2") : std::string("TinyQwen35");
+                           const std::string& p = i.param.preset;
+                           return p == "tiny-lfm2" ? std::string("TinyLfm2") : p == "tiny-qwen35" ? std::string("TinyQwen35")
+                                                                                           : std::string("TinyMamba2");
                          });
 
 // sim/ reads a hybrid model's recurrent layers and state from the GGUF metadata
@@ -333,7 +340,7 @@ INSTANTIATE_TEST_SUITE_P(Presets, HybridCapacity,
 // agree on every synth preset of these architectures, the full-size ones too
 // (their metadata, a 512-token vocabulary and token_embd alone: no weights).
 TEST(HybridShape, SimReadsTheStateTheModelReads) {
-  for (const char* preset : {"tiny-lfm2", "tiny-qwen35", "lfm2-350m", "qwen3.5-0.8b"}) {
+  for (const char* preset : {"tiny-lfm2", "tiny-qwen35", "lfm2-350m", "qwen3.5-0.8b", "tiny-mamba2", "mamba2-130m"}) {
     SCOPED_TRACE(preset);
     gguf::SynthOptions o;
     o.shape = *gguf::find_synth_preset(preset);

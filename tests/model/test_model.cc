@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/recurrent_state.h"
 #include "common/dense_ref.h"
 #include "common/mem_gguf.h"
 #include "gguf/dequant.h"
@@ -421,7 +422,7 @@ TEST(ModelArch, Mamba2ConfigAndRefusals) {
   // 3 layers x (3 x (128 + 2 x 2 x 32) / 32 conv rows + 128 scan rows) of 32 floats.
   EXPECT_EQ(c.n_state_rows, 3 * (24 + 128));
   EXPECT_EQ(c.state_row_floats, 32);
-  EXPECT_EQ(model::mamba2_state_rows_per_layer(4, 1536, 1, 128), 42 + 1536);  // mamba2-130m
+  EXPECT_EQ(mamba2_state(1, 4, 1536, 1, 128).rows, 42 + 1536);  // mamba2-130m: one layer
   const auto err = [](const std::function<void(gguf::GgufWriter&)>& edit) {
     auto r = tiny_mamba2(edit);
     return r.ok() ? std::string("loaded") : r.message();
