@@ -340,10 +340,10 @@ TEST(ModelParity, Qwen2BiasNeoxMatchesDenseReference) {
 
 namespace qwen35_test {
 
-// tiny-qwen35 (F32) in memory, with `edit` applied to the writer before it is written.
-Expected<std::unique_ptr<model::Model>> tiny_qwen35(const std::function<void(gguf::GgufWriter&)>& edit) {
+// A synth preset (F32) in memory, with `edit` applied to the writer before it is written.
+Expected<std::unique_ptr<model::Model>> tiny_model(const char* preset, const std::function<void(gguf::GgufWriter&)>& edit) {
   gguf::SynthOptions o;
-  o.shape = *gguf::find_synth_preset("tiny-qwen35");
+  o.shape = *gguf::find_synth_preset(preset);
   o.type = GgmlType::F32;
   gguf::GgufWriter w;
   PAGODA_TRY(gguf::synth_model(o, &w));
@@ -355,7 +355,7 @@ Expected<std::unique_ptr<model::Model>> tiny_qwen35(const std::function<void(ggu
 // qwen35 (issue 38): the hybrid's config from llama.cpp's keys, and clear errors
 // for what pagoda does not run.
 TEST(ModelArch, Qwen35ConfigAndRefusals) {
-  auto m = tiny_qwen35(nullptr);
+  auto m = tiny_model("tiny-qwen35", nullptr);
   ASSERT_TRUE(m.ok()) << m.message();
   const model::ModelConfig& c = (*m)->config();
   std::vector<bool> rec;
@@ -371,7 +371,7 @@ TEST(ModelArch, Qwen35ConfigAndRefusals) {
   EXPECT_EQ(c.n_state_rows, 4 * (24 + 64));
   EXPECT_EQ(c.state_row_floats, 16);
   const auto err = [](const std::function<void(gguf::GgufWriter&)>& edit) {
-    auto r = tiny_qwen35(edit);
+    auto r = tiny_model("tiny-qwen35", edit);
     return r.ok() ? std::string("loaded") : r.message();
   };
   EXPECT_EQ(err([](gguf::GgufWriter& w) { w.set_u32("qwen35.ssm.inner_size", 48); }),
@@ -391,22 +391,12 @@ TEST(ModelArch, Qwen35ConfigAndRefusals) {
 
 namespace mamba2_test {
 
-// tiny-mamba2 (F32) in memory, with `edit` applied to the writer before it is written.
-Expected<std::unique_ptr<model::Model>> tiny_mamba2(const std::function<void(gguf::GgufWriter&)>& edit) {
-  gguf::SynthOptions o;
-  o.shape = *gguf::find_synth_preset("tiny-mamba2");
-  o.type = GgmlType::F32;
-  gguf::GgufWriter w;
-  PAGODA_TRY(gguf::synth_model(o, &w));
-  if (edit) edit(w);
-  PAGODA_ASSIGN_OR_RETURN(MemModel m, testutil::to_memory(w));
-  return model::Model::from_gguf(m.file);
-}
+using qwen35_test::tiny_model;
 
 // mamba2 (issue 38): the config from llama.cpp's keys (no attention, no FFN:
 // head_count and feed_forward_length 0), and clear errors for malformed files.
 TEST(ModelArch, Mamba2ConfigAndRefusals) {
-  auto m = tiny_mamba2(nullptr);
+  auto m = tiny_model("tiny-mamba2", nullptr);
   ASSERT_TRUE(m.ok()) << m.message();
   const model::ModelConfig& c = (*m)->config();
   EXPECT_EQ(c.n_recurrent_layers(), 3);
@@ -424,7 +414,7 @@ TEST(ModelArch, Mamba2ConfigAndRefusals) {
   EXPECT_EQ(c.state_row_floats, 32);
   EXPECT_EQ(mamba2_state(1, 4, 1536, 1, 128).rows, 42 + 1536);  // mamba2-130m: one layer
   const auto err = [](const std::function<void(gguf::GgufWriter&)>& edit) {
-    auto r = tiny_mamba2(edit);
+    auto r = tiny_model("tiny-mamba2", edit);
     return r.ok() ? std::string("loaded") : r.message();
   };
   EXPECT_EQ(err([](gguf::GgufWriter& w) { w.set_u32("mamba2.ssm.time_step_rank", 6); }),

@@ -140,6 +140,73 @@ inline std::vector<int32_t> random_tokens(uint64_t seed, int n) {
   return t;
 }
 
+// The checks of the tests below every hybrid model's test runs on its tiny
+// synth preset (blocks of 4 tokens, f16): the same four prompts each time.
+inline std::vector<Req> hybrid_prompts() {
+  return {{random_tokens(1, 37)}, {random_tokens(2, 9)}, {random_tokens(3, 61)}, {random_tokens(4, 22)}};
+}
+
+// Every greedy token and logits row is bitwise the same alone, batched, in
+// chunked prefill of the given sizes (and on 2 kernel threads when asked); each
+// sequence holds exactly ceil(computed / 4) token blocks + its S state blocks.
+inline void check_alone_batched_chunked(const std::string& path, int state_blocks, const std::vector<int>& chunks,
+                                        bool two_threads) {
+  const auto p = hybrid_prompts();
+  const int kOut = 8;
+  const auto ref = run(base_config(path, 2048), p, kOut, false);
+  ASSERT_EQ(ref.size(), p.size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    ASSERT_EQ(ref[i][0].tokens.size(), static_cast<size_t>(kOut));
+    const int32_t computed = ref[i][0].last_computed;
+    EXPECT_EQ(ref[i][0].last_blocks, (computed + 3) / 4 + state_blocks) << "request " << i;
+  }
+  // The four continuations differ (the state and the prompts matter).
+  EXPECT_NE(ref[0][0].tokens, ref[1][0].tokens);
+  EXPECT_NE(ref[2][0].tokens, ref[3][0].tokens);
+  expect_same(ref, run(base_config(path, 2048), p, kOut, true), "batched");
+  for (int chunk : chunks) expect_same(ref, run(base_config(path, chunk), p, kOut, true), "chunked " + std::to_string(chunk));
+  if (two_threads) {
+    engine::EngineConfig two = base_config(path, 2048);
+    two.threads = 2;
+    expect_same(ref, run(two, p, kOut, true), "2 threads");
+  }
+}
+
+// Pools far smaller than the four sequences' blocks at the end of 24 outputs
+// each (chunks of 8): growth preempts, and the preempted sequences recompute
+// from the zero state, bitwise as alone.
+inline void check_preempted(const std::string& path, const std::vector<int>& pools) {
+  const auto p = hybrid_prompts();
+  const int kOut = 24;
+  const auto ref = run(base_config(path, 2048), p, kOut, false);
+  int64_t preemptions = 0;
+  for (int blocks : pools) {
+    engine::EngineConfig small = base_config(path, 8);
+    small.num_kv_blocks = blocks;
+    RunStats st;
+    expect_same(ref, run(small, p, kOut, true, &st), "preempted, " + std::to_string(blocks) + " blocks");
+    preemptions += st.preemptions;
+  }
+  EXPECT_GT(preemptions, 0);
+}
+
+// Each choice of an n = 3 fork equals a lone seeded request (the forked state
+// is copied on write, not shared).
+inline void check_forked_choices(const std::string& path) {
+  const std::vector<int32_t> prompt = random_tokens(9, 30);
+  const int kOut = 12;
+  const auto forked = run(base_config(path, 2048), {{prompt, 3, 1234}}, kOut, true);
+  ASSERT_EQ(forked.size(), 1u);
+  ASSERT_EQ(forked[0].size(), 3u);
+  for (int k = 0; k < 3; ++k) {
+    const auto lone = run(base_config(path, 2048), {{prompt, 1, 1234u + static_cast<uint64_t>(k)}}, kOut, true);
+    expect_same(lone[0][0], forked[0][static_cast<size_t>(k)], "choice " + std::to_string(k));
+  }
+  // Seeded sampling at temperature 1 gives the choices different tokens: a
+  // shared (not copied) state would have mixed them.
+  EXPECT_NE(forked[0][0].tokens, forked[0][1].tokens);
+}
+
 // No checkpoints, no prefix caching: the reference of the checkpoint checks below.
 inline engine::EngineConfig cold_config(const std::string& path, int chunk) {
   engine::EngineConfig c = base_config(path, chunk);

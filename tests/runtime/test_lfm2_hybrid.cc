@@ -58,9 +58,6 @@ class Lfm2Hybrid : public ::testing::Test {
     delete path_;
     path_ = nullptr;
   }
-  static std::vector<Req> prompts() {
-    return {{random_tokens(1, 37)}, {random_tokens(2, 9)}, {random_tokens(3, 61)}, {random_tokens(4, 22)}};
-  }
   static std::string* path_;
 };
 std::string* Lfm2Hybrid::path_ = nullptr;
@@ -68,55 +65,13 @@ std::string* Lfm2Hybrid::path_ = nullptr;
 constexpr int kStateBlocks = 2;  // 8 rows of 256 B; a block's chunks (2 slots x K, V of 4 x 64 B) hold 1 each: 4
 
 TEST_F(Lfm2Hybrid, AloneBatchedAndChunkedAreBitwiseTheSame) {
-  const auto p = prompts();
-  const int kOut = 8;
-  const auto ref = run(base_config(*path_, 2048), p, kOut, false);
-  ASSERT_EQ(ref.size(), p.size());
-  for (size_t i = 0; i < p.size(); ++i) {
-    ASSERT_EQ(ref[i][0].tokens.size(), static_cast<size_t>(kOut));
-    // Exactly the attention blocks of the computed tokens plus the state's S blocks.
-    const int32_t computed = ref[i][0].last_computed;
-    EXPECT_EQ(ref[i][0].last_blocks, (computed + 3) / 4 + kStateBlocks) << "request " << i;
-  }
-  // The four continuations differ (the state and the prompts matter).
-  EXPECT_NE(ref[0][0].tokens, ref[1][0].tokens);
-  EXPECT_NE(ref[2][0].tokens, ref[3][0].tokens);
-  expect_same(ref, run(base_config(*path_, 2048), p, kOut, true), "batched");
-  for (int chunk : {1, 3, 16}) expect_same(ref, run(base_config(*path_, chunk), p, kOut, true), "chunked " + std::to_string(chunk));
+  check_alone_batched_chunked(*path_, kStateBlocks, {1, 3, 16}, false);
 }
 
-// Pools far smaller than the four sequences' 18 + 11 + 24 + 14 blocks at the
-// end of 24 outputs each: decode growth preempts, and the preempted sequences
-// recompute from the zero state, bitwise as alone.
-TEST_F(Lfm2Hybrid, PreemptedIsBitwiseTheSame) {
-  const auto p = prompts();
-  const int kOut = 24;
-  const auto ref = run(base_config(*path_, 2048), p, kOut, false);
-  int64_t preemptions = 0;
-  for (int blocks : {26, 30, 34}) {
-    engine::EngineConfig small = base_config(*path_, 8);
-    small.num_kv_blocks = blocks;
-    RunStats st;
-    expect_same(ref, run(small, p, kOut, true, &st), "preempted, " + std::to_string(blocks) + " blocks");
-    preemptions += st.preemptions;
-  }
-  EXPECT_GT(preemptions, 0);
-}
+// Pools far smaller than the four sequences' 18 + 11 + 24 + 14 blocks (hybrid_run.h).
+TEST_F(Lfm2Hybrid, PreemptedIsBitwiseTheSame) { check_preempted(*path_, {26, 30, 34}); }
 
-TEST_F(Lfm2Hybrid, ForkedChoicesEqualLoneSeededRequests) {
-  const std::vector<int32_t> prompt = random_tokens(9, 30);
-  const int kOut = 12;
-  const auto forked = run(base_config(*path_, 2048), {{prompt, 3, 1234}}, kOut, true);
-  ASSERT_EQ(forked.size(), 1u);
-  ASSERT_EQ(forked[0].size(), 3u);
-  for (int k = 0; k < 3; ++k) {
-    const auto lone = run(base_config(*path_, 2048), {{prompt, 1, 1234u + static_cast<uint64_t>(k)}}, kOut, true);
-    expect_same(lone[0][0], forked[0][static_cast<size_t>(k)], "choice " + std::to_string(k));
-  }
-  // Seeded sampling at temperature 1 gives the choices different tokens: a
-  // shared (not copied) state would have mixed them.
-  EXPECT_NE(forked[0][0].tokens, forked[0][1].tokens);
-}
+TEST_F(Lfm2Hybrid, ForkedChoicesEqualLoneSeededRequests) { check_forked_choices(*path_); }
 
 TEST_F(Lfm2Hybrid, PrefixCacheIsOffWithoutCheckpoints) {
   const std::vector<int32_t> prompt = random_tokens(5, 40);

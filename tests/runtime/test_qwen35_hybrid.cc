@@ -54,70 +54,22 @@ class Qwen35Hybrid : public ::testing::Test {
     delete path_;
     path_ = nullptr;
   }
-  static std::vector<Req> prompts() {
-    return {{random_tokens(1, 37)}, {random_tokens(2, 9)}, {random_tokens(3, 61)}, {random_tokens(4, 22)}};
-  }
   static std::string* path_;
 };
 std::string* Qwen35Hybrid::path_ = nullptr;
 
 constexpr int kStateBlocks = 11;  // 352 rows of 64 B; a block's 4 chunks (2 slots x K, V of 4 x 128 B) hold 8 each: 32
 
+// Two kernel threads: the delta rule's heads split over the pool (prompts of 37
+// and 61 tokens reach its split), the matmuls too: no bit changes.
 TEST_F(Qwen35Hybrid, AloneBatchedAndChunkedAreBitwiseTheSame) {
-  const auto p = prompts();
-  const int kOut = 8;
-  const auto ref = run(base_config(*path_, 2048), p, kOut, false);
-  ASSERT_EQ(ref.size(), p.size());
-  for (size_t i = 0; i < p.size(); ++i) {
-    ASSERT_EQ(ref[i][0].tokens.size(), static_cast<size_t>(kOut));
-    // Exactly the attention blocks of the computed tokens plus the state's S blocks.
-    const int32_t computed = ref[i][0].last_computed;
-    EXPECT_EQ(ref[i][0].last_blocks, (computed + 3) / 4 + kStateBlocks) << "request " << i;
-  }
-  // The four continuations differ (the state and the prompts matter).
-  EXPECT_NE(ref[0][0].tokens, ref[1][0].tokens);
-  EXPECT_NE(ref[2][0].tokens, ref[3][0].tokens);
-  expect_same(ref, run(base_config(*path_, 2048), p, kOut, true), "batched");
-  for (int chunk : {1, 3, 5, 16}) expect_same(ref, run(base_config(*path_, chunk), p, kOut, true), "chunked " + std::to_string(chunk));
-  // Two kernel threads: the delta rule's heads split over the pool (prompts of 37
-  // and 61 tokens reach its split), the matmuls too: no bit changes.
-  engine::EngineConfig two = base_config(*path_, 2048);
-  two.threads = 2;
-  expect_same(ref, run(two, p, kOut, true), "2 threads");
+  check_alone_batched_chunked(*path_, kStateBlocks, {1, 3, 5, 16}, true);
 }
 
-// Pools far smaller than the four sequences' 26 + 19 + 32 + 23 blocks at the
-// end of 24 outputs each: decode growth preempts, and the preempted sequences
-// recompute from the zero state, bitwise as alone.
-TEST_F(Qwen35Hybrid, PreemptedIsBitwiseTheSame) {
-  const auto p = prompts();
-  const int kOut = 24;
-  const auto ref = run(base_config(*path_, 2048), p, kOut, false);
-  int64_t preemptions = 0;
-  for (int blocks : {40, 50, 60}) {
-    engine::EngineConfig small = base_config(*path_, 8);
-    small.num_kv_blocks = blocks;
-    RunStats st;
-    expect_same(ref, run(small, p, kOut, true, &st), "preempted, " + std::to_string(blocks) + " blocks");
-    preemptions += st.preemptions;
-  }
-  EXPECT_GT(preemptions, 0);
-}
+// Pools far smaller than the four sequences' 26 + 19 + 32 + 23 blocks (hybrid_run.h).
+TEST_F(Qwen35Hybrid, PreemptedIsBitwiseTheSame) { check_preempted(*path_, {40, 50, 60}); }
 
-TEST_F(Qwen35Hybrid, ForkedChoicesEqualLoneSeededRequests) {
-  const std::vector<int32_t> prompt = random_tokens(9, 30);
-  const int kOut = 12;
-  const auto forked = run(base_config(*path_, 2048), {{prompt, 3, 1234}}, kOut, true);
-  ASSERT_EQ(forked.size(), 1u);
-  ASSERT_EQ(forked[0].size(), 3u);
-  for (int k = 0; k < 3; ++k) {
-    const auto lone = run(base_config(*path_, 2048), {{prompt, 1, 1234u + static_cast<uint64_t>(k)}}, kOut, true);
-    expect_same(lone[0][0], forked[0][static_cast<size_t>(k)], "choice " + std::to_string(k));
-  }
-  // Seeded sampling at temperature 1 gives the choices different tokens: a
-  // shared (not copied) state would have mixed them.
-  EXPECT_NE(forked[0][0].tokens, forked[0][1].tokens);
-}
+TEST_F(Qwen35Hybrid, ForkedChoicesEqualLoneSeededRequests) { check_forked_choices(*path_); }
 
 // A repeated prompt gives bitwise the same tokens and logits. On this branch the
 // prefix cache is off for hybrids (no hit: the state is recomputed); with state
