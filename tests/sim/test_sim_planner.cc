@@ -482,6 +482,18 @@ TEST(RecurrentState, FormulaAndTpSplit) {
   bad = recurrent_state_rows(gdn, 18, 32);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.message().find("16 k heads and 16 v heads do not split across tp 32"), std::string::npos);
+  // Mamba-2 130M: 24 layers, conv of 4 over 1536 + 2 x 1 x 128 channels (42 rows of 128), then 1536 scan rows.
+  EXPECT_EQ(mamba2_state(24, 4, 1536, 1, 128), (StateRows{24 * (42 + 1536), 128}));
+  EXPECT_EQ(mamba2_state(24, 4, 1536, 1, 128).bytes(), 19390464u);
+  // tiny-mamba2's shape over 2 ranks: 64 inner channels and 1 group each.
+  const RecurrentShape m2{.kind = RecurrentKind::kMamba2, .conv_kernel = 4, .channels = 128, .k_heads = 2, .v_heads = 8,
+                          .head_dim = 32};
+  EXPECT_EQ(recurrent_state_rows(m2, 3, 1).value(), (StateRows{3 * (24 + 128), 32}));
+  EXPECT_EQ(recurrent_state_rows(m2, 3, 2).value(), (StateRows{3 * (3 * 128 / 32 + 64), 32}));
+  bad = recurrent_state_rows(m2, 3, 4);  // 2 groups over 4 ranks
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("2 groups, 8 heads and 128 inner channels (rows of 32) do not split across tp 4"),
+            std::string::npos) << bad.message();
 }
 
 std::string hf_fixture(const std::string& dir) { return data_dir() + "/../tests/cli/data/" + dir + "/config.json"; }
