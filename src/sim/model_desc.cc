@@ -262,8 +262,9 @@ void layers_from_interval(int64_t interval, ModelDesc& m) {
   for (int64_t l = 0; l < m.num_layers; ++l) m.recurrent_layers[static_cast<size_t>(l)] = (l + 1) % interval != 0;
 }
 
-// A preset's recurrent shape (data/models.json): "recurrent" "short_conv" (lfm2)
-// or "gated_delta_net" (qwen35), "attention_layers" (the attention layers'
+// A preset's recurrent shape (data/models.json): "recurrent" "short_conv" (lfm2),
+// "gated_delta_net" (qwen35) or "mamba2" (every layer; "ssm_inner", "ssm_groups",
+// "ssm_heads", "ssm_state"), "attention_layers" (the attention layers'
 // indices) or "full_attention_interval", "conv_kernel", and for a Gated
 // DeltaNet "linear_k_heads", "linear_v_heads", "linear_head_dim".
 Status read_preset_recurrent(const json& o, const std::string& ctx, ModelDesc& m) {
@@ -271,8 +272,23 @@ Status read_preset_recurrent(const json& o, const std::string& ctx, ModelDesc& m
   m.attn_output_gate = detail::get_bool(o, "attn_output_gate", false);
   m.qk_norm = detail::get_bool(o, "qk_norm", false);
   if (kind.empty()) return Status::Ok();
-  if (kind != "short_conv" && kind != "gated_delta_net")
-    return errorf("%s: recurrent '%s' (expected short_conv or gated_delta_net)", ctx.c_str(), kind.c_str());
+  if (kind != "short_conv" && kind != "gated_delta_net" && kind != "mamba2")
+    return errorf("%s: recurrent '%s' (expected short_conv, gated_delta_net or mamba2)", ctx.c_str(), kind.c_str());
+  if (kind == "mamba2") {  // every layer (no attention); heads / kv_heads / head_dim lay out the pool's token rows
+    PAGODA_ASSIGN_OR_RETURN(const int64_t k, detail::get_required_int(o, "conv_kernel", ctx, 2, 64));
+    PAGODA_ASSIGN_OR_RETURN(const int64_t inner, detail::get_required_int(o, "ssm_inner", ctx, 1, kI32));
+    PAGODA_ASSIGN_OR_RETURN(const int64_t groups, detail::get_required_int(o, "ssm_groups", ctx, 1, 1024));
+    PAGODA_ASSIGN_OR_RETURN(const int64_t heads, detail::get_required_int(o, "ssm_heads", ctx, 1, 65536));
+    PAGODA_ASSIGN_OR_RETURN(const int64_t state, detail::get_required_int(o, "ssm_state", ctx, 1, 1024));
+    if (inner % state != 0 || m.num_heads != 1 || m.num_kv_heads != 1 || m.head_dim != state)
+      return errorf("%s: mamba2 needs ssm_inner a multiple of ssm_state, and heads 1, kv_heads 1, head_dim ssm_state "
+                    "(the pool's token rows, a state row wide)", ctx.c_str());
+    m.recurrent_layers.assign(static_cast<size_t>(m.num_layers), true);
+    m.recurrent = {.kind = RecurrentKind::kMamba2, .conv_kernel = static_cast<int32_t>(k),
+                   .channels = static_cast<int32_t>(inner), .k_heads = static_cast<int32_t>(groups),
+                   .v_heads = static_cast<int32_t>(heads), .head_dim = static_cast<int32_t>(state)};
+    return set_recurrent_state(m);
+  }
   if (o.contains("attention_layers")) {
     PAGODA_TRY(layers_from_attention_list(o["attention_layers"], ctx, "attention_layers", m));
   } else {

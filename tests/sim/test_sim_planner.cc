@@ -52,7 +52,7 @@ PlanInput h100_plan(const std::string& model, int tp) {
 
 TEST(SimPresets, AllLoadAndMatchPublishedParamCounts) {
   const auto names = list_model_presets();
-  ASSERT_EQ(names.size(), 22u);
+  ASSERT_EQ(names.size(), 23u);  // + Mamba2-130m (issue 38)
   for (const auto& n : names) {
     auto m = load_model_preset(n);
     ASSERT_TRUE(m.ok()) << n << ": " << m.message();
@@ -520,6 +520,13 @@ TEST(SimHfConfig, HybridsMatchTheirPresets) {
   EXPECT_EQ(preset("Qwen3.5-0.8B").state_bytes(), 20201472u);
   EXPECT_EQ(preset("LFM2-1.2B").state_bytes(), 10u * 2 * 2048 * 4);
   EXPECT_EQ(preset("Qwen3.5-27B").state_rows, 48 * (3 * (2 * 16 + 48) + 48 * 128));
+  // Mamba-2 130M: every layer recurrent (no attention), the state of the GGUF path (engine_capacity's
+  // SimReadsTheStateTheModelReads checks that one against model/).
+  const ModelDesc m2 = preset("Mamba2-130m");
+  EXPECT_EQ(m2.num_recurrent_layers(), 24);
+  EXPECT_EQ(m2.kv_shape().num_layers, 0);
+  EXPECT_EQ(m2.state_bytes(), 19390464u);
+  EXPECT_EQ(m2.state_row_floats, 128);
 }
 
 // A hybrid config without a field its state needs is refused, naming the field.
