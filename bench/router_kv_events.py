@@ -58,6 +58,18 @@ def free_port():
         return s.getsockname()[1]
 
 
+def add_workload_args(ap):
+    """The workload's flags (also bench/router_kv_oracle.py's)."""
+    ap.add_argument("--replicas", type=int, default=4)
+    ap.add_argument("--prefixes", type=int, default=64)
+    ap.add_argument("--prefix-blocks", type=int, default=16)
+    ap.add_argument("--requests", type=int, default=512)
+    ap.add_argument("--phases", type=int, default=4)
+    ap.add_argument("--num-kv-blocks", type=int, default=160)
+    ap.add_argument("--shared-head", type=int, default=0, help="blocks of a shared system prompt before each prefix")
+    ap.add_argument("--heads", type=int, default=4, help="distinct shared heads (with --shared-head)")
+
+
 def workload(args):
     """The request sequence: (prefix index, token ids), the same for every run."""
     rng = random.Random(1234)
@@ -167,16 +179,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pagoda", default=os.path.join(ROOT, "build/release/src/cli/pagoda"))
     ap.add_argument("--model", default=os.path.join(ROOT, "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-    ap.add_argument("--replicas", type=int, default=4)
-    ap.add_argument("--prefixes", type=int, default=64)
-    ap.add_argument("--prefix-blocks", type=int, default=16)
-    ap.add_argument("--requests", type=int, default=512)
-    ap.add_argument("--phases", type=int, default=4)
+    add_workload_args(ap)
     ap.add_argument("-c", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--num-kv-blocks", type=int, default=160)
-    ap.add_argument("--shared-head", type=int, default=0, help="blocks of a shared system prompt before each prefix")
-    ap.add_argument("--heads", type=int, default=4, help="distinct shared heads (with --shared-head)")
     ap.add_argument("--kv-min-match", type=int, default=1, help="the event router's --kv-min-match")
     ap.add_argument("--max-imbalance", type=float, default=0.5, help="both routers' --max-imbalance (their load bound)")
     ap.add_argument("--ring-only", action="store_true",

@@ -25,7 +25,7 @@ import sys
 from collections import OrderedDict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from router_kv_events import BS, workload  # noqa: E402
+from router_kv_events import BS, add_workload_args, workload  # noqa: E402
 
 
 def chain(p):
@@ -83,14 +83,7 @@ def run(args, prompts, events):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--replicas", type=int, default=4)
-    ap.add_argument("--prefixes", type=int, default=64)
-    ap.add_argument("--prefix-blocks", type=int, default=16)
-    ap.add_argument("--requests", type=int, default=512)
-    ap.add_argument("--phases", type=int, default=4)
-    ap.add_argument("--num-kv-blocks", type=int, default=160)
-    ap.add_argument("--shared-head", type=int, default=0)
-    ap.add_argument("--heads", type=int, default=4)
+    add_workload_args(ap)
     ap.add_argument("--kv-match-threshold", type=float, default=0.5)
     args = ap.parse_args()
     prompts = workload(args)
