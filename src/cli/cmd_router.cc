@@ -54,6 +54,9 @@ const char* kRouterHelp =
     "                           blocks (SGLang's cache_threshold); a shorter one (a shared system\n"
     "                           prompt) goes by the ring keyed past it, so such prompts spread\n"
     "                           (default 0.5; 0: follow every match)\n"
+    "  --kv-max-imbalance F     the load bound of a replica holding a followed match: it takes the\n"
+    "                           request until it has more than (1+F) x mean + 1 in flight (default 2,\n"
+    "                           never below --max-imbalance: a hit saves a prefill)\n"
     "A request's prompt_cache_key, when present, is its ring key instead of its first blocks.\n"
     "Prompts shorter than one block go to the least-loaded replica. A request is retried on\n"
     "another replica when its replica fails (connection error, 5xx) before any byte of the\n"
@@ -124,9 +127,13 @@ int router_main(int argc, char** argv) {
   dbl("--kv-match-threshold", 0, 1, &threshold);
   const bool threshold_given = threshold >= 0;
   if (threshold_given) cfg.kv_match_threshold = threshold;
+  double hold = -1;  // < 0: not given
+  dbl("--kv-max-imbalance", 0, 1e6, &hold);
+  if (hold >= 0) cfg.kv_max_imbalance = hold;
   if (err.empty() && !cfg.kv_events &&
-      (!cfg.kv_event_endpoints.empty() || !cfg.kv_replay_endpoints.empty() || kv_min_match > 0 || threshold_given))
-    err = "--kv-events-endpoint, --kv-replay-endpoint, --kv-min-match and --kv-match-threshold need --kv-events";
+      (!cfg.kv_event_endpoints.empty() || !cfg.kv_replay_endpoints.empty() || kv_min_match > 0 || threshold_given || hold >= 0))
+    err = "--kv-events-endpoint, --kv-replay-endpoint, --kv-min-match, --kv-match-threshold and --kv-max-imbalance "
+          "need --kv-events";
   if (err.empty()) err = args.leftover();
   if (err.empty() && replicas.empty()) err = "at least one --replica URL is needed";
   cfg.replicas = replicas;

@@ -226,9 +226,12 @@ RouteChoice choose_kv(const std::vector<PrefixMatch>& matches, const KvRouting& 
                       uint64_t key, const std::vector<uint64_t>& chain, const std::vector<int>& in_flight,
                       const std::vector<bool>& eligible, double max_imbalance) {
   const double limit = load_limit(in_flight, eligible, max_imbalance);
+  const double hold_limit =
+      how.hold_imbalance < 0 ? limit : load_limit(in_flight, eligible, std::max(max_imbalance, how.hold_imbalance));
   auto within = [&](size_t i) { return i < eligible.size() && eligible[i] && in_flight[i] <= limit; };
   auto candidate = [&](size_t i) {
-    return within(i) && i < matches.size() && matches[i].any_blocks >= std::max(1, how.min_blocks);
+    return i < eligible.size() && eligible[i] && in_flight[i] <= hold_limit && i < matches.size() &&
+           matches[i].any_blocks >= std::max(1, how.min_blocks);
   };
   int longest = 0;
   for (size_t i = 0; i < matches.size(); ++i)

@@ -110,15 +110,20 @@ struct KvRouting {
   // followed; the request goes by the ring from the prompt's first block past
   // the match (see choose_kv). 0: every match is followed.
   double match_threshold = 0;
+  // --kv-max-imbalance: the load bound (load_limit's factor) a replica holding a
+  // followed match is held to; a negative value: choose_kv's max_imbalance. A hit
+  // saves its prefill, worth more queueing than the ring's guess.
+  double hold_imbalance = -1;
 };
 
 // Event routing: the eligible replica with the highest kv_score that is within
-// the ring's load bound (load_limit). Ties are broken by the ring's order from
+// the holders' load bound (load_limit with how.hold_imbalance, or max_imbalance). Ties are broken by the ring's order from
 // chain[m], m the longest match among the candidates (clamped to the last entry):
 // chain[b] is the prompt's chain key through its first b + 1 blocks
 // (prefix_chain), so equal matches go where the ring sends the prompt's first
 // block past them. A match shorter than how.match_threshold x chain.size()
-// blocks is not followed: the first replica within the bound in that same ring
+// blocks is not followed: the first replica within the ring's bound
+// (max_imbalance) in that same ring
 // order gets the request, so prompts that share only a system prompt spread over
 // the replicas by what follows it instead of all going to the head's holder. An
 // empty chain: ties follow `key` and the threshold is off. Returns {-1} when no

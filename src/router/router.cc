@@ -95,7 +95,7 @@ RouteChoice Router::Impl::pick(const RouteInput* in, const std::vector<bool>& tr
     if (key && !in->matches.empty())
       c = choose_kv(in->matches,
                     {.tier_weight = cfg.kv_tier_weight, .min_blocks = cfg.kv_min_match,
-                     .match_threshold = cfg.kv_match_threshold},
+                     .match_threshold = cfg.kv_match_threshold, .hold_imbalance = cfg.kv_max_imbalance},
                     *ring, *key, in->chain, in_flight, eligible, cfg.max_imbalance);
     if (c.replica < 0)
       c = key ? choose_affinity(*ring, *key, in_flight, eligible, cfg.max_imbalance)

@@ -48,6 +48,7 @@ struct RouterConfig {
   double kv_replay_timeout_s = 1.0;              // longest wait for a replay answer
   int kv_min_match = 1;                          // route on the events only when >= this many blocks match
   double kv_match_threshold = 0.5;               // kv_index.h KvRouting::match_threshold
+  double kv_max_imbalance = 2.0;                 // kv_index.h KvRouting::hold_imbalance
 };
 
 class Router {

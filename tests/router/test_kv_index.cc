@@ -318,6 +318,21 @@ TEST(ChooseKv, TiesFollowThePromptPastTheLongestMatch) {
   for (const auto& [r, n] : chosen) EXPECT_GE(n, 6) << "replica " << r;
 }
 
+TEST(ChooseKv, AHolderIsHeldToItsOwnLoadBound) {
+  const HashRing ring({"http://a:1", "http://b:1", "http://c:1", "http://d:1"});
+  const std::vector<bool> all(4, true);
+  const std::vector<PrefixMatch> m{{0, 0}, {0, 0}, {6, 6}, {0, 0}};
+  // Mean in flight 2: the ring's bound (0.5) is 4, the holders' (2) is 7.
+  const std::vector<int> busy{1, 1, 5, 1};
+  EXPECT_EQ(choose_kv(m, {}, ring, 1, {}, busy, all, 0.5).replica, -1);  // over 4: the caller's ring
+  EXPECT_EQ(choose_kv(m, {.hold_imbalance = 2}, ring, 1, {}, busy, all, 0.5).replica, 2);
+  const std::vector<int> busier{1, 1, 9, 1};  // mean 3: bound 10 holds it, 1.5 x 3 + 1 = 5.5 does not
+  EXPECT_EQ(choose_kv(m, {.hold_imbalance = 2}, ring, 1, {}, busier, all, 0.5).replica, 2);
+  EXPECT_EQ(choose_kv(m, {.hold_imbalance = 1}, ring, 1, {}, busier, all, 0.5).replica, -1);  // 2 x 3 + 1 = 7
+  // Never tighter than max_imbalance.
+  EXPECT_EQ(choose_kv(m, {.hold_imbalance = 0}, ring, 1, {}, busy, all, 2.0).replica, 2);
+}
+
 TEST(ChooseKv, MatchThresholdLeavesShortMatchesToTheRingPastThem) {
   const HashRing ring({"http://a:1", "http://b:1", "http://c:1", "http://d:1"});
   const std::vector<bool> all(4, true);

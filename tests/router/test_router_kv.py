@@ -260,8 +260,10 @@ class RouterKvFlagsTest(unittest.TestCase):
                   "--kv-replay-endpoint is given 2 times for 1 replicas"),
                  (one + ["--kv-events", "--kv-tier-weight", "2"], 2, "--kv-tier-weight must be a number in"),
                  (one + ["--kv-events", "--kv-events-endpoint", "bogus://x"], 1, "--kv-events-endpoint:"),
-                 (one + ["--kv-min-match", "2"], 2, "--kv-min-match and --kv-match-threshold need --kv-events"),
-                 (one + ["--kv-match-threshold", "0.3"], 2, "--kv-match-threshold need --kv-events"),
+                 (one + ["--kv-min-match", "2"], 2, "--kv-max-imbalance need --kv-events"),
+                 (one + ["--kv-match-threshold", "0.3"], 2, "--kv-max-imbalance need --kv-events"),
+                 (one + ["--kv-max-imbalance", "3"], 2, "--kv-max-imbalance need --kv-events"),
+                 (one + ["--kv-events", "--kv-max-imbalance", "-1"], 2, "--kv-max-imbalance must be a number in"),
                  (one + ["--kv-events", "--kv-match-threshold", "1.5"], 2, "--kv-match-threshold must be a number in"),
                  (one + ["--kv-events", "--kv-min-match", "0"], 2, "--kv-min-match must be an integer in 1..")]
         for args, rc, msg in cases:
