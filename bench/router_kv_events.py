@@ -22,8 +22,9 @@ prefix (prefix k gets head k mod 4): with N >= the router's --affinity-blocks (8
 the ring's key is the head alone, so the ring sends every prompt of a head to one
 replica (spilling past the load bound), while the events see the whole match.
 --kv-min-match N is passed to the event router; --max-imbalance F to both routers
-(their load bound). Issue 37's figures: `--shared-head 8 --heads 1 --max-imbalance 2
---rounds 3` (docs/router_kv_events.md); bench/router_kv_oracle.py shows what a
+(their load bound; the event router's holders have their own, --kv-max-imbalance,
+default 2). Issue 37's figures: `--shared-head 8 --heads 1 --rounds 3`
+(docs/router_kv_events.md); bench/router_kv_oracle.py shows what a
 perfect index could gain on the same sequences.
 
 Usage: bench/router_kv_events.py [--pagoda build/release/src/cli/pagoda] [--model GGUF]
