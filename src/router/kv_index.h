@@ -120,7 +120,7 @@ struct KvRouting {
 // the holders' load bound (load_limit with how.hold_imbalance, or max_imbalance). Ties are broken by the ring's order from
 // chain[m], m the longest match among the candidates (clamped to the last entry):
 // chain[b] is the prompt's chain key through its first b + 1 blocks
-// (prefix_chain), so equal matches go where the ring sends the prompt's first
+// (router_chain), so equal matches go where the ring sends the prompt's first
 // block past them. A match shorter than how.match_threshold x chain.size()
 // blocks is not followed: the first replica within the ring's bound
 // (max_imbalance) in that same ring

@@ -246,12 +246,17 @@ int KvSubscriber::block_size() const {
   return impl_->index.block_size();
 }
 
-std::vector<PrefixMatch> KvSubscriber::match(const std::vector<int32_t>& prompt) const {
+std::vector<PrefixMatch> KvSubscriber::match(const std::vector<int32_t>& prompt, std::vector<uint64_t>* chain) const {
   const int bs = block_size();
   if (bs == 0) return {};
-  const std::vector<uint64_t> chain = router_chain(prompt, bs);  // hashed outside the lock
-  std::lock_guard<std::mutex> l(impl_->mu);
-  return impl_->index.match(chain);
+  std::vector<uint64_t> keys = router_chain(prompt, bs);  // hashed outside the lock
+  std::vector<PrefixMatch> out;
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    out = impl_->index.match(keys);
+  }
+  if (chain) *chain = std::move(keys);
+  return out;
 }
 
 size_t KvSubscriber::entries(int replica, KvMedium m) const {

@@ -45,7 +45,8 @@ class KvSubscriber {
 
   int block_size() const;  // 0 until learned
   // Per replica, the prompt's leading blocks it holds; empty before the block size is known.
-  std::vector<PrefixMatch> match(const std::vector<int32_t>& prompt) const;
+  // `chain`, when given, receives the prompt's router_chain (choose_kv's tie order).
+  std::vector<PrefixMatch> match(const std::vector<int32_t>& prompt, std::vector<uint64_t>* chain = nullptr) const;
   size_t entries(int replica, KvMedium m) const;
   // Prometheus text (HELP/TYPE and samples) for the router's /metrics;
   // replica_labels[r] is the label set of replica r (replica="...").

@@ -41,9 +41,8 @@ void Exchange::begin() {
     if (cache_key) route_.key = xxh3_64(cache_key->data(), cache_key->size());
     else route_.key = prefix_key(prompt, m_->cfg.block_size, m_->cfg.affinity_blocks);
     if (m_->kv && m_->cfg.policy == Policy::kPrefix) {
-      route_.matches = m_->kv->match(prompt);
       // Ties among equal matches follow the prompt past them, unless a cache key names the home.
-      if (!cache_key) route_.chain = prefix_chain(prompt, m_->cfg.block_size);
+      route_.matches = m_->kv->match(prompt, cache_key ? nullptr : &route_.chain);
     }
   }
   up_.method = req_.method == "HEAD" ? "GET" : req_.method;

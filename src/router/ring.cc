@@ -6,30 +6,13 @@
 
 namespace pagoda::router {
 
-namespace {
-// The chain through the first `blocks` whole blocks, each key passed to `out`.
-template <class F>
-void chain_keys(const std::vector<int32_t>& tokens, size_t bs, size_t blocks, F out) {
-  uint64_t h = 0x70616730646121ull;  // any fixed seed: keys are only compared within one router
-  for (size_t b = 0; b < blocks; ++b) out(h = xxh3_64(tokens.data() + b * bs, bs * sizeof(int32_t), h));
-}
-}  // namespace
-
 std::optional<uint64_t> prefix_key(const std::vector<int32_t>& tokens, int block_size, int max_blocks) {
   const size_t bs = static_cast<size_t>(block_size);
   const size_t blocks = std::min(tokens.size() / bs, static_cast<size_t>(max_blocks));
   if (blocks == 0) return std::nullopt;
-  uint64_t last = 0;
-  chain_keys(tokens, bs, blocks, [&](uint64_t h) { last = h; });
-  return last;
-}
-
-std::vector<uint64_t> prefix_chain(const std::vector<int32_t>& tokens, int block_size) {
-  const size_t bs = static_cast<size_t>(block_size);
-  std::vector<uint64_t> keys;
-  keys.reserve(tokens.size() / bs);
-  chain_keys(tokens, bs, tokens.size() / bs, [&](uint64_t h) { keys.push_back(h); });
-  return keys;
+  uint64_t h = 0x70616730646121ull;  // any fixed seed: keys are only compared within one router
+  for (size_t b = 0; b < blocks; ++b) h = xxh3_64(tokens.data() + b * bs, bs * sizeof(int32_t), h);
+  return h;
 }
 
 HashRing::HashRing(const std::vector<std::string>& names, int vnodes) : num_replicas_(static_cast<int>(names.size())) {

@@ -17,9 +17,6 @@ namespace pagoda::router {
 // block: such a prompt has nothing a replica could have cached.
 // Preconditions: block_size >= 1, max_blocks >= 1.
 std::optional<uint64_t> prefix_key(const std::vector<int32_t>& tokens, int block_size, int max_blocks);
-// Every key of that chain: element b is prefix_key(tokens, block_size, b + 1), for
-// each whole block of `tokens` (empty when there is none).
-std::vector<uint64_t> prefix_chain(const std::vector<int32_t>& tokens, int block_size);
 
 // A consistent-hash ring: each replica owns `vnodes` points (hashes of its URL and
 // the point's number); a key belongs to the first point at or after it, wrapping.

@@ -71,7 +71,7 @@ struct Router::Impl {
   struct RouteInput {
     std::optional<uint64_t> key;
     std::vector<PrefixMatch> matches;
-    std::vector<uint64_t> chain;  // prefix_chain of the prompt (event routing's tie order)
+    std::vector<uint64_t> chain;  // router_chain of the prompt (event routing's tie order)
   };
   RouteChoice pick(const RouteInput* in, const std::vector<bool>& tried);
   void release(int replica) {

@@ -290,9 +290,8 @@ TEST(ChooseKv, TiesFollowThePromptPastTheLongestMatch) {
   for (int p = 0; p < 64; ++p) {
     std::vector<int32_t> prompt(4 * 16, 7);
     for (int t = 32; t < 64; ++t) prompt[static_cast<size_t>(t)] = 1000 + p * 64 + t;
-    const std::vector<uint64_t> chain = prefix_chain(prompt, 16);
+    const std::vector<uint64_t> chain = router_chain(prompt, 16);
     ASSERT_EQ(chain.size(), 4u);
-    for (size_t b = 0; b < chain.size(); ++b) EXPECT_EQ(chain[b], *prefix_key(prompt, 16, static_cast<int>(b) + 1));
     const uint64_t head_key = *prefix_key(prompt, 16, 2);
     const std::vector<PrefixMatch> m(4, PrefixMatch{2, 2});
     // Without the chain, every one goes to the head's ring owner.
@@ -339,7 +338,7 @@ TEST(ChooseKv, MatchThresholdLeavesShortMatchesToTheRingPastThem) {
   const std::vector<int> idle(4, 0);
   std::vector<int32_t> prompt(10 * 16);
   for (size_t t = 0; t < prompt.size(); ++t) prompt[t] = static_cast<int32_t>(500 + t);
-  const std::vector<uint64_t> chain = prefix_chain(prompt, 16);  // 10 blocks
+  const std::vector<uint64_t> chain = router_chain(prompt, 16);  // 10 blocks
   const KvRouting half{.match_threshold = 0.5};
   // One replica alone holds 4 of 10 blocks (< 5): not followed; the ring from
   // chain[4] over every replica within the bound (holders or not).
