@@ -74,8 +74,8 @@ inline void store_packed(const WG& w, uint8_t* p) {
 }
 
 inline void prefetch_group(const uint8_t* p) {
-  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
-  _mm_prefetch(reinterpret_cast<const char*>(p + 64), _MM_HINT_T0);
+  prefetch_stream(p);
+  prefetch_stream(p + 64);
 }
 
 // xs of each record := -128 * (sum of lane l's 8 q), as int32 (see the file comment).

@@ -33,6 +33,7 @@
 #include <cstring>
 
 #include "base/ggml_types.h"
+#include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/kquant.h"
 
 namespace pagoda::kernels::cpu::detail::kquant512 {
@@ -75,7 +76,7 @@ inline float load_f32(const uint8_t* p) {
 }
 
 inline void prefetch_block(const uint8_t* p, size_t bytes) {
-  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
+  for (size_t o = 0; o < bytes; o += 64) prefetch_stream(p + o);
 }
 
 // ---- Decoded super-blocks (natural order) ------------------------------------------

@@ -292,7 +292,7 @@ void qkernel_direct(const uint8_t* const* rows, int64_t nb, const uint8_t* const
       [rows, nb, prefetch](int64_t g) {
         for (int r = 0; r < kR; ++r)
           for (size_t b = 0; b < kGroupBytes; b += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(rows[r] + prefetch + g * kGroupBytes + b), _MM_HINT_T0);
+            prefetch_stream(rows[r] + prefetch + g * kGroupBytes + b);
         return tile_of(decode_row_group<kType>(rows[0], nb, g), decode_row_group<kType>(rows[1], nb, g),
                        decode_row_group<kType>(rows[2], nb, g), decode_row_group<kType>(rows[3], nb, g));
       },
@@ -371,8 +371,9 @@ inline TileGroup packed_tile_group(const uint8_t* tile, size_t scales_off, int64
 
 // How far ahead (bytes) the packed direct kernel prefetches its stream. This
 // machine's hardware prefetchers do not keep one core's stream ahead: without it
-// bench_decode reads Q4_0 at a third of the speed; 8-16 KB ahead into L1 (T0)
-// measured best (T1 / T2 / NTA and 2-4 KB were slower; see docs/benchmarks-history.md).
+// bench_decode reads Q4_0 at a third of the speed; 8-16 KB ahead measured best
+// (2-4 KB slower; see docs/benchmarks-history.md), into L1 on Zen 5 and into L2
+// on the Intel Xeon (prefetch_stream: cpu_internal.h).
 constexpr size_t kPackedPrefetch = 16384;
 
 // Direct kernel over one packed tile (kR rows), T tokens; out[t * kR + r].
@@ -387,7 +388,7 @@ void qkernel_packed(const uint8_t* tile, const PackLayout& l, const uint8_t* con
   qkernel_rows<T, kMode>(
       [tile, scales_off, step](int64_t g) {
         const char* p = reinterpret_cast<const char*>(tile + kPackedPrefetch + static_cast<size_t>(g) * step);
-        for (size_t b = 0; b < step; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+        for (size_t b = 0; b < step; b += 64) prefetch_stream(p + b);
         return packed_tile_group<kType>(tile, scales_off, g);
       },
       x, l.ng, out);
@@ -480,7 +481,7 @@ void hkernel_direct(const uint8_t* const* w, const float* const* x, int64_t k, s
   fkernel_rows<T>(
       [w, prefetch](int r, int64_t c, __mmask16 m, auto tail) {
         if constexpr (!decltype(tail)::value) {
-          if ((c & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(w[r] + prefetch + 2 * c), _MM_HINT_T0);
+          if ((c & 31) == 0) prefetch_stream(w[r] + prefetch + 2 * c);
         }
         return load_half16<kType>(w[r], c, m);
       },
