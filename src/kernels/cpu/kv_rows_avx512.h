@@ -37,10 +37,14 @@ struct KvRows {
     return kBlock ? static_cast<size_t>(n / 32) * kBlockBytes : static_cast<size_t>(n) * kBlockBytes;
   }
 
+  // The f16 at p as f32: the F16C conversion, exact as fp16_to_fp32 (base/fp16.h)
+  // for every value but NaN payloads, in 2 instructions instead of 15 (it runs
+  // once per 16 values read: q4_0 decode attention at depth 4096 read 6.6 GB/s
+  // with the scalar one, Intel Xeon model 167).
   static float half(const uint8_t* p) {
     uint16_t h;
     std::memcpy(&h, p, 2);
-    return fp16_to_fp32(h);
+    return _cvtsh_ss(h);
   }
 
   // Values 16 i .. 16 i + 15 of the slice at p.
