@@ -509,7 +509,9 @@ TEST(PagedAttention, ManySequencesDecodeEqualsEachTokenAloneBitwise) {
 // n_kv > 1; 1 thread: all 8 heads, 2: 4, 4: 2, 8: one head per item as
 // before). Every split gives bitwise the one-head-per-item output, for shapes
 // with a partial query-head batch (6 heads per KV head), page sizes below, at
-// and above the 64-key span, and a sliding window that starts mid-span.
+// and above the 64-key span, and a sliding window that starts mid-span. With
+// at least 2 sequences per thread an item is a whole token (every KV head, the
+// next sequence's rows read ahead): 2 sequences on 1 thread, 5 on 1 and 2.
 TEST(PagedAttention, KvHeadRunsEqualOneHeadPerItemBitwise) {
   const int threads = num_threads();
   ASSERT_TRUE(cpu::set_attention("avx512"));  // the AVX-512 kernel's KV-head runs (the tile where the ISA is AVX2)
@@ -520,7 +522,8 @@ TEST(PagedAttention, KvHeadRunsEqualOneHeadPerItemBitwise) {
   for (const Case c : {Case{32, 8, 16}, Case{48, 8, 8}, Case{16, 4, 32}, Case{8, 8, 128}}) {
     for (KvTypes dt : {KvTypes(KvDtype::F32), KvTypes(KvDtype::F16), KvTypes(KvDtype::BF16), KvTypes(KvDtype::Q8_0),
                        KvTypes(KvDtype::Q4_0), KvTypes(KvDtype::Q5_1), KvTypes(KvDtype::Q8_0, KvDtype::Q4_0)}) {
-      for (const std::vector<int32_t>& lens : {std::vector<int32_t>{300}, std::vector<int32_t>{97, 200}}) {
+      for (const std::vector<int32_t>& lens :
+           {std::vector<int32_t>{300}, std::vector<int32_t>{97, 200}, std::vector<int32_t>{97, 200, 33, 150, 64}}) {
         std::vector<int32_t> fresh(lens.size(), 1);
         auto s = Scenario::make(c.heads, c.kv, 64, c.bs, dt, lens, fresh, seed++);
         s.build(/*shuffle_blocks=*/true, seed);

@@ -255,8 +255,8 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
   }
   const int32_t gs = group / hsplit;  // query heads per item
   // With enough tiles (decode of many sequences, prefill) an AVX-512 item is a
-  // whole tile, every KV head: the first KV head's pass prefetches whole rows
-  // (one contiguous run per page) and the others find them in cache.
+  // whole tile, every KV head: a decode token reads whole rows span by span,
+  // the next item's rows read ahead meanwhile (RowPrefetch).
   const bool whole_rows = avx512 && hsplit == 1 && n_tiles >= 2 * nth;
   int32_t kv_per_item = whole_rows ? nkv : 1;
   // Decode of fewer sequences (one-token tiles): an AVX-512 item takes a run of
@@ -299,15 +299,13 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
     if (avx512) {  // token by token, K/V decoded in registers (attention_avx512.cc)
       // Whole-row items of decode (a one-token tile): the next item's token
       // (usually this thread's next, items go out in contiguous ranges) is read
-      // into cache during this one when it is another sequence's.
-      // The first item of a thread's range (the pool hands out contiguous
-      // ranges) had no item before it to read its rows: it asks for all of
-      // them at once, so that they stream in rather than miss one by one.
-      const int64_t k_parts = std::min<int64_t>(items, nth);
-      if (whole_rows && nt == 1 && (item * k_parts) % items < k_parts) {
-        detail::RowPrefetch own(kv, pages, first[0], n_keys[0], 1);
-        own.step();
-      }
+      // into cache during this one when it is another sequence's. The item's
+      // own rows are read span by span with every KV head (attend_kv_span, which
+      // reads the next span ahead), not one KV head over all the keys at a time
+      // after a prefetch of every row at once: at depth 4096 the whole sequence's
+      // rows (8 MiB a layer, 1B shape) left the cache before their head read them
+      // (bench_attention_decode 4 4096 2 10 16 f16 1 8 4: 6.5 -> 10.9 GB/s; 2 4096
+      // on 1 thread 3.9 -> 6.7; B=32 L=192 alike, Intel Xeon model 167).
       detail::RowPrefetch ahead;
       const bool read_ahead = whole_rows && nt == 1 && item + 1 < items && tiles[3 * tile + 3] != s;
       if (read_ahead) {
@@ -318,13 +316,14 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
         const int64_t steps = ((n_keys[0] - first[0]) / 16 + 1) * nkv;  // chunks of this item (about)
         ahead = detail::RowPrefetch(kv, batch.kv_indices + batch.kv_indptr[s2], first2, n2, steps);
       }
-      // Whole-row items go head by head (their rows are read ahead whole, by
-      // RowPrefetch); the KV-head runs of few-sequence decode go span by span
-      // (n_kv > 1). kv_per_item > 1 only when hsplit == 1: the heads are contiguous.
-      // KV head by KV head; a tile's tokens of one KV head go span by span
-      // together (attend_tokens_avx512), each reading a span's slices from
-      // cache after the first. Each (token, head)'s ops are those it has alone.
-      const int32_t runs = whole_rows ? kv_per_item : 1, n_kv = whole_rows ? 1 : kv_per_item;
+      // Decode items (whole rows, or the KV-head runs of few-sequence decode) go
+      // span by span over their kv_per_item KV heads (n_kv > 1; kv_per_item > 1
+      // only when hsplit == 1: the heads are contiguous); a tile's tokens of one
+      // KV head go span by span together (attend_tokens_avx512), each reading a
+      // span's slices from cache after the first. Each (token, head)'s ops are
+      // those it has alone. So a one-token tile takes its kv_per_item KV heads
+      // in one call; a longer tile (prefill) goes KV head by KV head.
+      const int32_t runs = nt == 1 ? 1 : kv_per_item, n_kv = nt == 1 ? kv_per_item : 1;
       for (int32_t k = 0; k < runs; ++k) {
         detail::TokenAttn toks[detail::kAvx512TileTokens];
         for (int32_t i = 0; i < nt; ++i) {
@@ -333,8 +332,8 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
                      .pages = pages, .first = first[i], .n_keys = n_keys[i], .scale = scale,
                      .ahead = read_ahead ? &ahead : nullptr};
         }
-        if (nt == 1 || n_kv > 1) {
-          for (int32_t i = 0; i < nt; ++i) detail::attend_token_avx512(toks[i]);
+        if (nt == 1) {
+          detail::attend_token_avx512(toks[0]);
         } else {  // a tile of one KV head: span by span over its tokens (attend_tokens_avx512)
           detail::attend_tokens_avx512(toks, nt);
         }
