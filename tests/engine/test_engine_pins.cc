@@ -6,6 +6,7 @@
 // requests run, and with force preempts them: every output stays exact.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,8 @@ constexpr int kPrefix = 8192;  // 512 blocks of 16
 constexpr int kPoolTokens = 9216;  // 576 blocks: the pinned prefix and 64 more
 constexpr int kTrafficPrompt = 768;
 
+bool g_tiny_written = false;
+
 const std::string& tiny_path() {
   static const std::string path = [] {
     const std::string p = ::testing::TempDir() + "pagoda_pins_tiny_" + std::to_string(::getpid()) + ".gguf";
@@ -33,10 +36,20 @@ const std::string& tiny_path() {
     o.type = GgmlType::F32;
     o.seed = 36;
     if (!gguf::synth_model_file(o, p).ok()) return std::string();
+    g_tiny_written = true;
     return p;
   }();
   return path;
 }
+
+// The model file goes when the test program ends.
+class RemoveTinyModel : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (g_tiny_written) std::remove(tiny_path().c_str());
+  }
+};
+[[maybe_unused]] ::testing::Environment* const g_remove_tiny = ::testing::AddGlobalTestEnvironment(new RemoveTinyModel);
 
 std::vector<int32_t> tokens(uint64_t seed, int n) {
   Rng rng(seed);

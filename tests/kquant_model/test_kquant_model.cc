@@ -65,6 +65,16 @@ std::string model_path(GgmlType type) {
 }
 
 const GgmlType kTypes[] = {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_XS};
+
+// The model files go when the test program ends.
+class RemoveModels : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    for (GgmlType type : kTypes) std::remove(temp_path(std::string(ggml_type_info(type).name) + ".gguf").c_str());
+    std::remove(temp_path("logits.f32").c_str());
+  }
+};
+[[maybe_unused]] ::testing::Environment* const g_remove_models = ::testing::AddGlobalTestEnvironment(new RemoveModels);
 const std::string kPrompt = "1,17,300,42,99,5,250,128,64";
 
 TEST(KQuantModel, InspectListsTheTensors) {
