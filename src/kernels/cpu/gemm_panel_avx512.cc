@@ -38,6 +38,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/pack.h"
 #include "kernels/cpu/packed_avx512.h"
 #include "kernels/cpu/thread_pool.h"
@@ -102,12 +103,13 @@ void stage_panel(const uint8_t* packed, const PackLayout& l, int64_t p, uint8_t*
   // A panel's 4 tiles are one contiguous stream; while staging it, prefetch
   // the stream kPanelPrefetch panels ahead in step with g (the hardware
   // prefetchers alone leave one core latency-bound on a large matrix, as in
-  // qkernel_packed). Past the buffer's end a prefetch is harmless.
+  // qkernel_packed; into L2 on Intel cores: pp512 +1-1.5% in 3 rounds on the
+  // Intel Xeon model 167). Past the buffer's end a prefetch is harmless.
   const size_t span = 4 * l.tile_bytes;
   const size_t step = (span + static_cast<size_t>(l.ng) - 1) / static_cast<size_t>(l.ng);
   const char* ahead = reinterpret_cast<const char*>(packed) + static_cast<size_t>(p + kPanelPrefetch) * span;
   for (int64_t g = 0; g < l.ng; ++g) {
-    for (size_t b = 0; b < step; b += 64) _mm_prefetch(ahead + static_cast<size_t>(g) * step + b, _MM_HINT_T0);
+    for (size_t b = 0; b < step; b += 64) prefetch_stream(ahead + static_cast<size_t>(g) * step + b);
     // u[j][q]: tile q's rows, dword j of each block (of the 64-byte half j / 4):
     // chunk k, lane r = row 4q + r's dword 4k + j % 4. Then transposing chunks
     // gives, per block k, lane 4q + r.
