@@ -51,7 +51,8 @@ template <> struct Layout<GgmlType::Q4_0> { static constexpr size_t kBB = 18, kQ
 template <> struct Layout<GgmlType::Q4_1> { static constexpr size_t kBB = 20, kQs = 4, kQh = 0; static constexpr bool kMin = true; static constexpr float kImplicit = 0.0f; };
 template <> struct Layout<GgmlType::Q5_0> { static constexpr size_t kBB = 22, kQs = 6, kQh = 2; static constexpr bool kMin = false; static constexpr float kImplicit = -16.0f; };
 template <> struct Layout<GgmlType::Q5_1> { static constexpr size_t kBB = 24, kQs = 8, kQh = 4; static constexpr bool kMin = true; static constexpr float kImplicit = 0.0f; };
-template <> struct Layout<GgmlType::Q8_0> { static constexpr size_t kBB = 34, kQs = 2, kQh = 0; static constexpr bool kMin = false; static constexpr float kImplicit = 0.0f; };
+// Q8_0's kQs, kQh and kMin are never read (its decoder is its own); clang warns of them.
+template <> struct Layout<GgmlType::Q8_0> { static constexpr size_t kBB = 34; [[maybe_unused]] static constexpr size_t kQs = 2, kQh = 0; [[maybe_unused]] static constexpr bool kMin = false; static constexpr float kImplicit = 0.0f; };
 
 // The integer mode (group_isum) of type kType's direct and staged kernels: Q8_0
 // and the implicit-offset types (Q4_0, Q5_0) start each block's integer sum at
