@@ -228,10 +228,10 @@ RouteChoice choose_kv(const std::vector<PrefixMatch>& matches, const KvRouting& 
   const double limit = load_limit(in_flight, eligible, max_imbalance);
   const double hold_limit =
       how.hold_imbalance < 0 ? limit : load_limit(in_flight, eligible, std::max(max_imbalance, how.hold_imbalance));
-  auto within = [&](size_t i) { return i < eligible.size() && eligible[i] && in_flight[i] <= limit; };
+  auto under = [&](size_t i, double bound) { return i < eligible.size() && eligible[i] && in_flight[i] <= bound; };
+  auto within = [&](size_t i) { return under(i, limit); };
   auto candidate = [&](size_t i) {
-    return i < eligible.size() && eligible[i] && in_flight[i] <= hold_limit && i < matches.size() &&
-           matches[i].any_blocks >= std::max(1, how.min_blocks);
+    return under(i, hold_limit) && i < matches.size() && matches[i].any_blocks >= std::max(1, how.min_blocks);
   };
   int longest = 0;
   for (size_t i = 0; i < matches.size(); ++i)

@@ -50,11 +50,10 @@ struct Avx512Ops {
 
 inline __m512 exp16(__m512 x) { return exp_lanes<Avx512Ops>(x); }
 
-// The cache line of p into L2 (prefetcht1), through asm: GCC 12 at -O3 dropped
-// every _mm_prefetch(p, _MM_HINT_T1) of this file (none was left in the object),
-// so decode at depth read K/V on demand: 9.7 against 16.9 GB/s with them
+// The next span's K/V go to L2 through prefetch_l2 (cpu_internal.h, inline asm):
+// with GCC 12 dropping every _mm_prefetch(p, _MM_HINT_T1) of this file, decode at
+// depth read K/V on demand: 9.7 against 16.9 GB/s with them
 // (bench_attention_decode 1 4096 2 20 16 f16 1 8 4, Intel Xeon model 167).
-inline void prefetch_l2(const void* p) { asm volatile("prefetcht1 %0" : : "m"(*static_cast<const char*>(p))); }
 
 // The chunk of keys starting at c0 (a chunk start): its end, never past the page
 // or the token's last key.

@@ -38,14 +38,17 @@ inline const bool g_stream_prefetch_l2 = [] {
   __builtin_cpu_init();  // may run before libgcc's own initializer
   return __builtin_cpu_is("intel") != 0;
 }();
-inline bool stream_prefetch_l2() { return g_stream_prefetch_l2; }
-// The cache line of p, read ahead as above. Inline asm: GCC 12 at -O3 dropped
-// _mm_prefetch(p, _MM_HINT_T1) (none was left in attention_avx512.o).
+// The cache line of p into L2 (prefetcht1) or L1 (prefetcht0). Inline asm: GCC 12
+// at -O3 dropped _mm_prefetch(p, _MM_HINT_T1) (none was left in attention_avx512.o);
+// check the objects for prefetcht1 after touching a caller.
+inline void prefetch_l2(const void* p) { asm volatile("prefetcht1 %0" : : "m"(*static_cast<const char*>(p))); }
+inline void prefetch_l1(const void* p) { asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p))); }
+// The cache line of p, read ahead as above.
 inline void prefetch_stream(const void* p) {
-  if (stream_prefetch_l2()) {
-    asm volatile("prefetcht1 %0" : : "m"(*static_cast<const char*>(p)));
+  if (g_stream_prefetch_l2) {
+    prefetch_l2(p);
   } else {
-    asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+    prefetch_l1(p);
   }
 }
 
