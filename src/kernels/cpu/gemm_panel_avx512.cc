@@ -162,7 +162,6 @@ inline __m512 bcast_f32(const uint8_t* p) { return _mm512_set1_ps(*reinterpret_c
 template <GgmlType kType, int T, int k>
 inline void panel_block(const uint8_t* rec, const uint8_t* const* x, size_t xo, __m512 (&acc)[4][T]) {
   constexpr bool kMin = pack_has_min(kType);
-  constexpr int kQV = kPanelQV;
   // Two independent dpbusd chains per token (columns 0..15 / 16..31 of the
   // block), added at the end: exact integers, so the block sum is the same.
   // Without m, the first chain starts at the record's integer offset
@@ -181,14 +180,14 @@ inline void panel_block(const uint8_t* rec, const uint8_t* const* x, size_t xo, 
       ih[t] = _mm512_dpbusd_epi32(ih[t], hi, bcast_u32(xb + 64));
     }
   }
-  const __m512 wd = _mm512_load_ps(reinterpret_cast<const float*>(rec + 64 * kQV));
+  const __m512 wd = _mm512_load_ps(reinterpret_cast<const float*>(rec + 64 * kPanelQV));
   for (int t = 0; t < T; ++t) {
     const uint8_t* xr = x[t] + xo;
     const __m512 dd = _mm512_mul_ps(wd, bcast_f32(xr + 128 + 16 * k));  // xd, block k (lane 4k)
     const __m512 bs = _mm512_cvtepi32_ps(_mm512_add_epi32(il[t], ih[t]));
     acc[k][t] = _mm512_fmadd_ps(bs, dd, acc[k][t]);
     if constexpr (kMin) {  // m * xs, block k
-      const __m512 wm = _mm512_load_ps(reinterpret_cast<const float*>(rec + 64 * kQV + 64));
+      const __m512 wm = _mm512_load_ps(reinterpret_cast<const float*>(rec + 64 * kPanelQV + 64));
       acc[k][t] = _mm512_fmadd_ps(wm, bcast_f32(xr + 192 + 16 * k), acc[k][t]);
     }
   }
