@@ -222,6 +222,7 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
   // The AVX-512 path takes tiles of kAvx512TileTokens (32: a KV head's slices
   // are read once per tile; 8 read them 4x as often, 137 vs 167 GFLOP/s at
   // depth 4096 on the Intel Xeon); the AVX2 path, which blocks a tile's rows, kQueryTile.
+  static_assert(detail::kAvx512TileTokens <= kQueryTile, "the per-item arrays below hold kQueryTile tokens");
   const int32_t qtile = avx512 ? detail::kAvx512TileTokens : kQueryTile;
   // Tiles of up to qtile consecutive tokens of one sequence: the tile decodes
   // each K/V page once for all its tokens (a prefill chunk's tokens read the same

@@ -50,6 +50,19 @@ struct Avx512Ops {
 
 inline __m512 exp16(__m512 x) { return exp_lanes<Avx512Ops>(x); }
 
+// v[g] reduced over its 16 lanes by op, for g = 0..3, into lane g: lanes i and
+// i + 8 first, then i and i + 4, then i and i + 2, then 0 and 1 (the tree of
+// _mm512_reduce_add_ps / _max_ps), the four vectors side by side in each step.
+template <class Op>
+inline __m128 reduce4(const __m512* v, Op op) {
+  const __m512 ab = op(_mm512_shuffle_f32x4(v[0], v[1], 0x44), _mm512_shuffle_f32x4(v[0], v[1], 0xEE));
+  const __m512 cd = op(_mm512_shuffle_f32x4(v[2], v[3], 0x44), _mm512_shuffle_f32x4(v[2], v[3], 0xEE));
+  __m512 x = op(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));  // head g: 128-bit lane g
+  x = op(x, _mm512_permute_ps(x, 0x4E));
+  x = op(x, _mm512_permute_ps(x, 0xB1));
+  return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), x));
+}
+
 // The next span's K/V go to L2 through prefetch_l2 (cpu_internal.h, inline asm):
 // with GCC 12 dropping every _mm_prefetch(p, _MM_HINT_T1) of this file, decode at
 // depth read K/V on demand: 9.7 against 16.9 GB/s with them
@@ -79,27 +92,36 @@ template <KvDtype DK, KvDtype DV, int NV, int HB>
 struct HeadRun {
   static constexpr int32_t hd = 16 * NV;
   alignas(64) float acc[HB][hd];
-  float mrun[HB], lrun[HB];
+  // Head g's running max and sum in lane g (lanes HB..3 unused: softmax
+  // advances all four together).
+  alignas(16) float mrun[kMaxBatch], lrun[kMaxBatch];
 
   void init() {
-    for (int g = 0; g < HB; ++g) {
-      std::fill(acc[g], acc[g] + hd, 0.0f);
+    for (int g = 0; g < HB; ++g) std::fill(acc[g], acc[g] + hd, 0.0f);
+    for (int g = 0; g < kMaxBatch; ++g) {
       mrun[g] = -INFINITY;
       lrun[g] = 0.0f;
     }
   }
   void run(const TokenAttn& a, int32_t kv_head, const float* q, int64_t c_begin, int64_t c_end);
-  // The one chunk [c0, c1) (bs a multiple of 16: a chunk is the 16 keys from
-  // a multiple of 16, or fewer at n_keys) from a decoded span starting at s0:
-  // kt holds its K transposed (kt[((c0 - s0) / 16 * hd + d) * 16 + j] = value
-  // d of key c0 + j, zero for keys not decoded), vf its V rows as f32 (row key
-  // - s0). The same float operations as run() on the same values: the same bits.
-  void run_t(const TokenAttn& a, const float* q, int64_t c0, int64_t c1, const float* kt, const float* vf, int64_t s0);
+  // The scores of one chunk of 16 keys from transposed K, kc: its hd vectors
+  // of 16 keys (kc[d * 16 + j] = value d of key j, zero for keys not
+  // decoded). sum[g] = head g's 16 key scores, unscaled, in the same float
+  // operations as run()'s (the same bits).
+  static void scores_t(const float* q, const float* kc, __m512* sum);
   // A chunk's online-softmax update and p * V: sum[g] = head g's 16 key scores
   // (unscaled; lanes outside `valid` ignored), vrow[j] the V slice of key j for
-  // j in [lo, hi), read as DVR rows.
+  // j in [lo, hi), read as DVR rows. absorb = softmax, then pv.
   template <KvDtype DVR>
   void absorb(const TokenAttn& a, const __m512* sum, __mmask16 valid, int lo, int hi, const uint8_t* const* vrow);
+  // The softmax half: advances the running max and sum, writes p[g] = head
+  // g's 16 exp(score - max) (zeros outside valid) and cs[g] = the factor its
+  // running output takes; returns the heads whose output is rescaled (bit g).
+  int softmax(const TokenAttn& a, const __m512* sum, __mmask16 valid, float (*p)[kChunk], float* cs);
+  // The p * V half: the running outputs rescaled (heads in `rescale`, by
+  // cs[g]), then + p[g][j] * V row j for j in [lo, hi), in key order.
+  template <KvDtype DVR>
+  void pv(const float (*p)[kChunk], const float* cs, int rescale, int lo, int hi, const uint8_t* const* vrow);
   void finish(const TokenAttn& a, float* out) const {
     for (int g = 0; g < HB; ++g) {
       const float inv = a.n_keys > a.first ? 1.0f / lrun[g] : 0.0f;
@@ -219,29 +241,53 @@ void HeadRun<DK, DV, NV, HB>::run(const TokenAttn& a, int32_t kv_head, const flo
 }
 
 template <KvDtype DK, KvDtype DV, int NV, int HB>
-template <KvDtype DVR>
-void HeadRun<DK, DV, NV, HB>::absorb(const TokenAttn& a, const __m512* sum, __mmask16 valid, int lo, int hi,
-                                     const uint8_t* const* vrow) {
-  alignas(64) float p[HB][kChunk];
+int HeadRun<DK, DV, NV, HB>::softmax(const TokenAttn& a, const __m512* sum, __mmask16 valid, float (*p)[kChunk],
+                                     float* cs) {
+  // The four heads' (HB of them; the rest zeros) horizontal max and sum go
+  // through one shared tree each (reduce4 below). The max is exact whatever
+  // the order; the sum adds the same pairs in the same order as
+  // _mm512_reduce_add_ps (lanes i and i + 8, then i and i + 4, then i and
+  // i + 2, then 0 and 1), so each head's sum keeps its bits.
   const __m512 scale = _mm512_set1_ps(a.scale);
-  bool rescale[HB];
-  float corr[HB];
-  #pragma GCC unroll 16
-  for (int g = 0; g < HB; ++g) {
-    const __m512 sc = _mm512_mul_ps(sum[g], scale);
-    const float bm = _mm512_mask_reduce_max_ps(valid, sc);
-    const float m_new = bm > mrun[g] ? bm : mrun[g];
-    rescale[g] = m_new > mrun[g];  // rescale only when the max moved (exp(0) == 1 exactly otherwise)
-    corr[g] = 1.0f;
-    if (rescale[g]) {
-      corr[g] = exp1(mrun[g] - m_new);
-      lrun[g] *= corr[g];
-      mrun[g] = m_new;
-    }
-    const __m512 e = _mm512_maskz_mov_ps(valid, exp16(_mm512_sub_ps(sc, _mm512_set1_ps(m_new))));
-    lrun[g] += _mm512_reduce_add_ps(e);
-    _mm512_store_ps(p[g], e);
+  __m512 sc[kMaxBatch];
+  #pragma GCC unroll 4
+  for (int g = 0; g < kMaxBatch; ++g) sc[g] = g < HB ? _mm512_mul_ps(sum[g], scale) : _mm512_setzero_ps();
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  __m512 masked[kMaxBatch];
+  #pragma GCC unroll 4
+  for (int g = 0; g < kMaxBatch; ++g) masked[g] = _mm512_mask_mov_ps(ninf, valid, sc[g]);
+  const __m128 bm = reduce4(masked, [](__m512 x, __m512 y) { return _mm512_max_ps(x, y); });
+  const __m128 m_old = _mm_load_ps(mrun);
+  const __m128 m_new = _mm_max_ps(bm, m_old);  // bm > m_old ? bm : m_old
+  // Rescale only the heads whose max moved (exp(0) == 1 exactly otherwise).
+  const int rescale = _mm_movemask_ps(_mm_cmp_ps(m_new, m_old, _CMP_GT_OQ));
+  __m128 corr = _mm_set1_ps(1.0f);
+  __m128 l = _mm_load_ps(lrun);
+  if (rescale != 0) {
+    const __m128 c = _mm256_castps256_ps128(exp8(_mm256_zextps128_ps256(_mm_sub_ps(m_old, m_new))));
+    const __m128 moved = _mm_castsi128_ps(_mm_cmpgt_epi32(
+        _mm_and_si128(_mm_set1_epi32(rescale), _mm_setr_epi32(1, 2, 4, 8)), _mm_setzero_si128()));
+    corr = _mm_blendv_ps(corr, c, moved);
+    l = _mm_blendv_ps(l, _mm_mul_ps(l, c), moved);
+    _mm_store_ps(mrun, m_new);
   }
+  alignas(16) float mn[kMaxBatch];
+  _mm_storeu_ps(cs, corr);
+  _mm_store_ps(mn, m_new);
+  __m512 e[kMaxBatch];
+  #pragma GCC unroll 4
+  for (int g = 0; g < kMaxBatch; ++g) {
+    e[g] = g < HB ? _mm512_maskz_mov_ps(valid, exp16(_mm512_sub_ps(sc[g], _mm512_set1_ps(mn[g])))) : _mm512_setzero_ps();
+    if (g < HB) _mm512_store_ps(p[g], e[g]);
+  }
+  _mm_store_ps(lrun, _mm_add_ps(l, reduce4(e, [](__m512 x, __m512 y) { return _mm512_add_ps(x, y); })));
+  return rescale;
+}
+
+template <KvDtype DK, KvDtype DV, int NV, int HB>
+template <KvDtype DVR>
+void HeadRun<DK, DV, NV, HB>::pv(const float (*p)[kChunk], const float* cs, int rescale, int lo, int hi,
+                                const uint8_t* const* vrow) {
   // p * V in key order, each V vector decoded once for all the heads. All
   // HB * NV running output vectors stay in registers over the chunk, so the
   // key loop has HB * NV independent multiply-add chains (each vector's own
@@ -252,7 +298,7 @@ void HeadRun<DK, DV, NV, HB>::absorb(const TokenAttn& a, const __m512* sum, __mm
     #pragma GCC unroll 16
     for (int i = 0; i < NV; ++i) {
       o[g][i] = _mm512_load_ps(acc[g] + 16 * i);
-      if (rescale[g]) o[g][i] = _mm512_mul_ps(o[g][i], _mm512_set1_ps(corr[g]));
+      if (rescale & (1 << g)) o[g][i] = _mm512_mul_ps(o[g][i], _mm512_set1_ps(cs[g]));
     }
   }
   for (int j = lo; j < hi; ++j) {
@@ -271,11 +317,17 @@ void HeadRun<DK, DV, NV, HB>::absorb(const TokenAttn& a, const __m512* sum, __mm
 }
 
 template <KvDtype DK, KvDtype DV, int NV, int HB>
-void HeadRun<DK, DV, NV, HB>::run_t(const TokenAttn& a, const float* q, int64_t c0, int64_t c1, const float* kt,
-                                    const float* vf, int64_t s0) {
-  const int lo = static_cast<int>(std::max<int64_t>(a.first, c0) - c0), hi = static_cast<int>(c1 - c0);
-  const __mmask16 valid = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
-  const float* kc = kt + (c0 - s0) / kChunk * hd * kChunk;  // the chunk's hd vectors of 16 keys
+template <KvDtype DVR>
+void HeadRun<DK, DV, NV, HB>::absorb(const TokenAttn& a, const __m512* sum, __mmask16 valid, int lo, int hi,
+                                     const uint8_t* const* vrow) {
+  alignas(64) float p[HB][kChunk];
+  float cs[kMaxBatch];
+  const int rescale = softmax(a, sum, valid, p, cs);
+  pv<DVR>(p, cs, rescale, lo, hi, vrow);
+}
+
+template <KvDtype DK, KvDtype DV, int NV, int HB>
+void HeadRun<DK, DV, NV, HB>::scores_t(const float* q, const float* kc, __m512* sum) {
   // Lane j of T_l (l < 16) = head g's product chain of key j over values l,
   // 16 + l, ...: q[l] * k[l], then + q[16 i + l] * k[16 i + l] fused, in that
   // order, as lane l of run()'s score vector of key j. run()'s reduction tree
@@ -311,12 +363,8 @@ void HeadRun<DK, DV, NV, HB>::run_t(const TokenAttn& a, const float* q, int64_t 
       else hi_half[g] = _mm512_add_ps(hi_half[g], sc);
     }
   }
-  __m512 sum[HB];
   #pragma GCC unroll 16
   for (int g = 0; g < HB; ++g) sum[g] = _mm512_add_ps(lo_half[g], hi_half[g]);
-  const uint8_t* vrow[kChunk];
-  for (int j = lo; j < hi; ++j) vrow[j] = reinterpret_cast<const uint8_t*>(vf + (c0 - s0 + j) * hd);
-  absorb<KvDtype::F32>(a, sum, valid, lo, hi, vrow);
 }
 
 // Heads [g0, g0 + HB) of the token's KV head, over all its keys in one run.
@@ -513,7 +561,7 @@ void attend_tile_span(const TokenAttn* toks, int nt, int nfull) {
 // from a multiple of 16, or fewer at the end), any K/V types: each span's K
 // slices are decoded once for the tile into f32 and transposed (16 keys per
 // vector), its V slices into f32 rows, and every token's heads take each chunk
-// through HeadRun::run_t: the scores of 16 keys come out of vertical
+// through HeadRun::scores_t: the scores of 16 keys come out of vertical
 // multiply-adds, with no reduction tree per key, in the same float operations
 // as run() (the same bits). Chunks go outermost inside a span, so a chunk's
 // 2 x 16 x head_dim floats serve the whole tile from L1.
@@ -526,6 +574,11 @@ void attend_tile_transposed(const TokenAttn* toks, int nt, int nfull) {
   const int64_t span = std::max<int64_t>(1, kTileSpanKeys / bs) * bs;
   TileRuns<DK, DV, NV, R> runs;
   runs.init(toks, nt, nfull);
+  // A token's chunk scores per head batch.
+  struct ChunkScores {
+    __m512 sum[kMaxBatch];
+  };
+  ChunkScores work[1][kMaxFull + 1];
   const size_t rows_bytes = static_cast<size_t>(span) * hd * sizeof(float);
   uint8_t* buf = scratch(3, 2 * rows_bytes);
   float* kt = reinterpret_cast<float*>(buf);
@@ -534,6 +587,15 @@ void attend_tile_transposed(const TokenAttn* toks, int nt, int nfull) {
   const size_t v_off = KvRows<DV>::bytes(static_cast<int64_t>(a0.kv_head) * hd);
   const auto row_of = [&](int64_t key) {
     return static_cast<size_t>(a0.pages[key / bs]) * bs + static_cast<size_t>(key % bs);
+  };
+  const size_t k_slice = KvRows<DK>::bytes(hd), v_slice = KvRows<DV>::bytes(hd);
+  // The slices of keys [p0, p1) into L2.
+  const auto prefetch_keys = [&](int64_t p0, int64_t p1) {
+    for (int64_t key = p0; key < p1; ++key) {
+      const size_t ko = row_of(key) * kv.row_bytes + k_off, vo = row_of(key) * kv.v_row_bytes + v_off;
+      for (size_t b = ko & ~size_t{63}; b < ko + k_slice; b += 64) prefetch_l2(kv.k + b);
+      for (size_t b = vo & ~size_t{63}; b < vo + v_slice; b += 64) prefetch_l2(kv.v + b);
+    }
   };
   for (int64_t s0 = runs.begin / span * span; s0 < runs.end; s0 += span) {
     const int64_t s1 = s0 + span;
@@ -561,14 +623,46 @@ void attend_tile_transposed(const TokenAttn* toks, int nt, int nfull) {
         for (int i = 0; i < NV; ++i) _mm512_store_ps(vo + 16 * i, KvRows<DV>::load16(vr, i));
       }
     }
-    for (int64_t c0 = std::max(s0, d0 / kChunk * kChunk); c0 < d1; c0 += kChunk) {
-      for (int t = 0; t < nt; ++t) {
+    // The next span's keys go to L2 while this one's chunks are computed, a
+    // chunk's share at each (a KV head's slices are a short stretch of each
+    // row, which the hardware prefetchers missed: the decode above stalled on
+    // memory for a sixth of prefill attention at depth 4096, Intel Xeon model 167).
+    const auto [n0, n1] = runs.keys_read(toks, s1, s1 + span);
+    const int64_t cfirst = std::max(s0, d0 / kChunk * kChunk);
+    const int64_t n_chunks = (d1 - cfirst + kChunk - 1) / kChunk;
+    for (int64_t c0 = cfirst; c0 < d1; c0 += kChunk) {
+      if (n0 < n1) {
+        const int64_t ci = (c0 - cfirst) / kChunk;
+        prefetch_keys(n0 + (n1 - n0) * ci / n_chunks, n0 + (n1 - n0) * (ci + 1) / n_chunks);
+      }
+      // The tile's tokens one after another: each token's scores (run()'s
+      // float operations from transposed K), then its softmax step and p * V.
+      const float* kc = kt + (c0 - s0) / kChunk * hd * kChunk;  // the chunk's hd vectors of 16 keys
+      const uint8_t* vrow[kChunk];
+      for (int j = 0; j < kChunk; ++j) vrow[j] = reinterpret_cast<const uint8_t*>(vf + (c0 - s0 + j) * hd);
+      const auto scores = [&](int t, int slot) {
+        const float* q = toks[t].q;
+        for (int b = 0; b < nfull; ++b) {
+          HeadRun<DK, DV, NV, runs.kBatch>::scores_t(q + static_cast<int64_t>(b) * runs.kBatch * hd, kc, work[slot][b].sum);
+        }
+        if constexpr (R > 0) {
+          HeadRun<DK, DV, NV, R>::scores_t(q + static_cast<int64_t>(nfull) * runs.kBatch * hd, kc, work[slot][nfull].sum);
+        }
+      };
+      const auto absorb = [&](int t, int slot) {
         const TokenAttn& a = toks[t];
-        if (!runs.reads(t, a, c0, c0 + kChunk) || c0 < runs.start[t]) continue;
-        const int64_t c1 = std::min(c0 + kChunk, a.n_keys);
-        for (int b = 0; b < nfull; ++b)
-          runs.full[t][b].run_t(a, a.q + static_cast<int64_t>(b) * runs.kBatch * hd, c0, c1, kt, vf, s0);
-        if constexpr (R > 0) runs.rest[t].run_t(a, a.q + static_cast<int64_t>(nfull) * runs.kBatch * hd, c0, c1, kt, vf, s0);
+        const int lo = static_cast<int>(std::max<int64_t>(a.first, c0) - c0);
+        const int hi = static_cast<int>(std::min(c0 + kChunk, a.n_keys) - c0);
+        const __mmask16 valid = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
+        for (int b = 0; b < nfull; ++b) {
+          runs.full[t][b].template absorb<KvDtype::F32>(a, work[slot][b].sum, valid, lo, hi, vrow);
+        }
+        if constexpr (R > 0) runs.rest[t].template absorb<KvDtype::F32>(a, work[slot][nfull].sum, valid, lo, hi, vrow);
+      };
+      for (int t = 0; t < nt; ++t) {
+        if (!runs.reads(t, toks[t], c0, c0 + kChunk) || c0 < runs.start[t]) continue;
+        scores(t, 0);
+        absorb(t, 0);
       }
     }
   }

@@ -60,6 +60,6 @@ void attend_token_avx512(const TokenAttn& a);
 // each token's result is bitwise attend_token_avx512's for it alone.
 void attend_tokens_avx512(const TokenAttn* toks, int nt);
 // Tokens per tile on the AVX-512 path (attention.cc's tiles; attend_tokens_avx512's most).
-constexpr int32_t kAvx512TileTokens = 32;
+constexpr int32_t kAvx512TileTokens = 64;
 
 }  // namespace pagoda::kernels::cpu::detail
