@@ -117,11 +117,11 @@ struct HeadRun {
   // The softmax half: advances the running max and sum, writes p[g] = head
   // g's 16 exp(score - max) (zeros outside valid) and cs[g] = the factor its
   // running output takes; returns the heads whose output is rescaled (bit g).
-  int softmax(const TokenAttn& a, const __m512* sum, __mmask16 valid, float (*p)[kChunk], float* cs);
+  [[gnu::always_inline]] int softmax(const TokenAttn& a, const __m512* sum, __mmask16 valid, float (*p)[kChunk], float* cs);
   // The p * V half: the running outputs rescaled (heads in `rescale`, by
   // cs[g]), then + p[g][j] * V row j for j in [lo, hi), in key order.
   template <KvDtype DVR>
-  void pv(const float (*p)[kChunk], const float* cs, int rescale, int lo, int hi, const uint8_t* const* vrow);
+  [[gnu::always_inline]] void pv(const float (*p)[kChunk], const float* cs, int rescale, int lo, int hi, const uint8_t* const* vrow);
   void finish(const TokenAttn& a, float* out) const {
     for (int g = 0; g < HB; ++g) {
       const float inv = a.n_keys > a.first ? 1.0f / lrun[g] : 0.0f;
@@ -241,7 +241,7 @@ void HeadRun<DK, DV, NV, HB>::run(const TokenAttn& a, int32_t kv_head, const flo
 }
 
 template <KvDtype DK, KvDtype DV, int NV, int HB>
-int HeadRun<DK, DV, NV, HB>::softmax(const TokenAttn& a, const __m512* sum, __mmask16 valid, float (*p)[kChunk],
+inline int HeadRun<DK, DV, NV, HB>::softmax(const TokenAttn& a, const __m512* sum, __mmask16 valid, float (*p)[kChunk],
                                      float* cs) {
   // The four heads' (HB of them; the rest zeros) horizontal max and sum go
   // through one shared tree each (reduce4 below). The max is exact whatever
@@ -286,7 +286,7 @@ int HeadRun<DK, DV, NV, HB>::softmax(const TokenAttn& a, const __m512* sum, __mm
 
 template <KvDtype DK, KvDtype DV, int NV, int HB>
 template <KvDtype DVR>
-void HeadRun<DK, DV, NV, HB>::pv(const float (*p)[kChunk], const float* cs, int rescale, int lo, int hi,
+inline void HeadRun<DK, DV, NV, HB>::pv(const float (*p)[kChunk], const float* cs, int rescale, int lo, int hi,
                                 const uint8_t* const* vrow) {
   // p * V in key order, each V vector decoded once for all the heads. All
   // HB * NV running output vectors stay in registers over the chunk, so the
