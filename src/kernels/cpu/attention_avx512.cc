@@ -260,13 +260,12 @@ inline int HeadRun<DK, DV, NV, HB>::softmax(const TokenAttn& a, const __m512* su
   const __m128 m_old = _mm_load_ps(mrun);
   const __m128 m_new = _mm_max_ps(bm, m_old);  // bm > m_old ? bm : m_old
   // Rescale only the heads whose max moved (exp(0) == 1 exactly otherwise).
-  const int rescale = _mm_movemask_ps(_mm_cmp_ps(m_new, m_old, _CMP_GT_OQ));
+  const __m128 moved = _mm_cmp_ps(m_new, m_old, _CMP_GT_OQ);
+  const int rescale = _mm_movemask_ps(moved);
   __m128 corr = _mm_set1_ps(1.0f);
   __m128 l = _mm_load_ps(lrun);
   if (rescale != 0) {
     const __m128 c = _mm256_castps256_ps128(exp8(_mm256_zextps128_ps256(_mm_sub_ps(m_old, m_new))));
-    const __m128 moved = _mm_castsi128_ps(_mm_cmpgt_epi32(
-        _mm_and_si128(_mm_set1_epi32(rescale), _mm_setr_epi32(1, 2, 4, 8)), _mm_setzero_si128()));
     corr = _mm_blendv_ps(corr, c, moved);
     l = _mm_blendv_ps(l, _mm_mul_ps(l, c), moved);
     _mm_store_ps(mrun, m_new);
@@ -574,11 +573,7 @@ void attend_tile_transposed(const TokenAttn* toks, int nt, int nfull) {
   const int64_t span = std::max<int64_t>(1, kTileSpanKeys / bs) * bs;
   TileRuns<DK, DV, NV, R> runs;
   runs.init(toks, nt, nfull);
-  // A token's chunk scores per head batch.
-  struct ChunkScores {
-    __m512 sum[kMaxBatch];
-  };
-  ChunkScores work[1][kMaxFull + 1];
+  __m512 sum[kMaxFull + 1][kMaxBatch];  // a token's chunk scores per head batch
   const size_t rows_bytes = static_cast<size_t>(span) * hd * sizeof(float);
   uint8_t* buf = scratch(3, 2 * rows_bytes);
   float* kt = reinterpret_cast<float*>(buf);
@@ -640,29 +635,29 @@ void attend_tile_transposed(const TokenAttn* toks, int nt, int nfull) {
       const float* kc = kt + (c0 - s0) / kChunk * hd * kChunk;  // the chunk's hd vectors of 16 keys
       const uint8_t* vrow[kChunk];
       for (int j = 0; j < kChunk; ++j) vrow[j] = reinterpret_cast<const uint8_t*>(vf + (c0 - s0 + j) * hd);
-      const auto scores = [&](int t, int slot) {
+      const auto scores = [&](int t) {
         const float* q = toks[t].q;
         for (int b = 0; b < nfull; ++b) {
-          HeadRun<DK, DV, NV, runs.kBatch>::scores_t(q + static_cast<int64_t>(b) * runs.kBatch * hd, kc, work[slot][b].sum);
+          HeadRun<DK, DV, NV, runs.kBatch>::scores_t(q + static_cast<int64_t>(b) * runs.kBatch * hd, kc, sum[b]);
         }
         if constexpr (R > 0) {
-          HeadRun<DK, DV, NV, R>::scores_t(q + static_cast<int64_t>(nfull) * runs.kBatch * hd, kc, work[slot][nfull].sum);
+          HeadRun<DK, DV, NV, R>::scores_t(q + static_cast<int64_t>(nfull) * runs.kBatch * hd, kc, sum[nfull]);
         }
       };
-      const auto absorb = [&](int t, int slot) {
+      const auto absorb = [&](int t) {
         const TokenAttn& a = toks[t];
         const int lo = static_cast<int>(std::max<int64_t>(a.first, c0) - c0);
         const int hi = static_cast<int>(std::min(c0 + kChunk, a.n_keys) - c0);
         const __mmask16 valid = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
         for (int b = 0; b < nfull; ++b) {
-          runs.full[t][b].template absorb<KvDtype::F32>(a, work[slot][b].sum, valid, lo, hi, vrow);
+          runs.full[t][b].template absorb<KvDtype::F32>(a, sum[b], valid, lo, hi, vrow);
         }
-        if constexpr (R > 0) runs.rest[t].template absorb<KvDtype::F32>(a, work[slot][nfull].sum, valid, lo, hi, vrow);
+        if constexpr (R > 0) runs.rest[t].template absorb<KvDtype::F32>(a, sum[nfull], valid, lo, hi, vrow);
       };
       for (int t = 0; t < nt; ++t) {
         if (!runs.reads(t, toks[t], c0, c0 + kChunk) || c0 < runs.start[t]) continue;
-        scores(t, 0);
-        absorb(t, 0);
+        scores(t);
+        absorb(t);
       }
     }
   }
