@@ -85,13 +85,22 @@ TEST_F(PackTest, PackedEqualsRowsBitwise) {
 
 // Packed Q4_0 / Q4_1 / Q8_0 at 16 or more tokens go through the 16-row panel GEMM
 // (gemm_panel_avx512.inc): bitwise the GGUF rows' outputs for row counts that
-// leave a partial panel (or a partial tile), groups with zero-padded tail blocks
-// (cols % 128 != 0), token counts off the 4-token register tile, and 1 or 2
+// leave a partial panel (or a partial tile, or an odd last panel beside the
+// two-panel tiles), groups with zero-padded tail blocks (cols % 128 != 0), token
+// counts off the 6-token register tile, and 1 or 2
 // threads (chunks of several panels at 2 threads for the larger shapes).
 TEST_F(PackTest, PanelGemmEqualsRowsBitwise) {
   testing::IsaScope scope("avx512-vnni");
   expect_packed_equals_rows({GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}, {16, 17, 30, 64, 211},
                             {32, 64, 96, 576, 640}, {16, 18, 23, 40}, 900);
+}
+
+// Rows wider than 4096 columns take the grouped panel kernel (all four partial
+// sums live, 4-token tiles) instead of the pass kernels: bitwise the same rows'
+// outputs, with a zero-padded tail group (4160 = 32 groups + 2 blocks).
+TEST_F(PackTest, WidePanelGemmEqualsRowsBitwise) {
+  testing::IsaScope scope("avx512-vnni");
+  expect_packed_equals_rows({GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}, {17, 40}, {4160, 4224}, {16, 23}, 1900);
 }
 
 // The packed copy holds the matrix, not something near it: one flipped quant
