@@ -95,9 +95,10 @@ TEST_F(PackTest, PanelGemmEqualsRowsBitwise) {
                             {32, 64, 96, 576, 640}, {16, 18, 23, 40}, 900);
 }
 
-// Rows wider than 4096 columns take the grouped panel kernel (all four partial
-// sums live, 4-token tiles) instead of the pass kernels: bitwise the same rows'
-// outputs, with a zero-padded tail group (4160 = 32 groups + 2 blocks).
+// Rows wider than a segment of the panel kernel's passes (half the L1's worth of
+// a 6-token tile's records: 2048 columns at 48 KiB) carry each partial sum from
+// one segment to the next: bitwise the same rows' outputs, with a zero-padded
+// tail group (4160 = 32 groups + 2 blocks) in a short last segment.
 TEST_F(PackTest, WidePanelGemmEqualsRowsBitwise) {
   testing::IsaScope scope("avx512-vnni");
   expect_packed_equals_rows({GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}, {17, 40}, {4160, 4224}, {16, 23}, 1900);

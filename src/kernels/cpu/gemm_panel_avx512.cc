@@ -26,17 +26,15 @@
 // block index mod 4, one lane each) built per block as
 //   P_k = fma(cvt(block sum), wd * xd, P_k)   [Q4_1: then P_k = fma(m, xs, P_k)]
 // (the block sums exact integers) and returns (P_0 + P_2) + (P_1 + P_3). The
-// panel kernels run exactly those float ops on exactly those values (lane =
+// panel kernel runs exactly those float ops on exactly those values (lane =
 // row), so every output is bitwise what the direct kernel gives, whatever the
-// token count, tile, kernel or thread:
-// - the pass kernels (rows up to 4096 columns) build P_0, then P_1, P_2, P_3,
-//   each over its blocks in order, so only one partial sum per row and token is
-//   live, and take two panels (32 rows) by 6 tokens at once: each activation
-//   broadcast serves two dpbusd and each weight vector six (1B Q4_0 shapes at 512
-//   tokens, 2 threads, Intel Xeon model 207: 2048 x 2048 and 8192 x 2048
-//   630-730 -> 760-870 GFLOP/s);
-// - the grouped kernel (wider rows, whose activation tiles would not stay in L1
-//   over four passes) keeps all four P_k per token in acc[k] (4-token tiles).
+// token count, tile or thread. It builds P_0, then P_1, P_2, P_3, each over its blocks in order (in segments
+// of the row whose activation records stay in L1), so only one partial sum per
+// row and token is live, and takes two panels (32 rows) by 6 tokens at once:
+// each activation broadcast serves two dpbusd and each weight vector six (1B
+// Q4_0 shapes at 512 tokens, 2 threads, Intel Xeon model 207: 2048 x 2048 and
+// 8192 x 2048 630-730 -> 760-870 GFLOP/s against all four P_k live in a
+// 16-row by 4-token tile, as before).
 #include "kernels/cpu/gemm_panel_avx512.h"
 
 #include <immintrin.h>
@@ -63,9 +61,7 @@ constexpr int64_t kMinParallelMacs = 1 << 16;
 
 
 constexpr int kPanelRows = 16;
-constexpr int kPanelTokens = 6;  // tokens per register tile (pass kernels)
-constexpr int kGroupedTokens = 4;  // tokens per register tile (grouped kernel)
-constexpr size_t kPassTileActBytes = 48u << 10;
+constexpr int kPanelTokens = 6;  // tokens per register tile (by two panels)
 constexpr int64_t kPanelPrefetch = 2;  // panels ahead that stage_panel prefetches
 
 // 64-byte quant vectors per block of the packed tiles (Q8_0: bytes; Q4_0 /
@@ -167,46 +163,20 @@ void stage_panel(const uint8_t* packed, const PackLayout& l, int64_t p, uint8_t*
 inline __m512i bcast_u32(const uint8_t* p) { return _mm512_set1_epi32(static_cast<int>(load_u32(p))); }
 inline __m512 bcast_f32(const uint8_t* p) { return _mm512_set1_ps(*reinterpret_cast<const float*>(p)); }
 
-// One block (k = its index in group g) of the panel kernel: T tokens' exact
-// block sums, then the direct kernel's fma (with m: two) into acc[k].
-template <GgmlType kType, int T, int k>
-inline void panel_block(const uint8_t* rec, const uint8_t* const* x, size_t xo, __m512 (&acc)[4][T]) {
-  constexpr bool kMin = pack_has_min(kType);
-  // Two independent dpbusd chains per token (columns 0..15 / 16..31 of the
-  // block), added at the end: exact integers, so the block sum is the same.
-  // Without m, the first chain starts at the record's integer offset
-  // correction (lane 4k: block k's).
-  __m512i il[T], ih[T];
-  for (int t = 0; t < T; ++t) {
-    il[t] = kMin ? _mm512_setzero_si512() : bcast_u32(x[t] + xo + 192 + 16 * k);
-    ih[t] = _mm512_setzero_si512();
-  }
-  for (int j = 0; j < 4; ++j) {
-    const __m512i lo = _mm512_load_si512(rec + 64 * j);
-    const __m512i hi = _mm512_load_si512(rec + 256 + 64 * j);
-    for (int t = 0; t < T; ++t) {
-      const uint8_t* xb = x[t] + xo + 16 * k + 4 * j;
-      il[t] = _mm512_dpbusd_epi32(il[t], lo, bcast_u32(xb));
-      ih[t] = _mm512_dpbusd_epi32(ih[t], hi, bcast_u32(xb + 64));
-    }
-  }
-  const __m512 wd = _mm512_load_ps(reinterpret_cast<const float*>(rec + 64 * kPanelQV));
-  for (int t = 0; t < T; ++t) {
-    const uint8_t* xr = x[t] + xo;
-    const __m512 dd = _mm512_mul_ps(wd, bcast_f32(xr + 128 + 16 * k));  // xd, block k (lane 4k)
-    const __m512 bs = _mm512_cvtepi32_ps(_mm512_add_epi32(il[t], ih[t]));
-    acc[k][t] = _mm512_fmadd_ps(bs, dd, acc[k][t]);
-    if constexpr (kMin) {  // m * xs, block k
-      const __m512 wm = _mm512_load_ps(reinterpret_cast<const float*>(rec + 64 * kPanelQV + 64));
-      acc[k][t] = _mm512_fmadd_ps(wm, bcast_f32(xr + 192 + 16 * k), acc[k][t]);
-    }
-  }
-}
-
-// The grouped panel kernel (wide rows, see matmul_panels): one panel (16 rows)
-// times T <= 4 tokens over the row's nb blocks, all four partial sums live; x[t] activation
-// rows (quantize_act records), out[t] 16 floats (lane i = row i; lanes off in
-// rows_mask are not stored).
+// R panels (rows 16r..16r+15 from pn[r]) times T tokens over the row's nb
+// blocks; x[t] activation rows (quantize_act records), out[r * T + t] 16 floats
+// (lane i = row i; lanes off in mask[r] are not stored).
+//
+// Passes: P_0, then P_1, P_2, P_3, each over its blocks (index k mod 4) in
+// order, exactly the order the direct kernel gives them, so only one partial
+// sum per row and token is live and the register tile can be two panels by six
+// tokens: each activation broadcast serves R dpbusd and each weight vector T.
+// The passes run over segments of seg blocks (a multiple of 4, so that a
+// segment's blocks keep their index mod 4), whose activation records stay in
+// L1 for the four passes; each P_k carries over from one segment to the next,
+// so its blocks still come in order. A block's integer sum is one dpbusd chain
+// per token (columns 0..15, then 16..31), started at the record's offset
+// correction without m: exact integers, the same block sum as two chains added.
 //
 // The zero-padded blocks of the last group (nb % 4 != 0), which the direct
 // kernel adds in, are skipped: they add fma(0, dd, P) (and fma(m, 0, P)) terms of
@@ -214,152 +184,87 @@ inline void panel_block(const uint8_t* rec, const uint8_t* const* x, size_t xo, 
 // gives +0 for an exact zero sum unless both addends are -0, and no nonzero
 // product of f16-derived scales is small enough to round to -0), which leaves
 // every P unchanged: the same bits either way.
-template <GgmlType kType, int T>
-void panel_kernel_grouped(const uint8_t* panel, const uint8_t* const* x, int64_t nb, float* const* out,
-                  __mmask16 rows_mask) {
-  __m512 acc[4][T];
+template <GgmlType kType, int T, int R>
+void panel_kernel(const uint8_t* const* pn, const uint8_t* const* x, int64_t nb, int64_t seg, float* const* out,
+                  const __mmask16* mask) {
+  constexpr bool kMin = pack_has_min(kType);
+  __m512 part[4][R][T];
   for (int k = 0; k < 4; ++k)
-    for (int t = 0; t < T; ++t) acc[k][t] = _mm512_setzero_ps();
-  const int64_t full = nb / 4;
-  for (int64_t g = 0; g < full; ++g) {
-    const uint8_t* rec = panel + static_cast<size_t>(4 * g) * kPanelRec;
-    const size_t xo = static_cast<size_t>(g) * kRec;
-    panel_block<kType, T, 0>(rec, x, xo, acc);
-    panel_block<kType, T, 1>(rec + kPanelRec, x, xo, acc);
-    panel_block<kType, T, 2>(rec + 2 * kPanelRec, x, xo, acc);
-    panel_block<kType, T, 3>(rec + 3 * kPanelRec, x, xo, acc);
-  }
-  if (const int64_t rest = nb - 4 * full; rest > 0) {
-    const uint8_t* rec = panel + static_cast<size_t>(4 * full) * kPanelRec;
-    const size_t xo = static_cast<size_t>(full) * kRec;
-    panel_block<kType, T, 0>(rec, x, xo, acc);
-    if (rest > 1) panel_block<kType, T, 1>(rec + kPanelRec, x, xo, acc);
-    if (rest > 2) panel_block<kType, T, 2>(rec + 2 * kPanelRec, x, xo, acc);
-  }
-  for (int t = 0; t < T; ++t) {
-    const __m512 s = _mm512_add_ps(_mm512_add_ps(acc[0][t], acc[2][t]), _mm512_add_ps(acc[1][t], acc[3][t]));
-    _mm512_mask_storeu_ps(out[t], rows_mask, s);
-  }
-}
-
-// One panel (16 rows) times T tokens over the row's nb blocks; x[t] activation
-// rows (quantize_act records), out[t] 16 floats (lane i = row i; lanes off in
-// rows_mask are not stored).
-//
-// Four passes, one per partial sum: pass k takes blocks k, k + 4, k + 8, ... in
-// order into P_k, which is exactly the order the direct kernel gives them (P_k
-// sees only the blocks of index k mod 4), so only T accumulators are live at a
-// time rather than 4 T, and the register tile holds 8 tokens: each weight vector
-// loaded serves 8 dpbusd. A block's integer sum is one dpbusd chain per token
-// (columns 0..15, then 16..31), started at the record's offset correction
-// without m: exact integers, the same block sum as two chains added.
-//
-// The zero-padded blocks of the last group (nb % 4 != 0), which the direct
-// kernel adds in, are skipped: they add fma(0, dd, P) (and fma(m, 0, P)) terms of
-// +-0 to partial sums that start at +0 and so are never -0 (round to nearest
-// gives +0 for an exact zero sum unless both addends are -0, and no nonzero
-// product of f16-derived scales is small enough to round to -0), which leaves
-// every P unchanged: the same bits either way.
-template <GgmlType kType, int T>
-void panel_kernel(const uint8_t* panel, const uint8_t* const* x, int64_t nb, float* const* out,
-                  __mmask16 rows_mask) {
-  constexpr bool kMin = pack_has_min(kType);
-  __m512 part[4][T];
-  for (int k = 0; k < 4; ++k) {
-    __m512 acc[T];
-    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-    for (int64_t b = k; b < nb; b += 4) {
-      const uint8_t* rec = panel + static_cast<size_t>(b) * kPanelRec;
-      const size_t xo = static_cast<size_t>(b / 4) * kRec + 16 * k;
-      __m512i s[T];
-      for (int t = 0; t < T; ++t) s[t] = kMin ? _mm512_setzero_si512() : bcast_u32(x[t] + xo + 192);
-      for (int j = 0; j < 4; ++j) {
-        const __m512i lo = _mm512_load_si512(rec + 64 * j);
-        for (int t = 0; t < T; ++t) s[t] = _mm512_dpbusd_epi32(s[t], lo, bcast_u32(x[t] + xo + 4 * j));
-      }
-      for (int j = 0; j < 4; ++j) {
-        const __m512i hi = _mm512_load_si512(rec + 256 + 64 * j);
-        for (int t = 0; t < T; ++t) s[t] = _mm512_dpbusd_epi32(s[t], hi, bcast_u32(x[t] + xo + 64 + 4 * j));
-      }
-      const __m512 wd = _mm512_load_ps(reinterpret_cast<const float*>(rec + 64 * kPanelQV));
-      for (int t = 0; t < T; ++t) {
-        const __m512 dd = _mm512_mul_ps(wd, bcast_f32(x[t] + xo + 128));  // xd, block b
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), dd, acc[t]);
-        if constexpr (kMin) {  // m * xs, block b
-          const __m512 wm = _mm512_load_ps(reinterpret_cast<const float*>(rec + 64 * kPanelQV + 64));
-          acc[t] = _mm512_fmadd_ps(wm, bcast_f32(x[t] + xo + 192), acc[t]);
-        }
-      }
-    }
-    for (int t = 0; t < T; ++t) part[k][t] = acc[t];
-  }
-  for (int t = 0; t < T; ++t) {
-    const __m512 s = _mm512_add_ps(_mm512_add_ps(part[0][t], part[2][t]), _mm512_add_ps(part[1][t], part[3][t]));
-    _mm512_mask_storeu_ps(out[t], rows_mask, s);
-  }
-}
-
-// Two panels (rows 0..15 from pa, 16..31 from pb) at once: each activation
-// broadcast serves both panels' dpbusd. The same float ops per row as above.
-template <GgmlType kType, int T>
-void panel_kernel2(const uint8_t* pa, const uint8_t* pb, const uint8_t* const* x, int64_t nb, float* const* outa,
-                   float* const* outb, __mmask16 ma, __mmask16 mb) {
-  constexpr bool kMin = pack_has_min(kType);
-  __m512 part[4][2][T];
-  for (int k = 0; k < 4; ++k) {
-    __m512 acc[2][T];
-    for (int t = 0; t < T; ++t) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
-    for (int64_t b = k; b < nb; b += 4) {
-      const uint8_t* ra = pa + static_cast<size_t>(b) * kPanelRec;
-      const uint8_t* rb = pb + static_cast<size_t>(b) * kPanelRec;
-      const size_t xo = static_cast<size_t>(b / 4) * kRec + 16 * k;
-      __m512i s[2][T];
-      for (int t = 0; t < T; ++t) {
-        s[0][t] = kMin ? _mm512_setzero_si512() : bcast_u32(x[t] + xo + 192);
-        s[1][t] = s[0][t];
-      }
-      for (int j = 0; j < 8; ++j) {
-        const size_t off = j < 4 ? 64 * j : 256 + 64 * (j - 4);
-        const size_t xj = j < 4 ? 4 * j : 64 + 4 * (j - 4);
-        const __m512i wa = _mm512_load_si512(ra + off);
-        const __m512i wb = _mm512_load_si512(rb + off);
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) part[k][r][t] = _mm512_setzero_ps();
+  for (int64_t s0 = 0; s0 < nb; s0 += seg) {
+    const int64_t s1 = std::min(nb, s0 + seg);
+    for (int k = 0; k < 4; ++k) {
+      __m512 acc[R][T];
+      for (int r = 0; r < R; ++r)
+        for (int t = 0; t < T; ++t) acc[r][t] = part[k][r][t];
+      for (int64_t b = s0 + k; b < s1; b += 4) {
+        const uint8_t* rec[R];
+        for (int r = 0; r < R; ++r) rec[r] = pn[r] + static_cast<size_t>(b) * kPanelRec;
+        const size_t xo = static_cast<size_t>(b / 4) * kRec + 16 * k;
+        __m512i sum[R][T];
         for (int t = 0; t < T; ++t) {
-          const __m512i xb = bcast_u32(x[t] + xo + xj);
-          s[0][t] = _mm512_dpbusd_epi32(s[0][t], wa, xb);
-          s[1][t] = _mm512_dpbusd_epi32(s[1][t], wb, xb);
+          const __m512i c = kMin ? _mm512_setzero_si512() : bcast_u32(x[t] + xo + 192);
+          for (int r = 0; r < R; ++r) sum[r][t] = c;
+        }
+        for (int j = 0; j < 8; ++j) {  // q[j]: columns 4j.. (j < 4), 16 + 4(j - 4).. (j >= 4)
+          const size_t xj = j < 4 ? 4 * j : 64 + 4 * (j - 4);
+          __m512i wv[R];
+          for (int r = 0; r < R; ++r) wv[r] = _mm512_load_si512(rec[r] + 64 * j);
+          for (int t = 0; t < T; ++t) {
+            const __m512i xb = bcast_u32(x[t] + xo + xj);
+            for (int r = 0; r < R; ++r) sum[r][t] = _mm512_dpbusd_epi32(sum[r][t], wv[r], xb);
+          }
+        }
+        __m512 wd[R];
+        for (int r = 0; r < R; ++r) wd[r] = _mm512_load_ps(reinterpret_cast<const float*>(rec[r] + 64 * kPanelQV));
+        for (int t = 0; t < T; ++t) {
+          const __m512 xd = bcast_f32(x[t] + xo + 128);  // xd, block b
+          for (int r = 0; r < R; ++r) {
+            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[r][t]), _mm512_mul_ps(wd[r], xd), acc[r][t]);
+          }
+          if constexpr (kMin) {  // m * xs, block b
+            const __m512 xs = bcast_f32(x[t] + xo + 192);
+            for (int r = 0; r < R; ++r) {
+              const __m512 wm = _mm512_load_ps(reinterpret_cast<const float*>(rec[r] + 64 * kPanelQV + 64));
+              acc[r][t] = _mm512_fmadd_ps(wm, xs, acc[r][t]);
+            }
+          }
         }
       }
-      const __m512 wda = _mm512_load_ps(reinterpret_cast<const float*>(ra + 64 * kPanelQV));
-      const __m512 wdb = _mm512_load_ps(reinterpret_cast<const float*>(rb + 64 * kPanelQV));
-      for (int t = 0; t < T; ++t) {
-        const __m512 xd = bcast_f32(x[t] + xo + 128);
-        acc[0][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0][t]), _mm512_mul_ps(wda, xd), acc[0][t]);
-        acc[1][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[1][t]), _mm512_mul_ps(wdb, xd), acc[1][t]);
-        if constexpr (kMin) {
-          const __m512 xs = bcast_f32(x[t] + xo + 192);
-          acc[0][t] = _mm512_fmadd_ps(_mm512_load_ps(reinterpret_cast<const float*>(ra + 64 * kPanelQV + 64)), xs, acc[0][t]);
-          acc[1][t] = _mm512_fmadd_ps(_mm512_load_ps(reinterpret_cast<const float*>(rb + 64 * kPanelQV + 64)), xs, acc[1][t]);
-        }
-      }
-    }
-    for (int t = 0; t < T; ++t) {
-      part[k][0][t] = acc[0][t];
-      part[k][1][t] = acc[1][t];
+      for (int r = 0; r < R; ++r)
+        for (int t = 0; t < T; ++t) part[k][r][t] = acc[r][t];
     }
   }
-  for (int t = 0; t < T; ++t) {
-    for (int h = 0; h < 2; ++h) {
-      const __m512 s = _mm512_add_ps(_mm512_add_ps(part[0][h][t], part[2][h][t]), _mm512_add_ps(part[1][h][t], part[3][h][t]));
-      _mm512_mask_storeu_ps(h == 0 ? outa[t] : outb[t], h == 0 ? ma : mb, s);
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) {
+      const __m512 v =
+          _mm512_add_ps(_mm512_add_ps(part[0][r][t], part[2][r][t]), _mm512_add_ps(part[1][r][t], part[3][r][t]));
+      _mm512_mask_storeu_ps(out[r * T + t], mask[r], v);
     }
   }
 }
 
-// The staged panels of a chunk: a quarter of the core's L2, at least 256 KiB
-// (Zen 4/5: 1 MiB L2, 256 KiB as before; Intel Xeon model 167: 2 MiB, 512 KiB,
-// where 256 KiB gave the down projection's 8192-column panels one panel per
-// chunk and so re-read all the tokens' activations per panel: 1B Q4_0
-// 2048x8192 at 512 tokens 600 -> 680-710 GFLOP/s on 2 threads).
+// The panel kernel for nt (1..kPanelTokens) tokens.
+template <GgmlType kType, int R>
+void panel_tile(int nt, const uint8_t* const* pn, const uint8_t* const* x, int64_t nb, int64_t seg, float* const* out,
+                const __mmask16* mask) {
+  switch (nt) {
+    case 1: panel_kernel<kType, 1, R>(pn, x, nb, seg, out, mask); break;
+    case 2: panel_kernel<kType, 2, R>(pn, x, nb, seg, out, mask); break;
+    case 3: panel_kernel<kType, 3, R>(pn, x, nb, seg, out, mask); break;
+    case 4: panel_kernel<kType, 4, R>(pn, x, nb, seg, out, mask); break;
+    case 5: panel_kernel<kType, 5, R>(pn, x, nb, seg, out, mask); break;
+    default: panel_kernel<kType, 6, R>(pn, x, nb, seg, out, mask); break;
+  }
+}
+
+// The core's L1 data cache (32 KiB where the system does not say).
+size_t l1d_bytes() {
+  const long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+  return l1 > 0 ? static_cast<size_t>(l1) : size_t{32} << 10;
+}
+
 size_t chunk_bytes() {
   const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
   return std::max<size_t>(256u << 10, l2 > 0 ? static_cast<size_t>(l2) / 4 : 0);
@@ -393,81 +298,40 @@ void matmul_panels(const WeightView& w, const float* x, int64_t n_tokens, float*
   static const size_t kChunkBytes = chunk_bytes();
   int64_t per_chunk = std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / panel_bytes));
   per_chunk = std::min(per_chunk, std::max<int64_t>(1, n_panels / (8 * nth)));
+  if (per_chunk > 1) per_chunk &= ~int64_t{1};  // whole pairs of panels for the 2-panel tiles
   const int64_t n_chunks = (n_panels + per_chunk - 1) / per_chunk;
   const uint8_t* packed = static_cast<const uint8_t*>(w.packed);
   const bool big = w.rows * w.cols * n_tokens >= kMinParallelMacs;
-  // The pass kernels re-read a tile's activation records once per pass: taken
-  // while they stay in L1 beside the panel stream (rows up to 4096 columns: 6
-  // tokens x 8 KiB), the grouped kernel for wider rows (the 1B down projection's
-  // 8192 columns ran 3-7% slower through the passes).
-  const bool pass_tiles = xrow * kPanelTokens <= kPassTileActBytes;
+  // Blocks per segment of the passes: a tile's records of a segment (64 bytes a
+  // block and token) take half the core's L1, in whole groups of 4 blocks (1B
+  // Q4_0 2048 x 8192, 512 tokens, 2 threads, Intel Xeon model 207: the whole L1
+  // 575-648 GFLOP/s, half 688-725, no segments (one pass over all 8192 columns
+  // per P_k) 626-686; 2048-column rows are one segment either way).
+  static const size_t kL1 = l1d_bytes();
+  const int64_t seg = std::max<int64_t>(4, static_cast<int64_t>(kL1 / 2 / (64 * kPanelTokens)) / 4 * 4);
   parallel_for(n_chunks, big ? nth : 1, [=](int64_t ch) {
     const int64_t p0 = ch * per_chunk, np = std::min(per_chunk, n_panels - p0);
     uint8_t* st = scratch(1, static_cast<size_t>(np) * panel_bytes);
     for (int64_t i = 0; i < np; ++i) stage_panel<kType>(packed, l, p0 + i, st + static_cast<size_t>(i) * panel_bytes);
-    if (!pass_tiles) {
-      for (int64_t t0 = 0; t0 < n_tokens; t0 += kGroupedTokens) {
-        const int nt = static_cast<int>(std::min<int64_t>(kGroupedTokens, n_tokens - t0));
-        const uint8_t* xp[kGroupedTokens];
-        for (int t = 0; t < nt; ++t) xp[t] = act + static_cast<size_t>(t0 + t) * xrow;
-        for (int64_t i = 0; i < np; ++i) {
-          const int64_t row0 = (p0 + i) * kPanelRows;
-          const int64_t nr = std::min<int64_t>(kPanelRows, w.rows - row0);
-          const __mmask16 m = static_cast<__mmask16>((1u << nr) - 1);
-          float* op[kGroupedTokens];
-          for (int t = 0; t < nt; ++t) op[t] = y + (t0 + t) * w.rows + row0;
-          const uint8_t* pn = st + static_cast<size_t>(i) * panel_bytes;
-          switch (nt) {
-            case 1: panel_kernel_grouped<kType, 1>(pn, xp, nb, op, m); break;
-            case 2: panel_kernel_grouped<kType, 2>(pn, xp, nb, op, m); break;
-            case 3: panel_kernel_grouped<kType, 3>(pn, xp, nb, op, m); break;
-            default: panel_kernel_grouped<kType, 4>(pn, xp, nb, op, m); break;
-          }
-        }
-      }
-      return;
-    }
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kPanelTokens) {
       const int nt = static_cast<int>(std::min<int64_t>(kPanelTokens, n_tokens - t0));
       const uint8_t* xp[kPanelTokens];
       for (int t = 0; t < nt; ++t) xp[t] = act + static_cast<size_t>(t0 + t) * xrow;
-      int64_t i = 0;
-      for (; i + 2 <= np; i += 2) {  // two panels at a time
-        const int64_t row0 = (p0 + i) * kPanelRows;
-        const int64_t nra = std::min<int64_t>(kPanelRows, w.rows - row0);
-        const int64_t nrb = std::min<int64_t>(kPanelRows, w.rows - row0 - kPanelRows);
-        const __mmask16 ma = static_cast<__mmask16>((1u << nra) - 1), mb = static_cast<__mmask16>((1u << nrb) - 1);
-        float* oa[kPanelTokens];
-        float* ob[kPanelTokens];
-        for (int t = 0; t < nt; ++t) {
-          oa[t] = y + (t0 + t) * w.rows + row0;
-          ob[t] = oa[t] + kPanelRows;
+      for (int64_t i = 0; i < np; i += 2) {  // two panels at a time, the chunk's odd last one alone
+        const int r = np - i >= 2 ? 2 : 1;
+        const uint8_t* pn[2];
+        float* op[2 * kPanelTokens];
+        __mmask16 m[2];
+        for (int h = 0; h < r; ++h) {
+          const int64_t row0 = (p0 + i + h) * kPanelRows;
+          m[h] = static_cast<__mmask16>((1u << std::min<int64_t>(kPanelRows, w.rows - row0)) - 1);
+          pn[h] = st + static_cast<size_t>(i + h) * panel_bytes;
+          for (int t = 0; t < nt; ++t) op[h * nt + t] = y + (t0 + t) * w.rows + row0;
         }
-        const uint8_t* pa = st + static_cast<size_t>(i) * panel_bytes;
-        const uint8_t* pb = pa + panel_bytes;
-        switch (nt) {
-          case 1: panel_kernel2<kType, 1>(pa, pb, xp, nb, oa, ob, ma, mb); break;
-          case 2: panel_kernel2<kType, 2>(pa, pb, xp, nb, oa, ob, ma, mb); break;
-          case 3: panel_kernel2<kType, 3>(pa, pb, xp, nb, oa, ob, ma, mb); break;
-          case 4: panel_kernel2<kType, 4>(pa, pb, xp, nb, oa, ob, ma, mb); break;
-          case 5: panel_kernel2<kType, 5>(pa, pb, xp, nb, oa, ob, ma, mb); break;
-          default: panel_kernel2<kType, 6>(pa, pb, xp, nb, oa, ob, ma, mb); break;
-        }
-      }
-      if (i < np) {  // the chunk's odd last panel
-        const int64_t row0 = (p0 + i) * kPanelRows;
-        const int64_t nr = std::min<int64_t>(kPanelRows, w.rows - row0);
-        const __mmask16 m = static_cast<__mmask16>((1u << nr) - 1);
-        float* op[kPanelTokens];
-        for (int t = 0; t < nt; ++t) op[t] = y + (t0 + t) * w.rows + row0;
-        const uint8_t* pn = st + static_cast<size_t>(i) * panel_bytes;
-        switch (nt) {
-          case 1: panel_kernel<kType, 1>(pn, xp, nb, op, m); break;
-          case 2: panel_kernel<kType, 2>(pn, xp, nb, op, m); break;
-          case 3: panel_kernel<kType, 3>(pn, xp, nb, op, m); break;
-          case 4: panel_kernel<kType, 4>(pn, xp, nb, op, m); break;
-          case 5: panel_kernel<kType, 5>(pn, xp, nb, op, m); break;
-          default: panel_kernel<kType, 6>(pn, xp, nb, op, m); break;
+        if (r == 2) {
+          panel_tile<kType, 2>(nt, pn, xp, nb, seg, op, m);
+        } else {
+          panel_tile<kType, 1>(nt, pn, xp, nb, seg, op, m);
         }
       }
     }
