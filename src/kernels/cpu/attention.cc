@@ -256,10 +256,15 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
     }
   }
   const int32_t gs = group / hsplit;  // query heads per item
-  // With enough tiles (decode of many sequences, prefill) an AVX-512 item is a
-  // whole tile, every KV head: a decode token reads whole rows span by span,
+  // With enough tiles (decode of many sequences, or a batch that has some) an
+  // AVX-512 item is a whole tile, every KV head: a decode token reads whole rows span by span,
   // the next item's rows read ahead meanwhile (RowPrefetch).
-  const bool whole_rows = avx512 && hsplit == 1 && n_tiles >= 2 * nth;
+  // Prefill alone (no one-token tile) keeps items of one KV head: its tiles go
+  // KV head by KV head in any case, and a pp512 is only 8 tiles, so whole-tile
+  // items left one thread idle for up to an eighth of the work at the end.
+  bool one_token_tiles = false;
+  for (int32_t i = 0; i < n_tiles && !one_token_tiles; ++i) one_token_tiles = tiles[3 * i + 2] - tiles[3 * i + 1] == 1;
+  const bool whole_rows = avx512 && hsplit == 1 && n_tiles >= 2 * nth && one_token_tiles;
   int32_t kv_per_item = whole_rows ? nkv : 1;
   // Decode of fewer sequences (one-token tiles): an AVX-512 item takes a run of
   // KV heads, as many as still leave every thread an item, and walks their
