@@ -256,9 +256,10 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
     }
   }
   const int32_t gs = group / hsplit;  // query heads per item
-  // With enough tiles (decode of many sequences, or a batch that has some) an
-  // AVX-512 item is a whole tile, every KV head: a decode token reads whole rows span by span,
-  // the next item's rows read ahead meanwhile (RowPrefetch).
+  // With enough tiles, some of them one token (decode of many sequences, alone
+  // or beside a prefill chunk), an AVX-512 item is a whole tile, every KV head:
+  // a decode token reads whole rows span by span, the next item's rows read
+  // ahead meanwhile (RowPrefetch).
   // Prefill alone (no one-token tile) keeps items of one KV head: its tiles go
   // KV head by KV head in any case, and a pp512 is only 8 tiles, so whole-tile
   // items left one thread idle for up to an eighth of the work at the end.

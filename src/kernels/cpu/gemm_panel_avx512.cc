@@ -28,13 +28,13 @@
 // (the block sums exact integers) and returns (P_0 + P_2) + (P_1 + P_3). The
 // panel kernel runs exactly those float ops on exactly those values (lane =
 // row), so every output is bitwise what the direct kernel gives, whatever the
-// token count, tile or thread. It builds P_0, then P_1, P_2, P_3, each over its blocks in order (in segments
-// of the row whose activation records stay in L1), so only one partial sum per
-// row and token is live, and takes two panels (32 rows) by 6 tokens at once:
-// each activation broadcast serves two dpbusd and each weight vector six (1B
-// Q4_0 shapes at 512 tokens, 2 threads, Intel Xeon model 207: 2048 x 2048 and
-// 8192 x 2048 630-730 -> 760-870 GFLOP/s against all four P_k live in a
-// 16-row by 4-token tile, as before).
+// token count, tile or thread. It builds P_0, then P_1, P_2, P_3, each over its
+// blocks in order (in segments of the row whose activation records stay in L1),
+// so only one partial sum per row and token is live, and takes two panels (32
+// rows) by 6 tokens at once: each activation broadcast serves two dpbusd and
+// each weight vector six (1B Q4_0 shapes at 512 tokens, 2 threads, Intel Xeon
+// model 207: 2048 x 2048 and 8192 x 2048 630-730 -> 760-870 GFLOP/s against all
+// four P_k live in a 16-row by 4-token tile, as before).
 #include "kernels/cpu/gemm_panel_avx512.h"
 
 #include <immintrin.h>
@@ -216,8 +216,11 @@ void panel_kernel(const uint8_t* const* pn, const uint8_t* const* x, int64_t nb,
             for (int r = 0; r < R; ++r) sum[r][t] = _mm512_dpbusd_epi32(sum[r][t], wv[r], xb);
           }
         }
-        __m512 wd[R];
-        for (int r = 0; r < R; ++r) wd[r] = _mm512_load_ps(reinterpret_cast<const float*>(rec[r] + 64 * kPanelQV));
+        __m512 wd[R], wm[R];
+        for (int r = 0; r < R; ++r) {
+          wd[r] = _mm512_load_ps(reinterpret_cast<const float*>(rec[r] + 64 * kPanelQV));
+          if constexpr (kMin) wm[r] = _mm512_load_ps(reinterpret_cast<const float*>(rec[r] + 64 * kPanelQV + 64));
+        }
         for (int t = 0; t < T; ++t) {
           const __m512 xd = bcast_f32(x[t] + xo + 128);  // xd, block b
           for (int r = 0; r < R; ++r) {
@@ -225,10 +228,7 @@ void panel_kernel(const uint8_t* const* pn, const uint8_t* const* x, int64_t nb,
           }
           if constexpr (kMin) {  // m * xs, block b
             const __m512 xs = bcast_f32(x[t] + xo + 192);
-            for (int r = 0; r < R; ++r) {
-              const __m512 wm = _mm512_load_ps(reinterpret_cast<const float*>(rec[r] + 64 * kPanelQV + 64));
-              acc[r][t] = _mm512_fmadd_ps(wm, xs, acc[r][t]);
-            }
+            for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(wm[r], xs, acc[r][t]);
           }
         }
       }
