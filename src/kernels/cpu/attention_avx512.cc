@@ -83,6 +83,47 @@ inline int64_t first_chunk(const TokenAttn& a) {
   return page0 + (a.first - page0) / kChunk * kChunk;
 }
 
+// The K and V slices of a run of KV heads, key after key from `key` to `end`,
+// into L2 a few lines at a time: decode of one sequence (attend_kv_span) steps
+// it once per key of p * V, at most `distance` keys ahead of the chunk being
+// computed, so the reads ahead go out evenly between the loads they feed rather
+// than in bursts that filled the core's miss buffers (a span's share at once).
+// Only prefetches: never changes a result.
+struct SlicePrefetch {
+  const KvLayerView* kv = nullptr;
+  const int32_t* pages = nullptr;
+  int64_t key = 0, end = 0, distance = 0;
+  size_t k_off = 0, v_off = 0, k_len = 0, v_len = 0;  // the slices' bytes in a row
+  int per_step = 1;                                   // lines of K (and of V) per step
+  const uint8_t* kp = nullptr;                        // the current key's slices, from their first line
+  const uint8_t* vp = nullptr;
+  size_t kn = 0, vn = 0, line = 0;                    // their bytes from that line; the next line's offset
+
+  void start(int64_t k) {
+    key = k;
+    if (key >= end) return;
+    const int32_t bs = kv->block_size;
+    const size_t r = static_cast<size_t>(pages[key / bs]) * static_cast<size_t>(bs) + static_cast<size_t>(key % bs);
+    const uintptr_t ks = reinterpret_cast<uintptr_t>(kv->k + r * kv->row_bytes + k_off);
+    const uintptr_t vs = reinterpret_cast<uintptr_t>(kv->v + r * kv->v_row_bytes + v_off);
+    kp = reinterpret_cast<const uint8_t*>(ks & ~uintptr_t{63});
+    vp = reinterpret_cast<const uint8_t*>(vs & ~uintptr_t{63});
+    kn = ks + k_len - reinterpret_cast<uintptr_t>(kp);
+    vn = vs + v_len - reinterpret_cast<uintptr_t>(vp);
+    line = 0;
+  }
+  // Up to per_step lines of K and of V, never for keys at or past `now + distance`.
+  void step(int64_t now) {
+    const int64_t stop = std::min(end, now + distance);
+    for (int n = 0; n < per_step && key < stop; ++n) {
+      if (line < kn) prefetch_l2(kp + line);
+      if (line < vn) prefetch_l2(vp + line);
+      line += 64;
+      if (line >= kn && line >= vn) start(key + 1);
+    }
+  }
+};
+
 // Heads [g0, g0 + HB) of KV head kv_head (queries q [HB, head_dim], head_dim =
 // 16 * NV): the running state of their online softmax, advanced by run() over
 // the chunks that start in a range of keys. A head's float operations depend
@@ -103,7 +144,8 @@ struct HeadRun {
       lrun[g] = 0.0f;
     }
   }
-  void run(const TokenAttn& a, int32_t kv_head, const float* q, int64_t c_begin, int64_t c_end);
+  void run(const TokenAttn& a, int32_t kv_head, const float* q, int64_t c_begin, int64_t c_end,
+           SlicePrefetch* pf = nullptr);
   // The scores of one chunk of 16 keys from transposed K, kc: its hd vectors
   // of 16 keys (kc[d * 16 + j] = value d of key j, zero for keys not
   // decoded). sum[g] = head g's 16 key scores, unscaled, in the same float
@@ -113,15 +155,18 @@ struct HeadRun {
   // (unscaled; lanes outside `valid` ignored), vrow[j] the V slice of key j for
   // j in [lo, hi), read as DVR rows. absorb = softmax, then pv.
   template <KvDtype DVR>
-  void absorb(const TokenAttn& a, const __m512* sum, __mmask16 valid, int lo, int hi, const uint8_t* const* vrow);
+  void absorb(const TokenAttn& a, const __m512* sum, __mmask16 valid, int lo, int hi, const uint8_t* const* vrow,
+              SlicePrefetch* pf = nullptr, int64_t c0 = 0);
   // The softmax half: advances the running max and sum, writes p[g] = head
   // g's 16 exp(score - max) (zeros outside valid) and cs[g] = the factor its
   // running output takes; returns the heads whose output is rescaled (bit g).
   [[gnu::always_inline]] int softmax(const TokenAttn& a, const __m512* sum, __mmask16 valid, float (*p)[kChunk], float* cs);
   // The p * V half: the running outputs rescaled (heads in `rescale`, by
-  // cs[g]), then + p[g][j] * V row j for j in [lo, hi), in key order.
+  // cs[g]), then + p[g][j] * V row j for j in [lo, hi), in key order; pf
+  // (when set) stepped once per key, the chunk starting at c0.
   template <KvDtype DVR>
-  [[gnu::always_inline]] void pv(const float (*p)[kChunk], const float* cs, int rescale, int lo, int hi, const uint8_t* const* vrow);
+  [[gnu::always_inline]] void pv(const float (*p)[kChunk], const float* cs, int rescale, int lo, int hi,
+                                 const uint8_t* const* vrow, SlicePrefetch* pf, int64_t c0);
   void finish(const TokenAttn& a, float* out) const {
     for (int g = 0; g < HB; ++g) {
       const float inv = a.n_keys > a.first ? 1.0f / lrun[g] : 0.0f;
@@ -133,7 +178,8 @@ struct HeadRun {
 
 // The chunks starting in [c_begin, min(c_end, n_keys)); c_begin is a chunk start.
 template <KvDtype DK, KvDtype DV, int NV, int HB>
-void HeadRun<DK, DV, NV, HB>::run(const TokenAttn& a, int32_t kv_head, const float* q, int64_t c_begin, int64_t c_end) {
+void HeadRun<DK, DV, NV, HB>::run(const TokenAttn& a, int32_t kv_head, const float* q, int64_t c_begin, int64_t c_end,
+                                  SlicePrefetch* pf) {
   const KvLayerView& kv = *a.kv;
   const int32_t bs = kv.block_size;
   const size_t k_off = KvRows<DK>::bytes(static_cast<int64_t>(kv_head) * hd);
@@ -163,7 +209,7 @@ void HeadRun<DK, DV, NV, HB>::run(const TokenAttn& a, int32_t kv_head, const flo
     }
   };
   // Chunk starts; `ahead` runs kPrefetchChunks chunks in front of the one computed.
-  int64_t ahead = c_begin;
+  int64_t ahead = pf == nullptr ? c_begin : a.n_keys;  // with pf, its reads ahead instead
   for (int n = 0; n < kPrefetchChunks && ahead < a.n_keys; ++n) {
     prefetch_chunk(ahead);
     ahead = chunk_end(ahead, bs, a.n_keys);
@@ -210,6 +256,7 @@ void HeadRun<DK, DV, NV, HB>::run(const TokenAttn& a, int32_t kv_head, const flo
     // 8-15, then both). It is folded in as the keys come, so that a few partial
     // vectors per head are live at once rather than all 16 keys' (which spilled).
     __m512 x[HB][2], z[HB][2], s8[HB][2];
+    #pragma GCC unroll 8
     for (int i = 0; i < kChunk / 2; ++i) {
       __m512 ka[HB], kb[HB];
       score(2 * i, ka);
@@ -235,7 +282,7 @@ void HeadRun<DK, DV, NV, HB>::run(const TokenAttn& a, int32_t kv_head, const flo
       const __m512 s0 = s8[g][0], s1 = s8[g][1];
       sum[g] = _mm512_add_ps(_mm512_shuffle_f32x4(s0, s1, 0x88), _mm512_shuffle_f32x4(s0, s1, 0xDD));
     }
-    absorb<DV>(a, sum, valid, lo, hi, vrow);
+    absorb<DV>(a, sum, valid, lo, hi, vrow, pf, c0);
     c0 = c1;
   }
 }
@@ -286,7 +333,7 @@ inline int HeadRun<DK, DV, NV, HB>::softmax(const TokenAttn& a, const __m512* su
 template <KvDtype DK, KvDtype DV, int NV, int HB>
 template <KvDtype DVR>
 inline void HeadRun<DK, DV, NV, HB>::pv(const float (*p)[kChunk], const float* cs, int rescale, int lo, int hi,
-                                const uint8_t* const* vrow) {
+                                const uint8_t* const* vrow, SlicePrefetch* pf, int64_t c0) {
   // p * V in key order, each V vector decoded once for all the heads. All
   // HB * NV running output vectors stay in registers over the chunk, so the
   // key loop has HB * NV independent multiply-add chains (each vector's own
@@ -301,6 +348,7 @@ inline void HeadRun<DK, DV, NV, HB>::pv(const float (*p)[kChunk], const float* c
     }
   }
   for (int j = lo; j < hi; ++j) {
+    if (pf != nullptr) pf->step(c0);
     #pragma GCC unroll 16
     for (int i = 0; i < NV; ++i) {
       const __m512 vv = KvRows<DVR>::load16(vrow[j], i);
@@ -318,11 +366,11 @@ inline void HeadRun<DK, DV, NV, HB>::pv(const float (*p)[kChunk], const float* c
 template <KvDtype DK, KvDtype DV, int NV, int HB>
 template <KvDtype DVR>
 void HeadRun<DK, DV, NV, HB>::absorb(const TokenAttn& a, const __m512* sum, __mmask16 valid, int lo, int hi,
-                                     const uint8_t* const* vrow) {
+                                     const uint8_t* const* vrow, SlicePrefetch* pf, int64_t c0) {
   alignas(64) float p[HB][kChunk];
   float cs[kMaxBatch];
   const int rescale = softmax(a, sum, valid, p, cs);
-  pv<DVR>(p, cs, rescale, lo, hi, vrow);
+  pv<DVR>(p, cs, rescale, lo, hi, vrow, pf, c0);
 }
 
 template <KvDtype DK, KvDtype DV, int NV, int HB>
@@ -395,14 +443,21 @@ void attend_all(const TokenAttn& a) {
 // every head's runs take the span's chunks before the next span starts, so the
 // token's rows are read as runs of n_kv heads' slices rather than one head's
 // 2-line slice per row per pass (measured on the Intel Xeon: a head-by-head
-// pass over 1 KiB rows streams 3.5 GB/s on one thread). The next span's slices
-// are prefetched into L2 a share per KV head. Each head's float operations are
-// those of attend_all: HeadRun gives the same bits whatever the ranges.
+// pass over 1 KiB rows streams 3.5 GB/s on one thread). The slices of the keys
+// ahead go to L2 through a SlicePrefetch cursor that p * V steps key by key.
+// Each head's float operations are those of attend_all: HeadRun gives the same
+// bits whatever the ranges.
 constexpr int kMaxKvRun = 8;   // KV heads one call takes (attention.cc never asks more)
 constexpr int kMaxFull = 4;    // full head batches per KV head taken here (else head by head)
-// Intel Xeon (model 167): 16-32 best, 128-256 26% slower. With the L2 prefetch of the next span
-// working (prefetch_l2), spans of 16-48 keys read 1-8 spans ahead measured alike (14-16 GB/s).
+// Intel Xeon (model 167): 16-32 best, 128-256 26% slower (with the next span's
+// slices prefetched in one burst per KV head, before the cursor).
 constexpr int64_t kSpanKeys = 32;
+// The slice cursor's reach (SlicePrefetch). Intel Xeon model 207,
+// bench_attention_decode 1 4096 {1,2} 20 16 f16 0 8 4, ms a layer: 32 keys
+// 0.99 / 0.46, 64 0.95 / 0.40, 128 0.90 / 0.41, 256 0.88 / 0.42 (1 / 2
+// threads); a cursor stepped twice as fast: 1.07 / 0.45; the span bursts it
+// replaced: 1.22 / 0.47.
+constexpr int64_t kReadAheadKeys = 128;
 
 template <KvDtype DK, KvDtype DV, int NV, int R>
 void attend_kv_span(const TokenAttn& a, int nfull) {
@@ -421,27 +476,35 @@ void attend_kv_span(const TokenAttn& a, int nfull) {
   const size_t v_off = KvRows<DV>::bytes(static_cast<int64_t>(a.kv_head) * hd);
   const size_t k_run = KvRows<DK>::bytes(static_cast<int64_t>(n_kv) * hd);
   const size_t v_run = KvRows<DV>::bytes(static_cast<int64_t>(n_kv) * hd);
-  // Keys [p0, p1)'s slices of the n_kv heads into L2 (demand reads and the
-  // runs' own one-chunk prefetch then find them there).
-  const auto prefetch_keys = [&](int64_t p0, int64_t p1) {
-    for (int64_t key = std::max(p0, a.first); key < p1; ++key) {
-      const size_t r = static_cast<size_t>(a.pages[key / bs]) * bs + static_cast<size_t>(key % bs);
-      const size_t ko = r * kv.row_bytes + k_off, vo = r * kv.v_row_bytes + v_off;
-      for (size_t b = ko & ~size_t{63}; b < ko + k_run; b += 64) prefetch_l2(kv.k + b);
-      for (size_t b = vo & ~size_t{63}; b < vo + v_run; b += 64) prefetch_l2(kv.v + b);
-    }
-  };
   const int64_t span = std::max<int64_t>(1, kSpanKeys / bs) * bs;  // whole pages: spans split no chunk
   int64_t s0 = first_chunk(a);
-  prefetch_keys(s0, std::min(a.n_keys, (s0 / span + 1) * span));
+  // The run's slices of the keys ahead go to L2 through a cursor stepped once
+  // per key of each head batch's p * V: per step, its share of a key's lines
+  // (every head batch of every KV head steps it) rounded up, so that it runs
+  // ahead up to kReadAheadKeys keys and is held there. The first chunk's lines
+  // at once.
+  SlicePrefetch pf;
+  pf.kv = &kv;
+  pf.pages = a.pages;
+  pf.end = a.n_keys;
+  pf.distance = kReadAheadKeys;
+  pf.k_off = k_off;
+  pf.v_off = v_off;
+  pf.k_len = k_run;
+  pf.v_len = v_run;
+  const int64_t lines = static_cast<int64_t>((std::max(k_run, v_run) + 63) / 64 + 1);
+  const int64_t steps_per_key = static_cast<int64_t>(n_kv) * (nfull + (R > 0 ? 1 : 0));
+  pf.per_step = static_cast<int>(((lines + steps_per_key - 1) / steps_per_key));
+  pf.start(std::max(s0, a.first));
+  while (pf.key < std::min(a.n_keys, s0 + kChunk)) pf.step(s0);
   for (; s0 < a.n_keys;) {
     const int64_t s1 = (s0 / span + 1) * span;
-    const int64_t n0 = s1, n1 = std::min(a.n_keys, s1 + span);
     for (int k = 0; k < n_kv; ++k) {
-      if (n0 < n1) prefetch_keys(n0 + (n1 - n0) * k / n_kv, n0 + (n1 - n0) * (k + 1) / n_kv);
       const float* qk = a.q + static_cast<int64_t>(k) * a.n_heads * hd;
-      for (int b = 0; b < nfull; ++b) full[k][b].run(a, a.kv_head + k, qk + static_cast<int64_t>(b) * kBatch * hd, s0, s1);
-      if constexpr (R > 0) rest[k].run(a, a.kv_head + k, qk + static_cast<int64_t>(nfull) * kBatch * hd, s0, s1);
+      for (int b = 0; b < nfull; ++b) {
+        full[k][b].run(a, a.kv_head + k, qk + static_cast<int64_t>(b) * kBatch * hd, s0, s1, &pf);
+      }
+      if constexpr (R > 0) rest[k].run(a, a.kv_head + k, qk + static_cast<int64_t>(nfull) * kBatch * hd, s0, s1, &pf);
     }
     s0 = s1;
   }
