@@ -450,8 +450,10 @@ void attend_all(const TokenAttn& a) {
 constexpr int kMaxKvRun = 8;   // KV heads one call takes (attention.cc never asks more)
 constexpr int kMaxFull = 4;    // full head batches per KV head taken here (else head by head)
 // Intel Xeon (model 167): 16-32 best, 128-256 26% slower (with the next span's
-// slices prefetched in one burst per KV head, before the cursor).
-constexpr int64_t kSpanKeys = 32;
+// slices prefetched in one burst per KV head, before the cursor). With the
+// cursor (model 207, the benchmark below): 16 keys 0.397 / 0.879 ms a layer, 32
+// 0.410 / 0.897, 64 0.40-0.61 / 0.903, 128 0.408 / 0.966 (2 / 1 threads).
+constexpr int64_t kSpanKeys = 16;
 // The slice cursor's reach (SlicePrefetch). Intel Xeon model 207,
 // bench_attention_decode 1 4096 {1,2} 20 16 f16 0 8 4, ms a layer: 32 keys
 // 0.99 / 0.46, 64 0.95 / 0.40, 128 0.90 / 0.41, 256 0.88 / 0.42 (1 / 2
