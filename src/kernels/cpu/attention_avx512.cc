@@ -486,18 +486,11 @@ void attend_kv_span(const TokenAttn& a, int nfull) {
   // (every head batch of every KV head steps it) rounded up, so that it runs
   // ahead up to kReadAheadKeys keys and is held there. The first chunk's lines
   // at once.
-  SlicePrefetch pf;
-  pf.kv = &kv;
-  pf.pages = a.pages;
-  pf.end = a.n_keys;
-  pf.distance = kReadAheadKeys;
-  pf.k_off = k_off;
-  pf.v_off = v_off;
-  pf.k_len = k_run;
-  pf.v_len = v_run;
   const int64_t lines = static_cast<int64_t>((std::max(k_run, v_run) + 63) / 64 + 1);
   const int64_t steps_per_key = static_cast<int64_t>(n_kv) * (nfull + (R > 0 ? 1 : 0));
-  pf.per_step = static_cast<int>(((lines + steps_per_key - 1) / steps_per_key));
+  SlicePrefetch pf{.kv = &kv, .pages = a.pages, .end = a.n_keys, .distance = kReadAheadKeys, .k_off = k_off,
+                   .v_off = v_off, .k_len = k_run, .v_len = v_run,
+                   .per_step = static_cast<int>((lines + steps_per_key - 1) / steps_per_key)};
   pf.start(std::max(s0, a.first));
   while (pf.key < std::min(a.n_keys, s0 + kChunk)) pf.step(s0);
   for (; s0 < a.n_keys;) {
