@@ -444,8 +444,9 @@ void attend_all(const TokenAttn& a) {
 // every head's runs take the span's chunks before the next span starts, so the
 // token's rows are read as runs of n_kv heads' slices rather than one head's
 // 2-line slice per row per pass (measured on the Intel Xeon: a head-by-head
-// pass over 1 KiB rows streams 3.5 GB/s on one thread). The slices of the keys
-// ahead go to L2 through a SlicePrefetch cursor that p * V steps key by key.
+// pass over 1 KiB rows streams 3.5 GB/s on one thread). On Intel cores the
+// slices of the keys ahead go to L2 through a SlicePrefetch cursor that p * V
+// steps key by key; on AMD ones as before it (kBurstSpanKeys).
 // Each head's float operations are those of attend_all: HeadRun gives the same
 // bits whatever the ranges.
 constexpr int kMaxKvRun = 8;   // KV heads one call takes (attention.cc never asks more)
@@ -461,6 +462,11 @@ constexpr int64_t kSpanKeys = 16;
 // threads); a cursor stepped twice as fast: 1.07 / 0.45; the span bursts it
 // replaced: 1.22 / 0.47.
 constexpr int64_t kReadAheadKeys = 128;
+// AMD cores keep what was measured there before the cursor (not yet measured
+// with it): spans of 32 keys, the next span's slices into L2 a share per KV
+// head, and each chunk's lines into L1 one chunk ahead (HeadRun::run without a
+// cursor). Intel cores (g_stream_prefetch_l2) take the cursor.
+constexpr int64_t kBurstSpanKeys = 32;
 
 template <KvDtype DK, KvDtype DV, int NV, int R>
 void attend_kv_span(const TokenAttn& a, int nfull) {
@@ -479,8 +485,19 @@ void attend_kv_span(const TokenAttn& a, int nfull) {
   const size_t v_off = KvRows<DV>::bytes(static_cast<int64_t>(a.kv_head) * hd);
   const size_t k_run = KvRows<DK>::bytes(static_cast<int64_t>(n_kv) * hd);
   const size_t v_run = KvRows<DV>::bytes(static_cast<int64_t>(n_kv) * hd);
-  const int64_t span = std::max<int64_t>(1, kSpanKeys / bs) * bs;  // whole pages: spans split no chunk
+  const bool cursor = g_stream_prefetch_l2;
+  // Whole pages: spans split no chunk.
+  const int64_t span = std::max<int64_t>(1, (cursor ? kSpanKeys : kBurstSpanKeys) / bs) * bs;
   int64_t s0 = first_chunk(a);
+  // Keys [p0, p1)'s slices of the n_kv heads into L2 (without the cursor).
+  const auto prefetch_keys = [&](int64_t p0, int64_t p1) {
+    for (int64_t key = std::max(p0, a.first); key < p1; ++key) {
+      const size_t r = static_cast<size_t>(a.pages[key / bs]) * bs + static_cast<size_t>(key % bs);
+      const size_t ko = r * kv.row_bytes + k_off, vo = r * kv.v_row_bytes + v_off;
+      for (size_t b = ko & ~size_t{63}; b < ko + k_run; b += 64) prefetch_l2(kv.k + b);
+      for (size_t b = vo & ~size_t{63}; b < vo + v_run; b += 64) prefetch_l2(kv.v + b);
+    }
+  };
   // The run's slices of the keys ahead go to L2 through a cursor stepped once
   // per key of each head batch's p * V: per step, its share of a key's lines
   // (every head batch of every KV head steps it) rounded up, so that it runs
@@ -491,16 +508,23 @@ void attend_kv_span(const TokenAttn& a, int nfull) {
   SlicePrefetch pf{.kv = &kv, .pages = a.pages, .end = a.n_keys, .distance = kReadAheadKeys, .k_off = k_off,
                    .v_off = v_off, .k_len = k_run, .v_len = v_run,
                    .per_step = static_cast<int>((lines + steps_per_key - 1) / steps_per_key)};
-  pf.start(std::max(s0, a.first));
-  while (pf.key < std::min(a.n_keys, s0 + kChunk)) pf.step(s0);
+  SlicePrefetch* const ahead = cursor ? &pf : nullptr;
+  if (cursor) {
+    pf.start(std::max(s0, a.first));
+    while (pf.key < std::min(a.n_keys, s0 + kChunk)) pf.step(s0);
+  } else {
+    prefetch_keys(s0, std::min(a.n_keys, (s0 / span + 1) * span));
+  }
   for (; s0 < a.n_keys;) {
     const int64_t s1 = (s0 / span + 1) * span;
+    const int64_t n0 = s1, n1 = std::min(a.n_keys, s1 + span);
     for (int k = 0; k < n_kv; ++k) {
+      if (!cursor && n0 < n1) prefetch_keys(n0 + (n1 - n0) * k / n_kv, n0 + (n1 - n0) * (k + 1) / n_kv);
       const float* qk = a.q + static_cast<int64_t>(k) * a.n_heads * hd;
       for (int b = 0; b < nfull; ++b) {
-        full[k][b].run(a, a.kv_head + k, qk + static_cast<int64_t>(b) * kBatch * hd, s0, s1, &pf);
+        full[k][b].run(a, a.kv_head + k, qk + static_cast<int64_t>(b) * kBatch * hd, s0, s1, ahead);
       }
-      if constexpr (R > 0) rest[k].run(a, a.kv_head + k, qk + static_cast<int64_t>(nfull) * kBatch * hd, s0, s1, &pf);
+      if constexpr (R > 0) rest[k].run(a, a.kv_head + k, qk + static_cast<int64_t>(nfull) * kBatch * hd, s0, s1, ahead);
     }
     s0 = s1;
   }
