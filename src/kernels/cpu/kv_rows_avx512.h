@@ -1,4 +1,4 @@
-// Internal to kernels/cpu (attention_avx512.cc): a K/V head slice of every
+// Internal to kernels/cpu (attention_head_run_avx512.h): a K/V head slice of every
 // cache type, read 16 values at a time into an AVX-512 register as f32.
 //
 // Each value is bitwise what the scalar dequantizer (base/ggml_quant.cc, ggml's

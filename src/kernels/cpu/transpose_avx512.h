@@ -1,6 +1,6 @@
 // Internal to kernels/cpu (AVX-512 files only): the 16 x 16 transpose of 32-bit
 // lanes, shared by the K-quant packers (kquant_pack_avx512.cc) and the prefill
-// attention tile's transposed K (attention_avx512.cc; floats go through it as
+// attention tile's transposed K (attention_tile_avx512.cc; floats go through it as
 // their bits: a transpose moves lanes and never changes one).
 #pragma once
 #include <immintrin.h>

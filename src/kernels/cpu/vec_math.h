@@ -8,7 +8,7 @@ namespace pagoda::kernels::cpu::detail {
 
 // e^x, ~2 ulp on [-87, 88]; exactly 0 below -87.3 (also for -inf); saturates at
 // e^88.37. One op sequence for every vector width: O supplies the lane-wise ops
-// of one width (Avx2Ops here, 8 lanes; attention_avx512.cc's, 16), so each lane
+// of one width (Avx2Ops here, 8 lanes; attention_head_run_avx512.h's, 16), so each lane
 // gets bitwise the same result whichever width computes it (the kernels build
 // with -ffp-contract=off, so no multiply and add are fused behind our back).
 template <class O>
