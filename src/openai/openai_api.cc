@@ -289,8 +289,11 @@ std::variant<ParsedRequest, ApiError> parse_request(Endpoint ep, const std::stri
   if (present) p.top_k = v < 0 ? 0 : static_cast<int>(v);
   PAGODA_API_TRY(get_int(j, "n", 1, 16, &v, &present));
   if (present) p.n = static_cast<int>(v);
-  // best_of (vLLM, completions): best_of candidates ranked by cumulative logprob are
-  // not implemented; a value that would change the answer is refused, never ignored.
+  // best_of (the legacy completions API: best_of candidates ranked by cumulative
+  // logprob, n returned). vLLM V1 dropped it (best_of other than 1 is an error there;
+  // its RFC: use n and logprobs instead), as the current OpenAI, Anthropic and
+  // Gemini APIs have; pagoda takes best_of equal to n (the same answer) and
+  // refuses any other value with a 400, never ignoring it.
   PAGODA_API_TRY(get_int(j, "best_of", 1, 16, &v, &present));
   if (present && v != p.n)
     return bad("'best_of' is " + std::to_string(v) + ", but only best_of equal to n (" + std::to_string(p.n) +
