@@ -101,12 +101,29 @@ struct SlicePrefetch {
   const uint8_t* kp = nullptr;                        // the current key's slices, from their first line
   const uint8_t* vp = nullptr;
   size_t kn = 0, vn = 0, line = 0;                    // their bytes from that line; the next line's offset
+  int64_t page = 0;                                   // key's page index and offset in it
+  int32_t off = 0;
 
+  // Any key (one division by the page size).
   void start(int64_t k) {
     key = k;
     if (key >= end) return;
-    const int32_t bs = kv->block_size;
-    const size_t r = static_cast<size_t>(pages[key / bs]) * static_cast<size_t>(bs) + static_cast<size_t>(key % bs);
+    page = key / kv->block_size;
+    off = static_cast<int32_t>(key % kv->block_size);
+    load();
+  }
+  // The next key: page and offset stepped, not divided (a 64-bit division per
+  // key left decode at depth 4096 2-10% slower, model 207).
+  void advance() {
+    ++key;
+    if (++off == kv->block_size) {
+      off = 0;
+      ++page;
+    }
+    if (key < end) load();
+  }
+  void load() {
+    const size_t r = static_cast<size_t>(pages[page]) * static_cast<size_t>(kv->block_size) + static_cast<size_t>(off);
     const uintptr_t ks = reinterpret_cast<uintptr_t>(kv->k + r * kv->row_bytes + k_off);
     const uintptr_t vs = reinterpret_cast<uintptr_t>(kv->v + r * kv->v_row_bytes + v_off);
     kp = reinterpret_cast<const uint8_t*>(ks & ~uintptr_t{63});
@@ -122,7 +139,7 @@ struct SlicePrefetch {
       if (line < kn) prefetch_l2(kp + line);
       if (line < vn) prefetch_l2(vp + line);
       line += 64;
-      if (line >= kn && line >= vn) start(key + 1);
+      if (line >= kn && line >= vn) advance();
     }
   }
 };
