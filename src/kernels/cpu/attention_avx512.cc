@@ -63,12 +63,7 @@ void attend_kv_span(const TokenAttn& a, int nfull) {
   int64_t s0 = first_chunk(a);
   // Keys [p0, p1)'s slices of the n_kv heads into L2 (without the cursor).
   const auto prefetch_keys = [&](int64_t p0, int64_t p1) {
-    for (int64_t key = std::max(p0, a.first); key < p1; ++key) {
-      const size_t r = static_cast<size_t>(a.pages[key / bs]) * bs + static_cast<size_t>(key % bs);
-      const size_t ko = r * kv.row_bytes + k_off, vo = r * kv.v_row_bytes + v_off;
-      for (size_t b = ko & ~size_t{63}; b < ko + k_run; b += 64) prefetch_l2(kv.k + b);
-      for (size_t b = vo & ~size_t{63}; b < vo + v_run; b += 64) prefetch_l2(kv.v + b);
-    }
+    prefetch_key_slices(kv, a.pages, std::max(p0, a.first), p1, k_off, k_run, v_off, v_run);
   };
   // The run's slices of the keys ahead go to L2 through a cursor stepped once
   // per key of each head batch's p * V: per step, its share of a key's lines

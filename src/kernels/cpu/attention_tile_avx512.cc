@@ -155,24 +155,14 @@ void attend_tile_transposed(const TokenAttn* toks, int nt, int nfull) {
   float* vf = reinterpret_cast<float*>(buf + rows_bytes);
   const size_t k_off = KvRows<DK>::bytes(static_cast<int64_t>(a0.kv_head) * hd);
   const size_t v_off = KvRows<DV>::bytes(static_cast<int64_t>(a0.kv_head) * hd);
-  // The cache row of `key` (one division, by the runtime page size: callers
-  // take it once per chunk or page, not per key).
+  // The cache row of `key` (one division by the runtime page size: taken once
+  // per chunk, not per key).
   const auto row_of = [&](int64_t key) {
     return static_cast<size_t>(a0.pages[key / bs]) * bs + static_cast<size_t>(key % bs);
   };
   const size_t k_slice = KvRows<DK>::bytes(hd), v_slice = KvRows<DV>::bytes(hd);
-  // The slices of keys [p0, p1) into L2, page by page.
   const auto prefetch_keys = [&](int64_t p0, int64_t p1) {
-    for (int64_t key = p0; key < p1;) {
-      const int64_t stop = std::min(p1, (key / bs + 1) * bs);
-      const size_t r0 = row_of(key);
-      for (size_t r = r0; r < r0 + static_cast<size_t>(stop - key); ++r) {
-        const size_t ko = r * kv.row_bytes + k_off, vo = r * kv.v_row_bytes + v_off;
-        for (size_t b = ko & ~size_t{63}; b < ko + k_slice; b += 64) prefetch_l2(kv.k + b);
-        for (size_t b = vo & ~size_t{63}; b < vo + v_slice; b += 64) prefetch_l2(kv.v + b);
-      }
-      key = stop;
-    }
+    prefetch_key_slices(kv, a0.pages, p0, p1, k_off, k_slice, v_off, v_slice);
   };
   for (int64_t s0 = runs.begin / span * span; s0 < runs.end; s0 += span) {
     const int64_t s1 = s0 + span;

@@ -80,10 +80,9 @@ struct KvRows {
                                     : _mm512_sub_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                                        _mm512_set1_epi32(kOffset));
           const __m512 table = _mm512_cvtepi32_ps(codes);  // constant: the compiler hoists it
-          const __m512 v = _mm512_permutexvar_ps(q, table);
-          if constexpr (DT == KvDtype::IQ4_NL) return _mm512_mul_ps(d, v);
-          if constexpr (kMin) return _mm512_add_ps(_mm512_mul_ps(v, d), _mm512_set1_ps(half(b + 2)));
-          return _mm512_mul_ps(v, d);
+          const __m512 v = _mm512_mul_ps(_mm512_permutexvar_ps(q, table), d);
+          if constexpr (kMin) return _mm512_add_ps(v, _mm512_set1_ps(half(b + 2)));
+          return v;
         } else {  // 5-bit values: the nibble, its fifth bit from qh
           const __m128i nib = _mm_and_si128((i & 1) ? _mm_srli_epi16(raw, 4) : raw, _mm_set1_epi8(0x0F));
           __m512i q = _mm512_cvtepu8_epi32(nib);
