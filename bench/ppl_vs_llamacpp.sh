@@ -11,7 +11,7 @@ LDIR="$1"; TEXT="$2"; CTX="$3"; CHUNKS="$4"; T="$5"; shift 5
 . "$(dirname "$0")/common.sh"
 ENGINES="${ENGINES:-pagoda llama}"
 [ "$LDIR" = - ] && ENGINES=pagoda
-KV_PAIRS="f16/f16 q8_0/q4_0 q4_0/q4_0 iq4_nl/iq4_nl"
+KV_PAIRS="${KV_PAIRS:-f16/f16 q8_0/q4_0 q4_0/q4_0 iq4_nl/iq4_nl}"  # or as the environment sets
 for m in "$@"; do
   for kv in $KV_PAIRS; do
     k="${kv%/*}"; v="${kv#*/}"

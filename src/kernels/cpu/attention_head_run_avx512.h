@@ -46,12 +46,21 @@ struct Avx512Ops {
   static V pow2(V n) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
   }
+  // y * 2^n for integral n in [-126, 0]: the exact product (rounded once where
+  // it is subnormal), as mul(y, pow2(n)) gives it.
+  static V mul_pow2(V y, V n) { return _mm512_scalef_ps(y, n); }
   static V zero_below(V x, V lo, V y) {
     return _mm512_maskz_mov_ps(static_cast<__mmask16>(~_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ)), y);
   }
 };
 
-inline __m512 exp16(__m512 x) { return exp_lanes<Avx512Ops>(x); }
+// For x <= 0 (or NaN) in the lanes of `valid`, zero in the others: there
+// exp_lanes' bits in fewer ops (its kNonPositive; the lanes below kExpLow
+// zeroed with the others, one masked compare and one masked move).
+inline __m512 exp16_nonpos(__m512 x, __mmask16 valid) {
+  const __mmask16 keep = _mm512_mask_cmp_ps_mask(valid, x, _mm512_set1_ps(kExpLow), _CMP_NLT_UQ);
+  return _mm512_maskz_mov_ps(keep, exp_lanes<Avx512Ops, true>(x));
+}
 
 // v[g] reduced over its 16 lanes by op, for g = 0..3, into lane g: lanes i and
 // i + 8 first, then i and i + 4, then i and i + 2, then 0 and 1 (the tree of
@@ -337,13 +346,13 @@ inline int HeadRun<DK, DV, NV, HB>::softmax(const TokenAttn& a, const __m512* su
   // _mm512_reduce_add_ps (lanes i and i + 8, then i and i + 4, then i and
   // i + 2, then 0 and 1), so each head's sum keeps its bits.
   const __m512 scale = _mm512_set1_ps(a.scale);
-  __m512 sc[kMaxBatch];
-  #pragma GCC unroll 4
-  for (int g = 0; g < kMaxBatch; ++g) sc[g] = g < HB ? _mm512_mul_ps(sum[g], scale) : _mm512_setzero_ps();
   const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  // The scaled scores in the valid lanes, -inf in the others (one masked multiply).
   __m512 masked[kMaxBatch];
   #pragma GCC unroll 4
-  for (int g = 0; g < kMaxBatch; ++g) masked[g] = _mm512_mask_mov_ps(ninf, valid, sc[g]);
+  for (int g = 0; g < kMaxBatch; ++g) {
+    masked[g] = g < HB ? _mm512_mask_mul_ps(ninf, valid, sum[g], scale) : _mm512_mask_mov_ps(ninf, valid, _mm512_setzero_ps());
+  }
   const __m128 bm = reduce4(masked, [](__m512 x, __m512 y) { return _mm512_max_ps(x, y); });
   const __m128 m_old = _mm_load_ps(mrun);
   const __m128 m_new = _mm_max_ps(bm, m_old);  // bm > m_old ? bm : m_old
@@ -361,10 +370,12 @@ inline int HeadRun<DK, DV, NV, HB>::softmax(const TokenAttn& a, const __m512* su
   alignas(16) float mn[kMaxBatch];
   _mm_storeu_ps(cs, corr);
   _mm_store_ps(mn, m_new);
+  // score - max <= 0 in every valid lane (the max is over them), so
+  // exp16_nonpos gives them exp8's bits; the other lanes are zeroed.
   __m512 e[kMaxBatch];
   #pragma GCC unroll 4
   for (int g = 0; g < kMaxBatch; ++g) {
-    e[g] = g < HB ? _mm512_maskz_mov_ps(valid, exp16(_mm512_sub_ps(sc[g], _mm512_set1_ps(mn[g])))) : _mm512_setzero_ps();
+    e[g] = g < HB ? exp16_nonpos(_mm512_sub_ps(masked[g], _mm512_set1_ps(mn[g])), valid) : _mm512_setzero_ps();
     if (g < HB) _mm512_store_ps(p[g], e[g]);
   }
   _mm_store_ps(lrun, _mm_add_ps(l, reduce4(e, [](__m512 x, __m512 y) { return _mm512_add_ps(x, y); })));

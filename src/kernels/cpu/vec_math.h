@@ -11,11 +11,20 @@ namespace pagoda::kernels::cpu::detail {
 // of one width (Avx2Ops here, 8 lanes; attention_head_run_avx512.h's, 16), so each lane
 // gets bitwise the same result whichever width computes it (the kernels build
 // with -ffp-contract=off, so no multiply and add are fused behind our back).
-template <class O>
+//
+// kNonPositive: for x <= 0 (or NaN) only, the same bits in fewer ops, except
+// that the lanes x < kExpLow are left for the caller to zero (with its own
+// mask in the same op): the clamp at 88.37 never acts there, and 2^fx * y is
+// taken by O::mul_pow2 (AVX-512: vscalefps, one op for four), exact as the
+// product is for fx in [-126, 0]. Softmax's exp(score - max) is such an x
+// (attention_head_run_avx512.h).
+constexpr float kExpLow = -87.3f;
+template <class O, bool kNonPositive = false>
 inline typename O::V exp_lanes(typename O::V x) {
   using V = typename O::V;
-  const V hi = O::set1(88.3762626647949f), lo = O::set1(-87.3f);
-  V v = O::min(O::max(x, lo), hi);
+  const V hi = O::set1(88.3762626647949f), lo = O::set1(kExpLow);
+  V v = O::max(x, lo);
+  if constexpr (!kNonPositive) v = O::min(v, hi);
   const V fx = O::round(O::mul(v, O::set1(1.44269504088896341f)));
   v = O::fnmadd(fx, O::set1(0.693359375f), v);
   v = O::fnmadd(fx, O::set1(-2.12194440e-4f), v);
@@ -26,8 +35,12 @@ inline typename O::V exp_lanes(typename O::V x) {
   y = O::fmadd(y, v, O::set1(1.6666665459e-1f));
   y = O::fmadd(y, v, O::set1(5.0000001201e-1f));
   y = O::fmadd(y, O::mul(v, v), O::add(v, O::set1(1.0f)));
-  y = O::mul(y, O::pow2(fx));
-  return O::zero_below(x, lo, y);
+  if constexpr (kNonPositive) {
+    return O::mul_pow2(y, fx);  // lanes x < kExpLow: the caller zeroes them
+  } else {
+    y = O::mul(y, O::pow2(fx));
+    return O::zero_below(x, lo, y);
+  }
 }
 
 struct Avx2Ops {
