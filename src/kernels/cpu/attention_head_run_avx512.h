@@ -32,26 +32,20 @@ constexpr int kMaxBatch = 4;  // query heads sharing one pass over the keys
 constexpr int kPrefetchChunks = 1;  // chunks read ahead (1, 2, 4, 8 and L2 hints measured alike)
 constexpr int kMaxFull = 4;         // full head batches per KV head a span or tile walk takes (else head by head)
 
-// vec_math's exp_lanes on 16 lanes: each lane bitwise what exp8 gives it.
+// vec_math's exp_lanes on 16 lanes, for softmax's x <= 0 only (its
+// kNonPositive, the only form taken here): each lane bitwise what exp8 gives it.
 struct Avx512Ops {
   using V = __m512;
   static V set1(float a) { return _mm512_set1_ps(a); }
-  static V min(V a, V b) { return _mm512_min_ps(a, b); }
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V fnmadd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
   static V round(V a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
-  static V pow2(V n) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
-  }
   // y * 2^n for integral n in [-126, 0]: the exact product (rounded once where
-  // it is subnormal), as mul(y, pow2(n)) gives it.
+  // it is subnormal), as Avx2Ops' mul(y, pow2(n)) gives it.
   static V mul_pow2(V y, V n) { return _mm512_scalef_ps(y, n); }
-  static V zero_below(V x, V lo, V y) {
-    return _mm512_maskz_mov_ps(static_cast<__mmask16>(~_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ)), y);
-  }
 };
 
 // For x <= 0 (or NaN) in the lanes of `valid`, zero in the others: there
@@ -80,6 +74,13 @@ inline __m128 reduce4(const __m512* v, Op op) {
 // depth read K/V on demand: 9.7 against 16.9 GB/s with them
 // (bench_attention_decode 1 4096 2 20 16 f16 1 8 4, Intel Xeon model 167).
 
+// The cache row (slot) of logical key `key` through the sequence's page table
+// (one division by the runtime page size: callers take it once per chunk or
+// page, not per key).
+inline size_t cache_row(const int32_t* pages, int32_t bs, int64_t key) {
+  return static_cast<size_t>(pages[key / bs]) * static_cast<size_t>(bs) + static_cast<size_t>(key % bs);
+}
+
 // The K and V slices of keys [p0, p1) into L2: bytes [k_off, k_off + k_len) of
 // each K row and [v_off, v_off + v_len) of each V row, walked page by page (one
 // division by the runtime page size a page, not a key: per key it cost the
@@ -89,7 +90,7 @@ inline void prefetch_key_slices(const KvLayerView& kv, const int32_t* pages, int
   const int32_t bs = kv.block_size;
   for (int64_t key = p0; key < p1;) {
     const int64_t stop = std::min(p1, (key / bs + 1) * bs);
-    const size_t r0 = static_cast<size_t>(pages[key / bs]) * bs + static_cast<size_t>(key % bs);
+    const size_t r0 = cache_row(pages, bs, key);
     for (size_t r = r0; r < r0 + static_cast<size_t>(stop - key); ++r) {
       const size_t ko = r * kv.row_bytes + k_off, vo = r * kv.v_row_bytes + v_off;
       for (size_t b = ko & ~size_t{63}; b < ko + k_len; b += 64) prefetch_l2(kv.k + b);
@@ -235,12 +236,6 @@ void HeadRun<DK, DV, NV, HB>::run(const TokenAttn& a, int32_t kv_head, const flo
   const size_t k_off = KvRows<DK>::bytes(static_cast<int64_t>(kv_head) * hd);
   const size_t v_off = KvRows<DV>::bytes(static_cast<int64_t>(kv_head) * hd);
   const int64_t stop = std::min(c_end, a.n_keys);
-  // The cache slot of the chunk starting at c0's first row: a chunk never
-  // crosses a page, so its rows are consecutive slots of one page (one page
-  // lookup and one division per chunk, not per key).
-  const auto chunk_slot = [&](int64_t c0) {
-    return static_cast<size_t>(static_cast<int64_t>(a.pages[c0 / bs]) * bs + c0 % bs);
-  };
   // The cache lines of [p, p + n) into L1.
   const auto prefetch_bytes = [](const uint8_t* p, size_t n) {
     const uintptr_t end = reinterpret_cast<uintptr_t>(p) + n;
@@ -251,7 +246,7 @@ void HeadRun<DK, DV, NV, HB>::run(const TokenAttn& a, int32_t kv_head, const flo
   // Prefetches the token's keys of the chunk starting at c (its K and V rows).
   const auto prefetch_chunk = [&](int64_t c) {
     const int64_t e = chunk_end(c, bs, a.n_keys);
-    const size_t slot = chunk_slot(c);
+    const size_t slot = cache_row(a.pages, bs, c);  // a chunk never crosses a page
     for (int64_t key = std::max(c, a.first); key < e; ++key) {
       const size_t r = slot + static_cast<size_t>(key - c);
       prefetch_bytes(kv.k + r * kv.row_bytes + k_off, KvRows<DK>::bytes(hd));
@@ -275,7 +270,7 @@ void HeadRun<DK, DV, NV, HB>::run(const TokenAttn& a, int32_t kv_head, const flo
     const __mmask16 valid = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
     const uint8_t* krow[kChunk];
     const uint8_t* vrow[kChunk];
-    const size_t slot = chunk_slot(c0);
+    const size_t slot = cache_row(a.pages, bs, c0);  // the chunk's rows: slot, slot + 1, ...
     for (int j = lo; j < hi; ++j) {
       krow[j] = kv.k + (slot + static_cast<size_t>(j)) * kv.row_bytes + k_off;
       vrow[j] = kv.v + (slot + static_cast<size_t>(j)) * kv.v_row_bytes + v_off;

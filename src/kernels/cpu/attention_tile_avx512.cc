@@ -155,11 +155,6 @@ void attend_tile_transposed(const TokenAttn* toks, int nt, int nfull) {
   float* vf = reinterpret_cast<float*>(buf + rows_bytes);
   const size_t k_off = KvRows<DK>::bytes(static_cast<int64_t>(a0.kv_head) * hd);
   const size_t v_off = KvRows<DV>::bytes(static_cast<int64_t>(a0.kv_head) * hd);
-  // The cache row of `key` (one division by the runtime page size: taken once
-  // per chunk, not per key).
-  const auto row_of = [&](int64_t key) {
-    return static_cast<size_t>(a0.pages[key / bs]) * bs + static_cast<size_t>(key % bs);
-  };
   const size_t k_slice = KvRows<DK>::bytes(hd), v_slice = KvRows<DV>::bytes(hd);
   const auto prefetch_keys = [&](int64_t p0, int64_t p1) {
     prefetch_key_slices(kv, a0.pages, p0, p1, k_off, k_slice, v_off, v_slice);
@@ -171,7 +166,7 @@ void attend_tile_transposed(const TokenAttn* toks, int nt, int nfull) {
     if (d0 >= d1) continue;
     for (int64_t g0 = (d0 - s0) / kChunk * kChunk; s0 + g0 < d1; g0 += kChunk) {
       // The chunk's rows are consecutive slots of one page (bs % 16 == 0).
-      const size_t r0 = row_of(s0 + g0);
+      const size_t r0 = cache_row(a0.pages, bs, s0 + g0);
       __m512i rows[kChunk];  // the floats' bits: the transpose only moves lanes
       for (int i = 0; i < NV; ++i) {
         for (int j = 0; j < kChunk; ++j) {

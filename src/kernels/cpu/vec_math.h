@@ -22,9 +22,9 @@ constexpr float kExpLow = -87.3f;
 template <class O, bool kNonPositive = false>
 inline typename O::V exp_lanes(typename O::V x) {
   using V = typename O::V;
-  const V hi = O::set1(88.3762626647949f), lo = O::set1(kExpLow);
+  const V lo = O::set1(kExpLow);
   V v = O::max(x, lo);
-  if constexpr (!kNonPositive) v = O::min(v, hi);
+  if constexpr (!kNonPositive) v = O::min(v, O::set1(88.3762626647949f));
   const V fx = O::round(O::mul(v, O::set1(1.44269504088896341f)));
   v = O::fnmadd(fx, O::set1(0.693359375f), v);
   v = O::fnmadd(fx, O::set1(-2.12194440e-4f), v);
