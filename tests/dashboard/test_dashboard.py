@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -44,12 +45,31 @@ def missing_browser():
 
 
 def new_driver():
+    """A headless Chromium whose profile and temporary files (the
+    org.chromium.Chromium.* singleton directories it otherwise leaves in /tmp)
+    live in one directory that quit_driver removes."""
     from selenium import webdriver
+    tmp = tempfile.mkdtemp(prefix="pagoda-chromium-")
     opts = webdriver.ChromeOptions()
     opts.binary_location = shutil.which("chromium")
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1600,1100"):
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1600,1100",
+              "--user-data-dir=" + os.path.join(tmp, "profile")):
         opts.add_argument(a)
-    return webdriver.Chrome(options=opts, service=webdriver.ChromeService(executable_path=shutil.which("chromedriver")))
+    service = webdriver.ChromeService(executable_path=shutil.which("chromedriver"), env=dict(os.environ, TMPDIR=tmp))
+    try:
+        driver = webdriver.Chrome(options=opts, service=service)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    driver.pagoda_tmp = tmp
+    return driver
+
+
+def quit_driver(driver):
+    try:
+        driver.quit()
+    finally:
+        shutil.rmtree(driver.pagoda_tmp, ignore_errors=True)
 
 
 def get(url, key=KEY, timeout=30):
@@ -91,7 +111,7 @@ class Dashboard(OneServerPerClass, unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        cls.driver.quit()
+        quit_driver(cls.driver)
         super().tearDownClass()
 
     @classmethod
@@ -236,7 +256,7 @@ class HundredThousandBlocks(OneServerPerClass, unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        cls.driver.quit()
+        quit_driver(cls.driver)
         super().tearDownClass()
 
     def test_grid_and_update_time(self):
@@ -280,7 +300,7 @@ class Reports(unittest.TestCase):
             self.assertEqual(driver.execute_script("return document.querySelectorAll('canvas.chart').length"), 5)
             return rep
         finally:
-            driver.quit()
+            quit_driver(driver)
 
     def test_sim_report(self):
         import subprocess
