@@ -206,8 +206,10 @@ void parallel_for(int64_t n_items, F&& fn) {
      q: [n_tokens, n_heads, head_dim], out: [n_tokens, n_heads, head_dim] */                    \
   void paged_attention(const float* q, const KvLayerView& kv, const BatchView& batch,           \
                        int32_t n_heads, float scale, float* out, int32_t window = 0);           \
-  /* gate = gelu(gate) * up with the tanh approximation of GELU (GeGLU; Gemma):                \
-     gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).  gate, up: [n] */              \
+  /* gate = gelu(gate) * up with the tanh approximation of GELU (GeGLU; Gemma),               \
+     gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), evaluated as llama.cpp's ggml   \
+     does (its GGML_GELU_FP16 table): 0 for x <= -10, x for x >= 10, else gelu_of_f16 of x      \
+     rounded to f16; the product with up in f32. gate, up: [n] */                               \
   void gelu_mul(float* gate, const float* up, int64_t n);
 
 namespace ref {
@@ -391,6 +393,12 @@ void gather_rows(const float* x, int64_t n, const int32_t* rows, int64_t n_rows,
 void add_inplace(float* x, const float* y, int64_t n);                        // x += y.  x, y: [n]
 void add_rows(float* x, const float* bias, int64_t n_rows, int64_t n);        // x[r, :] += bias.  x: [n_rows, n]
 void silu_mul(float* gate, const float* up, int64_t n);                       // gate = silu(gate) * up.  [n]
+// GELU (tanh form) of the f16 value h, rounded to f16 and widened back:
+// ggml's ggml_table_gelu_f16[h] bit for bit, the table llama.cpp's CPU backend
+// evaluates GELU through. gelu_mul (ref and cpu) computes GELU this way:
+// with 4-bit K/V on Gemma 3 the f32 formula put perplexity about 1.3% above
+// llama-perplexity's, the f16 table level with it (docs/perplexity.md, issue 39).
+float gelu_of_f16(uint16_t h);
 void mul_scalar(float* x, float s, int64_t n);                                 // x *= s.  x: [n]
 void sigmoid_mul(float* x, const float* gate, int64_t n);                      // x *= 1 / (1 + exp(-gate)).  [n]
 

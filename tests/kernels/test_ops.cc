@@ -333,29 +333,55 @@ TEST(Rope, ScalingCpuBitwiseEqualsRefAndKnownValue) {
   EXPECT_EQ(x[0], 0.0f);
 }
 
-// gelu_mul (tanh GELU, GeGLU): ref is the formula in double; cpu (sigmoid form,
-// exp8) within 1e-6 relative + 1e-7 absolute.
+// gelu_mul (tanh GELU, GeGLU) as llama.cpp's ggml table: cpu equals ref
+// bitwise (tails, both ends, every f16 code's neighbourhood); ref is the double
+// formula of x rounded to f16, rounded to f16 (so within 2^-10 relative of the
+// formula at x); 0 at or below -10, x at or above 10.
 TEST(Elementwise, GeluMulCpuMatchesRefAndFormula) {
+  const auto gelu = [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); };
   for (int64_t n : kSizes) {
-    auto g = random_vec(static_cast<size_t>(n), 31, 6.0);
+    auto g = random_vec(static_cast<size_t>(n), 31, 12.0);
     const auto u = random_vec(static_cast<size_t>(n), 32);
     auto gc = g;
     auto gr = g;
     ref::gelu_mul(gr.data(), u.data(), n);
     cpu::gelu_mul(gc.data(), u.data(), n);
+    ASSERT_TRUE(BitwiseEqual(gc.data(), gr.data(), static_cast<size_t>(n))) << n;
     for (int64_t i = 0; i < n; ++i) {
       const double x = g[i];
-      const double want = 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))) * u[i];
-      ASSERT_NEAR(gr[i], want, 1e-7 + 1e-7 * std::fabs(want)) << i;
-      ASSERT_NEAR(gc[i], want, 1e-7 + 1e-6 * std::fabs(want)) << n << " " << i;
+      const double want = x <= -10 ? 0.0 : x >= 10 ? x : gelu(x);
+      ASSERT_NEAR(gr[i], want * u[i], (1e-7 + std::ldexp(std::fabs(want) + std::fabs(x), -10)) * std::fabs(u[i])) << i;
     }
   }
-  float big[3] = {-20.0f, 0.0f, 20.0f};
-  const float ones[3] = {1.0f, 1.0f, 1.0f};
-  cpu::gelu_mul(big, ones, 3);
-  EXPECT_NEAR(big[0], 0.0f, 1e-30f);  // -20 / (1 + e^88.4): exp8 saturates
+  // ggml_table_gelu_f16 entries (read from the reference llama.cpp build's libggml-cpu):
+  // 1, 2.5, 6.8, -6.8 and four where 1 + tanh cancels (0xbfff = -1.999: only
+  // ggml's fused multiply-add gives 0xa9d3).
+  const uint16_t ggml_table[][2] = {{0xbfff, 0xa9d3}, {0xc007, 0xa9a9}, {0xc264, 0x97c8}, {0xc305, 0x90dc},
+                                    {0x3c00, 0x3abb}, {0x4100, 0x40f8}, {0x48d0, 0x48d0}, {0xc8d0, 0x8000}};
+  for (const auto& e : ggml_table) EXPECT_EQ(fp32_to_fp16(gelu_of_f16(e[0])), e[1]) << e[0];
+  // Every f16 code in (-10, 10) (as f32 inputs, 8 at a time and in the tail) through both.
+  std::vector<float> all, ones;
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float x = fp16_to_fp32(static_cast<uint16_t>(h));
+    if (x > -10.0f && x < 10.0f) all.push_back(x);
+  }
+  all.push_back(std::nextafter(10.0f, 0.0f));
+  all.push_back(std::nextafter(-10.0f, 0.0f));
+  ones.assign(all.size(), 1.0f);
+  auto ac = all, ar = all;
+  cpu::gelu_mul(ac.data(), ones.data(), static_cast<int64_t>(ac.size()));
+  ref::gelu_mul(ar.data(), ones.data(), static_cast<int64_t>(ar.size()));
+  ASSERT_TRUE(BitwiseEqual(ac.data(), ar.data(), ac.size()));
+  for (size_t i = 0; i + 2 < all.size(); ++i) ASSERT_EQ(ar[i], gelu_of_f16(fp32_to_fp16(all[i]))) << all[i];
+  float big[6] = {-20.0f, -10.0f, 0.0f, 10.0f, 20.0f, -0.0f};
+  const float ones6[6] = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f};
+  cpu::gelu_mul(big, ones6, 6);
+  EXPECT_EQ(big[0], 0.0f);
   EXPECT_EQ(big[1], 0.0f);
-  EXPECT_EQ(big[2], 20.0f);
+  EXPECT_EQ(big[2], 0.0f);
+  EXPECT_EQ(big[3], 10.0f);
+  EXPECT_EQ(big[4], 20.0f);
+  EXPECT_EQ(big[5], 0.0f);
   float s[5] = {1, 2, 3, 4, 5};
   mul_scalar(s, 0.5f, 5);
   EXPECT_EQ(s[4], 2.5f);

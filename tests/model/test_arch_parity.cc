@@ -14,11 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "base/fp16.h"
 #include "common/dense_ref.h"
 #include "common/mem_gguf.h"
 #include "gguf/dequant.h"
 #include "gguf/synth.h"
 #include "gguf/writer.h"
+#include "kernels/api.h"
 #include "model/model.h"
 #include "model/arch_test_util.h"
 #include "runtime/model_runner.h"
@@ -161,8 +163,10 @@ std::vector<std::vector<double>> dense_forward(const gguf::GgufFile& f, const gg
       const auto u = mv(wu, xn);
       for (size_t i = 0; i < g.size(); ++i) {
         const double z = g[i];
-        g[i] = (a.gelu ? 0.5 * z * (1 + std::tanh(std::sqrt(2 / M_PI) * (z + 0.044715 * z * z * z)))
-                       : z / (1.0 + std::exp(-z))) * u[i];
+        // GELU as llama.cpp evaluates it (kernels/api.h gelu_mul): the tanh form at z
+        // rounded to f16, rounded to f16.
+        const double gelu = z <= -10 ? 0.0 : z >= 10 ? z : kernels::gelu_of_f16(fp32_to_fp16(static_cast<float>(z)));
+        g[i] = (a.gelu ? gelu : z / (1.0 + std::exp(-z))) * u[i];
       }
       auto d = mv(wd, g);
       if (a.post_norms) rmsnorm_groups(d, pfn, eps);
@@ -274,8 +278,15 @@ TEST(ArchParity, Gemma3SlidingWindowGeGluPostNormsMatchDense) {
     a.window[static_cast<size_t>(l)] = 5;
     a.rope_base[static_cast<size_t>(l)] = 10000.0;
   }
-  check(s, a, kRef, 1e-5);
-  check(s, a, kCpu, 1e-4);
+  // GELU rounds its input and output to f16 as llama.cpp does (kernels/api.h
+  // gelu_mul): a gate value within float rounding of an f16 rounding boundary
+  // takes one f16 step (2^-11 of it) in the engine and the other in this double
+  // reference, so the tolerance is wider than the other architectures' (worst
+  // seen 1.6e-4 of the largest logit, on one of the two backends); a wiring
+  // error (a norm, the window, a rope base) moves the logits by far more (the
+  // window check below).
+  check(s, a, kRef, 5e-4);
+  check(s, a, kCpu, 5e-4);
   // The window is what the model does: without it (all layers global) the dense
   // logits differ from the model's, so the check above could fail.
   Arch full = a;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "base/fp16.h"
 #include "kernels/api.h"
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/vec_math.h"
@@ -139,21 +140,29 @@ void rope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads,
 }
 
 void gelu_mul(float* gate, const float* up, int64_t n) {
-  // 0.5 x (1 + tanh(u)) == x / (1 + e^(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3):
-  // the sigmoid form shares silu_mul's exp8 and needs no tanh.
-  const __m256 one = _mm256_set1_ps(1.0f), k2 = _mm256_set1_ps(-2.0f * 0.7978845608028654f),
-               c = _mm256_set1_ps(0.044715f);
+  // ref::gelu_mul through a table of gelu_of_f16 for every f16 value (256 KiB,
+  // built once): F16C rounds 8 values to f16 (nearest even, as fp32_to_fp16),
+  // a gather reads their GELU; bitwise equal to ref.
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t h = 0; h < 65536; ++h) t[h] = gelu_of_f16(static_cast<uint16_t>(h));
+    return t;
+  }();
+  const float* tab = table.data();
+  const __m256 lo = _mm256_set1_ps(-10.0f), hi = _mm256_set1_ps(10.0f);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 x = _mm256_loadu_ps(gate + i);
-    const __m256 inner = _mm256_mul_ps(x, _mm256_add_ps(one, _mm256_mul_ps(c, _mm256_mul_ps(x, x))));
-    const __m256 g = _mm256_div_ps(x, _mm256_add_ps(one, detail::exp8(_mm256_mul_ps(k2, inner))));
+    const __m256i h = _mm256_cvtepu16_epi32(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __m256 g = _mm256_i32gather_ps(tab, h, 4);
+    g = _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LE_OQ), g);       // x <= -10: 0
+    g = _mm256_blendv_ps(g, x, _mm256_cmp_ps(x, hi, _CMP_GE_OQ));    // x >= 10: x
     _mm256_storeu_ps(gate + i, _mm256_mul_ps(g, _mm256_loadu_ps(up + i)));
   }
   for (; i < n; ++i) {
     const float x = gate[i];
-    const float inner = x * (1.0f + 0.044715f * (x * x));
-    gate[i] = x / (1.0f + detail::exp1(-2.0f * 0.7978845608028654f * inner)) * up[i];
+    const float g = x <= -10.0f ? 0.0f : x >= 10.0f ? x : tab[fp32_to_fp16(x)];
+    gate[i] = g * up[i];
   }
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "base/fp16.h"
 #include "base/ggml_quant.h"
 #include "kernels/api.h"
 
@@ -97,10 +98,10 @@ void paged_attention(const float* q, const KvLayerView& kv, const BatchView& bat
 }
 
 void gelu_mul(float* gate, const float* up, int64_t n) {
-  const double k = std::sqrt(2.0 / 3.14159265358979323846);
   for (int64_t i = 0; i < n; ++i) {
-    const double x = gate[i];
-    gate[i] = static_cast<float>(0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x))) * up[i]);
+    const float x = gate[i];
+    const float g = x <= -10.0f ? 0.0f : x >= 10.0f ? x : gelu_of_f16(fp32_to_fp16(x));
+    gate[i] = g * up[i];
   }
 }
 
